@@ -1,0 +1,75 @@
+// An arm is one implementation of the scaled-INT8 linear interface. Arms are named
+// `backend:variant` (`cpu:vllm-cutlass`, `onednn:s8s8`, `cuda:mma-vllm-triton`,
+// `plugin:./libmine.so`, `mutant:int16-saturate`) and created through the registry.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qconform/operands.hpp"
+
+namespace qc {
+
+// The identity of the kernel that actually ran, captured by the arm itself at run time (not
+// the label the user asked for): this is C0's treatment evidence.
+struct RunRecord {
+  std::string arm;        // the label the arm was created with
+  std::string kernel;     // implementation-reported kernel name (e.g. oneDNN's primitive impl string)
+  std::string epilogue;   // declared formula name, empty when the arm declares none
+  std::string device;     // "cpu: <model> (<isa>)" or the GPU name, driver, CUDA version
+  std::string library;    // library and version, or the plugin file's sha256
+  std::string build;      // compiler and numeric flags
+  nlohmann::json extra = nlohmann::json::object();
+};
+void to_json(nlohmann::json& j, const RunRecord& r);
+void from_json(const nlohmann::json& j, RunRecord& r);
+
+struct ArmOutput {
+  std::vector<uint16_t> y;                  // [m,n] bf16 bit patterns
+  std::optional<std::vector<int32_t>> acc;  // [m,n] INT32 accumulator, when the arm exposes it
+  RunRecord record;
+};
+
+struct ArmInfo {
+  std::string label;
+  std::string description;
+  std::string epilogue;            // declared formula name ("" when none is declared)
+  bool exposes_accumulator = false;
+  bool is_mutant = false;
+  std::string breaks_stage;        // mutants: the stage they break ("accumulation", "epilogue", ...)
+};
+
+class Arm {
+ public:
+  virtual ~Arm() = default;
+  virtual ArmInfo info() const = 0;
+  // Runs one layer. Throws qc::Error (input) for shapes the arm cannot take, naming the arm and
+  // the constraint.
+  virtual ArmOutput run(const LayerOperands& ops) = 0;
+};
+
+// A backend owns one prefix of the namespace (`cpu`, `mutant`, ...).
+struct ArmBackend {
+  std::string prefix;
+  std::string help;
+  std::function<std::vector<std::string>()> variants;  // listable variants ("" for open-ended ones)
+  std::function<std::unique_ptr<Arm>(std::string_view variant)> make;
+};
+
+void register_arm_backend(ArmBackend backend);
+// Creates an arm from its label; unknown labels are input errors that list the known arms.
+std::unique_ptr<Arm> make_arm(std::string_view label);
+// Every listable arm label, backends in registration order.
+std::vector<std::string> list_arms();
+const std::vector<ArmBackend>& arm_backends();
+
+// One-line description of this CPU ("AMD EPYC (avx512f,avx512bw,avx512vnni)"), for RunRecords.
+std::string cpu_description();
+
+}  // namespace qc

@@ -1,0 +1,102 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <fstream>
+#include <mutex>
+#include <thread>
+
+#include "arms/backends.hpp"
+#include "qconform/arm.hpp"
+#include "qconform/error.hpp"
+
+namespace qc {
+
+namespace {
+std::vector<ArmBackend>& backend_storage() {
+  static std::vector<ArmBackend> backends;
+  return backends;
+}
+std::once_flag builtin_once;
+void ensure_builtins() { std::call_once(builtin_once, [] { detail::register_builtin_arm_backends(); }); }
+}  // namespace
+
+void to_json(nlohmann::json& j, const RunRecord& r) {
+  j = {{"arm", r.arm},         {"kernel", r.kernel},   {"epilogue", r.epilogue}, {"device", r.device},
+       {"library", r.library}, {"build", r.build},     {"extra", r.extra}};
+}
+
+void from_json(const nlohmann::json& j, RunRecord& r) {
+  r.arm = j.at("arm").get<std::string>();
+  r.kernel = j.at("kernel").get<std::string>();
+  r.epilogue = j.value("epilogue", "");
+  r.device = j.value("device", "");
+  r.library = j.value("library", "");
+  r.build = j.value("build", "");
+  r.extra = j.value("extra", nlohmann::json::object());
+}
+
+void register_arm_backend(ArmBackend backend) {
+  for (const ArmBackend& b : backend_storage()) {
+    QC_CHECK(b.prefix != backend.prefix, "arm backend `{}` registered twice", backend.prefix);
+  }
+  backend_storage().push_back(std::move(backend));
+}
+
+const std::vector<ArmBackend>& arm_backends() {
+  ensure_builtins();
+  return backend_storage();
+}
+
+std::vector<std::string> list_arms() {
+  std::vector<std::string> labels;
+  for (const ArmBackend& b : arm_backends()) {
+    for (const std::string& v : b.variants()) labels.push_back(fmt::format("{}:{}", b.prefix, v));
+  }
+  return labels;
+}
+
+std::unique_ptr<Arm> make_arm(std::string_view label) {
+  const auto colon = label.find(':');
+  QC_INPUT(colon != std::string_view::npos && colon > 0,
+           "arm `{}`: expected `backend:variant` (e.g. cpu:vllm-cutlass); known arms: {}", label,
+           fmt::join(list_arms(), ", "));
+  const std::string_view prefix = label.substr(0, colon);
+  const std::string_view variant = label.substr(colon + 1);
+  for (const ArmBackend& b : arm_backends()) {
+    if (b.prefix == prefix) return b.make(variant);
+  }
+  std::vector<std::string> prefixes;
+  for (const ArmBackend& b : arm_backends()) prefixes.push_back(b.prefix);
+  QC_FAIL_INPUT("arm `{}`: unknown backend `{}`; expected one of: {} (this build: oneDNN {}, CUDA {})", label,
+                prefix, fmt::join(prefixes, ", "),
+#ifdef QC_WITH_ONEDNN
+                "on",
+#else
+                "off",
+#endif
+#ifdef QC_WITH_CUDA
+                "on"
+#else
+                "off"
+#endif
+  );
+}
+
+std::string cpu_description() {
+  static const std::string description = [] {
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    std::string line, model = "unknown CPU", flags;
+    while (std::getline(cpuinfo, line)) {
+      if (model == "unknown CPU" && line.rfind("model name", 0) == 0) model = line.substr(line.find(':') + 2);
+      if (flags.empty() && line.rfind("flags", 0) == 0) flags = " " + line.substr(line.find(':') + 1) + " ";
+    }
+    std::vector<std::string> isa;
+    for (const char* f : {"avx2", "fma", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16", "amx_int8"}) {
+      if (flags.find(fmt::format(" {} ", f)) != std::string::npos) isa.emplace_back(f);
+    }
+    return fmt::format("cpu: {} ({}; {} threads)", model, fmt::join(isa, ","), std::thread::hardware_concurrency());
+  }();
+  return description;
+}
+
+}  // namespace qc

@@ -1,0 +1,30 @@
+// `qconform arms`: every arm this build contains, with its identity and declared formula.
+#include <fmt/format.h>
+
+#include "cli/cli.hpp"
+#include "qconform/arm.hpp"
+
+namespace qc::cli {
+namespace {
+
+VerbRunner setup_arms(CLI::App& app) {
+  return [] {
+    const auto labels = list_arms();
+    fmt::print("{} arms in this build ({})\n", labels.size(), cpu_description());
+    for (const ArmBackend& backend : arm_backends()) {
+      fmt::print("\n{}: {}\n", backend.prefix, backend.help);
+      for (const std::string& variant : backend.variants()) {
+        const ArmInfo info = make_arm(fmt::format("{}:{}", backend.prefix, variant))->info();
+        fmt::print("  {:<32} {}{}{}\n", info.label, info.description,
+                   info.epilogue.empty() ? "" : fmt::format(" [epilogue {}]", info.epilogue),
+                   info.exposes_accumulator ? " [exposes acc]" : "");
+      }
+    }
+    return kExitOk;
+  };
+}
+
+RegisterVerb register_arms{{"arms", "List the arms (implementations) this build contains", 10, setup_arms}};
+
+}  // namespace
+}  // namespace qc::cli
