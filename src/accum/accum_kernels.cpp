@@ -1,0 +1,402 @@
+// Exact INT8 GEMM kernels, compiled once per Highway target (the `foreach_target.h` pattern) and
+// selected at run time by HWY_DYNAMIC_DISPATCH.
+//
+// a [M,K] row-major int8 (leading dimension lda), w [N,K] row-major int8 (Wᵀ as column-major,
+// leading dimension ldw), c [M,N] row-major int32 (leading dimension ldc):
+//   c[i,j] = Σ_k a[i,k]·w[j,k], exact. Callers guarantee K·2^14 < 2^31.
+// Never saturating: no `vpmaddubsw`-style int16 pair sums anywhere.
+//
+// Two kernels:
+// - AVX3_DL (Ice Lake, Zen 4): VNNI `vpdpbusd` (u8 × s8, four products per int32 lane) on an
+//   activation shifted to unsigned, with an exact offset correction (proof at `VnniKernel`).
+// - every other target: int8 sign-extended to int16 at packing time, then
+//   `ReorderWidenMulAccumulate` (x86: `pmaddwd`), whose pair sums cannot saturate for int8
+//   inputs: |a0·b0 + a1·b1| <= 2·2^14 = 32768 < 2^31.
+//
+// Blocking: W is packed per panel of NR columns (the whole K), A once per call; a register tile
+// of MR rows × NR columns accumulates the whole K without touching memory, then is stored.
+// Work is split over panels (and over rows when there are few panels) between worker threads.
+//
+// Build and test:
+//   cmake --build build-accum -j2 --target qconform_unit_tests &&
+//   ./build-accum/tests/qconform_unit_tests --gtest_filter='Accum*'
+
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // also compile the Ice Lake / Zen 4 target (VNNI) into the dispatch table
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "accum/accum_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+
+#include "accum/accum_kernels.hpp"
+
+#undef QC_ACCUM_VNNI
+#if HWY_TARGET == HWY_AVX3_DL
+#define QC_ACCUM_VNNI 1
+#else
+#define QC_ACCUM_VNNI 0
+#endif
+
+HWY_BEFORE_NAMESPACE();
+namespace qc::accum_detail::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+inline int64_t ceil_div(int64_t x, int64_t y) { return (x + y - 1) / y; }
+inline int64_t round_up(int64_t x, int64_t y) { return ceil_div(x, y) * y; }
+
+#if QC_ACCUM_VNNI
+// ------------------------------------------------------------------------------------------
+// VNNI kernel. `vpdpbusd acc, u, s` adds, to each int32 lane, the four products u8·s8 of that
+// lane's bytes. Its non-saturating form (`vpdpbusds` is the saturating one; never used) adds
+// with two's-complement wrap-around, so every lane is exact modulo 2^32.
+//
+// Exactness proof. Let a_u = a + 128 ∈ [0, 255] (the byte a XOR 0x80). Then
+//   Σ_k a_u[k]·w[k] = Σ_k a[k]·w[k] + 128·Σ_k w[k].
+// The accumulator starts at init = -128·Σ_k w[k] (|init| <= 128·128·K < 2^31, exact in int32,
+// computed below with `vpdpbusd` of the byte 128 against w, itself without wrap-around), so at
+// the end it holds Σ_k a[k]·w[k] (mod 2^32). Intermediate values may wrap (Σ a_u·w can reach
+// 255·128·K > 2^31), which is harmless because only the residue mod 2^32 is carried. The true
+// value satisfies |Σ a·w| <= K·2^14 < 2^31 (the caller's precondition), so it is the unique
+// int32 in its residue class: the lane holds it exactly. Padding: K is padded to a multiple
+// of 4 with w = 0, which contributes a_u·0 = 0 for any a_u and 0 to Σ w.
+//
+// Highway 1.0.3's AVX3_DL target string enables `avxvnni` (the VEX form) but not `avx512vnni`,
+// so the functions that use `vpdpbusd` on zmm registers enable it themselves. The AVX3_DL runtime
+// check requires the CPUID AVX512_VNNI bit, so this is safe wherever this target is selected.
+#define QC_VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
+struct VnniKernel {
+  using AT = uint8_t;
+  using WT = int8_t;
+  static constexpr int64_t kKStep = 4;  // k values per int32 lane per instruction
+  static constexpr int kMR = 6;         // 6 rows × 4 zmm = 24 accumulators of 32 registers
+  static constexpr int kNV = 4;
+  int64_t nr() const { return 16 * kNV; }
+
+  // a_u[i*kp + kk] = a[i,kk] XOR 0x80 (= a + 128 as uint8); the padding holds 0x80 (a = 0).
+  void pack_a(const int8_t* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int64_t kp, AT* out) const {
+    for (int64_t i = r0; i < r1; ++i) {
+      const int8_t* src = a + i * lda;
+      AT* dst = out + i * kp;
+      for (int64_t kk = 0; kk < k; ++kk) dst[kk] = static_cast<AT>(static_cast<uint8_t>(src[kk]) ^ 0x80u);
+      for (int64_t kk = k; kk < kp; ++kk) dst[kk] = 0x80u;
+    }
+  }
+
+  // panel[(q*64 + col)*4 + b] = w[n0+col, 4q+b] (0 past K and past the last column), and
+  // init[col] = -128·Σ_k w[n0+col, k].
+  QC_VNNI_ATTR void pack_w(const int8_t* w, int64_t ldw, int64_t n0, int64_t ncols, int64_t k, int64_t kp,
+                           WT* panel, int32_t* init) const {
+    const int64_t kq = kp / 4, kfull = k / 4, nr64 = nr();
+    for (int64_t col = 0; col < nr64; ++col) {
+      WT* dst = panel + col * 4;
+      if (col >= ncols) {
+        for (int64_t q = 0; q < kq; ++q) std::memset(dst + q * nr64 * 4, 0, 4);
+        continue;
+      }
+      const int8_t* src = w + (n0 + col) * ldw;
+      for (int64_t q = 0; q < kfull; ++q) std::memcpy(dst + q * nr64 * 4, src + q * 4, 4);
+      if (kfull < kq) {
+        WT tail[4] = {0, 0, 0, 0};
+        for (int64_t b = 0; b < k - kfull * 4; ++b) tail[b] = src[kfull * 4 + b];
+        std::memcpy(dst + kfull * nr64 * 4, tail, 4);
+      }
+    }
+    // Σ 128·w per column with the same instruction: |Σ| <= 128·128·K < 2^31, no wrap-around.
+    const __m512i c128 = _mm512_set1_epi32(static_cast<int32_t>(0x80808080u));
+    __m512i s[kNV];
+    for (int j = 0; j < kNV; ++j) s[j] = _mm512_setzero_si512();
+    for (int64_t q = 0; q < kq; ++q) {
+      for (int j = 0; j < kNV; ++j) {
+        s[j] = _mm512_dpbusd_epi32(s[j], c128, _mm512_load_si512(panel + q * nr64 * 4 + j * 64));
+      }
+    }
+    for (int j = 0; j < kNV; ++j) _mm512_store_si512(init + j * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s[j]));
+  }
+
+  template <int MR>
+  QC_VNNI_ATTR void micro(const AT* ap, int64_t kp, const WT* wp, const int32_t* init, int32_t* c, int64_t ldc,
+                          int64_t ncols) const {
+    __m512i acc[MR][kNV];
+    __m512i start[kNV];
+    for (int j = 0; j < kNV; ++j) start[j] = _mm512_load_si512(init + 16 * j);
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; ++r) {
+#pragma GCC unroll 4
+      for (int j = 0; j < kNV; ++j) acc[r][j] = start[j];
+    }
+    const int64_t kq = kp / 4;
+    for (int64_t q = 0; q < kq; ++q) {
+      const WT* wq = wp + q * 64 * kNV;
+      __m512i wv[kNV];
+#pragma GCC unroll 4
+      for (int j = 0; j < kNV; ++j) wv[j] = _mm512_load_si512(wq + 64 * j);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        int32_t quad;
+        std::memcpy(&quad, ap + r * kp + q * 4, 4);
+        const __m512i va = _mm512_set1_epi32(quad);
+#pragma GCC unroll 4
+        for (int j = 0; j < kNV; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], va, wv[j]);
+      }
+    }
+    for (int r = 0; r < MR; ++r) {
+      int32_t* crow = c + r * ldc;
+      for (int j = 0; j < kNV; ++j) {
+        const int64_t nj = std::min<int64_t>(16, ncols - 16 * j);
+        if (nj <= 0) break;
+        if (nj == 16) {
+          _mm512_storeu_si512(crow + 16 * j, acc[r][j]);
+        } else {
+          const __mmask16 mask = static_cast<__mmask16>((1u << nj) - 1u);
+          _mm512_mask_storeu_epi32(crow + 16 * j, mask, acc[r][j]);
+        }
+      }
+    }
+  }
+};
+using Kernel = VnniKernel;
+
+#elif HWY_TARGET == HWY_SCALAR
+// ------------------------------------------------------------------------------------------
+// Scalar fallback (one-lane target: no int16 pairs): plain int32 sums, each partial sum bounded
+// by K·2^14 < 2^31, so no wrap-around.
+struct ScalarKernel {
+  using AT = int8_t;
+  using WT = int8_t;
+  static constexpr int64_t kKStep = 1;
+  static constexpr int kMR = 4;
+  static constexpr int64_t kNR = 4;
+  int64_t nr() const { return kNR; }
+
+  void pack_a(const int8_t* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int64_t kp, AT* out) const {
+    for (int64_t i = r0; i < r1; ++i) std::memcpy(out + i * kp, a + i * lda, static_cast<size_t>(k));
+  }
+
+  // panel[kk*kNR + col] = w[n0+col, kk] (0 past the last column); `init` is all zeros.
+  void pack_w(const int8_t* w, int64_t ldw, int64_t n0, int64_t ncols, int64_t k, int64_t kp, WT* panel,
+              int32_t* init) const {
+    for (int64_t col = 0; col < kNR; ++col) {
+      init[col] = 0;
+      for (int64_t kk = 0; kk < kp; ++kk) panel[kk * kNR + col] = col < ncols ? w[(n0 + col) * ldw + kk] : WT{0};
+    }
+  }
+
+  template <int MR>
+  void micro(const AT* ap, int64_t kp, const WT* wp, const int32_t* /*init*/, int32_t* c, int64_t ldc,
+             int64_t ncols) const {
+    int32_t sum[MR][kNR] = {};
+    for (int64_t kk = 0; kk < kp; ++kk) {
+      for (int r = 0; r < MR; ++r) {
+        const int32_t av = ap[r * kp + kk];
+        for (int64_t j = 0; j < kNR; ++j) sum[r][j] += av * int32_t{wp[kk * kNR + j]};
+      }
+    }
+    for (int r = 0; r < MR; ++r) {
+      for (int64_t j = 0; j < ncols && j < kNR; ++j) c[r * ldc + j] = sum[r][j];
+    }
+  }
+};
+using Kernel = ScalarKernel;
+
+#else
+// ------------------------------------------------------------------------------------------
+// Portable kernel: operands sign-extended to int16 when packed; `ReorderWidenMulAccumulate`
+// multiplies int16 pairs into int32 (x86: `pmaddwd`, which only saturates for
+// (-32768)·(-32768) twice, impossible for int8 values). After `RearrangeToOddPlusEven`, lane i
+// holds the sum of the products of int16 lanes 2i and 2i+1. Every partial sum is bounded by
+// K·2^14 < 2^31: no wrap-around at all.
+struct WidenKernel {
+  using AT = int16_t;
+  using WT = int16_t;
+  using D32 = hn::ScalableTag<int32_t>;
+  using D16 = hn::Repartition<int16_t, D32>;
+  static constexpr int64_t kKStep = 2;
+#if HWY_TARGET == HWY_AVX3
+  static constexpr int kMR = 6;  // 32 vector registers: 24 accumulators
+  static constexpr int kNV = 4;
+#else
+  static constexpr int kMR = 3;  // 16 vector registers: 9 accumulators, 3 W, 1 broadcast
+  static constexpr int kNV = 3;
+#endif
+  int64_t nr() const { return static_cast<int64_t>(hn::Lanes(D32())) * kNV; }
+
+  void pack_a(const int8_t* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int64_t kp, AT* out) const {
+    for (int64_t i = r0; i < r1; ++i) {
+      const int8_t* src = a + i * lda;
+      AT* dst = out + i * kp;
+      for (int64_t kk = 0; kk < k; ++kk) dst[kk] = src[kk];
+      for (int64_t kk = k; kk < kp; ++kk) dst[kk] = 0;
+    }
+  }
+
+  // panel[(q*nr + col)*2 + b] = w[n0+col, 2q+b] (0 past K and past the last column). No
+  // correction: `init` is all zeros.
+  void pack_w(const int8_t* w, int64_t ldw, int64_t n0, int64_t ncols, int64_t k, int64_t kp, WT* panel,
+              int32_t* init) const {
+    const int64_t nrv = nr(), kq = kp / 2;
+    for (int64_t col = 0; col < nrv; ++col) {
+      init[col] = 0;
+      WT* dst = panel + col * 2;
+      if (col >= ncols) {
+        for (int64_t q = 0; q < kq; ++q) dst[q * nrv * 2 + 0] = dst[q * nrv * 2 + 1] = 0;
+        continue;
+      }
+      const int8_t* src = w + (n0 + col) * ldw;
+      for (int64_t q = 0; q < kq; ++q) {
+        const int64_t k0 = 2 * q;
+        dst[q * nrv * 2 + 0] = src[k0];
+        dst[q * nrv * 2 + 1] = k0 + 1 < k ? src[k0 + 1] : WT{0};
+      }
+    }
+  }
+
+  template <int MR>
+  void micro(const AT* ap, int64_t kp, const WT* wp, const int32_t* /*init*/, int32_t* c, int64_t ldc,
+             int64_t ncols) const {
+    const D32 d32;
+    const D16 d16;
+    using V32 = hn::Vec<D32>;
+    using V16 = hn::Vec<D16>;
+    const int64_t lanes = static_cast<int64_t>(hn::Lanes(d32));
+    const int64_t nrv = lanes * kNV;
+    V32 sum0[MR][kNV];
+    V32 sum1[MR][kNV];
+    for (int r = 0; r < MR; ++r) {
+      for (int j = 0; j < kNV; ++j) {
+        sum0[r][j] = hn::Zero(d32);
+        sum1[r][j] = hn::Zero(d32);
+      }
+    }
+    const int64_t kq = kp / 2;
+    for (int64_t q = 0; q < kq; ++q) {
+      const WT* wq = wp + q * nrv * 2;
+      V16 wv[kNV];
+#pragma GCC unroll 4
+      for (int j = 0; j < kNV; ++j) wv[j] = hn::Load(d16, wq + j * lanes * 2);
+#pragma GCC unroll 8
+      for (int r = 0; r < MR; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, ap + r * kp + q * 2, 4);
+        const V16 va = hn::BitCast(d16, hn::Set(d32, pair));
+#pragma GCC unroll 4
+        for (int j = 0; j < kNV; ++j) sum0[r][j] = hn::ReorderWidenMulAccumulate(d32, wv[j], va, sum0[r][j], sum1[r][j]);
+      }
+    }
+    HWY_ALIGN int32_t tmp[hn::MaxLanes(D32())];
+    for (int r = 0; r < MR; ++r) {
+      int32_t* crow = c + r * ldc;
+      for (int j = 0; j < kNV; ++j) {
+        const int64_t nj = std::min<int64_t>(lanes, ncols - lanes * j);
+        if (nj <= 0) break;
+        const V32 s = hn::RearrangeToOddPlusEven(sum0[r][j], sum1[r][j]);
+        if (nj == lanes) {
+          hn::StoreU(s, d32, crow + lanes * j);
+        } else {
+          hn::Store(s, d32, tmp);
+          std::memcpy(crow + lanes * j, tmp, static_cast<size_t>(nj) * sizeof(int32_t));
+        }
+      }
+    }
+  }
+};
+using Kernel = WidenKernel;
+#endif
+
+// Runs rows [r0, r1) of one packed panel: full MR-row tiles, then one ragged tile.
+template <class K>
+void run_rows(const K& kern, const typename K::AT* ap, int64_t kp, const typename K::WT* panel,
+              const int32_t* init, int64_t r0, int64_t r1, int32_t* c, int64_t ldc, int64_t ncols) {
+  int64_t i = r0;
+  for (; i + K::kMR <= r1; i += K::kMR) kern.template micro<K::kMR>(ap + i * kp, kp, panel, init, c + i * ldc, ldc, ncols);
+  const int64_t rest = r1 - i;
+  const typename K::AT* at = ap + i * kp;
+  int32_t* ct = c + i * ldc;
+  switch (rest) {
+    case 0: break;
+    case 1: kern.template micro<1>(at, kp, panel, init, ct, ldc, ncols); break;
+    case 2: kern.template micro<2>(at, kp, panel, init, ct, ldc, ncols); break;
+    case 3: kern.template micro<3>(at, kp, panel, init, ct, ldc, ncols); break;
+    case 4: kern.template micro<4>(at, kp, panel, init, ct, ldc, ncols); break;
+    case 5: kern.template micro<5>(at, kp, panel, init, ct, ldc, ncols); break;
+    default: HWY_ASSERT(false);  // kMR <= 6
+  }
+}
+
+void GemmI32(const int8_t* a, int64_t lda, const int8_t* w, int64_t ldw, int64_t m, int64_t n, int64_t k,
+             int32_t* c, int64_t ldc, int threads) {
+  if (m <= 0 || n <= 0) return;
+  if (k <= 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
+    return;
+  }
+  static_assert(Kernel::kMR <= 6, "run_rows handles ragged tiles of at most 5 rows");
+  const Kernel kern;
+  const int64_t nr = kern.nr();
+  const int64_t kp = round_up(k, Kernel::kKStep);
+  threads = std::max(threads, 1);
+
+  // Packed A, shared by all workers (rows split between them).
+  auto ap = hwy::AllocateAligned<typename Kernel::AT>(static_cast<size_t>(m * kp));
+  {
+    const int workers = static_cast<int>(std::min<int64_t>(threads, ceil_div(m, 16)));
+    run_workers(workers, [&](int worker) HWY_ATTR {
+      const int64_t per = ceil_div(m, workers);
+      const int64_t r0 = std::min(m, per * worker), r1 = std::min(m, r0 + per);
+      kern.pack_a(a, lda, r0, r1, k, kp, ap.get());
+    });
+  }
+
+  // Tasks: (panel, row chunk). Rows are split only when there are too few panels to keep every
+  // worker busy; consecutive tasks of a worker that share a panel reuse its packing.
+  const int64_t n_panels = ceil_div(n, nr);
+  int64_t m_chunk = m;
+  if (threads > 1 && n_panels < 2 * threads) {
+    const int64_t want = std::min(ceil_div(2 * threads, n_panels), ceil_div(m, Kernel::kMR));
+    m_chunk = round_up(ceil_div(m, want), Kernel::kMR);
+  }
+  const int64_t m_chunks = ceil_div(m, m_chunk);
+  const int64_t tasks = n_panels * m_chunks;
+  std::atomic<int64_t> next{0};
+  const int workers = static_cast<int>(std::min<int64_t>(threads, tasks));
+  run_workers(workers, [&](int) HWY_ATTR {
+    auto panel = hwy::AllocateAligned<typename Kernel::WT>(static_cast<size_t>(kp * nr));
+    auto init = hwy::AllocateAligned<int32_t>(static_cast<size_t>(nr));
+    int64_t packed = -1;
+    for (int64_t t = next.fetch_add(1); t < tasks; t = next.fetch_add(1)) {
+      const int64_t p = t / m_chunks, chunk = t % m_chunks;
+      const int64_t n0 = p * nr, ncols = std::min(nr, n - n0);
+      if (packed != p) {
+        kern.pack_w(w, ldw, n0, ncols, k, kp, panel.get(), init.get());
+        packed = p;
+      }
+      const int64_t r0 = chunk * m_chunk, r1 = std::min(m, r0 + m_chunk);
+      run_rows(kern, ap.get(), kp, panel.get(), init.get(), r0, r1, c + n0, ldc, ncols);
+    }
+  });
+}
+
+int64_t TargetOf() { return HWY_TARGET; }
+
+}  // namespace qc::accum_detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace qc::accum_detail {
+HWY_EXPORT(GemmI32);
+HWY_EXPORT(TargetOf);
+
+void gemm_i32(const int8_t* a, int64_t lda, const int8_t* w, int64_t ldw, int64_t m, int64_t n, int64_t k,
+              int32_t* c, int64_t ldc, int threads) {
+  HWY_DYNAMIC_DISPATCH(GemmI32)(a, lda, w, ldw, m, n, k, c, ldc, threads);
+}
+
+const char* target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetOf)()); }
+}  // namespace qc::accum_detail
+#endif
