@@ -1,0 +1,86 @@
+// Epilogues: the named, bit-exact formulas that turn an exact integer accumulator into a bf16
+// output, `y = f(acc, sa, sw, bias)`, one per production engine path, plus `exact`, the
+// correctly rounded result.
+//
+// One `Epilogue` object drives the CPU emulation and (later) selects the CUDA template instance,
+// so the set is a fixed table: `all_epilogues()` enumerates it, `(kind, bias_mode)` identifies an
+// instance. Formulas are in `../shared/reference/production-epilogues.md`; the rounding points,
+// bias behaviour and the power-of-two argument are written up in `docs/epilogues.md`.
+//
+// Every fp32 operation here is explicit: `a * b` rounds once (the project compiles with
+// `-ffp-contract=off`), an FMA appears only as `std::fma` where the formula says so, and
+// `f32(acc)` converts an int32 or int64 accumulator to fp32 with one round-to-nearest-even.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace qc {
+
+enum class EpilogueKind { vllm_cutlass, vllm_triton, sglang_sm89, sglang_sm90, exact };
+
+// How the formula adds a bias (stored as bf16, one per output column n).
+enum class BiasMode {
+  fma,         // `bf16(fma(sa, t, f32(bias)))`: CUTLASS `multiply_add` contracted into one FMA
+  muladd,      // `bf16(rn32(rn32(product) + f32(bias)))`: product rounded to fp32, then an fp32 add
+  after_bf16,  // `bf16(rn32(f32(bf16(product)) + f32(bias)))`: bias added after a bf16 rounding
+  exact,       // the bias joins the exact real sum that is rounded once
+  refuse,      // ambiguous for this name: `apply` with a bias throws QC_INPUT (pick a suffixed name)
+};
+
+struct Epilogue {
+  std::string_view name;     // "vllm-cutlass", "vllm-cutlass-fma", ..., "exact"
+  EpilogueKind kind;
+  BiasMode bias_mode;
+  std::string_view formula;  // human-readable, rounding points explicit
+  std::string_view source;   // engine and code path it models
+
+  // One output element (bf16 bit pattern). `bias_bf16` only when the layer has a bias; `m_rows`
+  // and `n_cols` are the whole GEMM's M and N (only `sglang-sm90` reads them, for its swap-AB
+  // dispatch). Total for every finite input (any sign, zero, subnormal scales, any int64 acc);
+  // non-finite scales or bias follow IEEE (the result is inf or NaN). Throws QC_INPUT only for a
+  // bias given to a formula whose `bias_mode` is `refuse`.
+  uint16_t apply(int64_t acc, float sa, float sw, std::optional<uint16_t> bias_bf16, int64_t m_rows,
+                 int64_t n_cols) const;
+
+  // True when the bias is added after a rounding to bf16 (`vllm-triton`): with a bias, the
+  // power-of-two commutation argument cannot hold for this formula.
+  bool bias_after_rounding() const { return bias_mode == BiasMode::after_bf16; }
+  bool accepts_bias() const { return bias_mode != BiasMode::refuse; }
+
+  // Power-of-two commutation class. Guarantee (proved in docs/epilogues.md, tested in
+  // tests/unit/test_epilogue.cpp): if every weight scale `sw` is a power of two, and every fp32
+  // intermediate of the formulas involved is zero or normal (no fp32 subnormal, no overflow),
+  // two formulas with the SAME non-empty class return the same bits for every element. The
+  // classes: without bias every fp32 formula is "scaled-product" (they all reduce to
+  // `bf16(rn32(f32(acc)*sa) * sw)`); with a bias, "product-then-add" (`-muladd`, `sglang-sm89`),
+  // "fma" (`-fma`), and "" for `vllm-triton` (bias after a bf16 rounding: no class, never
+  // commutable) and for formulas refusing a bias. `exact` is class "exact": it rounds once where
+  // the fp32 formulas round twice (fp32, then bf16), so it differs from "scaled-product" at
+  // double-rounding points even under power-of-two scales; it agrees with them whenever
+  // `f32(acc)*sa` is exact in fp32 (e.g. `sa` also a power of two and |acc| <= 2^24).
+  std::string_view pow2_class(bool has_bias) const;
+};
+
+// The epilogue named `name`; QC_INPUT error listing the valid names when unknown.
+const Epilogue& epilogue(std::string_view name);
+// Every epilogue, in a fixed order (the registry the arms and CUDA instances enumerate).
+std::span<const Epilogue> all_epilogues();
+
+// Whole tile, row-major: y[m,n] = apply(acc[m,n], sa[m], sw[n], bias[n], M, N).
+// `bias` may be null. Validates first (QC_INPUT): every `sa`, `sw` finite and > 0, every bias
+// finite, and a bias only for formulas that accept one. `threads` = 0: hardware concurrency.
+void apply_epilogue(const Epilogue& e, const int32_t* acc, const float* sa, const float* sw,
+                    const uint16_t* bias, int64_t M, int64_t N, uint16_t* y_bf16, int threads = 0);
+void apply_epilogue(const Epilogue& e, const int64_t* acc, const float* sa, const float* sw,
+                    const uint16_t* bias, int64_t M, int64_t N, uint16_t* y_bf16, int threads = 0);
+
+// The correctly rounded bf16 of the real number acc·sa·sw (+ bias), one RNE rounding (the
+// `exact` formula, exposed for tests and for other parts that need a reference). Signed zeros:
+// the product's zero carries sign(sa) XOR sign(sw) (an integer acc has no sign on zero), and a
+// zero sum follows IEEE round-to-nearest: (+0)+(−0) = +0, (−0)+(−0) = −0, x + (−x) = +0.
+uint16_t exact_bf16(int64_t acc, float sa, float sw, std::optional<uint16_t> bias_bf16);
+
+}  // namespace qc

@@ -1,0 +1,361 @@
+// The epilogue formulas of include/qconform/epilogue.hpp: the fp32 formulas of the production
+// engines and `exact`, the correctly rounded bf16 of acc·sa·sw (+ bias) in integer arithmetic.
+//
+// Compiled with `-ffp-contract=off` (project flags): every `*` and `+` on floats below rounds
+// once to fp32, and the only fused operation is the explicit `std::fma` of `vllm-cutlass-fma`.
+#include "qconform/epilogue.hpp"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
+
+namespace qc {
+namespace {
+
+using u128 = unsigned __int128;
+
+// int64 -> fp32 with one round-to-nearest-even (x86-64 `cvtsi2ss` under the default MXCSR
+// rounding mode, which is what C++ conversion compiles to). Private so that it cannot collide with
+// the `i64_to_f32` numerics.hpp will gain.
+inline float acc_to_f32(int64_t v) { return static_cast<float>(v); }
+
+// ---------------------------------------------------------------------------------------------
+// The fp32 formulas. `sa_first` selects the product order: false = weight scale first
+// (`rn32(sa * rn32(f32(acc) * sw))`, CUTLASS), true = activation scale first (Triton).
+inline float product_cutlass(int64_t acc, float sa, float sw) {
+  const float t = acc_to_f32(acc) * sw;  // rn32
+  return sa * t;                         // rn32
+}
+inline float product_triton(int64_t acc, float sa, float sw) {
+  const float t = acc_to_f32(acc) * sa;  // rn32
+  return t * sw;                         // rn32
+}
+inline float product_sglang_sm89(int64_t acc, float sa, float sw) {
+  const float s = sw * sa;         // rn32: the two scales first
+  return acc_to_f32(acc) * s;      // rn32
+}
+
+// SGLang's Hopper dispatch swaps A and B for small M (see production-epilogues.md): the swapped
+// kernel multiplies by the (former) activation scale first, i.e. the Triton order.
+inline bool sglang_sm90_swaps(int64_t m_rows, int64_t n_cols) {
+  return m_rows <= 16 || (m_rows <= 64 && n_cols > 1280);
+}
+
+// ---------------------------------------------------------------------------------------------
+// `exact`: values as sign · integer · 2^exp, summed exactly, rounded once.
+
+int bitlen(u128 v) {
+  const uint64_t hi = static_cast<uint64_t>(v >> 64);
+  const uint64_t lo = static_cast<uint64_t>(v);
+  if (hi != 0) return 128 - std::countl_zero(hi);
+  return 64 - std::countl_zero(lo);  // 0 for v == 0
+}
+
+struct Term {
+  bool neg = false;
+  u128 sig = 0;  // magnitude = sig · 2^exp; sig == 0 means zero
+  int exp = 0;
+};
+
+// A finite fp32 as sign · (24-bit integer) · 2^exp (exact; subnormals have exp = -149).
+Term decompose_f32(float x) {
+  const uint32_t u = f32_bits(x);
+  const uint32_t e = (u >> 23) & 0xFFu;
+  const uint32_t m = u & 0x7FFFFFu;
+  Term t;
+  t.neg = (u >> 31) != 0;
+  if (e == 0) {
+    t.sig = m;
+    t.exp = -149;
+  } else {
+    t.sig = m | 0x800000u;
+    t.exp = static_cast<int>(e) - 150;
+  }
+  return t;
+}
+
+// Rounds sign · n · 2^e (n > 0) to bf16 with round-to-nearest-even, subnormals and overflow.
+// 1. Find the exponent `k` of the leading bit and the weight `lsb` of the last kept bit
+//    (k - 7 for normals, the subnormal quantum 2^-133 below 2^-126).
+// 2. Shift, compare the dropped remainder with one half, round half to even.
+// 3. Encode: a carry out of the significand moves into the exponent field naturally; anything
+//    at or above the inf encoding is inf.
+uint16_t round_to_bf16(bool neg, u128 n, int e) {
+  const uint16_t sign = neg ? 0x8000u : 0u;
+  const int k = bitlen(n) - 1 + e;
+  if (k > 128) return static_cast<uint16_t>(sign | 0x7F80u);
+  const int lsb = k >= -126 ? k - 7 : -133;
+  const int shift = lsb - e;
+  uint64_t q;
+  if (shift <= 0) {
+    q = static_cast<uint64_t>(n << (-shift));  // fewer than 8 significant bits: exact
+  } else if (shift > 127) {
+    // Only reachable below the normal range. n < 2^bitlen <= 2^(shift-1) is below half a quantum
+    // unless shift == 128 == bitlen(n); then compare with the half 2^127 directly (tie -> even 0).
+    q = (bitlen(n) < shift || n <= (u128{1} << 127)) ? 0 : 1;
+  } else {
+    const u128 quotient = n >> shift;
+    const u128 rem = n - (quotient << shift);
+    const u128 half = u128{1} << (shift - 1);
+    q = static_cast<uint64_t>(quotient);
+    if (rem > half || (rem == half && (q & 1u) != 0)) ++q;
+  }
+  uint64_t bits;
+  if (k >= -126) {
+    bits = (static_cast<uint64_t>(k + 127) << 7) + q - 128;  // q in [128, 256]
+  } else {
+    bits = q;  // subnormal; q == 128 encodes the smallest normal
+  }
+  if (bits >= 0x7F80u) bits = 0x7F80u;
+  return static_cast<uint16_t>(sign | bits);
+}
+
+// Exact sum of two nonzero terms, rounded once. If the smaller term lies entirely below
+// 2^q with q = min(e_big, lead_big - 10) - 1, it is replaced by sign · 2^(q-1): the big term is a
+// multiple of 2^q and its neighbourhood ±2^q contains no other multiple of 2^q, the sum's
+// magnitude stays above 2^(lead_big - 1), so every bf16 rounding boundary near it (representable
+// values and midpoints, spacing >= 2^(lead_big - 9), subnormal spacing 2^-134) is a multiple of
+// 2^q; both sums lie strictly inside the same gap and round alike. After this, both terms fit a
+// common exponent within 122 bits (bounds in docs/epilogues.md).
+uint16_t round_sum_to_bf16(Term a, Term b) {
+  // Strip trailing zeros: the width bounds below count significant bits (a bf16 bias has at most
+  // 8, the product at most 111).
+  for (Term* t : {&a, &b}) {
+    const uint64_t lo = static_cast<uint64_t>(t->sig);
+    const int tz = lo != 0 ? std::countr_zero(lo) : 64 + std::countr_zero(static_cast<uint64_t>(t->sig >> 64));
+    t->sig >>= tz;
+    t->exp += tz;
+  }
+  const int lead_a = bitlen(a.sig) - 1 + a.exp;
+  const int lead_b = bitlen(b.sig) - 1 + b.exp;
+  Term& big = lead_a >= lead_b ? a : b;
+  Term& small = lead_a >= lead_b ? b : a;
+  const int lead_big = std::max(lead_a, lead_b);
+  const int lead_small = std::min(lead_a, lead_b);
+  const int q = std::min(big.exp, lead_big - 10) - 1;
+  if (lead_small < q) {
+    small.sig = 1;
+    small.exp = q - 1;
+  }
+  const int e = std::min(big.exp, small.exp);
+  const int width = std::max(bitlen(big.sig) + big.exp, bitlen(small.sig) + small.exp) - e;
+  QC_CHECK(width <= 124, "exact epilogue: aligned width {} exceeds 124 bits (exps {}, {})", width, big.exp,
+           small.exp);
+  const u128 x = big.sig << (big.exp - e);
+  const u128 y = small.sig << (small.exp - e);
+  if (big.neg == small.neg) return round_to_bf16(big.neg, x + y, e);
+  if (x == y) return 0x0000;  // exact cancellation: +0 under round-to-nearest
+  return x > y ? round_to_bf16(big.neg, x - y, e) : round_to_bf16(small.neg, y - x, e);
+}
+
+}  // namespace
+
+uint16_t exact_bf16(int64_t acc, float sa, float sw, std::optional<uint16_t> bias_bf16) {
+  const bool has_bias = bias_bf16.has_value();
+  const float bias = has_bias ? bf16_to_f32(*bias_bf16) : 0.0f;
+  // Non-finite scales or bias: the result is inf or NaN, with no rounding question; fp64
+  // evaluation gives IEEE's answer (acc converted to double keeps its sign and zero-ness).
+  if (!std::isfinite(sa) || !std::isfinite(sw) || (has_bias && !std::isfinite(bias))) {
+    double v = static_cast<double>(acc) * static_cast<double>(sa) * static_cast<double>(sw);
+    if (has_bias) v = v + static_cast<double>(bias);
+    return f32_to_bf16(static_cast<float>(v));
+  }
+  Term p;
+  const Term ta = decompose_f32(sa);
+  const Term tw = decompose_f32(sw);
+  // |acc| <= 2^63 and two 24-bit significands: the product is below 2^111, exact in 128 bits.
+  const uint64_t mag = acc < 0 ? uint64_t{0} - static_cast<uint64_t>(acc) : static_cast<uint64_t>(acc);
+  p.sig = u128{mag} * ta.sig * tw.sig;
+  p.exp = ta.exp + tw.exp;
+  p.neg = (acc < 0) != (ta.neg != tw.neg);
+  if (p.sig == 0) p.neg = ta.neg != tw.neg;  // +0 (integer zero) times the scales' signs
+
+  if (!has_bias) {
+    if (p.sig == 0) return p.neg ? 0x8000u : 0x0000u;
+    return round_to_bf16(p.neg, p.sig, p.exp);
+  }
+  const Term tb = decompose_f32(bias);  // exact: a bf16 is an fp32 with 16 zero low bits
+  if (p.sig == 0 && tb.sig == 0) return (p.neg && tb.neg) ? 0x8000u : 0x0000u;
+  if (p.sig == 0) return *bias_bf16;  // 0 + b = b exactly (b nonzero bf16)
+  if (tb.sig == 0) return round_to_bf16(p.neg, p.sig, p.exp);
+  return round_sum_to_bf16(p, tb);
+}
+
+namespace {
+
+[[noreturn]] void refuse_bias(const Epilogue& e) {
+  QC_FAIL_INPUT(
+      "epilogue `{}`: a bias is ambiguous for this formula (CUTLASS `multiply_add` may or may not be "
+      "contracted into an FMA); use `{}-fma` or `{}-muladd`",
+      e.name, e.name, e.name);
+}
+
+// The formula body, specialised per kind so that the whole-tile loop does not re-dispatch.
+template <EpilogueKind K>
+inline uint16_t apply_kind(const Epilogue& e, int64_t acc, float sa, float sw, const uint16_t* bias, bool swap) {
+  if constexpr (K == EpilogueKind::exact) {
+    return exact_bf16(acc, sa, sw, bias ? std::optional<uint16_t>(*bias) : std::nullopt);
+  } else {
+    if constexpr (K == EpilogueKind::vllm_triton) {
+      const float p = product_triton(acc, sa, sw);
+      if (bias == nullptr) return f32_to_bf16(p);
+      const float rounded = bf16_to_f32(f32_to_bf16(p));  // first bf16 rounding
+      return f32_to_bf16(rounded + bf16_to_f32(*bias));   // rn32 add, second bf16 rounding
+    } else if constexpr (K == EpilogueKind::sglang_sm89) {
+      const float p = product_sglang_sm89(acc, sa, sw);
+      if (bias == nullptr) return f32_to_bf16(p);
+      return f32_to_bf16(p + bf16_to_f32(*bias));  // muladd: rn32 product, rn32 add
+    } else {
+      // vllm_cutlass and sglang_sm90 (the CUTLASS tree; sm90 swaps to the Triton order).
+      const bool triton_order = K == EpilogueKind::sglang_sm90 && swap;
+      if (bias == nullptr) {
+        return f32_to_bf16(triton_order ? product_triton(acc, sa, sw) : product_cutlass(acc, sa, sw));
+      }
+      if (e.bias_mode == BiasMode::refuse) refuse_bias(e);
+      const float t = acc_to_f32(acc) * sw;  // rn32
+      if (e.bias_mode == BiasMode::fma) return f32_to_bf16(std::fma(sa, t, bf16_to_f32(*bias)));
+      return f32_to_bf16(sa * t + bf16_to_f32(*bias));  // muladd: two fp32 roundings (no contraction)
+    }
+  }
+}
+
+inline uint16_t apply_dispatch(const Epilogue& e, int64_t acc, float sa, float sw, const uint16_t* bias,
+                               bool swap) {
+  switch (e.kind) {
+    case EpilogueKind::vllm_cutlass: return apply_kind<EpilogueKind::vllm_cutlass>(e, acc, sa, sw, bias, swap);
+    case EpilogueKind::vllm_triton: return apply_kind<EpilogueKind::vllm_triton>(e, acc, sa, sw, bias, swap);
+    case EpilogueKind::sglang_sm89: return apply_kind<EpilogueKind::sglang_sm89>(e, acc, sa, sw, bias, swap);
+    case EpilogueKind::sglang_sm90: return apply_kind<EpilogueKind::sglang_sm90>(e, acc, sa, sw, bias, swap);
+    case EpilogueKind::exact: return apply_kind<EpilogueKind::exact>(e, acc, sa, sw, bias, swap);
+  }
+  QC_FAIL("unknown EpilogueKind {}", static_cast<int>(e.kind));
+}
+
+constexpr std::array<Epilogue, 7> kEpilogues{{
+    {"vllm-cutlass", EpilogueKind::vllm_cutlass, BiasMode::refuse,
+     "bf16(rn32(sa * rn32(f32(acc) * sw))); with a bias: refused (ambiguous, use -fma or -muladd)",
+     "vLLM CUTLASS c3x/c2x ScaledEpilogue (CutlassInt8ScaledMMLinearKernel)"},
+    {"vllm-cutlass-fma", EpilogueKind::vllm_cutlass, BiasMode::fma,
+     "bf16(rn32(sa * rn32(f32(acc) * sw))); with a bias: bf16(fma(sa, rn32(f32(acc) * sw), f32(bias)))",
+     "vLLM CUTLASS ScaledEpilogueBias, multiply_add contracted into one FMA (nvcc default --fmad=true)"},
+    {"vllm-cutlass-muladd", EpilogueKind::vllm_cutlass, BiasMode::muladd,
+     "bf16(rn32(sa * rn32(f32(acc) * sw))); with a bias: bf16(rn32(rn32(sa * rn32(f32(acc) * sw)) + f32(bias)))",
+     "vLLM CUTLASS ScaledEpilogueBias, multiply_add not contracted (--fmad=false)"},
+    {"vllm-triton", EpilogueKind::vllm_triton, BiasMode::after_bf16,
+     "bf16(rn32(rn32(f32(acc) * sa) * sw)); with a bias: bf16(rn32(f32(bf16(...)) + f32(bias)))",
+     "vLLM triton_scaled_mm (TritonInt8ScaledMMLinearKernel)"},
+    {"sglang-sm89", EpilogueKind::sglang_sm89, BiasMode::muladd,
+     "bf16(rn32(f32(acc) * rn32(sw * sa))); with a bias: bf16(rn32(rn32(f32(acc) * rn32(sw * sa)) + f32(bias)))",
+     "SGLang sgl-kernel int8_scaled_mm, SM80/86/89 epilogue visitor"},
+    {"sglang-sm90", EpilogueKind::sglang_sm90, BiasMode::refuse,
+     "bf16(rn32(sa * rn32(f32(acc) * sw))); swap-AB (M <= 16, or M <= 64 with N > 1280): "
+     "bf16(rn32(rn32(f32(acc) * sa) * sw)); with a bias: refused (not modelled)",
+     "SGLang sgl-kernel int8_scaled_mm, SM90 CUTLASS path with small-M swap-AB dispatch"},
+    {"exact", EpilogueKind::exact, BiasMode::exact,
+     "bf16_RNE(acc * sa * sw (+ bias)) of the real number, rounded once",
+     "qconform reference: exact integer arithmetic (128-bit significand product, aligned sum with sticky)"},
+}};
+
+template <typename Acc>
+void apply_tile(const Epilogue& e, const Acc* acc, const float* sa, const float* sw, const uint16_t* bias,
+                int64_t M, int64_t N, uint16_t* y, int threads) {
+  QC_INPUT(M >= 0 && N >= 0, "epilogue `{}`: expected M, N >= 0, found M={} N={}", e.name, M, N);
+  if (M == 0 || N == 0) return;
+  QC_INPUT(acc != nullptr && sa != nullptr && sw != nullptr && y != nullptr,
+           "epilogue `{}`: null acc, sa, sw or y pointer", e.name);
+  for (int64_t m = 0; m < M; ++m) {
+    QC_INPUT(std::isfinite(sa[m]) && sa[m] > 0.0f, "epilogue `{}`: field sa[{}]: expected finite > 0, found {} (0x{:08x})",
+             e.name, m, sa[m], f32_bits(sa[m]));
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    QC_INPUT(std::isfinite(sw[n]) && sw[n] > 0.0f, "epilogue `{}`: field sw[{}]: expected finite > 0, found {} (0x{:08x})",
+             e.name, n, sw[n], f32_bits(sw[n]));
+  }
+  if (bias != nullptr) {
+    if (!e.accepts_bias()) refuse_bias(e);
+    for (int64_t n = 0; n < N; ++n) {
+      QC_INPUT(std::isfinite(bf16_to_f32(bias[n])), "epilogue `{}`: field bias[{}]: expected finite bf16, found 0x{:04x}",
+               e.name, n, bias[n]);
+    }
+  }
+  const bool swap = e.kind == EpilogueKind::sglang_sm90 && sglang_sm90_swaps(M, N);
+  auto rows = [&](int64_t m0, int64_t m1) {
+    for (int64_t m = m0; m < m1; ++m) {
+      const Acc* a = acc + m * N;
+      uint16_t* out = y + m * N;
+      const float s = sa[m];
+      for (int64_t n = 0; n < N; ++n) {
+        out[n] = apply_dispatch(e, static_cast<int64_t>(a[n]), s, sw[n], bias ? bias + n : nullptr, swap);
+      }
+    }
+  };
+  int t = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Below ~64K elements a thread costs more than it saves.
+  t = static_cast<int>(std::min<int64_t>({t, M, std::max<int64_t>(1, M * N / 65536)}));
+  if (t <= 1) {
+    rows(0, M);
+    return;
+  }
+  std::vector<std::thread> pool;
+  const int64_t chunk = (M + t - 1) / t;
+  for (int i = 0; i < t; ++i) {
+    const int64_t m0 = i * chunk, m1 = std::min(M, m0 + chunk);
+    if (m0 < m1) pool.emplace_back(rows, m0, m1);
+  }
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace
+
+uint16_t Epilogue::apply(int64_t acc, float sa, float sw, std::optional<uint16_t> bias_bf16, int64_t m_rows,
+                         int64_t n_cols) const {
+  if (bias_bf16 && bias_mode == BiasMode::refuse) refuse_bias(*this);
+  const bool swap = kind == EpilogueKind::sglang_sm90 && sglang_sm90_swaps(m_rows, n_cols);
+  return apply_dispatch(*this, acc, sa, sw, bias_bf16 ? &*bias_bf16 : nullptr, swap);
+}
+
+std::string_view Epilogue::pow2_class(bool has_bias) const {
+  if (kind == EpilogueKind::exact) return "exact";
+  if (!has_bias) return "scaled-product";
+  switch (bias_mode) {
+    case BiasMode::fma: return "fma";
+    case BiasMode::muladd: return "product-then-add";
+    case BiasMode::after_bf16:
+    case BiasMode::exact:
+    case BiasMode::refuse: return "";
+  }
+  return "";
+}
+
+const Epilogue& epilogue(std::string_view name) {
+  for (const Epilogue& e : kEpilogues) {
+    if (e.name == name) return e;
+  }
+  std::string valid;
+  for (const Epilogue& e : kEpilogues) {
+    if (!valid.empty()) valid += ", ";
+    valid += e.name;
+  }
+  QC_FAIL_INPUT("unknown epilogue `{}`: expected one of {}", name, valid);
+}
+
+std::span<const Epilogue> all_epilogues() { return kEpilogues; }
+
+void apply_epilogue(const Epilogue& e, const int32_t* acc, const float* sa, const float* sw, const uint16_t* bias,
+                    int64_t M, int64_t N, uint16_t* y_bf16, int threads) {
+  apply_tile(e, acc, sa, sw, bias, M, N, y_bf16, threads);
+}
+
+void apply_epilogue(const Epilogue& e, const int64_t* acc, const float* sa, const float* sw, const uint16_t* bias,
+                    int64_t M, int64_t N, uint16_t* y_bf16, int threads) {
+  apply_tile(e, acc, sa, sw, bias, M, N, y_bf16, threads);
+}
+
+}  // namespace qc
