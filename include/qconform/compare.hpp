@@ -1,0 +1,64 @@
+// Comparison of two bf16 outputs of the same layer: what differs, by how much, and where.
+//
+// Non-finite values are sorted out before any distance is computed: ulp distances are taken
+// over finite pairs only, and a NaN can never pass as "close".
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace qc {
+
+struct DiffElement {
+  std::string layer;
+  int64_t row = 0, col = 0;
+  uint16_t a_bits = 0, b_bits = 0;
+  double a = 0, b = 0;
+  int64_t ulp = -1;  // ordered bf16 distance, -1 when either side is not finite
+};
+
+struct CompareOptions {
+  // An element is near zero when |a| < near_zero_fraction × RMS of the finite elements of `a`
+  // (the reference side) in the same layer; such elements are reported apart from the relative
+  // statistics, where a tiny denominator would dominate.
+  double near_zero_fraction = 1e-2;
+  size_t max_listed = 10;  // first differing elements kept with coordinates and bit patterns
+};
+
+struct Comparison {
+  int64_t total = 0;
+  int64_t bitwise_diff = 0;      // bit patterns differ (signed zeros and NaN payloads count)
+  int64_t signed_zero_diff = 0;  // +0 vs −0 pairs (included in bitwise_diff)
+  int64_t nan_a = 0, nan_b = 0, inf_a = 0, inf_b = 0, subnormal_a = 0, subnormal_b = 0;
+  int64_t nonfinite_pairs = 0;    // pairs where at least one side is NaN or inf
+  int64_t finite_pairs = 0;
+  std::map<int64_t, int64_t> ulp_histogram;  // over finite pairs, distance -> count (0 included)
+  int64_t max_ulp = 0;                       // over finite pairs
+  double max_rel = 0;                        // |a-b|/|a| in fp64 over finite, non-near-zero pairs
+  int64_t near_zero = 0, near_zero_diff = 0;
+  double near_zero_max_abs = 0;
+  std::vector<DiffElement> first;            // the first `max_listed` differing elements
+
+  bool bit_identical() const { return bitwise_diff == 0; }
+  // Count of finite pairs farther apart than `ulps`.
+  int64_t beyond_ulps(int64_t ulps) const;
+  // Adds another comparison's counts (layers into a total); keeps the first `max_listed` elements.
+  void merge(const Comparison& other, size_t max_listed);
+};
+
+// a, b: [rows, cols] bf16 bit patterns, row-major. `a` is the reference side for near-zero.
+Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t rows, int64_t cols,
+                        const std::string& layer = "", const CompareOptions& options = {});
+
+// One line per differing element: coordinates, both values, both bit patterns, ulp distance.
+std::string describe(const DiffElement& d);
+
+void to_json(nlohmann::json& j, const Comparison& c);
+void to_json(nlohmann::json& j, const DiffElement& d);
+
+}  // namespace qc

@@ -1,0 +1,106 @@
+// The layer-level checks of the paper's Sections III and V: range prediction (C2), shared
+// operands (C3), accumulator equality (C4), the power-of-two probe (C5) and the real-scale
+// tolerance with the exact predicted difference set (C6).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "qconform/accum.hpp"
+#include "qconform/arm.hpp"
+#include "qconform/check.hpp"
+#include "qconform/compare.hpp"
+
+namespace qc {
+
+// ---- C2: range prediction -------------------------------------------------------------------
+
+struct LayerPrediction {
+  std::string name;
+  RangeStats stats;
+  // Safe: every accumulator converts to fp32 exactly (|acc| <= 2^24) and none leaves INT32, so
+  // under power-of-two scales bitwise identity is required.
+  bool safe = false;
+};
+
+struct PredictionSet {
+  std::string operands_path;
+  std::string operands_sha256;
+  std::vector<LayerPrediction> layers;
+};
+
+PredictionSet predict(const std::vector<LayerOperands>& layers, const std::string& operands_path,
+                      const std::string& operands_sha256, int threads = 0,
+                      const std::function<void(size_t, size_t)>& progress = {});
+nlohmann::json to_json(const PredictionSet& p);
+PredictionSet prediction_set_from_json(const nlohmann::json& j, const std::string& file_for_errors);
+
+// ---- scale regimes ----------------------------------------------------------------------------
+
+enum class ScaleMode { real, pow2_channel, pow2_layer };
+std::string_view scale_mode_name(ScaleMode mode);
+ScaleMode scale_mode_from_name(std::string_view name);
+// pow2-channel: every weight scale rounded to its nearest power of two (in log2), activation
+// scales untouched — the probe checkpoint's rewrite. pow2-layer: every activation scale and every
+// weight scale of the layer set to one power of two each (the nearest, in log2, to the layer's
+// geometric-mean scale) — the paper's layer-level regime, one point in scale space per layer.
+LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode);
+
+// ---- verification -------------------------------------------------------------------------------
+
+struct VerifyOptions {
+  std::vector<ScaleMode> modes{ScaleMode::real, ScaleMode::pow2_channel, ScaleMode::pow2_layer};
+  std::vector<int64_t> m_sweep;     // empty: the file's M only; otherwise the first m rows of each layer
+  int64_t tolerance_ulps = 1;       // C6
+  CompareOptions compare;
+  int threads = 0;
+};
+
+// One (layer, M, scale mode) run of both arms.
+struct LayerRun {
+  std::string layer;
+  int64_t m = 0, n = 0, k = 0;
+  ScaleMode mode = ScaleMode::real;
+  bool safe = false;                  // from the pinned prediction
+  Comparison cmp;                     // arm A vs arm B
+  // C3: operand digests seen by each arm before and after it ran (unchanged and equal).
+  bool operands_identical = true;
+  std::string operands_note;
+  // C4: per arm, accumulator mismatches against the exact reference (-1: arm exposes none).
+  int64_t acc_mismatch_a = -1, acc_mismatch_b = -1;
+  std::vector<std::string> acc_first_mismatch;  // described coordinates
+  // C2: observed max |acc| of each exposing arm vs the prediction.
+  bool prediction_held = true;
+  // C5 (pow2 modes): pairs excluded from the required identity (subnormal / non-finite outputs
+  // or intermediates), and differences among the rest.
+  int64_t pow2_excluded = 0, pow2_violations = 0;
+  std::vector<DiffElement> pow2_first;
+  bool pow2_not_commutable = false;   // a declared formula adds bias after a rounding
+  // Declared formulas: outputs that differ from the arm's own declared formula, and whether the
+  // observed set of differing elements equals the set the two formulas predict.
+  int64_t formula_mismatch_a = -1, formula_mismatch_b = -1;
+  int64_t predicted_diff = -1;        // -1: not both arms declare a formula
+  bool predicted_equals_observed = true;
+};
+
+struct VerifyResult {
+  ArmInfo arm_a, arm_b;
+  RunRecord record_a, record_b;
+  std::vector<LayerRun> runs;
+  std::vector<CheckResult> checks;   // C2, C3, C4, C5, C6 in that order
+  Comparison total_real;             // all real-scale runs merged
+  bool all_passed() const;
+};
+
+VerifyResult verify_layers(Arm& a, Arm& b, const std::vector<LayerOperands>& layers, const PredictionSet& predictions,
+                           const VerifyOptions& options,
+                           const std::function<void(size_t, size_t, const std::string&)>& progress = {});
+nlohmann::json to_json(const VerifyResult& r);
+
+// A layer's operands restricted to its first `m` rows (a view, no copy).
+LayerOperands first_rows(const LayerOperands& ops, int64_t m);
+
+}  // namespace qc

@@ -1,0 +1,52 @@
+// Synthetic operands with realistic statistics, so the layer-level experiment runs with no model
+// at hand: activations with a few heavy outlier channels quantized per token, Gaussian weights
+// quantized per channel the way compressed-tensors does (absmax/127.5, half-even).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qconform/operands.hpp"
+
+namespace qc {
+
+struct LayerShape {
+  std::string name;  // HF-style: "model.layers.3.self_attn.q_proj"
+  int64_t n = 0, k = 0;
+};
+
+// Presets: "qwen3-1.7b" (196 layers), "qwen3-8b" (252), "tiny" (2 blocks of a 256-wide model,
+// for tests), or "MxNxK" (one layer named "layer0"; M then overrides `m`).
+struct ShapeSpec {
+  std::vector<LayerShape> layers;
+  int64_t m_override = 0;  // > 0 when the spec was MxNxK
+};
+ShapeSpec parse_shapes(std::string_view spec);
+
+struct SynthOptions {
+  std::string shapes = "qwen3-1.7b";
+  int64_t m = 512;
+  uint64_t seed = 0;
+  bool bias = false;                 // add a bf16 bias per output channel
+  double outlier_fraction = 0.005;   // share of activation channels that are heavy outliers
+  double outlier_gain = 30.0;        // their magnitude relative to the other channels
+  double weight_sigma = 0.02;        // Gaussian weight standard deviation
+  std::string act_quantizer = "vllm";
+  int threads = 0;
+};
+
+// Deterministic across machines: a counter-based generator (splitmix64) and Irwin–Hall normals
+// from integer arithmetic only, so the same seed gives the same bytes everywhere.
+std::vector<LayerOperands> synth_operands(const SynthOptions& options);
+
+// splitmix64, the generator behind everything synthetic in qconform.
+inline uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace qc

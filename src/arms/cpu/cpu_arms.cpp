@@ -1,0 +1,83 @@
+// `cpu:<epilogue>`: the exact INT8 accumulator followed by one named, bit-exact epilogue formula.
+// Every CPU arm shares the one accumulator, so two CPU arms differ only where their formulas do.
+#include <fmt/format.h>
+
+#include "arms/cpu/cpu_arms.hpp"
+#include "qconform/accum.hpp"
+#include "qconform/arm.hpp"
+#include "qconform/epilogue.hpp"
+#include "qconform/error.hpp"
+#include "qconform/version.hpp"
+
+namespace qc {
+
+namespace {
+
+class CpuEpilogueArm final : public Arm {
+ public:
+  explicit CpuEpilogueArm(const Epilogue& e) : epilogue_(e) {}
+
+  ArmInfo info() const override {
+    ArmInfo i;
+    i.label = fmt::format("cpu:{}", epilogue_.name);
+    i.description = fmt::format("exact INT8 accumulator + {}", epilogue_.formula);
+    i.epilogue = std::string(epilogue_.name);
+    i.exposes_accumulator = true;
+    return i;
+  }
+
+  ArmOutput run(const LayerOperands& ops) override {
+    ops.validate();
+    ArmOutput out;
+    out.y.resize(static_cast<size_t>(ops.m * ops.n));
+    const uint16_t* bias = ops.has_bias() ? ops.bias.data() : nullptr;
+    const AccumShape shape{ops.m, ops.n, ops.k};
+    if (ops.k <= kAccumMaxKInt32) {
+      // `acc` is exact here: K * 2^14 < 2^31 for every K this path accepts.
+      std::vector<int32_t> acc(out.y.size());
+      exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), shape, acc.data());
+      apply_epilogue(epilogue_, acc.data(), ops.a_scale.data(), ops.w_scale.data(), bias, ops.m, ops.n, out.y.data());
+      out.acc = std::move(acc);
+    } else {
+      // Beyond the INT32 proof the CPU arm accumulates in INT64 and exposes no INT32 accumulator.
+      std::vector<int64_t> acc(out.y.size());
+      exact_accumulate_i64(ops.a_q.data(), ops.w_q.data(), shape, acc.data());
+      apply_epilogue(epilogue_, acc.data(), ops.a_scale.data(), ops.w_scale.data(), bias, ops.m, ops.n, out.y.data());
+    }
+    out.record = cpu_run_record(info(), fmt::format("qconform exact accumulator ({}) + epilogue {}",
+                                                    accum_target_name(), epilogue_.name));
+    return out;
+  }
+
+ private:
+  const Epilogue& epilogue_;
+};
+
+}  // namespace
+
+RunRecord cpu_run_record(const ArmInfo& info, std::string kernel) {
+  RunRecord r;
+  r.arm = info.label;
+  r.kernel = std::move(kernel);
+  r.epilogue = info.epilogue;
+  r.device = cpu_description();
+  r.library = fmt::format("qconform {}", version());
+  r.build = build_flags();
+  return r;
+}
+
+void register_cpu_arms() {
+  register_arm_backend(ArmBackend{
+      "cpu",
+      "exact INT8 accumulator + a named production epilogue, emulated bit for bit",
+      [] {
+        std::vector<std::string> names;
+        for (const Epilogue& e : all_epilogues()) names.emplace_back(e.name);
+        return names;
+      },
+      [](std::string_view variant) -> std::unique_ptr<Arm> {
+        return std::make_unique<CpuEpilogueArm>(epilogue(variant));
+      }});
+}
+
+}  // namespace qc

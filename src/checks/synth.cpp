@@ -1,0 +1,129 @@
+#include "qconform/synth.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <cmath>
+
+#include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
+#include "qconform/parallel.hpp"
+#include "qconform/quantize.hpp"
+
+namespace qc {
+
+namespace {
+
+struct ModelDims {
+  int64_t hidden, intermediate, layers, q_heads, kv_heads, head_dim;
+};
+
+std::vector<LayerShape> decoder_layers(const ModelDims& d) {
+  std::vector<LayerShape> out;
+  const int64_t q = d.q_heads * d.head_dim, kv = d.kv_heads * d.head_dim;
+  for (int64_t i = 0; i < d.layers; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    out.push_back({p + "self_attn.q_proj", q, d.hidden});
+    out.push_back({p + "self_attn.k_proj", kv, d.hidden});
+    out.push_back({p + "self_attn.v_proj", kv, d.hidden});
+    out.push_back({p + "self_attn.o_proj", d.hidden, q});
+    out.push_back({p + "mlp.gate_proj", d.intermediate, d.hidden});
+    out.push_back({p + "mlp.up_proj", d.intermediate, d.hidden});
+    out.push_back({p + "mlp.down_proj", d.hidden, d.intermediate});
+  }
+  return out;
+}
+
+int64_t parse_dim(std::string_view text, std::string_view spec) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  QC_INPUT(ec == std::errc() && ptr == text.data() + text.size() && v > 0,
+           "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, tiny or MxNxK with positive integers", spec);
+  return v;
+}
+
+// One standard-normal-like sample from one 64-bit draw: Irwin–Hall sum of four 16-bit uniforms,
+// centred and scaled to unit variance (exact integer arithmetic, then one fp64 scaling).
+double normal_from(uint64_t r) {
+  const int64_t s = static_cast<int64_t>(r & 0xFFFF) + static_cast<int64_t>((r >> 16) & 0xFFFF) +
+                    static_cast<int64_t>((r >> 32) & 0xFFFF) + static_cast<int64_t>(r >> 48);
+  // Var of one uniform integer on [0, 65535] is (65536^2 - 1)/12; four of them sum to 4x that.
+  constexpr double kSd = 37837.22668;  // sqrt(4 * (65536^2 - 1) / 12)
+  return (static_cast<double>(s) - 131070.0) / kSd;
+}
+
+uint64_t stream_seed(uint64_t seed, size_t layer, uint64_t which) {
+  uint64_t state = seed ^ (0xA24BAED4963EE407ull * (layer + 1)) ^ (which << 56);
+  splitmix64(state);
+  return state;
+}
+
+LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, const SynthOptions& o) {
+  const ActQuantizer quantizer = act_quantizer(o.act_quantizer);
+  OperandStorage s;
+  // Activations: per-channel magnitudes with a few heavy outlier channels (as in LLM hidden states).
+  std::vector<float> x(static_cast<size_t>(m * shape.k));
+  std::vector<double> channel_gain(static_cast<size_t>(shape.k), 1.0);
+  uint64_t st = stream_seed(o.seed, index, 1);
+  for (int64_t c = 0; c < shape.k; ++c) {
+    const double u = static_cast<double>(splitmix64(st) >> 11) * 0x1p-53;
+    if (u < o.outlier_fraction) channel_gain[c] = o.outlier_gain;
+  }
+  st = stream_seed(o.seed, index, 2);
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < shape.k; ++c) {
+      x[r * shape.k + c] = static_cast<float>(normal_from(splitmix64(st)) * channel_gain[c]);
+    }
+  }
+  s.a_q.resize(x.size());
+  s.a_scale.resize(static_cast<size_t>(m));
+  quantize_activations(quantizer, x.data(), m, shape.k, s.a_q.data(), s.a_scale.data());
+
+  std::vector<float> w(static_cast<size_t>(shape.n * shape.k));
+  st = stream_seed(o.seed, index, 3);
+  for (float& v : w) v = static_cast<float>(normal_from(splitmix64(st)) * o.weight_sigma);
+  s.w_q.resize(w.size());
+  s.w_scale.resize(static_cast<size_t>(shape.n));
+  quantize_weights_per_channel(w.data(), shape.n, shape.k, s.w_q.data(), s.w_scale.data());
+
+  if (o.bias) {
+    st = stream_seed(o.seed, index, 4);
+    s.bias.resize(static_cast<size_t>(shape.n));
+    for (uint16_t& b : s.bias) b = f32_to_bf16(static_cast<float>(normal_from(splitmix64(st)) * 0.5));
+  }
+  return make_operands(shape.name, m, shape.n, shape.k, std::move(s),
+                       fmt::format("synth shapes={} m={} seed={}", o.shapes, m, o.seed));
+}
+
+}  // namespace
+
+ShapeSpec parse_shapes(std::string_view spec) {
+  ShapeSpec out;
+  if (spec == "qwen3-1.7b") {
+    out.layers = decoder_layers({2048, 6144, 28, 16, 8, 128});
+  } else if (spec == "qwen3-8b") {
+    out.layers = decoder_layers({4096, 12288, 36, 32, 8, 128});
+  } else if (spec == "tiny") {
+    out.layers = decoder_layers({256, 768, 2, 4, 2, 64});
+  } else {
+    const size_t x1 = spec.find('x'), x2 = spec.find('x', x1 == std::string_view::npos ? x1 : x1 + 1);
+    QC_INPUT(x1 != std::string_view::npos && x2 != std::string_view::npos,
+             "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, tiny or MxNxK (e.g. 512x4096x4096)", spec);
+    out.m_override = parse_dim(spec.substr(0, x1), spec);
+    out.layers.push_back({"layer0", parse_dim(spec.substr(x1 + 1, x2 - x1 - 1), spec), parse_dim(spec.substr(x2 + 1), spec)});
+  }
+  return out;
+}
+
+std::vector<LayerOperands> synth_operands(const SynthOptions& options) {
+  const ShapeSpec spec = parse_shapes(options.shapes);
+  const int64_t m = spec.m_override > 0 ? spec.m_override : options.m;
+  QC_INPUT(m > 0, "--m: expected a positive number of rows, found {}", m);
+  act_quantizer(options.act_quantizer);  // validates the name before any work
+  std::vector<LayerOperands> layers(spec.layers.size());
+  parallel_for(static_cast<int64_t>(layers.size()), options.threads,
+               [&](int64_t i) { layers[i] = synth_layer(spec.layers[i], static_cast<size_t>(i), m, options); });
+  return layers;
+}
+
+}  // namespace qc

@@ -1,0 +1,56 @@
+// `qconform predict OPS --out predictions.json`: C2's per-layer range prediction, pinned by the
+// SHA-256 printed at the end (pass it to `verify --pin`).
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "cli/cli.hpp"
+#include "cli/progress.hpp"
+#include "qconform/fileio.hpp"
+#include "qconform/layer_checks.hpp"
+#include "qconform/operands_io.hpp"
+#include "qconform/sha256.hpp"
+
+namespace qc::cli {
+namespace {
+
+VerbRunner setup_predict(CLI::App& app) {
+  auto ops_path = std::make_shared<std::string>();
+  auto out = std::make_shared<std::string>();
+  auto quiet = std::make_shared<bool>(false);
+  app.add_option("operands", *ops_path, "operands file (safetensors)")->required();
+  app.add_option("--out", *out, "predictions file to write (JSON)")->required();
+  app.add_flag("--quiet", *quiet, "print only the summary and the pin");
+  return [=] {
+    const OperandSet set = load_operands(*ops_path);
+    Progress progress("predict");
+    const PredictionSet p = predict(set.layers, set.path, set.sha256, 0,
+                                    [&](size_t i, size_t n) { progress.update(i, n, set.layers[i - 1].name); });
+    progress.finish();
+    const std::string text = to_json(p).dump(1) + "\n";
+    write_file_atomic(*out, text);
+    size_t safe = 0, proven = 0;
+    double min_headroom = INFINITY;
+    if (!*quiet) fmt::print("{:<40} {:>16} {:>12} {:>9} {:>8} {:>14} {}\n", "layer", "MxNxK", "max|acc|", "headroom",
+                            ">2^24", "bound", "verdict");
+    for (const LayerPrediction& l : p.layers) {
+      const RangeStats& s = l.stats;
+      safe += l.safe;
+      proven += s.bound_proves_safe;
+      min_headroom = std::min(min_headroom, s.headroom_bits);
+      if (*quiet) continue;
+      fmt::print("{:<40} {:>16} {:>12} {:>8.2f}b {:>8} {:>14} {}\n", l.name, fmt::format("{}x{}x{}", s.shape.m, s.shape.n, s.shape.k),
+                 s.max_abs_acc, s.headroom_bits, s.count_above_2p24, s.data_independent_bound,
+                 l.safe ? (s.bound_proves_safe ? "safe (proven for all inputs)" : "safe") : "UNSAFE");
+    }
+    fmt::print("{} layers: {} predicted safe (|acc| <= 2^24), {} proven safe for every input by 127*max_n sum|w|; "
+               "min headroom {:.2f} bits\npredictions: {}\npin: {}\n",
+               p.layers.size(), safe, proven, min_headroom, *out, "sha256:" + sha256_hex(std::string_view(text)));
+    return kExitOk;
+  };
+}
+
+RegisterVerb register_predict{{"predict", "C2: per-layer accumulator range prediction, pinned by SHA-256", 30, setup_predict}};
+
+}  // namespace
+}  // namespace qc::cli

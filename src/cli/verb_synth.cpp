@@ -1,0 +1,50 @@
+// `qconform synth`: synthetic operands with realistic statistics, for running the layer-level
+// experiment with no model at hand.
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "cli/cli.hpp"
+#include "qconform/operands_io.hpp"
+#include "qconform/sha256.hpp"
+#include "qconform/synth.hpp"
+
+namespace qc::cli {
+namespace {
+
+VerbRunner setup_synth(CLI::App& app) {
+  auto o = std::make_shared<SynthOptions>();
+  auto out = std::make_shared<std::string>();
+  app.add_option("--shapes", o->shapes, "qwen3-1.7b, qwen3-8b, tiny, or MxNxK")->capture_default_str();
+  app.add_option("--m", o->m, "rows (tokens) per layer; ignored for MxNxK")->capture_default_str();
+  app.add_option("--seed", o->seed, "seed of the deterministic generator")->capture_default_str();
+  app.add_flag("--bias", o->bias, "add a bf16 bias per output channel");
+  app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang")->capture_default_str();
+  app.add_option("--outlier-fraction", o->outlier_fraction, "share of heavy outlier activation channels")
+      ->capture_default_str();
+  app.add_option("--outlier-gain", o->outlier_gain, "outlier channel magnitude relative to the others")
+      ->capture_default_str();
+  app.add_option("--out", *out, "output operands file (safetensors)")->required();
+  return [o, out] {
+    const auto start = std::chrono::steady_clock::now();
+    const std::vector<LayerOperands> layers = synth_operands(*o);
+    save_operands(*out, layers,
+                  {{"source", "qconform synth"},
+                   {"shapes", o->shapes},
+                   {"m", std::to_string(layers.front().m)},
+                   {"seed", std::to_string(o->seed)},
+                   {"act_quantizer", o->act_quantizer},
+                   {"weight_quantizer", "compressed-tensors absmax/127.5 half-even"}});
+    int64_t macs = 0;
+    for (const LayerOperands& l : layers) macs += l.m * l.n * l.k;
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    fmt::print("wrote {} layers ({} M, {:.3f} T multiply-adds) to {} in {:.1f} s\n{}\n", layers.size(),
+               layers.front().m, static_cast<double>(macs) * 1e-12, *out, seconds, sha256_file(*out));
+    return kExitOk;
+  };
+}
+
+RegisterVerb register_synth{{"synth", "Write synthetic W8A8 operands with realistic statistics", 20, setup_synth}};
+
+}  // namespace
+}  // namespace qc::cli

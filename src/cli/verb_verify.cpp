@@ -1,0 +1,166 @@
+// `qconform verify OPS --arms A,B`: both arms on identical operands, per layer and in total, with
+// the checks C2–C6. A pin that does not match the predictions file is refused before any arm runs.
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "cli/cli.hpp"
+#include "cli/progress.hpp"
+#include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
+#include "qconform/layer_checks.hpp"
+#include "qconform/operands_io.hpp"
+#include "qconform/sha256.hpp"
+
+namespace qc::cli {
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string strip_prefix(std::string pin) { return pin.rfind("sha256:", 0) == 0 ? pin.substr(7) : pin; }
+
+void print_table(const VerifyResult& r, bool per_layer) {
+  if (per_layer) {
+    fmt::print("{:<40} {:>5} {:>13} {:>6} {:>14} {:>6} {:>12} {:>6}\n", "layer", "M", "scales", "safe", "diff (ppm)",
+               "maxulp", "acc A/B", "pred=obs");
+    for (const LayerRun& x : r.runs) {
+      const auto acc = [](int64_t v) { return v < 0 ? std::string("-") : std::to_string(v); };
+      fmt::print("{:<40} {:>5} {:>13} {:>6} {:>6} ({:>5.1f}) {:>6} {:>12} {:>6}\n", x.layer, x.m, scale_mode_name(x.mode),
+                 x.safe ? "yes" : "NO", x.cmp.bitwise_diff, 1e6 * static_cast<double>(x.cmp.bitwise_diff) / x.cmp.total,
+                 x.cmp.max_ulp, acc(x.acc_mismatch_a) + "/" + acc(x.acc_mismatch_b),
+                 x.predicted_diff < 0 ? "-" : (x.predicted_equals_observed ? "yes" : "NO"));
+    }
+  }
+  // Totals per scale regime.
+  std::map<std::string, std::pair<Comparison, size_t>> totals;
+  for (const LayerRun& x : r.runs) {
+    auto& [c, layers_differing] = totals[std::string(scale_mode_name(x.mode))];
+    c.merge(x.cmp, 0);
+    layers_differing += x.cmp.bitwise_diff > 0;
+  }
+  fmt::print("\n{:<13} {:>8} {:>14} {:>14} {:>10} {:>7}\n", "scales", "runs", "elements", "differ", "ppm", "maxulp");
+  for (const auto& [mode, entry] : totals) {
+    const auto& [c, differing] = entry;
+    fmt::print("{:<13} {:>8} {:>14} {:>14} {:>10.2f} {:>7}   ({} runs with a difference)\n", mode, 0, c.total,
+               c.bitwise_diff, 1e6 * static_cast<double>(c.bitwise_diff) / std::max<int64_t>(c.total, 1), c.max_ulp,
+               differing);
+  }
+  fmt::print("\n");
+  for (const CheckResult& c : r.checks) {
+    fmt::print("{:<3} {:<22} {:<21} {}\n", c.id, c.title, verdict_name(c.verdict), c.summary);
+    if (c.verdict == Verdict::fail) fmt::print("    points to: {}\n", c.points_to);
+    const auto& first = c.evidence.contains("first") ? c.evidence["first"] : nlohmann::json::array();
+    for (const auto& f : first) {
+      if (c.verdict == Verdict::fail) fmt::print("    {}\n", f.is_string() ? f.get<std::string>() : f.dump());
+    }
+  }
+  if (r.total_real.bitwise_diff > 0) {
+    fmt::print("\nfirst real-scale differences (expected within tolerance):\n");
+    for (const DiffElement& d : r.total_real.first) fmt::print("  {}\n", describe(d));
+  }
+}
+
+VerbRunner setup_verify(CLI::App& app) {
+  struct Options {
+    std::string operands, arms, predictions, pin, scales = "real,pow2-channel,pow2-layer", m_sweep, json;
+    int64_t tolerance = 1;
+    bool per_layer = false;
+  };
+  auto o = std::make_shared<Options>();
+  app.add_option("operands", o->operands, "operands file (safetensors)")->required();
+  app.add_option("--arms", o->arms, "the two arms, A,B (see `qconform arms`)")->required();
+  app.add_option("--predictions", o->predictions, "pinned predictions from `qconform predict` (else computed now)");
+  app.add_option("--pin", o->pin, "SHA-256 of the predictions file, as `predict` printed it");
+  app.add_option("--scales", o->scales, "scale regimes: real, pow2-channel, pow2-layer")->capture_default_str();
+  app.add_option("--m-sweep", o->m_sweep, "row counts to run, e.g. 1,4,16,64,512 (first rows of each layer)");
+  app.add_option("--tolerance-ulps", o->tolerance, "C6 tolerance in bf16 ulps")->capture_default_str();
+  app.add_flag("--per-layer", o->per_layer, "print one line per (layer, M, scales) run");
+  app.add_option("--json", o->json, "write the results as JSON");
+  return [o] {
+    const std::vector<std::string> arm_labels = split(o->arms);
+    QC_INPUT(arm_labels.size() == 2, "--arms `{}`: expected two arms separated by a comma", o->arms);
+    VerifyOptions options;
+    options.modes.clear();
+    for (const std::string& s : split(o->scales)) options.modes.push_back(scale_mode_from_name(s));
+    if (!o->m_sweep.empty()) {
+      for (const std::string& s : split(o->m_sweep)) {
+        int64_t m = 0;
+        auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), m);
+        QC_INPUT(ec == std::errc() && ptr == s.data() + s.size() && m > 0,
+                 "--m-sweep `{}`: expected positive integers separated by commas", o->m_sweep);
+        options.m_sweep.push_back(m);
+      }
+    }
+    options.tolerance_ulps = o->tolerance;
+
+    // The pin is checked before anything runs.
+    PredictionSet predictions;
+    std::string predictions_digest;
+    if (!o->predictions.empty()) {
+      const std::string text = read_file(o->predictions);
+      predictions_digest = sha256_hex(std::string_view(text));
+      QC_INPUT(!o->pin.empty(), "--predictions {} given without --pin: expected the SHA-256 that `predict` printed",
+               o->predictions);
+      QC_INPUT(strip_prefix(o->pin) == predictions_digest,
+               "{}: --pin expected sha256:{}, found sha256:{}: the predictions file is not the one that was pinned",
+               o->predictions, strip_prefix(o->pin), predictions_digest);
+      nlohmann::json j;
+      try {
+        j = nlohmann::json::parse(text);
+      } catch (const nlohmann::json::exception& e) {
+        QC_FAIL_INPUT("{}: not valid JSON: {}", o->predictions, e.what());
+      }
+      predictions = prediction_set_from_json(j, o->predictions);
+    } else {
+      QC_INPUT(o->pin.empty(), "--pin given without --predictions");
+    }
+    const OperandSet set = load_operands(o->operands);
+    if (!o->predictions.empty()) {
+      QC_INPUT(predictions.operands_sha256 == set.sha256,
+               "{}: field `operands.sha256`: expected {} (the digest of {}), found {}: predictions were made from other "
+               "operands",
+               o->predictions, set.sha256, o->operands, predictions.operands_sha256);
+    } else {
+      Progress progress("predict");
+      predictions = predict(set.layers, set.path, set.sha256, 0, [&](size_t i, size_t n) { progress.update(i, n); });
+    }
+
+    auto arm_a = make_arm(arm_labels[0]);
+    auto arm_b = make_arm(arm_labels[1]);
+    Progress progress("verify");
+    const VerifyResult result =
+        verify_layers(*arm_a, *arm_b, set.layers, predictions, options,
+                      [&](size_t i, size_t n, const std::string& item) { progress.update(i, n, item); });
+    progress.finish();
+    fmt::print("verify {} vs {} on {} ({} layers, {})\n", arm_labels[0], arm_labels[1], o->operands, set.layers.size(),
+               set.sha256);
+    fmt::print("A: {}\nB: {}\n\n", result.record_a.kernel, result.record_b.kernel);
+    print_table(result, o->per_layer);
+    if (!o->json.empty()) {
+      nlohmann::json j = to_json(result);
+      j["schema_version"] = 1;
+      j["kind"] = "qconform-verify";
+      j["operands"] = {{"path", set.path}, {"sha256", set.sha256}};
+      j["predictions"] = {{"path", o->predictions}, {"sha256", predictions_digest.empty() ? "" : "sha256:" + predictions_digest},
+                          {"pinned", !o->predictions.empty()}};
+      write_file_atomic(o->json, j.dump(1) + "\n");
+    }
+    return result.all_passed() ? kExitOk : kExitCheckFailed;
+  };
+}
+
+RegisterVerb register_verify{{"verify", "Run two arms on identical operands: checks C2-C6 per layer and in total", 40,
+                              setup_verify}};
+
+}  // namespace
+}  // namespace qc::cli

@@ -1,0 +1,148 @@
+#include "qconform/compare.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
+
+namespace qc {
+
+namespace {
+
+bool is_finite_bf16(uint16_t b) { return (b & 0x7F80u) != 0x7F80u; }
+
+double rms_finite(std::span<const uint16_t> a) {
+  double sum = 0;
+  int64_t count = 0;
+  for (uint16_t b : a) {
+    if (!is_finite_bf16(b)) continue;
+    const double v = bf16_to_f32(b);
+    sum += v * v;
+    ++count;
+  }
+  return count ? std::sqrt(sum / static_cast<double>(count)) : 0.0;
+}
+
+void count_classes(uint16_t b, int64_t& nan, int64_t& inf, int64_t& subnormal) {
+  switch (classify_bf16(b)) {
+    case FpClass::nan: ++nan; break;
+    case FpClass::inf: ++inf; break;
+    case FpClass::subnormal: ++subnormal; break;
+    default: break;
+  }
+}
+
+}  // namespace
+
+int64_t Comparison::beyond_ulps(int64_t ulps) const {
+  int64_t count = 0;
+  for (const auto& [distance, n] : ulp_histogram) {
+    if (distance > ulps) count += n;
+  }
+  return count;
+}
+
+void Comparison::merge(const Comparison& o, size_t max_listed) {
+  total += o.total;
+  bitwise_diff += o.bitwise_diff;
+  signed_zero_diff += o.signed_zero_diff;
+  nan_a += o.nan_a;
+  nan_b += o.nan_b;
+  inf_a += o.inf_a;
+  inf_b += o.inf_b;
+  subnormal_a += o.subnormal_a;
+  subnormal_b += o.subnormal_b;
+  nonfinite_pairs += o.nonfinite_pairs;
+  finite_pairs += o.finite_pairs;
+  for (const auto& [distance, n] : o.ulp_histogram) ulp_histogram[distance] += n;
+  max_ulp = std::max(max_ulp, o.max_ulp);
+  max_rel = std::max(max_rel, o.max_rel);
+  near_zero += o.near_zero;
+  near_zero_diff += o.near_zero_diff;
+  near_zero_max_abs = std::max(near_zero_max_abs, o.near_zero_max_abs);
+  for (const DiffElement& d : o.first) {
+    if (first.size() >= max_listed) break;
+    first.push_back(d);
+  }
+}
+
+Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t rows, int64_t cols,
+                        const std::string& layer, const CompareOptions& options) {
+  QC_CHECK(static_cast<int64_t>(a.size()) == rows * cols && static_cast<int64_t>(b.size()) == rows * cols,
+           "compare_bf16: expected {}x{} elements on both sides, found {} and {}", rows, cols, a.size(), b.size());
+  Comparison c;
+  c.total = rows * cols;
+  const double near_zero_limit = options.near_zero_fraction * rms_finite(a);
+  for (int64_t i = 0; i < c.total; ++i) {
+    const uint16_t x = a[i], y = b[i];
+    count_classes(x, c.nan_a, c.inf_a, c.subnormal_a);
+    count_classes(y, c.nan_b, c.inf_b, c.subnormal_b);
+    const bool finite = is_finite_bf16(x) && is_finite_bf16(y);
+    const double xv = bf16_to_f32(x), yv = bf16_to_f32(y);
+    const bool near_zero = finite && std::fabs(xv) < near_zero_limit;
+    int64_t ulp = -1;
+    if (finite) {
+      ++c.finite_pairs;
+      ulp = bf16_ulp_distance(x, y);
+      ++c.ulp_histogram[ulp];
+      c.max_ulp = std::max(c.max_ulp, ulp);
+      if (near_zero) {
+        ++c.near_zero;
+      }
+    } else {
+      ++c.nonfinite_pairs;
+    }
+    if (x == y) continue;
+    ++c.bitwise_diff;
+    if ((x & 0x7FFFu) == 0 && (y & 0x7FFFu) == 0) ++c.signed_zero_diff;
+    if (finite) {
+      if (near_zero) {
+        ++c.near_zero_diff;
+        c.near_zero_max_abs = std::max(c.near_zero_max_abs, std::fabs(xv - yv));
+      } else {
+        c.max_rel = std::max(c.max_rel, std::fabs(xv - yv) / std::fabs(xv));
+      }
+    }
+    if (c.first.size() < options.max_listed) {
+      c.first.push_back(DiffElement{layer, i / cols, i % cols, x, y, xv, yv, ulp});
+    }
+  }
+  return c;
+}
+
+std::string describe(const DiffElement& d) {
+  return fmt::format("{}[{},{}]: {:.9g} (0x{:04x}) vs {:.9g} (0x{:04x}), {}", d.layer, d.row, d.col, d.a,
+                     d.a_bits, d.b, d.b_bits, d.ulp >= 0 ? fmt::format("{} ulp", d.ulp) : std::string("non-finite"));
+}
+
+void to_json(nlohmann::json& j, const DiffElement& d) {
+  j = {{"layer", d.layer}, {"row", d.row},
+       {"col", d.col},     {"a", d.a},
+       {"b", d.b},         {"a_bits", fmt::format("0x{:04x}", d.a_bits)},
+       {"b_bits", fmt::format("0x{:04x}", d.b_bits)}, {"ulp", d.ulp}};
+}
+
+void to_json(nlohmann::json& j, const Comparison& c) {
+  nlohmann::json hist = nlohmann::json::object();
+  for (const auto& [distance, n] : c.ulp_histogram) hist[std::to_string(distance)] = n;
+  j = {{"total", c.total},
+       {"bitwise_diff", c.bitwise_diff},
+       {"signed_zero_diff", c.signed_zero_diff},
+       {"nan", {c.nan_a, c.nan_b}},
+       {"inf", {c.inf_a, c.inf_b}},
+       {"subnormal", {c.subnormal_a, c.subnormal_b}},
+       {"nonfinite_pairs", c.nonfinite_pairs},
+       {"finite_pairs", c.finite_pairs},
+       {"ulp_histogram", hist},
+       {"max_ulp", c.max_ulp},
+       {"max_rel", c.max_rel},
+       {"near_zero", c.near_zero},
+       {"near_zero_diff", c.near_zero_diff},
+       {"near_zero_max_abs", c.near_zero_max_abs},
+       {"first", c.first}};
+}
+
+}  // namespace qc

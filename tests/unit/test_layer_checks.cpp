@@ -1,0 +1,194 @@
+// Layer-level checks: comparison statistics, operand files, scale regimes, and verify on CPU arms.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "qconform/arm.hpp"
+#include "qconform/compare.hpp"
+#include "qconform/error.hpp"
+#include "qconform/layer_checks.hpp"
+#include "qconform/numerics.hpp"
+#include "qconform/operands_io.hpp"
+#include "qconform/safetensors.hpp"
+#include "qconform/synth.hpp"
+
+namespace qc {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / fmt::format("qc_layer_{}_{}", getpid(), name)).string();
+}
+
+TEST(Compare, CountsSignedZerosNaNsAndUlps) {
+  // a: +0, 1.0, NaN, 2.0, inf ; b: -0, next(1.0), NaN (other payload), 2.0, inf
+  const std::vector<uint16_t> a = {0x0000, 0x3F80, 0x7FC0, 0x4000, 0x7F80, 0x0001};
+  const std::vector<uint16_t> b = {0x8000, 0x3F81, 0x7FC1, 0x4000, 0x7F80, 0x0001};
+  const Comparison c = compare_bf16(a, b, 2, 3, "t");
+  EXPECT_EQ(c.total, 6);
+  EXPECT_EQ(c.bitwise_diff, 3);  // signed zero, one ulp, NaN payload
+  EXPECT_EQ(c.signed_zero_diff, 1);
+  EXPECT_EQ(c.nan_a, 1);
+  EXPECT_EQ(c.nan_b, 1);
+  EXPECT_EQ(c.inf_a, 1);
+  EXPECT_EQ(c.subnormal_a, 1);
+  EXPECT_EQ(c.finite_pairs, 4);
+  EXPECT_EQ(c.nonfinite_pairs, 2);
+  EXPECT_EQ(c.max_ulp, 1);
+  EXPECT_EQ(c.ulp_histogram.at(0), 3);  // ±0 pair, 2.0 pair, subnormal pair
+  EXPECT_EQ(c.ulp_histogram.at(1), 1);
+  ASSERT_EQ(c.first.size(), 3u);
+  EXPECT_EQ(c.first[1].row, 0);
+  EXPECT_EQ(c.first[1].col, 1);
+  EXPECT_EQ(c.first[1].ulp, 1);
+  EXPECT_EQ(c.first[2].ulp, -1);
+  EXPECT_NEAR(c.max_rel, 1.0 / 128.0, 1e-12);
+  EXPECT_NE(describe(c.first[1]).find("0x3f81"), std::string::npos) << describe(c.first[1]);
+}
+
+TEST(Compare, IdenticalIsIdentical) {
+  std::vector<uint16_t> a(1000);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint16_t>(i * 37);
+  const Comparison c = compare_bf16(a, a, 10, 100);
+  EXPECT_TRUE(c.bit_identical());
+  EXPECT_EQ(c.max_ulp, 0);
+}
+
+TEST(Operands, RoundTripAndNaturalOrder) {
+  SynthOptions o;
+  o.shapes = "tiny";
+  o.m = 8;
+  o.seed = 3;
+  o.bias = true;
+  const auto layers = synth_operands(o);
+  ASSERT_EQ(layers.size(), 14u);
+  const std::string path = temp_path("ops.safetensors");
+  save_operands(path, layers, {{"source", "test"}});
+  const OperandSet set = load_operands(path);
+  ASSERT_EQ(set.layers.size(), layers.size());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    EXPECT_EQ(set.layers[i].name, layers[i].name);
+    EXPECT_TRUE(std::equal(layers[i].a_q.begin(), layers[i].a_q.end(), set.layers[i].a_q.begin()));
+    EXPECT_TRUE(std::equal(layers[i].w_q.begin(), layers[i].w_q.end(), set.layers[i].w_q.begin()));
+    EXPECT_TRUE(std::equal(layers[i].bias.begin(), layers[i].bias.end(), set.layers[i].bias.begin()));
+    EXPECT_EQ(0, std::memcmp(layers[i].a_scale.data(), set.layers[i].a_scale.data(), layers[i].a_scale.size_bytes()));
+  }
+  EXPECT_EQ(set.sha256.substr(0, 7), "sha256:");
+  std::filesystem::remove(path);
+  EXPECT_TRUE(natural_less("model.layers.2.q", "model.layers.10.q"));
+  EXPECT_FALSE(natural_less("model.layers.10.q", "model.layers.2.q"));
+}
+
+TEST(Operands, SynthIsDeterministic) {
+  SynthOptions o;
+  o.shapes = "4x64x96";
+  o.seed = 11;
+  const auto a = synth_operands(o), b = synth_operands(o);
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].m, 4);
+  EXPECT_TRUE(std::equal(a[0].a_q.begin(), a[0].a_q.end(), b[0].a_q.begin()));
+  EXPECT_TRUE(std::equal(a[0].w_q.begin(), a[0].w_q.end(), b[0].w_q.begin()));
+  o.seed = 12;
+  const auto c = synth_operands(o);
+  EXPECT_FALSE(std::equal(a[0].w_q.begin(), a[0].w_q.end(), c[0].w_q.begin()));
+}
+
+// Writes a one-layer file with one field altered, and expects load_operands to name it.
+void expect_bad_file(const std::string& what, const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit,
+                     const std::string& needle) {
+  std::vector<std::pair<std::string, Tensor>> t;
+  Tensor a_q = Tensor::empty(DType::i8, {2, 4}), w_q = Tensor::empty(DType::i8, {3, 4});
+  Tensor a_s = Tensor::empty(DType::f32, {2}), w_s = Tensor::empty(DType::f32, {3});
+  std::fill_n(a_q.data<int8_t>(), 8, int8_t{1});
+  std::fill_n(w_q.data<int8_t>(), 12, int8_t{2});
+  std::fill_n(a_s.data<float>(), 2, 0.5f);
+  std::fill_n(w_s.data<float>(), 3, 0.25f);
+  t = {{"l.a_q", a_q}, {"l.w_q", w_q}, {"l.a_scale", a_s}, {"l.w_scale", w_s}};
+  edit(t);
+  const std::string path = temp_path(what + ".safetensors");
+  write_safetensors(path, t);
+  try {
+    load_operands(path);
+    ADD_FAILURE() << what << ": expected an input error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::input) << what;
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << what << ": " << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << what << ": " << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+TEST(Operands, BadFilesAreClearErrors) {
+  expect_bad_file("missing", [](auto& t) { t.erase(t.begin() + 3); }, "l.w_scale");
+  expect_bad_file("dtype", [](auto& t) { t[0].second = Tensor::empty(DType::f32, {2, 4}); }, "expected dtype I8");
+  expect_bad_file("kmismatch", [](auto& t) { t[1].second = Tensor::empty(DType::i8, {3, 5}); }, "same K");
+  expect_bad_file("scalecount", [](auto& t) { t[2].second = Tensor::empty(DType::f32, {3}); }, "a_scale");
+  expect_bad_file("nanscale", [](auto& t) { t[3].second.template data<float>()[1] = NAN; }, "w_scale");
+  expect_bad_file("zeroscale", [](auto& t) { t[2].second.template data<float>()[0] = 0.0f; }, "a_scale");
+  expect_bad_file("negscale", [](auto& t) { t[3].second.template data<float>()[0] = -1.0f; }, "w_scale");
+  expect_bad_file("unknownkey", [](auto& t) { t.emplace_back("l.extra", Tensor::empty(DType::f32, {1})); }, "l.extra");
+}
+
+TEST(ScaleModes, PowersOfTwo) {
+  SynthOptions o;
+  o.shapes = "8x16x32";
+  const auto ops = synth_operands(o)[0];
+  for (ScaleMode mode : {ScaleMode::pow2_channel, ScaleMode::pow2_layer}) {
+    const LayerOperands p = apply_scale_mode(ops, mode);
+    for (float s : p.w_scale) {
+      int e = 0;
+      EXPECT_EQ(std::frexp(s, &e), 0.5f) << s;
+    }
+    if (mode == ScaleMode::pow2_channel) {
+      EXPECT_TRUE(std::equal(ops.a_scale.begin(), ops.a_scale.end(), p.a_scale.begin()));
+    } else {
+      for (float s : p.a_scale) EXPECT_EQ(s, p.a_scale[0]);
+    }
+    EXPECT_EQ(p.a_q.data(), ops.a_q.data());  // shared, not copied
+  }
+}
+
+std::vector<CheckResult> verify_tiny(const std::string& a, const std::string& b, bool bias,
+                                     std::vector<int64_t> m_sweep = {}) {
+  SynthOptions o;
+  o.shapes = "tiny";
+  o.m = 64;
+  o.seed = 7;
+  o.bias = bias;
+  const auto layers = synth_operands(o);
+  const PredictionSet p = predict(layers, "mem", "sha256:none");
+  auto arm_a = make_arm(a), arm_b = make_arm(b);
+  VerifyOptions options;
+  options.m_sweep = std::move(m_sweep);
+  return verify_layers(*arm_a, *arm_b, layers, p, options).checks;
+}
+
+TEST(Verify, CutlassVersusTritonPassesEveryCheck) {
+  const auto checks = verify_tiny("cpu:vllm-cutlass", "cpu:vllm-triton", false, {1, 16, 64});
+  ASSERT_EQ(checks.size(), 5u);
+  for (const CheckResult& c : checks) EXPECT_EQ(c.verdict, Verdict::pass) << c.id << ": " << c.summary;
+}
+
+TEST(Verify, BiasAfterRoundingIsNotCommutable) {
+  const auto checks = verify_tiny("cpu:vllm-cutlass-fma", "cpu:vllm-triton", true);
+  EXPECT_EQ(checks[3].id, "C5");
+  EXPECT_EQ(checks[3].verdict, Verdict::not_applicable) << checks[3].summary;
+  EXPECT_GT(checks[3].evidence["not_commutable_runs"].get<int64_t>(), 0);
+}
+
+TEST(Verify, StalePredictionsFailC2) {
+  SynthOptions o;
+  o.shapes = "8x32x64";
+  const auto layers = synth_operands(o);
+  PredictionSet p = predict(layers, "mem", "sha256:none");
+  p.layers[0].stats.max_abs_acc += 1;
+  auto arm = make_arm("cpu:vllm-cutlass");
+  auto arm2 = make_arm("cpu:vllm-cutlass");
+  const auto r = verify_layers(*arm, *arm2, layers, p, {});
+  EXPECT_EQ(r.checks[0].verdict, Verdict::fail);
+  EXPECT_EQ(r.checks[0].evidence["stale_predictions"].get<int64_t>(), 1);
+}
+
+}  // namespace
+}  // namespace qc
