@@ -83,4 +83,10 @@ void apply_epilogue(const Epilogue& e, const int64_t* acc, const float* sa, cons
 // zero sum follows IEEE round-to-nearest: (+0)+(−0) = +0, (−0)+(−0) = −0, x + (−x) = +0.
 uint16_t exact_bf16(int64_t acc, float sa, float sw, std::optional<uint16_t> bias_bf16);
 
+namespace detail {
+// `exact_bf16` without its fp64 fast path (|acc| < 2^29, not on a midpoint): the integer path
+// alone, exposed so that tests can check it on every input, not only where the fast path declines.
+uint16_t exact_bf16_integer(int64_t acc, float sa, float sw, std::optional<uint16_t> bias_bf16);
+}  // namespace detail
+
 }  // namespace qc

@@ -155,6 +155,31 @@ uint16_t round_sum_to_bf16(Term a, Term b) {
   return x > y ? round_to_bf16(big.neg, x - y, e) : round_to_bf16(small.neg, y - x, e);
 }
 
+// Fast path of `exact`, valid for |acc| < 2^29 (all realistic accumulators): `acc·sa` is exact in
+// fp64 (29 + 24 <= 53 bits), so `y` below is the exact value acc·sa·sw (+ bias) rounded ONCE to fp64
+// (a product, or one correctly rounded fp64 FMA). Rounding `y` instead of the exact value to bf16
+// gives the same result unless `y` sits exactly on a bf16 midpoint (rounding is monotone and every
+// bf16 midpoint in the normal range is an fp64 number): then, and for zeros, bf16-subnormal or
+// near-overflow results, return false and let the integer path decide.
+bool exact_bf16_fast(int64_t acc, float sa, float sw, const float* bias, uint16_t* out) {
+  constexpr int64_t kLimit = int64_t{1} << 29;
+  if (acc >= kLimit || acc <= -kLimit) return false;
+  const double p = static_cast<double>(acc) * static_cast<double>(sa);  // exact
+  const double y = bias ? std::fma(p, static_cast<double>(sw), static_cast<double>(*bias))
+                        : p * static_cast<double>(sw);
+  const uint64_t u = std::bit_cast<uint64_t>(y);
+  const uint64_t mag = u & 0x7FFFFFFFFFFFFFFFull;
+  const int e = static_cast<int>(mag >> 52) - 1023;
+  if (y == 0.0 || e < -126 || e >= 127) return false;  // zero sign rules, bf16 subnormal, overflow
+  constexpr uint64_t kHalf = uint64_t{1} << 44;       // half a bf16 ulp in fp64 mantissa units
+  if ((mag & ((kHalf << 1) - 1)) == kHalf) return false;  // on a midpoint: maybe double rounding
+  const uint64_t r = (mag + kHalf) >> 45;                  // not a tie: round half up is RNE here
+  // r = biased fp64 exponent << 7 | 7 mantissa bits (a carry moved into the exponent); rebias.
+  const uint64_t bits = r - (uint64_t{1023 - 127} << 7);
+  *out = static_cast<uint16_t>(((u >> 48) & 0x8000u) | bits);
+  return true;
+}
+
 }  // namespace
 
 uint16_t exact_bf16(int64_t acc, float sa, float sw, std::optional<uint16_t> bias_bf16) {
@@ -166,6 +191,17 @@ uint16_t exact_bf16(int64_t acc, float sa, float sw, std::optional<uint16_t> bia
     double v = static_cast<double>(acc) * static_cast<double>(sa) * static_cast<double>(sw);
     if (has_bias) v = v + static_cast<double>(bias);
     return f32_to_bf16(static_cast<float>(v));
+  }
+  uint16_t fast;
+  if (exact_bf16_fast(acc, sa, sw, has_bias ? &bias : nullptr, &fast)) return fast;
+  return detail::exact_bf16_integer(acc, sa, sw, bias_bf16);
+}
+
+uint16_t detail::exact_bf16_integer(int64_t acc, float sa, float sw, std::optional<uint16_t> bias_bf16) {
+  const bool has_bias = bias_bf16.has_value();
+  const float bias = has_bias ? bf16_to_f32(*bias_bf16) : 0.0f;
+  if (!std::isfinite(sa) || !std::isfinite(sw) || (has_bias && !std::isfinite(bias))) {
+    return exact_bf16(acc, sa, sw, bias_bf16);  // IEEE non-finite handling lives there
   }
   Term p;
   const Term ta = decompose_f32(sa);

@@ -486,6 +486,7 @@ TEST(EpilogueExact, MatchesRationalReferenceRandom) {
     ASSERT_EQ(got, want) << desc(acc, sa, sw) << " bias=" << (b ? hex16(*b) : "none") << " got " << hex16(got)
                          << " want " << hex16(want);
     ASSERT_EQ(E("exact").apply(acc, sa, sw, b, 1, 1), got);
+    ASSERT_EQ(qc::detail::exact_bf16_integer(acc, sa, sw, b), want) << desc(acc, sa, sw) << " integer path";
     subnormal += (got & 0x7F80) == 0 && (got & 0x7F) != 0;
     overflow += (got & 0x7FFF) == 0x7F80;
     ++n;
@@ -495,6 +496,24 @@ TEST(EpilogueExact, MatchesRationalReferenceRandom) {
   std::printf("[epilogue] exact vs cpp_rational: %lld random cases (%lld with bias, %lld subnormal, %lld inf outputs)\n",
               static_cast<long long>(n), static_cast<long long>(with_bias), static_cast<long long>(subnormal),
               static_cast<long long>(overflow));
+}
+
+// Realistic operands (the fp64 fast path's domain), half constructed next to bf16 midpoints.
+TEST(EpilogueExact, MatchesRationalReferenceRealistic) {
+  std::mt19937_64 rng(2025);
+  std::uniform_int_distribution<int64_t> dacc(-(int64_t{1} << 28), int64_t{1} << 28);
+  int differs_from_cutlass = 0;
+  for (int i = 0; i < 20000; ++i) {
+    const float sa = rand_float(rng, -12, -4), sw = rand_float(rng, -12, -6);
+    std::optional<uint16_t> b;
+    if (i % 3 == 0) b = ref_bf16(rand_float(rng, -10, 0) * (i % 2 ? -1.0f : 1.0f));
+    const int64_t acc = i % 2 ? acc_near_midpoint(rng, sa, sw, b ? bf(*b) : 0.0f, int64_t{1} << 24) : dacc(rng);
+    const uint16_t want = ref_exact(acc, sa, sw, b);
+    ASSERT_EQ(qc::exact_bf16(acc, sa, sw, b), want) << desc(acc, sa, sw);
+    ASSERT_EQ(qc::detail::exact_bf16_integer(acc, sa, sw, b), want) << desc(acc, sa, sw);
+    if (!b) differs_from_cutlass += E("vllm-cutlass").apply(acc, sa, sw, b, 512, 4096) != want;
+  }
+  EXPECT_GT(differs_from_cutlass, 0);
 }
 
 TEST(EpilogueExact, TiesNearTiesAndSticky) {
@@ -514,7 +533,9 @@ TEST(EpilogueExact, TiesNearTiesAndSticky) {
     // near-ties through a tiny bias of either sign (sticky bit far below the rounding point)
     for (uint16_t tiny : {uint16_t{0x0001}, uint16_t{0x8001}, uint16_t{0x0080}, uint16_t{0x8080}, uint16_t{0x3380},
                           uint16_t{0xB380}}) {
-      ASSERT_EQ(qc::exact_bf16(acc, sa, sw, tiny), ref_exact(acc, sa, sw, tiny)) << desc(acc, sa, sw) << " bias " << hex16(tiny);
+      const uint16_t want = ref_exact(acc, sa, sw, tiny);
+      ASSERT_EQ(qc::exact_bf16(acc, sa, sw, tiny), want) << desc(acc, sa, sw) << " bias " << hex16(tiny);
+      ASSERT_EQ(qc::detail::exact_bf16_integer(acc, sa, sw, tiny), want) << desc(acc, sa, sw) << " bias " << hex16(tiny);
     }
   }
   // explicit values: 257 -> 256 (tie to even), 259 -> 260, -257 -> -256
