@@ -1,0 +1,77 @@
+/* qconform arm plugin ABI, version 1: a shared library that implements one scaled-INT8 linear
+ * layer, loaded by qconform as the arm `plugin:<path.so>`.
+ *
+ * Pure C (C99), no qconform header needed beyond this one. Layouts: a_q [m,k] row-major int8,
+ * w_q [n,k] row-major int8 (W^T as column-major), a_scale [m] fp32 (per token), w_scale [n]
+ * fp32 (per output channel), bias [n] bf16 bit patterns or NULL, y [m,n] row-major bf16 bit
+ * patterns, acc [m,n] row-major int32 or NULL.
+ *
+ * The library exports one function, `qc_arm_v1_entry` (see QC_ARM_V1_ENTRY_SYMBOL), returning
+ * a pointer to a `qc_arm_v1` that stays valid until the library is unloaded. qconform checks
+ * `abi_version == QC_ARM_ABI_VERSION`, `struct_size >= sizeof(qc_arm_v1)`, a non-empty `name`
+ * and a non-NULL `run` before it calls anything else. Later versions only append fields to both
+ * structs; `struct_size` tells each side how much the other knows. Full guide: docs/plugins.md.
+ */
+#ifndef QCONFORM_ARM_ABI_H
+#define QCONFORM_ARM_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QC_ARM_ABI_VERSION 1u
+#define QC_ARM_V1_ENTRY_SYMBOL "qc_arm_v1_entry"
+
+/* `qc_arm_v1.flags`: the plugin writes the INT32 accumulator when `acc` is non-NULL (and then
+ * sets `*acc_written = 1`). qconform then exposes it to check C4. */
+#define QC_ARM_FLAG_WRITES_ACC 0x1u
+
+/* The arguments of one call. Every pointer is valid for the whole call; the plugin may use
+ * threads internally but must have finished writing `y` and `acc` when `run` returns. */
+typedef struct qc_arm_args_v1 {
+  uint32_t struct_size; /* sizeof(qc_arm_args_v1) as the caller knows it */
+  uint32_t reserved;    /* 0 */
+  int64_t m, n, k;      /* all >= 1 */
+  const int8_t* a_q;    /* [m,k] */
+  const float* a_scale; /* [m], finite and > 0 */
+  const int8_t* w_q;    /* [n,k] */
+  const float* w_scale; /* [n], finite and > 0 */
+  const uint16_t* bias; /* [n] bf16, NULL when the layer has no bias */
+  uint16_t* y;          /* [m,n] bf16 out; every element must be written */
+  int32_t* acc;         /* [m,n] int32 out, or NULL when the caller does not want it */
+  int* acc_written;     /* never NULL; set *acc_written = 1 after filling `acc`, else leave 0 */
+  char* error;          /* on failure, a NUL-terminated message of at most error_size bytes */
+  size_t error_size;
+} qc_arm_args_v1;
+
+typedef struct qc_arm_v1 {
+  uint32_t abi_version; /* QC_ARM_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(qc_arm_v1) */
+  const char* name;     /* identity of the kernel that runs (recorded as the RunRecord `kernel`) */
+  const char* epilogue; /* declared formula name ("vllm-triton", ...; see `qconform arms`) or NULL */
+  uint64_t flags;       /* QC_ARM_FLAG_* */
+  /* Computes y (and acc when asked). Returns 0 on success; non-zero on failure, after writing a
+   * message into args->error. Must not call exit() or abort(). */
+  int (*run)(void* ctx, const qc_arm_args_v1* args);
+  void* ctx; /* passed back to run() unchanged */
+} qc_arm_v1;
+
+typedef const qc_arm_v1* (*qc_arm_v1_entry_fn)(void);
+
+#if defined(__GNUC__) || defined(__clang__)
+#define QC_ARM_EXPORT __attribute__((visibility("default")))
+#else
+#define QC_ARM_EXPORT
+#endif
+
+/* The one symbol a plugin exports (declared here so the plugin's definition is type-checked). */
+QC_ARM_EXPORT const qc_arm_v1* qc_arm_v1_entry(void);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif /* QCONFORM_ARM_ABI_H */
