@@ -1,0 +1,218 @@
+// Benchmark of the CUDA arms on the GPU: qconform's fused INT8 scaled-MM (`cuda:mma-vllm-cutlass`
+// kernel) against the baseline cuBLASLt INT8 GEMM (s32 out) + separate epilogue kernel, at the
+// shapes of issue 5; plus the GPU comparison kernel against a cudaMemcpy device-to-device copy,
+// and the CUDA-core exact int64 accumulator.
+//
+// Method: CUDA events around each launch, 5 warm-ups, median of 30 timed launches; weights and
+// activations rotate over enough copies that the working set exceeds the 50 MB L2. TOPS count
+// 2·M·N·K integer operations. Both paths compute the same formula, so their outputs are also
+// compared bit for bit (a benchmark of wrong code is worthless).
+//
+// Run: `build/bench/bench_cuda_scaled_mm` (docs/performance.md, "CUDA arms (H200)").
+#include <cstdio>
+
+#ifndef QC_WITH_CUDA
+int main() {
+  std::printf("bench_cuda_scaled_mm: CUDA is not in this build (configure with -DQCONFORM_WITH_CUDA=ON)\n");
+  return 0;
+}
+#else
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "arms/cuda/cublaslt_gemm.hpp"
+#include "arms/cuda/cuda_common.hpp"
+#include "arms/cuda/kernels/int64_exact_accum.cuh"
+#include "arms/cuda/kernels/sm90_compare_bf16.cuh"
+#include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
+#include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
+#include "qconform/cuda.hpp"
+
+namespace {
+
+using namespace qc;
+using namespace qc::cuda_kernels;
+
+constexpr int kWarmup = 5;
+constexpr int kReps = 30;
+
+template <typename F>
+double median_ms(F&& launch) {
+  cudaEvent_t start, stop;
+  QC_CUDA_CHECK(cudaEventCreate(&start));
+  QC_CUDA_CHECK(cudaEventCreate(&stop));
+  for (int i = 0; i < kWarmup; ++i) launch(i);
+  QC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> t(kReps);
+  for (int i = 0; i < kReps; ++i) {
+    QC_CUDA_CHECK(cudaEventRecord(start));
+    launch(kWarmup + i);
+    QC_CUDA_CHECK(cudaEventRecord(stop));
+    QC_CUDA_CHECK(cudaEventSynchronize(stop));
+    QC_CUDA_CHECK(cudaEventElapsedTime(&t[i], start, stop));
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(t.begin(), t.end());
+  return t[kReps / 2];
+}
+
+template <typename T>
+cuda::DeviceBuffer<T> random_device(size_t count, int lo, int hi, uint64_t seed) {
+  std::vector<T> h(count);
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> d(lo, hi);
+  for (auto& v : h) v = static_cast<T>(d(rng));
+  return cuda::DeviceBuffer<T>(std::span<const T>(h));
+}
+
+cuda::DeviceBuffer<float> scales(size_t count, float base, uint64_t seed) {
+  std::vector<float> h(count);
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(0.5f, 2.0f);
+  for (auto& v : h) v = base * d(rng);
+  return cuda::DeviceBuffer<float>(std::span<const float>(h));
+}
+
+const char* tile_name(MmTile t) {
+  switch (t) {
+    case MmTile::automatic: return "auto";
+    case MmTile::m128n128: return "128x128";
+    case MmTile::m128n256: return "128x256";
+    case MmTile::m64n128: return "64x128";
+    case MmTile::m16n64_k4: return "16x64/k4";
+    case MmTile::m32n64_k4: return "32x64/k4";
+    case MmTile::m16n32_k4: return "16x32/k4";
+  }
+  return "?";
+}
+
+void bench_gemm(int m, int n, int k) {
+  const double ops = 2.0 * m * n * k;
+  // Rotate copies of (a, w) so that the working set exceeds L2 (50 MB): 256 MB at least.
+  const size_t bytes = static_cast<size_t>(m + n) * k;
+  const int copies = static_cast<int>(std::min<size_t>(16, std::max<size_t>(1, (size_t{256} << 20) / bytes + 1)));
+  std::vector<cuda::DeviceBuffer<int8_t>> as, ws;
+  for (int c = 0; c < copies; ++c) {
+    as.push_back(random_device<int8_t>(static_cast<size_t>(m) * k, -128, 127, 10 + c));
+    ws.push_back(random_device<int8_t>(static_cast<size_t>(n) * k, -128, 127, 100 + c));
+  }
+  auto sa = scales(m, 0.02f, 1), sw = scales(n, 0.001f, 2);
+  cuda::DeviceBuffer<uint16_t> y_ours(static_cast<size_t>(m) * n), y_lt(static_cast<size_t>(m) * n);
+  cuda::DeviceBuffer<int32_t> acc(static_cast<size_t>(m) * n);
+
+  cuda::CublasLtGemm plan(cuda::CublasLtGemm::Kind::int8_s32, m, n, k, false);
+  if (!plan.ok()) {
+    std::printf("(%d,%d,%d): cuBLASLt: %s\n", m, n, k, plan.error().c_str());
+    return;
+  }
+  const double t_lt = median_ms([&](int i) { plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr); });
+  const double t_pipe = median_ms([&](int i) {
+    plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr);
+    launch_int32_scaled_epilogue(acc.get(), sa.get(), sw.get(), nullptr, y_lt.get(), m, n,
+                                 EpilogueFormula::vllm_cutlass, BiasAdd::none, nullptr);
+  });
+  const double t_epi = median_ms([&](int) {
+    launch_int32_scaled_epilogue(acc.get(), sa.get(), sw.get(), nullptr, y_lt.get(), m, n,
+                                 EpilogueFormula::vllm_cutlass, BiasAdd::none, nullptr);
+  });
+
+  std::vector<MmTile> tiles = {MmTile::automatic};
+  if (m <= 64) {
+    tiles.insert(tiles.end(), {MmTile::m16n32_k4, MmTile::m16n64_k4, MmTile::m32n64_k4, MmTile::m64n128});
+  } else {
+    tiles.insert(tiles.end(), {MmTile::m128n128, MmTile::m128n256, MmTile::m64n128});
+  }
+  std::printf("\n(M,N,K)=(%d,%d,%d)  cuBLASLt int8 GEMM alone %.4f ms = %.0f TOPS; + epilogue kernel %.4f ms; "
+              "pipeline %.4f ms = %.0f TOPS\n  cuBLASLt: %s\n",
+              m, n, k, t_lt, ops / t_lt / 1e9, t_epi, t_pipe, ops / t_pipe / 1e9, plan.identity().c_str());
+  for (MmTile tile : tiles) {
+    ScaledMmArgs args;
+    args.sa = sa.get(), args.sw = sw.get(), args.y = y_ours.get();
+    args.m = m, args.n = n, args.k = k;
+    args.formula = EpilogueFormula::vllm_cutlass;
+    args.tile = tile;
+    std::string id;
+    const double t = median_ms([&](int i) {
+      args.a = as[i % copies].get(), args.w = ws[i % copies].get();
+      id = launch_int8_scaled_mm(args, nullptr);
+    });
+    if (id.rfind("error:", 0) == 0) {
+      std::printf("  ours %-9s %s\n", tile_name(tile), id.c_str());
+      continue;
+    }
+    // Same operands, same formula: the outputs must be identical.
+    args.a = as[0].get(), args.w = ws[0].get();
+    launch_int8_scaled_mm(args, nullptr);
+    plan.run(as[0].get(), ws[0].get(), acc.get(), nullptr, nullptr, nullptr);
+    launch_int32_scaled_epilogue(acc.get(), sa.get(), sw.get(), nullptr, y_lt.get(), m, n,
+                                 EpilogueFormula::vllm_cutlass, BiasAdd::none, nullptr);
+    QC_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto ya = y_ours.to_host(), yb = y_lt.to_host();
+    size_t diff = 0;
+    for (size_t i = 0; i < ya.size(); ++i) diff += ya[i] != yb[i];
+    std::printf("  ours %-9s %.4f ms = %5.0f TOPS  speed vs pipeline %.2fx  (vs GEMM alone %.2fx)  bitwise diffs %zu%s\n",
+                tile_name(tile), t, ops / t / 1e9, t_pipe / t, t_lt / t, diff,
+                tile == MmTile::automatic ? ("  [" + id + "]").c_str() : "");
+  }
+}
+
+void bench_compare() {
+  const size_t n = size_t{1} << 29;  // 512 Mi bf16 = 1 GiB per array
+  cuda::DeviceBuffer<uint16_t> a(n), b(n);
+  QC_CUDA_CHECK(cudaMemset(a.get(), 0x3C, n * 2));
+  QC_CUDA_CHECK(cudaMemset(b.get(), 0x3C, n * 2));
+  QC_CUDA_CHECK(cudaMemset(b.get() + 12345, 0x3D, 2));  // a few differences
+  cuda::DeviceBuffer<Bf16CompareCounts> counts(1);
+  const double t_cmp = median_ms([&](int) {
+    cudaMemsetAsync(counts.get(), 0, sizeof(Bf16CompareCounts));
+    launch_compare_bf16(a.get(), b.get(), static_cast<int64_t>(n), counts.get(), nullptr);
+  });
+  const double t_copy = median_ms([&](int) { cudaMemcpyAsync(b.get(), a.get(), n * 2, cudaMemcpyDeviceToDevice); });
+  const double gb = static_cast<double>(n) * 2 * 2 / 1e9;  // compare reads two arrays; copy reads one, writes one
+  std::printf("\ncompare_bf16: 2 x %.2f GB read in %.3f ms = %.0f GB/s; cudaMemcpy D2D %.2f GB moved in %.3f ms = %.0f GB/s; "
+              "ratio %.2f\n",
+              gb / 2, t_cmp, gb / t_cmp * 1e3, gb, t_copy, gb / t_copy * 1e3, t_copy / t_cmp);
+}
+
+void bench_exact_accum() {
+  // One M=512 pass over the seven Qwen3-1.7B layer shapes (x28 layers = the 196-layer verify).
+  const int shapes[7][2] = {{2048, 2048}, {1024, 2048}, {1024, 2048}, {2048, 2048}, {6144, 2048}, {6144, 2048}, {2048, 6144}};
+  const int m = 512;
+  double total_ms = 0, macs = 0;
+  for (const auto& s : shapes) {
+    auto a = random_device<int8_t>(static_cast<size_t>(m) * s[1], -128, 127, 5);
+    auto w = random_device<int8_t>(static_cast<size_t>(s[0]) * s[1], -128, 127, 6);
+    cuda::DeviceBuffer<int64_t> out(static_cast<size_t>(m) * s[0]);
+    total_ms += median_ms([&](int) { launch_int64_exact_accum(a.get(), w.get(), out.get(), m, s[0], s[1], nullptr); });
+    macs += static_cast<double>(m) * s[0] * s[1];
+  }
+  std::printf("\nint64 exact accumulation (CUDA cores): one decoder layer of Qwen3-1.7B at M=512 in %.3f ms = %.2f T "
+              "MAC/s; 28 layers (196 linear layers) ~ %.1f ms\n",
+              total_ms, macs / total_ms / 1e9, 28 * total_ms);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string reason;
+  if (!qc::cuda_available(&reason)) {
+    std::printf("bench_cuda_scaled_mm: SKIPPED: %s\n", reason.c_str());
+    return 0;
+  }
+  std::printf("bench_cuda_scaled_mm on %s\n%s\n", qc::cuda::device_description().c_str(),
+              qc::cuda::cublaslt_description().c_str());
+  const int shapes[][3] = {{512, 4096, 4096}, {512, 12288, 4096}, {4096, 4096, 4096}, {8192, 8192, 8192},
+                           {1, 4096, 4096},   {16, 4096, 4096}};
+  const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  for (const auto& s : shapes) bench_gemm(s[0], s[1], s[2]);
+  if (!quick) {
+    bench_compare();
+    bench_exact_accum();
+  }
+  return 0;
+}
+#endif

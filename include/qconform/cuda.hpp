@@ -1,0 +1,74 @@
+// The GPU side of qconform that other parts call: availability, the GPU comparison and exact
+// accumulation used by `verify` on large models, and the raw cuBLASLt FP8 GEMM used by the
+// depth sweep. The arms themselves (`cuda:mma-*`, `cuda:cublaslt-*`) are reached through the arm
+// registry (`make_arm`). See docs/gpu.md.
+//
+// Every function takes and returns host memory, so callers need no CUDA headers. In a build
+// without CUDA (`QC_WITH_CUDA` undefined) `cuda_available` returns false with the reason and the
+// other functions throw a QC_INPUT error saying so.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qconform/accum.hpp"
+#include "qconform/arm.hpp"
+#include "qconform/error.hpp"
+
+namespace qc {
+
+// True when this build has CUDA and a device is present; otherwise false with the reason
+// ("this build has no CUDA", "cudaGetDeviceCount: no CUDA-capable device is detected", ...).
+bool cuda_available(std::string* reason = nullptr);
+
+// "NVIDIA H200 (sm_90, 132 SMs), driver 13.0, CUDA runtime 13.0" for RunRecords.
+std::string cuda_device_description();
+
+// Result of a bitwise / ordered-ulp comparison of two bf16 arrays (see sm90_compare_bf16.cu).
+struct GpuBf16Comparison {
+  static constexpr int kUlpBuckets = 18;
+  int64_t elements = 0;
+  int64_t bitwise_diff = 0;        // bit patterns differ (signed zeros count)
+  int64_t finite_diff = 0;         // both finite, bits differ
+  int64_t nonfinite_mismatch = 0;  // bits differ, at least one NaN or ±inf (never "close")
+  // ulp_hist[0]: +0 vs -0; ulp_hist[b], b >= 1: ordered distance d with 2^(b-1) <= d < 2^b.
+  std::array<int64_t, kUlpBuckets> ulp_hist{};
+  int64_t max_ulp = 0;             // over finite differing pairs
+  int64_t first_diff = -1;         // smallest differing flat index, -1 when identical
+};
+
+// Compares `a` and `b` (same length) on the GPU.
+GpuBf16Comparison compare_bf16_gpu(std::span<const uint16_t> a, std::span<const uint16_t> b);
+
+// Exact accumulators on CUDA cores (plain integer multiply-adds, not the tensor cores under
+// test): acc[m,n] = Σ_k a[m,k]·w[n,k] in int64, for any K that is a multiple of 4.
+std::vector<int64_t> exact_accumulate_i64_gpu(const int8_t* a, const int8_t* w, AccumShape s);
+
+// cuBLASLt FP8 GEMM on e4m3 bit patterns: d[m,n] = Σ_k e4m3(a[m,k])·e4m3(w[n,k]) in the library's
+// fp32 accumulation, returned as fp32 without scales (`fast_accum` sets
+// CUBLASLT_MATMUL_DESC_FAST_ACCUM). K a multiple of 16. `record` (optional) receives the
+// kernel identity (algorithm id, tile, stages).
+std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w_e4m3, AccumShape s, bool fast_accum,
+                                         RunRecord* record = nullptr);
+
+#ifndef QC_WITH_CUDA
+inline bool cuda_available(std::string* reason) {
+  if (reason != nullptr) *reason = "this build has no CUDA (configured without nvcc or with QCONFORM_WITH_CUDA=OFF)";
+  return false;
+}
+inline std::string cuda_device_description() { return "none (built without CUDA)"; }
+inline GpuBf16Comparison compare_bf16_gpu(std::span<const uint16_t>, std::span<const uint16_t>) {
+  QC_FAIL_INPUT("compare_bf16_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
+}
+inline std::vector<int64_t> exact_accumulate_i64_gpu(const int8_t*, const int8_t*, AccumShape) {
+  QC_FAIL_INPUT("exact_accumulate_i64_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
+}
+inline std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t*, const uint8_t*, AccumShape, bool, RunRecord*) {
+  QC_FAIL_INPUT("fp8_gemm_cublaslt_f32: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
+}
+#endif
+
+}  // namespace qc

@@ -1,0 +1,116 @@
+// cuBLASLt plans (see cublaslt_gemm.hpp).
+#include "arms/cuda/cublaslt_gemm.hpp"
+
+#include <fmt/format.h>
+
+#include "arms/cuda/cuda_common.hpp"
+
+namespace qc::cuda {
+
+cublasLtHandle_t cublaslt_handle() {
+  static cublasLtHandle_t handle = [] {
+    cublasLtHandle_t h = nullptr;
+    QC_CUBLAS_CHECK(cublasLtCreate(&h));
+    return h;
+  }();
+  return handle;
+}
+
+namespace {
+constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+}
+
+CublasLtGemm::CublasLtGemm(Kind kind, int m, int n, int k, bool fast_accum)
+    : kind_(kind), m_(m), n_(n), k_(k), fast_accum_(fast_accum) {
+  const bool fp8 = kind != Kind::int8_s32;
+  const cudaDataType_t ab_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_8I;
+  const cudaDataType_t out_type = kind == Kind::int8_s32 ? CUDA_R_32I : kind == Kind::fp8_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  QC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, fp8 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32I,
+                                           fp8 ? CUDA_R_32F : CUDA_R_32I));
+  const cublasOperation_t op_t = CUBLAS_OP_T;
+  QC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof op_t));
+  if (fp8) {
+    const int8_t fast = fast_accum ? 1 : 0;
+    QC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_FAST_ACCUM, &fast, sizeof fast));
+  }
+  if (kind == Kind::fp8_bf16_vec) {
+    const int32_t mode = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    QC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &mode, sizeof mode));
+    QC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
+  }
+  // cuBLASLt's A is our W (K x N column-major, transposed), its B our A (K x M), its C/D our Yᵀ.
+  QC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_layout_, ab_type, k, n, k));
+  QC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_layout_, ab_type, k, m, k));
+  QC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_layout_, out_type, n, m, n));
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  QC_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  workspace_bytes_ = kWorkspaceBytes;
+  QC_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes_, sizeof workspace_bytes_));
+  cublasLtMatmulHeuristicResult_t result{};
+  int returned = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(cublaslt_handle(), desc_, a_layout_, b_layout_, c_layout_,
+                                                           c_layout_, pref, 1, &result, &returned);
+  cublasLtMatmulPreferenceDestroy(pref);
+  if (st != CUBLAS_STATUS_SUCCESS || returned == 0) {
+    error_ = fmt::format("cublasLtMatmulAlgoGetHeuristic found no algorithm (status {}, results {}) for {} M={} N={} K={}",
+                         static_cast<int>(st), returned,
+                         kind == Kind::int8_s32 ? "int8 s32" : kind == Kind::fp8_f32 ? "fp8 f32" : "fp8 bf16 outer-vec",
+                         m, n, k);
+    return;
+  }
+  algo_ = result.algo;
+  workspace_bytes_ = result.workspaceSize;
+  if (workspace_bytes_ > 0) QC_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+  ok_ = true;
+}
+
+CublasLtGemm::~CublasLtGemm() {
+  if (workspace_ != nullptr) cudaFree(workspace_);
+  if (c_layout_ != nullptr) cublasLtMatrixLayoutDestroy(c_layout_);
+  if (b_layout_ != nullptr) cublasLtMatrixLayoutDestroy(b_layout_);
+  if (a_layout_ != nullptr) cublasLtMatrixLayoutDestroy(a_layout_);
+  if (desc_ != nullptr) cublasLtMatmulDescDestroy(desc_);
+}
+
+void CublasLtGemm::run(const void* a, const void* w, void* out, const float* sa, const float* sw,
+                       cudaStream_t stream) {
+  QC_CHECK(ok_, "cuBLASLt plan is not usable: {}", error_);
+  if (kind_ == Kind::fp8_bf16_vec && (sa != bound_sa_ || sw != bound_sw_)) {
+    // Our W is cuBLASLt's A (scale per row of op(A) = per output channel), our A its B.
+    QC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw));
+    QC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sa, sizeof sa));
+    bound_sa_ = sa, bound_sw_ = sw;
+  }
+  if (kind_ == Kind::int8_s32) {
+    const int32_t alpha = 1, beta = 0;
+    QC_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc_, &alpha, w, a_layout_, a, b_layout_, &beta, out, c_layout_,
+                                   out, c_layout_, &algo_, workspace_, workspace_bytes_, stream));
+  } else {
+    const float alpha = 1.0f, beta = 0.0f;
+    QC_CUBLAS_CHECK(cublasLtMatmul(cublaslt_handle(), desc_, &alpha, w, a_layout_, a, b_layout_, &beta, out, c_layout_,
+                                   out, c_layout_, &algo_, workspace_, workspace_bytes_, stream));
+  }
+}
+
+std::string CublasLtGemm::identity() const {
+  if (!ok_) return "cublasLtMatmul: no algorithm (" + error_ + ")";
+  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) -> long long {
+    int32_t v = 0;  // every attribute read here is a 4-byte integer; the size must match exactly
+    size_t written = 0;
+    if (cublasLtMatmulAlgoConfigGetAttribute(&algo_, attr, &v, sizeof v, &written) != CUBLAS_STATUS_SUCCESS) return -1;
+    return static_cast<long long>(v);
+  };
+  const char* what = kind_ == Kind::int8_s32 ? "int8 TN s32 (CUBLAS_COMPUTE_32I)"
+                     : kind_ == Kind::fp8_f32 ? "e4m3 TN f32 out (CUBLAS_COMPUTE_32F)"
+                                              : "e4m3 TN bf16 out, A/B scale mode OUTER_VEC_32F (CUBLAS_COMPUTE_32F)";
+  return fmt::format("cublasLtMatmul {}: heuristic algo id {} tile {} stages {} splitK {} reduction {} swizzle {} "
+                     "fast_accum {} workspace {} B",
+                     what, get(CUBLASLT_ALGO_CONFIG_ID), get(CUBLASLT_ALGO_CONFIG_TILE_ID),
+                     get(CUBLASLT_ALGO_CONFIG_STAGES_ID), get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
+                     get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
+                     fast_accum_ ? 1 : 0, workspace_bytes_);
+}
+
+}  // namespace qc::cuda

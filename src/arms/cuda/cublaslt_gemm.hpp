@@ -1,0 +1,55 @@
+// cuBLASLt GEMM plans for the vendor arms: INT8 (s32 out) and FP8 e4m3 (bf16 out with
+// per-token / per-channel outer-vector scales, or fp32 out without scales).
+//
+// Layout mapping: cuBLASLt is column-major, so the row-major product Y[M,N] = A[M,K]·W[N,K]ᵀ is
+// computed as Yᵀ (N×M, column-major, ld N) = op(W)·A with W described as K×N column-major
+// (transposed: "T") and A as K×M column-major ("N"): the "TN" layout IMMA and FP8 kernels need.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+
+namespace qc::cuda {
+
+class CublasLtGemm {
+ public:
+  enum class Kind {
+    int8_s32,       // a, w int8; out int32 (alpha 1, beta 0, CUBLAS_COMPUTE_32I)
+    fp8_bf16_vec,   // a, w e4m3; out bf16; A/B scale mode OUTER_VEC_32F (sa per row, sw per column)
+    fp8_f32,        // a, w e4m3; out fp32, no scales
+  };
+  // Builds the plan and asks the heuristic for one algorithm. `ok()` false (with `error()`) when
+  // cuBLASLt offers none for this combination (callers fall back or report).
+  CublasLtGemm(Kind kind, int m, int n, int k, bool fast_accum);
+  ~CublasLtGemm();
+  CublasLtGemm(const CublasLtGemm&) = delete;
+  CublasLtGemm& operator=(const CublasLtGemm&) = delete;
+
+  bool ok() const { return ok_; }
+  const std::string& error() const { return error_; }
+  // Device pointers. `sa` [m], `sw` [n] are read only by `fp8_bf16_vec`.
+  void run(const void* a, const void* w, void* out, const float* sa, const float* sw, cudaStream_t stream);
+  // "cublasLtMatmul int8 TN s32: algo 21 tile 20 stages 9 splitK 1 swizzle 0 fast_accum 0 workspace ..."
+  std::string identity() const;
+
+ private:
+  Kind kind_;
+  int m_, n_, k_;
+  bool fast_accum_;
+  bool ok_ = false;
+  std::string error_;
+  cublasLtMatmulDesc_t desc_ = nullptr;
+  cublasLtMatrixLayout_t a_layout_ = nullptr, b_layout_ = nullptr, c_layout_ = nullptr;
+  cublasLtMatmulAlgo_t algo_{};
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  const float* bound_sa_ = nullptr;
+  const float* bound_sw_ = nullptr;
+};
+
+cublasLtHandle_t cublaslt_handle();
+
+}  // namespace qc::cuda

@@ -1,0 +1,74 @@
+// The public GPU entry points of qconform/cuda.hpp: comparison, exact accumulation, raw FP8 GEMM.
+#include <fmt/format.h>
+
+#include "arms/cuda/cublaslt_gemm.hpp"
+#include "arms/cuda/cuda_common.hpp"
+#include "arms/cuda/kernels/int64_exact_accum.cuh"
+#include "arms/cuda/kernels/sm90_compare_bf16.cuh"
+#include "qconform/cuda.hpp"
+
+namespace qc {
+
+static_assert(GpuBf16Comparison::kUlpBuckets == cuda_kernels::kUlpBuckets);
+
+GpuBf16Comparison compare_bf16_gpu(std::span<const uint16_t> a, std::span<const uint16_t> b) {
+  QC_INPUT(a.size() == b.size(), "compare_bf16_gpu: arrays differ in length ({} vs {})", a.size(), b.size());
+  cuda::require_device("compare_bf16_gpu");
+  cuda::DeviceBuffer<uint16_t> da(a), db(b);
+  cuda_kernels::Bf16CompareCounts zero;
+  cuda::DeviceBuffer<cuda_kernels::Bf16CompareCounts> counts(std::span<const cuda_kernels::Bf16CompareCounts>(&zero, 1));
+  cuda::checked_launch(cuda_kernels::launch_compare_bf16(da.get(), db.get(), static_cast<int64_t>(a.size()),
+                                                         counts.get(), nullptr),
+                       "compare_bf16_gpu");
+  QC_CUDA_CHECK(cudaDeviceSynchronize());
+  const cuda_kernels::Bf16CompareCounts c = counts.to_host()[0];
+  GpuBf16Comparison r;
+  r.elements = static_cast<int64_t>(a.size());
+  r.bitwise_diff = static_cast<int64_t>(c.bitwise_diff);
+  r.finite_diff = static_cast<int64_t>(c.finite_diff);
+  r.nonfinite_mismatch = static_cast<int64_t>(c.nonfinite_mismatch);
+  for (int i = 0; i < GpuBf16Comparison::kUlpBuckets; ++i) r.ulp_hist[i] = static_cast<int64_t>(c.ulp_hist[i]);
+  r.max_ulp = static_cast<int64_t>(c.max_ulp);
+  r.first_diff = c.first_diff == ~0ull ? -1 : static_cast<int64_t>(c.first_diff);
+  return r;
+}
+
+std::vector<int64_t> exact_accumulate_i64_gpu(const int8_t* a, const int8_t* w, AccumShape s) {
+  QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0 && s.k % 4 == 0 && s.m <= INT32_MAX && s.n <= INT32_MAX && s.k <= INT32_MAX,
+           "exact_accumulate_i64_gpu: expected M, N >= 0 and K a multiple of 4 (int32 range), found M={} N={} K={}",
+           s.m, s.n, s.k);
+  if (s.m == 0 || s.n == 0) return {};
+  cuda::require_device("exact_accumulate_i64_gpu");
+  cuda::DeviceBuffer<int8_t> da(std::span<const int8_t>(a, static_cast<size_t>(s.m * s.k)));
+  cuda::DeviceBuffer<int8_t> dw(std::span<const int8_t>(w, static_cast<size_t>(s.n * s.k)));
+  cuda::DeviceBuffer<int64_t> out(static_cast<size_t>(s.m * s.n));
+  cuda::checked_launch(cuda_kernels::launch_int64_exact_accum(da.get(), dw.get(), out.get(), static_cast<int>(s.m),
+                                                              static_cast<int>(s.n), static_cast<int>(s.k), nullptr),
+                       "exact_accumulate_i64_gpu");
+  QC_CUDA_CHECK(cudaDeviceSynchronize());
+  return out.to_host();
+}
+
+std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w_e4m3, AccumShape s, bool fast_accum,
+                                         RunRecord* record) {
+  QC_INPUT(s.m >= 1 && s.n % 16 == 0 && s.n > 0 && s.k % 16 == 0 && s.k > 0,
+           "fp8_gemm_cublaslt_f32: expected M >= 1, N and K positive multiples of 16, found M={} N={} K={}", s.m, s.n,
+           s.k);
+  cuda::require_device("fp8_gemm_cublaslt_f32");
+  cuda::CublasLtGemm plan(cuda::CublasLtGemm::Kind::fp8_f32, static_cast<int>(s.m), static_cast<int>(s.n),
+                          static_cast<int>(s.k), fast_accum);
+  QC_INPUT(plan.ok(), "fp8_gemm_cublaslt_f32: {}", plan.error());
+  cuda::DeviceBuffer<uint8_t> da(std::span<const uint8_t>(a_e4m3, static_cast<size_t>(s.m * s.k)));
+  cuda::DeviceBuffer<uint8_t> dw(std::span<const uint8_t>(w_e4m3, static_cast<size_t>(s.n * s.k)));
+  cuda::DeviceBuffer<float> d(static_cast<size_t>(s.m * s.n));
+  plan.run(da.get(), dw.get(), d.get(), nullptr, nullptr, nullptr);
+  QC_CUDA_CHECK(cudaDeviceSynchronize());
+  if (record != nullptr) {
+    record->kernel = plan.identity();
+    record->device = cuda::device_description();
+    record->library = cuda::cublaslt_description();
+  }
+  return d.to_host();
+}
+
+}  // namespace qc

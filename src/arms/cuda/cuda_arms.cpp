@@ -1,0 +1,314 @@
+// The CUDA arms. Each `run` copies the layer's operands to the device, runs, copies back and
+// records what actually ran (kernel template instance and launch configuration, or the cuBLASLt
+// algorithm the heuristic chose), the GPU, driver and runtime.
+#include "arms/cuda/cuda_arms.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <climits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "arms/cuda/cublaslt_gemm.hpp"
+#include "arms/cuda/cuda_common.hpp"
+#include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
+#include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
+#include "qconform/arm.hpp"
+#include "qconform/numerics.hpp"
+#include "qconform/version.hpp"
+
+namespace qc {
+namespace cuda {
+
+using cuda_kernels::BiasAdd;
+using cuda_kernels::EpilogueFormula;
+
+EpilogueFormula formula_for(const Epilogue& e, int64_t m_rows, int64_t n_cols) {
+  switch (e.kind) {
+    case EpilogueKind::vllm_cutlass: return EpilogueFormula::vllm_cutlass;
+    case EpilogueKind::vllm_triton: return EpilogueFormula::vllm_triton;
+    case EpilogueKind::sglang_sm89: return EpilogueFormula::sglang_sm89;
+    case EpilogueKind::sglang_sm90:
+      // SGLang's Hopper dispatch swaps A and B for small M, which gives the Triton order
+      // (production-epilogues.md); tests/gpu checks this against `Epilogue::apply` on both sides
+      // of the boundary.
+      return (m_rows <= 16 || (m_rows <= 64 && n_cols > 1280)) ? EpilogueFormula::vllm_triton
+                                                                : EpilogueFormula::vllm_cutlass;
+    case EpilogueKind::exact: break;
+  }
+  QC_FAIL_INPUT("epilogue `{}` has no CUDA kernel instance (the exact formula is CPU-only: use cpu:exact)", e.name);
+}
+
+BiasAdd bias_add_for(const Epilogue& e, bool has_bias) {
+  if (!has_bias) return BiasAdd::none;
+  switch (e.bias_mode) {
+    case BiasMode::fma: return BiasAdd::fma;
+    case BiasMode::muladd: return BiasAdd::muladd;
+    case BiasMode::after_bf16: return BiasAdd::muladd;  // the Triton instance adds after its bf16 rounding
+    case BiasMode::refuse:
+    case BiasMode::exact: break;
+  }
+  QC_FAIL_INPUT(
+      "epilogue `{}`: a bias is ambiguous for this formula (CUTLASS `multiply_add` may or may not be contracted "
+      "into an FMA); use the `-fma` or `-muladd` variant of the arm",
+      e.name);
+}
+
+namespace {
+
+void check_shape(const std::string& arm, const LayerOperands& ops) {
+  ops.validate();
+  QC_INPUT(ops.m >= 1, "arm {}: layer `{}` ({}): expected M >= 1, found M={}", arm, ops.name, ops.source, ops.m);
+  QC_INPUT(ops.n % 16 == 0 && ops.n > 0, "arm {}: layer `{}` ({}): N must be a positive multiple of 16, found N={}",
+           arm, ops.name, ops.source, ops.n);
+  QC_INPUT(ops.k % 16 == 0 && ops.k > 0, "arm {}: layer `{}` ({}): K must be a positive multiple of 16, found K={}",
+           arm, ops.name, ops.source, ops.k);
+  QC_INPUT(ops.m <= INT_MAX && ops.n <= INT_MAX && ops.k <= INT_MAX,
+           "arm {}: layer `{}`: dimensions must fit in int32, found M={} N={} K={}", arm, ops.name, ops.m, ops.n,
+           ops.k);
+}
+
+RunRecord cuda_record(const ArmInfo& info, std::string kernel, std::string library) {
+  RunRecord r;
+  r.arm = info.label;
+  r.kernel = std::move(kernel);
+  r.epilogue = info.epilogue;
+  r.device = device_description();
+  r.library = std::move(library);
+  r.build = kernel_build_description();
+  return r;
+}
+
+struct DeviceLayer {
+  DeviceBuffer<int8_t> a, w;
+  DeviceBuffer<float> sa, sw;
+  DeviceBuffer<uint16_t> bias;
+  explicit DeviceLayer(const LayerOperands& ops)
+      : a(ops.a_q), w(ops.w_q), sa(ops.a_scale), sw(ops.w_scale), bias(ops.bias) {}
+};
+
+// `cuda:mma-<epilogue>`.
+class MmaArm final : public Arm {
+ public:
+  explicit MmaArm(const Epilogue& e) : epilogue_(e) {
+    (void)formula_for(e, 512, 4096);  // rejects `exact` at creation
+  }
+  ArmInfo info() const override {
+    ArmInfo i;
+    i.label = fmt::format("cuda:mma-{}", epilogue_.name);
+    i.description = fmt::format("qconform INT8 tensor-core GEMM (mma.sync m16n8k32 s8) with fused epilogue: {}",
+                                epilogue_.formula);
+    i.epilogue = std::string(epilogue_.name);
+    i.exposes_accumulator = true;
+    return i;
+  }
+  ArmOutput run(const LayerOperands& ops) override {
+    const ArmInfo i = info();
+    check_shape(i.label, ops);
+    const BiasAdd bias_add = bias_add_for(epilogue_, ops.has_bias());
+    require_device(i.label);
+    DeviceLayer d(ops);
+    const size_t mn = static_cast<size_t>(ops.m * ops.n);
+    DeviceBuffer<uint16_t> y(mn);
+    DeviceBuffer<int32_t> acc(mn);
+    cuda_kernels::ScaledMmArgs args;
+    args.a = d.a.get(), args.w = d.w.get(), args.sa = d.sa.get(), args.sw = d.sw.get();
+    args.bias = ops.has_bias() ? d.bias.get() : nullptr;
+    args.y = y.get(), args.acc = acc.get();
+    args.m = static_cast<int>(ops.m), args.n = static_cast<int>(ops.n), args.k = static_cast<int>(ops.k);
+    args.formula = formula_for(epilogue_, ops.m, ops.n);
+    args.bias_add = bias_add;
+    std::string kernel = checked_launch(cuda_kernels::launch_int8_scaled_mm(args, nullptr), i.label.c_str());
+    QC_CUDA_CHECK(cudaDeviceSynchronize());
+    ArmOutput out;
+    out.y = y.to_host();
+    out.acc = acc.to_host();
+    out.record = cuda_record(i, std::move(kernel), fmt::format("qconform {} CUDA kernels", version()));
+    out.record.extra["formula_instance"] = cuda_kernels::formula_name(args.formula);
+    return out;
+  }
+
+ private:
+  const Epilogue& epilogue_;
+};
+
+using PlanKey = std::tuple<int, int, int, int>;
+
+class PlanCache {
+ public:
+  CublasLtGemm& get(CublasLtGemm::Kind kind, int m, int n, int k, bool fast) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto& slot = plans_[PlanKey{static_cast<int>(kind) * 2 + (fast ? 1 : 0), m, n, k}];
+    if (!slot) slot = std::make_unique<CublasLtGemm>(kind, m, n, k, fast);
+    return *slot;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<PlanKey, std::unique_ptr<CublasLtGemm>> plans_;
+};
+
+// `cuda:cublaslt-int8`: cuBLASLt INT8 GEMM (s32 out) + the separate `vllm-cutlass-muladd` epilogue
+// kernel (identical to `vllm-cutlass` without bias; with a bias, multiply then add, never an FMA).
+class CublasLtInt8Arm final : public Arm {
+ public:
+  ArmInfo info() const override {
+    ArmInfo i;
+    i.label = "cuda:cublaslt-int8";
+    i.description = "cuBLASLt INT8 GEMM (TN, s32 out) + separate epilogue kernel vllm-cutlass-muladd";
+    i.epilogue = "vllm-cutlass-muladd";
+    i.exposes_accumulator = true;
+    return i;
+  }
+  ArmOutput run(const LayerOperands& ops) override {
+    const ArmInfo i = info();
+    check_shape(i.label, ops);
+    const Epilogue& e = epilogue(i.epilogue);
+    const BiasAdd bias_add = bias_add_for(e, ops.has_bias());
+    require_device(i.label);
+    const int m = static_cast<int>(ops.m), n = static_cast<int>(ops.n), k = static_cast<int>(ops.k);
+    CublasLtGemm& plan = plans_.get(CublasLtGemm::Kind::int8_s32, m, n, k, false);
+    QC_INPUT(plan.ok(), "arm {}: layer `{}`: {}", i.label, ops.name, plan.error());
+    DeviceLayer d(ops);
+    const size_t mn = static_cast<size_t>(ops.m * ops.n);
+    DeviceBuffer<int32_t> acc(mn);
+    DeviceBuffer<uint16_t> y(mn);
+    plan.run(d.a.get(), d.w.get(), acc.get(), nullptr, nullptr, nullptr);
+    std::string epi = checked_launch(
+        cuda_kernels::launch_int32_scaled_epilogue(acc.get(), d.sa.get(), d.sw.get(),
+                                                   ops.has_bias() ? d.bias.get() : nullptr, y.get(), m, n,
+                                                   formula_for(e, m, n), bias_add, nullptr),
+        i.label.c_str());
+    QC_CUDA_CHECK(cudaDeviceSynchronize());
+    ArmOutput out;
+    out.y = y.to_host();
+    out.acc = acc.to_host();
+    out.record = cuda_record(i, plan.identity() + " + " + epi, cublaslt_description());
+    return out;
+  }
+
+ private:
+  PlanCache plans_;
+};
+
+// int8 code -> e4m3fn byte with the same value, or -1 when e4m3 cannot represent it exactly.
+const std::array<int, 256>& int8_to_e4m3_table() {
+  static const std::array<int, 256> table = [] {
+    std::array<int, 256> t{};
+    for (int v = -128; v <= 127; ++v) {
+      const uint8_t b = f32_to_e4m3fn(static_cast<float>(v), /*saturate=*/false);
+      t[static_cast<uint8_t>(v)] = e4m3fn_to_f32(b) == static_cast<float>(v) ? b : -1;
+    }
+    return t;
+  }();
+  return table;
+}
+
+std::vector<uint8_t> to_e4m3_exact(const std::string& arm, const LayerOperands& ops, std::span<const int8_t> codes,
+                                   const char* field, int64_t cols) {
+  const auto& table = int8_to_e4m3_table();
+  std::vector<uint8_t> out(codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const int b = table[static_cast<uint8_t>(codes[i])];
+    QC_INPUT(b >= 0,
+             "arm {}: layer `{}` ({}): {}[{},{}] = {} has no exact e4m3 encoding; the FP8 arms take int8 codes only "
+             "when every code is an e4m3 value (|q| <= 16, even up to 32, multiples of 4 up to 64, of 8 up to 120), "
+             "so that both arms see the same operands (C3). See docs/gpu.md",
+             arm, ops.name, ops.source, field, static_cast<int64_t>(i) / cols, static_cast<int64_t>(i) % cols,
+             static_cast<int>(codes[i]));
+    out[i] = static_cast<uint8_t>(b);
+  }
+  return out;
+}
+
+// `cuda:cublaslt-fp8[-fastacc]`: e4m3 operands, per-token / per-channel fp32 scales, bf16 out.
+class CublasLtFp8Arm final : public Arm {
+ public:
+  explicit CublasLtFp8Arm(bool fast) : fast_(fast) {}
+  ArmInfo info() const override {
+    ArmInfo i;
+    i.label = fast_ ? "cuda:cublaslt-fp8-fastacc" : "cuda:cublaslt-fp8";
+    i.description = fmt::format(
+        "cuBLASLt FP8 e4m3 GEMM ({} accumulation), per-token/per-channel outer-vector scales, bf16 out; int8 codes "
+        "re-encoded to e4m3 only when exact",
+        fast_ ? "fast (CUBLASLT_MATMUL_DESC_FAST_ACCUM)" : "default");
+    i.exposes_accumulator = false;
+    return i;
+  }
+  ArmOutput run(const LayerOperands& ops) override {
+    const ArmInfo i = info();
+    check_shape(i.label, ops);
+    QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", i.label, ops.name);
+    require_device(i.label);
+    const std::vector<uint8_t> a8 = to_e4m3_exact(i.label, ops, ops.a_q, "a_q", ops.k);
+    const std::vector<uint8_t> w8 = to_e4m3_exact(i.label, ops, ops.w_q, "w_q", ops.k);
+    const int m = static_cast<int>(ops.m), n = static_cast<int>(ops.n), k = static_cast<int>(ops.k);
+    DeviceBuffer<uint8_t> a{std::span<const uint8_t>(a8)};
+    DeviceBuffer<uint8_t> w{std::span<const uint8_t>(w8)};
+    DeviceBuffer<float> sa(ops.a_scale), sw(ops.w_scale);
+    const size_t mn = static_cast<size_t>(ops.m * ops.n);
+    DeviceBuffer<uint16_t> y(mn);
+    std::string kernel;
+    CublasLtGemm& vec = plans_.get(CublasLtGemm::Kind::fp8_bf16_vec, m, n, k, fast_);
+    if (vec.ok()) {
+      vec.run(a.get(), w.get(), y.get(), sa.get(), sw.get(), nullptr);
+      kernel = vec.identity();
+    } else {
+      // No outer-vector-scaled algorithm: fp32 GEMM, then our scale kernel (sa first, then sw).
+      CublasLtGemm& f32 = plans_.get(CublasLtGemm::Kind::fp8_f32, m, n, k, fast_);
+      QC_INPUT(f32.ok(), "arm {}: layer `{}`: {}; {}", i.label, ops.name, vec.error(), f32.error());
+      DeviceBuffer<float> d(mn);
+      f32.run(a.get(), w.get(), d.get(), nullptr, nullptr, nullptr);
+      kernel = f32.identity() + " + " +
+               checked_launch(cuda_kernels::launch_f32_scale_to_bf16(d.get(), sa.get(), sw.get(), y.get(), m, n, nullptr),
+                              i.label.c_str()) +
+               " (outer-vector scaling unavailable: " + vec.error() + ")";
+      QC_CUDA_CHECK(cudaDeviceSynchronize());
+    }
+    QC_CUDA_CHECK(cudaDeviceSynchronize());
+    ArmOutput out;
+    out.y = y.to_host();
+    out.record = cuda_record(i, std::move(kernel), cublaslt_description());
+    out.record.extra["operands"] = "int8 codes re-encoded to e4m3fn, exact (rejected otherwise)";
+    return out;
+  }
+
+ private:
+  bool fast_;
+  PlanCache plans_;
+};
+
+}  // namespace
+}  // namespace cuda
+
+void register_cuda_arms() {
+  register_arm_backend(ArmBackend{
+      "cuda",
+      "NVIDIA GPU arms: qconform's INT8 tensor-core kernel with a fused named epilogue (mma-<epilogue>), cuBLASLt "
+      "INT8 + declared epilogue, cuBLASLt FP8 (default and fast accumulation)",
+      [] {
+        std::vector<std::string> names;
+        for (const Epilogue& e : all_epilogues()) {
+          if (e.kind != EpilogueKind::exact) names.push_back(fmt::format("mma-{}", e.name));
+        }
+        names.emplace_back("cublaslt-int8");
+        names.emplace_back("cublaslt-fp8");
+        names.emplace_back("cublaslt-fp8-fastacc");
+        return names;
+      },
+      [](std::string_view variant) -> std::unique_ptr<Arm> {
+        if (variant.rfind("mma-", 0) == 0) return std::make_unique<cuda::MmaArm>(epilogue(variant.substr(4)));
+        if (variant == "cublaslt-int8") return std::make_unique<cuda::CublasLtInt8Arm>();
+        if (variant == "cublaslt-fp8") return std::make_unique<cuda::CublasLtFp8Arm>(false);
+        if (variant == "cublaslt-fp8-fastacc") return std::make_unique<cuda::CublasLtFp8Arm>(true);
+        QC_FAIL_INPUT(
+            "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> (vllm-cutlass, vllm-cutlass-fma, vllm-cutlass-muladd, "
+            "vllm-triton, sglang-sm89, sglang-sm90), cublaslt-int8, cublaslt-fp8 or cublaslt-fp8-fastacc",
+            variant);
+      }});
+}
+
+}  // namespace qc

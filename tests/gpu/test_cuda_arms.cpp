@@ -1,0 +1,198 @@
+// Every `cuda:mma-*` arm and `cuda:cublaslt-int8` against the CPU: the accumulator equals the
+// exact reference (`exact_accumulate_i32`, SIMD on the CPU) and the output equals `Epilogue::apply`
+// of the arm's declared formula on that accumulator, bit for bit, on all layer shapes of
+// Qwen3-1.7B at M in {1, 16, 64, 512} and ragged M {7, 100, 333}.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "qconform/accum.hpp"
+#include "qconform/arm.hpp"
+#include "qconform/cuda.hpp"
+#include "qconform/epilogue.hpp"
+#include "qconform/error.hpp"
+
+#ifdef QC_WITH_CUDA
+#include "arms/cuda/cuda_common.hpp"
+#include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
+#endif
+
+namespace qc {
+namespace {
+
+struct LayerShape {
+  const char* name;
+  int64_t n, k;
+};
+// Qwen3-1.7B: hidden 2048, intermediate 6144, 16 q heads / 8 kv heads of 128.
+constexpr LayerShape kQwen3_1_7B[] = {
+    {"q_proj", 2048, 2048}, {"k_proj", 1024, 2048}, {"v_proj", 1024, 2048}, {"o_proj", 2048, 2048},
+    {"gate_proj", 6144, 2048}, {"up_proj", 6144, 2048}, {"down_proj", 2048, 6144},
+};
+constexpr int64_t kMs[] = {1, 16, 64, 512, 7, 100, 333};
+
+const std::vector<std::string>& int8_arms() {
+  static const std::vector<std::string> arms = {
+      "cuda:mma-vllm-cutlass", "cuda:mma-vllm-cutlass-fma", "cuda:mma-vllm-cutlass-muladd", "cuda:mma-vllm-triton",
+      "cuda:mma-sglang-sm89",  "cuda:mma-sglang-sm90",      "cuda:cublaslt-int8"};
+  return arms;
+}
+
+// Runs `arm` on `ops` and checks acc == exact and y == Epilogue::apply(exact). Returns the
+// number of failures (each reported through ADD_FAILURE with the case id).
+int check_arm(Arm& arm, const LayerOperands& ops, const std::vector<int32_t>& exact, const std::string& case_id) {
+  const ArmInfo info = arm.info();
+  const ArmOutput out = arm.run(ops);
+  int failures = 0;
+  if (!out.acc) {
+    ADD_FAILURE() << case_id << " " << info.label << ": exposes no accumulator";
+    return 1;
+  }
+  const std::string acc_diff = gpu_test::diff_report(*out.acc, exact, ops.n, "accumulator");
+  if (!acc_diff.empty()) {
+    ADD_FAILURE() << case_id << " " << info.label << " " << acc_diff;
+    ++failures;
+  }
+  const Epilogue& e = epilogue(info.epilogue);
+  std::vector<uint16_t> want(static_cast<size_t>(ops.m * ops.n));
+  apply_epilogue(e, exact.data(), ops.a_scale.data(), ops.w_scale.data(), ops.has_bias() ? ops.bias.data() : nullptr,
+                 ops.m, ops.n, want.data());
+  const std::string y_diff = gpu_test::diff_report(out.y, want, ops.n, "output vs Epilogue::apply");
+  if (!y_diff.empty()) {
+    ADD_FAILURE() << case_id << " " << info.label << " (kernel " << out.record.kernel << ") " << y_diff;
+    ++failures;
+  }
+  if (out.record.kernel.empty() || out.record.device.empty()) {
+    ADD_FAILURE() << case_id << " " << info.label << ": RunRecord lacks kernel or device identity";
+    ++failures;
+  }
+  return failures;
+}
+
+TEST(CudaArms, Qwen3_1_7B_AllShapesAllM_BitExact) {
+  std::vector<std::unique_ptr<Arm>> arms;
+  for (const auto& label : int8_arms()) arms.push_back(make_arm(label));
+  int cases = 0, failures = 0;
+  uint64_t seed = 1000;
+  for (const LayerShape& shape : kQwen3_1_7B) {
+    for (int64_t m : kMs) {
+      const LayerOperands ops = gpu_test::make_layer(shape.name, m, shape.n, shape.k, ++seed, /*bias=*/false);
+      std::vector<int32_t> exact(static_cast<size_t>(m * shape.n));
+      exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), AccumShape{m, shape.n, shape.k}, exact.data());
+      const std::string case_id = fmt::format("{} M={} N={} K={} seed={}", shape.name, m, shape.n, shape.k, seed);
+      for (auto& arm : arms) {
+        failures += check_arm(*arm, ops, exact, case_id);
+        ++cases;
+      }
+      if (failures > 20) FAIL() << "stopping after " << failures << " failures";
+    }
+  }
+  std::printf("CudaArms: %d (arm, layer, M) cases, %d failures\n", cases, failures);
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(CudaArms, BiasVariantsBitExact) {
+  const std::vector<std::string> labels = {"cuda:mma-vllm-cutlass-fma", "cuda:mma-vllm-cutlass-muladd",
+                                           "cuda:mma-vllm-triton", "cuda:mma-sglang-sm89", "cuda:cublaslt-int8"};
+  int failures = 0;
+  for (const auto& label : labels) {
+    auto arm = make_arm(label);
+    for (int64_t m : {int64_t{1}, int64_t{16}, int64_t{333}}) {
+      const LayerOperands ops = gpu_test::make_layer("o_proj+bias", m, 2048, 2048, 77 + m, /*bias=*/true);
+      std::vector<int32_t> exact(static_cast<size_t>(m * 2048));
+      exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), AccumShape{m, 2048, 2048}, exact.data());
+      failures += check_arm(*arm, ops, exact, fmt::format("bias M={}", m));
+    }
+  }
+  EXPECT_EQ(failures, 0);
+}
+
+TEST(CudaArms, AmbiguousBiasAndBadShapesAreInputErrors) {
+  const LayerOperands with_bias = gpu_test::make_layer("bias", 4, 64, 64, 5, /*bias=*/true);
+  for (const char* label : {"cuda:mma-vllm-cutlass", "cuda:mma-sglang-sm90"}) {
+    auto arm = make_arm(label);
+    try {
+      arm->run(with_bias);
+      ADD_FAILURE() << label << " accepted a bias its formula refuses";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::input) << e.what();
+    }
+  }
+  auto arm = make_arm("cuda:mma-vllm-triton");
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{72, 64}, {64, 72}}) {
+    const LayerOperands bad = gpu_test::make_layer("bad", 3, n, k, 6, false);
+    try {
+      arm->run(bad);
+      ADD_FAILURE() << "N=" << n << " K=" << k << " accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::input);
+      EXPECT_NE(std::string(e.what()).find("cuda:mma-vllm-triton"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("multiple of 16"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(make_arm("cuda:mma-exact"), Error);
+}
+
+// Under power-of-two weight scales, without bias, the CUTLASS and Triton orders must agree bit
+// for bit (production-epilogues.md; the DESIGN's C5 argument) on the GPU as on the CPU.
+TEST(CudaArms, PowerOfTwoScalesCutlassEqualsTriton) {
+  LayerOperands ops = gpu_test::make_layer("gate_proj", 512, 6144, 2048, 4242, false);
+  std::vector<float> sw(ops.w_scale.begin(), ops.w_scale.end());
+  for (auto& v : sw) v = std::exp2(std::round(std::log2(v)));
+  ops = with_scales(ops, std::vector<float>(ops.a_scale.begin(), ops.a_scale.end()), sw);
+  const ArmOutput cutlass = make_arm("cuda:mma-vllm-cutlass")->run(ops);
+  const ArmOutput triton = make_arm("cuda:mma-vllm-triton")->run(ops);
+  const std::string d = gpu_test::diff_report(cutlass.y, triton.y, ops.n, "cutlass vs triton (pow2 sw)");
+  EXPECT_TRUE(d.empty()) << d;
+}
+
+// Every tile configuration of the tensor-core kernel, on shapes that are ragged for it (M, N and
+// K not multiples of the block tile or the 128-byte K stage).
+TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
+#ifdef QC_WITH_CUDA
+  using namespace cuda_kernels;
+  const MmTile tiles[] = {MmTile::m128n128, MmTile::m128n256, MmTile::m64n128, MmTile::m16n64_k4, MmTile::m32n64_k4,
+                          MmTile::m16n32_k4};
+  const int64_t m = 333, n = 1040, k = 2064;
+  const LayerOperands ops = gpu_test::make_layer("ragged", m, n, k, 99, /*bias=*/true);
+  std::vector<int32_t> exact(static_cast<size_t>(m * n));
+  exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), AccumShape{m, n, k}, exact.data());
+  cuda::DeviceBuffer<int8_t> a(ops.a_q), w(ops.w_q);
+  cuda::DeviceBuffer<float> sa(ops.a_scale), sw(ops.w_scale);
+  cuda::DeviceBuffer<uint16_t> bias(ops.bias), y(static_cast<size_t>(m * n));
+  cuda::DeviceBuffer<int32_t> acc(static_cast<size_t>(m * n));
+  for (MmTile tile : tiles) {
+    for (const char* name : {"vllm-cutlass-fma", "vllm-triton", "sglang-sm89"}) {
+      const Epilogue& e = epilogue(name);
+      ScaledMmArgs args;
+      args.a = a.get(), args.w = w.get(), args.sa = sa.get(), args.sw = sw.get(), args.bias = bias.get();
+      args.y = y.get(), args.acc = acc.get(), args.m = m, args.n = n, args.k = k;
+      args.formula = e.kind == EpilogueKind::vllm_triton  ? EpilogueFormula::vllm_triton
+                     : e.kind == EpilogueKind::sglang_sm89 ? EpilogueFormula::sglang_sm89
+                                                           : EpilogueFormula::vllm_cutlass;
+      args.bias_add = e.bias_mode == BiasMode::fma ? BiasAdd::fma : BiasAdd::muladd;
+      args.tile = tile;
+      QC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.size() * 2));  // poison: every element must be written
+      QC_CUDA_CHECK(cudaMemset(acc.get(), 0xFF, acc.size() * 4));
+      const std::string id = launch_int8_scaled_mm(args, nullptr);
+      ASSERT_EQ(id.rfind("error:", 0), std::string::npos) << id;
+      QC_CUDA_CHECK(cudaDeviceSynchronize());
+      std::vector<uint16_t> want(exact.size());
+      apply_epilogue(e, exact.data(), ops.a_scale.data(), ops.w_scale.data(), ops.bias.data(), m, n, want.data());
+      const std::string da = gpu_test::diff_report(acc.to_host(), exact, n, "accumulator");
+      const std::string dy = gpu_test::diff_report(y.to_host(), want, n, "output");
+      EXPECT_TRUE(da.empty()) << id << " " << da;
+      EXPECT_TRUE(dy.empty()) << id << " " << dy;
+    }
+  }
+#else
+  GTEST_SKIP() << "this build has no CUDA";
+#endif
+}
+
+}  // namespace
+}  // namespace qc

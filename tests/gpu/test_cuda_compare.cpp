@@ -1,0 +1,96 @@
+// The GPU comparison kernel against a CPU loop written independently, and the CUDA-core exact
+// int64 accumulation against the CPU exact reference (random, all-extreme, K past the int32 proof).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "gpu_test_util.hpp"
+#include "qconform/accum.hpp"
+#include "qconform/cuda.hpp"
+#include "qconform/numerics.hpp"
+
+namespace qc {
+namespace {
+
+// Ordered position of a bf16 on the number line, written as an offset from 0x8000 (a different
+// spelling from the kernel's sign-magnitude mirror): -0 and +0 both land on 0x8000.
+int64_t line_position(uint16_t h) { return (h & 0x8000u) ? 0x8000 - (h & 0x7FFF) : 0x8000 + h; }
+bool finite_bf16(uint16_t h) { return std::isfinite(bf16_to_f32(h)); }
+
+TEST(CudaCompare, MatchesCpuLoop) {
+  const size_t n = (size_t{1} << 22) + 5;  // a tail that is not a multiple of 8
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int> bits(0, 0xFFFF);
+  std::vector<uint16_t> a(n), b(n);
+  for (size_t i = 0; i < n; ++i) a[i] = static_cast<uint16_t>(bits(rng)), b[i] = a[i];
+  std::uniform_int_distribution<size_t> pos(0, n - 1);
+  for (int i = 0; i < 1000; ++i) {  // neighbours, larger distances, signed zeros, NaN and inf
+    const size_t p = pos(rng);
+    switch (i % 6) {
+      case 0: b[p] = static_cast<uint16_t>(a[p] ^ 1u); break;
+      case 1: b[p] = static_cast<uint16_t>(a[p] + 37u); break;
+      case 2: a[p] = 0x0000, b[p] = 0x8000; break;
+      case 3: a[p] = 0x7FC0, b[p] = 0x7FC1; break;
+      case 4: a[p] = 0x7F80, b[p] = 0x3F80; break;
+      default: b[p] = static_cast<uint16_t>(bits(rng)); break;
+    }
+  }
+  b[n - 1] = static_cast<uint16_t>(a[n - 1] ^ 0x10u);  // one in the tail
+  GpuBf16Comparison want;
+  want.elements = static_cast<int64_t>(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (a[i] == b[i]) continue;
+    ++want.bitwise_diff;
+    if (want.first_diff < 0) want.first_diff = static_cast<int64_t>(i);
+    if (!finite_bf16(a[i]) || !finite_bf16(b[i])) {
+      ++want.nonfinite_mismatch;
+      continue;
+    }
+    ++want.finite_diff;
+    const int64_t d = std::llabs(line_position(a[i]) - line_position(b[i]));
+    want.max_ulp = std::max(want.max_ulp, d);
+    int bucket = 0;
+    while ((int64_t{1} << bucket) <= d) ++bucket;  // bit width of d (0 for d == 0)
+    ++want.ulp_hist[std::min(bucket, GpuBf16Comparison::kUlpBuckets - 1)];
+  }
+  const GpuBf16Comparison got = compare_bf16_gpu(a, b);
+  EXPECT_EQ(got.elements, want.elements);
+  EXPECT_EQ(got.bitwise_diff, want.bitwise_diff);
+  EXPECT_EQ(got.finite_diff, want.finite_diff);
+  EXPECT_EQ(got.nonfinite_mismatch, want.nonfinite_mismatch);
+  EXPECT_EQ(got.max_ulp, want.max_ulp);
+  EXPECT_EQ(got.first_diff, want.first_diff);
+  for (int i = 0; i < GpuBf16Comparison::kUlpBuckets; ++i) EXPECT_EQ(got.ulp_hist[i], want.ulp_hist[i]) << "bucket " << i;
+  EXPECT_GT(want.nonfinite_mismatch, 0);  // the case mix really exercised every branch
+  EXPECT_GT(want.ulp_hist[0], 0);
+}
+
+void expect_exact_i64(int64_t m, int64_t n, int64_t k, int fill, uint64_t seed) {
+  std::vector<int8_t> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> code(-128, 127);
+  for (auto& v : a) v = static_cast<int8_t>(fill == 0 ? code(rng) : fill);
+  for (auto& v : w) v = static_cast<int8_t>(fill == 0 ? code(rng) : fill);
+  std::vector<int64_t> want(static_cast<size_t>(m * n));
+  exact_accumulate_i64(a.data(), w.data(), AccumShape{m, n, k}, want.data());
+  const std::vector<int64_t> got = exact_accumulate_i64_gpu(a.data(), w.data(), AccumShape{m, n, k});
+  const std::string d = gpu_test::diff_report(got, want, n, "int64 exact accumulator");
+  EXPECT_TRUE(d.empty()) << fmt::format("M={} N={} K={} fill={} ", m, n, k, fill) << d;
+}
+
+TEST(CudaExactAccum, RandomRagged) { expect_exact_i64(333, 1040, 2068, 0, 1); }
+TEST(CudaExactAccum, AllExtremeK32768) {
+  expect_exact_i64(65, 70, 32768, -128, 2);  // 2^14 · 2^15 = 2^29
+  expect_exact_i64(17, 33, 32768, 127, 3);
+}
+TEST(CudaExactAccum, BeyondInt32Proof) {
+  // 140000 · 2^14 > 2^31: only an int64 accumulation is exact here.
+  expect_exact_i64(3, 5, 140000, -128, 4);
+}
+
+}  // namespace
+}  // namespace qc
