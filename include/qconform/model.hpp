@@ -1,0 +1,223 @@
+// The model engine: a LLaMA/Qwen3-family decoder whose every linear layer runs through one
+// pluggable function (`LinearFn`), its loaders, greedy generation and teacher-forced replay.
+//
+// Numerics of the floating-point reference (mode `fp32`), see docs/model.md:
+// - activations are stored in fp32 between operations;
+// - every reduction (linear-layer dot products, RMSNorm's sum of squares, attention scores,
+//   the softmax denominator and the weighted sum of values) accumulates in double, in one fixed
+//   order (ascending index), and is rounded to fp32 once;
+// - each row of a batch is computed by the same code in the same order, whatever the number of
+//   rows, so a prefill of M tokens and M single-token decode steps give bit-identical logits.
+//
+// Layouts: every matrix is row-major; a linear layer's weight is [n_out, k_in] (PyTorch's
+// `nn.Linear.weight`, llama2.c's `matmul` convention): y[m,n] = Σ_k x[m,k]·w[n,k] (+ bias[n]).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace qc {
+
+// How rotary embeddings pair the elements of one head (a config flag, not a guess):
+// `interleaved` rotates (x[2i], x[2i+1]) (llama2.c and Meta's original LLaMA code);
+// `rotate_half` rotates (x[i], x[i + head_dim/2]) (Hugging Face `rotate_half`, Qwen).
+// Both use the angle pos · theta^(-2i/head_dim) for pair i.
+enum class RopeStyle { interleaved, rotate_half };
+
+// The hyper-parameters of a decoder; field names follow Hugging Face's config.json where one
+// exists (`hidden_size` -> `hidden`, `intermediate_size` -> `intermediate`, ...).
+struct ModelConfig {
+  std::string arch = "llama";  // "llama2c", "llama", "qwen2", "qwen3": informational
+  int64_t hidden = 0;          // model width (llama2.c `dim`)
+  int64_t intermediate = 0;    // MLP width (llama2.c `hidden_dim`)
+  int64_t n_layers = 0;
+  int64_t n_heads = 0;         // query heads
+  int64_t n_kv_heads = 0;      // key/value heads (grouped-query attention: n_heads % n_kv_heads == 0)
+  int64_t head_dim = 0;        // hidden / n_heads for LLaMA; explicit for Qwen3
+  int64_t vocab = 0;
+  int64_t max_seq_len = 0;     // positions the KV cache and RoPE accept
+  double rope_theta = 10000.0;
+  float rms_eps = 1e-5f;
+  RopeStyle rope_style = RopeStyle::rotate_half;
+  bool tie_embeddings = false;  // head reuses the token embedding
+  bool qk_norm = false;         // Qwen3: RMSNorm over each head of q and k before RoPE
+  bool qkv_bias = false;        // Qwen2: q, k and v projections carry a bias
+  int32_t bos_id = 1;
+  std::vector<int32_t> stop_ids = {};  // greedy generation stops after producing one of these
+
+  // Throws QC_INPUT naming `source` and the field when the dimensions are inconsistent.
+  void validate(const std::string& source) const;
+};
+
+// One linear layer, unquantized. `name` is the Hugging Face module path without the leading
+// "model." (e.g. "layers.3.self_attn.q_proj", "layers.3.mlp.down_proj"), so that it matches
+// safetensors / compressed-tensors keys and operand-capture keys.
+struct LinearLayer {
+  std::string name;
+  int64_t n_out = 0, k_in = 0;
+  std::vector<float> weight;  // [n_out, k_in] fp32
+  std::vector<float> bias;    // [n_out] or empty
+};
+
+// The one interface every linear layer (q, k, v, o, gate, up, down; not the head) runs through:
+// x [M, k_in] fp32 -> y [M, n_out] fp32. Quantized modes plug in here.
+using LinearFn = std::function<void(const LinearLayer& layer, const float* x, int64_t M, float* y)>;
+
+// Called after each linear layer with its input rows x [M, k_in] and output rows y [M, n_out]
+// (operand capture hooks in here; the capture verb quantizes `x` itself or asks the arm).
+using CaptureFn = std::function<void(const LinearLayer& layer, const float* x, int64_t M, const float* y)>;
+
+// The plain fp32 matmul: y[m,n] = fp32( Σ_{k ascending} double(x[m,k])·double(w[n,k]) + bias[n] ).
+// Products are exact in double; the sum is rounded to fp32 once, after the bias is added.
+void matmul_fp32(const float* x, int64_t M, const float* w, const float* bias, int64_t N, int64_t K, float* y);
+// `matmul_fp32` as a LinearFn (the default, mode `fp32`).
+void fp32_linear(const LinearLayer& layer, const float* x, int64_t M, float* y);
+
+// Modes of `qconform generate/replay`.
+//
+// THE W8A8 HOOK. `w8a8` is where quantized arms plug in: a LinearFn that, per layer,
+// (1) quantizes `layer.weight` per output channel to symmetric int8 once (cached by
+// `layer.name`), (2) quantizes the input rows `x` per token with the chosen activation
+// quantizer (quantize.hpp), (3) builds `LayerOperands` and calls `Arm::run` (arm.hpp) for the
+// chosen arm label, (4) widens the arm's bf16 output to fp32 into `y`. Attention, norms and
+// the head stay floating point. Until that lands, `make_linear_fn(w8a8, ...)` throws an input
+// error saying so (the CLI exits 2).
+enum class LinearMode { fp32, w8a8 };
+LinearMode parse_linear_mode(std::string_view text);  // QC_INPUT on anything else
+std::string_view to_string(LinearMode mode);
+LinearFn make_linear_fn(LinearMode mode, std::string_view arm_label = {});
+
+struct DecoderLayer {
+  std::vector<float> attn_norm;         // [hidden]   input_layernorm (llama2.c rms_att_weight)
+  std::vector<float> ffn_norm;          // [hidden]   post_attention_layernorm (rms_ffn_weight)
+  std::vector<float> q_norm, k_norm;    // [head_dim] Qwen3 only
+  LinearLayer q, k, v, o;               // self_attn.{q,k,v,o}_proj (llama2.c wq, wk, wv, wo)
+  LinearLayer gate, up, down;           // mlp.{gate,up,down}_proj (llama2.c w1, w3, w2)
+};
+
+struct Model {
+  ModelConfig config;
+  std::vector<float> embed;      // [vocab, hidden]
+  std::vector<DecoderLayer> layers;
+  std::vector<float> final_norm; // [hidden]
+  std::vector<float> lm_head;    // [vocab, hidden]; empty when config.tie_embeddings
+  std::string source;            // the file it came from
+  std::string sha256;            // "sha256:<64 hex>" of that file, empty for in-memory models
+
+  const float* head_weight() const { return config.tie_embeddings ? embed.data() : lm_head.data(); }
+  // Every linear layer in forward order (q, k, v, o, gate, up, down per layer).
+  std::vector<const LinearLayer*> linear_layers() const;
+  // Checks every tensor's size against the config (QC_CHECK: loaders must produce consistent models).
+  void check_shapes() const;
+};
+
+// llama2.c checkpoints: the legacy layout of run.c (7-int header, vocab_size < 0 means an
+// untied classifier follows) and export.py's version 1 ("ak42" magic, 256-byte header).
+// Throws QC_INPUT naming the file and field on anything malformed.
+Model load_llama2c(const std::string& path);
+// Writes `model` in the version-1 layout (used by tests; llama2.c's export.py writes the same bytes).
+std::vector<uint8_t> encode_llama2c_v1(const Model& model);
+
+// ---- Blocks (exposed for the unit tests, which pin each against an fp64 reference) ----
+
+// out[i] = fp32( w[i] · x[i] / sqrt(mean(x²) + eps) ), mean in double. `out` may alias `x`.
+void rmsnorm(float* out, const float* x, const float* w, int64_t n, float eps);
+// The angles of one position: cos/sin of pos · theta^(-2i/head_dim), i < head_dim/2, in double.
+void rope_angles(int64_t pos, int64_t head_dim, double theta, double* cos_out, double* sin_out);
+// Rotates every head of vec [n_heads, head_dim] in place with the angles of one position.
+void rope_rotate(float* vec, int64_t n_heads, int64_t head_dim, const double* cos, const double* sin, RopeStyle style);
+// Causal grouped-query attention for M query rows at positions pos0 .. pos0+M-1.
+// q [M, n_heads·head_dim]; k_cache, v_cache [pos0+M, n_kv_heads·head_dim] (position-major);
+// query row t sees cache rows 0 .. pos0+t; query head h reads kv head h / (n_heads/n_kv_heads).
+// out [M, n_heads·head_dim]. Scores scaled by 1/sqrt(head_dim); everything in double, one rounding.
+void causal_attention(const float* q, int64_t M, int64_t pos0, const float* k_cache, const float* v_cache,
+                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float* out);
+// h[i] = fp32( silu(gate[i]) · up[i] ), silu(g) = g / (1 + exp(-g)), in double. `h` may alias either input.
+void swiglu(float* h, const float* gate, const float* up, int64_t n);
+
+// ---- The decoder with its KV cache ----
+
+enum class LogitRows { all, last };
+
+class Decoder {
+ public:
+  explicit Decoder(const Model& model, LinearFn linear = fp32_linear, CaptureFn capture = {});
+  // Forgets the KV cache: the next `forward` starts at position 0.
+  void reset() { pos_ = 0; }
+  int64_t position() const { return pos_; }
+  // Runs `tokens` at positions position() .. position()+M-1 (prefill when M > 1, decode when
+  // M == 1), appends their keys and values to the cache and writes logits [M or 1, vocab].
+  void forward(std::span<const int32_t> tokens, LogitRows rows, std::vector<float>& logits);
+  const Model& model() const { return model_; }
+
+ private:
+  void linear(const LinearLayer& layer, const float* x, int64_t M, float* y);
+
+  const Model& model_;
+  LinearFn linear_;
+  CaptureFn capture_;
+  int64_t pos_ = 0;
+  std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer [positions, n_kv_heads·head_dim]
+  std::vector<float> x_, xb_, q_, k_, v_, att_, hb_, hb2_;
+  std::vector<double> cos_, sin_;
+};
+
+// ---- Generation and replay: one record per position ----
+
+// The JSONL record (read by `qconform transfer`; keep the field names and order):
+// {"prompt": <string or int>, "position": p, "token": t, "top1_id", "top1_logit", "top2_id",
+//  "top2_logit", "margin"}. `position` is the index of the last context token, whose logits
+// are scored; `token` is the token at p+1: the generated one (= top1_id) in generation, the
+// forced one in replay. margin = fp32(top1_logit − top2_logit).
+struct PositionRecord {
+  nlohmann::json prompt;
+  int64_t position = 0;
+  int32_t token = 0;
+  int32_t top1_id = 0, top2_id = 0;
+  float top1_logit = 0, top2_logit = 0, margin = 0;
+};
+// Top-2 of one logits row: the largest (lowest id on ties, like run.c's argmax) and the
+// largest of the rest. NaN logits are never chosen (a row of NaNs is an internal error).
+PositionRecord top2(const float* logits, int64_t vocab);
+// One JSONL line (no newline): shortest round-trip float printing; non-finite values as null.
+std::string format_record(const PositionRecord& r);
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;     // the prompt tokens followed by the generated ones
+  int64_t n_prompt = 0;
+  std::vector<PositionRecord> records;  // one per generated token
+  std::vector<float> logits;            // [records.size(), vocab]: the decode logits behind them
+};
+// Greedy decoding with the KV cache: one prefill of the prompt, then one decode step per
+// token; stops after `max_new` tokens, after a token in config.stop_ids, or at max_seq_len.
+GenerateResult generate_greedy(Decoder& decoder, std::span<const int32_t> prompt, int64_t max_new,
+                               const nlohmann::json& prompt_id);
+// Teacher forcing: one prefill pass over `tokens`; records for positions 0 .. size-2 with
+// `token` = tokens[p+1]. If `logits_out` is given it receives [size-1, vocab].
+std::vector<PositionRecord> replay(Decoder& decoder, std::span<const int32_t> tokens, const nlohmann::json& prompt_id,
+                                   std::vector<float>* logits_out = nullptr);
+
+// The first JSONL line of a generate/replay output: {"kind": "header", "mode": "generate" |
+// "replay" (the verb, as `qconform transfer` reads it), "linear_mode": "fp32" | "w8a8",
+// "arm": label ("fp32" when no arm runs), "model", "model_sha256", "tokenizer", "tokenizer_sha256",
+// "qconform_version", plus `extra`'s fields}.
+std::string format_header(std::string_view verb, LinearMode mode, std::string_view arm, const Model& model,
+                          const std::string& tokenizer_path, const std::string& tokenizer_sha256,
+                          const nlohmann::json& extra = nlohmann::json::object());
+
+struct PrefillDecodeComparison {
+  int64_t positions = 0;
+  int64_t top1_disagreements = 0;
+  std::vector<int64_t> disagreeing_positions;
+  double max_abs_diff = 0;  // over every logit of every compared position
+  int64_t bitwise_different = 0;  // logits whose bit patterns differ
+};
+// Re-scores a generated sequence with one prefill pass and compares it with the decode logits.
+PrefillDecodeComparison compare_prefill_decode(Decoder& decoder, const GenerateResult& generated);
+
+}  // namespace qc
