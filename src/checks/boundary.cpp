@@ -1,0 +1,560 @@
+// C1: the arithmetic preconditions of the alibi, run through the arm itself.
+#include "qconform/boundary.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <xmmintrin.h>
+
+#include <cfloat>
+#include <cmath>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "qconform/accum.hpp"
+#include "qconform/epilogue.hpp"
+#include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
+#include "qconform/synth.hpp"
+#include "qconform/version.hpp"
+
+#ifdef QC_WITH_ONEDNN
+#include <dnnl.h>
+#endif
+
+namespace qc {
+
+namespace {
+
+constexpr int64_t kCols = 16;  // every probe uses N = 16 (CUDA arms need N and K multiples of 16)
+
+int64_t round_up16(int64_t k) { return std::max<int64_t>(16, (k + 15) / 16 * 16); }
+
+struct Probe {
+  std::vector<int8_t> a, w;  // [m,k], [n,k]
+  std::vector<float> sa, sw;
+  int64_t m = 0, n = 0, k = 0;
+  LayerOperands ops(const std::string& name) const {
+    return make_operands(name, m, n, k, OperandStorage{a, sa, w, sw, {}}, "boundary suite");
+  }
+};
+
+// One row of int8 pairs whose products sum to exactly `t` (|t| < 2^31), padded with zeros.
+void decompose(int64_t t, std::vector<int8_t>& a, std::vector<int8_t>& w) {
+  const bool negative = t < 0;
+  int64_t u = negative ? -t : t;
+  const int64_t big = negative ? 16256 : 16384;  // 127*-128 or -128*-128
+  for (int64_t i = 0, q = u / big; i < q; ++i) {
+    a.push_back(negative ? 127 : -128);
+    w.push_back(-128);
+  }
+  u %= big;
+  for (int64_t i = 0, q = u / 127; i < q; ++i) {
+    a.push_back(127);
+    w.push_back(negative ? -1 : 1);
+  }
+  if (u % 127) {
+    a.push_back(static_cast<int8_t>(u % 127));
+    w.push_back(negative ? -1 : 1);
+  }
+}
+
+// Every row and column hold the same dot product `t`; row i is scaled by `sa[i]`.
+Probe constant_acc_probe(int64_t t, const std::vector<float>& sa) {
+  std::vector<int8_t> ta, tw;
+  decompose(t, ta, tw);
+  Probe p;
+  p.m = static_cast<int64_t>(sa.size());
+  p.n = kCols;
+  p.k = round_up16(static_cast<int64_t>(ta.size()) + 1);
+  ta.resize(static_cast<size_t>(p.k), 0);
+  tw.resize(static_cast<size_t>(p.k), 0);
+  for (int64_t i = 0; i < p.m; ++i) p.a.insert(p.a.end(), ta.begin(), ta.end());
+  for (int64_t j = 0; j < p.n; ++j) p.w.insert(p.w.end(), tw.begin(), tw.end());
+  p.sa = sa;
+  p.sw.assign(static_cast<size_t>(p.n), 1.0f);
+  return p;
+}
+
+std::string joined(const std::vector<std::string>& v) { return fmt::format("{}", fmt::join(v, "; ")); }
+
+std::string bits(uint16_t b) { return fmt::format("0x{:04x} ({:.9g})", b, bf16_to_f32(b)); }
+
+class Suite {
+ public:
+  Suite(Arm& arm, const BoundaryOptions& options) : arm_(arm), options_(options), info_(arm.info()) {
+    if (!info_.epilogue.empty()) formula_ = &epilogue(info_.epilogue);
+  }
+
+  BoundaryResult run() {
+    int_to_fp32();
+    accumulation();
+    pow2_commutation();
+    bf16_midpoints();
+    subnormals();
+    return finish();
+  }
+
+ private:
+  // The formula that predicts this arm's output: its declared one, else the generic fp32 model
+  // (`vllm-cutlass`: every fp32 formula agrees with it under the probes' power-of-two scales).
+  const Epilogue& model() const { return formula_ ? *formula_ : epilogue("vllm-cutlass"); }
+
+  std::optional<ArmOutput> run_arm(const LayerOperands& ops, BoundaryCase& c) {
+    try {
+      ArmOutput out = arm_.run(ops);
+      if (record_.arm.empty()) record_ = out.record;
+      QC_INPUT(static_cast<int64_t>(out.y.size()) == ops.m * ops.n, "arm {} returned {} outputs, expected {}",
+               info_.label, out.y.size(), ops.m * ops.n);
+      return out;
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::input) throw;
+      c.verdict = Verdict::not_applicable;
+      c.detail = fmt::format("the arm refuses this probe: {}", e.what());
+      return std::nullopt;
+    }
+  }
+
+  void add(BoundaryCase c) { cases_.push_back(std::move(c)); }
+
+  // ---- 1. int -> fp32 at the 2^24 boundary, and the arm's conversion mode ----------------------
+  void int_to_fp32() {
+    const int64_t p24 = int64_t{1} << 24;
+    for (int64_t base : {p24 - 1, p24, p24 + 1, p24 + 2, p24 + 3}) {
+      for (int64_t sign : {1, -1}) int_to_fp32_case(sign * base);
+    }
+  }
+
+  void int_to_fp32_case(int64_t t) {
+    BoundaryCase c{"int-to-fp32", fmt::format("int-to-fp32/acc={}", t)};
+    const float rne = static_cast<float>(t);
+    const float rz = std::fabs(static_cast<double>(rne)) > std::fabs(static_cast<double>(t)) ? std::nextafter(rne, 0.0f) : rne;
+    const float ru = static_cast<double>(rne) < static_cast<double>(t) ? std::nextafter(rne, INFINITY) : rne;
+    const float rd = static_cast<double>(rne) > static_cast<double>(t) ? std::nextafter(rne, -INFINITY) : rne;
+    std::set<float> candidate_set = {std::nextafter(rne, -INFINITY), rne, std::nextafter(rne, INFINITY), rz, ru, rd};
+    const std::vector<float> candidates(candidate_set.begin(), candidate_set.end());
+    // One row per adjacent pair of candidates, with an activation scale that puts a bf16
+    // rounding boundary of rn32(x * c) between them; the rows together identify f32(acc).
+    const auto g = [](float x, float c) { return f32_to_bf16(x * c); };
+    std::vector<float> scales;
+    for (size_t i = 0; i + 1 < candidates.size(); ++i) {
+      const float lo = candidates[i], hi = candidates[i + 1];
+      int e = 0;
+      std::frexp(std::fabs(hi), &e);
+      bool found = false;
+      // Products near the top of a binade resolve the finest steps, so search the whole binade.
+      for (int j = 0; j < 128 && !found; ++j) {
+        for (int d = -8; d <= 8 && !found; ++d) {
+          const float c = std::ldexp(1.0f + (2 * j + 1) * 0x1p-8f + d * 0x1p-23f, -e + 1);
+          if (g(lo, c) != g(hi, c)) {
+            scales.push_back(c);
+            found = true;
+          }
+        }
+      }
+      QC_CHECK(found, "no separating scale between {} and {}", lo, hi);
+    }
+    const Probe probe = constant_acc_probe(t, scales);
+    auto out = run_arm(probe.ops(c.id), c);
+    if (!out) return add(std::move(c));
+    // The acc the arm exposes, and the value f32(acc) its outputs imply.
+    std::vector<float> consistent;
+    for (float x : candidates) {
+      bool all = true;
+      for (int64_t r = 0; r < probe.m; ++r) all = all && g(x, scales[r]) == out->y[r * probe.n];
+      if (all) consistent.push_back(x);
+    }
+    std::vector<std::string> failures;
+    for (int64_t r = 0; r < probe.m; ++r) {
+      const uint16_t want = model().apply(t, scales[r], 1.0f, std::nullopt, probe.m, probe.n);
+      for (int64_t col = 0; col < probe.n; ++col) {
+        const uint16_t got = out->y[r * probe.n + col];
+        if (got != want && failures.size() < 3) {
+          failures.push_back(fmt::format("y[{},{}] = {}, expected {} (sa = {:a})", r, col, bits(got), bits(want), scales[r]));
+        }
+      }
+    }
+    if (out->acc) {
+      for (int32_t v : *out->acc) {
+        if (v != t) {
+          failures.push_back(fmt::format("exposed acc {} (0x{:08x}), expected {}", v, static_cast<uint32_t>(v), t));
+          break;
+        }
+      }
+    }
+    std::string implied = "ambiguous";
+    if (consistent.size() == 1) {
+      const float x = consistent[0];
+      std::vector<std::string> modes;
+      if (x == rne) modes.emplace_back("RNE");
+      if (x == rz) modes.emplace_back("RZ");
+      if (x == ru) modes.emplace_back("RU");
+      if (x == rd) modes.emplace_back("RD");
+      implied = fmt::format("f32(acc) = {:.1f} ({}{})", x, x == static_cast<double>(t) ? "exact" : "rounded",
+                            modes.empty() ? "" : fmt::format(", consistent with {}", fmt::join(modes, "/")));
+      observed_conversion_[t] = modes;
+    }
+    if (formula_ && formula_->kind == EpilogueKind::exact) implied = "no fp32 conversion (exact formula rounds once)";
+    c.verdict = failures.empty() ? Verdict::pass : Verdict::fail;
+    c.detail = failures.empty() ? implied : fmt::format("{}; {}", fmt::join(failures, "; "), implied);
+    c.evidence = {{"acc", t}, {"implied", implied}, {"rows", probe.m}};
+    add(std::move(c));
+  }
+
+  // ---- 2. exact integer accumulation against INT64 -----------------------------------------------
+  void accumulation() {
+    std::vector<int64_t> ks;
+    for (int64_t k = 512; k <= options_.max_k; k *= 2) ks.push_back(k);
+    ks.push_back(1008);  // a multiple of 16 but not of 64: a dropped partial tile shows
+    ks.push_back(1000);  // ragged: arms restricted to multiples of 16 refuse it
+    for (const char* pattern : {"random", "all-min", "pm127", "rise-fall", "absorb"}) {
+      for (int64_t k : ks) accumulation_case(pattern, k, 4);
+    }
+    if (options_.overflow_probe) accumulation_case("all-min", 131072, 1);
+  }
+
+  void accumulation_case(const std::string& pattern, int64_t k, int64_t m) {
+    BoundaryCase c{"accumulation", fmt::format("accumulation/{}/K={}", pattern, k)};
+    Probe p;
+    p.m = m;
+    p.n = kCols;
+    p.k = k;
+    p.a.resize(static_cast<size_t>(m * k));
+    p.w.resize(static_cast<size_t>(kCols * k));
+    uint64_t state = 0x5EEDull ^ static_cast<uint64_t>(k) * 31 ^ std::hash<std::string>{}(pattern);
+    const auto fill = [&](std::vector<int8_t>& v, int64_t rows, bool is_a) {
+      for (int64_t i = 0; i < rows * k; ++i) {
+        const uint64_t r = splitmix64(state);
+        const int64_t col = i % k;
+        if (pattern == "random") {
+          v[i] = static_cast<int8_t>(r & 0xFF);
+        } else if (pattern == "all-min") {
+          v[i] = -128;
+        } else if (pattern == "pm127") {
+          v[i] = (r & 1) ? int8_t{127} : (is_a ? int8_t{-127} : int8_t{-128});
+        } else if (pattern == "rise-fall") {  // partial sums climb to K/2 * 16384, then fall back
+          v[i] = is_a ? int8_t{-128} : (col < k / 2 ? int8_t{-128} : int8_t{127});
+        } else {  // absorb: climb past 2^24 (1100 * 16384), then add ones a float accumulator would absorb
+          v[i] = col < 1100 ? int8_t{-128} : int8_t{1};
+        }
+      }
+    };
+    fill(p.a, m, true);
+    fill(p.w, kCols, false);
+    p.sa.assign(static_cast<size_t>(m), 0x1p-10f);
+    p.sw.assign(kCols, 0x1p-12f);
+    std::vector<int64_t> exact(static_cast<size_t>(m * kCols));
+    accumulate_ref_i64(p.a.data(), p.w.data(), {m, kCols, k}, exact.data());
+    const bool fits_i32 = std::all_of(exact.begin(), exact.end(), [](int64_t v) {
+      return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
+    });
+    auto out = run_arm(p.ops(c.id), c);
+    if (!out) {
+      if (!fits_i32) {
+        c.verdict = Verdict::pass;
+        c.detail = "the exact value leaves INT32 and the arm refuses the shape (overflow detected): " + c.detail;
+      }
+      return add(std::move(c));
+    }
+    std::vector<uint16_t> want(exact.size());
+    apply_epilogue(model(), exact.data(), p.sa.data(), p.sw.data(), nullptr, m, kCols, want.data());
+    std::vector<std::string> failures;
+    int64_t acc_bad = 0, y_bad = 0;
+    for (size_t i = 0; i < exact.size(); ++i) {
+      if (out->acc && fits_i32 && (*out->acc)[i] != exact[i]) {
+        if (acc_bad++ < 3) {
+          failures.push_back(fmt::format("acc[{},{}] = {} (0x{:08x}), exact {}", i / kCols, i % kCols, (*out->acc)[i],
+                                         static_cast<uint32_t>((*out->acc)[i]), exact[i]));
+        }
+      }
+      if (out->y[i] != want[i] && y_bad++ < 3) {
+        failures.push_back(fmt::format("y[{},{}] = {}, expected {} from the exact acc {}", i / kCols, i % kCols,
+                                       bits(out->y[i]), bits(want[i]), exact[i]));
+      }
+    }
+    c.evidence = {{"k", k}, {"m", m}, {"max_abs_exact", std::abs(exact[0])}, {"acc_mismatches", acc_bad},
+                  {"output_mismatches", y_bad}, {"exposes_acc", out->acc.has_value()}};
+    if (!fits_i32) {
+      // Beyond the INT32 proof: an arm must refuse the shape or return the exact result;
+      // returning anything else is INT32 wraparound without detection.
+      c.verdict = y_bad ? Verdict::fail : Verdict::pass;
+      c.detail = y_bad ? fmt::format("the exact value {} leaves INT32 and the arm returned a wrong result without "
+                                     "refusing (wraparound without detection): {}",
+                                     exact[0], fmt::join(failures, "; "))
+                       : fmt::format("the exact value {} leaves INT32; the arm's output equals the exact result", exact[0]);
+    } else {
+      c.verdict = failures.empty() ? Verdict::pass : Verdict::fail;
+      c.detail = failures.empty()
+                     ? fmt::format("exact ({} outputs{}; max |acc| {})", exact.size(), out->acc ? " and accumulators" : "",
+                                   std::abs(exact[0]))
+                     : joined(failures);
+    }
+    add(std::move(c));
+  }
+
+  // ---- 3. power-of-two scaling commutes with rounding ---------------------------------------------
+  void pow2_commutation() {
+    constexpr int64_t kM = 32, kK = 64;
+    std::vector<int> exps;
+    for (int e = -149; e <= 127; ++e) exps.push_back(e);
+    const int64_t n = round_up16(static_cast<int64_t>(exps.size()));
+    while (static_cast<int64_t>(exps.size()) < n) exps.push_back(0);
+    Probe base;
+    base.m = kM;
+    base.n = n;
+    base.k = kK;
+    uint64_t state = 0xC0FFEE;
+    base.a.resize(kM * kK);
+    base.w.resize(static_cast<size_t>(n * kK));
+    for (auto& v : base.a) v = static_cast<int8_t>(splitmix64(state) & 0xFF);
+    for (int64_t i = 0; i < kK; ++i) base.a[i] = 0;  // row 0: acc = 0, the signed-zero row
+    for (auto& v : base.w) v = static_cast<int8_t>(splitmix64(state) & 0xFF);
+    for (int64_t r = 0; r < kM; ++r) {
+      base.sa.push_back(std::ldexp(1.0f + static_cast<float>(splitmix64(state) >> 41) * 0x1p-23f, -12 + static_cast<int>(r % 8)));
+    }
+    base.sw.assign(static_cast<size_t>(n), 1.0f);
+    Probe scaled = base;
+    for (int64_t j = 0; j < n; ++j) scaled.sw[j] = std::ldexp(1.0f, exps[j]);
+
+    BoundaryCase c{"pow2-commutation", "pow2-commutation/normal-and-signed-zero"};
+    BoundaryCase outside{"pow2-commutation", "pow2-commutation/subnormal-and-overflow"};
+    auto out1 = run_arm(base.ops(c.id), c);
+    auto oute = out1 ? run_arm(scaled.ops(c.id), c) : std::nullopt;
+    if (!out1 || !oute) {
+      outside.verdict = Verdict::not_applicable;
+      outside.detail = c.detail;
+      add(std::move(c));
+      return add(std::move(outside));
+    }
+    std::vector<int64_t> exact(static_cast<size_t>(kM * n));
+    accumulate_ref_i64(base.a.data(), base.w.data(), {kM, n, kK}, exact.data());
+    int64_t checked = 0, zeros = 0, excluded = 0, excluded_differ = 0;
+    std::vector<std::string> failures, outside_examples;
+    for (int64_t r = 0; r < kM; ++r) {
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t i = static_cast<size_t>(r * n + j);
+        const double scaled_value = static_cast<double>(bf16_to_f32(out1->y[i])) * std::ldexp(1.0, exps[j]);
+        const double acc = std::fabs(static_cast<double>(exact[i]));
+        const double sa = base.sa[r], sw = scaled.sw[j];
+        bool in_range = std::fabs(scaled_value) >= FLT_MIN && std::fabs(scaled_value) <= FLT_MAX;
+        for (double prod : {acc * sa, acc * sw, sa * sw, acc * sa * sw}) in_range = in_range && prod >= FLT_MIN && prod <= FLT_MAX;
+        if (exact[i] == 0) in_range = sa * sw >= FLT_MIN && sa * sw <= FLT_MAX;
+        const uint16_t want = f32_to_bf16(static_cast<float>(scaled_value));
+        const uint16_t got = oute->y[i];
+        if (!in_range) {
+          ++excluded;
+          if (got != want) {
+            ++excluded_differ;
+            if (outside_examples.size() < 3) {
+              outside_examples.push_back(fmt::format("[{},{}] 2^{}: scaled after rounding {}, arm {}", r, j, exps[j],
+                                                     bits(want), bits(got)));
+            }
+          }
+          continue;
+        }
+        ++checked;
+        zeros += exact[i] == 0;
+        if (got != want && failures.size() < 5) {
+          failures.push_back(fmt::format("[{},{}] acc {} sa {:a} sw 2^{}: arm {}, rounding then scaling {}", r, j,
+                                         exact[i], base.sa[r], exps[j], bits(got), bits(want)));
+        }
+      }
+    }
+    c.verdict = failures.empty() ? Verdict::pass : Verdict::fail;
+    c.detail = failures.empty() ? fmt::format("{} elements (exponents -149..127, {} exact zeros) commute bitwise", checked, zeros)
+                                : joined(failures);
+    c.evidence = {{"checked", checked}, {"zeros", zeros}};
+    outside.verdict = Verdict::outside_jurisdiction;
+    outside.detail = fmt::format("{} elements with a subnormal or overflowing value or intermediate; {} of them do not "
+                                 "commute (expected: outside the argument's jurisdiction){}{}",
+                                 excluded, excluded_differ, outside_examples.empty() ? "" : ": ",
+                                 fmt::join(outside_examples, "; "));
+    outside.evidence = {{"excluded", excluded}, {"differ", excluded_differ}};
+    add(std::move(c));
+    add(std::move(outside));
+  }
+
+  // ---- 4. bf16 rounding midpoints and one fp32 ulp on either side ---------------------------------
+  void bf16_midpoints() {
+    std::vector<float> values;
+    for (int e = -126; e <= 127; e += 3) {
+      for (uint32_t mant : {0x00u, 0x01u, 0x40u, 0x7Eu, 0x7Fu}) {
+        if (e == 127 && mant == 0x7F) continue;  // its midpoint rounds to inf: overflow, outside jurisdiction
+        const uint16_t lo = static_cast<uint16_t>(((e + 127) << 7) | mant);
+        const float mid = f32_from_bits((uint32_t{lo} << 16) | 0x8000u);
+        for (float v : {std::nextafter(mid, 0.0f), mid, std::nextafter(mid, INFINITY)}) values.push_back(v);
+      }
+    }
+    BoundaryCase c{"bf16-midpoints", "bf16-midpoints/ties-and-neighbours"};
+    Probe p;
+    p.m = static_cast<int64_t>(values.size()) * 2;
+    p.n = kCols;
+    p.k = 16;
+    p.a.assign(static_cast<size_t>(p.m * p.k), 0);
+    p.w.assign(static_cast<size_t>(p.n * p.k), 0);
+    for (int64_t r = 0; r < p.m; ++r) p.a[r * p.k] = r % 2 ? -1 : 1;  // acc = +1 or -1
+    for (int64_t j = 0; j < p.n; ++j) p.w[j * p.k] = 1;
+    for (float v : values) {
+      p.sa.push_back(v);
+      p.sa.push_back(v);
+    }
+    p.sw.assign(kCols, 1.0f);
+    auto out = run_arm(p.ops(c.id), c);
+    if (!out) return add(std::move(c));
+    std::vector<std::string> failures;
+    int64_t ties = 0;
+    for (int64_t r = 0; r < p.m; ++r) {
+      const float v = (r % 2 ? -1.0f : 1.0f) * p.sa[r];
+      const uint16_t want = f32_to_bf16(v);
+      ties += (f32_bits(v) & 0xFFFFu) == 0x8000u;
+      for (int64_t j = 0; j < p.n; ++j) {
+        const uint16_t got = out->y[r * p.n + j];
+        if (got != want && failures.size() < 5) {
+          failures.push_back(fmt::format("row {} value {:a} (0x{:08x}): arm {}, RNE {}", r, v, f32_bits(v), bits(got), bits(want)));
+        }
+      }
+    }
+    c.verdict = failures.empty() ? Verdict::pass : Verdict::fail;
+    c.detail = failures.empty() ? fmt::format("{} values ({} exact ties, both signs) round to nearest even", p.m, ties)
+                                : joined(failures);
+    c.evidence = {{"values", p.m}, {"ties", ties}};
+    add(std::move(c));
+  }
+
+  // ---- 5. subnormals: results and inputs are not flushed (FTZ/DAZ) --------------------------------
+  void subnormals() {
+    BoundaryCase c{"subnormal", "subnormal/ftz-daz"};
+    // (acc, sa, sw): a subnormal result; a subnormal scale with a normal result; a subnormal
+    // intermediate whose final result is normal again.
+    const std::vector<std::tuple<int64_t, float, float>> rows = {
+        {1, 0x1p-120f, 0x1p-10f}, {3, 0x1p-120f, 0x1p-12f}, {-5, 0x1p-125f, 0x1p-6f},
+        {1, 0x1p-130f, 0x1p4f},   {64, 0x1p-140f, 0x1p20f}, {1, 0x1.8p-127f, 1.0f}};
+    Probe p;
+    p.m = static_cast<int64_t>(rows.size());
+    p.n = kCols;
+    p.k = 16;
+    p.a.assign(static_cast<size_t>(p.m * p.k), 0);
+    p.w.assign(static_cast<size_t>(p.n * p.k), 0);
+    for (int64_t j = 0; j < p.n; ++j) p.w[j * p.k] = 1;
+    std::vector<float> sw_row;
+    for (int64_t r = 0; r < p.m; ++r) {
+      const auto [acc, sa, sw] = rows[r];
+      p.a[r * p.k] = static_cast<int8_t>(acc);
+      p.sa.push_back(sa);
+      sw_row.push_back(sw);
+    }
+    // One weight scale per probe: run each row with its own sw across all columns.
+    std::vector<std::string> failures;
+    for (int64_t r = 0; r < p.m; ++r) {
+      Probe one = p;
+      one.m = 1;
+      one.a.assign(p.a.begin() + r * p.k, p.a.begin() + (r + 1) * p.k);
+      one.sa = {p.sa[r]};
+      one.sw.assign(kCols, sw_row[r]);
+      BoundaryCase sub = c;
+      auto out = run_arm(one.ops(c.id), sub);
+      if (!out) {
+        c.verdict = sub.verdict;
+        c.detail = sub.detail;
+        return add(std::move(c));
+      }
+      const auto [acc, sa, sw] = rows[r];
+      const uint16_t want = model().apply(acc, sa, sw, std::nullopt, 1, kCols);
+      if (out->y[0] != want) {
+        failures.push_back(fmt::format("acc {} sa {:a} sw {:a}: arm {}, IEEE {}{}", acc, sa, sw, bits(out->y[0]), bits(want),
+                                       (out->y[0] & 0x7FFF) == 0 ? " (flushed to zero: FTZ/DAZ)" : ""));
+      }
+    }
+    c.verdict = failures.empty() ? Verdict::pass : Verdict::fail;
+    c.detail = failures.empty() ? fmt::format("{} subnormal probes keep gradual underflow (no FTZ/DAZ)", rows.size())
+                                : joined(failures);
+    add(std::move(c));
+  }
+
+  BoundaryResult finish() {
+    BoundaryResult r;
+    r.arm = info_;
+    r.record = record_;
+    r.environment = environment_stamp();
+    r.environment["arm"] = record_;
+    // The conversion mode as observed at the rounding points (2^24+1 and 2^24+3 and negatives).
+    std::set<std::string> common = {"RNE", "RZ", "RU", "RD"};
+    bool any = false;
+    for (const auto& [t, modes] : observed_conversion_) {
+      if (std::llabs(t) <= (int64_t{1} << 24) || std::llabs(t) % 2 == 0) continue;
+      any = true;
+      std::set<std::string> s(modes.begin(), modes.end()), keep;
+      for (const auto& m : common) if (s.count(m)) keep.insert(m);
+      common = keep;
+    }
+    r.conversion_mode = formula_ && formula_->kind == EpilogueKind::exact ? "none (exact formula)"
+                        : !any                                           ? "not observed"
+                        : common.empty()                                 ? "inconsistent"
+                                                                         : fmt::format("{}", fmt::join(common, "/"));
+    r.cases = cases_;
+    CheckResult& c1 = r.c1;
+    c1.id = "C1";
+    c1.title = "arithmetic preconditions";
+    c1.points_to = "the hardware, compiler flags (FTZ/DAZ, fast-math, contraction) or the arm's conversion";
+    c1.exclusions = {"subnormal range and overflow to inf of the power-of-two argument (tested, reported as "
+                     "outside jurisdiction)"};
+    std::map<std::string, int> counts;
+    std::vector<std::string> failed;
+    for (const BoundaryCase& bc : cases_) {
+      ++counts[std::string(verdict_name(bc.verdict))];
+      if (bc.verdict == Verdict::fail) failed.push_back(fmt::format("{}: {}", bc.id, bc.detail));
+    }
+    c1.verdict = failed.empty() ? (counts["pass"] ? Verdict::pass : Verdict::not_applicable) : Verdict::fail;
+    c1.summary = fmt::format("{} cases: {} pass, {} fail, {} outside jurisdiction, {} not applicable; int32->fp32 "
+                             "conversion {}",
+                             cases_.size(), counts["pass"], counts["fail"], counts["outside-jurisdiction"],
+                             counts["not-applicable"], r.conversion_mode);
+    c1.evidence = {{"failed", failed}, {"conversion_mode", r.conversion_mode}};
+    return r;
+  }
+
+  Arm& arm_;
+  BoundaryOptions options_;
+  ArmInfo info_;
+  const Epilogue* formula_ = nullptr;
+  RunRecord record_;
+  std::vector<BoundaryCase> cases_;
+  std::map<int64_t, std::vector<std::string>> observed_conversion_;
+};
+
+}  // namespace
+
+nlohmann::json environment_stamp() {
+  const unsigned csr = _mm_getcsr();
+  nlohmann::json env = {{"cpu", cpu_description()},
+                        {"compiler", build_flags()},
+                        {"mxcsr", {{"ftz", (csr & 0x8000u) != 0}, {"daz", (csr & 0x0040u) != 0}}},
+                        {"qconform", version()},
+                        {"accumulator_target", accum_target_name()}};
+#ifdef QC_WITH_ONEDNN
+  const dnnl_version_t* v = dnnl_version();
+  env["onednn"] = fmt::format("{}.{}.{} ({})", v->major, v->minor, v->patch, v->hash);
+#else
+  env["onednn"] = "not in this build";
+#endif
+  return env;
+}
+
+BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options) { return Suite(arm, options).run(); }
+
+nlohmann::json to_json(const BoundaryResult& r) {
+  nlohmann::json cases = nlohmann::json::array();
+  for (const BoundaryCase& c : r.cases) {
+    cases.push_back({{"group", c.group}, {"id", c.id}, {"verdict", verdict_name(c.verdict)}, {"detail", c.detail},
+                     {"evidence", c.evidence}});
+  }
+  return {{"schema_version", 1},
+          {"kind", "qconform-boundary"},
+          {"arm", {{"label", r.arm.label}, {"epilogue", r.arm.epilogue}, {"record", r.record}}},
+          {"environment", r.environment},
+          {"conversion_mode", r.conversion_mode},
+          {"check", r.c1},
+          {"cases", cases}};
+}
+
+}  // namespace qc

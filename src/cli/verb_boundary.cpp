@@ -1,0 +1,41 @@
+// `qconform boundary --arm A`: C1, the arithmetic preconditions, through the arm itself.
+#include <fmt/format.h>
+
+#include "cli/cli.hpp"
+#include "qconform/boundary.hpp"
+#include "qconform/fileio.hpp"
+
+namespace qc::cli {
+namespace {
+
+VerbRunner setup_boundary(CLI::App& app) {
+  auto arm_label = std::make_shared<std::string>();
+  auto json = std::make_shared<std::string>();
+  auto verbose = std::make_shared<bool>(false);
+  app.add_option("--arm", *arm_label, "the arm to test (see `qconform arms`)")->required();
+  app.add_option("--json", *json, "write the results as JSON");
+  app.add_flag("--verbose,-v", *verbose, "print every case, not only failures and summaries");
+  return [=] {
+    auto arm = make_arm(*arm_label);
+    const BoundaryResult r = run_boundary(*arm);
+    fmt::print("boundary suite (C1) for {}\n  kernel: {}\n  device: {}\n  build: {}\n\n", r.arm.label, r.record.kernel,
+               r.record.device, r.record.build);
+    std::string group;
+    for (const BoundaryCase& c : r.cases) {
+      if (!*verbose && c.verdict == Verdict::pass && c.group == group) continue;
+      group = c.group;
+      fmt::print("  {:<22} {:<46} {}\n", verdict_name(c.verdict), c.id, c.detail);
+    }
+    fmt::print("\nC1 {}: {}\n", verdict_name(r.c1.verdict), r.c1.summary);
+    if (r.c1.verdict == Verdict::fail) fmt::print("points to: {}\n", r.c1.points_to);
+    if (!json->empty()) write_file_atomic(*json, to_json(r).dump(1) + "\n");
+    return r.c1.verdict == Verdict::fail ? kExitCheckFailed : kExitOk;
+  };
+}
+
+RegisterVerb register_boundary{{"boundary", "C1: arithmetic preconditions (2^24, exact accumulation, pow2 commutation, "
+                                            "bf16 midpoints, FTZ/DAZ) through an arm",
+                                50, setup_boundary}};
+
+}  // namespace
+}  // namespace qc::cli
