@@ -79,6 +79,33 @@ struct VnniKernel {
   static constexpr int kNV = 4;
   int64_t nr() const { return 16 * kNV; }
 
+  // In-place transpose of a 16×16 matrix of dwords held as 16 zmm rows: afterwards r[q] holds
+  // dword q of the original rows 0..15 in order (verified by simulating the shuffles; the
+  // accumulator tests pin the packing end to end).
+  static QC_VNNI_ATTR void transpose16x16_epi32(__m512i* r) {
+    __m512i t[16], u[16];
+    for (int p = 0; p < 8; ++p) {
+      t[2 * p] = _mm512_unpacklo_epi32(r[2 * p], r[2 * p + 1]);
+      t[2 * p + 1] = _mm512_unpackhi_epi32(r[2 * p], r[2 * p + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {
+      u[g + 0] = _mm512_unpacklo_epi64(t[g + 0], t[g + 2]);
+      u[g + 1] = _mm512_unpackhi_epi64(t[g + 0], t[g + 2]);
+      u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+      u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+    }
+    for (int h = 0; h < 16; h += 8) {
+      for (int j = 0; j < 4; ++j) {
+        t[h + j] = _mm512_shuffle_i32x4(u[h + j], u[h + 4 + j], 0x88);
+        t[h + 4 + j] = _mm512_shuffle_i32x4(u[h + j], u[h + 4 + j], 0xdd);
+      }
+    }
+    for (int j = 0; j < 8; ++j) {
+      r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+      r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xdd);
+    }
+  }
+
   // a_u[i*kp + kk] = a[i,kk] XOR 0x80 (= a + 128 as uint8); the padding holds 0x80 (a = 0).
   void pack_a(const int8_t* a, int64_t lda, int64_t r0, int64_t r1, int64_t k, int64_t kp, AT* out) const {
     for (int64_t i = r0; i < r1; ++i) {
@@ -91,21 +118,29 @@ struct VnniKernel {
 
   // panel[(q*64 + col)*4 + b] = w[n0+col, 4q+b] (0 past K and past the last column), and
   // init[col] = -128·Σ_k w[n0+col, k].
+  //
+  // Packing is a 32-bit transpose: dword q of 16 consecutive rows of w becomes one zmm of the
+  // panel. Rows are read 64 bytes at a time (masked loads give the zero padding past K and
+  // never touch memory there) and transposed in registers (16×16 dwords: 32-, 64-, 128- and
+  // 256-bit interleaves). Reading dword columns directly (gather, or scalar) was 10× slower:
+  // rows K bytes apart alias in the L1 cache when K is a multiple of 4096.
   QC_VNNI_ATTR void pack_w(const int8_t* w, int64_t ldw, int64_t n0, int64_t ncols, int64_t k, int64_t kp,
                            WT* panel, int32_t* init) const {
-    const int64_t kq = kp / 4, kfull = k / 4, nr64 = nr();
-    for (int64_t col = 0; col < nr64; ++col) {
-      WT* dst = panel + col * 4;
-      if (col >= ncols) {
-        for (int64_t q = 0; q < kq; ++q) std::memset(dst + q * nr64 * 4, 0, 4);
-        continue;
-      }
-      const int8_t* src = w + (n0 + col) * ldw;
-      for (int64_t q = 0; q < kfull; ++q) std::memcpy(dst + q * nr64 * 4, src + q * 4, 4);
-      if (kfull < kq) {
-        WT tail[4] = {0, 0, 0, 0};
-        for (int64_t b = 0; b < k - kfull * 4; ++b) tail[b] = src[kfull * 4 + b];
-        std::memcpy(dst + kfull * nr64 * 4, tail, 4);
+    const int64_t kq = kp / 4, nr64 = nr();
+    for (int j = 0; j < kNV; ++j) {
+      const int64_t nj = std::clamp<int64_t>(ncols - 16 * j, 0, 16);
+      const int8_t* base = w + (n0 + 16 * j) * ldw;
+      for (int64_t t = 0; t * 64 < k; ++t) {
+        const int64_t bytes = std::min<int64_t>(64, k - 64 * t);
+        const __mmask64 mask = bytes == 64 ? ~__mmask64{0} : ((__mmask64{1} << bytes) - 1u);
+        __m512i r[16];
+        for (int i = 0; i < 16; ++i) {
+          r[i] = i < nj ? _mm512_maskz_loadu_epi8(mask, base + i * ldw + 64 * t) : _mm512_setzero_si512();
+        }
+        transpose16x16_epi32(r);
+        const int64_t qn = std::min<int64_t>(16, kq - 16 * t);
+        WT* dst = panel + (16 * t) * nr64 * 4 + 64 * j;
+        for (int64_t qq = 0; qq < qn; ++qq) _mm512_store_si512(dst + qq * nr64 * 4, r[qq]);
       }
     }
     // Σ 128·w per column with the same instruction: |Σ| <= 128·128·K < 2^31, no wrap-around.
@@ -120,45 +155,59 @@ struct VnniKernel {
     for (int j = 0; j < kNV; ++j) _mm512_store_si512(init + j * 16, _mm512_sub_epi32(_mm512_setzero_si512(), s[j]));
   }
 
+  // `acc += dpbusd(a_u, w)` in place. GCC 12 models the intrinsic as a three-operand operation
+  // and, with 24 live accumulators, copies and spills them on every iteration; the in-place asm
+  // form keeps each accumulator in its register. Operand order (AT&T): w (s8), a_u (u8), acc.
+  static HWY_INLINE __m512i dpbusd(__m512i acc, __m512i a_u, __m512i w) {
+    asm("vpdpbusd %[w], %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a_u), [w] "v"(w));
+    return acc;
+  }
+
+  // One register tile: MR rows × 64 columns, 24 named accumulators.
   template <int MR>
   QC_VNNI_ATTR void micro(const AT* ap, int64_t kp, const WT* wp, const int32_t* init, int32_t* c, int64_t ldc,
                           int64_t ncols) const {
-    __m512i acc[MR][kNV];
-    __m512i start[kNV];
-    for (int j = 0; j < kNV; ++j) start[j] = _mm512_load_si512(init + 16 * j);
-#pragma GCC unroll 8
-    for (int r = 0; r < MR; ++r) {
-#pragma GCC unroll 4
-      for (int j = 0; j < kNV; ++j) acc[r][j] = start[j];
-    }
+    static_assert(MR >= 1 && MR <= 6 && kNV == 4, "the tile is at most 6 rows of 4 zmm");
+    const __m512i i0 = _mm512_load_si512(init), i1 = _mm512_load_si512(init + 16);
+    const __m512i i2 = _mm512_load_si512(init + 32), i3 = _mm512_load_si512(init + 48);
+#define QC_ROW_INIT(r) __m512i c##r##0 = i0, c##r##1 = i1, c##r##2 = i2, c##r##3 = i3;
+    QC_ROW_INIT(0) QC_ROW_INIT(1) QC_ROW_INIT(2) QC_ROW_INIT(3) QC_ROW_INIT(4) QC_ROW_INIT(5)
+#undef QC_ROW_INIT
     const int64_t kq = kp / 4;
-    for (int64_t q = 0; q < kq; ++q) {
-      const WT* wq = wp + q * 64 * kNV;
-      __m512i wv[kNV];
-#pragma GCC unroll 4
-      for (int j = 0; j < kNV; ++j) wv[j] = _mm512_load_si512(wq + 64 * j);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        int32_t quad;
-        std::memcpy(&quad, ap + r * kp + q * 4, 4);
-        const __m512i va = _mm512_set1_epi32(quad);
-#pragma GCC unroll 4
-        for (int j = 0; j < kNV; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], va, wv[j]);
-      }
+    const AT* arow = ap;
+    for (int64_t q = 0; q < kq; ++q, arow += 4) {
+      const WT* wq = wp + q * 256;
+      const __m512i w0 = _mm512_load_si512(wq), w1 = _mm512_load_si512(wq + 64);
+      const __m512i w2 = _mm512_load_si512(wq + 128), w3 = _mm512_load_si512(wq + 192);
+#define QC_ROW_STEP(r)                                      \
+  if constexpr (MR > r) {                                   \
+    int32_t quad;                                           \
+    std::memcpy(&quad, arow + r * kp, 4);                   \
+    const __m512i va = _mm512_set1_epi32(quad);             \
+    c##r##0 = dpbusd(c##r##0, va, w0);         \
+    c##r##1 = dpbusd(c##r##1, va, w1);         \
+    c##r##2 = dpbusd(c##r##2, va, w2);         \
+    c##r##3 = dpbusd(c##r##3, va, w3);         \
+  }
+      QC_ROW_STEP(0) QC_ROW_STEP(1) QC_ROW_STEP(2) QC_ROW_STEP(3) QC_ROW_STEP(4) QC_ROW_STEP(5)
+#undef QC_ROW_STEP
     }
-    for (int r = 0; r < MR; ++r) {
-      int32_t* crow = c + r * ldc;
-      for (int j = 0; j < kNV; ++j) {
-        const int64_t nj = std::min<int64_t>(16, ncols - 16 * j);
-        if (nj <= 0) break;
-        if (nj == 16) {
-          _mm512_storeu_si512(crow + 16 * j, acc[r][j]);
-        } else {
-          const __mmask16 mask = static_cast<__mmask16>((1u << nj) - 1u);
-          _mm512_mask_storeu_epi32(crow + 16 * j, mask, acc[r][j]);
-        }
-      }
-    }
+    // Column masks of the (possibly ragged) panel.
+    auto mask_of = [ncols](int64_t j) {
+      const int64_t nj = std::clamp<int64_t>(ncols - 16 * j, 0, 16);
+      return static_cast<__mmask16>((uint32_t{1} << nj) - 1u);
+    };
+    const __mmask16 m0 = mask_of(0), m1 = mask_of(1), m2 = mask_of(2), m3 = mask_of(3);
+#define QC_ROW_STORE(r)                                     \
+  if constexpr (MR > r) {                                   \
+    int32_t* crow = c + r * ldc;                            \
+    _mm512_mask_storeu_epi32(crow, m0, c##r##0);            \
+    _mm512_mask_storeu_epi32(crow + 16, m1, c##r##1);       \
+    _mm512_mask_storeu_epi32(crow + 32, m2, c##r##2);       \
+    _mm512_mask_storeu_epi32(crow + 48, m3, c##r##3);       \
+  }
+    QC_ROW_STORE(0) QC_ROW_STORE(1) QC_ROW_STORE(2) QC_ROW_STORE(3) QC_ROW_STORE(4) QC_ROW_STORE(5)
+#undef QC_ROW_STORE
   }
 };
 using Kernel = VnniKernel;
@@ -257,53 +306,65 @@ struct WidenKernel {
     }
   }
 
+  // One register tile: MR rows × kNV vectors, as named variables (an array of vectors was
+  // spilled to the stack on every iteration by GCC 12). `s` holds the pair sums; `t` is the
+  // second accumulator of `ReorderWidenMulAccumulate` (unused on x86, where `pmaddwd` already
+  // adds each pair; dead code there).
   template <int MR>
   void micro(const AT* ap, int64_t kp, const WT* wp, const int32_t* /*init*/, int32_t* c, int64_t ldc,
              int64_t ncols) const {
+    static_assert(MR >= 1 && MR <= 6 && kNV <= 4, "the tile is at most 6 rows of 4 vectors");
     const D32 d32;
     const D16 d16;
     using V32 = hn::Vec<D32>;
     using V16 = hn::Vec<D16>;
     const int64_t lanes = static_cast<int64_t>(hn::Lanes(d32));
     const int64_t nrv = lanes * kNV;
-    V32 sum0[MR][kNV];
-    V32 sum1[MR][kNV];
-    for (int r = 0; r < MR; ++r) {
-      for (int j = 0; j < kNV; ++j) {
-        sum0[r][j] = hn::Zero(d32);
-        sum1[r][j] = hn::Zero(d32);
-      }
-    }
+    const V32 z = hn::Zero(d32);
+#define QC_ROW_INIT(r) V32 s##r##0 = z, s##r##1 = z, s##r##2 = z, s##r##3 = z, t##r##0 = z, t##r##1 = z, t##r##2 = z, t##r##3 = z;
+    QC_ROW_INIT(0) QC_ROW_INIT(1) QC_ROW_INIT(2) QC_ROW_INIT(3) QC_ROW_INIT(4) QC_ROW_INIT(5)
+#undef QC_ROW_INIT
     const int64_t kq = kp / 2;
     for (int64_t q = 0; q < kq; ++q) {
       const WT* wq = wp + q * nrv * 2;
-      V16 wv[kNV];
-#pragma GCC unroll 4
-      for (int j = 0; j < kNV; ++j) wv[j] = hn::Load(d16, wq + j * lanes * 2);
-#pragma GCC unroll 8
-      for (int r = 0; r < MR; ++r) {
-        int32_t pair;
-        std::memcpy(&pair, ap + r * kp + q * 2, 4);
-        const V16 va = hn::BitCast(d16, hn::Set(d32, pair));
-#pragma GCC unroll 4
-        for (int j = 0; j < kNV; ++j) sum0[r][j] = hn::ReorderWidenMulAccumulate(d32, wv[j], va, sum0[r][j], sum1[r][j]);
-      }
+      const V16 w0 = hn::Load(d16, wq);
+      const V16 w1 = kNV > 1 ? hn::Load(d16, wq + lanes * 2) : w0;
+      const V16 w2 = kNV > 2 ? hn::Load(d16, wq + lanes * 4) : w0;
+      const V16 w3 = kNV > 3 ? hn::Load(d16, wq + lanes * 6) : w0;
+#define QC_ROW_STEP(r)                                                                    \
+  if constexpr (MR > r) {                                                                 \
+    int32_t pair;                                                                         \
+    std::memcpy(&pair, ap + r * kp + q * 2, 4);                                           \
+    const V16 va = hn::BitCast(d16, hn::Set(d32, pair));                                  \
+    s##r##0 = hn::ReorderWidenMulAccumulate(d32, w0, va, s##r##0, t##r##0);               \
+    if constexpr (kNV > 1) s##r##1 = hn::ReorderWidenMulAccumulate(d32, w1, va, s##r##1, t##r##1); \
+    if constexpr (kNV > 2) s##r##2 = hn::ReorderWidenMulAccumulate(d32, w2, va, s##r##2, t##r##2); \
+    if constexpr (kNV > 3) s##r##3 = hn::ReorderWidenMulAccumulate(d32, w3, va, s##r##3, t##r##3); \
+  }
+      QC_ROW_STEP(0) QC_ROW_STEP(1) QC_ROW_STEP(2) QC_ROW_STEP(3) QC_ROW_STEP(4) QC_ROW_STEP(5)
+#undef QC_ROW_STEP
     }
     HWY_ALIGN int32_t tmp[hn::MaxLanes(D32())];
-    for (int r = 0; r < MR; ++r) {
-      int32_t* crow = c + r * ldc;
-      for (int j = 0; j < kNV; ++j) {
-        const int64_t nj = std::min<int64_t>(lanes, ncols - lanes * j);
-        if (nj <= 0) break;
-        const V32 s = hn::RearrangeToOddPlusEven(sum0[r][j], sum1[r][j]);
-        if (nj == lanes) {
-          hn::StoreU(s, d32, crow + lanes * j);
-        } else {
-          hn::Store(s, d32, tmp);
-          std::memcpy(crow + lanes * j, tmp, static_cast<size_t>(nj) * sizeof(int32_t));
-        }
+    auto store = [&](V32 sum, V32 second, int64_t r, int64_t j) HWY_ATTR {
+      const int64_t nj = std::min<int64_t>(lanes, ncols - lanes * j);
+      if (nj <= 0) return;
+      const V32 v = hn::RearrangeToOddPlusEven(sum, second);
+      if (nj == lanes) {
+        hn::StoreU(v, d32, c + r * ldc + lanes * j);
+      } else {
+        hn::Store(v, d32, tmp);
+        std::memcpy(c + r * ldc + lanes * j, tmp, static_cast<size_t>(nj) * sizeof(int32_t));
       }
-    }
+    };
+#define QC_ROW_STORE(r)                                    \
+  if constexpr (MR > r) {                                  \
+    store(s##r##0, t##r##0, r, 0);                         \
+    if constexpr (kNV > 1) store(s##r##1, t##r##1, r, 1);  \
+    if constexpr (kNV > 2) store(s##r##2, t##r##2, r, 2);  \
+    if constexpr (kNV > 3) store(s##r##3, t##r##3, r, 3);  \
+  }
+    QC_ROW_STORE(0) QC_ROW_STORE(1) QC_ROW_STORE(2) QC_ROW_STORE(3) QC_ROW_STORE(4) QC_ROW_STORE(5)
+#undef QC_ROW_STORE
   }
 };
 using Kernel = WidenKernel;
