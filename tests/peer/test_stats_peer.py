@@ -185,3 +185,98 @@ def test_quantile_bins_merged_match_reference():
         assert sum(res["support"]) == len(x)
         if len(x) >= max(m, 1):
             assert min(res["support"]) >= max(m, 1), (i, res)
+
+
+# ---------------------------------------------------------------------------------------------
+# `qconform transfer --replay` end to end: JSONL in, results JSON out, recomputed here with
+# scikit-learn and the reference bins above.
+
+def write_replay_pair(tmp_path, seed, n_prompts=12):
+    rng = np.random.default_rng(seed)
+    a_lines = [json.dumps({"kind": "header", "arm": "a", "mode": "replay"})]
+    b_lines = []
+    rows = []  # (prompt, margin, flip)
+    for p in range(n_prompts):
+        for pos in range(int(rng.integers(20, 60))):
+            m = float(rng.choice([0.0, 0.0625, 0.125, 0.25, 0.5, 1.0, 2.0, 3.5]))  # ties on purpose
+            l1 = float(np.float32(rng.uniform(4, 12)))
+            flip = bool(rng.random() < 0.7 * np.exp(-m / 0.4))
+            prompt = f"prompt-{p}" if p % 2 else p
+            a_lines.append(json.dumps({"prompt": prompt, "position": pos, "token": 11, "top1_id": 1, "top1_logit": l1,
+                                       "top2_id": 2, "top2_logit": l1 - m}))
+            b_lines.append(json.dumps({"prompt": prompt, "position": pos, "token": 11, "top1_id": 2 if flip else 1,
+                                       "top1_logprob": -0.1, "top2_id": 1 if flip else 2, "top2_logprob": -0.2}))
+            rows.append((p, l1 - (l1 - m), int(flip)))
+    rng.shuffle(b_lines)  # record order must not matter
+    (tmp_path / "a.jsonl").write_text("\n".join(a_lines) + "\n")
+    (tmp_path / "b.jsonl").write_text("\n".join(b_lines) + "\n")
+    return rows
+
+
+def test_transfer_replay_cli_matches_peers(tmp_path):
+    rows = write_replay_pair(tmp_path, 99)
+    out = tmp_path / "res.json"
+    res = run([tool("qconform"), "transfer", tmp_path / "a.jsonl", tmp_path / "b.jsonl", "--replay", "--json", out,
+               "--min-bin-support", 40, "--bootstrap", 300, "--seed", 77, "--folds", 4])
+    assert "ROC-AUC" in res.stdout and "calibration" in res.stdout
+    j = json.loads(out.read_text())
+    assert j["schema_version"] == 1 and j["options"]["seed_bootstrap"] == 77 and j["options"]["seed_folds"] == 78
+    r = j["replay"]
+    prompt = np.array([p for p, _, _ in rows])
+    margin = np.array([m for _, m, _ in rows])
+    flip = np.array([f for _, _, f in rows])
+    assert r["positions"] == len(rows) and r["flips"] == int(flip.sum())
+    close(r["flip_rate"], flip.mean(), "flip rate")
+    close(r["roc_auc"]["value"], roc_auc_score(flip, -margin), "transfer AUC")
+    close(r["average_precision"]["value"], average_precision_score(flip, -margin), "transfer AP")
+    lo, hi = r["roc_auc"]["ci"]
+    assert lo <= r["roc_auc"]["value"] <= hi and r["roc_auc"]["resamples_valid"] == 300
+    # Leave one prompt out.
+    deltas = [roc_auc_score(flip[prompt != g], -margin[prompt != g]) - r["roc_auc"]["value"] for g in range(12)]
+    g = int(np.argmax(np.abs(deltas)))
+    close(r["lopo"]["max_abs_delta_auc"], abs(deltas[g]), "LOPO max |dAUC|")
+    assert r["lopo"]["prompt"] == (f"prompt-{g}" if g % 2 else str(g))
+    # Calibration table = reference bins on all margins, counts recomputed.
+    edges, support = reference_bins(margin.tolist(), 10, 40)
+    bins = r["calibration"]["bins"]
+    assert [b["support"] for b in bins] == support
+    idx = np.searchsorted(np.array(edges), margin, side="right")
+    for k, b in enumerate(bins):
+        assert b["flips"] == int(flip[idx == k].sum())
+        close(b["p_smoothed"], (b["flips"] + 1) / (b["support"] + 2), f"bin {k} smoothed p")
+    # Isotonic blocks = sklearn's decreasing fit.
+    iso = IsotonicRegression(increasing=False).fit(margin, flip)
+    for blk in r["isotonic"]["blocks"]:
+        for x in (blk["margin_lo"], blk["margin_hi"]):
+            close(blk["p"], float(iso.predict([x])[0]), f"isotonic block at {x}")
+    # Held-out Brier from the recorded folds: bins refit on training prompts, sklearn's Brier.
+    fold = np.array(r["brier"]["fold_of_prompt"])[prompt]
+    p_model = np.zeros(len(rows))
+    p_base = np.zeros(len(rows))
+    p_iso = np.zeros(len(rows))
+    for f in range(4):
+        tr, te = fold != f, fold == f
+        e, _ = reference_bins(margin[tr].tolist(), 10, 40)
+        bi_tr = np.searchsorted(np.array(e), margin[tr], side="right")
+        bi_te = np.searchsorted(np.array(e), margin[te], side="right")
+        k = np.array([flip[tr][bi_tr == b].sum() for b in range(len(e) + 1)])
+        n = np.array([(bi_tr == b).sum() for b in range(len(e) + 1)])
+        p_model[te] = ((k + 1) / (n + 2))[bi_te]
+        p_base[te] = flip[tr].mean()
+        p_iso[te] = IsotonicRegression(increasing=False, out_of_bounds="clip").fit(margin[tr], flip[tr]).predict(margin[te])
+    close(r["brier"]["model"], brier_score_loss(flip, p_model), "held-out Brier (binned map)")
+    close(r["brier"]["baseline"], brier_score_loss(flip, p_base), "held-out Brier (baseline)")
+    close(r["brier"]["isotonic"], brier_score_loss(flip, p_iso), "held-out Brier (isotonic)")
+
+
+def test_transfer_cli_rejects_malformed_jsonl_with_file_and_line(tmp_path):
+    write_replay_pair(tmp_path, 5, n_prompts=3)
+    a = tmp_path / "a.jsonl"
+    lines = a.read_text().splitlines()
+    lines[4] = lines[4].replace('"top1_logit": ', '"top1_logit": NaN, "x": ')
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("\n".join(lines) + "\n")
+    res = run([tool("qconform"), "transfer", bad, tmp_path / "b.jsonl", "--replay", "--json", tmp_path / "o.json"], check=False)
+    assert res.returncode == 2, res
+    assert f"{bad}:5: field `top1_logit`: expected a finite number, found NaN" in res.stderr, res.stderr
+    assert not (tmp_path / "o.json").exists()

@@ -1,0 +1,83 @@
+// `qconform transfer A.jsonl B.jsonl [--replay]`: check C7, from layer differences to tokens.
+// A is the reference arm. Without --replay: sequence-level agreement of free-running
+// generations; with --replay: teacher-forced flips versus A's logit margin (ROC-AUC with a
+// cluster bootstrap CI, AP, leave-one-prompt-out, calibration, isotonic, held-out Brier).
+// Estimators and seeds: docs/statistics.md.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "cli/cli.hpp"
+#include "qconform/error.hpp"
+#include "qconform/transfer.hpp"
+
+namespace qc::cli {
+namespace {
+
+// A tiny local atomic write (temporary file in the same directory, fsync, rename): the shared
+// `qc::write_file_atomic` (include/qconform/fileio.hpp) was not committed yet when this verb was
+// written; switch to it once it is.
+void write_json_atomic(const std::string& path, const std::string& content) {
+  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  QC_INPUT(f != nullptr, "--json {}: cannot create {}: {}", path, tmp, std::strerror(errno));
+  bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
+  ok = std::fflush(f) == 0 && ok;
+  ok = ::fsync(fileno(f)) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(tmp.c_str());
+    QC_FAIL_INPUT("--json {}: write failed: {}", path, std::strerror(err));
+  }
+}
+
+VerbRunner setup_transfer(CLI::App& app) {
+  struct Args {
+    std::string a, b, json;
+    transfer::TransferOptions opt;
+  };
+  auto args = std::make_shared<Args>();
+  app.add_option("A", args->a, "reference arm's JSONL (one record per position)")->required()->check(CLI::ExistingFile);
+  app.add_option("B", args->b, "compared arm's JSONL")->required()->check(CLI::ExistingFile);
+  app.add_flag("--replay", args->opt.replay,
+               "teacher-forced mode: both files score the same forced tokens at the same positions");
+  app.add_option("--json", args->json, "write the results JSON (schema_version 1) to this file, atomically");
+  app.add_option("--seed", args->opt.seed, "seed: the bootstrap uses it, the fold permutation seed+1")
+      ->capture_default_str();
+  app.add_option("--bootstrap", args->opt.bootstrap, "cluster bootstrap resamples (prompts are the clusters)")
+      ->capture_default_str();
+  app.add_option("--min-bin-support", args->opt.min_bin_support, "minimum positions per calibration bin")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--bins", args->opt.initial_bins, "quantile bins before merging")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--folds", args->opt.folds, "cross-validation folds over prompts for the held-out Brier score")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--ci-level", args->opt.ci_level, "bootstrap and Beta interval level")
+      ->capture_default_str()
+      ->check(CLI::Range(0.5, 0.999999));
+  return [args] {
+    const transfer::TransferFile a = transfer::read_transfer_jsonl(args->a);
+    const transfer::TransferFile b = transfer::read_transfer_jsonl(args->b);
+    const transfer::TransferResult result = transfer::analyze_transfer(a, b, args->opt);
+    fmt::print("{}", transfer::summary(result));
+    if (!args->json.empty()) {
+      write_json_atomic(args->json, transfer::to_json(result).dump(2) + "\n");
+      fmt::print("results: {}\n", args->json);
+    }
+    return kExitOk;
+  };
+}
+
+RegisterVerb register_transfer{
+    {"transfer", "C7 token transfer: sequence agreement, or teacher-forced flips versus the logit margin (--replay)", 120,
+     setup_transfer}};
+
+}  // namespace
+}  // namespace qc::cli
