@@ -6,10 +6,10 @@
 //   c[i,j] = Σ_k a[i,k]·w[j,k], exact. Callers guarantee K·2^14 < 2^31.
 // Never saturating: no `vpmaddubsw`-style int16 pair sums anywhere.
 //
-// Two kernels:
-// - AVX3_DL (Ice Lake, Zen 4): VNNI `vpdpbusd` (u8 × s8, four products per int32 lane) on an
+// Kernels:
+// - AVX3_DL (Ice Lake, Zen 4) when the CPU reports AVX512_VNNI: VNNI `vpdpbusd` (u8 × s8, four products per int32 lane) on an
 //   activation shifted to unsigned, with an exact offset correction (proof at `VnniKernel`).
-// - every other target: int8 sign-extended to int16 at packing time, then
+// - every other target except SCALAR: int8 sign-extended to int16 at packing time, then
 //   `ReorderWidenMulAccumulate` (x86: `pmaddwd`), whose pair sums cannot saturate for int8
 //   inputs: |a0·b0 + a1·b1| <= 2·2^14 = 32768 < 2^31.
 //
@@ -68,8 +68,8 @@ inline int64_t round_up(int64_t x, int64_t y) { return ceil_div(x, y) * y; }
 // of 4 with w = 0, which contributes a_u·0 = 0 for any a_u and 0 to Σ w.
 //
 // Highway 1.0.3's AVX3_DL target string enables `avxvnni` (the VEX form) but not `avx512vnni`,
-// so the functions that use `vpdpbusd` on zmm registers enable it themselves. The AVX3_DL runtime
-// check requires the CPUID AVX512_VNNI bit, so this is safe wherever this target is selected.
+// so the functions that use `vpdpbusd` on zmm registers enable it themselves, and `GemmI32`
+// selects this kernel only when the CPU reports AVX512_VNNI (else the int16 kernel below).
 #define QC_VNNI_ATTR __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")))
 struct VnniKernel {
   using AT = uint8_t;
@@ -210,9 +210,9 @@ struct VnniKernel {
 #undef QC_ROW_STORE
   }
 };
-using Kernel = VnniKernel;
+#endif  // QC_ACCUM_VNNI
 
-#elif HWY_TARGET == HWY_SCALAR
+#if HWY_TARGET == HWY_SCALAR
 // ------------------------------------------------------------------------------------------
 // Scalar fallback (one-lane target: no int16 pairs): plain int32 sums, each partial sum bounded
 // by K·2^14 < 2^31, so no wrap-around.
@@ -252,7 +252,7 @@ struct ScalarKernel {
     }
   }
 };
-using Kernel = ScalarKernel;
+
 
 #else
 // ------------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ struct WidenKernel {
   using D32 = hn::ScalableTag<int32_t>;
   using D16 = hn::Repartition<int16_t, D32>;
   static constexpr int64_t kKStep = 2;
-#if HWY_TARGET == HWY_AVX3
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
   static constexpr int kMR = 6;  // 32 vector registers: 24 accumulators
   static constexpr int kNV = 4;
 #else
@@ -367,7 +367,7 @@ struct WidenKernel {
 #undef QC_ROW_STORE
   }
 };
-using Kernel = WidenKernel;
+
 #endif
 
 // Runs rows [r0, r1) of one packed panel: full MR-row tiles, then one ragged tile.
@@ -390,8 +390,9 @@ void run_rows(const K& kern, const typename K::AT* ap, int64_t kp, const typenam
   }
 }
 
-void GemmI32(const int8_t* a, int64_t lda, const int8_t* w, int64_t ldw, int64_t m, int64_t n, int64_t k,
-             int32_t* c, int64_t ldc, int threads) {
+template <class Kernel>
+void gemm_with(const int8_t* a, int64_t lda, const int8_t* w, int64_t ldw, int64_t m, int64_t n, int64_t k,
+               int32_t* c, int64_t ldc, int threads) {
   if (m <= 0 || n <= 0) return;
   if (k <= 0) {
     for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0);
@@ -441,6 +442,21 @@ void GemmI32(const int8_t* a, int64_t lda, const int8_t* w, int64_t ldw, int64_t
       run_rows(kern, ap.get(), kp, panel.get(), init.get(), r0, r1, c + n0, ldc, ncols);
     }
   });
+}
+
+void GemmI32(const int8_t* a, int64_t lda, const int8_t* w, int64_t ldw, int64_t m, int64_t n, int64_t k,
+             int32_t* c, int64_t ldc, int threads) {
+#if HWY_TARGET == HWY_SCALAR
+  gemm_with<ScalarKernel>(a, lda, w, ldw, m, n, k, c, ldc, threads);
+#else
+#if QC_ACCUM_VNNI
+  // Belt and braces: use `vpdpbusd` only where the CPU reports AVX512_VNNI, whatever the
+  // dispatcher's AVX3_DL check covers.
+  static const bool has_vnni = __builtin_cpu_supports("avx512vnni");
+  if (has_vnni) return gemm_with<VnniKernel>(a, lda, w, ldw, m, n, k, c, ldc, threads);
+#endif
+  gemm_with<WidenKernel>(a, lda, w, ldw, m, n, k, c, ldc, threads);
+#endif
 }
 
 int64_t TargetOf() { return HWY_TARGET; }
