@@ -1,0 +1,269 @@
+"""qconform: are two implementations of a quantized linear layer interchangeable?
+
+The C++ core of qconform on NumPy arrays and PyTorch tensors, with any Python callable usable
+as an *arm* (one implementation of ``Y = bf16((A_q · W_qᵀ) ⊙ s_a ⊙ s_w (+ bias))``).
+
+Conventions (the same as the CLI and the operand files):
+
+- ``a_q`` int8 ``[M, K]``, ``a_scale`` float32 ``[M]``, ``w_q`` int8 ``[N, K]`` (Wᵀ as
+  column-major), ``w_scale`` float32 ``[N]``, optional ``bias`` bf16 ``[N]``;
+- bf16 arrays are ``uint16`` bit patterns, ``ml_dtypes.bfloat16`` arrays or ``torch.bfloat16``
+  tensors (all read without a copy on the CPU); outputs are ``uint16`` bit patterns;
+- results are the same JSON documents the CLI writes with ``--json``, as dicts;
+- errors from the core raise :class:`InputError` (a ``ValueError``) or :class:`InternalError`
+  (a ``RuntimeError``), both :class:`Error`, carrying the C++ message.
+
+Example::
+
+    import qconform
+    layers = qconform.synth("tiny", m=16)
+    r = qconform.verify("cpu:vllm-cutlass", my_kernel, layers)
+    print([(c["id"], c["verdict"]) for c in r["checks"]])
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import platform
+import sys
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _qconform
+from ._arrays import bf16_bits_to_float32, float32_to_bf16_bits, to_host
+from ._qconform import Arm, Error, InputError, InternalError, PythonArm
+
+__all__ = [
+    "Arm", "PythonArm", "Error", "InputError", "InternalError", "OperandList",
+    "__version__", "arm", "arms", "apply_epilogue", "boundary", "compare", "epilogues",
+    "exact_accumulate", "load_operands", "predict", "run", "save_operands", "synth", "transfer",
+    "verify", "bf16_bits_to_float32", "float32_to_bf16_bits",
+]
+
+__version__: str = _qconform.version()
+
+# What a Python arm receives and returns (documentation aliases).
+ArrayLike = Any
+ArmCallable = Callable[..., Any]
+ArmSpec = Union[str, Arm, ArmCallable]
+Layer = Dict[str, Any]
+OperandsSpec = Union[str, "os.PathLike[str]", Sequence[Mapping[str, Any]], Mapping[str, Any]]
+
+DEFAULT_SCALES: Tuple[str, ...] = ("real", "pow2-channel", "pow2-layer")
+
+
+class OperandList(list):
+    """The layers of an operand file (a list of layer dicts) with the file's ``path``, ``sha256``
+    and ``metadata``. Arrays are read-only NumPy views into the memory-mapped file."""
+
+    path: str
+    sha256: str
+    metadata: Dict[str, str]
+
+
+# ---- accumulation, epilogues, comparison --------------------------------------------------------
+
+def exact_accumulate(a_q: ArrayLike, w_q: ArrayLike, *, wide: Optional[bool] = None, threads: int = 0) -> np.ndarray:
+    """Exact integer accumulators ``acc[m, n] = Σ_k a_q[m, k] · w_q[n, k]``.
+
+    ``a_q`` int8 ``[M, K]``, ``w_q`` int8 ``[N, K]``. Returns int32 ``[M, N]`` when ``K <= 131071``
+    (then no INT32 accumulator can overflow, so the result is exact and order independent), int64
+    otherwise or with ``wide=True``. ``threads=0`` uses every core.
+    """
+    return _qconform.exact_accumulate(to_host(a_q), to_host(w_q), wide, threads)
+
+
+def apply_epilogue(name: str, acc: ArrayLike, a_scale: ArrayLike, w_scale: ArrayLike,
+                   bias: Optional[ArrayLike] = None, *, threads: int = 0) -> np.ndarray:
+    """The named bit-exact epilogue (``qconform.epilogues()``) on int32 or int64 accumulators
+    ``[M, N]``: returns bf16 bit patterns (uint16) ``[M, N]``."""
+    return _qconform.apply_epilogue(name, to_host(acc), to_host(a_scale), to_host(w_scale),
+                                    None if bias is None else to_host(bias), threads)
+
+
+def epilogues() -> List[Dict[str, Any]]:
+    """Every named epilogue formula: name, formula (rounding points explicit), source, bias handling."""
+    return _qconform.epilogues()
+
+
+def compare(a: ArrayLike, b: ArrayLike, *, layer: str = "", near_zero_fraction: float = 1e-2,
+            max_listed: int = 10) -> Dict[str, Any]:
+    """Comparison statistics of two bf16 outputs of the same shape (``[rows, cols]`` or 1-D).
+
+    ``a`` is the reference side for the near-zero classification. Returns the dict the CLI writes:
+    ``total``, ``bitwise_diff``, ``signed_zero_diff``, NaN/inf/subnormal counts, ``ulp_histogram``
+    over finite pairs, ``max_ulp``, ``max_rel``, near-zero counts and the first differing elements
+    with coordinates and bit patterns. A NaN never counts as close.
+    """
+    return _qconform.compare(to_host(a), to_host(b), layer, near_zero_fraction, max_listed)
+
+
+# ---- arms ---------------------------------------------------------------------------------------
+
+def arms() -> List[str]:
+    """Every listable built-in arm label (``cpu:vllm-cutlass``, ``mutant:...``, ``onednn:s8s8``, ...)."""
+    return _qconform.list_arms()
+
+
+def _callable_name(fn: Callable[..., Any]) -> str:
+    target = fn
+    # functools.partial and similar wrappers: name the wrapped function.
+    while hasattr(target, "func") and callable(getattr(target, "func")) and not inspect.isfunction(target):
+        target = target.func
+    qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
+    module = getattr(target, "__module__", None) or type(target).__module__
+    return f"{module}.{qualname}" if module else qualname
+
+
+def _python_library() -> str:
+    parts = [f"python {platform.python_version()}", f"numpy {np.__version__}"]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        parts.append(f"torch {torch.__version__}")
+    return ", ".join(parts)
+
+
+def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = None,
+        exposes_accumulator: bool = False, description: Optional[str] = None,
+        device: Optional[str] = None, library: Optional[str] = None) -> Arm:
+    """An :class:`Arm` from a label (``"cpu:vllm-cutlass"``), an existing arm, or a callable.
+
+    A callable ``fn(a_q, a_scale, w_q, w_scale, bias) -> y`` receives read-only NumPy views of the
+    operands (``bias`` is ``None`` for layers without one) and returns ``y`` bf16 ``[M, N]``
+    (uint16 bit patterns, ``ml_dtypes.bfloat16`` or ``torch.bfloat16``, on any device); with
+    ``exposes_accumulator=True`` it returns ``(y, acc)`` with ``acc`` int32 ``[M, N]`` and check C4
+    compares it with the exact accumulator. Anything else raises :class:`InputError`.
+
+    Its run record names the kernel ``<module>.<qualname>`` of the callable, or ``name``; the
+    label is ``name`` when it contains a ``:``, else ``python:<kernel>``. ``epilogue`` declares the
+    formula the callable implements (a name from :func:`epilogues`): verify then checks the output
+    against it bit for bit and predicts the exact set of differences with the other arm.
+    """
+    if isinstance(spec, Arm):
+        return spec
+    if isinstance(spec, str):
+        return _qconform.make_arm(spec)
+    if isinstance(spec, os.PathLike):
+        raise InputError(f"arm: expected a label, an Arm or a callable, found a path {os.fspath(spec)!r} "
+                         f"(plugins are named `plugin:<path.so>`)")
+    if not callable(spec):
+        raise InputError(f"arm: expected a label such as 'cpu:vllm-cutlass', a qconform.Arm or a callable "
+                         f"f(a_q, a_scale, w_q, w_scale, bias) -> y, found {type(spec).__qualname__}")
+    kernel = name if name else _callable_name(spec)
+    label = kernel if ":" in kernel else f"python:{kernel}"
+    return _qconform.python_arm(
+        spec, to_host, label, kernel, epilogue or "", bool(exposes_accumulator),
+        description or f"Python callable {kernel}",
+        device or f"python (host: {platform.machine()})", library or _python_library(), "")
+
+
+def run(arm_spec: ArmSpec, layer: Mapping[str, Any]) -> Dict[str, Any]:
+    """Runs one arm on one layer dict: ``{"y": uint16 [M,N], "acc": int32 [M,N] | None, "record": dict}``."""
+    return arm(arm_spec).run(_layer_to_host(layer))
+
+
+# ---- operands -----------------------------------------------------------------------------------
+
+def _layer_to_host(layer: Mapping[str, Any]) -> Dict[str, Any]:
+    if not isinstance(layer, Mapping):
+        raise InputError(f"layer: expected a dict with keys name, a_q, a_scale, w_q, w_scale and optional bias, "
+                         f"found {type(layer).__qualname__}")
+    return {k: (to_host(v) if k not in ("name", "source") and v is not None else v) for k, v in layer.items()}
+
+
+def _operands_in(operands: OperandsSpec) -> Union[str, List[Dict[str, Any]]]:
+    if isinstance(operands, (str, os.PathLike)):
+        return os.fspath(operands)
+    if isinstance(operands, Mapping):
+        return [_layer_to_host(operands)]
+    if isinstance(operands, Iterable):
+        return [_layer_to_host(layer) for layer in operands]
+    raise InputError(f"operands: expected a path to a safetensors operands file or a list of layer dicts, "
+                     f"found {type(operands).__qualname__}")
+
+
+def load_operands(path: Union[str, "os.PathLike[str]"], *, digest: bool = True) -> OperandList:
+    """Reads an operand file (safetensors, keys ``<layer>.a_q`` ...; see docs/python.md).
+
+    Strict: unknown keys, wrong dtypes or shapes, non-finite or non-positive scales raise
+    :class:`InputError` naming the file and the key. The arrays are read-only views into the
+    memory-mapped file (no copy). ``digest=False`` skips hashing the file (``sha256`` is empty).
+    """
+    d = _qconform.load_operands(os.fspath(path), digest)
+    out = OperandList(d["layers"])
+    out.path, out.sha256, out.metadata = d["path"], d["sha256"], dict(d["metadata"])
+    return out
+
+
+def save_operands(path: Union[str, "os.PathLike[str]"], layers: OperandsSpec,
+                  metadata: Optional[Mapping[str, str]] = None) -> None:
+    """Writes layers (dicts ``{name, a_q, a_scale, w_q, w_scale, bias?}``) as an operand file,
+    atomically (temporary file, then rename). ``metadata`` goes to ``__metadata__``."""
+    src = _operands_in(layers)
+    if isinstance(src, str):
+        raise InputError("save_operands: expected a list of layer dicts, found a path (copy the file instead)")
+    _qconform.save_operands(os.fspath(path), src, {str(k): str(v) for k, v in (metadata or {}).items()})
+
+
+def synth(shapes: str = "tiny", m: int = 16, *, seed: int = 0, bias: bool = False,
+          outlier_fraction: float = 0.005, outlier_gain: float = 30.0, weight_sigma: float = 0.02,
+          act_quantizer: str = "vllm", threads: int = 0) -> List[Dict[str, Any]]:
+    """Synthetic operands, byte for byte those of ``qconform synth`` with the same options.
+
+    ``shapes``: ``"qwen3-1.7b"`` (196 layers), ``"qwen3-8b"`` (252), ``"tiny"`` or ``"MxNxK"``
+    (one layer; M then overrides ``m``).
+    """
+    return _qconform.synth(shapes, m, seed, bias, outlier_fraction, outlier_gain, weight_sigma,
+                           act_quantizer, threads)
+
+
+# ---- checks -------------------------------------------------------------------------------------
+
+def predict(operands: OperandsSpec, *, threads: int = 0) -> Dict[str, Any]:
+    """C2, the range prediction per layer (max |acc|, headroom below 2^24, the data-independent
+    bound): the dict ``qconform predict`` writes."""
+    return _qconform.predict(_operands_in(operands), threads)
+
+
+def verify(arm_a: ArmSpec, arm_b: ArmSpec, operands: OperandsSpec,
+           scales: Union[str, Sequence[str]] = DEFAULT_SCALES, m_sweep: Union[None, int, Sequence[int]] = None,
+           *, tolerance_ulps: int = 1, max_listed: int = 10, near_zero_fraction: float = 1e-2,
+           threads: int = 0) -> Dict[str, Any]:
+    """Runs both arms on identical operands under each scale regime: checks C2–C6.
+
+    ``arm_a``/``arm_b``: labels, :class:`Arm` objects or callables (see :func:`arm`).
+    ``operands``: a path to an operand file or a list of layer dicts. ``scales``: any of
+    ``real``, ``pow2-channel``, ``pow2-layer``. ``m_sweep``: row counts to run (the first rows of
+    each layer), e.g. ``[1, 16, 512]``. Returns the JSON document of ``qconform verify --json``.
+    """
+    if isinstance(scales, str):
+        scales = [s for s in scales.split(",") if s]
+    if m_sweep is None:
+        sweep: List[int] = []
+    elif isinstance(m_sweep, (int, np.integer)):
+        sweep = [int(m_sweep)]
+    else:
+        sweep = [int(x) for x in m_sweep]
+    a, b = arm(arm_a), arm(arm_b)
+    return _qconform.verify(a, b, _operands_in(operands), list(scales), sweep, int(tolerance_ulps),
+                            int(max_listed), float(near_zero_fraction), int(threads))
+
+
+def boundary(arm_spec: ArmSpec, *, max_k: int = 32768, overflow_probe: bool = True) -> Dict[str, Any]:
+    """C1, the arithmetic preconditions through the arm's own code path: the dict
+    ``qconform boundary --json`` writes."""
+    return _qconform.boundary(arm(arm_spec), int(max_k), bool(overflow_probe))
+
+
+def transfer(a_jsonl: Union[str, "os.PathLike[str]"], b_jsonl: Union[str, "os.PathLike[str]"],
+             replay: bool = True, *, seed: int = 20240607, bootstrap: int = 2000, min_bin_support: int = 50,
+             bins: int = 10, folds: int = 5, ci_level: float = 0.95,
+             return_summary: bool = False) -> Union[Dict[str, Any], Tuple[Dict[str, Any], str]]:
+    """C7, token transfer from two arms' per-position JSONL records (A is the reference):
+    teacher-forced flips and their dependence on A's logit margin (``replay=True``), or sequence
+    agreement of free-running generations (``replay=False``). Returns the dict of
+    ``qconform transfer --json`` (and the printed summary with ``return_summary=True``)."""
+    d, summary = _qconform.transfer(os.fspath(a_jsonl), os.fspath(b_jsonl), bool(replay), int(seed),
+                                    int(bootstrap), int(min_bin_support), int(bins), int(folds), float(ci_level))
+    return (d, summary) if return_summary else d

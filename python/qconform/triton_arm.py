@@ -1,0 +1,88 @@
+"""A Triton INT8 scaled-MM arm with vLLM's ``triton_scaled_mm`` epilogue order (``vllm-triton``).
+
+``bf16(rn32(rn32(f32(acc) * sa) * sw))``, bias added after the bf16 rounding; the kernel and every
+rounding point are in ``qconform/_triton_kernels.py``. Needs PyTorch, Triton and a CUDA GPU;
+importing this module works without them, calling raises :class:`GpuUnavailableError`.
+
+Example (on a GPU machine)::
+
+    import qconform
+    from qconform import triton_arm
+    layers = qconform.synth("qwen3-1.7b", m=512)
+    r = qconform.verify("cpu:vllm-triton", triton_arm.arm(), layers, m_sweep=[1, 16, 512])
+    # bit for bit: every run's formula_mismatch_b is 0, and C6 passes with 0 differences
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Optional, Tuple
+
+from ._torch_common import GpuUnavailableError, device_description, layer_tensors, require_torch
+
+__all__ = ["GpuUnavailableError", "scaled_mm", "arm", "kernel_config"]
+
+K_MAX_INT32 = 131071  # K·2^14 < 2^31: the INT32 accumulator cannot overflow
+
+
+@functools.lru_cache(maxsize=1)
+def _triton() -> Tuple[Any, Any]:
+    torch = require_torch("qconform.triton_arm")
+    try:
+        import triton
+
+        from . import _triton_kernels
+    except ImportError as e:
+        raise GpuUnavailableError(f"qconform.triton_arm needs Triton (pip install triton): {e}") from e
+    return triton, _triton_kernels
+
+
+def kernel_config(m: int) -> dict:
+    """Tile sizes by M (decode rows use a 16-row tile: tl.dot needs every tile dim >= 16)."""
+    if m <= 16:
+        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3)
+    if m <= 64:
+        return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3)
+    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)
+
+
+def scaled_mm(a_q: Any, a_scale: Any, w_q: Any, w_scale: Any, bias: Optional[Any] = None,
+              *, device: Any = "cuda") -> Any:
+    """``y = bf16(rn32(rn32(f32(a_q @ w_qᵀ) * a_scale[:,None]) * w_scale[None,:]))`` (+ bias after
+    the rounding) on the GPU. Inputs: NumPy arrays or torch tensors (bias as bf16 bit patterns
+    or torch.bfloat16). Returns a torch.bfloat16 tensor [M, N] on `device`."""
+    torch = require_torch("qconform.triton_arm")
+    triton, kernels = _triton()
+    a, sa, w, sw, b = layer_tensors(torch, a_q, a_scale, w_q, w_scale, bias, device)
+    M, K = a.shape
+    N = w.shape[0]
+    if K > K_MAX_INT32:
+        raise ValueError(f"qconform.triton_arm: K = {K} exceeds {K_MAX_INT32}, beyond which an INT32 "
+                         f"accumulator can overflow")
+    y = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
+    if M == 0 or N == 0:
+        return y
+    cfg = kernel_config(M)
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
+    kernels.int8_scaled_mm_vllm_triton[grid](
+        a, w, sa, sw, b if b is not None else sw, y, M, N, K,
+        a.stride(0), w.stride(0), y.stride(0),
+        HAS_BIAS=b is not None, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)
+    return y
+
+
+def arm(*, device: Any = "cuda", name: str = "triton:vllm-triton") -> Any:
+    """The Triton kernel as a :class:`qconform.Arm` declaring the ``vllm-triton`` epilogue, so
+    that ``qconform.verify`` checks its output against the CPU emulation bit for bit."""
+    import qconform
+
+    torch = require_torch("qconform.triton_arm")
+    triton, _ = _triton()
+
+    def triton_int8_scaled_mm(a_q, a_scale, w_q, w_scale, bias):
+        return scaled_mm(a_q, a_scale, w_q, w_scale, bias, device=device)
+
+    return qconform.arm(
+        triton_int8_scaled_mm, name=name, epilogue="vllm-triton",
+        description="Triton int8 tl.dot (int32) + vLLM triton_scaled_mm epilogue order, in qconform/_triton_kernels.py",
+        device=device_description(torch, device), library=f"triton {triton.__version__}, torch {torch.__version__}")

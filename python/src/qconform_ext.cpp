@@ -1,0 +1,807 @@
+// The nanobind extension `qconform._qconform`: the C++ core on NumPy / PyTorch CPU arrays, and a
+// C++ `Arm` that calls a Python callable, so that verify and boundary treat a Python kernel
+// exactly like a built-in one.
+//
+// Arrays cross the boundary without a copy when they are C-contiguous CPU arrays of the expected
+// dtype (DLPack or the buffer protocol, through `nb::ndarray`); a strided array is copied once,
+// element by element; any other dtype, rank, shape or device is a `qconform.InputError` naming
+// the argument, what was expected and what was found. The Python layer (`qconform/__init__.py`)
+// only reinterprets what nanobind cannot see (ml_dtypes bfloat16, torch CUDA tensors) before
+// calling in here.
+//
+// Errors: `qc::Error` becomes `qconform.InputError` (a `ValueError`) or `qconform.InternalError`
+// (a `RuntimeError`), both subclasses of `qconform.Error`, with the C++ message and the
+// attributes `kind`, `file`, `line`, `condition`. An exception raised inside a Python arm
+// travels through the C++ code as `nb::python_error` and reaches the caller unchanged.
+//
+// Build: `cmake -S . -B build -DQCONFORM_BUILD_PYTHON=ON && cmake --build build --target _qconform`
+// (the module and a copy of the package land in build/python/qconform), or `pip install ./python`.
+// Test: `QCONFORM_BUILD=$PWD/build python3 -m pytest -q tests/peer/test_python_binding.py`.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include <Python.h>
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "qconform/accum.hpp"
+#include "qconform/arm.hpp"
+#include "qconform/boundary.hpp"
+#include "qconform/compare.hpp"
+#include "qconform/epilogue.hpp"
+#include "qconform/error.hpp"
+#include "qconform/layer_checks.hpp"
+#include "qconform/operands.hpp"
+#include "qconform/operands_io.hpp"
+#include "qconform/synth.hpp"
+#include "qconform/transfer.hpp"
+#include "qconform/version.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+// ---- exceptions -------------------------------------------------------------------------------
+
+PyObject* g_error = nullptr;           // qconform.Error(Exception)
+PyObject* g_input_error = nullptr;     // qconform.InputError(Error, ValueError)
+PyObject* g_internal_error = nullptr;  // qconform.InternalError(Error, RuntimeError)
+
+void raise_qc_error(const qc::Error& e) {
+  PyObject* type = e.kind() == qc::ErrorKind::input ? g_input_error : g_internal_error;
+  nb::object instance = nb::borrow(type)(nb::str(e.what()));
+  instance.attr("kind") = nb::str(e.kind() == qc::ErrorKind::input ? "input" : "internal");
+  instance.attr("file") = nb::str(e.file() ? e.file() : "");
+  instance.attr("line") = nb::int_(e.line());
+  instance.attr("condition") = nb::str(e.condition() ? e.condition() : "");
+  PyErr_SetObject(type, instance.ptr());
+}
+
+// ---- JSON -> Python -------------------------------------------------------------------------------
+
+// The C++ JSON documents become plain dicts through the json module: one conversion rule for
+// every result (NaN is already null there, as in the CLI's files).
+nb::object json_to_py(const nlohmann::json& j) {
+  // Leaked on purpose: a static `nb::object` would be released after the interpreter is gone.
+  static PyObject* loads = nb::object(nb::module_::import_("json").attr("loads")).release().ptr();
+  return nb::borrow(loads)(nb::str(j.dump().c_str()));
+}
+
+// ---- arrays in ------------------------------------------------------------------------------------
+
+using AnyArray = nb::ndarray<nb::ro>;
+
+enum class Elem { i8, f32, bf16, i32, i64 };
+
+const char* elem_name(Elem e) {
+  switch (e) {
+    case Elem::i8: return "int8";
+    case Elem::f32: return "float32";
+    case Elem::bf16: return "bfloat16 (as uint16/int16 bit patterns, ml_dtypes.bfloat16 or torch.bfloat16)";
+    case Elem::i32: return "int32";
+    case Elem::i64: return "int64";
+  }
+  return "?";
+}
+
+std::string dtype_name(nb::dlpack::dtype d) {
+  using C = nb::dlpack::dtype_code;
+  std::string base;
+  switch (static_cast<C>(d.code)) {
+    case C::Int: base = "int"; break;
+    case C::UInt: base = "uint"; break;
+    case C::Float: base = "float"; break;
+    case C::Bfloat: base = "bfloat"; break;
+    case C::Complex: base = "complex"; break;
+    case C::Bool: return "bool";
+    default: base = fmt::format("dlpack-code-{}-", d.code); break;
+  }
+  std::string s = base + std::to_string(d.bits);
+  if (d.lanes != 1) s += fmt::format("x{}", d.lanes);
+  return s;
+}
+
+bool elem_matches(Elem e, nb::dlpack::dtype d) {
+  using C = nb::dlpack::dtype_code;
+  if (d.lanes != 1) return false;
+  const auto is = [&](C code, int bits) { return d.code == static_cast<uint8_t>(code) && d.bits == bits; };
+  switch (e) {
+    case Elem::i8: return is(C::Int, 8);
+    case Elem::f32: return is(C::Float, 32);
+    case Elem::bf16: return is(C::UInt, 16) || is(C::Int, 16) || is(C::Bfloat, 16);
+    case Elem::i32: return is(C::Int, 32);
+    case Elem::i64: return is(C::Int, 64);
+  }
+  return false;
+}
+
+std::string shape_text(const AnyArray& a) {
+  std::string s = "[";
+  for (size_t i = 0; i < a.ndim(); ++i) s += fmt::format("{}{}", i ? "," : "", a.shape(i));
+  s += ']';
+  return s;
+}
+
+// A CPU array of element type `T` seen as a contiguous row-major block: a view when the array is
+// C-contiguous (zero copy; `array` keeps the Python object alive), one strided copy otherwise.
+template <class T>
+struct HostArray {
+  AnyArray array;
+  std::vector<T> copy;
+  std::span<const T> data;
+  std::vector<int64_t> shape;
+  int64_t dim(size_t i) const { return shape[i]; }
+};
+
+// `what` names the argument in messages ("a_q", "layers[2].w_scale"). `ranks` lists the accepted
+// ranks.
+template <class T>
+HostArray<T> host_array(const AnyArray& a, const std::string& what, Elem elem, std::initializer_list<size_t> ranks) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8);
+  QC_INPUT(a.is_valid(), "{}: expected an array, found an invalid array handle", what);
+  QC_INPUT(a.device_type() == nb::device::cpu::value,
+           "{}: expected a CPU array, found one on DLPack device type {} (id {}); the core runs on the host: "
+           "move it with `.cpu()` (qconform's Python functions do that for torch tensors)",
+           what, a.device_type(), a.device_id());
+  QC_INPUT(elem_matches(elem, a.dtype()), "{}: expected dtype {}, found {} (shape {})", what, elem_name(elem),
+           dtype_name(a.dtype()), shape_text(a));
+  bool rank_ok = false;
+  std::string rank_list;
+  for (size_t r : ranks) {
+    rank_ok |= a.ndim() == r;
+    rank_list += fmt::format("{}{}", rank_list.empty() ? "" : " or ", r);
+  }
+  QC_INPUT(rank_ok, "{}: expected a {}-D array, found {}-D with shape {}", what, rank_list, a.ndim(), shape_text(a));
+  HostArray<T> h;
+  h.array = a;
+  size_t count = 1;
+  for (size_t i = 0; i < a.ndim(); ++i) {
+    h.shape.push_back(static_cast<int64_t>(a.shape(i)));
+    count *= a.shape(i);
+  }
+  // C-contiguous check in elements; dimensions of extent 1 may carry any stride.
+  bool contiguous = true;
+  int64_t expected = 1;
+  for (size_t i = a.ndim(); i-- > 0;) {
+    if (a.shape(i) != 1 && a.stride(i) != expected) contiguous = false;
+    expected *= static_cast<int64_t>(a.shape(i));
+  }
+  const auto* base = static_cast<const T*>(static_cast<const void*>(static_cast<const uint8_t*>(a.data_handle()) +
+                                                                     a.byte_offset()));
+  if (count == 0) {
+    h.data = {};
+  } else if (contiguous) {
+    h.data = std::span<const T>(base, count);
+  } else {
+    h.copy.resize(count);
+    if (a.ndim() == 1) {
+      for (size_t i = 0; i < count; ++i) h.copy[i] = base[static_cast<int64_t>(i) * a.stride(0)];
+    } else {
+      QC_CHECK(a.ndim() == 2, "{}: strided copy supports rank 1 and 2, found {}", what, a.ndim());
+      const size_t rows = a.shape(0), cols = a.shape(1);
+      for (size_t r = 0; r < rows; ++r) {
+        for (size_t c = 0; c < cols; ++c) {
+          h.copy[r * cols + c] = base[static_cast<int64_t>(r) * a.stride(0) + static_cast<int64_t>(c) * a.stride(1)];
+        }
+      }
+    }
+    h.data = h.copy;
+  }
+  return h;
+}
+
+// ---- arrays out ------------------------------------------------------------------------------------
+
+template <class T>
+nb::object numpy_from_vector(std::vector<T>&& v, std::vector<size_t> shape) {
+  auto* heap = new std::vector<T>(std::move(v));
+  nb::capsule owner(heap, [](void* p) noexcept { delete static_cast<std::vector<T>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, T>(heap->data(), shape.size(), shape.data(), owner));
+}
+
+// A read-only NumPy view of memory kept alive by `keepalive` (operands from a file, synth, or an
+// arm's inputs). Without a keepalive the bytes are copied, so a view can never dangle.
+template <class T>
+nb::object numpy_view(std::span<const T> data, std::vector<size_t> shape, const std::shared_ptr<const void>& keepalive) {
+  if (!keepalive) return numpy_from_vector(std::vector<T>(data.begin(), data.end()), std::move(shape));
+  auto* holder = new std::shared_ptr<const void>(keepalive);
+  nb::capsule owner(holder, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
+  return nb::cast(nb::ndarray<nb::numpy, const T>(data.data(), shape.size(), shape.data(), owner));
+}
+
+// ---- operands --------------------------------------------------------------------------------------
+
+AnyArray as_array(nb::handle obj, const std::string& what) {
+  AnyArray a;
+  if (!obj.is_valid() || obj.is_none() || !nb::try_cast(obj, a, /*convert=*/false)) {
+    const std::string type_name =
+        obj.is_valid() ? nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).attr("__qualname__")))
+                       : "nothing";
+    QC_FAIL_INPUT("{}: expected an array (NumPy, PyTorch or any DLPack / buffer-protocol object), found {}", what,
+                  type_name);
+  }
+  return a;
+}
+
+// The arrays a layer built from Python refers to. The last reference may be dropped on a thread
+// that does not hold the GIL, and releasing a Python reference needs it: the deleter takes it.
+struct PyLayerHold {
+  HostArray<int8_t> a_q, w_q;
+  HostArray<float> a_scale, w_scale;
+  std::optional<HostArray<uint16_t>> bias;
+};
+
+std::shared_ptr<const void> hold(std::unique_ptr<PyLayerHold> h) {
+  return std::shared_ptr<const void>(h.release(), [](const void* p) {
+    auto* held = static_cast<PyLayerHold*>(const_cast<void*>(p));
+    if (!Py_IsInitialized()) return;  // interpreter gone: leak rather than touch Python
+    nb::gil_scoped_acquire gil;
+    delete held;
+  });
+}
+
+// One layer from a dict {name, a_q, a_scale, w_q, w_scale, bias?, source?}: zero-copy views of
+// contiguous arrays, strict checks of every dtype and shape.
+qc::LayerOperands operands_from_dict(nb::handle obj, const std::string& where) {
+  nb::dict d;
+  QC_INPUT(nb::try_cast(obj, d, false), "{}: expected a dict with keys name, a_q, a_scale, w_q, w_scale and optional bias, found {}",
+           where, nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).attr("__qualname__"))));
+  static const std::vector<std::string> known{"name", "a_q", "a_scale", "w_q", "w_scale", "bias", "source"};
+  for (auto [key, value] : d) {
+    std::string k;
+    QC_INPUT(nb::try_cast(key, k, false), "{}: keys must be strings", where);
+    QC_INPUT(std::find(known.begin(), known.end(), k) != known.end(),
+             "{}: unknown key `{}`; expected name, a_q, a_scale, w_q, w_scale, bias (optional), source (optional)", where, k);
+  }
+  std::string name;
+  QC_INPUT(d.contains("name") && nb::try_cast(d["name"], name, false), "{}: key `name` (a string) is missing", where);
+  const std::string lw = fmt::format("{} (`{}`)", where, name);
+  const auto field = [&](const char* key) -> nb::object {
+    QC_INPUT(d.contains(key) && !d[key].is_none(), "{}: key `{}` is missing", lw, key);
+    return d[key];
+  };
+  auto h = std::make_unique<PyLayerHold>();
+  h->a_q = host_array<int8_t>(as_array(field("a_q"), lw + ".a_q"), lw + ".a_q", Elem::i8, {2});
+  h->w_q = host_array<int8_t>(as_array(field("w_q"), lw + ".w_q"), lw + ".w_q", Elem::i8, {2});
+  h->a_scale = host_array<float>(as_array(field("a_scale"), lw + ".a_scale"), lw + ".a_scale", Elem::f32, {1, 2});
+  h->w_scale = host_array<float>(as_array(field("w_scale"), lw + ".w_scale"), lw + ".w_scale", Elem::f32, {1, 2});
+  const int64_t m = h->a_q.dim(0), k = h->a_q.dim(1), n = h->w_q.dim(0);
+  QC_INPUT(h->w_q.dim(1) == k, "{}.w_q: expected shape [N,{}] (K of a_q [{},{}]), found [{},{}]", lw, k, m, k, n,
+           h->w_q.dim(1));
+  const auto vector_shape = [&](const HostArray<float>& s, int64_t want, const char* key, const char* dim) {
+    const bool ok = s.shape.size() == 1 ? s.dim(0) == want : (s.dim(0) == want && s.dim(1) == 1);
+    QC_INPUT(ok, "{}.{}: expected shape [{}] or [{},1] ({} = {}), found {}", lw, key, want, want, dim, want,
+             shape_text(s.array));
+  };
+  vector_shape(h->a_scale, m, "a_scale", "M");
+  vector_shape(h->w_scale, n, "w_scale", "N");
+  if (d.contains("bias") && !d["bias"].is_none()) {
+    h->bias = host_array<uint16_t>(as_array(d["bias"], lw + ".bias"), lw + ".bias", Elem::bf16, {1});
+    QC_INPUT(h->bias->dim(0) == n, "{}.bias: expected shape [{}] (N), found [{}]", lw, n, h->bias->dim(0));
+  }
+  std::string source = "python";
+  if (d.contains("source") && !d["source"].is_none()) {
+    QC_INPUT(nb::try_cast(d["source"], source, false), "{}.source: expected a string", lw);
+  }
+  qc::LayerOperands ops;
+  ops.name = name;
+  ops.m = m;
+  ops.n = n;
+  ops.k = k;
+  ops.a_q = h->a_q.data;
+  ops.w_q = h->w_q.data;
+  ops.a_scale = h->a_scale.data;
+  ops.w_scale = h->w_scale.data;
+  if (h->bias) ops.bias = h->bias->data;
+  ops.source = source;
+  ops.keepalive = hold(std::move(h));
+  ops.validate();
+  return ops;
+}
+
+struct OperandsIn {
+  std::vector<qc::LayerOperands> layers;
+  std::string path, sha256;
+};
+
+// `operands`: a path (str; the Python layer turns PathLike into str) or a sequence of layer dicts.
+OperandsIn operands_in(nb::handle operands) {
+  OperandsIn in;
+  std::string path;
+  if (nb::try_cast(operands, path, false)) {
+    qc::OperandSet set = qc::load_operands(path);
+    in.layers = std::move(set.layers);
+    in.path = set.path;
+    in.sha256 = set.sha256;
+    return in;
+  }
+  nb::list list;
+  QC_INPUT(nb::try_cast(operands, list, false),
+           "operands: expected a path to a safetensors operands file or a list of layer dicts, found {}",
+           nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(operands.ptr()))).attr("__qualname__"))));
+  QC_INPUT(nb::len(list) > 0, "operands: expected at least one layer, found an empty list");
+  for (size_t i = 0; i < nb::len(list); ++i) in.layers.push_back(operands_from_dict(list[i], fmt::format("layers[{}]", i)));
+  in.path = "<python>";
+  return in;
+}
+
+nb::dict layer_to_dict(const qc::LayerOperands& l) {
+  const size_t m = static_cast<size_t>(l.m), n = static_cast<size_t>(l.n), k = static_cast<size_t>(l.k);
+  nb::dict d;
+  d["name"] = l.name;
+  d["a_q"] = numpy_view(l.a_q, {m, k}, l.keepalive);
+  d["a_scale"] = numpy_view(l.a_scale, {m}, l.keepalive);
+  d["w_q"] = numpy_view(l.w_q, {n, k}, l.keepalive);
+  d["w_scale"] = numpy_view(l.w_scale, {n}, l.keepalive);
+  d["bias"] = l.has_bias() ? numpy_view(l.bias, {n}, l.keepalive) : nb::none();
+  d["source"] = l.source;
+  return d;
+}
+
+// ---- calling into the core with the GIL released ------------------------------------------------
+
+// A Python exception raised inside a Python arm, parked (GIL held) while the C++ stack unwinds
+// without the GIL, and raised again once the binding holds the GIL. A `nb::python_error` must not
+// cross code that runs without the GIL: copying or destroying it touches reference counts.
+PyObject* g_pending_exception = nullptr;
+struct PendingPythonError {};
+
+[[noreturn]] void reraise_pending() {
+  PyObject* exc = g_pending_exception;
+  g_pending_exception = nullptr;
+  QC_CHECK(exc != nullptr, "a Python arm failed but no Python exception was parked");
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(exc));
+  Py_INCREF(type);
+  PyErr_Restore(type, exc, PyException_GetTraceback(exc));  // steals the three references
+  throw nb::python_error();
+}
+
+template <class F>
+auto without_gil(F&& f) {
+  try {
+    nb::gil_scoped_release nogil;
+    return f();
+  } catch (const PendingPythonError&) {
+    reraise_pending();
+  }
+}
+
+// ---- arms ----------------------------------------------------------------------------------------------
+
+nb::dict info_to_dict(const qc::ArmInfo& i) {
+  nb::dict d;
+  d["label"] = i.label;
+  d["description"] = i.description;
+  d["epilogue"] = i.epilogue;
+  d["exposes_accumulator"] = i.exposes_accumulator;
+  d["is_mutant"] = i.is_mutant;
+  d["breaks_stage"] = i.breaks_stage;
+  return d;
+}
+
+nb::object record_to_py(const qc::RunRecord& r) {
+  nlohmann::json j;
+  qc::to_json(j, r);
+  return json_to_py(j);
+}
+
+std::string type_qualname(nb::handle obj) {
+  return nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).attr("__qualname__")));
+}
+
+// An arm whose kernel is a Python callable `fn(a_q, a_scale, w_q, w_scale, bias) -> y` (or
+// `-> (y, acc)` when it exposes its accumulator). The operands reach `fn` as read-only NumPy views
+// (no copy); `normalize(obj)` (from the Python layer) turns torch tensors and ml_dtypes arrays into
+// NumPy arrays that nanobind can read; then the output is checked strictly: [M,N] bf16, and
+// [M,N] int32 for the accumulator.
+class PythonArm final : public qc::Arm {
+ public:
+  PythonArm(nb::callable fn, nb::callable normalize, qc::ArmInfo info, qc::RunRecord record)
+      : fn_(std::move(fn)), normalize_(std::move(normalize)), info_(std::move(info)), record_(std::move(record)) {
+    if (!info_.epilogue.empty()) (void)qc::epilogue(info_.epilogue);  // unknown names: InputError listing the valid ones
+  }
+
+  qc::ArmInfo info() const override { return info_; }
+
+  qc::ArmOutput run(const qc::LayerOperands& ops) override {
+    nb::gil_scoped_acquire gil;
+    try {
+      return run_with_gil(ops);
+    } catch (nb::python_error& e) {
+      // Park the exception (see `reraise_pending`), with a note naming the arm and the layer.
+      nb::object value = nb::borrow(e.value());
+      if (nb::hasattr(value, "add_note")) {
+        value.attr("add_note")(fmt::format("raised by the Python callable of qconform arm `{}` on layer `{}` ({}x{}x{})",
+                                           info_.label, ops.name, ops.m, ops.n, ops.k));
+      }
+      Py_XDECREF(g_pending_exception);
+      g_pending_exception = value.release().ptr();
+      throw PendingPythonError{};
+    }
+  }
+
+  nb::callable callable() const { return fn_; }
+
+ private:
+  qc::ArmOutput run_with_gil(const qc::LayerOperands& ops) {
+    const size_t m = static_cast<size_t>(ops.m), n = static_cast<size_t>(ops.n), k = static_cast<size_t>(ops.k);
+    nb::object a_q = numpy_view(ops.a_q, {m, k}, ops.keepalive);
+    nb::object a_scale = numpy_view(ops.a_scale, {m}, ops.keepalive);
+    nb::object w_q = numpy_view(ops.w_q, {n, k}, ops.keepalive);
+    nb::object w_scale = numpy_view(ops.w_scale, {n}, ops.keepalive);
+    nb::object bias = ops.has_bias() ? numpy_view(ops.bias, {n}, ops.keepalive) : nb::none();
+    nb::object result = fn_(a_q, a_scale, w_q, w_scale, bias);
+
+    const std::string who = fmt::format("arm `{}` on layer `{}`", info_.label, ops.name);
+    nb::object y_obj = result, acc_obj;
+    if (info_.exposes_accumulator) {
+      nb::tuple t;
+      QC_INPUT(nb::try_cast(result, t, false) && nb::len(t) == 2,
+               "{}: the callable declares exposes_accumulator=True, so it must return a tuple (y, acc); found {}", who,
+               type_qualname(result));
+      y_obj = t[0];
+      acc_obj = t[1];
+    }
+    qc::ArmOutput out;
+    {
+      const std::string what = who + ": output y";
+      const HostArray<uint16_t> y =
+          host_array<uint16_t>(as_array(normalize_(y_obj), what), what, Elem::bf16, {2});
+      QC_INPUT(y.dim(0) == ops.m && y.dim(1) == ops.n, "{}: expected shape [{},{}] (M,N), found {}", what, ops.m, ops.n,
+               shape_text(y.array));
+      out.y.assign(y.data.begin(), y.data.end());
+    }
+    if (acc_obj.is_valid()) {
+      const std::string what = who + ": output acc";
+      const HostArray<int32_t> acc =
+          host_array<int32_t>(as_array(normalize_(acc_obj), what), what, Elem::i32, {2});
+      QC_INPUT(acc.dim(0) == ops.m && acc.dim(1) == ops.n, "{}: expected shape [{},{}] (M,N), found {}", what, ops.m,
+               ops.n, shape_text(acc.array));
+      out.acc = std::vector<int32_t>(acc.data.begin(), acc.data.end());
+    }
+    out.record = record_;
+    out.record.arm = info_.label;
+    out.record.epilogue = info_.epilogue;
+    return out;
+  }
+
+  nb::callable fn_, normalize_;
+  qc::ArmInfo info_;
+  qc::RunRecord record_;
+};
+
+// ---- JSON wrappers as the CLI writes them ---------------------------------------------------------
+
+nlohmann::json verify_json(const qc::VerifyResult& r, const OperandsIn& in) {
+  nlohmann::json j = qc::to_json(r);
+  j["schema_version"] = 1;
+  j["kind"] = "qconform-verify";
+  j["operands"] = {{"path", in.path}, {"sha256", in.sha256}};
+  j["predictions"] = {{"path", ""}, {"sha256", ""}, {"pinned", false}};
+  return j;
+}
+
+}  // namespace
+
+NB_MODULE(_qconform, m) {
+  m.doc() = "qconform's C++ core (nanobind). Use the `qconform` package, not this module directly.";
+  nb::set_leak_warnings(false);  // Python arms may sit in reference cycles at exit; nothing leaks at run time
+
+  g_error = PyErr_NewExceptionWithDoc("qconform.Error",
+                                      "An error reported by qconform's C++ core (message as the CLI prints it).",
+                                      PyExc_Exception, nullptr);
+  {
+    PyObject* bases = PyTuple_Pack(2, g_error, PyExc_ValueError);
+    g_input_error = PyErr_NewExceptionWithDoc("qconform.InputError",
+                                              "Bad input or usage: the message names the argument or file, the field, "
+                                              "what was expected and what was found.",
+                                              bases, nullptr);
+    Py_DECREF(bases);
+    bases = PyTuple_Pack(2, g_error, PyExc_RuntimeError);
+    g_internal_error = PyErr_NewExceptionWithDoc("qconform.InternalError",
+                                                 "A broken invariant inside qconform (a bug: please report it).", bases,
+                                                 nullptr);
+    Py_DECREF(bases);
+  }
+  m.attr("Error") = nb::borrow(g_error);
+  m.attr("InputError") = nb::borrow(g_input_error);
+  m.attr("InternalError") = nb::borrow(g_internal_error);
+  nb::register_exception_translator([](const std::exception_ptr& p, void*) {
+    try {
+      std::rethrow_exception(p);
+    } catch (const qc::Error& e) {
+      raise_qc_error(e);
+    } catch (const PendingPythonError&) {
+      // Reached only if a core call escaped `without_gil` (it should not): restore the exception.
+      PyObject* exc = g_pending_exception;
+      g_pending_exception = nullptr;
+      if (exc) {
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc)), exc);
+        Py_DECREF(exc);
+      } else {
+        PyErr_SetString(g_internal_error, "a Python arm failed and its exception was lost");
+      }
+    }
+  });
+
+  m.def("version", [] { return qc::version(); }, "qconform's version (git describe of the build).");
+  m.def("build_flags", [] { return qc::build_flags(); });
+  m.def("accum_target", [] { return qc::accum_target_name(); },
+        "The Highway target the exact accumulator dispatches to on this CPU.");
+
+  // ---- accumulation, epilogues, comparison ----
+  m.def(
+      "exact_accumulate",
+      [](AnyArray a_arr, AnyArray w_arr, std::optional<bool> wide, int threads) -> nb::object {
+        const HostArray<int8_t> a = host_array<int8_t>(a_arr, "a_q", Elem::i8, {2});
+        const HostArray<int8_t> w = host_array<int8_t>(w_arr, "w_q", Elem::i8, {2});
+        QC_INPUT(a.dim(1) == w.dim(1), "w_q: expected shape [N,{}] (K of a_q {}), found {}", a.dim(1),
+                 shape_text(a.array), shape_text(w.array));
+        const qc::AccumShape s{a.dim(0), w.dim(0), a.dim(1)};
+        const bool use_wide = wide.value_or(s.k > qc::kAccumMaxKInt32);
+        QC_INPUT(use_wide || s.k <= qc::kAccumMaxKInt32,
+                 "wide=False: K = {} exceeds {}, the largest K for which an INT32 accumulator provably cannot "
+                 "overflow; use wide=True (int64)",
+                 s.k, qc::kAccumMaxKInt32);
+        const std::vector<size_t> shape{static_cast<size_t>(s.m), static_cast<size_t>(s.n)};
+        if (use_wide) {
+          std::vector<int64_t> acc(static_cast<size_t>(s.m * s.n));
+          without_gil([&] { qc::exact_accumulate_i64(a.data.data(), w.data.data(), s, acc.data(), threads); });
+          return numpy_from_vector(std::move(acc), shape);
+        }
+        std::vector<int32_t> acc(static_cast<size_t>(s.m * s.n));
+        without_gil([&] { qc::exact_accumulate_i32(a.data.data(), w.data.data(), s, acc.data(), threads); });
+        return numpy_from_vector(std::move(acc), shape);
+      },
+      "a_q"_a, "w_q"_a, "wide"_a = nb::none(), "threads"_a = 0);
+
+  m.def(
+      "apply_epilogue",
+      [](const std::string& name, AnyArray acc_arr, AnyArray sa_arr, AnyArray sw_arr, std::optional<AnyArray> bias_arr,
+         int threads) -> nb::object {
+        const qc::Epilogue& e = qc::epilogue(name);
+        const bool wide = acc_arr.dtype() == nb::dtype<int64_t>();
+        const HostArray<float> sa = host_array<float>(sa_arr, "a_scale", Elem::f32, {1});
+        const HostArray<float> sw = host_array<float>(sw_arr, "w_scale", Elem::f32, {1});
+        const int64_t M = sa.dim(0), N = sw.dim(0);
+        std::optional<HostArray<uint16_t>> bias;
+        if (bias_arr) {
+          bias = host_array<uint16_t>(*bias_arr, "bias", Elem::bf16, {1});
+          QC_INPUT(bias->dim(0) == N, "bias: expected shape [{}] (N of w_scale), found {}", N, shape_text(bias->array));
+        }
+        const uint16_t* b = bias ? bias->data.data() : nullptr;
+        std::vector<uint16_t> y(static_cast<size_t>(M * N));
+        const auto check_acc_shape = [&](const auto& acc) {
+          QC_INPUT(acc.dim(0) == M && acc.dim(1) == N, "acc: expected shape [{},{}] (len(a_scale), len(w_scale)), found {}",
+                   M, N, shape_text(acc.array));
+        };
+        if (wide) {
+          const HostArray<int64_t> acc = host_array<int64_t>(acc_arr, "acc", Elem::i64, {2});
+          check_acc_shape(acc);
+          without_gil([&] { qc::apply_epilogue(e, acc.data.data(), sa.data.data(), sw.data.data(), b, M, N, y.data(), threads); });
+        } else {
+          const HostArray<int32_t> acc = host_array<int32_t>(acc_arr, "acc", Elem::i32, {2});
+          check_acc_shape(acc);
+          without_gil([&] { qc::apply_epilogue(e, acc.data.data(), sa.data.data(), sw.data.data(), b, M, N, y.data(), threads); });
+        }
+        return numpy_from_vector(std::move(y), {static_cast<size_t>(M), static_cast<size_t>(N)});
+      },
+      "name"_a, "acc"_a, "a_scale"_a, "w_scale"_a, "bias"_a = nb::none(), "threads"_a = 0);
+
+  m.def("epilogues", [] {
+    nb::list out;
+    for (const qc::Epilogue& e : qc::all_epilogues()) {
+      nb::dict d;
+      d["name"] = std::string(e.name);
+      d["formula"] = std::string(e.formula);
+      d["source"] = std::string(e.source);
+      d["accepts_bias"] = e.accepts_bias();
+      d["bias_after_rounding"] = e.bias_after_rounding();
+      out.append(d);
+    }
+    return out;
+  });
+
+  m.def(
+      "compare",
+      [](AnyArray a_arr, AnyArray b_arr, const std::string& layer, double near_zero_fraction, size_t max_listed) {
+        const HostArray<uint16_t> a = host_array<uint16_t>(a_arr, "a", Elem::bf16, {1, 2});
+        const HostArray<uint16_t> b = host_array<uint16_t>(b_arr, "b", Elem::bf16, {1, 2});
+        QC_INPUT(a.shape == b.shape, "b: expected the shape of a {}, found {}", shape_text(a.array), shape_text(b.array));
+        const int64_t rows = a.shape.size() == 2 ? a.dim(0) : 1;
+        const int64_t cols = a.shape.size() == 2 ? a.dim(1) : a.dim(0);
+        qc::CompareOptions o;
+        o.near_zero_fraction = near_zero_fraction;
+        o.max_listed = max_listed;
+        nlohmann::json j;
+        without_gil([&] { qc::to_json(j, qc::compare_bf16(a.data, b.data, rows, cols, layer, o)); });
+        return json_to_py(j);
+      },
+      "a"_a, "b"_a, "layer"_a = "", "near_zero_fraction"_a = 1e-2, "max_listed"_a = 10);
+
+  // ---- arms ----
+  nb::class_<qc::Arm>(m, "Arm", "One implementation of the scaled-INT8 linear layer (C++ or a Python callable).")
+      .def_prop_ro("info", [](const qc::Arm& a) { return info_to_dict(a.info()); })
+      .def_prop_ro("label", [](const qc::Arm& a) { return a.info().label; })
+      .def(
+          "run",
+          [](qc::Arm& a, nb::handle layer) {
+            const qc::LayerOperands ops = operands_from_dict(layer, "layer");
+            qc::ArmOutput out = without_gil([&] { return a.run(ops); });
+            QC_INPUT(static_cast<int64_t>(out.y.size()) == ops.m * ops.n, "arm {} returned {} outputs, expected {}x{}",
+                     a.info().label, out.y.size(), ops.m, ops.n);
+            nb::dict d;
+            const std::vector<size_t> shape{static_cast<size_t>(ops.m), static_cast<size_t>(ops.n)};
+            d["y"] = numpy_from_vector(std::move(out.y), shape);
+            d["acc"] = out.acc ? numpy_from_vector(std::move(*out.acc), shape) : nb::none();
+            d["record"] = record_to_py(out.record);
+            return d;
+          },
+          "layer"_a)
+      .def("__repr__", [](const qc::Arm& a) { return fmt::format("<qconform.Arm {}>", a.info().label); });
+
+  nb::class_<PythonArm, qc::Arm>(m, "PythonArm", "An arm whose kernel is a Python callable.")
+      .def_prop_ro("callable", &PythonArm::callable);
+
+  m.def("make_arm", [](const std::string& label) { return qc::make_arm(label); }, "label"_a);
+  m.def("list_arms", [] { return qc::list_arms(); });
+  m.def(
+      "python_arm",
+      [](nb::callable fn, nb::callable normalize, const std::string& label, const std::string& kernel,
+         const std::string& epilogue, bool exposes_accumulator, const std::string& description,
+         const std::string& device, const std::string& library, const std::string& build) {
+        qc::ArmInfo info;
+        info.label = label;
+        info.description = description;
+        info.epilogue = epilogue;
+        info.exposes_accumulator = exposes_accumulator;
+        qc::RunRecord record;
+        record.arm = label;
+        record.kernel = kernel;
+        record.epilogue = epilogue;
+        record.device = device;
+        record.library = library;
+        record.build = build;
+        return std::make_unique<PythonArm>(std::move(fn), std::move(normalize), std::move(info), std::move(record));
+      },
+      "fn"_a, "normalize"_a, "label"_a, "kernel"_a, "epilogue"_a, "exposes_accumulator"_a, "description"_a,
+      "device"_a, "library"_a, "build"_a);
+
+  // ---- operands ----
+  m.def(
+      "load_operands",
+      [](const std::string& path, bool with_digest) {
+        qc::OperandSet set = qc::load_operands(path, with_digest);
+        nb::list layers;
+        for (const qc::LayerOperands& l : set.layers) layers.append(layer_to_dict(l));
+        nb::dict d;
+        d["path"] = set.path;
+        d["sha256"] = set.sha256;
+        d["metadata"] = set.metadata;
+        d["layers"] = layers;
+        return d;
+      },
+      "path"_a, "with_digest"_a = true);
+  m.def(
+      "save_operands",
+      [](const std::string& path, nb::handle layers, std::map<std::string, std::string> metadata) {
+        const OperandsIn in = operands_in(layers);
+        without_gil([&] { qc::save_operands(path, in.layers, std::move(metadata)); });
+      },
+      "path"_a, "layers"_a, "metadata"_a);
+  m.def(
+      "synth",
+      [](const std::string& shapes, int64_t m_rows, uint64_t seed, bool bias, double outlier_fraction,
+         double outlier_gain, double weight_sigma, const std::string& act_quantizer, int threads) {
+        qc::SynthOptions o;
+        o.shapes = shapes;
+        o.m = m_rows;
+        o.seed = seed;
+        o.bias = bias;
+        o.outlier_fraction = outlier_fraction;
+        o.outlier_gain = outlier_gain;
+        o.weight_sigma = weight_sigma;
+        o.act_quantizer = act_quantizer;
+        o.threads = threads;
+        QC_INPUT(m_rows > 0, "m: expected a positive number of rows, found {}", m_rows);
+        const std::vector<qc::LayerOperands> layers = without_gil([&] { return qc::synth_operands(o); });
+        nb::list out;
+        for (const qc::LayerOperands& l : layers) out.append(layer_to_dict(l));
+        return out;
+      },
+      "shapes"_a, "m"_a, "seed"_a, "bias"_a, "outlier_fraction"_a, "outlier_gain"_a, "weight_sigma"_a,
+      "act_quantizer"_a, "threads"_a);
+
+  // ---- checks ----
+  m.def(
+      "predict",
+      [](nb::handle operands, int threads) {
+        const OperandsIn in = operands_in(operands);
+        nlohmann::json j;
+        without_gil([&] { j = qc::to_json(qc::predict(in.layers, in.path, in.sha256, threads)); });
+        return json_to_py(j);
+      },
+      "operands"_a, "threads"_a = 0);
+  m.def(
+      "verify",
+      [](qc::Arm& a, qc::Arm& b, nb::handle operands, const std::vector<std::string>& scales,
+         const std::vector<int64_t>& m_sweep, int64_t tolerance_ulps, size_t max_listed, double near_zero_fraction,
+         int threads) {
+        const OperandsIn in = operands_in(operands);
+        qc::VerifyOptions o;
+        o.modes.clear();
+        QC_INPUT(!scales.empty(), "scales: expected at least one of real, pow2-channel, pow2-layer");
+        for (const std::string& s : scales) o.modes.push_back(qc::scale_mode_from_name(s));
+        for (int64_t mm : m_sweep) QC_INPUT(mm > 0, "m_sweep: expected positive row counts, found {}", mm);
+        o.m_sweep = m_sweep;
+        QC_INPUT(tolerance_ulps >= 0, "tolerance_ulps: expected >= 0, found {}", tolerance_ulps);
+        o.tolerance_ulps = tolerance_ulps;
+        o.compare.max_listed = max_listed;
+        o.compare.near_zero_fraction = near_zero_fraction;
+        o.threads = threads;
+        nlohmann::json j;
+        without_gil([&] {
+          const qc::PredictionSet p = qc::predict(in.layers, in.path, in.sha256, threads);
+          j = verify_json(qc::verify_layers(a, b, in.layers, p, o), in);
+        });
+        return json_to_py(j);
+      },
+      "arm_a"_a, "arm_b"_a, "operands"_a, "scales"_a, "m_sweep"_a, "tolerance_ulps"_a, "max_listed"_a,
+      "near_zero_fraction"_a, "threads"_a);
+  m.def(
+      "boundary",
+      [](qc::Arm& arm, int64_t max_k, bool overflow_probe) {
+        qc::BoundaryOptions o;
+        QC_INPUT(max_k >= 512, "max_k: expected >= 512 (the accumulation sweep starts at K = 512), found {}", max_k);
+        o.max_k = max_k;
+        o.overflow_probe = overflow_probe;
+        nlohmann::json j;
+        without_gil([&] { j = qc::to_json(qc::run_boundary(arm, o)); });
+        return json_to_py(j);
+      },
+      "arm"_a, "max_k"_a = 32768, "overflow_probe"_a = true);
+  m.def(
+      "transfer",
+      [](const std::string& a_path, const std::string& b_path, bool replay, uint64_t seed, size_t bootstrap,
+         size_t min_bin_support, size_t bins, size_t folds, double ci_level) {
+        qc::transfer::TransferOptions o;
+        o.replay = replay;
+        o.seed = seed;
+        o.bootstrap = bootstrap;
+        o.min_bin_support = min_bin_support;
+        o.initial_bins = bins;
+        o.folds = folds;
+        o.ci_level = ci_level;
+        QC_INPUT(min_bin_support > 0 && bins > 0 && folds > 0,
+                 "min_bin_support, bins and folds: expected positive integers, found {}, {}, {}", min_bin_support, bins,
+                 folds);
+        QC_INPUT(ci_level >= 0.5 && ci_level < 1.0, "ci_level: expected a level in [0.5, 1), found {}", ci_level);
+        nlohmann::json j;
+        std::string summary;
+        without_gil([&] {
+          const auto a = qc::transfer::read_transfer_jsonl(a_path);
+          const auto b = qc::transfer::read_transfer_jsonl(b_path);
+          const auto r = qc::transfer::analyze_transfer(a, b, o);
+          j = qc::transfer::to_json(r);
+          summary = qc::transfer::summary(r);
+        });
+        nb::object d = json_to_py(j);
+        return nb::make_tuple(d, summary);
+      },
+      "a_jsonl"_a, "b_jsonl"_a, "replay"_a, "seed"_a, "bootstrap"_a, "min_bin_support"_a, "bins"_a, "folds"_a,
+      "ci_level"_a);
+}
