@@ -42,18 +42,22 @@ void print_table(const VerifyResult& r, bool per_layer) {
     }
   }
   // Totals per scale regime.
-  std::map<std::string, std::pair<Comparison, size_t>> totals;
+  struct Total {
+    Comparison c;
+    size_t runs = 0, differing = 0;
+  };
+  std::map<std::string, Total> totals;
   for (const LayerRun& x : r.runs) {
-    auto& [c, layers_differing] = totals[std::string(scale_mode_name(x.mode))];
-    c.merge(x.cmp, 0);
-    layers_differing += x.cmp.bitwise_diff > 0;
+    Total& t = totals[std::string(scale_mode_name(x.mode))];
+    t.c.merge(x.cmp, 0);
+    ++t.runs;
+    t.differing += x.cmp.bitwise_diff > 0;
   }
   fmt::print("\n{:<13} {:>8} {:>14} {:>14} {:>10} {:>7}\n", "scales", "runs", "elements", "differ", "ppm", "maxulp");
-  for (const auto& [mode, entry] : totals) {
-    const auto& [c, differing] = entry;
-    fmt::print("{:<13} {:>8} {:>14} {:>14} {:>10.2f} {:>7}   ({} runs with a difference)\n", mode, 0, c.total,
-               c.bitwise_diff, 1e6 * static_cast<double>(c.bitwise_diff) / std::max<int64_t>(c.total, 1), c.max_ulp,
-               differing);
+  for (const auto& [mode, t] : totals) {
+    fmt::print("{:<13} {:>8} {:>14} {:>14} {:>10.2f} {:>7}   ({} runs with a difference)\n", mode, t.runs, t.c.total,
+               t.c.bitwise_diff, 1e6 * static_cast<double>(t.c.bitwise_diff) / std::max<int64_t>(t.c.total, 1),
+               t.c.max_ulp, t.differing);
   }
   fmt::print("\n");
   for (const CheckResult& c : r.checks) {
