@@ -1,0 +1,777 @@
+// The HTML report: one file, no network. Tables are written here; figures are Chart.js
+// configurations (JSON) that a short inlined script hands to Chart.js, itself inlined from the
+// Debian package. The script also records, in attributes of <body>, how many charts drew
+// non-blank pixels and any JavaScript error, so a headless browser can check the report
+// (tests/peer/test_report_browser.py).
+#include "qconform/report.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <iterator>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
+
+namespace qc {
+
+using nlohmann::json;
+
+std::string html_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size() + text.size() / 8);
+  for (const char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      case '\'': out += "&#39;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string json_for_script(const json& value) {
+  // `dump` with `ensure_ascii` leaves only ASCII, so U+2028/U+2029 are already \u escapes; the
+  // three characters that can end or re-open markup inside <script> are escaped here.
+  const std::string text = value.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    switch (c) {
+      case '<': out += "\\u003c"; break;
+      case '>': out += "\\u003e"; break;
+      case '&': out += "\\u0026"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string find_chartjs() {
+  if (const char* env = std::getenv("QCONFORM_CHARTJS"); env != nullptr && *env != '\0') return env;
+  for (const char* p : {"/usr/share/javascript/chart.js/chart.umd.js", "/usr/share/javascript/chart.js/chart.min.js",
+                        "/usr/share/javascript/chart.js/chart.js"}) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(p, ec)) return p;
+  }
+  return "";
+}
+
+namespace {
+
+// ---- tolerant accessors: a missing sub-field shows as "-", never aborts the report ----------
+
+std::string str(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key)) return "";
+  const json& v = j.at(key);
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_null()) return "";
+  return v.dump();
+}
+
+std::optional<double> num(const json& j, const char* key) {
+  if (!j.is_object() || !j.contains(key) || !j.at(key).is_number()) return std::nullopt;
+  return j.at(key).get<double>();
+}
+
+const json& sub(const json& j, const char* key) {
+  static const json kNull;
+  return j.is_object() && j.contains(key) ? j.at(key) : kNull;
+}
+
+std::string fmt_num(std::optional<double> v, int precision = 2) {
+  if (!v) return "-";
+  if (std::isfinite(*v) && *v == std::floor(*v) && std::fabs(*v) < 1e15) return fmt::format("{:.0f}", *v);
+  return fmt::format("{:.{}f}", *v, precision);
+}
+
+json num_or_null(std::optional<double> v) { return v && std::isfinite(*v) ? json(*v) : json(nullptr); }
+
+std::string verdict_class(const std::string& v) {
+  if (v == "pass" || v == "fail" || v == "not-applicable" || v == "outside-jurisdiction") return v;
+  return "unknown";
+}
+
+std::string badge(const std::string& verdict) {
+  return fmt::format("<span class=\"verdict {}\">{}</span>", verdict_class(verdict), html_escape(verdict));
+}
+
+// Validates the top level and the JSON type of each section.
+void validate(const json& r) {
+  QC_INPUT(r.is_object(), "results: expected a JSON object, found {}", r.type_name());
+  QC_INPUT(r.contains("schema_version") && r.at("schema_version").is_number_integer() &&
+               r.at("schema_version").get<int64_t>() == kResultsSchemaVersion,
+           "results field `schema_version`: expected {}, found {}", kResultsSchemaVersion,
+           r.contains("schema_version") ? r.at("schema_version").dump() : "nothing");
+  const auto section = [&](const char* name, bool (json::*is)() const noexcept, const char* type) {
+    if (r.contains(name) && !r.at(name).is_null()) {
+      QC_INPUT((r.at(name).*is)(), "results field `{}`: expected {}, found {}", name, type, r.at(name).type_name());
+    }
+  };
+  section("checks", &json::is_array, "an array of check results");
+  section("arms", &json::is_array, "an array of arms");
+  section("predictions", &json::is_object, "an object (qconform predict's JSON)");
+  section("verify", &json::is_object, "an object (qconform verify's JSON)");
+  section("transfer", &json::is_object, "an object (qconform transfer's JSON)");
+  section("sweep", &json::is_object, "an object {x, series}");
+  section("manifests", &json::is_object, "an object {files, join}");
+  if (const json& runs = sub(sub(r, "verify"), "runs"); !runs.is_null()) {
+    QC_INPUT(runs.is_array(), "results field `verify.runs`: expected an array, found {}", runs.type_name());
+  }
+  if (const json& layers = sub(sub(r, "predictions"), "layers"); !layers.is_null()) {
+    QC_INPUT(layers.is_array(), "results field `predictions.layers`: expected an array, found {}", layers.type_name());
+  }
+  if (const json& series = sub(sub(r, "sweep"), "series"); !series.is_null()) {
+    QC_INPUT(series.is_array(), "results field `sweep.series`: expected an array, found {}", series.type_name());
+  }
+}
+
+std::string pre_json(const json& v, size_t limit = 20000) {
+  std::string s = v.dump(1, ' ', false, json::error_handler_t::replace);
+  if (s.size() > limit) s = s.substr(0, limit) + fmt::format("\n... ({} more characters in results.json)", s.size() - limit);
+  return "<pre>" + html_escape(s) + "</pre>";
+}
+
+// Colours (colour-blind safe, Okabe–Ito) for the scale regimes and series.
+constexpr const char* kPalette[] = {"#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
+                                    "#000000"};
+
+std::string mode_colour(const std::string& mode) {
+  if (mode == "real") return kPalette[0];
+  if (mode == "pow2-channel") return kPalette[1];
+  if (mode == "pow2-layer") return kPalette[2];
+  return kPalette[3];
+}
+
+class Page {
+ public:
+  explicit Page(bool charts) : charts_(charts) {}
+
+  void raw(std::string_view s) { out_ += s; }
+  template <typename... Args>
+  void f(fmt::format_string<Args...> format, Args&&... args) {
+    out_ += fmt::format(format, std::forward<Args>(args)...);
+  }
+
+  // A figure: a canvas that the script fills from `config`. `log2_axes` get "2^k" tick labels.
+  void chart(const std::string& caption, json config, std::vector<std::string> log2_axes = {}, int height = 360) {
+    if (!charts_) return;
+    const std::string id = fmt::format("qc-chart-{}", charts_json_.size());
+    config["options"]["animation"] = false;
+    config["options"]["responsive"] = true;
+    config["options"]["maintainAspectRatio"] = false;
+    charts_json_.push_back({{"id", id}, {"config", std::move(config)}, {"log2_axes", log2_axes}});
+    f("<figure><div class=\"chart-box\" style=\"height:{}px\"><canvas id=\"{}\" role=\"img\" aria-label=\"{}\">"
+      "</canvas></div><figcaption>{}</figcaption></figure>\n",
+      height, id, html_escape(caption), html_escape(caption));
+  }
+  // A table that sits under a chart: collapsed when the chart is there, open when it is not.
+  void table_start(const std::string& label) {
+    f("<details class=\"data\"{}><summary>{}</summary>\n", charts_ ? "" : " open", html_escape(label));
+  }
+  void table_end() { raw("</details>\n"); }
+
+  bool charts() const { return charts_; }
+  const json& charts_json() const { return charts_json_; }
+  std::string& text() { return out_; }
+
+ private:
+  bool charts_;
+  std::string out_;
+  json charts_json_ = json::array();
+};
+
+// ---- sections ------------------------------------------------------------------------------------
+
+void verdict_section(Page& p, const json& results) {
+  const json& checks = sub(results, "checks");
+  p.raw("<section id=\"verdicts\"><h2>Verdicts</h2>\n");
+  if (!checks.is_array() || checks.empty()) {
+    p.raw("<p class=\"note\">No checks in these results.</p></section>\n");
+    return;
+  }
+  p.raw("<table class=\"verdicts\"><thead><tr><th>check</th><th>verdict</th><th>evidence</th><th>a violation points "
+        "first to</th><th>exclusions</th></tr></thead><tbody>\n");
+  for (const json& c : checks) {
+    const std::string verdict = str(c, "verdict");
+    std::string exclusions;
+    if (const json& ex = sub(c, "exclusions"); ex.is_array()) {
+      for (const json& e : ex) exclusions += "<li>" + html_escape(e.is_string() ? e.get<std::string>() : e.dump()) + "</li>";
+    }
+    if (exclusions.empty()) exclusions = "<span class=\"muted\">none</span>";
+    else exclusions = "<ul>" + exclusions + "</ul>";
+    const bool tolerance = c.is_object() && c.contains("falsifiable") && c.at("falsifiable").is_boolean() &&
+                           !c.at("falsifiable").get<bool>();
+    p.f("<tr class=\"row-{}\"><td><b>{}</b> {}{}</td><td>{}</td><td>{}", verdict_class(verdict), html_escape(str(c, "id")),
+        html_escape(str(c, "title")), tolerance ? " <span class=\"muted\">(tolerance-based)</span>" : "", badge(verdict),
+        html_escape(str(c, "summary")));
+    if (const json& ev = sub(c, "evidence"); !ev.is_null() && !(ev.is_object() && ev.empty())) {
+      p.f("<details><summary>evidence</summary>{}</details>", pre_json(ev));
+    }
+    p.f("</td><td>{}</td><td>{}</td></tr>\n", html_escape(str(c, "points_to")), exclusions);
+  }
+  p.raw("</tbody></table></section>\n");
+}
+
+void arms_section(Page& p, const json& results) {
+  json arms = sub(results, "arms");
+  if (!arms.is_array() || arms.empty()) arms = sub(sub(results, "verify"), "arms");
+  if (!arms.is_array() || arms.empty()) return;
+  p.raw("<section id=\"arms\"><h2>Arms and the kernel that actually ran</h2>\n"
+        "<table><thead><tr><th>arm</th><th>kernel (reported by the arm)</th><th>epilogue</th><th>device</th>"
+        "<th>library</th><th>build</th></tr></thead><tbody>\n");
+  for (const json& a : arms) {
+    const json& rec = sub(a, "record");
+    std::string label = str(a, "label");
+    if (label.empty()) label = str(rec, "arm");
+    const std::string kernel = str(rec, "kernel");
+    std::string epilogue = str(rec, "epilogue");
+    if (epilogue.empty()) epilogue = str(a, "epilogue");
+    p.f("<tr><td><code>{}</code><div class=\"muted\">{}</div></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td></tr>\n",
+        html_escape(label), html_escape(str(a, "description")),
+        kernel.empty() ? "<span class=\"verdict fail\">no kernel evidence</span>" : html_escape(kernel),
+        html_escape(epilogue.empty() ? "-" : epilogue), html_escape(str(rec, "device")), html_escape(str(rec, "library")),
+        html_escape(str(rec, "build")));
+  }
+  p.raw("</tbody></table></section>\n");
+}
+
+void manifests_section(Page& p, const json& results) {
+  const json& m = sub(results, "manifests");
+  if (!m.is_object()) return;
+  p.raw("<section id=\"identity\"><h2>Identity contract (C0)</h2>\n");
+  if (const json& join = sub(m, "join"); join.is_object()) {
+    const bool verified = join.contains("verified") && join.at("verified").is_boolean() && join.at("verified").get<bool>();
+    p.f("<p>Treatment <code>{}</code>: {}</p>\n", html_escape(str(join, "treatment")),
+        verified ? "<span class=\"verdict pass\">verified</span> the runs differ only in the declared treatment."
+                 : "<span class=\"verdict fail\">not verified</span> the runs differ outside the declared treatment, "
+                   "or the evidence is incomplete.");
+    const json& fields = sub(join, "fields");
+    if (fields.is_array()) {
+      std::string treatment_rows, violation_rows, all_rows;
+      for (const json& fr : fields) {
+        const std::string row =
+            fmt::format("<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td><code>{}</code></td><td><code>{}</code>"
+                        "</td><td>{}</td></tr>\n",
+                        sub(fr, "violation").is_boolean() && sub(fr, "violation").get<bool>() ? "row-fail" : "",
+                        html_escape(str(fr, "field")), html_escape(str(fr, "status")),
+                        html_escape(sub(fr, "a").is_null() ? "(absent)" : sub(fr, "a").dump()),
+                        html_escape(sub(fr, "b").is_null() ? "(absent)" : sub(fr, "b").dump()), html_escape(str(fr, "note")));
+        all_rows += row;
+        if (str(fr, "status") == "differs (treatment)") treatment_rows += row;
+        if (sub(fr, "violation").is_boolean() && sub(fr, "violation").get<bool>()) violation_rows += row;
+      }
+      const char* head = "<table><thead><tr><th>field</th><th>status</th><th>A</th><th>B</th><th>note</th></tr></thead>"
+                         "<tbody>\n";
+      if (!violation_rows.empty()) p.f("<h3>Violations</h3>{}{}</tbody></table>\n", head, violation_rows);
+      if (!treatment_rows.empty()) p.f("<h3>Declared differences</h3>{}{}</tbody></table>\n", head, treatment_rows);
+      p.f("<details class=\"data\"><summary>every compared field</summary>{}{}</tbody></table></details>\n", head,
+          all_rows);
+    }
+  }
+  if (const json& files = sub(m, "files"); files.is_array()) {
+    for (const json& file : files) {
+      const json& man = sub(file, "manifest");
+      p.f("<h3>Manifest <code>{}</code></h3><p>kind {}, arm <code>{}</code>, kernel {}, created {}, qconform {}</p>\n",
+          html_escape(str(file, "path")), html_escape(str(man, "kind")), html_escape(str(man, "arm")),
+          html_escape(str(sub(man, "treatment"), "kernel").empty() ? "(no kernel evidence)"
+                                                                  : str(sub(man, "treatment"), "kernel")),
+          html_escape(str(man, "created")), html_escape(str(man, "project_version")));
+      if (const json& inputs = sub(man, "inputs"); inputs.is_object() && !inputs.empty()) {
+        p.raw("<table><thead><tr><th>input</th><th>path</th><th>sha256</th></tr></thead><tbody>\n");
+        for (const auto& [role, e] : inputs.items()) {
+          p.f("<tr><td>{}</td><td><code>{}</code></td><td><code>{}</code></td></tr>\n", html_escape(role),
+              html_escape(str(e, "path")), html_escape(str(e, "sha256")));
+        }
+        p.raw("</tbody></table>\n");
+      }
+    }
+  }
+  p.raw("</section>\n");
+}
+
+void headroom_section(Page& p, const json& results) {
+  const json& layers = sub(sub(results, "predictions"), "layers");
+  if (!layers.is_array() || layers.empty()) return;
+  p.raw("<section id=\"headroom\"><h2>Accumulator headroom against 2<sup>24</sup> (C2)</h2>\n"
+        "<p>Every |acc| &le; 2<sup>24</sup> converts to fp32 exactly: below the red line the accumulator has its "
+        "alibi. Bars: the observed maximum per layer (log<sub>2</sub>); triangles: the data-independent bound "
+        "127&middot;max<sub>n</sub>&Sigma;<sub>k</sub>|w|, a guarantee for every input.</p>\n");
+  json labels = json::array(), observed = json::array(), bound = json::array(), line24 = json::array(),
+       line31 = json::array(), colours = json::array();
+  for (const json& l : layers) {
+    labels.push_back(str(l, "name"));
+    const auto acc = num(l, "max_abs_acc"), b = num(l, "data_independent_bound");
+    observed.push_back(acc && *acc > 0 ? json(std::log2(*acc)) : json(0.0));
+    bound.push_back(b && *b > 0 ? json(std::log2(*b)) : json(nullptr));
+    line24.push_back(24);
+    line31.push_back(31);
+    const bool safe = sub(l, "safe").is_boolean() && sub(l, "safe").get<bool>();
+    colours.push_back(safe ? "#009E73" : "#D55E00");
+  }
+  json config = {
+      {"type", "bar"},
+      {"data",
+       {{"labels", labels},
+        {"datasets",
+         {{{"type", "bar"}, {"label", "observed max |acc| (green: safe, orange: unsafe)"}, {"data", observed},
+           {"backgroundColor", colours}, {"order", 3}},
+          {{"type", "line"}, {"label", "data-independent bound"}, {"data", bound}, {"showLine", false},
+           {"pointStyle", "triangle"}, {"pointRadius", 4}, {"borderColor", "#444"}, {"backgroundColor", "#444"},
+           {"order", 2}},
+          {{"type", "line"}, {"label", "2^24: exact int -> fp32"}, {"data", line24}, {"borderColor", "#C00000"},
+           {"borderDash", {6, 4}}, {"pointRadius", 0}, {"borderWidth", 2}, {"order", 1}},
+          {{"type", "line"}, {"label", "2^31: INT32 limit"}, {"data", line31}, {"borderColor", "#888"},
+           {"borderDash", {2, 3}}, {"pointRadius", 0}, {"borderWidth", 1}, {"order", 1}}}}}},
+      {"options",
+       {{"scales",
+         {{"y",
+           {{"min", 0},
+            {"suggestedMax", 32},
+            {"ticks", {{"stepSize", 4}}},
+            {"title", {{"display", true}, {"text", "|acc| (log2 scale)"}}}}},
+          {"x", {{"ticks", {{"autoSkip", true}, {"maxRotation", 60}}}}}}},
+        {"plugins", {{"legend", {{"position", "bottom"}}}}}}}};
+  p.chart("Per-layer max |acc| (log2) against 2^24, with the data-independent bound", config, {"y"});
+  p.table_start("per-layer table");
+  p.raw("<table><thead><tr><th>layer</th><th>M&times;N&times;K</th><th>max |acc|</th><th>headroom (bits)</th>"
+        "<th>&gt;2<sup>24</sup></th><th>bound</th><th>predicted</th></tr></thead><tbody>\n");
+  for (const json& l : layers) {
+    const bool safe = sub(l, "safe").is_boolean() && sub(l, "safe").get<bool>();
+    const bool proven = sub(l, "bound_proves_safe").is_boolean() && sub(l, "bound_proves_safe").get<bool>();
+    p.f("<tr><td><code>{}</code></td><td>{}&times;{}&times;{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{}</td></tr>\n",
+        html_escape(str(l, "name")), fmt_num(num(l, "m")), fmt_num(num(l, "n")), fmt_num(num(l, "k")),
+        fmt_num(num(l, "max_abs_acc")),
+        sub(l, "headroom_bits").is_null() ? "&infin;" : fmt_num(num(l, "headroom_bits")), fmt_num(num(l, "count_above_2p24")),
+        fmt_num(num(l, "data_independent_bound")),
+        safe ? (proven ? "<span class=\"verdict pass\">safe (proven for all inputs)</span>"
+                       : "<span class=\"verdict pass\">safe</span>")
+             : "<span class=\"verdict fail\">unsafe</span>");
+  }
+  p.raw("</tbody></table>");
+  p.table_end();
+  p.raw("</section>\n");
+}
+
+void differences_section(Page& p, const json& results) {
+  const json& runs = sub(sub(results, "verify"), "runs");
+  if (!runs.is_array() || runs.empty()) return;
+  // Aggregate over M per (layer, scale regime); layers in order of first appearance.
+  struct Cell {
+    double diff = 0, total = 0, max_ulp = 0;
+    bool any = false;
+  };
+  std::vector<std::string> layers, modes;
+  std::map<std::pair<std::string, std::string>, Cell> cells;
+  for (const json& r : runs) {
+    const std::string layer = str(r, "layer"), mode = str(r, "scales");
+    if (std::find(layers.begin(), layers.end(), layer) == layers.end()) layers.push_back(layer);
+    if (std::find(modes.begin(), modes.end(), mode) == modes.end()) modes.push_back(mode);
+    Cell& c = cells[{layer, mode}];
+    c.diff += num(r, "bitwise_diff").value_or(0);
+    c.total += num(r, "total").value_or(0);
+    c.max_ulp = std::max(c.max_ulp, num(r, "max_ulp").value_or(0));
+    c.any = true;
+  }
+  const auto ppm = [](const Cell& c) { return c.total > 0 ? 1e6 * c.diff / c.total : 0.0; };
+  p.raw("<section id=\"differences\"><h2>Per-layer differences under real and power-of-two scales (C5, C6)</h2>\n"
+        "<p>Bitwise difference rate (signed zeros count) and the largest ordered-ulp distance over finite pairs, "
+        "arm A against arm B. Under power-of-two scales, layers predicted safe must show zero.</p>\n");
+  json rate_sets = json::array(), ulp_sets = json::array();
+  for (const std::string& mode : modes) {
+    json rate = json::array(), ulp = json::array();
+    for (const std::string& layer : layers) {
+      const auto it = cells.find({layer, mode});
+      rate.push_back(it == cells.end() ? json(nullptr) : json(ppm(it->second)));
+      ulp.push_back(it == cells.end() ? json(nullptr) : json(it->second.max_ulp));
+    }
+    rate_sets.push_back({{"label", mode}, {"data", rate}, {"backgroundColor", mode_colour(mode)}});
+    ulp_sets.push_back({{"label", mode}, {"data", ulp}, {"backgroundColor", mode_colour(mode)}});
+  }
+  const auto bar = [&](json sets, const char* y_title) {
+    return json{{"type", "bar"},
+                {"data", {{"labels", layers}, {"datasets", std::move(sets)}}},
+                {"options",
+                 {{"scales",
+                   {{"y", {{"beginAtZero", true}, {"title", {{"display", true}, {"text", y_title}}}}},
+                    {"x", {{"ticks", {{"autoSkip", true}, {"maxRotation", 60}}}}}}},
+                  {"plugins", {{"legend", {{"position", "bottom"}}}}}}}};
+  };
+  p.chart("Per-layer difference rate (ppm of elements) by scale regime", bar(rate_sets, "differing elements (ppm)"));
+  p.chart("Per-layer max ulp distance by scale regime", bar(ulp_sets, "max ulp (bf16, finite pairs)"));
+  p.table_start("per-layer table");
+  p.raw("<table><thead><tr><th>layer</th>");
+  for (const std::string& mode : modes) p.f("<th>{} diff (ppm)</th><th>{} max ulp</th>", html_escape(mode), html_escape(mode));
+  p.raw("</tr></thead><tbody>\n");
+  for (const std::string& layer : layers) {
+    p.f("<tr><td><code>{}</code></td>", html_escape(layer));
+    for (const std::string& mode : modes) {
+      const auto it = cells.find({layer, mode});
+      if (it == cells.end()) {
+        p.raw("<td>-</td><td>-</td>");
+        continue;
+      }
+      p.f("<td class=\"{}\">{} ({:.0f} of {:.0f})</td><td>{:.0f}</td>", it->second.diff > 0 ? "nonzero" : "",
+          fmt::format("{:.2f}", ppm(it->second)), it->second.diff, it->second.total, it->second.max_ulp);
+    }
+    p.raw("</tr>\n");
+  }
+  p.raw("</tbody></table>");
+  p.table_end();
+  p.raw("</section>\n");
+}
+
+void sweep_section(Page& p, const json& results) {
+  const json& sweep = sub(results, "sweep");
+  const json& series = sub(sweep, "series");
+  if (!series.is_array() || series.empty()) return;
+  std::string x = str(sweep, "x");
+  if (x.empty()) x = "k";
+  p.f("<section id=\"sweep\"><h2>Divergence versus {}</h2>\n<p>{}</p>\n", html_escape(x == "k" ? "K" : x),
+      html_escape(str(sweep, "description")));
+  json sets = json::array();
+  size_t i = 0;
+  for (const json& s : series) {
+    json pts = json::array();
+    if (const json& points = sub(s, "points"); points.is_array()) {
+      for (const json& pt : points) {
+        const auto xv = num(pt, x.c_str()), d = num(pt, "bitwise_diff"), t = num(pt, "total");
+        if (!xv || *xv <= 0 || !d || !t || *t <= 0) continue;
+        pts.push_back({{"x", std::log2(*xv)}, {"y", 1e6 * *d / *t}});
+      }
+    }
+    const char* colour = kPalette[i++ % std::size(kPalette)];
+    sets.push_back({{"label", str(s, "name")}, {"data", pts}, {"showLine", true}, {"borderColor", colour},
+                    {"backgroundColor", colour}, {"pointRadius", 3}});
+  }
+  json config = {{"type", "scatter"},
+                 {"data", {{"datasets", sets}}},
+                 {"options",
+                  {{"scales",
+                    {{"x", {{"title", {{"display", true}, {"text", x == "k" ? "K (reduction depth)" : x}}}}},
+                     {"y", {{"beginAtZero", true}, {"title", {{"display", true}, {"text", "differing elements (ppm)"}}}}}}},
+                   {"plugins", {{"legend", {{"position", "bottom"}}}}}}}};
+  p.chart(fmt::format("Difference rate (ppm) versus {}", x == "k" ? "K" : x), config, {"x"});
+  p.table_start("sweep table");
+  p.f("<table><thead><tr><th>series</th><th>{}</th><th>differing</th><th>total</th><th>ppm</th><th>max ulp</th></tr>"
+      "</thead><tbody>\n",
+      html_escape(x));
+  for (const json& s : series) {
+    if (const json& points = sub(s, "points"); points.is_array()) {
+      for (const json& pt : points) {
+        const auto d = num(pt, "bitwise_diff"), t = num(pt, "total");
+        p.f("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", html_escape(str(s, "name")),
+            fmt_num(num(pt, x.c_str())), fmt_num(d), fmt_num(t),
+            d && t && *t > 0 ? fmt::format("{:.2f}", 1e6 * *d / *t) : "-", fmt_num(num(pt, "max_ulp")));
+      }
+    }
+  }
+  p.raw("</tbody></table>");
+  p.table_end();
+  p.raw("</section>\n");
+}
+
+void transfer_section(Page& p, const json& results) {
+  const json& t = sub(results, "transfer");
+  if (!t.is_object()) return;
+  p.raw("<section id=\"transfer\"><h2>Token transfer (C7)</h2>\n");
+  if (const json& seq = sub(t, "sequence"); seq.is_object()) {
+    p.f("<p>Free-running generations: {} of {} prompts identical; mean tokens until the first divergence {}.</p>\n",
+        fmt_num(num(seq, "identical")), fmt_num(num(seq, "prompts")), fmt_num(num(seq, "mean_tokens_until_divergence")));
+  }
+  const json& rp = sub(t, "replay");
+  if (rp.is_object()) {
+    const json& auc = sub(rp, "roc_auc");
+    const json& ci = sub(auc, "ci");
+    const auto ci_at = [&](size_t i) -> std::optional<double> {
+      if (ci.is_array() && ci.size() > i && ci[i].is_number()) return ci[i].get<double>();
+      return std::nullopt;
+    };
+    p.f("<p>Teacher-forced replay: {} flips in {} positions over {} prompts (rate {}). ROC-AUC of the reference "
+        "margin {} [{}, {}]; average precision {}; held-out Brier skill {}.</p>\n",
+        fmt_num(num(rp, "flips")), fmt_num(num(rp, "positions")), fmt_num(num(rp, "prompts")),
+        fmt_num(num(rp, "flip_rate"), 5), fmt_num(num(auc, "value"), 3), fmt_num(ci_at(0), 3), fmt_num(ci_at(1), 3),
+        fmt_num(num(sub(rp, "average_precision"), "value"), 3), fmt_num(num(sub(rp, "brier"), "skill"), 3));
+    const json& bins = sub(sub(rp, "calibration"), "bins");
+    if (bins.is_array() && !bins.empty()) {
+      json p_pts = json::array(), r_pts = json::array(), lo_pts = json::array(), hi_pts = json::array(),
+           iso_pts = json::array();
+      for (const json& b : bins) {
+        const auto x0 = num(b, "margin_min"), x1 = num(b, "margin_max");
+        if (!x0 || !x1) continue;
+        const double xc = 0.5 * (*x0 + *x1);
+        const json& iv = sub(b, "p_interval");
+        p_pts.push_back({{"x", xc}, {"y", num_or_null(num(b, "p_smoothed"))}});
+        r_pts.push_back({{"x", xc}, {"y", num_or_null(num(b, "rate"))}});
+        if (iv.is_array() && iv.size() == 2 && iv[0].is_number() && iv[1].is_number()) {
+          lo_pts.push_back({{"x", xc}, {"y", iv[0]}});
+          hi_pts.push_back({{"x", xc}, {"y", iv[1]}});
+        }
+      }
+      if (const json& blocks = sub(sub(rp, "isotonic"), "blocks"); blocks.is_array()) {
+        for (const json& b : blocks) {
+          const auto lo = num(b, "margin_lo"), hi = num(b, "margin_hi"), pv = num(b, "p");
+          if (!lo || !hi || !pv) continue;
+          iso_pts.push_back({{"x", *lo}, {"y", *pv}});
+          iso_pts.push_back({{"x", *hi}, {"y", *pv}});
+        }
+      }
+      // Margins span orders of magnitude and flips crowd at the small end: a log axis when every
+      // plotted margin is positive and the range is wide, else a linear one.
+      double x_min = INFINITY, x_max = 0;
+      for (const json* set : {&p_pts, &r_pts, &lo_pts, &hi_pts, &iso_pts}) {
+        for (const json& pt : *set) {
+          x_min = std::min(x_min, pt["x"].get<double>());
+          x_max = std::max(x_max, pt["x"].get<double>());
+        }
+      }
+      const bool log_x = x_min > 0 && x_max / x_min >= 50;
+      json x_axis = {{"title", {{"display", true}, {"text", "logit margin of the reference arm (top-1 - top-2)"}}}};
+      if (log_x) x_axis["type"] = "logarithmic";
+      json config = {
+          {"type", "scatter"},
+          {"data",
+           {{"datasets",
+             {{{"label", "Beta(1,1) interval, upper"}, {"data", hi_pts}, {"showLine", true}, {"pointRadius", 0},
+               {"borderColor", "rgba(0,114,178,0.3)"}, {"fill", false}, {"order", 4}},
+              {{"label", "Beta(1,1) interval, lower"}, {"data", lo_pts}, {"showLine", true}, {"pointRadius", 0},
+               {"borderColor", "rgba(0,114,178,0.3)"}, {"backgroundColor", "rgba(0,114,178,0.15)"}, {"fill", "-1"},
+               {"order", 3}},
+              {{"label", "calibrated flip probability (per bin)"}, {"data", p_pts}, {"showLine", true},
+               {"borderColor", "#0072B2"}, {"backgroundColor", "#0072B2"}, {"pointRadius", 4}, {"order", 1}},
+              {{"label", "observed flip rate"}, {"data", r_pts}, {"showLine", false}, {"pointStyle", "rect"},
+               {"pointRadius", 4}, {"borderWidth", 2}, {"borderColor", "#D55E00"}, {"backgroundColor", "#FFFFFF"},
+               {"order", 0}},
+              {{"label", "isotonic (sensitivity)"}, {"data", iso_pts}, {"showLine", true}, {"pointRadius", 0},
+               {"borderColor", "#009E73"}, {"borderDash", {5, 3}}, {"order", 2}}}}}},
+          {"options",
+           {{"scales",
+             {{"x", x_axis},
+              {"y", {{"min", 0}, {"title", {{"display", true}, {"text", "flip probability"}}}}}}},
+            {"plugins", {{"legend", {{"position", "bottom"}}}}}}}};
+      p.chart("Flip probability versus margin, with the calibration bins", config);
+      p.table_start("calibration bins");
+      p.raw("<table><thead><tr><th>margin range</th><th>support</th><th>flips</th><th>rate</th><th>p (smoothed)</th>"
+            "<th>interval</th></tr></thead><tbody>\n");
+      for (const json& b : bins) {
+        const json& iv = sub(b, "p_interval");
+        const auto iv_at = [&](size_t i) -> std::optional<double> {
+          if (iv.is_array() && iv.size() > i && iv[i].is_number()) return iv[i].get<double>();
+          return std::nullopt;
+        };
+        p.f("<tr><td>[{}, {}]</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>[{}, {}]</td></tr>\n",
+            fmt_num(num(b, "margin_min"), 3), fmt_num(num(b, "margin_max"), 3), fmt_num(num(b, "support")),
+            fmt_num(num(b, "flips")), fmt_num(num(b, "rate"), 4), fmt_num(num(b, "p_smoothed"), 4), fmt_num(iv_at(0), 4),
+            fmt_num(iv_at(1), 4));
+      }
+      p.raw("</tbody></table>");
+      p.table_end();
+    }
+  }
+  p.raw("</section>\n");
+}
+
+constexpr const char* kStyle = R"CSS(
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1b1b1b;background:#fafafa}
+main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
+h1{font-size:22px;margin:8px 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
+h3{font-size:15px;margin:16px 0 6px}
+table{border-collapse:collapse;width:100%;background:#fff;margin:6px 0}
+th,td{border:1px solid #e0e0e0;padding:4px 8px;text-align:left;vertical-align:top}
+th{background:#f0f0f0;font-weight:600}
+code{font:12px/1.3 ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
+pre{font:12px/1.3 ui-monospace,Menlo,Consolas,monospace;background:#f6f6f6;padding:8px;overflow:auto;max-height:360px}
+.verdict{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:12px;white-space:nowrap}
+.verdict.pass{background:#d7f3e3;color:#0b6b3a}.verdict.fail{background:#fde0dc;color:#a21b0c}
+.verdict.not-applicable{background:#ececec;color:#555}.verdict.outside-jurisdiction{background:#fff1cc;color:#7a5500}
+.verdict.unknown{background:#e8e0ff;color:#442c8a}
+tr.row-fail td{background:#fff6f5} tr.row-pass td:first-child{border-left:4px solid #2e9e62}
+tr.row-fail td:first-child{border-left:4px solid #c0321f}
+tr.row-outside-jurisdiction td:first-child{border-left:4px solid #d9a400}
+tr.row-not-applicable td:first-child{border-left:4px solid #aaa}
+td.nonzero{color:#a21b0c;font-weight:600}
+.muted{color:#777;font-size:12px} .note{background:#fff8e1;border:1px solid #f0d890;padding:8px 12px;border-radius:4px}
+.banner{padding:10px 14px;border-radius:4px;font-weight:600;margin:10px 0}
+.banner.pass{background:#d7f3e3;color:#0b6b3a}.banner.fail{background:#fde0dc;color:#a21b0c}
+.banner.unverified{background:#fff1cc;color:#7a5500}
+figure{margin:10px 0 4px;background:#fff;border:1px solid #e0e0e0;padding:8px}
+figcaption{color:#555;font-size:12px;margin-top:4px}
+.chart-box{position:relative;width:100%}
+details.data>summary{cursor:pointer;color:#0b57a4;margin:4px 0}
+ul{margin:0;padding-left:18px}
+#qc-js-errors{display:none}
+)CSS";
+
+// Builds each chart from its JSON spec, marks every canvas that drew non-blank pixels, and
+// records the outcome on <body> (`data-charts-status`, `data-charts-rendered`, `data-js-errors`)
+// and in the title, for people and for the headless browser test alike.
+constexpr const char* kDriver = R"JS(
+(function () {
+  'use strict';
+  var body = document.body, errors = [];
+  function showErrors() {
+    body.setAttribute('data-js-errors', String(errors.length));
+    if (errors.length) {
+      var box = document.getElementById('qc-js-errors');
+      box.style.display = 'block';
+      box.textContent = 'JavaScript errors while drawing the figures: ' + errors.join(' | ');
+    }
+  }
+  window.addEventListener('error', function (e) { errors.push(String(e.message)); showErrors(); });
+  var specs = JSON.parse(document.getElementById('qc-chart-specs').textContent);
+  body.setAttribute('data-charts-expected', String(specs.length));
+  if (typeof Chart === 'undefined') {
+    errors.push('Chart.js did not load'); showErrors();
+    body.setAttribute('data-charts-status', 'failed');
+    return;
+  }
+  function pow2Tick(value) { return Number.isInteger(value) ? '2^' + value : ''; }
+  var drawn = 0;
+  specs.forEach(function (spec) {
+    try {
+      var cfg = spec.config;
+      (spec.log2_axes || []).forEach(function (axis) {
+        cfg.options.scales = cfg.options.scales || {};
+        var s = cfg.options.scales[axis] = cfg.options.scales[axis] || {};
+        s.ticks = s.ticks || {};
+        s.ticks.callback = pow2Tick;
+      });
+      var canvas = document.getElementById(spec.id);
+      new Chart(canvas.getContext('2d'), cfg);
+      var w = canvas.width, h = canvas.height, px = canvas.getContext('2d').getImageData(0, 0, w, h).data, ink = 0;
+      for (var i = 3; i < px.length; i += 4) { if (px[i] !== 0) { ink++; } }
+      canvas.setAttribute('data-ink-pixels', String(ink));
+      if (w > 0 && h > 0 && ink > 0) { canvas.setAttribute('data-rendered', 'true'); drawn++; }
+    } catch (e) {
+      errors.push(spec.id + ': ' + e.message);
+    }
+  });
+  body.setAttribute('data-charts-rendered', String(drawn));
+  body.setAttribute('data-charts-status', drawn === specs.length && errors.length === 0 ? 'ok' : 'incomplete');
+  document.title = document.title + ' [charts ' + drawn + '/' + specs.length + ']';
+  showErrors();
+})();
+)JS";
+
+// Chart.js inlined into a <script>: the only sequences that could end the element or switch
+// the HTML parser into its escaped states are neutralised (neither occurs in the Debian build).
+std::string inline_script(const std::string& code) {
+  std::string out;
+  out.reserve(code.size() + 16);
+  for (size_t i = 0; i < code.size(); ++i) {
+    out += code[i];
+    if (code[i] != '<' || i + 1 >= code.size()) continue;
+    const std::string_view rest = std::string_view(code).substr(i + 1, 7);
+    const bool closing = rest.size() == 7 && rest[0] == '/' &&
+                         std::equal(rest.begin() + 1, rest.end(), "script", [](char c, char d) {
+                           return std::tolower(static_cast<unsigned char>(c)) == d;
+                         });
+    if (closing || rest.substr(0, 3) == "!--") out += '\\';
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_report(const json& results, const ReportOptions& options) {
+  validate(results);
+  std::string chartjs_path, chartjs, charts_note;
+  if (options.charts) {
+    chartjs_path = options.chartjs_path.empty() ? find_chartjs() : options.chartjs_path;
+    std::error_code ec;
+    if (!chartjs_path.empty() && std::filesystem::is_regular_file(chartjs_path, ec)) {
+      chartjs = read_file(chartjs_path);
+    } else {
+      charts_note = chartjs_path.empty()
+                        ? "Charts were omitted: Chart.js was not found (install the Debian package libjs-chart.js, or "
+                          "point QCONFORM_CHARTJS at chart.min.js). The tables below carry every number."
+                        : fmt::format("Charts were omitted: Chart.js was not found at {} (QCONFORM_CHARTJS or the "
+                                      "libjs-chart.js package). The tables below carry every number.",
+                                      chartjs_path);
+    }
+  } else {
+    charts_note = "Charts were turned off for this report; the tables below carry every number.";
+  }
+  Page page(!chartjs.empty());
+
+  // Header: the overall outcome first.
+  const json& checks = sub(results, "checks");
+  std::vector<std::string> failed;
+  size_t passed = 0;
+  if (checks.is_array()) {
+    for (const json& c : checks) {
+      if (str(c, "verdict") == "fail") failed.push_back(str(c, "id"));
+      passed += str(c, "verdict") == "pass";
+    }
+  }
+  const bool unverified = (sub(results, "unverified").is_boolean() && sub(results, "unverified").get<bool>()) ||
+                          (sub(sub(sub(results, "manifests"), "join"), "verified").is_boolean() &&
+                           !sub(sub(sub(results, "manifests"), "join"), "verified").get<bool>());
+  std::string title = str(results, "title");
+  if (title.empty()) title = "qconform conformance report";
+  page.f("<h1>{}</h1>\n<p class=\"muted\">created {} &middot; qconform {} &middot; results schema {}</p>\n",
+         html_escape(title), html_escape(str(results, "created").empty() ? "-" : str(results, "created")),
+         html_escape(str(results, "project_version").empty() ? "-" : str(results, "project_version")),
+         kResultsSchemaVersion);
+  if (checks.is_array() && !checks.empty()) {
+    if (failed.empty()) {
+      page.f("<div class=\"banner pass\">No check failed ({} passed of {}).</div>\n", passed, checks.size());
+    } else {
+      std::vector<std::string> esc;
+      for (const std::string& id : failed) esc.push_back(html_escape(id));
+      page.f("<div class=\"banner fail\">{} check{} failed: {}.</div>\n", failed.size(), failed.size() == 1 ? "" : "s",
+             fmt::join(esc, ", "));
+    }
+  }
+  if (unverified) {
+    page.raw("<div class=\"banner unverified\">UNVERIFIED: these results were produced with --allow-unverified; "
+             "the identity contract (C0) did not verify that the runs differ only in the declared treatment.</div>\n");
+  }
+  if (!charts_note.empty()) page.f("<p class=\"note\" id=\"qc-charts-note\">{}</p>\n", html_escape(charts_note));
+  page.raw("<p class=\"note\" id=\"qc-js-errors\"></p>\n");
+
+  verdict_section(page, results);
+  arms_section(page, results);
+  manifests_section(page, results);
+  headroom_section(page, results);
+  differences_section(page, results);
+  sweep_section(page, results);
+  transfer_section(page, results);
+
+  std::string html;
+  html.reserve(page.text().size() + chartjs.size() + 16384);
+  html += "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\n"
+          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+          // No request may leave the file: scripts and styles inline only, images as data URLs.
+          "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline'; "
+          "style-src 'unsafe-inline'; img-src data:\">\n";
+  html += fmt::format("<title>{}</title>\n<style>{}</style>\n</head>\n", html_escape(title), kStyle);
+  html += fmt::format("<body data-charts-expected=\"{}\" data-charts-status=\"{}\" data-js-errors=\"0\">\n<main>\n",
+                      page.charts_json().size(), page.charts() ? "pending" : "omitted");
+  html += page.text();
+  html += fmt::format("<footer class=\"muted\"><p>Self-contained report written by qconform; {}.</p></footer>\n</main>\n",
+                      page.charts() ? html_escape(fmt::format("charts by Chart.js inlined from {}", chartjs_path))
+                                    : "no charts");
+  if (page.charts()) {
+    html += "<script type=\"application/json\" id=\"qc-chart-specs\">" + json_for_script(page.charts_json()) +
+            "</script>\n";
+    html += "<script>\n" + inline_script(chartjs) + "\n</script>\n";
+    html += std::string("<script>") + kDriver + "</script>\n";
+  }
+  html += "</body></html>\n";
+  return html;
+}
+
+}  // namespace qc
