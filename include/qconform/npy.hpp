@@ -8,10 +8,11 @@
 // The file must hold exactly numel × element size bytes after the header: short data and
 // trailing bytes are both errors (numpy ignores trailing bytes; qconform is strict).
 //
-// bf16 and fp8 have no NumPy type of their own: `np.save` writes ml_dtypes arrays as opaque
-// void types (`<V2` for bfloat16, `<V1` for float8_e4m3fn / float8_e5m2). Reading such a file
-// needs `opaque_as` to say what the bytes are; writing bf16/e4m3/e5m2 produces exactly what
-// `np.save` produces for the ml_dtypes array (load it with `np.load(f).view(ml_dtypes.bfloat16)`).
+// bf16 and fp8 have no NumPy type of their own: `np.save` writes ml_dtypes arrays as `<V2`
+// (bfloat16), `<V1` (float8_e4m3fn) and `<f1` (float8_e5m2, which np.load cannot read back).
+// Reading any of these needs `opaque_as` to say what the bytes are. Writing bf16 and e4m3
+// produces exactly what `np.save` produces for the ml_dtypes array; e5m2 is written as `<V1`
+// so numpy can load it (`np.load(f).view(ml_dtypes.float8_e5m2)`).
 #pragma once
 
 #include <memory>

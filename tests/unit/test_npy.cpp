@@ -38,8 +38,10 @@ std::string raw(std::initializer_list<T> values) {
   return s;
 }
 
+// The returned tensor may view the bytes, so a copy of them rides along as its owner.
 Tensor parse(const std::string& bytes, std::optional<DType> opaque = std::nullopt) {
-  return qc::parse_npy(as_bytes(bytes), "case.npy", nullptr, opaque);
+  auto owner = std::make_shared<const std::string>(bytes);
+  return qc::parse_npy(as_bytes(*owner), "case.npy", owner, opaque);
 }
 
 void expect_rejected(const std::string& bytes, std::initializer_list<std::string_view> fragments,

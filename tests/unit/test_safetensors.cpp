@@ -70,7 +70,11 @@ std::span<const std::byte> as_bytes(const std::string& s) {
   return {reinterpret_cast<const std::byte*>(s.data()), s.size()};
 }
 
-qc::SafetensorsFile parse(const std::string& bytes) { return qc::parse_safetensors(as_bytes(bytes), "case.safetensors"); }
+// Tensors may view the bytes, so a copy of them rides along as their owner.
+qc::SafetensorsFile parse(const std::string& bytes) {
+  auto owner = std::make_shared<const std::string>(bytes);
+  return qc::parse_safetensors(as_bytes(*owner), "case.safetensors", owner);
+}
 
 // Parsing `bytes` must fail with an input error whose message contains every fragment.
 void expect_rejected(const std::string& bytes, std::initializer_list<std::string_view> fragments) {
