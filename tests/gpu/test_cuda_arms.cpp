@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 #include <vector>
@@ -155,10 +156,14 @@ TEST(CudaArms, PowerOfTwoScalesCutlassEqualsTriton) {
 TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
 #ifdef QC_WITH_CUDA
   using namespace cuda_kernels;
-  const MmTile tiles[] = {MmTile::m128n128, MmTile::m128n256, MmTile::m64n128, MmTile::m16n64_k4, MmTile::m32n64_k4,
-                          MmTile::m16n32_k4};
-  const int64_t m = 333, n = 1040, k = 2064;
-  const LayerOperands ops = gpu_test::make_layer("ragged", m, n, k, 99, /*bias=*/true);
+  const MmTile tiles[] = {MmTile::m128n128,  MmTile::m128n256,  MmTile::m64n128,   MmTile::m16n64_k4,
+                          MmTile::m32n64_k4, MmTile::m16n32_k4, MmTile::wg128x128, MmTile::wg128x256};
+  // Ragged for every tile: M = 2x128 + 77, N = 4x256 + 16, K = 16x128 + 16; and a shape smaller
+  // than one tile in all three dimensions (K < one 128-byte stage).
+  const int64_t shapes[][3] = {{333, 1040, 2064}, {5, 48, 80}};
+  for (const auto& shape : shapes) {
+  const int64_t m = shape[0], n = shape[1], k = shape[2];
+  const LayerOperands ops = gpu_test::make_layer("ragged", m, n, k, 99 + m, /*bias=*/true);
   std::vector<int32_t> exact(static_cast<size_t>(m * n));
   exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), AccumShape{m, n, k}, exact.data());
   cuda::DeviceBuffer<int8_t> a(ops.a_q), w(ops.w_q);
@@ -187,11 +192,30 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
       const std::string dy = gpu_test::diff_report(y.to_host(), want, n, "output");
       EXPECT_TRUE(da.empty()) << id << " " << da;
       EXPECT_TRUE(dy.empty()) << id << " " << dy;
+      if (std::string(name) == "vllm-triton") std::printf("  M=%lld N=%lld K=%lld ran: %s\n", static_cast<long long>(m),
+                                                        static_cast<long long>(n), static_cast<long long>(k), id.c_str());
     }
+  }
   }
 #else
   GTEST_SKIP() << "this build has no CUDA";
 #endif
+}
+
+// The kernel identity in the RunRecord names what actually ran: for M > 64 the wgmma kernel, or
+// the mma.sync kernel with the reason wgmma was not available. With QC_EXPECT_WGMMA=1 in the
+// environment (set on the H200 with an sm_90a build) the wgmma kernel must have run.
+TEST(CudaKernels, LargeMRecordNamesWgmmaOrFallback) {
+  const LayerOperands ops = gpu_test::make_layer("gate_proj", 512, 6144, 2048, 31337, false);
+  const ArmOutput out = make_arm("cuda:mma-vllm-cutlass")->run(ops);
+  std::printf("  M=512 gate_proj ran: %s\n", out.record.kernel.c_str());
+  const bool wgmma = out.record.kernel.find("wgmma.m64n") != std::string::npos;
+  const bool fallback = out.record.kernel.find("fallback from wgmma") != std::string::npos;
+  EXPECT_TRUE(wgmma != fallback) << out.record.kernel;
+  const char* expect = std::getenv("QC_EXPECT_WGMMA");
+  if (expect != nullptr && std::string(expect) == "1") {
+    EXPECT_TRUE(wgmma) << out.record.kernel;
+  }
 }
 
 }  // namespace

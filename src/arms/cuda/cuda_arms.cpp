@@ -99,7 +99,9 @@ class MmaArm final : public Arm {
   ArmInfo info() const override {
     ArmInfo i;
     i.label = fmt::format("cuda:mma-{}", epilogue_.name);
-    i.description = fmt::format("qconform INT8 tensor-core GEMM (mma.sync m16n8k32 s8) with fused epilogue: {}",
+    i.description = fmt::format(
+        "qconform INT8 tensor-core GEMM (wgmma m64nNk32 s8 + TMA on sm_90a for M > 64, else mma.sync m16n8k32 s8) "
+        "with fused epilogue: {}",
                                 epilogue_.formula);
     i.epilogue = std::string(epilogue_.name);
     i.exposes_accumulator = true;

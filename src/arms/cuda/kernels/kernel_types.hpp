@@ -13,7 +13,11 @@ enum class EpilogueFormula : int { vllm_cutlass = 0, vllm_triton = 1, sglang_sm8
 enum class BiasAdd : int { none = 0, fma = 1, muladd = 2 };
 
 // Tile configurations of the tensor-core kernel; `automatic` picks by shape.
-enum class MmTile : int { automatic = 0, m128n128 = 1, m128n256 = 2, m64n128 = 3, m16n64_k4 = 4, m32n64_k4 = 5, m16n32_k4 = 6 };
+// `wg*`: the sm_90a wgmma + TMA kernel (sm90_int8_scaled_mm_wgmma.cu), 128 x BN tiles.
+enum class MmTile : int {
+  automatic = 0, m128n128 = 1, m128n256 = 2, m64n128 = 3, m16n64_k4 = 4, m32n64_k4 = 5, m16n32_k4 = 6,
+  wg128x128 = 7, wg128x256 = 8
+};
 
 inline const char* formula_name(EpilogueFormula f) {
   switch (f) {

@@ -17,6 +17,7 @@
 // Test: `make test-gpu` (tests/gpu/test_cuda_arms.cpp compares every instance with the CPU
 // emulation of its formula bit for bit); benchmark: `build/bench/bench_cuda_scaled_mm`.
 #include "sm90_int8_scaled_mm.cuh"
+#include "sm90_int8_scaled_mm_wgmma.cuh"
 
 #include <cstdio>
 
@@ -245,10 +246,12 @@ template <int BM, int BN, int WARPS_M, int WARPS_N, int WARPS_K, int STAGES, Epi
 std::string launch_config(const ScaledMmArgs& args, cudaStream_t stream) {
   using C = Config<BM, BN, WARPS_M, WARPS_N, WARPS_K, STAGES>;
   auto kernel = int8_scaled_mm_kernel<BM, BN, WARPS_M, WARPS_N, WARPS_K, STAGES, F>;
-  // Raising the dynamic shared-memory limit is needed above 48 KB; doing it on every launch costs
-  // a few microseconds of host time only.
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
-  if (err != cudaSuccess) return std::string("error: cudaFuncSetAttribute: ") + cudaGetErrorString(err);
+  // Raising the dynamic shared-memory limit is needed above 48 KB; done once per instance (per
+  // process, single device): on every launch it added host time that decode-sized launches feel.
+  static const cudaError_t attr_err =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
+  if (attr_err != cudaSuccess) return std::string("error: cudaFuncSetAttribute: ") + cudaGetErrorString(attr_err);
+  cudaError_t err = cudaSuccess;
   const int tiles = ((args.m + BM - 1) / BM) * ((args.n + BN - 1) / BN);
   kernel<<<tiles, C::kThreads, C::kSmemBytes, stream>>>(args);
   err = cudaGetLastError();
@@ -271,6 +274,8 @@ std::string launch_formula(const ScaledMmArgs& args, MmTile tile, cudaStream_t s
     case MmTile::m32n64_k4: return launch_config<32, 64, 1, 2, 4, 6, F>(args, stream);
     case MmTile::m16n32_k4: return launch_config<16, 32, 1, 2, 4, 8, F>(args, stream);
     case MmTile::m16n64_k4:
+    case MmTile::wg128x128:  // handled by launch_int8_scaled_mm
+    case MmTile::wg128x256:
     case MmTile::automatic: return launch_config<16, 64, 1, 2, 4, 6, F>(args, stream);
   }
   return "error: unknown tile";
@@ -286,18 +291,33 @@ MmTile select_tile(int m, int n, int k) {
   if (m <= 16) return n / 64 < 2 * 132 ? MmTile::m16n32_k4 : MmTile::m16n64_k4;
   if (m <= 32) return MmTile::m32n64_k4;
   if (m <= 64) return MmTile::m64n128;
-  if (m >= 2048) return MmTile::m128n256;
-  return MmTile::m128n128;
+  // M > 64: the wgmma kernel (sm90_int8_scaled_mm_wgmma.cu; mma.sync runs instead where it is
+  // unavailable). 128x256 once it gives at least two waves of 132 blocks, else 128x128.
+  const int64_t tiles256 = ((int64_t{m} + 127) / 128) * ((int64_t{n} + 255) / 256);
+  return tiles256 >= 2 * 132 ? MmTile::wg128x256 : MmTile::wg128x128;
 }
 
 std::string launch_int8_scaled_mm(const ScaledMmArgs& args, cudaStream_t stream) {
-  const MmTile tile = args.tile == MmTile::automatic ? select_tile(args.m, args.n, args.k) : args.tile;
-  switch (args.formula) {
-    case EpilogueFormula::vllm_cutlass: return launch_formula<EpilogueFormula::vllm_cutlass>(args, tile, stream);
-    case EpilogueFormula::vllm_triton: return launch_formula<EpilogueFormula::vllm_triton>(args, tile, stream);
-    case EpilogueFormula::sglang_sm89: return launch_formula<EpilogueFormula::sglang_sm89>(args, tile, stream);
+  MmTile tile = args.tile == MmTile::automatic ? select_tile(args.m, args.n, args.k) : args.tile;
+  std::string note;
+  if (tile == MmTile::wg128x128 || tile == MmTile::wg128x256) {
+    ScaledMmArgs wg = args;
+    wg.tile = tile;
+    std::string id = launch_int8_scaled_mm_wgmma(wg, stream);
+    if (id.rfind("unavailable:", 0) != 0) return id;
+    // The record names what ran: the mma.sync tile of the same shape, and why not wgmma.
+    note = " (fallback from wgmma " + std::string(tile == MmTile::wg128x256 ? "128x256" : "128x128") + ": " +
+           id.substr(13) + ")";
+    tile = tile == MmTile::wg128x256 ? MmTile::m128n256 : MmTile::m128n128;
   }
-  return "error: unknown formula";
+  std::string id;
+  switch (args.formula) {
+    case EpilogueFormula::vllm_cutlass: id = launch_formula<EpilogueFormula::vllm_cutlass>(args, tile, stream); break;
+    case EpilogueFormula::vllm_triton: id = launch_formula<EpilogueFormula::vllm_triton>(args, tile, stream); break;
+    case EpilogueFormula::sglang_sm89: id = launch_formula<EpilogueFormula::sglang_sm89>(args, tile, stream); break;
+    default: return "error: unknown formula";
+  }
+  return id.rfind("error:", 0) == 0 ? id : id + note;
 }
 
 }  // namespace qc::cuda_kernels
