@@ -15,11 +15,16 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "qconform/arm.hpp"
+#include "qconform/quantize.hpp"
 
 namespace qc {
 
@@ -49,6 +54,7 @@ struct ModelConfig {
   bool qkv_bias = false;        // Qwen2: q, k and v projections carry a bias
   int32_t bos_id = 1;
   std::vector<int32_t> stop_ids = {};  // greedy generation stops after producing one of these
+  std::string dtype = "f32";    // storage dtype of the checkpoint's floating tensors: "f32" or "bf16"
 
   // Throws QC_INPUT naming `source` and the field when the dimensions are inconsistent.
   void validate(const std::string& source) const;
@@ -62,6 +68,12 @@ struct LinearLayer {
   int64_t n_out = 0, k_in = 0;
   std::vector<float> weight;  // [n_out, k_in] fp32
   std::vector<float> bias;    // [n_out] or empty
+  // A quantized checkpoint (compressed-tensors "int-quantized") carries its int8 weights and
+  // per-channel scales; `weight` then holds their dequantization fp32(q·scale) (one rounding;
+  // exact for bf16 scales), which is what mode `fp32` runs. Empty for unquantized checkpoints.
+  std::vector<int8_t> weight_q;      // [n_out, k_in]
+  std::vector<float> weight_scale;   // [n_out] fp32 (the exact upcast of the stored scale)
+  bool quantized() const { return !weight_q.empty(); }
 };
 
 // The one interface every linear layer (q, k, v, o, gate, up, down; not the head) runs through:
@@ -74,23 +86,63 @@ using CaptureFn = std::function<void(const LinearLayer& layer, const float* x, i
 
 // The plain fp32 matmul: y[m,n] = fp32( Σ_{k ascending} double(x[m,k])·double(w[n,k]) + bias[n] ).
 // Products are exact in double; the sum is rounded to fp32 once, after the bias is added.
-void matmul_fp32(const float* x, int64_t M, const float* w, const float* bias, int64_t N, int64_t K, float* y);
+// Threaded over blocks of output channels when the work is large (`threads` = 0: all hardware
+// threads above about 2 M multiply-adds, one below); every output is computed by the same code in
+// the same order whatever the thread count, so results are bit-identical for any `threads`.
+void matmul_fp32(const float* x, int64_t M, const float* w, const float* bias, int64_t N, int64_t K, float* y,
+                 int threads = 0);
 // `matmul_fp32` as a LinearFn (the default, mode `fp32`).
 void fp32_linear(const LinearLayer& layer, const float* x, int64_t M, float* y);
 
-// Modes of `qconform generate/replay`.
+// Modes of `qconform generate/replay/capture`.
 //
-// THE W8A8 HOOK. `w8a8` is where quantized arms plug in: a LinearFn that, per layer,
-// (1) quantizes `layer.weight` per output channel to symmetric int8 once (cached by
-// `layer.name`), (2) quantizes the input rows `x` per token with the chosen activation
-// quantizer (quantize.hpp), (3) builds `LayerOperands` and calls `Arm::run` (arm.hpp) for the
-// chosen arm label, (4) widens the arm's bf16 output to fp32 into `y`. Attention, norms and
-// the head stay floating point. Until that lands, `make_linear_fn(w8a8, ...)` throws an input
-// error saying so (the CLI exits 2).
+// THE W8A8 PATH (`W8a8Linear`): a LinearFn that, per layer,
+// (1) quantizes `layer.weight` per output channel to symmetric int8 once, the compressed-tensors
+//     way (`absmax/127.5`, half-even; `quantize_weights_per_channel` with the model's dtype), and
+//     caches it by `layer.name` — or takes a quantized checkpoint's own int8 weights and scales;
+//     with `pow2` every weight scale is then rounded to its nearest power of two in log2 (the
+//     probe, in memory);
+// (2) quantizes the input rows `x` per token with the chosen activation quantizer (quantize.hpp);
+// (3) builds `LayerOperands` (bias, when the layer has one, rounded to bf16: the operand format's
+//     bias dtype) and calls `Arm::run` for the chosen arm;
+// (4) widens the arm's bf16 output to fp32 into `y`.
+// Attention, norms and the head stay floating point.
 enum class LinearMode { fp32, w8a8 };
 LinearMode parse_linear_mode(std::string_view text);  // QC_INPUT on anything else
 std::string_view to_string(LinearMode mode);
+
+struct W8a8Options {
+  std::string arm = "cpu:vllm-cutlass";
+  std::string act_quantizer = "vllm";  // "vllm" or "sglang" (per-token dynamic)
+  bool pow2 = false;                   // weight scales rounded to the nearest power of two (log2)
+  WeightScaleDtype weight_dtype = WeightScaleDtype::f32;  // the model's dtype (bf16 models: bf16 scales)
+};
+// The quantizer dtype that matches a model: bf16 for bf16 checkpoints, f32 otherwise.
+WeightScaleDtype weight_scale_dtype_for(const ModelConfig& config);
+
+// Called after each arm run with the operands it received and its output. The operands own their
+// bytes (`keepalive`), so an observer may keep them.
+using OperandObserver = std::function<void(const LayerOperands& ops, const ArmOutput& out)>;
+
+class W8a8Linear {
+ public:
+  explicit W8a8Linear(W8a8Options options);
+  // The LinearFn. Copies share the arm and the weight cache.
+  void operator()(const LinearLayer& layer, const float* x, int64_t M, float* y) const;
+  void set_observer(OperandObserver observer);
+  const W8a8Options& options() const;
+  ArmInfo arm_info() const;
+  // The RunRecord of the most recent arm run (empty before the first).
+  RunRecord last_record() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;
+};
+
+// fp32: `fp32_linear` (an arm or --pow2 is an input error); w8a8: a `W8a8Linear`.
 LinearFn make_linear_fn(LinearMode mode, std::string_view arm_label = {});
+LinearFn make_linear_fn(LinearMode mode, const W8a8Options& options);
 
 struct DecoderLayer {
   std::vector<float> attn_norm;         // [hidden]   input_layernorm (llama2.c rms_att_weight)
@@ -116,6 +168,88 @@ struct Model {
   void check_shapes() const;
 };
 
+// ---- Loaders and writers ----
+
+// Any supported model: a directory holding `config.json` + `model.safetensors` (Hugging Face
+// layout, fp32/bf16, or a compressed-tensors W8A8 checkpoint), a directory holding `model.bin`
+// (llama2.c, as `synth-model --format llama2c` writes), or a llama2.c `.bin` file.
+Model load_model(const std::string& path);
+
+// Hugging Face layout (LLaMA / Qwen2 / Qwen3 keys, see docs/model.md). A `quantization_config`
+// must be a compressed-tensors "int-quantized" W8A8 config (validated strictly; anything else is
+// an input error naming the field); its linear layers are then int8 `weight` [N,K] +
+// `weight_scale` [N,1]. Every tensor must be present with its expected dtype and shape, and no
+// other tensor may be present.
+Model load_hf(const std::string& dir);
+
+enum class ModelFormat { hf, compressed_tensors, llama2c };
+ModelFormat parse_model_format(std::string_view text);  // "hf", "compressed-tensors", "llama2c"
+std::string_view to_string(ModelFormat format);
+// Writes `model` into the directory `out` (built in a temporary directory and renamed into place;
+// `out` must not exist): `config.json` + `model.safetensors` for hf / compressed-tensors,
+// `model.bin` (version-1 layout) for llama2c. Floating tensors are stored in `model.config.dtype` (bf16: the values must already be
+// bf16-representable, QC_CHECK). compressed-tensors quantizes every linear layer that is not already
+// quantized with `quantize_weights_per_channel` in the model dtype. Rotary layouts are converted:
+// hf/compressed-tensors store rotate_half, llama2c stores interleaved (q/k rows permuted as Hugging
+// Face's `convert_llama_weights_to_hf.py` does).
+// `extra_files` (name -> content) are written into the directory too (e.g. a tokens JSONL).
+void save_model(const Model& model, const std::string& out, ModelFormat format,
+                const std::map<std::string, std::string>& extra_files = {});
+
+// The same model with its q/k projections (rows, q/k bias, QK-norm weights) permuted to `style`.
+Model with_rope_style(const Model& model, RopeStyle style);
+
+// Seeded random models for the demo and tests: "tiny" (LLaMA-shaped, 2 layers of width 64, every
+// format can hold it), "tiny-qwen3" (QK-norm, explicit head_dim), "tiny-qwen2" (q/k/v bias),
+// "qwen3-1.7b-shaped" (hidden 2048, intermediate 6144, 16/8 heads of 128, QK-norm, vocab 4096).
+// `layers` > 0 overrides the preset's layer count (qwen3-1.7b-shaped default: 2).
+ModelConfig synth_config(std::string_view name, int64_t layers = 0);
+// Deterministic on every machine (splitmix64 and integer-derived uniforms, no libm): weights
+// ~ N(0, 1/K) approximately (Irwin–Hall of 4), norms 1 + small noise, embeddings ~ N(0, 1).
+// With config.dtype == "bf16" every value is rounded to bf16.
+Model synth_model(const ModelConfig& config, uint64_t seed);
+
+// ---- Operand capture and the power-of-two checkpoint ----
+
+// Runs one prefill pass per prompt in mode w8a8 and records, for every linear layer, the operands
+// its arm received and what the arm returned. Rows of all prompts are concatenated per layer in
+// prompt order (the weights are the same for every prompt), so layer L's `a_q` holds
+// Σ_p len(p) rows. Layers come in forward order (`Model::linear_layers`).
+struct CaptureResult {
+  std::vector<LayerOperands> layers;              // owning (make_operands)
+  std::vector<std::vector<uint16_t>> outputs;     // per layer [rows, n] bf16: the arm's outputs in the run
+  std::vector<int64_t> rows_per_prompt;
+  RunRecord record;                               // the arm's record of its last run
+};
+CaptureResult capture_operands(const Model& model, const W8a8Options& options,
+                               const std::vector<std::vector<int32_t>>& prompts);
+
+// `qconform pow2 IN OUT`: a copy of checkpoint IN whose every weight scale is rounded to its
+// nearest power of two in log2 (`pow2_nearest_log2`), the probe checkpoint. IN is a
+// compressed-tensors directory (every `*.safetensors` rewritten: `*.weight_scale` tensors in their
+// own dtype, F32 or BF16, where a power of two stays exactly representable; every other tensor's
+// bytes and the metadata copied unchanged; every other file copied byte for byte) or a single
+// `.safetensors` file. OUT must not exist (so it is never IN); it is built beside OUT and renamed
+// into place. A llama2.c or unquantized Hugging Face checkpoint has no weight scales: that is an
+// input error that says so (their probe is `--mode w8a8 --pow2` at run time).
+struct Pow2Report {
+  std::vector<std::pair<std::string, std::string>> inputs, outputs;  // (path, "sha256:...") per file
+  int64_t scale_tensors = 0;      // tensors rewritten
+  int64_t scales = 0;             // scale values seen
+  int64_t scales_changed = 0;     // of them, not already a power of two
+  int64_t tensors_copied = 0;     // tensors copied byte for byte
+};
+Pow2Report pow2_checkpoint(const std::string& in, const std::string& out);
+
+// Token-id sequences, JSONL lines {"prompt": <string|int>, "tokens": [ids...]}; blank lines and
+// header objects ({"kind": "header", ...}) are skipped. Every id in [0, vocab), at least
+// `min_tokens` per line; QC_INPUT naming the file, the line and the field otherwise.
+struct TokenSequence {
+  nlohmann::json prompt;
+  std::vector<int32_t> tokens;
+};
+std::vector<TokenSequence> read_token_sequences(const std::string& path, int64_t vocab, size_t min_tokens);
+
 // llama2.c checkpoints: the legacy layout of run.c (7-int header, vocab_size < 0 means an
 // untied classifier follows) and export.py's version 1 ("ak42" magic, 256-byte header).
 // Throws QC_INPUT naming the file and field on anything malformed.
@@ -135,8 +269,11 @@ void rope_rotate(float* vec, int64_t n_heads, int64_t head_dim, const double* co
 // q [M, n_heads·head_dim]; k_cache, v_cache [pos0+M, n_kv_heads·head_dim] (position-major);
 // query row t sees cache rows 0 .. pos0+t; query head h reads kv head h / (n_heads/n_kv_heads).
 // out [M, n_heads·head_dim]. Scores scaled by 1/sqrt(head_dim); everything in double, one rounding.
+// A score q·k is summed pair by pair in RoPE's pairing (`style`): Σ_i (q[a_i]k[a_i] + q[b_i]k[b_i])
+// in ascending i, so a model stored with rotate_half and the same model stored interleaved (its
+// q/k rows permuted, as Hugging Face's conversion does) compute bit-identical scores.
 void causal_attention(const float* q, int64_t M, int64_t pos0, const float* k_cache, const float* v_cache,
-                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float* out);
+                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, RopeStyle style, float* out);
 // h[i] = fp32( silu(gate[i]) · up[i] ), silu(g) = g / (1 + exp(-g)), in double. `h` may alias either input.
 void swiglu(float* h, const float* gate, const float* up, int64_t n);
 

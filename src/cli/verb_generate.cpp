@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/cli.hpp"
+#include "cli/model_run.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/model.hpp"
@@ -15,65 +16,57 @@ namespace qc::cli {
 namespace {
 
 struct GenerateArgs {
-  std::string model, tokenizer, prompts, out, tokens_out, mode = "fp32", arm;
+  ModelRunArgs run;
+  std::string prompts, out, tokens_out;
   int64_t max_new = 256;
   bool compare = false;
 };
 
-// One prompt per line; a trailing '\r' is dropped; an empty line starts from BOS alone.
-std::vector<std::string> read_prompt_lines(const std::string& path) {
-  const std::string text = read_file(path);
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\n', start);
-    if (end == std::string::npos) end = text.size();
-    std::string line = text.substr(start, end - start);
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    lines.push_back(std::move(line));
-    start = end + 1;
-  }
-  QC_INPUT(!lines.empty(), "{}: expected at least one prompt line, the file is empty", path);
-  return lines;
-}
-
 VerbRunner setup_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
-  app.add_option("--model", a->model, "llama2.c checkpoint (.bin, legacy or v1 layout)")->required()->check(CLI::ExistingFile);
-  app.add_option("--tokenizer", a->tokenizer, "llama2.c tokenizer (.bin)")->required()->check(CLI::ExistingFile);
-  app.add_option("--prompts", a->prompts, "text file, one prompt per line (empty line = start from BOS); default: one empty prompt")
+  add_model_option(app, a->run);
+  app.add_option("--tokenizer", a->run.tokenizer, "llama2.c tokenizer (.bin): needed for text prompts and to print text")
+      ->check(CLI::ExistingFile);
+  app.add_option("--prompts", a->prompts,
+                 "text file, one prompt per line (empty line = start from BOS), or a .jsonl of token ids "
+                 "{\"prompt\": id, \"tokens\": [...]}; default: one empty prompt")
       ->check(CLI::ExistingFile);
   app.add_option("--max-new", a->max_new, "maximum generated tokens per prompt")->check(CLI::PositiveNumber);
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)");
   app.add_option("--tokens-out", a->tokens_out, "write each full sequence as {\"prompt\": id, \"tokens\": [...]} (input of `replay --tokens`)");
-  app.add_option("--mode", a->mode, "fp32 (the unquantized reference) or w8a8 (not implemented yet)");
-  app.add_option("--arm", a->arm, "w8a8 mode: the arm every linear layer runs through");
+  add_mode_options(app, a->run, /*with_mode=*/true);
   app.add_flag("--compare-prefill-decode", a->compare,
                "re-score each generated sequence with one prefill pass; report where prefill and decode disagree");
   return [a] {
-    const LinearMode mode = parse_linear_mode(a->mode);
-    LinearFn linear = make_linear_fn(mode, a->arm);  // before any loading: w8a8 says "not implemented" at once
-    const Model model = load_llama2c(a->model);
-    const Tokenizer tok = Tokenizer::load_llama2c(a->tokenizer, model.config.vocab);
-    const std::vector<std::string> prompts = a->prompts.empty() ? std::vector<std::string>{""} : read_prompt_lines(a->prompts);
-    Decoder decoder(model, linear);
+    preflight(a->run);
+    const Model model = load_model(a->run.model);
+    std::optional<Tokenizer> tok;
+    if (!a->run.tokenizer.empty()) tok = Tokenizer::load_llama2c(a->run.tokenizer, model.config.vocab);
+    const std::vector<Prompt> prompts = read_prompts(a->prompts, model, tok ? &*tok : nullptr);
+    const ModelRun run = make_model_run(a->run, model);
+    Decoder decoder(model, run.linear);
 
-    std::string jsonl = format_header("generate", mode, a->arm, model, tok.source, tok.sha256,
-                                      {{"prompts", a->prompts}, {"max_new", a->max_new}}) + "\n";
+    nlohmann::json extra = run.header_extra;
+    extra["prompts"] = a->prompts;
+    extra["max_new"] = a->max_new;
+    std::string jsonl = format_header("generate", run.mode, run.arm_label, model, tok ? tok->source : "",
+                                      tok ? tok->sha256 : "", extra) + "\n";
     std::string tokens_jsonl;
     int64_t generated = 0;
     double seconds = 0;
     PrefillDecodeComparison total;
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      const nlohmann::json id = static_cast<int64_t>(i);
-      const std::vector<int32_t> prompt = tok.encode(prompts[i], /*bos=*/true, /*eos=*/false);
+    for (const Prompt& p : prompts) {
       const auto t0 = std::chrono::steady_clock::now();
-      const GenerateResult g = generate_greedy(decoder, prompt, a->max_new, id);
+      const GenerateResult g = generate_greedy(decoder, p.tokens, a->max_new, p.id);
       seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       generated += static_cast<int64_t>(g.records.size());
-      fmt::print("[prompt {}] {}\n", i, tok.decode(g.tokens));
+      if (tok) {
+        fmt::print("[prompt {}] {}\n", p.id.dump(), tok->decode(g.tokens));
+      } else {
+        fmt::print("[prompt {}] {}\n", p.id.dump(), fmt::join(g.tokens, " "));
+      }
       for (const PositionRecord& r : g.records) jsonl += format_record(r) + "\n";
-      tokens_jsonl += nlohmann::json{{"prompt", id}, {"tokens", g.tokens}}.dump() + "\n";
+      tokens_jsonl += nlohmann::json{{"prompt", p.id}, {"tokens", g.tokens}}.dump() + "\n";
       if (a->compare) {
         const PrefillDecodeComparison c = compare_prefill_decode(decoder, g);
         total.positions += c.positions;
@@ -81,13 +74,14 @@ VerbRunner setup_generate(CLI::App& app) {
         total.bitwise_different += c.bitwise_different;
         total.max_abs_diff = std::max(total.max_abs_diff, c.max_abs_diff);
         if (c.top1_disagreements > 0) {
-          fmt::print("  prompt {}: prefill and decode top-1 disagree at positions {}\n", i,
+          fmt::print("  prompt {}: prefill and decode top-1 disagree at positions {}\n", p.id.dump(),
                      fmt::join(c.disagreeing_positions, ", "));
         }
       }
     }
-    fmt::print(stderr, "generate: {} prompts, {} tokens in {:.3f} s ({:.1f} tokens/s, mode {})\n", prompts.size(),
-               generated, seconds, seconds > 0 ? generated / seconds : 0.0, to_string(mode));
+    fmt::print(stderr, "generate: {} prompts, {} tokens in {:.3f} s ({:.1f} tokens/s, mode {}{})\n", prompts.size(),
+               generated, seconds, seconds > 0 ? generated / seconds : 0.0, to_string(run.mode),
+               run.arm_label.empty() ? "" : fmt::format(", arm {}{}", run.arm_label, a->run.pow2 ? ", pow2" : ""));
     if (a->compare) {
       fmt::print("prefill vs decode: {} positions, {} top-1 disagreements, max |logit difference| {:.9g}, {} of {} "
                  "logits differ bitwise\n",

@@ -3,11 +3,13 @@
 // linear layer. Built with -ffp-contract=off: no product is fused into a sum behind our back.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "qconform/error.hpp"
 #include "qconform/model.hpp"
+#include "qconform/parallel.hpp"
 
 namespace qc {
 
@@ -79,38 +81,32 @@ void Model::check_shapes() const {
 
 // ---- the fp32 linear layer ----
 
-void matmul_fp32(const float* x, int64_t M, const float* w, const float* bias, int64_t N, int64_t K, float* y) {
-  // Four output channels at a time give the CPU four independent addition chains; each chain
-  // still adds its products in ascending k, so the result does not depend on the blocking.
+namespace {
+
+// Output channels [n0, n1) of every row. Eight channels at a time give the CPU eight independent
+// addition chains; each chain still adds its products in ascending k, so the result does not
+// depend on the blocking (nor on how blocks are spread over threads).
+void matmul_fp32_block(const float* x, int64_t M, const float* w, const float* bias, int64_t N, int64_t K,
+                       float* y, int64_t n0, int64_t n1) {
+  constexpr int64_t kChains = 8;
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x + m * K;
     float* yr = y + m * N;
-    int64_t n = 0;
-    for (; n + 4 <= N; n += 4) {
-      const float* w0 = w + n * K;
-      const float* w1 = w0 + K;
-      const float* w2 = w1 + K;
-      const float* w3 = w2 + K;
-      double a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    int64_t n = n0;
+    for (; n + kChains <= n1; n += kChains) {
+      const float* wr[kChains];
+      for (int64_t j = 0; j < kChains; ++j) wr[j] = w + (n + j) * K;
+      double a[kChains] = {};
       for (int64_t k = 0; k < K; ++k) {
         const double xk = xr[k];
-        a0 += xk * w0[k];
-        a1 += xk * w1[k];
-        a2 += xk * w2[k];
-        a3 += xk * w3[k];
+        for (int64_t j = 0; j < kChains; ++j) a[j] += xk * wr[j][k];
       }
-      if (bias) {
-        a0 += bias[n];
-        a1 += bias[n + 1];
-        a2 += bias[n + 2];
-        a3 += bias[n + 3];
+      for (int64_t j = 0; j < kChains; ++j) {
+        if (bias) a[j] += bias[n + j];
+        yr[n + j] = static_cast<float>(a[j]);
       }
-      yr[n] = static_cast<float>(a0);
-      yr[n + 1] = static_cast<float>(a1);
-      yr[n + 2] = static_cast<float>(a2);
-      yr[n + 3] = static_cast<float>(a3);
     }
-    for (; n < N; ++n) {
+    for (; n < n1; ++n) {
       const float* wr = w + n * K;
       double a = 0;
       for (int64_t k = 0; k < K; ++k) a += static_cast<double>(xr[k]) * wr[k];
@@ -118,6 +114,20 @@ void matmul_fp32(const float* x, int64_t M, const float* w, const float* bias, i
       yr[n] = static_cast<float>(a);
     }
   }
+}
+
+}  // namespace
+
+void matmul_fp32(const float* x, int64_t M, const float* w, const float* bias, int64_t N, int64_t K, float* y,
+                 int threads) {
+  QC_CHECK(threads >= 0, "matmul_fp32: threads must be >= 0, got {}", threads);
+  // Starting threads costs tens of microseconds: below ~2 M multiply-adds one thread is faster.
+  constexpr int64_t kBlock = 32, kMinWorkForThreads = int64_t{1} << 21;
+  if (threads == 0 && M * N * K < kMinWorkForThreads) threads = 1;
+  const int64_t blocks = (N + kBlock - 1) / kBlock;
+  parallel_for(blocks, threads, [&](int64_t b) {
+    matmul_fp32_block(x, M, w, bias, N, K, y, b * kBlock, std::min(N, (b + 1) * kBlock));
+  });
 }
 
 void fp32_linear(const LinearLayer& layer, const float* x, int64_t M, float* y) {
@@ -134,15 +144,22 @@ LinearMode parse_linear_mode(std::string_view text) {
 std::string_view to_string(LinearMode mode) { return mode == LinearMode::fp32 ? "fp32" : "w8a8"; }
 
 LinearFn make_linear_fn(LinearMode mode, std::string_view arm_label) {
+  W8a8Options options;
+  if (!arm_label.empty()) options.arm = std::string(arm_label);
+  if (mode == LinearMode::fp32) {
+    QC_INPUT(arm_label.empty(), "--arm `{}`: mode fp32 runs no arm (use --mode w8a8)", arm_label);
+    return fp32_linear;
+  }
+  return make_linear_fn(mode, options);
+}
+
+LinearFn make_linear_fn(LinearMode mode, const W8a8Options& options) {
   switch (mode) {
     case LinearMode::fp32:
-      QC_INPUT(arm_label.empty(), "--arm `{}`: mode fp32 runs no arm (use --mode w8a8)", arm_label);
+      QC_INPUT(!options.pow2, "--pow2: mode fp32 has no weight scales to round (use --mode w8a8)");
       return fp32_linear;
     case LinearMode::w8a8:
-      // The hook: see the comment on `LinearMode` in model.hpp for what plugs in here.
-      QC_FAIL_INPUT("--mode w8a8{}: not implemented yet (the quantized linear path waits for quantize.hpp and "
-                    "the arms; only --mode fp32 runs today)",
-                    arm_label.empty() ? std::string() : fmt::format(" --arm {}", arm_label));
+      return W8a8Linear(options);
   }
   QC_FAIL("unknown LinearMode {}", static_cast<int>(mode));
 }
@@ -182,10 +199,14 @@ void rope_rotate(float* vec, int64_t n_heads, int64_t head_dim, const double* co
 }
 
 void causal_attention(const float* q, int64_t M, int64_t pos0, const float* k_cache, const float* v_cache,
-                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, float* out) {
+                      int64_t n_heads, int64_t n_kv_heads, int64_t head_dim, RopeStyle style, float* out) {
   const int64_t q_dim = n_heads * head_dim, kv_dim = n_kv_heads * head_dim;
   const int64_t group = n_heads / n_kv_heads;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const int64_t half = head_dim / 2;
+  // The two elements of RoPE pair i (see `rope_rotate`): scores are summed pair by pair.
+  const int64_t stride_a = style == RopeStyle::interleaved ? 2 : 1;
+  const int64_t offset_b = style == RopeStyle::interleaved ? 1 : half;
   std::vector<double> p(static_cast<size_t>(pos0 + M));
   std::vector<double> acc(static_cast<size_t>(head_dim));
   for (int64_t t = 0; t < M; ++t) {
@@ -197,7 +218,10 @@ void causal_attention(const float* q, int64_t M, int64_t pos0, const float* k_ca
       for (int64_t j = 0; j < visible; ++j) {
         const float* kj = k_cache + j * kv_dim + kvh * head_dim;
         double s = 0;
-        for (int64_t d = 0; d < head_dim; ++d) s += static_cast<double>(qh[d]) * kj[d];
+        for (int64_t i = 0; i < half; ++i) {
+          const int64_t a = stride_a * i, b = a + offset_b;
+          s += static_cast<double>(qh[a]) * kj[a] + static_cast<double>(qh[b]) * kj[b];
+        }
         p[j] = s * scale;
         if (p[j] > max_score) max_score = p[j];
       }
@@ -292,7 +316,7 @@ void Decoder::forward(std::span<const int32_t> tokens, LogitRows rows, std::vect
     vc.resize(static_cast<size_t>((pos_ + M) * kv_dim));
     std::memcpy(kc.data() + pos_ * kv_dim, k, sizeof(float) * M * kv_dim);
     std::memcpy(vc.data() + pos_ * kv_dim, v, sizeof(float) * M * kv_dim);
-    causal_attention(q, M, pos_, kc.data(), vc.data(), c.n_heads, c.n_kv_heads, hd, att);
+    causal_attention(q, M, pos_, kc.data(), vc.data(), c.n_heads, c.n_kv_heads, hd, c.rope_style, att);
     linear(L.o, att, M, xb);
     for (int64_t i = 0; i < M * D; ++i) x[i] += xb[i];
 

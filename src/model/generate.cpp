@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <sstream>
 
 #include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
 #include "qconform/model.hpp"
 
 namespace qc {
@@ -136,6 +138,38 @@ PrefillDecodeComparison compare_prefill_decode(Decoder& decoder, const GenerateR
     ++cmp.positions;
   }
   return cmp;
+}
+
+std::vector<TokenSequence> read_token_sequences(const std::string& path, int64_t vocab, size_t min_tokens) {
+  std::istringstream in(read_file(path));
+  std::vector<TokenSequence> out;
+  std::string line;
+  for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    nlohmann::json obj;
+    try {
+      obj = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::parse_error& e) {
+      QC_FAIL_INPUT("{}:{}: expected a JSON object, found invalid JSON ({})", path, lineno, e.what());
+    }
+    QC_INPUT(obj.is_object(), "{}:{}: expected a JSON object, found {}", path, lineno, obj.type_name());
+    if (obj.contains("kind") && obj["kind"] == "header") continue;
+    QC_INPUT(obj.contains("prompt") && (obj["prompt"].is_string() || obj["prompt"].is_number_integer()),
+             "{}:{}: field `prompt`: expected a string or an integer", path, lineno);
+    QC_INPUT(obj.contains("tokens") && obj["tokens"].is_array(), "{}:{}: field `tokens`: expected an array of ids",
+             path, lineno);
+    TokenSequence s{obj["prompt"], {}};
+    for (const auto& t : obj["tokens"]) {
+      QC_INPUT(t.is_number_integer() && t.get<int64_t>() >= 0 && t.get<int64_t>() < vocab,
+               "{}:{}: field `tokens`: expected ids in [0, {}), found {}", path, lineno, vocab, t.dump());
+      s.tokens.push_back(t.get<int32_t>());
+    }
+    QC_INPUT(s.tokens.size() >= min_tokens, "{}:{}: field `tokens`: expected at least {} ids, found {}", path, lineno,
+             min_tokens, s.tokens.size());
+    out.push_back(std::move(s));
+  }
+  QC_INPUT(!out.empty(), "{}: expected at least one {{\"prompt\", \"tokens\"}} line, found none", path);
+  return out;
 }
 
 }  // namespace qc

@@ -214,10 +214,13 @@ TEST(ModelBlocks, CausalGqaAttentionMatchesReference) {
     const auto k = random_floats(rng, T * cs.KVH * cs.hd, -3, 3);
     const auto v = random_floats(rng, T * cs.KVH * cs.hd, -1, 1);
     std::vector<float> out(cs.M * cs.H * cs.hd);
-    qc::causal_attention(q.data(), cs.M, cs.pos0, k.data(), v.data(), cs.H, cs.KVH, cs.hd, out.data());
+    for (const RopeStyle style : {RopeStyle::interleaved, RopeStyle::rotate_half}) {
+      qc::causal_attention(q.data(), cs.M, cs.pos0, k.data(), v.data(), cs.H, cs.KVH, cs.hd, style, out.data());
     // Outputs are convex combinations of values in [-1, 1]: an absolute tolerance of a few ulps of 1.
     expect_close(out, attention_reference(q, cs.M, cs.pos0, k, v, cs.H, cs.KVH, cs.hd), 0, 4 * kFp32Ulp,
-                 fmt::format("attention M={} pos0={} H={} KVH={} hd={}", cs.M, cs.pos0, cs.H, cs.KVH, cs.hd));
+                 fmt::format("attention M={} pos0={} H={} KVH={} hd={} style={}", cs.M, cs.pos0, cs.H, cs.KVH, cs.hd,
+                             static_cast<int>(style)));
+    }
   }
 }
 
@@ -228,9 +231,9 @@ TEST(ModelBlocks, AttentionIgnoresFuturePositions) {
   const auto q = random_floats(rng, M * H * hd, -1, 1);
   auto k = random_floats(rng, M * KVH * hd, -1, 1), v = random_floats(rng, M * KVH * hd, -1, 1);
   std::vector<float> a(M * H * hd), b(M * H * hd);
-  qc::causal_attention(q.data(), M, 0, k.data(), v.data(), H, KVH, hd, a.data());
+  qc::causal_attention(q.data(), M, 0, k.data(), v.data(), H, KVH, hd, RopeStyle::interleaved, a.data());
   for (size_t i = KVH * hd; i < k.size(); ++i) k[i] += 5, v[i] -= 7;
-  qc::causal_attention(q.data(), M, 0, k.data(), v.data(), H, KVH, hd, b.data());
+  qc::causal_attention(q.data(), M, 0, k.data(), v.data(), H, KVH, hd, RopeStyle::interleaved, b.data());
   EXPECT_EQ(0, std::memcmp(a.data(), b.data(), sizeof(float) * H * hd)) << "row 0 saw a future position";
   EXPECT_NE(0, std::memcmp(a.data() + H * hd, b.data() + H * hd, sizeof(float) * H * hd)) << "row 1 ignored position 1";
 }
@@ -473,16 +476,31 @@ TEST(ModelDecoder, EveryLinearLayerGoesThroughTheLinearFnAndCapture) {
   EXPECT_EQ(expected[13], "layers.1.mlp.down_proj");
 }
 
-TEST(ModelDecoder, W8a8ModeSaysNotImplementedAsAnInputError) {
-  try {
-    qc::make_linear_fn(qc::LinearMode::w8a8, "cpu:vllm-cutlass");
-    FAIL() << "w8a8 should not be available yet";
-  } catch (const qc::Error& e) {
-    EXPECT_EQ(e.kind(), qc::ErrorKind::input);
-    EXPECT_NE(std::string(e.what()).find("not implemented yet"), std::string::npos) << e.what();
-  }
+TEST(ModelDecoder, ModeOptionsAreCheckedAsInputErrors) {
+  auto expect_input_error = [](auto&& fn, const char* needle) {
+    try {
+      fn();
+      ADD_FAILURE() << "expected an input error mentioning " << needle;
+    } catch (const qc::Error& e) {
+      EXPECT_EQ(e.kind(), qc::ErrorKind::input) << e.what();
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_input_error([] { qc::make_linear_fn(qc::LinearMode::fp32, "cpu:vllm-cutlass"); }, "mode fp32 runs no arm");
+  expect_input_error([] {
+    qc::W8a8Options o;
+    o.pow2 = true;
+    qc::make_linear_fn(qc::LinearMode::fp32, o);
+  }, "--pow2");
+  expect_input_error([] { qc::make_linear_fn(qc::LinearMode::w8a8, "cpu:no-such-epilogue"); }, "no-such-epilogue");
+  expect_input_error([] {
+    qc::W8a8Options o;
+    o.act_quantizer = "static";
+    qc::W8a8Linear l(o);
+  }, "static");
   EXPECT_THROW(qc::parse_linear_mode("int4"), qc::Error);
   EXPECT_EQ(qc::parse_linear_mode("fp32"), qc::LinearMode::fp32);
+  EXPECT_EQ(qc::parse_linear_mode("w8a8"), qc::LinearMode::w8a8);
 }
 
 TEST(ModelDecoder, RejectsTokensOutOfRangeAndSequencesBeyondMaxSeqLen) {

@@ -1,0 +1,78 @@
+// `qconform capture`: the operands every linear layer's arm received in a w8a8 model run (prefill
+// of each prompt, rows of all prompts concatenated per layer), written as an operand file that
+// `qconform predict` and `qconform verify` read.
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/cli.hpp"
+#include "cli/model_run.hpp"
+#include "qconform/error.hpp"
+#include "qconform/model.hpp"
+#include "qconform/operands_io.hpp"
+#include "qconform/sha256.hpp"
+#include "qconform/tokenizer.hpp"
+
+namespace qc::cli {
+namespace {
+
+struct CaptureArgs {
+  ModelRunArgs run;
+  std::string prompts, out;
+  int64_t max_tokens = 0;
+};
+
+VerbRunner setup_capture(CLI::App& app) {
+  auto a = std::make_shared<CaptureArgs>();
+  a->run.mode = "w8a8";
+  add_model_option(app, a->run);
+  app.add_option("--tokenizer", a->run.tokenizer, "llama2.c tokenizer (.bin), for text prompts")->check(CLI::ExistingFile);
+  app.add_option("--prompts", a->prompts,
+                 "text file, one prompt per line, or a .jsonl of token ids {\"prompt\": id, \"tokens\": [...]}")
+      ->required()
+      ->check(CLI::ExistingFile);
+  app.add_option("--max-tokens", a->max_tokens, "keep only the first N tokens of each prompt (default: all)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--out", a->out, "operand file to write (safetensors, atomically)")->required();
+  add_mode_options(app, a->run, /*with_mode=*/false);
+  return [a] {
+    preflight(a->run);
+    const Model model = load_model(a->run.model);
+    std::optional<Tokenizer> tok;
+    if (!a->run.tokenizer.empty()) tok = Tokenizer::load_llama2c(a->run.tokenizer, model.config.vocab);
+    std::vector<std::vector<int32_t>> prompts;
+    for (Prompt& p : read_prompts(a->prompts, model, tok ? &*tok : nullptr)) {
+      if (a->max_tokens > 0 && static_cast<int64_t>(p.tokens.size()) > a->max_tokens) p.tokens.resize(a->max_tokens);
+      prompts.push_back(std::move(p.tokens));
+    }
+    const ModelRun run = make_model_run(a->run, model);
+    const CaptureResult c = capture_operands(model, run.options, prompts);
+    int64_t rows = 0;
+    for (int64_t r : c.rows_per_prompt) rows += r;
+    std::map<std::string, std::string> meta = {
+        {"source", "qconform capture"},
+        {"model", model.source},
+        {"model_sha256", model.sha256},
+        {"arm", run.options.arm},
+        {"arm_kernel", c.record.kernel},
+        {"act_quantizer", run.options.act_quantizer},
+        {"pow2", run.options.pow2 ? "true" : "false"},
+        {"prompts", a->prompts},
+        {"prompts_sha256", sha256_file(a->prompts)},
+        {"rows_per_prompt", fmt::format("{}", fmt::join(c.rows_per_prompt, ","))},
+        {"rows", "prefill rows of every prompt, concatenated per layer in prompt order"},
+    };
+    save_operands(a->out, c.layers, meta);
+    fmt::print("capture: {} layers, {} rows each ({} prompts), arm {}, act quantizer {}{}; wrote {} ({})\n",
+               c.layers.size(), rows, prompts.size(), run.options.arm, run.options.act_quantizer,
+               run.options.pow2 ? ", pow2 weight scales" : "", a->out, sha256_file(a->out));
+    return kExitOk;
+  };
+}
+
+RegisterVerb register_capture{
+    {"capture", "Capture every linear layer's quantized operands of a w8a8 model run (input of predict/verify)", 98,
+     setup_capture}};
+
+}  // namespace
+}  // namespace qc::cli

@@ -1,0 +1,66 @@
+// `qconform synth-model`: a seeded random model in the Hugging Face, compressed-tensors or llama2.c
+// format, with a small tokens JSONL beside it (`tokens.jsonl`: {"prompt": id, "tokens": [...]}).
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "cli/cli.hpp"
+#include "qconform/error.hpp"
+#include "qconform/model.hpp"
+#include "qconform/synth.hpp"
+
+namespace qc::cli {
+namespace {
+
+struct SynthModelArgs {
+  std::string config = "tiny", out, format = "hf", dtype = "f32";
+  int64_t layers = 0, sequences = 4, length = 16;
+  uint64_t seed = 0;
+};
+
+VerbRunner setup_synth_model(CLI::App& app) {
+  auto a = std::make_shared<SynthModelArgs>();
+  app.add_option("--config", a->config, "tiny | tiny-qwen2 | tiny-qwen3 | qwen3-1.7b-shaped")->required();
+  app.add_option("--layers", a->layers, "decoder layers (default: the preset's; qwen3-1.7b-shaped: 2)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", a->seed, "generator seed")->required();
+  app.add_option("--out", a->out, "output directory (must not exist)")->required();
+  app.add_option("--format", a->format, "hf (default) | compressed-tensors | llama2c");
+  app.add_option("--dtype", a->dtype, "f32 (default) | bf16 (hf and compressed-tensors)");
+  app.add_option("--sequences", a->sequences, "token sequences in tokens.jsonl (default 4)")->check(CLI::PositiveNumber);
+  app.add_option("--length", a->length, "tokens per sequence, BOS first (default 16)")->check(CLI::Range(2, 1 << 20));
+  return [a] {
+    const ModelFormat format = parse_model_format(a->format);
+    ModelConfig config = synth_config(a->config, a->layers);
+    config.dtype = a->dtype;
+    QC_INPUT(a->length <= config.max_seq_len, "--length {}: expected at most the model's max_seq_len {}", a->length,
+             config.max_seq_len);
+    const Model model = synth_model(config, a->seed);
+    // Token ids from their own stream: BOS, then uniform ids above the special tokens 0..2.
+    uint64_t state = a->seed ^ 0x746f6b656e73ull;  // "tokens"
+    std::string tokens;
+    for (int64_t s = 0; s < a->sequences; ++s) {
+      std::vector<int32_t> t = {config.bos_id};
+      while (static_cast<int64_t>(t.size()) < a->length) {
+        t.push_back(static_cast<int32_t>(3 + splitmix64(state) % static_cast<uint64_t>(config.vocab - 3)));
+      }
+      tokens += nlohmann::json{{"prompt", s}, {"tokens", t}}.dump() + "\n";
+    }
+    save_model(model, a->out, format, {{"tokens.jsonl", tokens}});
+    int64_t params = static_cast<int64_t>(model.embed.size() + model.lm_head.size());
+    for (const LinearLayer* l : model.linear_layers()) params += l->n_out * l->k_in;
+    fmt::print("synth-model: {} ({} layers, hidden {}, intermediate {}, {}/{} heads of {}, vocab {}, {} params), seed "
+               "{}, format {}, dtype {}; wrote {} with tokens.jsonl ({} sequences of {})\n",
+               a->config, config.n_layers, config.hidden, config.intermediate, config.n_heads, config.n_kv_heads,
+               config.head_dim, config.vocab, params, a->seed, to_string(format), config.dtype, a->out, a->sequences,
+               a->length);
+    return kExitOk;
+  };
+}
+
+RegisterVerb register_synth_model{
+    {"synth-model", "Write a seeded random model (tiny or Qwen3-1.7B-shaped) as hf, compressed-tensors or llama2c", 36,
+     setup_synth_model}};
+
+}  // namespace
+}  // namespace qc::cli

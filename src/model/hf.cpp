@@ -1,0 +1,710 @@
+// Hugging Face-layout models (`config.json` + `model.safetensors`, LLaMA / Qwen2 / Qwen3 keys,
+// fp32 or bf16) and compressed-tensors W8A8 checkpoints ("int-quantized": int8 `weight` [N,K] +
+// `weight_scale` [N,1] in the model dtype), read and written; `load_model` dispatches on the path.
+//
+// Rotary layout: Hugging Face checkpoints use rotate_half; llama2.c files use interleaved pairs.
+// `convert_llama_weights_to_hf.py` permutes the q/k rows of each head so that the two are the same
+// model: HF row (h, p·hd/2 + i) = llama2.c row (h, 2i + p). `with_rope_style` applies that
+// permutation in either direction (and to q/k biases and QK-norm weights).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <unistd.h>
+
+#include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
+#include "qconform/model.hpp"
+#include "qconform/numerics.hpp"
+#include "qconform/safetensors.hpp"
+#include "qconform/sha256.hpp"
+
+namespace qc {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// ---- config.json ----
+
+const nlohmann::json* field(const nlohmann::json& j, const char* name) {
+  auto it = j.find(name);
+  return it == j.end() || it->is_null() ? nullptr : &*it;
+}
+
+int64_t int_field(const std::string& file, const nlohmann::json& j, const char* name, std::optional<int64_t> def) {
+  const nlohmann::json* v = field(j, name);
+  if (!v) {
+    QC_INPUT(def.has_value(), "{}: field `{}`: expected a positive integer, found nothing", file, name);
+    return *def;
+  }
+  QC_INPUT(v->is_number_integer() && v->get<int64_t>() > 0, "{}: field `{}`: expected a positive integer, found {}",
+           file, name, v->dump());
+  return v->get<int64_t>();
+}
+
+double number_field(const std::string& file, const nlohmann::json& j, const char* name, double def) {
+  const nlohmann::json* v = field(j, name);
+  if (!v) return def;
+  QC_INPUT(v->is_number(), "{}: field `{}`: expected a number, found {}", file, name, v->dump());
+  return v->get<double>();
+}
+
+bool bool_field(const std::string& file, const nlohmann::json& j, const char* name, bool def) {
+  const nlohmann::json* v = field(j, name);
+  if (!v) return def;
+  QC_INPUT(v->is_boolean(), "{}: field `{}`: expected true or false, found {}", file, name, v->dump());
+  return v->get<bool>();
+}
+
+// Strict check of one compressed-tensors quantization scheme (`weights` or `input_activations`).
+void check_scheme(const std::string& file, const nlohmann::json& scheme, const std::string& where,
+                  const std::map<std::string, nlohmann::json>& required) {
+  QC_INPUT(scheme.is_object(), "{}: field `{}`: expected an object, found {}", file, where, scheme.dump());
+  for (const auto& [key, want] : required) {
+    const auto it = scheme.find(key);
+    QC_INPUT(it != scheme.end() && *it == want, "{}: field `{}.{}`: expected {}, found {}", file, where, key,
+             want.dump(), it == scheme.end() ? std::string("nothing") : it->dump());
+  }
+  // Fields that change the arithmetic must be absent or null.
+  for (const char* key : {"group_size", "block_structure", "actorder"}) {
+    const auto it = scheme.find(key);
+    QC_INPUT(it == scheme.end() || it->is_null() || (std::string(key) == "actorder" && *it == false),
+             "{}: field `{}.{}`: expected null (per-channel / per-token W8A8 only), found {}", file, where, key,
+             it->dump());
+  }
+}
+
+// The compressed-tensors W8A8 configuration of `../shared/reference/production-epilogues.md`;
+// anything else is an input error naming the field.
+void validate_quantization_config(const std::string& file, const nlohmann::json& q) {
+  QC_INPUT(q.is_object(), "{}: field `quantization_config`: expected an object, found {}", file, q.dump());
+  auto expect_string = [&](const char* key, const char* want) {
+    const nlohmann::json* v = field(q, key);
+    QC_INPUT(v && *v == want, "{}: field `quantization_config.{}`: expected \"{}\", found {}", file, key, want,
+             v ? v->dump() : std::string("nothing"));
+  };
+  expect_string("quant_method", "compressed-tensors");
+  expect_string("format", "int-quantized");
+  if (const nlohmann::json* status = field(q, "quantization_status")) {
+    QC_INPUT(*status == "compressed" || *status == "frozen",
+             "{}: field `quantization_config.quantization_status`: expected \"compressed\", found {}", file,
+             status->dump());
+  }
+  for (const char* key : {"kv_cache_scheme", "sparsity_config", "transform_config"}) {
+    const nlohmann::json* v = field(q, key);
+    QC_INPUT(!v || (v->is_object() && v->empty()), "{}: field `quantization_config.{}`: expected null, found {}",
+             file, key, v ? v->dump() : "");
+  }
+  if (const nlohmann::json* ignore = field(q, "ignore")) {
+    QC_INPUT(ignore->is_array(), "{}: field `quantization_config.ignore`: expected an array, found {}", file,
+             ignore->dump());
+    for (const auto& name : *ignore) {
+      QC_INPUT(name == "lm_head",
+               "{}: field `quantization_config.ignore`: expected only \"lm_head\" (every decoder linear layer "
+               "quantized), found {}",
+               file, name.dump());
+    }
+  }
+  const nlohmann::json* groups = field(q, "config_groups");
+  QC_INPUT(groups && groups->is_object() && groups->size() == 1,
+           "{}: field `quantization_config.config_groups`: expected an object with exactly one group, found {}", file,
+           groups ? groups->dump() : std::string("nothing"));
+  const std::string gname = groups->begin().key();
+  const nlohmann::json& g = groups->begin().value();
+  const std::string where = "quantization_config.config_groups." + gname;
+  QC_INPUT(g.is_object(), "{}: field `{}`: expected an object, found {}", file, where, g.dump());
+  if (const nlohmann::json* f = field(g, "format")) {
+    QC_INPUT(*f == "int-quantized", "{}: field `{}.format`: expected \"int-quantized\", found {}", file, where,
+             f->dump());
+  }
+  const nlohmann::json* targets = field(g, "targets");
+  QC_INPUT(targets && *targets == nlohmann::json::array({"Linear"}),
+           "{}: field `{}.targets`: expected [\"Linear\"], found {}", file, where,
+           targets ? targets->dump() : std::string("nothing"));
+  const nlohmann::json* out_act = field(g, "output_activations");
+  QC_INPUT(!out_act, "{}: field `{}.output_activations`: expected null, found {}", file, where,
+           out_act ? out_act->dump() : "");
+  const nlohmann::json* w = field(g, "weights");
+  QC_INPUT(w, "{}: field `{}.weights`: expected the int8 per-channel weight scheme, found nothing", file, where);
+  check_scheme(file, *w, where + ".weights",
+               {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}, {"dynamic", false}});
+  const nlohmann::json* a = field(g, "input_activations");
+  QC_INPUT(a, "{}: field `{}.input_activations`: expected the int8 per-token dynamic scheme, found nothing", file,
+           where);
+  check_scheme(file, *a, where + ".input_activations",
+               {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}});
+}
+
+struct HfHeader {
+  ModelConfig config;
+  bool quantized = false;
+  std::string torch_dtype;  // "" when absent
+};
+
+HfHeader parse_config(const std::string& file) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(file));
+  } catch (const nlohmann::json::parse_error& e) {
+    QC_FAIL_INPUT("{}: expected a JSON object, found invalid JSON ({})", file, e.what());
+  }
+  QC_INPUT(j.is_object(), "{}: expected a JSON object, found {}", file, j.type_name());
+  HfHeader h;
+  ModelConfig& c = h.config;
+  const nlohmann::json* type = field(j, "model_type");
+  QC_INPUT(type && type->is_string() && (*type == "llama" || *type == "qwen2" || *type == "qwen3"),
+           "{}: field `model_type`: expected \"llama\", \"qwen2\" or \"qwen3\", found {}", file,
+           type ? type->dump() : std::string("nothing"));
+  c.arch = type->get<std::string>();
+  c.hidden = int_field(file, j, "hidden_size", std::nullopt);
+  c.intermediate = int_field(file, j, "intermediate_size", std::nullopt);
+  c.n_layers = int_field(file, j, "num_hidden_layers", std::nullopt);
+  c.n_heads = int_field(file, j, "num_attention_heads", std::nullopt);
+  c.n_kv_heads = int_field(file, j, "num_key_value_heads", c.n_heads);
+  QC_INPUT(c.hidden % c.n_heads == 0 || field(j, "head_dim"),
+           "{}: field `head_dim`: expected it (hidden_size {} is not a multiple of num_attention_heads {}), found "
+           "nothing",
+           file, c.hidden, c.n_heads);
+  c.head_dim = int_field(file, j, "head_dim", c.hidden / c.n_heads);
+  c.vocab = int_field(file, j, "vocab_size", std::nullopt);
+  c.max_seq_len = int_field(file, j, "max_position_embeddings", std::nullopt);
+  c.rope_theta = number_field(file, j, "rope_theta", 10000.0);
+  c.rms_eps = static_cast<float>(number_field(file, j, "rms_norm_eps", 1e-6));
+  c.tie_embeddings = bool_field(file, j, "tie_word_embeddings", false);
+  c.rope_style = RopeStyle::rotate_half;
+  c.qk_norm = c.arch == "qwen3";
+  c.qkv_bias = c.arch == "qwen2";
+  if (const nlohmann::json* act = field(j, "hidden_act")) {
+    QC_INPUT(*act == "silu", "{}: field `hidden_act`: expected \"silu\" (SwiGLU), found {}", file, act->dump());
+  }
+  if (const nlohmann::json* rs = field(j, "rope_scaling")) {
+    QC_FAIL_INPUT("{}: field `rope_scaling`: expected null (plain RoPE), found {}", file, rs->dump());
+  }
+  QC_INPUT(!bool_field(file, j, "attention_bias", false),
+           "{}: field `attention_bias`: expected false ({} has no bias on q/k/v/o{}), found true", file, c.arch,
+           c.arch == "qwen2" ? " beyond Qwen2's fixed q/k/v bias" : "");
+  QC_INPUT(!bool_field(file, j, "mlp_bias", false), "{}: field `mlp_bias`: expected false, found true", file);
+  if (const nlohmann::json* dt = field(j, "torch_dtype")) {
+    QC_INPUT(*dt == "float32" || *dt == "bfloat16", "{}: field `torch_dtype`: expected \"float32\" or \"bfloat16\", found {}",
+             file, dt->dump());
+    h.torch_dtype = dt->get<std::string>();
+  }
+  c.bos_id = 1;
+  if (const nlohmann::json* bos = field(j, "bos_token_id")) {
+    QC_INPUT(bos->is_number_integer(), "{}: field `bos_token_id`: expected an integer, found {}", file, bos->dump());
+    c.bos_id = bos->get<int32_t>();
+  }
+  if (const nlohmann::json* eos = field(j, "eos_token_id")) {
+    const nlohmann::json list = eos->is_array() ? *eos : nlohmann::json::array({*eos});
+    for (const auto& e : list) {
+      QC_INPUT(e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() < c.vocab,
+               "{}: field `eos_token_id`: expected ids in [0, {}), found {}", file, c.vocab, eos->dump());
+      c.stop_ids.push_back(e.get<int32_t>());
+    }
+  }
+  if (const nlohmann::json* q = field(j, "quantization_config")) {
+    validate_quantization_config(file, *q);
+    h.quantized = true;
+  }
+  c.validate(file);
+  return h;
+}
+
+// ---- tensors ----
+
+class TensorReader {
+ public:
+  TensorReader(SafetensorsFile f) : f_(std::move(f)) {
+    for (const auto& [name, t] : f_.tensors) index_.emplace(name, &t);
+  }
+
+  const Tensor& get(const std::string& name, const std::vector<int64_t>& shape) {
+    auto it = index_.find(name);
+    QC_INPUT(it != index_.end(), "{}: tensor `{}`: expected {} , found no such tensor", f_.path, name,
+             shape_string(shape));
+    QC_INPUT(it->second->shape() == shape, "{}: tensor `{}`: expected shape {}, found {}", f_.path, name,
+             shape_string(shape), shape_string(it->second->shape()));
+    used_.insert(name);
+    return *it->second;
+  }
+  bool has(const std::string& name) const { return index_.count(name) != 0; }
+
+  std::vector<float> floats(const std::string& name, const std::vector<int64_t>& shape) {
+    const Tensor& t = get(name, shape);
+    std::vector<float> out(static_cast<size_t>(t.numel()));
+    if (t.dtype() == DType::f32) {
+      const auto s = t.contiguous().span<float>();
+      std::copy(s.begin(), s.end(), out.begin());
+    } else if (t.dtype() == DType::bf16) {
+      const auto s = t.contiguous().span<uint16_t>();
+      for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(s[i]);
+    } else {
+      QC_FAIL_INPUT("{}: tensor `{}`: expected dtype F32 or BF16, found {}", f_.path, name,
+                    dtype_safetensors_name(t.dtype()));
+    }
+    return out;
+  }
+
+  std::vector<int8_t> int8s(const std::string& name, const std::vector<int64_t>& shape) {
+    const Tensor& t = get(name, shape);
+    QC_INPUT(t.dtype() == DType::i8, "{}: tensor `{}`: expected dtype I8 (compressed-tensors int-quantized), found {}",
+             f_.path, name, dtype_safetensors_name(t.dtype()));
+    const auto s = t.contiguous().span<int8_t>();
+    return {s.begin(), s.end()};
+  }
+
+  DType dtype_of(const std::string& name) const { return index_.at(name)->dtype(); }
+
+  void check_all_used() const {
+    for (const auto& [name, t] : f_.tensors) {
+      QC_INPUT(used_.count(name), "{}: tensor `{}`: expected only the tensors of the configured model, found this one "
+               "too (a config mismatch?)", f_.path, name);
+    }
+  }
+  const std::string& path() const { return f_.path; }
+
+ private:
+  SafetensorsFile f_;
+  std::map<std::string, const Tensor*> index_;
+  std::set<std::string> used_;
+};
+
+LinearLayer read_linear(TensorReader& r, const std::string& name, int64_t n, int64_t k, bool bias, bool quantized) {
+  LinearLayer l;
+  l.name = name;
+  l.n_out = n;
+  l.k_in = k;
+  const std::string key = "model." + name;
+  if (quantized) {
+    l.weight_q = r.int8s(key + ".weight", {n, k});
+    const std::string skey = key + ".weight_scale";
+    l.weight_scale = r.floats(skey, {n, 1});
+    for (int64_t i = 0; i < n; ++i) {
+      const float s = l.weight_scale[static_cast<size_t>(i)];
+      QC_INPUT(std::isfinite(s) && s > 0, "{}: tensor `{}`: expected finite positive scales, found {} at row {}",
+               r.path(), skey, s, i);
+    }
+    l.weight.resize(static_cast<size_t>(n * k));
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j < k; ++j) {
+        l.weight[static_cast<size_t>(i * k + j)] =
+            static_cast<float>(l.weight_q[static_cast<size_t>(i * k + j)]) * l.weight_scale[static_cast<size_t>(i)];
+      }
+    }
+  } else {
+    l.weight = r.floats(key + ".weight", {n, k});
+  }
+  if (bias) l.bias = r.floats(key + ".bias", {n});
+  return l;
+}
+
+// ---- writing ----
+
+Tensor float_tensor(const std::vector<float>& v, std::vector<int64_t> shape, DType dtype, const std::string& name) {
+  Tensor t = Tensor::empty(dtype, std::move(shape));
+  QC_CHECK(static_cast<size_t>(t.numel()) == v.size(), "tensor `{}`: {} values for shape {}", name, v.size(),
+           shape_string(t.shape()));
+  if (dtype == DType::f32) {
+    std::memcpy(t.mutable_bytes().data(), v.data(), sizeof(float) * v.size());
+  } else {
+    auto out = t.mutable_span<uint16_t>();
+    for (size_t i = 0; i < v.size(); ++i) {
+      out[i] = f32_to_bf16(v[i]);
+      QC_CHECK(bf16_to_f32(out[i]) == v[i] || std::isnan(v[i]),
+               "tensor `{}`: value {} at {} is not bf16-representable (a bf16 model must hold bf16 values)", name,
+               v[i], i);
+    }
+  }
+  return t;
+}
+
+std::string hf_config_json(const Model& m, bool quantized) {
+  const ModelConfig& c = m.config;
+  const std::string type = c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : "llama";
+  QC_CHECK(!(c.qk_norm && c.qkv_bias), "no Hugging Face architecture has both QK-norm and a q/k/v bias");
+  const char* arch = type == "qwen3" ? "Qwen3ForCausalLM" : type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
+  nlohmann::ordered_json j;
+  j["architectures"] = {arch};
+  j["model_type"] = type;
+  j["hidden_size"] = c.hidden;
+  j["intermediate_size"] = c.intermediate;
+  j["num_hidden_layers"] = c.n_layers;
+  j["num_attention_heads"] = c.n_heads;
+  j["num_key_value_heads"] = c.n_kv_heads;
+  j["head_dim"] = c.head_dim;
+  j["vocab_size"] = c.vocab;
+  j["max_position_embeddings"] = c.max_seq_len;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["rms_norm_eps"] = static_cast<double>(c.rms_eps);  // reads back to the same float
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["tie_word_embeddings"] = c.tie_embeddings;
+  j["torch_dtype"] = c.dtype == "bf16" ? "bfloat16" : "float32";
+  j["bos_token_id"] = c.bos_id;
+  if (c.stop_ids.size() == 1) j["eos_token_id"] = c.stop_ids[0];
+  else if (!c.stop_ids.empty()) j["eos_token_id"] = c.stop_ids;
+  if (quantized) {
+    const nlohmann::ordered_json scheme_w = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"},
+                                             {"dynamic", false}, {"group_size", nullptr}, {"block_structure", nullptr},
+                                             {"actorder", nullptr}, {"observer", "minmax"}, {"observer_kwargs", nlohmann::ordered_json::object()}};
+    const nlohmann::ordered_json scheme_a = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"},
+                                             {"dynamic", true}, {"group_size", nullptr}, {"block_structure", nullptr},
+                                             {"actorder", nullptr}, {"observer", nullptr}, {"observer_kwargs", nlohmann::ordered_json::object()}};
+    j["quantization_config"] = {
+        {"config_groups",
+         {{"group_0",
+           {{"input_activations", scheme_a}, {"output_activations", nullptr}, {"targets", {"Linear"}},
+            {"weights", scheme_w}, {"format", "int-quantized"}}}}},
+        {"format", "int-quantized"},
+        {"ignore", {"lm_head"}},
+        {"kv_cache_scheme", nullptr},
+        {"quant_method", "compressed-tensors"},
+        {"quantization_status", "compressed"}};
+  }
+  return j.dump(2) + "\n";
+}
+
+template <class T>
+void permute_rows_t(std::vector<T>& v, int64_t heads, int64_t hd, int64_t row_len, RopeStyle to) {
+  if (v.empty()) return;
+  std::vector<T> src = v;
+  const int64_t half = hd / 2;
+  for (int64_t h = 0; h < heads; ++h) {
+    for (int64_t i = 0; i < half; ++i) {
+      for (int64_t p = 0; p < 2; ++p) {
+        const int64_t hf_row = h * hd + p * half + i, ll_row = h * hd + 2 * i + p;
+        const int64_t dst = to == RopeStyle::rotate_half ? hf_row : ll_row;
+        const int64_t from = to == RopeStyle::rotate_half ? ll_row : hf_row;
+        std::copy_n(src.begin() + from * row_len, row_len, v.begin() + dst * row_len);
+      }
+    }
+  }
+}
+
+void permute_linear(LinearLayer& l, int64_t heads, int64_t hd, RopeStyle to) {
+  permute_rows_t(l.weight, heads, hd, l.k_in, to);
+  permute_rows_t(l.weight_q, heads, hd, l.k_in, to);
+  permute_rows_t(l.weight_scale, heads, hd, 1, to);
+  permute_rows_t(l.bias, heads, hd, 1, to);
+}
+
+// A fresh directory beside `out` that becomes `out` in one rename.
+struct TempDir {
+  std::string path;
+  bool committed = false;
+  explicit TempDir(const std::string& out) {
+    QC_INPUT(!fs::exists(out), "{}: expected a path that does not exist yet (outputs are never overwritten), found "
+             "an existing {}", out, fs::is_directory(out) ? "directory" : "file");
+    path = fmt::format("{}.tmp-{}", out, ::getpid());
+    fs::remove_all(path);
+    std::error_code ec;
+    fs::create_directories(path, ec);
+    QC_INPUT(!ec, "{}: cannot create the temporary directory ({})", path, ec.message());
+  }
+  ~TempDir() {
+    if (!committed) {
+      std::error_code ec;
+      fs::remove_all(path, ec);
+    }
+  }
+  void commit(const std::string& out) {
+    std::error_code ec;
+    fs::rename(path, out, ec);
+    QC_INPUT(!ec, "{}: cannot rename {} into place ({})", out, path, ec.message());
+    committed = true;
+  }
+};
+
+}  // namespace
+
+Model with_rope_style(const Model& model, RopeStyle style) {
+  Model m = model;
+  if (m.config.rope_style == style) return m;
+  const ModelConfig& c = m.config;
+  for (DecoderLayer& L : m.layers) {
+    permute_linear(L.q, c.n_heads, c.head_dim, style);
+    permute_linear(L.k, c.n_kv_heads, c.head_dim, style);
+    permute_rows_t(L.q_norm, 1, c.head_dim, 1, style);
+    permute_rows_t(L.k_norm, 1, c.head_dim, 1, style);
+  }
+  m.config.rope_style = style;
+  return m;
+}
+
+Model load_hf(const std::string& dir) {
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  const std::string st_path = (fs::path(dir) / "model.safetensors").string();
+  QC_INPUT(fs::exists(config_path), "{}: expected a Hugging Face model directory with config.json, found none", dir);
+  QC_INPUT(fs::exists(st_path),
+           "{}: expected model.safetensors beside config.json, found none (sharded checkpoints are not read)", dir);
+  const HfHeader h = parse_config(config_path);
+  TensorReader r(read_safetensors(st_path));
+  Model m;
+  m.config = h.config;
+  const ModelConfig& c = m.config;
+  const int64_t D = c.hidden, I = c.intermediate, hd = c.head_dim;
+  const int64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  QC_INPUT(r.has("model.embed_tokens.weight"), "{}: tensor `model.embed_tokens.weight`: expected [{}, {}], found no "
+           "such tensor", st_path, c.vocab, D);
+  const DType float_dtype = r.dtype_of("model.embed_tokens.weight");
+  m.config.dtype = float_dtype == DType::bf16 ? "bf16" : "f32";
+  if (!h.torch_dtype.empty()) {
+    QC_INPUT((h.torch_dtype == "bfloat16") == (float_dtype == DType::bf16),
+             "{}: field `torch_dtype`: config says {}, but {} stores model.embed_tokens.weight as {}", config_path,
+             h.torch_dtype, st_path, dtype_safetensors_name(float_dtype));
+  }
+  m.embed = r.floats("model.embed_tokens.weight", {c.vocab, D});
+  m.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    DecoderLayer& L = m.layers[static_cast<size_t>(i)];
+    const std::string p = fmt::format("layers.{}.", i);
+    L.attn_norm = r.floats("model." + p + "input_layernorm.weight", {D});
+    L.ffn_norm = r.floats("model." + p + "post_attention_layernorm.weight", {D});
+    if (c.qk_norm) {
+      L.q_norm = r.floats("model." + p + "self_attn.q_norm.weight", {hd});
+      L.k_norm = r.floats("model." + p + "self_attn.k_norm.weight", {hd});
+    }
+    L.q = read_linear(r, p + "self_attn.q_proj", q_dim, D, c.qkv_bias, h.quantized);
+    L.k = read_linear(r, p + "self_attn.k_proj", kv_dim, D, c.qkv_bias, h.quantized);
+    L.v = read_linear(r, p + "self_attn.v_proj", kv_dim, D, c.qkv_bias, h.quantized);
+    L.o = read_linear(r, p + "self_attn.o_proj", D, q_dim, false, h.quantized);
+    L.gate = read_linear(r, p + "mlp.gate_proj", I, D, false, h.quantized);
+    L.up = read_linear(r, p + "mlp.up_proj", I, D, false, h.quantized);
+    L.down = read_linear(r, p + "mlp.down_proj", D, I, false, h.quantized);
+  }
+  m.final_norm = r.floats("model.norm.weight", {D});
+  if (c.tie_embeddings) {
+    QC_INPUT(!r.has("lm_head.weight"),
+             "{}: tensor `lm_head.weight`: expected none (config.json says tie_word_embeddings: true), found one",
+             st_path);
+  } else {
+    m.lm_head = r.floats("lm_head.weight", {c.vocab, D});
+  }
+  r.check_all_used();
+  m.source = dir;
+  // The model's identity: the digest of config.json and of the weights, in that order.
+  m.sha256 = "sha256:" + sha256_hex(sha256_file(config_path) + "\n" + sha256_file(st_path) + "\n");
+  m.check_shapes();
+  return m;
+}
+
+Model load_model(const std::string& path) {
+  QC_INPUT(fs::exists(path), "{}: expected a model (a llama2.c .bin file or a directory with config.json), found "
+           "nothing", path);
+  if (fs::is_directory(path)) {
+    if (fs::exists(fs::path(path) / "config.json")) return load_hf(path);
+    const fs::path bin = fs::path(path) / "model.bin";
+    QC_INPUT(fs::exists(bin), "{}: expected config.json (Hugging Face layout) or model.bin (llama2.c), found neither",
+             path);
+    return load_llama2c(bin.string());
+  }
+  return load_llama2c(path);
+}
+
+ModelFormat parse_model_format(std::string_view text) {
+  if (text == "hf") return ModelFormat::hf;
+  if (text == "compressed-tensors") return ModelFormat::compressed_tensors;
+  if (text == "llama2c") return ModelFormat::llama2c;
+  QC_FAIL_INPUT("--format: expected `hf`, `compressed-tensors` or `llama2c`, found `{}`", text);
+}
+
+std::string_view to_string(ModelFormat format) {
+  switch (format) {
+    case ModelFormat::hf: return "hf";
+    case ModelFormat::compressed_tensors: return "compressed-tensors";
+    case ModelFormat::llama2c: return "llama2c";
+  }
+  return "?";
+}
+
+void save_model(const Model& model, const std::string& out, ModelFormat format,
+                const std::map<std::string, std::string>& extra_files) {
+  model.check_shapes();
+  TempDir tmp(out);
+  for (const auto& [name, content] : extra_files) write_file_atomic((fs::path(tmp.path) / name).string(), content);
+  if (format == ModelFormat::llama2c) {
+    const ModelConfig& c = model.config;
+    QC_INPUT(!c.qk_norm && !c.qkv_bias && c.head_dim * c.n_heads == c.hidden && c.rope_theta == 10000.0 &&
+                 c.rms_eps == 1e-5f,
+             "{}: the llama2.c format holds LLaMA-shaped models only (no QK-norm, no bias, head_dim = hidden / "
+             "heads, rope_theta 10000, rms_eps 1e-5); this model has qk_norm={} qkv_bias={} head_dim={} hidden={} "
+             "heads={} rope_theta={} rms_eps={}",
+             out, c.qk_norm, c.qkv_bias, c.head_dim, c.hidden, c.n_heads, c.rope_theta, c.rms_eps);
+    const std::vector<uint8_t> bytes = encode_llama2c_v1(with_rope_style(model, RopeStyle::interleaved));
+    write_file_atomic((fs::path(tmp.path) / "model.bin").string(),
+                      std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    tmp.commit(out);
+    return;
+  }
+  const bool quantize = format == ModelFormat::compressed_tensors;
+  const Model m = with_rope_style(model, RopeStyle::rotate_half);
+  const ModelConfig& c = m.config;
+  QC_INPUT(c.dtype == "f32" || c.dtype == "bf16", "{}: model dtype `{}`: expected f32 or bf16", out, c.dtype);
+  const DType fdt = c.dtype == "bf16" ? DType::bf16 : DType::f32;
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  auto add = [&](const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
+    tensors.emplace_back(name, float_tensor(v, std::move(shape), fdt, name));
+  };
+  auto add_linear = [&](const LinearLayer& l) {
+    const std::string key = "model." + l.name;
+    if (quantize) {
+      std::vector<int8_t> q = l.weight_q;
+      std::vector<float> s = l.weight_scale;
+      if (!l.quantized()) {
+        q.resize(static_cast<size_t>(l.n_out * l.k_in));
+        s.resize(static_cast<size_t>(l.n_out));
+        quantize_weights_per_channel(l.weight.data(), l.n_out, l.k_in, q.data(), s.data(), weight_scale_dtype_for(c));
+      }
+      Tensor tq = Tensor::empty(DType::i8, {l.n_out, l.k_in});
+      std::memcpy(tq.mutable_bytes().data(), q.data(), q.size());
+      tensors.emplace_back(key + ".weight", std::move(tq));
+      add(key + ".weight_scale", s, {l.n_out, 1});
+    } else {
+      add(key + ".weight", l.weight, {l.n_out, l.k_in});
+    }
+    if (!l.bias.empty()) add(key + ".bias", l.bias, {l.n_out});
+  };
+  add("model.embed_tokens.weight", m.embed, {c.vocab, c.hidden});
+  for (const DecoderLayer& L : m.layers) {
+    const std::string p = "model." + L.q.name.substr(0, L.q.name.find("self_attn"));
+    add(p + "input_layernorm.weight", L.attn_norm, {c.hidden});
+    add(p + "post_attention_layernorm.weight", L.ffn_norm, {c.hidden});
+    if (c.qk_norm) {
+      add(p + "self_attn.q_norm.weight", L.q_norm, {c.head_dim});
+      add(p + "self_attn.k_norm.weight", L.k_norm, {c.head_dim});
+    }
+    for (const LinearLayer* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) add_linear(*l);
+  }
+  add("model.norm.weight", m.final_norm, {c.hidden});
+  if (!c.tie_embeddings) add("lm_head.weight", m.lm_head, {c.vocab, c.hidden});
+  write_file_atomic((fs::path(tmp.path) / "config.json").string(), hf_config_json(m, quantize));
+  write_safetensors((fs::path(tmp.path) / "model.safetensors").string(), tensors,
+                    {{"format", "pt"}});
+  tmp.commit(out);
+}
+
+// ---- the power-of-two checkpoint ----
+
+namespace {
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+// Rewrites one safetensors file: `*.weight_scale` tensors rounded to powers of two in their own
+// dtype, everything else (tensor bytes, metadata) unchanged.
+void pow2_safetensors(const std::string& in, const std::string& out, Pow2Report& report) {
+  const SafetensorsFile f = read_safetensors(in);
+  std::vector<std::pair<std::string, Tensor>> tensors;
+  for (const auto& [name, t] : f.tensors) {
+    if (!ends_with(name, ".weight_scale")) {
+      tensors.emplace_back(name, t);
+      ++report.tensors_copied;
+      continue;
+    }
+    QC_INPUT(t.dtype() == DType::f32 || t.dtype() == DType::bf16,
+             "{}: tensor `{}`: expected a weight scale of dtype F32 or BF16, found {}", in, name,
+             dtype_safetensors_name(t.dtype()));
+    Tensor r = t.clone();
+    const int64_t n = r.numel();
+    for (int64_t i = 0; i < n; ++i) {
+      float v, p;
+      if (r.dtype() == DType::f32) {
+        v = r.mutable_span<float>()[static_cast<size_t>(i)];
+      } else {
+        v = bf16_to_f32(r.mutable_span<uint16_t>()[static_cast<size_t>(i)]);
+      }
+      QC_INPUT(std::isfinite(v) && v > 0, "{}: tensor `{}`: expected finite positive scales, found {} at index {}", in,
+               name, v, i);
+      p = pow2_nearest_log2(v);
+      report.scales_changed += p != v;
+      ++report.scales;
+      if (r.dtype() == DType::f32) {
+        r.mutable_span<float>()[static_cast<size_t>(i)] = p;
+      } else {
+        const uint16_t b = f32_to_bf16(p);
+        // A power of two of a bf16 scale is a bf16 value: same exponent range, one significand bit.
+        QC_CHECK(bf16_to_f32(b) == p, "{}: `{}`[{}]: 2^k = {} is not exact in bf16", in, name, i, p);
+        r.mutable_span<uint16_t>()[static_cast<size_t>(i)] = b;
+      }
+    }
+    tensors.emplace_back(name, std::move(r));
+    ++report.scale_tensors;
+  }
+  write_safetensors(out, tensors, f.metadata);
+}
+
+std::string no_scales_message(const std::string& in, const std::string& what) {
+  return fmt::format(
+      "{}: {} stores no weight scales (its weights are floating point; qconform quantizes them at run time), so "
+      "there is nothing to round to a power of two: the probe for it is `--mode w8a8 --pow2` on generate, replay "
+      "and capture (the same rounding of the same scales, in memory). To get a probe checkpoint on disk, start "
+      "from a compressed-tensors W8A8 checkpoint",
+      in, what);
+}
+
+}  // namespace
+
+Pow2Report pow2_checkpoint(const std::string& in, const std::string& out) {
+  QC_INPUT(fs::exists(in), "{}: expected a checkpoint, found nothing", in);
+  std::error_code ec;
+  QC_INPUT(!(fs::exists(out) && fs::equivalent(in, out, ec)), "pow2: OUT {} is IN {}: the input is never touched; "
+           "choose another output path", out, in);
+  QC_INPUT(!fs::exists(out), "{}: expected an output path that does not exist yet, found an existing {}", out,
+           fs::is_directory(out) ? "directory" : "file");
+  Pow2Report report;
+  if (fs::is_regular_file(in)) {
+    QC_INPUT(ends_with(in, ".safetensors"),
+             "{}", no_scales_message(in, "this file (not .safetensors: a llama2.c fp32 checkpoint?)"));
+    report.inputs.emplace_back(in, sha256_file(in));
+    pow2_safetensors(in, out, report);
+    QC_INPUT(report.scale_tensors > 0, "{}: expected `*.weight_scale` tensors (a compressed-tensors checkpoint), found "
+             "none", in);
+    report.outputs.emplace_back(out, sha256_file(out));
+    return report;
+  }
+  const fs::path dir(in);
+  if (!fs::exists(dir / "config.json")) {
+    QC_INPUT(!fs::exists(dir / "model.bin"), "{}", no_scales_message(in, "this llama2.c fp32 checkpoint"));
+    QC_FAIL_INPUT("{}: expected a compressed-tensors checkpoint directory (config.json + *.safetensors), found no "
+                  "config.json", in);
+  }
+  const HfHeader h = parse_config((dir / "config.json").string());
+  QC_INPUT(h.quantized, "{}", no_scales_message(in, "this Hugging Face checkpoint (config.json has no "
+                                                    "quantization_config)"));
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    QC_INPUT(e.is_regular_file(), "{}: expected only regular files in the checkpoint directory, found {}", in,
+             e.path().string());
+    files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  TempDir tmp(out);
+  for (const fs::path& f : files) {
+    const std::string name = f.filename().string();
+    const std::string dst = (fs::path(tmp.path) / name).string();
+    report.inputs.emplace_back(f.string(), sha256_file(f.string()));
+    if (ends_with(name, ".safetensors")) {
+      pow2_safetensors(f.string(), dst, report);
+    } else {
+      write_file_atomic(dst, read_file(f.string()));  // config.json and anything else, byte for byte
+    }
+  }
+  QC_INPUT(report.scale_tensors > 0, "{}: expected `*.weight_scale` tensors (a compressed-tensors checkpoint), found "
+           "none", in);
+  tmp.commit(out);
+  for (const fs::path& f : files) {
+    const std::string o = (fs::path(out) / f.filename()).string();
+    report.outputs.emplace_back(o, sha256_file(o));
+  }
+  return report;
+}
+
+}  // namespace qc

@@ -1,0 +1,149 @@
+// Seeded random models (`qconform synth-model`): realistic shapes, gibberish text, real arithmetic.
+//
+// Determinism: every tensor draws from its own splitmix64 stream seeded by (seed, FNV-1a of the
+// tensor's name), so a model with more layers shares its first layers with a smaller one; uniforms
+// are 24-bit integers scaled by 2^-24 (exact), normals are Irwin–Hall sums of four uniforms scaled
+// by sqrt(3) and the standard deviation in double (IEEE-exact operations and a correctly rounded
+// sqrt only, no libm transcendental), rounded to fp32 once. The same seed gives the same bytes on
+// every machine.
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "qconform/error.hpp"
+#include "qconform/model.hpp"
+#include "qconform/numerics.hpp"
+#include "qconform/synth.hpp"
+
+namespace qc {
+
+namespace {
+
+uint64_t fnv1a(std::string_view s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char ch : s) {
+    h ^= static_cast<uint8_t>(ch);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+struct Stream {
+  uint64_t state;
+  Stream(uint64_t seed, std::string_view name) : state(seed ^ fnv1a(name)) {}
+  double uniform() { return static_cast<double>(splitmix64(state) >> 40) * 0x1p-24; }
+  double normal() { return (uniform() + uniform() + uniform() + uniform() - 2.0) * std::sqrt(3.0); }
+};
+
+std::vector<float> normals(uint64_t seed, const std::string& name, int64_t n, double mean, double sigma, bool bf16) {
+  Stream s(seed, name);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) {
+    x = static_cast<float>(mean + sigma * s.normal());
+    if (bf16) x = bf16_to_f32(f32_to_bf16(x));
+  }
+  return v;
+}
+
+}  // namespace
+
+ModelConfig synth_config(std::string_view name, int64_t layers) {
+  ModelConfig c;
+  c.bos_id = 1;
+  c.rope_style = RopeStyle::rotate_half;
+  if (name == "tiny" || name == "tiny-qwen2") {
+    c.arch = name == "tiny" ? "llama" : "qwen2";
+    c.hidden = 64;
+    c.intermediate = 176;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 16;
+    c.vocab = 256;
+    c.max_seq_len = 128;
+    c.rope_theta = 10000.0;
+    c.rms_eps = 1e-5f;
+    c.tie_embeddings = name == "tiny-qwen2";
+    c.qkv_bias = name == "tiny-qwen2";
+  } else if (name == "tiny-qwen3") {
+    c.arch = "qwen3";
+    c.hidden = 64;
+    c.intermediate = 128;
+    c.n_layers = 2;
+    c.n_heads = 4;
+    c.n_kv_heads = 2;
+    c.head_dim = 32;  // explicit, != hidden / heads, as in Qwen3
+    c.vocab = 256;
+    c.max_seq_len = 128;
+    c.rope_theta = 1000000.0;
+    c.rms_eps = 1e-6f;
+    c.tie_embeddings = true;
+    c.qk_norm = true;
+  } else if (name == "qwen3-1.7b-shaped") {
+    c.arch = "qwen3";
+    c.hidden = 2048;
+    c.intermediate = 6144;
+    c.n_layers = 2;
+    c.n_heads = 16;
+    c.n_kv_heads = 8;
+    c.head_dim = 128;
+    c.vocab = 4096;  // Qwen3's is 151936; a small vocabulary keeps the head and the files small
+    c.max_seq_len = 4096;
+    c.rope_theta = 1000000.0;
+    c.rms_eps = 1e-6f;
+    c.tie_embeddings = true;
+    c.qk_norm = true;
+  } else {
+    QC_FAIL_INPUT("--config: expected `tiny`, `tiny-qwen2`, `tiny-qwen3` or `qwen3-1.7b-shaped`, found `{}`", name);
+  }
+  if (layers > 0) c.n_layers = layers;
+  QC_INPUT(layers >= 0, "--layers: expected a positive count, found {}", layers);
+  c.validate(fmt::format("synth config {}", name));
+  return c;
+}
+
+Model synth_model(const ModelConfig& config, uint64_t seed) {
+  config.validate("synth model");
+  QC_INPUT(config.dtype == "f32" || config.dtype == "bf16", "--dtype: expected f32 or bf16, found `{}`", config.dtype);
+  const bool bf16 = config.dtype == "bf16";
+  Model m;
+  m.config = config;
+  const ModelConfig& c = m.config;
+  const int64_t D = c.hidden, I = c.intermediate, hd = c.head_dim;
+  const int64_t q_dim = c.n_heads * hd, kv_dim = c.n_kv_heads * hd;
+  m.embed = normals(seed, "embed_tokens", c.vocab * D, 0.0, 1.0, bf16);
+  auto linear = [&](const std::string& name, int64_t n, int64_t k, bool bias) {
+    LinearLayer l;
+    l.name = name;
+    l.n_out = n;
+    l.k_in = k;
+    l.weight = normals(seed, name + ".weight", n * k, 0.0, 1.0 / std::sqrt(static_cast<double>(k)), bf16);
+    if (bias) l.bias = normals(seed, name + ".bias", n, 0.0, 0.1, bf16);
+    return l;
+  };
+  m.layers.resize(static_cast<size_t>(c.n_layers));
+  for (int64_t i = 0; i < c.n_layers; ++i) {
+    DecoderLayer& L = m.layers[static_cast<size_t>(i)];
+    const std::string p = fmt::format("layers.{}.", i);
+    L.attn_norm = normals(seed, p + "input_layernorm", D, 1.0, 0.1, bf16);
+    L.ffn_norm = normals(seed, p + "post_attention_layernorm", D, 1.0, 0.1, bf16);
+    if (c.qk_norm) {
+      L.q_norm = normals(seed, p + "self_attn.q_norm", hd, 1.0, 0.1, bf16);
+      L.k_norm = normals(seed, p + "self_attn.k_norm", hd, 1.0, 0.1, bf16);
+    }
+    L.q = linear(p + "self_attn.q_proj", q_dim, D, c.qkv_bias);
+    L.k = linear(p + "self_attn.k_proj", kv_dim, D, c.qkv_bias);
+    L.v = linear(p + "self_attn.v_proj", kv_dim, D, c.qkv_bias);
+    L.o = linear(p + "self_attn.o_proj", D, q_dim, false);
+    L.gate = linear(p + "mlp.gate_proj", I, D, false);
+    L.up = linear(p + "mlp.up_proj", I, D, false);
+    L.down = linear(p + "mlp.down_proj", D, I, false);
+  }
+  m.final_norm = normals(seed, "norm", D, 1.0, 0.1, bf16);
+  if (!c.tie_embeddings) m.lm_head = normals(seed, "lm_head", c.vocab * D, 0.0, 1.0 / std::sqrt(double(D)), bf16);
+  m.source = fmt::format("synth seed={}", seed);
+  m.check_shapes();
+  return m;
+}
+
+}  // namespace qc
