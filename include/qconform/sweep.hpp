@@ -1,0 +1,131 @@
+// Divergence versus reduction depth (paper Section VII): for a pair of arms of one format, run
+// both on the same operands at each depth K and seed, count what differs and by how much, then
+// fit prevalence versus K (fits.hpp). docs/sweep.md describes the operands, the FP8 epilogue and
+// the JSON; docs/performance.md ("Depth sweep") the measured times.
+//
+// Pairs:
+//   INT8  any two INT8 arms by label (`cpu:vllm-cutlass,cpu:vllm-triton`, `onednn:s8s8`, ...),
+//         operands from `synth_operands` with shapes "MxNxK" and the seed.
+//   FP8   CPU emulations of fp32 accumulation orders: `fp8:sequential`, `fp8:blocked-<chunk>`,
+//         `fp8:split-k-<splits>`, `fp8:exact` (exact sum rounded once); on CUDA builds
+//         `cuda:cublaslt-fp8` and `cuda:cublaslt-fp8-fastacc` (cuBLASLt's fp32 output). Every
+//         FP8 arm's fp32 result d goes through one epilogue: y = bf16(rn32(rn32(d·s_a)·s_w)).
+//   A pair that mixes the formats is an input error.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qconform/fits.hpp"
+#include "qconform/fp8_gemm.hpp"
+
+namespace qc {
+
+enum class SweepFormat { int8, fp8 };
+
+// A realistic FP8 (e4m3fn) layer: activations [M,K] and weights [N,K] drawn Gaussian (Irwin–Hall
+// from splitmix64, integer arithmetic only) with a few heavy outlier activation channels,
+// per-token / per-channel fp32 scales s = absmax / 448, codes = f32_to_e4m3fn(x / s, saturate).
+struct Fp8Operands {
+  int64_t m = 0, n = 0, k = 0;
+  std::vector<uint8_t> a, w;       // e4m3fn bit patterns, row-major
+  std::vector<float> a_scale;      // [m]
+  std::vector<float> w_scale;      // [n]
+};
+Fp8Operands synth_fp8_operands(int64_t m, int64_t n, int64_t k, uint64_t seed);
+
+// An FP8 arm: an accumulation order of the CPU emulation, the exact sum, or a cuBLASLt mode.
+struct Fp8ArmSpec {
+  enum class Kind { emulate, exact, cublaslt, cublaslt_fastacc } kind = Kind::emulate;
+  Fp8AccumSpec accum;  // for `emulate`
+  std::string label;
+};
+// Parses "fp8:sequential", "fp8:blocked-128", "fp8:split-k-4", "fp8:exact", "cuda:cublaslt-fp8",
+// "cuda:cublaslt-fp8-fastacc"; QC_INPUT otherwise (cuBLASLt labels also fail without CUDA).
+Fp8ArmSpec parse_fp8_arm(std::string_view label);
+bool is_fp8_arm_label(std::string_view label);
+
+// The fast CPU kernels behind the FP8 arms (vectorized across N with Highway, threads over column
+// panels), bit-identical to their named scalar references `fp8_gemm_emulate` and
+// `fp8_gemm_exact` (tests/unit/test_sweep.cpp): the order of additions within each dot product is
+// exactly the declared one; only independent dot products run side by side. `fp8_gemm_exact_fast`
+// accumulates in fp64, exact for K <= 2^17 (every partial sum is an integer multiple of 2^-18 below
+// 2^53·2^-18), then rounds once to fp32; larger K fall back to `fp8_gemm_exact`.
+void fp8_gemm_emulate_fast(const uint8_t* a, const uint8_t* w, AccumShape s, const Fp8AccumSpec& spec, float* d,
+                           int threads = 0);
+void fp8_gemm_exact_fast(const uint8_t* a, const uint8_t* w, AccumShape s, float* d, int threads = 0);
+
+// y[m,n] = bf16(rn32(rn32(d[m,n]·a_scale[m])·w_scale[n])), every step round-to-nearest-even.
+std::vector<uint16_t> fp8_epilogue_bf16(const float* d, const std::vector<float>& a_scale,
+                                        const std::vector<float>& w_scale);
+
+// Magnitude statistics of two bf16 outputs (a is the reference side for near-zero, as in
+// `compare_bf16`): all relative statistics exclude near-zero elements (|a| < 1% of RMS(a)).
+struct SweepCell {
+  int64_t k = 0;
+  uint64_t seed = 0;
+  int64_t total = 0;           // M·N
+  int64_t differing = 0;       // bit patterns differ
+  int64_t nonfinite = 0;       // differing pairs with a NaN or inf on either side
+  int64_t near_zero_diff = 0;  // differing, finite, near zero
+  int64_t measured = 0;        // differing, finite, not near zero: the magnitude population
+  int64_t ge2ulp = 0;          // of those, at ordered bf16 distance >= 2
+  int64_t max_ulp = 0;         // over all finite pairs
+  double max_rel = 0;          // over `measured`
+  double median_rel = 0;       // over `measured` (NaN when empty)
+  double seconds = 0;          // wall time of both arms on this cell
+  double prevalence() const { return total ? static_cast<double>(differing) / static_cast<double>(total) : 0; }
+  double share_ge2ulp() const;  // ge2ulp / measured (NaN when measured == 0)
+};
+SweepCell measure_cell(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int64_t rows, int64_t cols);
+
+struct SweepOptions {
+  std::string arm_a, arm_b;
+  std::vector<int64_t> ks{512, 1024, 2048, 4096, 8192, 16384, 32768};
+  int64_t m = 512, n = 1024;
+  int seeds = 5;
+  uint64_t first_seed = 0;  // seeds first_seed .. first_seed + seeds − 1
+  double confidence = 0.95;
+  int threads = 0;
+  // Called after every (K, seed) cell with (done, total, "K=... seed=...").
+  std::function<void(size_t, size_t, const std::string&)> progress;
+};
+
+struct SweepRow {
+  int64_t k = 0;
+  int64_t differing = 0, total = 0;   // pooled over seeds
+  double prevalence = 0;              // pooled (= seed mean: every seed has M·N elements)
+  stats::BinomialInterval ci;         // Clopper–Pearson on the pooled counts
+  double share_ge2ulp_mean = 0;       // seed means (NaN seeds skipped)
+  double ge2ulp_of_all = 0;           // pooled ge2ulp / total
+  double max_rel_mean = 0, max_rel_max = 0, median_rel_mean = 0;
+  int64_t max_ulp = 0;
+};
+
+struct SweepResult {
+  SweepOptions options;
+  SweepFormat format = SweepFormat::int8;
+  std::vector<SweepCell> cells;  // K-major, then seed
+  std::vector<SweepRow> rows;
+  stats::FitReport fits;
+  stats::ChiSquareTest chi_square;
+  stats::BinomialInterval overall;
+  nlohmann::json arms = nlohmann::json::object();  // identity of what ran (RunRecords / specs)
+  double seconds = 0;
+};
+
+// Parses "A,B" and the format of the pair (QC_INPUT for unknown labels or mixed formats).
+SweepFormat sweep_pair_format(const std::string& arm_a, const std::string& arm_b);
+SweepResult run_sweep(const SweepOptions& options);
+
+// The JSON for the report's figure (`schema_version: 1`, `kind: "qconform-sweep"`).
+nlohmann::json to_json(const SweepResult& r);
+// The human summary: the table per K, the fits table, the chi-square line.
+std::string format_sweep(const SweepResult& r);
+
+}  // namespace qc

@@ -1,0 +1,664 @@
+// Divergence versus reduction depth (sweep.hpp): operands per (K, seed), the FP8 arms and their
+// fast CPU kernels, per-cell magnitude statistics, the fits, the JSON and the table.
+//
+// The FP8 kernels are compiled once per Highway target (the `foreach_target.h` pattern) and
+// selected at run time. Layouts: `af` [M,K] fp32 row-major (decoded e4m3), `wp` column panels of
+// kNR = 32 output channels, [panel][k][kNR] fp32 (decoded e4m3, zero-padded past N), outputs
+// [M,N] fp32. Each lane of a vector is one output (m, n); the lanes advance through k together,
+// so each dot product keeps exactly its declared order: a sequential fp32 sum per range (from
+// +0), the range sums then added in order into a total (from +0). Independent dot products run
+// side by side; nothing is reassociated. Built with `-ffp-contract=off` (no FMA contraction of
+// `Mul` + `Add`; the products are exact anyway: e4m3 has 4 significant bits, a product 8).
+//
+// Build and test:
+//   cmake --build build-sweep -j2 --target qconform_unit_tests &&
+//   ./build-sweep/tests/qconform_unit_tests --gtest_filter='Sweep*'
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "checks/sweep.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+
+HWY_BEFORE_NAMESPACE();
+namespace qc {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+inline constexpr int64_t kSweepNR = 32;  // output channels per packed panel
+inline constexpr int64_t kSweepMR = 4;   // rows per register tile
+inline constexpr int64_t kSweepKC = 1024;  // k per pass over the rows (the panel slice stays in L2)
+
+// Accumulates one column panel for all rows. `bounds` = {b0 = 0, b1, ..., b_r = K}: range j is
+// [b_j, b_{j+1}), summed sequentially from +0 in T into `part`, then `total` = `total` + `part`.
+// `part` and `total` are [Mpad][kSweepNR] with Mpad = M rounded up to kSweepMR; `total` starts 0.
+template <typename T>
+HWY_INLINE void PanelImpl(const float* HWY_RESTRICT af, int64_t M, int64_t K, const float* HWY_RESTRICT wp,
+                          const int64_t* bounds, int64_t nranges, T* HWY_RESTRICT part, T* HWY_RESTRICT total) {
+  const hn::ScalableTag<T> d;
+  constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(T));
+  static_assert(kSweepNR % kL == 0, "the panel width must be a whole number of vectors");
+  constexpr int64_t kNV = kSweepNR / kL;
+  using V = decltype(hn::Zero(d));
+  const int64_t mpad = (M + kSweepMR - 1) / kSweepMR * kSweepMR;
+  auto load_w = [&](const float* p) -> V {
+    if constexpr (sizeof(T) == 4) {
+      return hn::LoadU(d, p);
+    } else {
+      const hn::Rebind<float, decltype(d)> df;
+      return hn::PromoteTo(d, hn::LoadU(df, p));
+    }
+  };
+  for (int64_t r = 0; r < nranges; ++r) {
+    const int64_t k0 = bounds[r], k1 = bounds[r + 1];
+    for (int64_t kb = k0; kb < k1 || (kb == k0 && k0 == k1); kb += kSweepKC) {
+      const int64_t ke = std::min(k1, kb + kSweepKC);
+      const bool first = kb == k0;
+      for (int64_t m0 = 0; m0 < mpad; m0 += kSweepMR) {
+        const float* arow[kSweepMR];
+        for (int64_t i = 0; i < kSweepMR; ++i) arow[i] = af + std::min(m0 + i, M - 1) * K;
+        V acc[kSweepMR][kNV];
+        for (int64_t i = 0; i < kSweepMR; ++i) {
+          for (int64_t v = 0; v < kNV; ++v) {
+            acc[i][v] = first ? hn::Zero(d) : hn::LoadU(d, part + (m0 + i) * kSweepNR + v * kL);
+          }
+        }
+        for (int64_t k = kb; k < ke; ++k) {
+          V wv[kNV];
+          for (int64_t v = 0; v < kNV; ++v) wv[v] = load_w(wp + k * kSweepNR + v * kL);
+          for (int64_t i = 0; i < kSweepMR; ++i) {
+            const V av = hn::Set(d, static_cast<T>(arow[i][k]));
+            for (int64_t v = 0; v < kNV; ++v) acc[i][v] = hn::Add(acc[i][v], hn::Mul(av, wv[v]));
+          }
+        }
+        for (int64_t i = 0; i < kSweepMR; ++i) {
+          for (int64_t v = 0; v < kNV; ++v) hn::StoreU(acc[i][v], d, part + (m0 + i) * kSweepNR + v * kL);
+        }
+      }
+      if (k0 == k1) break;
+    }
+    for (int64_t i = 0; i < mpad * kSweepNR; i += kL) {
+      hn::StoreU(hn::Add(hn::LoadU(d, total + i), hn::LoadU(d, part + i)), d, total + i);
+    }
+  }
+}
+
+void PanelF32(const float* af, int64_t M, int64_t K, const float* wp, const int64_t* bounds, int64_t nranges,
+              float* part, float* total) {
+  PanelImpl<float>(af, M, K, wp, bounds, nranges, part, total);
+}
+void PanelF64(const float* af, int64_t M, int64_t K, const float* wp, const int64_t* bounds, int64_t nranges,
+              double* part, double* total) {
+  PanelImpl<double>(af, M, K, wp, bounds, nranges, part, total);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qc
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include <fmt/format.h>
+
+#include <array>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+
+#include "qconform/arm.hpp"
+#include "qconform/compare.hpp"
+#include "qconform/cuda.hpp"
+#include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
+#include "qconform/parallel.hpp"
+#include "qconform/sweep.hpp"
+#include "qconform/synth.hpp"
+
+namespace qc {
+
+HWY_EXPORT(PanelF32);
+HWY_EXPORT(PanelF64);
+
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr int64_t kNR = HWY_NAMESPACE::kSweepNR;
+constexpr int64_t kMR = HWY_NAMESPACE::kSweepMR;
+
+// e4m3fn code -> fp32 (exact), NaN codes rejected with their coordinate.
+void decode_e4m3(const uint8_t* src, int64_t count, int64_t row_len, float* dst, const char* field) {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int b = 0; b < 256; ++b) t[static_cast<size_t>(b)] = e4m3fn_to_f32(static_cast<uint8_t>(b));
+    return t;
+  }();
+  for (int64_t i = 0; i < count; ++i) {
+    QC_INPUT((src[i] & 0x7F) != 0x7F, "fp8 GEMM: {}[{},{}] is a NaN encoding ({:#04x}); expected finite e4m3fn",
+             field, i / row_len, i % row_len, static_cast<unsigned>(src[i]));
+    dst[i] = table[src[i]];
+  }
+}
+
+// Runs the panel kernel in T over every panel (threads over panels) and writes fp32 outputs.
+template <typename T>
+void run_panels(const uint8_t* a, const uint8_t* w, AccumShape s, const std::vector<int64_t>& bounds, float* d,
+                int threads) {
+  if (s.m == 0 || s.n == 0) return;
+  std::vector<float> af(static_cast<size_t>(s.m * s.k));
+  decode_e4m3(a, s.m * s.k, std::max<int64_t>(s.k, 1), af.data(), "a");
+  const int64_t panels = (s.n + kNR - 1) / kNR;
+  std::vector<float> wrow(static_cast<size_t>(s.n * s.k));
+  decode_e4m3(w, s.n * s.k, std::max<int64_t>(s.k, 1), wrow.data(), "w");
+  std::vector<float> wp(static_cast<size_t>(panels * s.k * kNR), 0.0f);
+  for (int64_t n = 0; n < s.n; ++n) {
+    const int64_t p = n / kNR, j = n % kNR;
+    for (int64_t k = 0; k < s.k; ++k) wp[static_cast<size_t>((p * s.k + k) * kNR + j)] = wrow[static_cast<size_t>(n * s.k + k)];
+  }
+  const int64_t mpad = (s.m + kMR - 1) / kMR * kMR;
+  parallel_for(panels, threads, [&](int64_t p) {
+    std::vector<T> part(static_cast<size_t>(mpad * kNR)), total(static_cast<size_t>(mpad * kNR), T{0});
+    const float* panel = wp.data() + p * s.k * kNR;
+    const int64_t nranges = static_cast<int64_t>(bounds.size()) - 1;
+    if constexpr (sizeof(T) == 4) {
+      HWY_DYNAMIC_DISPATCH(PanelF32)(af.data(), s.m, s.k, panel, bounds.data(), nranges, part.data(), total.data());
+    } else {
+      HWY_DYNAMIC_DISPATCH(PanelF64)(af.data(), s.m, s.k, panel, bounds.data(), nranges, part.data(), total.data());
+    }
+    const int64_t cols = std::min(kNR, s.n - p * kNR);
+    for (int64_t m = 0; m < s.m; ++m) {
+      for (int64_t j = 0; j < cols; ++j) {
+        // fp64 -> fp32 is one round to nearest even (the exact path); fp32 -> fp32 is a copy.
+        d[m * s.n + p * kNR + j] = static_cast<float>(total[static_cast<size_t>(m * kNR + j)]);
+      }
+    }
+  });
+}
+
+uint64_t fp8_stream(uint64_t seed, int64_t m, int64_t n, int64_t k, uint64_t which) {
+  uint64_t st = seed * 0xD1B54A32D192ED03ull ^ (static_cast<uint64_t>(k) << 20) ^ (static_cast<uint64_t>(n) << 40) ^
+                static_cast<uint64_t>(m) ^ (which << 60);
+  splitmix64(st);
+  return st;
+}
+
+// Irwin–Hall normal from one draw (four 16-bit uniforms), as `synth_operands` makes them.
+double normal_from(uint64_t r) {
+  const int64_t s = static_cast<int64_t>(r & 0xFFFF) + static_cast<int64_t>((r >> 16) & 0xFFFF) +
+                    static_cast<int64_t>((r >> 32) & 0xFFFF) + static_cast<int64_t>(r >> 48);
+  return (static_cast<double>(s) - 131070.0) / 37837.22668;
+}
+
+// Rows of `x` [rows, cols] scaled into e4m3 range: s = absmax/448 (fp32), q = e4m3(x / s).
+void quantize_rows_e4m3(const std::vector<float>& x, int64_t rows, int64_t cols, std::vector<uint8_t>& q,
+                        std::vector<float>& scale) {
+  q.resize(x.size());
+  scale.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    float absmax = 0;
+    for (int64_t c = 0; c < cols; ++c) absmax = std::max(absmax, std::fabs(x[static_cast<size_t>(r * cols + c)]));
+    const float s = absmax > 0 ? absmax / 448.0f : 1.0f;
+    scale[static_cast<size_t>(r)] = s;
+    for (int64_t c = 0; c < cols; ++c) {
+      q[static_cast<size_t>(r * cols + c)] = f32_to_e4m3fn(x[static_cast<size_t>(r * cols + c)] / s, /*saturate=*/true);
+    }
+  }
+}
+
+std::vector<int64_t> range_bounds(const Fp8AccumSpec& spec, int64_t k) {
+  std::vector<int64_t> b{0};
+  switch (spec.order) {
+    case Fp8AccumOrder::sequential: b.push_back(k); break;
+    case Fp8AccumOrder::blocked:
+      for (int64_t k0 = spec.chunk; k0 < k; k0 += spec.chunk) b.push_back(k0);
+      b.push_back(k);
+      break;
+    case Fp8AccumOrder::split_k: {
+      const int64_t len = k / spec.splits;
+      for (int64_t p = 1; p < spec.splits; ++p) b.push_back(p * len);
+      b.push_back(k);
+      break;
+    }
+  }
+  return b;
+}
+
+int64_t parse_positive(std::string_view text, std::string_view label) {
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  QC_INPUT(ec == std::errc() && ptr == text.data() + text.size() && v > 0,
+           "--pair: FP8 arm `{}`: expected a positive integer after the last '-', found `{}`", label, text);
+  return v;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return kNaN;
+  const size_t h = v.size() / 2;
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h), v.end());
+  const double hi = v[h];
+  if (v.size() % 2) return hi;
+  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(h)) + hi) / 2;
+}
+
+double mean_finite(const std::vector<double>& v) {
+  double s = 0;
+  int n = 0;
+  for (double x : v) {
+    if (std::isfinite(x)) s += x, ++n;
+  }
+  return n ? s / n : kNaN;
+}
+
+nlohmann::json num(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
+
+nlohmann::json nums(const std::vector<double>& v) {
+  nlohmann::json j = nlohmann::json::array();
+  for (double x : v) j.push_back(num(x));
+  return j;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------------
+// FP8 arms
+// ------------------------------------------------------------------------------------------------
+
+void fp8_gemm_emulate_fast(const uint8_t* a, const uint8_t* w, AccumShape s, const Fp8AccumSpec& spec, float* d,
+                           int threads) {
+  QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0, "fp8 GEMM: expected non-negative shape, found M={} N={} K={}", s.m, s.n,
+           s.k);
+  QC_INPUT(spec.order != Fp8AccumOrder::blocked || spec.chunk >= 1, "fp8 GEMM: blocked order needs chunk >= 1, found {}",
+           spec.chunk);
+  QC_INPUT(spec.order != Fp8AccumOrder::split_k || (spec.splits >= 1 && spec.splits <= std::max<int64_t>(s.k, 1)),
+           "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}", spec.splits, s.k);
+  run_panels<float>(a, w, s, range_bounds(spec, s.k), d, threads);
+}
+
+void fp8_gemm_exact_fast(const uint8_t* a, const uint8_t* w, AccumShape s, float* d, int threads) {
+  // |partial sum| <= K · 448² < 2^17 · 2^17.62 and every partial sum is a multiple of 2^-18, so for
+  // K <= 2^17 it is an integer below 2^53 in units of 2^-18: fp64 adds are exact in any order.
+  static_assert(double{1 << 17} * 448.0 * 448.0 * 262144.0 < 0x1p53, "fp64 exactness bound");
+  if (s.k > (int64_t{1} << 17)) {
+    fp8_gemm_exact(a, w, s, d, threads);
+    return;
+  }
+  QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0, "fp8 exact GEMM: expected non-negative shape, found M={} N={} K={}", s.m,
+           s.n, s.k);
+  run_panels<double>(a, w, s, {0, s.k}, d, threads);
+}
+
+std::vector<uint16_t> fp8_epilogue_bf16(const float* d, const std::vector<float>& a_scale,
+                                        const std::vector<float>& w_scale) {
+  const size_t m = a_scale.size(), n = w_scale.size();
+  std::vector<uint16_t> y(m * n);
+  for (size_t i = 0; i < m; ++i) {
+    for (size_t j = 0; j < n; ++j) {
+      const float t = d[i * n + j] * a_scale[i];  // rn32 (no contraction: -ffp-contract=off)
+      y[i * n + j] = f32_to_bf16(t * w_scale[j]);
+    }
+  }
+  return y;
+}
+
+Fp8Operands synth_fp8_operands(int64_t m, int64_t n, int64_t k, uint64_t seed) {
+  QC_INPUT(m > 0 && n > 0 && k > 0, "synth_fp8_operands: expected positive M, N, K, found {}x{}x{}", m, n, k);
+  Fp8Operands o;
+  o.m = m, o.n = n, o.k = k;
+  // Activations: N(0,1) per element times a channel gain; 0.5% of channels are outliers (gain 10),
+  // as in LLM hidden states. Weights: N(0, 0.02²).
+  std::vector<double> gain(static_cast<size_t>(k), 1.0);
+  uint64_t st = fp8_stream(seed, m, n, k, 1);
+  for (double& g : gain) {
+    if (static_cast<double>(splitmix64(st) >> 11) * 0x1p-53 < 0.005) g = 10.0;
+  }
+  std::vector<float> x(static_cast<size_t>(m * k));
+  st = fp8_stream(seed, m, n, k, 2);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(normal_from(splitmix64(st)) * gain[i % static_cast<size_t>(k)]);
+  quantize_rows_e4m3(x, m, k, o.a, o.a_scale);
+  std::vector<float> wv(static_cast<size_t>(n * k));
+  st = fp8_stream(seed, m, n, k, 3);
+  for (float& v : wv) v = static_cast<float>(normal_from(splitmix64(st)) * 0.02);
+  quantize_rows_e4m3(wv, n, k, o.w, o.w_scale);
+  return o;
+}
+
+bool is_fp8_arm_label(std::string_view label) {
+  return label.starts_with("fp8:") || label == "cuda:cublaslt-fp8" || label == "cuda:cublaslt-fp8-fastacc";
+}
+
+Fp8ArmSpec parse_fp8_arm(std::string_view label) {
+  Fp8ArmSpec spec;
+  spec.label = std::string(label);
+  if (label == "cuda:cublaslt-fp8" || label == "cuda:cublaslt-fp8-fastacc") {
+#ifdef QC_WITH_CUDA
+    spec.kind = label.ends_with("fastacc") ? Fp8ArmSpec::Kind::cublaslt_fastacc : Fp8ArmSpec::Kind::cublaslt;
+    return spec;
+#else
+    QC_FAIL_INPUT("--pair: `{}` needs a CUDA build (this one has none: rebuild with -DQCONFORM_WITH_CUDA=ON); "
+                  "on the CPU use fp8:sequential, fp8:blocked-<chunk>, fp8:split-k-<splits> or fp8:exact",
+                  label);
+#endif
+  }
+  QC_INPUT(label.starts_with("fp8:"), "--pair: `{}` is not an FP8 arm", label);
+  const std::string_view v = label.substr(4);
+  if (v == "sequential") {
+    spec.accum.order = Fp8AccumOrder::sequential;
+  } else if (v == "exact") {
+    spec.kind = Fp8ArmSpec::Kind::exact;
+  } else if (v.starts_with("blocked-")) {
+    spec.accum.order = Fp8AccumOrder::blocked;
+    spec.accum.chunk = parse_positive(v.substr(8), label);
+  } else if (v.starts_with("split-k-")) {
+    spec.accum.order = Fp8AccumOrder::split_k;
+    spec.accum.splits = parse_positive(v.substr(8), label);
+  } else {
+    QC_FAIL_INPUT("--pair: unknown FP8 arm `{}`; expected fp8:sequential, fp8:blocked-<chunk>, fp8:split-k-<splits>, "
+                  "fp8:exact, cuda:cublaslt-fp8 or cuda:cublaslt-fp8-fastacc",
+                  label);
+  }
+  return spec;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Cells
+// ------------------------------------------------------------------------------------------------
+
+double SweepCell::share_ge2ulp() const {
+  return measured ? static_cast<double>(ge2ulp) / static_cast<double>(measured) : kNaN;
+}
+
+SweepCell measure_cell(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int64_t rows, int64_t cols) {
+  const Comparison c = compare_bf16(a, b, rows, cols);
+  SweepCell cell;
+  cell.total = c.total;
+  cell.differing = c.bitwise_diff;
+  cell.max_ulp = c.max_ulp;
+  cell.max_rel = c.max_rel;
+  cell.near_zero_diff = c.near_zero_diff;
+  // The same near-zero limit as `compare_bf16`: 1% of the RMS of the finite elements of `a`.
+  double sum = 0;
+  int64_t finite = 0;
+  for (uint16_t x : a) {
+    if (!bf16_is_finite(x)) continue;
+    const double v = bf16_to_f32(x);
+    sum += v * v;
+    ++finite;
+  }
+  const double limit = CompareOptions{}.near_zero_fraction * (finite ? std::sqrt(sum / static_cast<double>(finite)) : 0.0);
+  std::vector<double> rel;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    if (!bf16_is_finite(a[i]) || !bf16_is_finite(b[i])) {
+      ++cell.nonfinite;
+      continue;
+    }
+    const double av = bf16_to_f32(a[i]), bv = bf16_to_f32(b[i]);
+    if (std::fabs(av) < limit) continue;
+    ++cell.measured;
+    rel.push_back(std::fabs(av - bv) / std::fabs(av));
+    if (bf16_ulp_distance(a[i], b[i]) >= 2) ++cell.ge2ulp;
+  }
+  cell.median_rel = median(std::move(rel));
+  return cell;
+}
+
+// ------------------------------------------------------------------------------------------------
+// The sweep
+// ------------------------------------------------------------------------------------------------
+
+SweepFormat sweep_pair_format(const std::string& arm_a, const std::string& arm_b) {
+  const bool fa = is_fp8_arm_label(arm_a), fb = is_fp8_arm_label(arm_b);
+  QC_INPUT(fa == fb, "--pair: `{}` is {} but `{}` is {}; a sweep compares two arms of the same format", arm_a,
+           fa ? "FP8" : "INT8", arm_b, fb ? "FP8" : "INT8");
+  if (fa) {
+    parse_fp8_arm(arm_a);
+    parse_fp8_arm(arm_b);
+  }
+  return fa ? SweepFormat::fp8 : SweepFormat::int8;
+}
+
+SweepResult run_sweep(const SweepOptions& o) {
+  QC_INPUT(!o.ks.empty(), "sweep: --k: expected at least one depth");
+  for (int64_t k : o.ks) QC_INPUT(k > 0, "sweep: --k: expected positive depths, found {}", k);
+  QC_INPUT(o.m > 0 && o.n > 0, "sweep: expected --m > 0 and --n > 0, found {} and {}", o.m, o.n);
+  QC_INPUT(o.seeds >= 1, "sweep: --seeds: expected >= 1, found {}", o.seeds);
+  const auto t0 = std::chrono::steady_clock::now();
+  SweepResult r;
+  r.options = o;
+  r.format = sweep_pair_format(o.arm_a, o.arm_b);
+
+  std::unique_ptr<Arm> int8_a, int8_b;
+  Fp8ArmSpec fp8_a, fp8_b;
+  if (r.format == SweepFormat::int8) {
+    int8_a = make_arm(o.arm_a);
+    int8_b = make_arm(o.arm_b);
+  } else {
+    fp8_a = parse_fp8_arm(o.arm_a);
+    fp8_b = parse_fp8_arm(o.arm_b);
+  }
+  auto run_fp8 = [&](const Fp8ArmSpec& spec, const Fp8Operands& ops, nlohmann::json& record) {
+    const AccumShape s{ops.m, ops.n, ops.k};
+    std::vector<float> d(static_cast<size_t>(ops.m * ops.n));
+    switch (spec.kind) {
+      case Fp8ArmSpec::Kind::emulate:
+        fp8_gemm_emulate_fast(ops.a.data(), ops.w.data(), s, spec.accum, d.data(), o.threads);
+        record = {{"arm", spec.label}, {"kernel", "cpu fp8 emulation, fp32 order " + spec.accum.name()}};
+        break;
+      case Fp8ArmSpec::Kind::exact:
+        fp8_gemm_exact_fast(ops.a.data(), ops.w.data(), s, d.data(), o.threads);
+        record = {{"arm", spec.label}, {"kernel", "cpu fp8 exact sum, rounded once to fp32"}};
+        break;
+      case Fp8ArmSpec::Kind::cublaslt:
+      case Fp8ArmSpec::Kind::cublaslt_fastacc: {
+        RunRecord rec;
+        d = fp8_gemm_cublaslt_f32(ops.a.data(), ops.w.data(), s, spec.kind == Fp8ArmSpec::Kind::cublaslt_fastacc, &rec);
+        record = rec;
+        break;
+      }
+    }
+    record["epilogue"] = "bf16(rn32(rn32(d*sa)*sw))";
+    return fp8_epilogue_bf16(d.data(), ops.a_scale, ops.w_scale);
+  };
+
+  const size_t total_cells = o.ks.size() * static_cast<size_t>(o.seeds);
+  for (int64_t k : o.ks) {
+    for (int s = 0; s < o.seeds; ++s) {
+      const uint64_t seed = o.first_seed + static_cast<uint64_t>(s);
+      const auto c0 = std::chrono::steady_clock::now();
+      std::vector<uint16_t> ya, yb;
+      nlohmann::json rec_a, rec_b;
+      if (r.format == SweepFormat::int8) {
+        SynthOptions so;
+        so.shapes = fmt::format("{}x{}x{}", o.m, o.n, k);
+        so.m = o.m;
+        so.seed = seed;
+        so.threads = o.threads;
+        const std::vector<LayerOperands> layers = synth_operands(so);
+        QC_CHECK(layers.size() == 1, "synth_operands({}) gave {} layers", so.shapes, layers.size());
+        ArmOutput oa = int8_a->run(layers[0]);
+        ArmOutput ob = int8_b->run(layers[0]);
+        ya = std::move(oa.y), yb = std::move(ob.y);
+        rec_a = oa.record, rec_b = ob.record;
+      } else {
+        const Fp8Operands ops = synth_fp8_operands(o.m, o.n, k, seed);
+        ya = run_fp8(fp8_a, ops, rec_a);
+        yb = run_fp8(fp8_b, ops, rec_b);
+      }
+      SweepCell cell = measure_cell(ya, yb, o.m, o.n);
+      cell.k = k;
+      cell.seed = seed;
+      cell.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+      r.cells.push_back(cell);
+      if (r.arms.empty()) r.arms = {{"a", rec_a}, {"b", rec_b}};
+      if (o.progress) o.progress(r.cells.size(), total_cells, fmt::format("K={} seed={}", k, seed));
+    }
+  }
+
+  // Rows, pooled over seeds, and the series for the fits.
+  stats::BinomialSeries pooled;
+  std::vector<stats::BinomialSeries> per_seed(static_cast<size_t>(o.seeds));
+  int64_t sx = 0, sn = 0;
+  for (size_t i = 0; i < o.ks.size(); ++i) {
+    SweepRow row;
+    row.k = o.ks[i];
+    std::vector<double> share, maxrel, medrel;
+    int64_t ge2 = 0;
+    for (int s = 0; s < o.seeds; ++s) {
+      const SweepCell& c = r.cells[i * static_cast<size_t>(o.seeds) + static_cast<size_t>(s)];
+      row.differing += c.differing;
+      row.total += c.total;
+      ge2 += c.ge2ulp;
+      share.push_back(c.share_ge2ulp());
+      maxrel.push_back(c.measured ? c.max_rel : kNaN);
+      medrel.push_back(c.median_rel);
+      row.max_ulp = std::max(row.max_ulp, c.max_ulp);
+      row.max_rel_max = std::max(row.max_rel_max, c.max_rel);
+      auto& ps = per_seed[static_cast<size_t>(s)];
+      ps.k.push_back(static_cast<double>(row.k));
+      ps.count.push_back(c.differing);
+      ps.total.push_back(c.total);
+    }
+    row.prevalence = static_cast<double>(row.differing) / static_cast<double>(row.total);
+    row.ci = stats::clopper_pearson(row.differing, row.total, o.confidence);
+    row.share_ge2ulp_mean = mean_finite(share);
+    row.ge2ulp_of_all = static_cast<double>(ge2) / static_cast<double>(row.total);
+    row.max_rel_mean = mean_finite(maxrel);
+    row.median_rel_mean = mean_finite(medrel);
+    pooled.k.push_back(static_cast<double>(row.k));
+    pooled.count.push_back(row.differing);
+    pooled.total.push_back(row.total);
+    sx += row.differing;
+    sn += row.total;
+    r.rows.push_back(std::move(row));
+  }
+  r.fits = stats::fit_all(pooled, o.seeds >= 2 ? per_seed : std::vector<stats::BinomialSeries>{});
+  r.chi_square = stats::chi_square_constant_rate(pooled);
+  r.overall = stats::clopper_pearson(sx, sn, o.confidence);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Output
+// ------------------------------------------------------------------------------------------------
+
+nlohmann::json to_json(const SweepResult& r) {
+  const SweepOptions& o = r.options;
+  nlohmann::json j;
+  j["schema_version"] = 1;
+  j["kind"] = "qconform-sweep";
+  j["qconform_version"] = QC_VERSION;
+  j["pair"] = {o.arm_a, o.arm_b};
+  j["format"] = r.format == SweepFormat::int8 ? "int8" : "fp8";
+  j["arms"] = r.arms;
+  j["m"] = o.m;
+  j["n"] = o.n;
+  j["seeds"] = nlohmann::json::array();
+  for (int s = 0; s < o.seeds; ++s) j["seeds"].push_back(o.first_seed + static_cast<uint64_t>(s));
+  j["confidence"] = o.confidence;
+  j["seconds"] = r.seconds;
+  j["rows"] = nlohmann::json::array();
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const SweepRow& w = r.rows[i];
+    nlohmann::json per = nlohmann::json::array();
+    for (int s = 0; s < o.seeds; ++s) {
+      const SweepCell& c = r.cells[i * static_cast<size_t>(o.seeds) + static_cast<size_t>(s)];
+      per.push_back({{"seed", c.seed},
+                     {"count", c.differing},
+                     {"total", c.total},
+                     {"prevalence", c.prevalence()},
+                     {"nonfinite", c.nonfinite},
+                     {"near_zero_diff", c.near_zero_diff},
+                     {"measured", c.measured},
+                     {"ge2ulp", c.ge2ulp},
+                     {"share_ge2ulp", num(c.share_ge2ulp())},
+                     {"max_rel", num(c.measured ? c.max_rel : kNaN)},
+                     {"median_rel", num(c.median_rel)},
+                     {"max_ulp", c.max_ulp},
+                     {"seconds", c.seconds}});
+    }
+    j["rows"].push_back({{"k", w.k},
+                         {"count", w.differing},
+                         {"total", w.total},
+                         {"prevalence", w.prevalence},
+                         {"ci", {w.ci.lower, w.ci.upper}},
+                         {"share_ge2ulp_mean", num(w.share_ge2ulp_mean)},
+                         {"ge2ulp_of_all", w.ge2ulp_of_all},
+                         {"max_rel_mean", num(w.max_rel_mean)},
+                         {"max_rel_max", w.max_rel_max},
+                         {"median_rel_mean", num(w.median_rel_mean)},
+                         {"max_ulp", w.max_ulp},
+                         {"per_seed", per}});
+  }
+  nlohmann::json models = nlohmann::json::object();
+  for (const stats::ModelFit& m : r.fits.models) {
+    models[stats::fit_model_name(m.model)] = {{"params", nums(m.params)},
+                                             {"deviance", num(m.deviance)},
+                                             {"heldout_deviance", num(m.heldout_deviance)},
+                                             {"heldout_rows", nums(m.heldout_rows)},
+                                             {"converged", m.converged},
+                                             {"note", m.note}};
+  }
+  j["fits"] = {{"objective", "binomial deviance"}, {"models", models}, {"winner", r.fits.winner}};
+  for (const auto& [name, jk] : {std::pair{"power_alpha_jackknife", &r.fits.power_alpha},
+                                 std::pair{"saturation_alpha_jackknife", &r.fits.saturation_alpha}}) {
+    if (*jk) j["fits"][name] = {{"leave_one_seed_out", nums((*jk)->leave_one_out)}, {"mean", num((*jk)->mean)}, {"se", num((*jk)->se)}};
+  }
+  j["chi_square_constant_rate"] = {{"statistic", r.chi_square.statistic},
+                                   {"df", r.chi_square.df},
+                                   {"p_value", r.chi_square.p_value},
+                                   {"pooled_rate", r.chi_square.pooled_rate}};
+  j["overall"] = {{"count", nullptr}, {"prevalence", r.overall.estimate}, {"ci", {r.overall.lower, r.overall.upper}}};
+  int64_t sx = 0;
+  for (const SweepRow& w : r.rows) sx += w.differing;
+  j["overall"]["count"] = sx;
+  return j;
+}
+
+std::string format_sweep(const SweepResult& r) {
+  const bool ppm = r.format == SweepFormat::int8;
+  const double scale = ppm ? 1e6 : 100.0;
+  const char* unit = ppm ? "ppm" : "%";
+  std::string out = fmt::format("sweep {} vs {} ({}), M={} N={}, {} seed(s), {:.1f} s\n", r.options.arm_a,
+                                r.options.arm_b, ppm ? "INT8" : "FP8", r.options.m, r.options.n, r.options.seeds,
+                                r.seconds);
+  out += fmt::format("{:>7} {:>9} {:>11} {:>23} {:>9} {:>10} {:>10} {:>10} {:>8}\n", "K", "differ",
+                     fmt::format("prev {}", unit), fmt::format("{:.0f}% CI ({})", r.options.confidence * 100, unit),
+                     ">=2ulp", "max rel", "med rel", "maxrel/sd", "max ulp");
+  for (const SweepRow& w : r.rows) {
+    out += fmt::format("{:>7} {:>9} {:>11.4g} {:>23} {:>8.2f}% {:>10.3g} {:>10.3g} {:>10.3g} {:>8}\n", w.k, w.differing,
+                       w.prevalence * scale, fmt::format("[{:.4g}, {:.4g}]", w.ci.lower * scale, w.ci.upper * scale),
+                       std::isfinite(w.share_ge2ulp_mean) ? w.share_ge2ulp_mean * 100 : 0.0, w.max_rel_max,
+                       w.median_rel_mean, w.max_rel_mean, w.max_ulp);
+  }
+  out += "(>=2ulp: share of differing non-near-zero elements at >= 2 bf16 ulps, seed mean; max rel: over seeds; "
+         "med rel: median relative difference among differing elements, seed mean; maxrel/sd: seed mean of max rel)\n";
+  out += fmt::format("\nfits of prevalence vs K (binomial deviance; held-out: leave one K out)\n{:<11} {:>14} {:>14} {:>14} {:>14}  {}\n",
+                     "model", "param 1", "param 2", "deviance", "held-out", "");
+  for (const stats::ModelFit& m : r.fits.models) {
+    out += fmt::format("{:<11} {:>14.6g} {:>14} {:>14.6g} {:>14.6g}  {}{}\n", stats::fit_model_name(m.model),
+                       m.params.empty() ? kNaN : m.params[0],
+                       m.params.size() > 1 ? fmt::format("{:.6g}", m.params[1]) : std::string("-"), m.deviance,
+                       m.heldout_deviance, fit_model_name(m.model) == r.fits.winner ? "<- lowest held-out " : "",
+                       m.note);
+  }
+  out += "(constant: p=c; linear: p=a+b*K; power: p=c*K^alpha; saturation: p=1-exp(-c*K^alpha))\n";
+  for (const auto& [name, jk] : {std::pair{"power", &r.fits.power_alpha}, std::pair{"saturation", &r.fits.saturation_alpha}}) {
+    if (*jk) out += fmt::format("alpha ({}), seed jackknife: mean {:.4f}, se {:.4f}\n", name, (*jk)->mean, (*jk)->se);
+  }
+  int64_t sx = 0, sn = 0;
+  for (const SweepRow& w : r.rows) sx += w.differing, sn += w.total;
+  out += fmt::format("chi-square (constant rate): X2 = {:.3f}, df = {}, p = {:.4g}; overall {} differing of {} = {:.4g} {} "
+                     "[{:.4g}, {:.4g}]\n",
+                     r.chi_square.statistic, r.chi_square.df, r.chi_square.p_value, sx, sn, r.overall.estimate * scale,
+                     unit, r.overall.lower * scale, r.overall.upper * scale);
+  return out;
+}
+
+}  // namespace qc
+
+#endif  // HWY_ONCE

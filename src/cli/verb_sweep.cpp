@@ -1,0 +1,76 @@
+// `qconform sweep --pair A,B --k 512,1024,...,32768 --m 512 --n 1024 --seeds 5 [--json F]`:
+// divergence versus reduction depth for two arms of one format (paper Section VII), with the fits
+// of prevalence versus K. See docs/sweep.md.
+#include <fmt/format.h>
+
+#include <charconv>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/cli.hpp"
+#include "cli/progress.hpp"
+#include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
+#include "qconform/sweep.hpp"
+
+namespace qc::cli {
+namespace {
+
+std::vector<int64_t> parse_ks(const std::string& text) {
+  std::vector<int64_t> ks;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t end = std::min(text.find(',', pos), text.size());
+    const std::string_view item(text.data() + pos, end - pos);
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    QC_INPUT(ec == std::errc() && ptr == item.data() + item.size() && v > 0,
+             "--k `{}`: expected a comma-separated list of positive integers, found `{}`", text, item);
+    ks.push_back(v);
+    pos = end + 1;
+  }
+  return ks;
+}
+
+VerbRunner setup_sweep(CLI::App& app) {
+  auto pair = std::make_shared<std::string>();
+  auto ks = std::make_shared<std::string>("512,1024,2048,4096,8192,16384,32768");
+  auto o = std::make_shared<SweepOptions>();
+  auto json = std::make_shared<std::string>();
+  app.add_option("--pair", *pair,
+                 "two arms of one format, A,B: INT8 arm labels (cpu:vllm-cutlass,cpu:vllm-triton) or FP8 arms "
+                 "(fp8:sequential, fp8:blocked-<chunk>, fp8:split-k-<splits>, fp8:exact, cuda:cublaslt-fp8[-fastacc])")
+      ->required();
+  app.add_option("--k", *ks, "comma-separated reduction depths")->capture_default_str();
+  app.add_option("--m", o->m, "rows (tokens)")->capture_default_str();
+  app.add_option("--n", o->n, "output channels")->capture_default_str();
+  app.add_option("--seeds", o->seeds, "seeds per depth")->capture_default_str();
+  app.add_option("--first-seed", o->first_seed, "first seed")->capture_default_str();
+  app.add_option("--confidence", o->confidence, "level of the Clopper-Pearson intervals")->capture_default_str();
+  app.add_option("--threads", o->threads, "worker threads (0: all cores)")->capture_default_str();
+  app.add_option("--json", *json, "write the results (schema_version 1, kind qconform-sweep) to this file");
+  return [=] {
+    const size_t comma = pair->find(',');
+    QC_INPUT(comma != std::string::npos && pair->find(',', comma + 1) == std::string::npos,
+             "--pair `{}`: expected two arm labels separated by one comma", *pair);
+    SweepOptions opts = *o;
+    opts.arm_a = pair->substr(0, comma);
+    opts.arm_b = pair->substr(comma + 1);
+    opts.ks = parse_ks(*ks);
+    Progress progress("sweep");
+    opts.progress = [&](size_t done, size_t total, const std::string& item) { progress.update(done, total, item); };
+    const SweepResult r = run_sweep(opts);
+    progress.finish();
+    if (!json->empty()) write_file_atomic(*json, to_json(r).dump(1) + "\n");
+    fmt::print("{}", format_sweep(r));
+    if (!json->empty()) fmt::print("results: {}\n", *json);
+    return kExitOk;
+  };
+}
+
+RegisterVerb register_sweep{{"sweep", "Divergence versus reduction depth for two arms of one format, with model fits", 70,
+                             setup_sweep}};
+
+}  // namespace
+}  // namespace qc::cli
