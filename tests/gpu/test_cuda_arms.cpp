@@ -158,9 +158,10 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
   using namespace cuda_kernels;
   const MmTile tiles[] = {MmTile::m128n128,  MmTile::m128n256,  MmTile::m64n128,   MmTile::m16n64_k4,
                           MmTile::m32n64_k4, MmTile::m16n32_k4, MmTile::wg128x128, MmTile::wg128x256};
-  // Ragged for every tile: M = 2x128 + 77, N = 4x256 + 16, K = 16x128 + 16; and a shape smaller
-  // than one tile in all three dimensions (K < one 128-byte stage).
-  const int64_t shapes[][3] = {{333, 1040, 2064}, {5, 48, 80}};
+  // Ragged for every tile: M = 2x128 + 77, N = 4x256 + 16, K = 16x128 + 16; a shape smaller
+  // than one tile in all three dimensions (K < one 128-byte stage); and one with more tiles than
+  // the H200 has multiprocessors (the persistent wgmma grid walks several tiles per block).
+  const int64_t shapes[][3] = {{333, 1040, 2064}, {5, 48, 80}, {1100, 4112, 272}};
   for (const auto& shape : shapes) {
   const int64_t m = shape[0], n = shape[1], k = shape[2];
   const LayerOperands ops = gpu_test::make_layer("ragged", m, n, k, 99 + m, /*bias=*/true);

@@ -7,14 +7,16 @@
 // bytes), K < 2^17 (every partial sum exact in int32). Ragged M, N and K tiles: TMA fills the
 // out-of-bounds part of each box with zeros, and the epilogue masks rows >= M and cols >= N.
 //
-// Algorithm: one CTA per 128 x BN output tile (BN = 128 or 256), 384 threads = 3 warpgroups.
+// Algorithm: 128 x BN output tiles (BN = 128 or 256); a persistent grid of at most one block per
+// multiprocessor walks the tiles; 384 threads = 3 warpgroups.
 // Warpgroup 0 is the producer: one thread issues `cp.async.bulk.tensor.2d` (TMA) loads of a
 // 128-row A box and a BN-row W box, 128 bytes of K each, into a STAGES-deep ring of shared-memory
 // stages in the 128-byte swizzle layout, completing on a `full` mbarrier per stage. Warpgroups 1
 // and 2 are consumers: each owns 64 rows of the tile and issues four
 // `wgmma.mma_async.sync.aligned.m64n{BN}k32.s32.s8.s8` per stage (both operands from shared
 // memory through matrix descriptors), keeps one wgmma group in flight and releases the stage
-// before it through an `empty` mbarrier. `setmaxnreg` moves registers from the producer to the
+// before it through an `empty` mbarrier. The producer runs ahead into the next tile while the
+// consumers are in the epilogue. `setmaxnreg` moves registers from the producer to the
 // consumers (BN/2 int32 accumulators per thread). The epilogue runs on the int32 registers with
 // the same device formulas as the mma.sync kernel (`epilogue_formulas.cuh`: `__fmul_rn`,
 // `__fmaf_rn` only where declared, bf16 round-to-nearest-even); the formula is a template
@@ -224,18 +226,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   const uint32_t ring = (smem_addr(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024-B alignment
   const int M = args.m, N = args.n, K = args.k;
 
-  // Grouped rasterization: 8 M-tiles share each W column tile while it is in L2.
+  // Persistent grid: block b computes tiles b, b + gridDim.x, ... Grouped rasterization of the
+  // tile index: 8 M-tiles share each W column tile while it is in L2.
   constexpr int kGroupM = 8;
   const int tiles_m = (M + kBM - 1) / kBM;
   const int tiles_n = (N + BN - 1) / BN;
-  const int pid = blockIdx.x;
-  const int in_group = kGroupM * tiles_n;
-  const int first_m = (pid / in_group) * kGroupM;
-  const int group_m = min(tiles_m - first_m, kGroupM);
-  const int tile_m = first_m + (pid % in_group) % group_m;
-  const int tile_n = (pid % in_group) / group_m;
-  const int m0 = tile_m * kBM;
-  const int n0 = tile_n * BN;
+  const int num_tiles = tiles_m * tiles_n;
+  auto tile_origin = [&](int pid, int& m0, int& n0) {
+    const int in_group = kGroupM * tiles_n;
+    const int first_m = (pid / in_group) * kGroupM;
+    const int group_m = min(tiles_m - first_m, kGroupM);
+    m0 = (first_m + (pid % in_group) % group_m) * kBM;
+    n0 = ((pid % in_group) / group_m) * BN;
+  };
   const int k_tiles = (K + kBK - 1) / kBK;
 
   const int warp = threadIdx.x >> 5;
@@ -259,15 +262,21 @@ __global__ void __launch_bounds__(kThreads, 1)
     if (threadIdx.x == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_a)) : "memory");
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
-      for (int kt = 0; kt < k_tiles; ++kt) {
-        const int s = kt % STAGES;
-        const uint32_t phase = (kt / STAGES) & 1;
-        mbar_wait(smem_addr(&empty_bar[s]), phase ^ 1);  // a fresh barrier passes parity 1 at once
-        const uint32_t fb = smem_addr(&full_bar[s]);
-        mbar_arrive_expect_tx(fb, C::kStageBytes);  // full boxes, out-of-bounds parts zero-filled
-        const uint32_t a_dst = ring + s * C::kStageBytes;
-        tma_load_2d(a_dst, &map_a, fb, kt * kBK, m0);
-        tma_load_2d(a_dst + C::kABytes, &map_w, fb, kt * kBK, n0);
+      // It runs ahead into the next tile while the consumers are in their epilogue.
+      int it = 0;  // stage uses so far: ring slot it % STAGES, its round's parity (it / STAGES) & 1
+      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+        int m0, n0;
+        tile_origin(tile, m0, n0);
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          const int s = it % STAGES;
+          const uint32_t phase = (it / STAGES) & 1;
+          mbar_wait(smem_addr(&empty_bar[s]), phase ^ 1);  // a fresh barrier passes parity 1 at once
+          const uint32_t fb = smem_addr(&full_bar[s]);
+          mbar_arrive_expect_tx(fb, C::kStageBytes);  // full boxes, out-of-bounds parts zero-filled
+          const uint32_t a_dst = ring + s * C::kStageBytes;
+          tma_load_2d(a_dst, &map_a, fb, kt * kBK, m0);
+          tma_load_2d(a_dst + C::kABytes, &map_w, fb, kt * kBK, n0);
+        }
       }
     }
     return;
@@ -276,65 +285,71 @@ __global__ void __launch_bounds__(kThreads, 1)
   // Consumer warpgroups 1 and 2: rows (wg - 1) * 64 .. + 63 of the tile.
   setmaxnreg_inc<232>();
   const int cw = wg - 1;
-  int32_t acc[BN / 2];
+  int it = 0;  // the same stage-use count as the producer's
+  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+    int m0, n0;
+    tile_origin(tile, m0, n0);
+    int32_t acc[BN / 2];
 #pragma unroll
-  for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
+    for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
 
-  for (int kt = 0; kt < k_tiles; ++kt) {
-    const int s = kt % STAGES;
-    mbar_wait(smem_addr(&full_bar[s]), (kt / STAGES) & 1);
-    const uint32_t a_base = ring + s * C::kStageBytes + cw * 64 * kBK;
-    const uint32_t b_base = ring + s * C::kStageBytes + C::kABytes;
-    const uint64_t da = smem_desc(a_base);
-    const uint64_t db = smem_desc(b_base);
-    fence_regs(acc);
-    wgmma_fence();
+    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+      const int s = it % STAGES;
+      mbar_wait(smem_addr(&full_bar[s]), (it / STAGES) & 1);
+      const uint32_t a_base = ring + s * C::kStageBytes + cw * 64 * kBK;
+      const uint32_t b_base = ring + s * C::kStageBytes + C::kABytes;
+      const uint64_t da = smem_desc(a_base);
+      const uint64_t db = smem_desc(b_base);
+      fence_regs(acc);
+      wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kBK / 32; ++kk) {
-      // +32 bytes of K inside the swizzled 128-byte rows: +2 in the descriptor's address field.
-      wgmma_tile<BN>(acc, da + 2 * kk, db + 2 * kk);
+      for (int kk = 0; kk < kBK / 32; ++kk) {
+        // +32 bytes of K inside the swizzled 128-byte rows: +2 in the descriptor's address field.
+        wgmma_tile<BN>(acc, da + 2 * kk, db + 2 * kk);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // the group of stage kt-1 has completed: its shared memory may be refilled
+      fence_regs(acc);
+      if (kt > 0 && lane == 0) mbar_arrive(smem_addr(&empty_bar[(it - 1) % STAGES]));
     }
-    wgmma_commit();
-    wgmma_wait<1>();  // the group of stage kt-1 has completed: its shared memory may be refilled
+    wgmma_wait<0>();
     fence_regs(acc);
-    if (kt > 0 && lane == 0) mbar_arrive(smem_addr(&empty_bar[(kt - 1) % STAGES]));
-  }
-  wgmma_wait<0>();
-  fence_regs(acc);
+    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[(it - 1) % STAGES]));  // the tile's last stage
 
-  // Epilogue on registers. Accumulator layout (m64nN): warp w of the warpgroup holds rows
-  // 16w + g and 16w + g + 8 (g = lane / 4); acc[4j + 0, 1] = row g, cols 8j + 2t, 8j + 2t + 1
-  // (t = lane % 4); acc[4j + 2, 3] = row g + 8, same cols.
-  const int g = lane >> 2;
-  const int t = lane & 3;
-  const int row0 = m0 + cw * 64 + (warp & 3) * 16 + g;
-  const BiasAdd bias_add = args.bias_add;
-  float sa[2];
+    // Epilogue on registers. Accumulator layout (m64nN): warp w of the warpgroup holds rows
+    // 16w + g and 16w + g + 8 (g = lane / 4); acc[4j + 0, 1] = row g, cols 8j + 2t, 8j + 2t + 1
+    // (t = lane % 4); acc[4j + 2, 3] = row g + 8, same cols.
+    const int g = lane >> 2;
+    const int t = lane & 3;
+    const int row0 = m0 + cw * 64 + (warp & 3) * 16 + g;
+    const BiasAdd bias_add = args.bias_add;
+    float sa[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) sa[h] = row0 + 8 * h < M ? args.sa[row0 + 8 * h] : 0.0f;
+    for (int h = 0; h < 2; ++h) sa[h] = row0 + 8 * h < M ? args.sa[row0 + 8 * h] : 0.0f;
 #pragma unroll
-  for (int j = 0; j < BN / 8; ++j) {
-    const int col = n0 + j * 8 + t * 2;
-    if (col >= N) continue;  // N is a multiple of 16, so col + 1 < N too
-    const float2 sw = *reinterpret_cast<const float2*>(args.sw + col);
-    float b0 = 0.0f, b1 = 0.0f;
-    if (bias_add != BiasAdd::none) {
-      b0 = bf16_bits_to_f32(args.bias[col]);
-      b1 = bf16_bits_to_f32(args.bias[col + 1]);
+    for (int j = 0; j < BN / 8; ++j) {
+      const int col = n0 + j * 8 + t * 2;
+      if (col >= N) continue;  // N is a multiple of 16, so col + 1 < N too
+      const float2 sw = *reinterpret_cast<const float2*>(args.sw + col);
+      float b0 = 0.0f, b1 = 0.0f;
+      if (bias_add != BiasAdd::none) {
+        b0 = bf16_bits_to_f32(args.bias[col]);
+        b1 = bf16_bits_to_f32(args.bias[col + 1]);
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 8 * h;
+        if (row >= M) continue;
+        const int32_t v0 = acc[4 * j + 2 * h];
+        const int32_t v1 = acc[4 * j + 2 * h + 1];
+        const uint32_t lo = apply_epilogue<F>(v0, sa[h], sw.x, bias_add, b0);
+        const uint32_t hi = apply_epilogue<F>(v1, sa[h], sw.y, bias_add, b1);
+        const int64_t off = static_cast<int64_t>(row) * N + col;
+        *reinterpret_cast<uint32_t*>(args.y + off) = lo | (hi << 16);
+        if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
+      }
     }
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = row0 + 8 * h;
-      if (row >= M) continue;
-      const int32_t v0 = acc[4 * j + 2 * h];
-      const int32_t v1 = acc[4 * j + 2 * h + 1];
-      const uint32_t lo = apply_epilogue<F>(v0, sa[h], sw.x, bias_add, b0);
-      const uint32_t hi = apply_epilogue<F>(v1, sa[h], sw.y, bias_add, b1);
-      const int64_t off = static_cast<int64_t>(row) * N + col;
-      *reinterpret_cast<uint32_t*>(args.y + off) = lo | (hi << 16);
-      if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
-    }
-  }
+  }  // tiles
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -389,7 +404,8 @@ EncodeTiledFn encode_tiled(std::string* why) {
   std::call_once(once, [] {
     void* p = nullptr;
     cudaDriverEntryPointQueryResult q{};
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q);
     if (err != cudaSuccess || q != cudaDriverEntryPointSuccess || p == nullptr) {
       reason = "cuTensorMapEncodeTiled not found in the driver";
       return;
@@ -438,23 +454,33 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   if (attr_err != cudaSuccess) return std::string("error: cudaFuncSetAttribute: ") + cudaGetErrorString(attr_err);
   cudaError_t err = cudaSuccess;
   const int tiles = ((args.m + kBM - 1) / kBM) * ((args.n + BN - 1) / BN);
-  kernel<<<tiles, kThreads, C::kSmemBytes, stream>>>(map_a, map_w, args);
+  static const int sms = [] {
+    int dev = 0, count = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 1;
+    return count;
+  }();
+  const int grid = tiles < sms ? tiles : sms;  // persistent: one block per multiprocessor at most
+  kernel<<<grid, kThreads, C::kSmemBytes, stream>>>(map_a, map_w, args);
   err = cudaGetLastError();
   if (err != cudaSuccess) return std::string("error: launch: ") + cudaGetErrorString(err);
   char buf[320];
   std::snprintf(buf, sizeof buf,
-                "qc::int8_scaled_mm_wgmma_kernel<BM=%d,BN=%d,stages=%d,%s> wgmma.m64n%dk32.s8 sm_90a, TMA 128B-swizzle, "
-                "1 producer + 2 consumer warpgroups grid=%d block=%d smem=%d bias=%s",
-                kBM, BN, STAGES, formula_name(F), BN, tiles, kThreads, C::kSmemBytes, bias_name(args.bias_add));
+                "qc::int8_scaled_mm_wgmma_kernel<BM=%d,BN=%d,stages=%d,%s> wgmma.m64n%dk32.s8 sm_90a, "
+                "TMA 128B-swizzle, "
+                "1 producer + 2 consumer warpgroups, persistent grid=%d over %d tiles block=%d smem=%d bias=%s",
+                kBM, BN, STAGES, formula_name(F), BN, grid, tiles, kThreads, C::kSmemBytes, bias_name(args.bias_add));
   return buf;
 }
 
 template <int BN, int STAGES>
 std::string launch_wgmma_tile(const ScaledMmArgs& args, cudaStream_t stream) {
+  using EF = EpilogueFormula;
   switch (args.formula) {
-    case EpilogueFormula::vllm_cutlass: return launch_wgmma_config<BN, STAGES, EpilogueFormula::vllm_cutlass>(args, stream);
-    case EpilogueFormula::vllm_triton: return launch_wgmma_config<BN, STAGES, EpilogueFormula::vllm_triton>(args, stream);
-    case EpilogueFormula::sglang_sm89: return launch_wgmma_config<BN, STAGES, EpilogueFormula::sglang_sm89>(args, stream);
+    case EF::vllm_cutlass: return launch_wgmma_config<BN, STAGES, EF::vllm_cutlass>(args, stream);
+    case EF::vllm_triton: return launch_wgmma_config<BN, STAGES, EF::vllm_triton>(args, stream);
+    case EF::sglang_sm89: return launch_wgmma_config<BN, STAGES, EF::sglang_sm89>(args, stream);
   }
   return "error: unknown formula";
 }
