@@ -158,7 +158,7 @@ struct VnniKernel {
   // `acc += dpbusd(a_u, w)` in place. GCC 12 models the intrinsic as a three-operand operation
   // and, with 24 live accumulators, copies and spills them on every iteration; the in-place asm
   // form keeps each accumulator in its register. Operand order (AT&T): w (s8), a_u (u8), acc.
-  static HWY_INLINE __m512i dpbusd(__m512i acc, __m512i a_u, __m512i w) {
+  static HWY_INLINE QC_VNNI_ATTR __m512i dpbusd(__m512i acc, __m512i a_u, __m512i w) {
     asm("vpdpbusd %[w], %[a], %[acc]" : [acc] "+v"(acc) : [a] "v"(a_u), [w] "v"(w));
     return acc;
   }
