@@ -326,27 +326,41 @@ __global__ void __launch_bounds__(kThreads, 1)
     float sa[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) sa[h] = row0 + 8 * h < M ? args.sa[row0 + 8 * h] : 0.0f;
+    // Columns in chunks of 8 n8-blocks: the chunk's scales and bias are loaded before any of its
+    // stores. (A load after a store through another pointer cannot be hoisted above it, so a
+    // load-compute-store loop over the 32 blocks of BN = 256 waited out one global-load latency
+    // per block.)
+    constexpr int kChunk = 8;
 #pragma unroll
-    for (int j = 0; j < BN / 8; ++j) {
-      const int col = n0 + j * 8 + t * 2;
-      if (col >= N) continue;  // N is a multiple of 16, so col + 1 < N too
-      const float2 sw = *reinterpret_cast<const float2*>(args.sw + col);
-      float b0 = 0.0f, b1 = 0.0f;
-      if (bias_add != BiasAdd::none) {
-        b0 = bf16_bits_to_f32(args.bias[col]);
-        b1 = bf16_bits_to_f32(args.bias[col + 1]);
+    for (int j0 = 0; j0 < BN / 8; j0 += kChunk) {
+      float2 swc[kChunk];
+      float2 bc[kChunk];
+#pragma unroll
+      for (int u = 0; u < kChunk; ++u) {
+        const int col = n0 + (j0 + u) * 8 + t * 2;
+        const bool in = col < N;  // N is a multiple of 16, so col + 1 < N too
+        swc[u] = in ? *reinterpret_cast<const float2*>(args.sw + col) : make_float2(0.0f, 0.0f);
+        bc[u] = make_float2(0.0f, 0.0f);
+        if (in && bias_add != BiasAdd::none)
+          bc[u] = make_float2(bf16_bits_to_f32(args.bias[col]), bf16_bits_to_f32(args.bias[col + 1]));
       }
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + 8 * h;
-        if (row >= M) continue;
-        const int32_t v0 = acc[4 * j + 2 * h];
-        const int32_t v1 = acc[4 * j + 2 * h + 1];
-        const uint32_t lo = apply_epilogue<F>(v0, sa[h], sw.x, bias_add, b0);
-        const uint32_t hi = apply_epilogue<F>(v1, sa[h], sw.y, bias_add, b1);
-        const int64_t off = static_cast<int64_t>(row) * N + col;
-        *reinterpret_cast<uint32_t*>(args.y + off) = lo | (hi << 16);
-        if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
+      for (int u = 0; u < kChunk; ++u) {
+        const int j = j0 + u;
+        const int col = n0 + j * 8 + t * 2;
+        if (col >= N) continue;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = row0 + 8 * h;
+          if (row >= M) continue;
+          const int32_t v0 = acc[4 * j + 2 * h];
+          const int32_t v1 = acc[4 * j + 2 * h + 1];
+          const uint32_t lo = apply_epilogue<F>(v0, sa[h], swc[u].x, bias_add, bc[u].x);
+          const uint32_t hi = apply_epilogue<F>(v1, sa[h], swc[u].y, bias_add, bc[u].y);
+          const int64_t off = static_cast<int64_t>(row) * N + col;
+          *reinterpret_cast<uint32_t*>(args.y + off) = lo | (hi << 16);
+          if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
+        }
       }
     }
   }  // tiles
