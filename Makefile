@@ -16,12 +16,17 @@ deps:
 	@bash scripts/install-deps.sh
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) $(CMAKE_ARGS) > $(BUILD).configure.log || (cat $(BUILD).configure.log; exit 1)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DQCONFORM_BUILD_PYTHON=ON $(LAUNCHER) $(CMAKE_ARGS) > $(BUILD).configure.log || (cat $(BUILD).configure.log; exit 1)
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The conformance procedure on a built-in seeded synthetic W8A8 model (or MODEL=... [TOKENIZER=...]).
+MODEL     ?=
+TOKENIZER ?= $(if $(MODEL),$(firstword $(wildcard $(dir $(MODEL))tok*.bin)))
+DEMO_OUT  ?= demo-out
 demo: build
-	./$(BUILD)/qconform arms
 	./$(BUILD)/qconform selfcheck
+	./$(BUILD)/qconform conform --arms cpu:vllm-cutlass,cpu:vllm-triton --out $(DEMO_OUT) \
+	  $(if $(MODEL),--model $(MODEL)) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
 
 # Every test: unit (ctest, GPU tests skip without a GPU), Python peers, the sanitizer build, a bounded fuzz run.
 test: test-unit test-peer test-asan test-fuzz

@@ -10,10 +10,11 @@ debian_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libboost-math-dev libeigen3-dev
   libdnnl-dev                      # oneDNN, the vendor int8 path on the CPU (optional in the build)
   libjs-chart.js                   # charts inlined into report.html
+  chromium                         # the report's browser test
   python3 python3-pip
 )
-python_modules=(numpy ml_dtypes safetensors sklearn scipy pytest)
-pip_names=(numpy ml_dtypes safetensors scikit-learn scipy pytest)
+python_modules=(numpy ml_dtypes safetensors sklearn scipy pytest nanobind scikit_build_core)
+pip_names=(numpy ml_dtypes safetensors scikit-learn scipy pytest nanobind scikit-build-core)
 
 missing=()
 for pkg in "${debian_packages[@]}"; do

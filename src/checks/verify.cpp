@@ -223,7 +223,8 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
                    "arm {} returned {} outputs for layer `{}`, expected {}x{}", out->record.arm, out->y.size(), ops.name,
                    ops.m, ops.n);
         }
-        run.cmp = compare_bf16(out_a.y, out_b.y, ops.m, ops.n, ops.name, options.compare);
+        run.cmp = compare_bf16(out_a.y, out_b.y, ops.m, ops.n,
+                               m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m), options.compare);
 
         // C4 and C2 part two: exposed accumulators against the exact one and the safe verdict.
         run.acc_mismatch_a = acc_mismatches(out_a, exact, ops, "A", run.acc_first_mismatch);

@@ -4,36 +4,14 @@
 // cluster bootstrap CI, AP, leave-one-prompt-out, calibration, isotonic, held-out Brier).
 // Estimators and seeds: docs/statistics.md.
 #include <fmt/format.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 
 #include "cli/cli.hpp"
 #include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
 #include "qconform/transfer.hpp"
 
 namespace qc::cli {
 namespace {
-
-// A tiny local atomic write (temporary file in the same directory, fsync, rename): the shared
-// `qc::write_file_atomic` (include/qconform/fileio.hpp) was not committed yet when this verb was
-// written; switch to it once it is.
-void write_json_atomic(const std::string& path, const std::string& content) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, static_cast<long>(::getpid()));
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  QC_INPUT(f != nullptr, "--json {}: cannot create {}: {}", path, tmp, std::strerror(errno));
-  bool ok = std::fwrite(content.data(), 1, content.size(), f) == content.size();
-  ok = std::fflush(f) == 0 && ok;
-  ok = ::fsync(fileno(f)) == 0 && ok;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = errno;
-    std::remove(tmp.c_str());
-    QC_FAIL_INPUT("--json {}: write failed: {}", path, std::strerror(err));
-  }
-}
 
 VerbRunner setup_transfer(CLI::App& app) {
   struct Args {
@@ -68,7 +46,7 @@ VerbRunner setup_transfer(CLI::App& app) {
     const transfer::TransferResult result = transfer::analyze_transfer(a, b, args->opt);
     fmt::print("{}", transfer::summary(result));
     if (!args->json.empty()) {
-      write_json_atomic(args->json, transfer::to_json(result).dump(2) + "\n");
+      write_file_atomic(args->json, transfer::to_json(result).dump(2) + "\n");
       fmt::print("results: {}\n", args->json);
     }
     return kExitOk;

@@ -1,0 +1,44 @@
+// The conformance procedure end to end: C0 -> C7 on two arms and a model, in order, with C2's
+// predictions pinned before any comparison runs. Writes DIR/results.json, DIR/report.html, the
+// operands, predictions, generations, replays and one manifest per run.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace qc {
+
+struct ConformOptions {
+  std::string arm_a = "cpu:vllm-cutlass", arm_b = "cpu:vllm-triton";
+  std::string model;        // llama2.c .bin or an HF/compressed-tensors directory; empty: built-in synthetic
+  std::string tokenizer;    // llama2.c tokenizer (text prompts)
+  std::string prompts;      // text (one prompt a line, llama2.c) or token JSONL; empty: built-in
+  std::string out_dir = "qconform-out";
+  std::string synthetic_config = "qwen3-1.7b-shaped";
+  int64_t synthetic_layers = 2;
+  uint64_t seed = 0;
+  int64_t max_new = 32;
+  int64_t n_prompts = 8;    // built-in prompts
+  int64_t prompt_tokens = 16;
+  std::vector<int64_t> m_sweep{1, 4, 16, 64};  // plus the captured M
+  std::string act_quantizer = "vllm";
+  bool allow_unverified = false;
+  double max_flip_rate = -1;  // C7 tolerance; < 0: report only
+  int64_t tolerance_ulps = 1; // C6
+};
+
+struct ConformOutcome {
+  nlohmann::json results;  // the document written to results.json
+  bool passed = false;     // every falsifiable check passed (and C0 verified)
+  std::string report_path, results_path;
+};
+
+// `progress(step, total, what)` is called before each stage.
+ConformOutcome run_conform(const ConformOptions& options,
+                           const std::function<void(int, int, const std::string&)>& progress = {});
+
+}  // namespace qc

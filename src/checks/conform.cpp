@@ -1,0 +1,376 @@
+// The conformance procedure end to end (C0 -> C7). Each stage writes its artefact into the output
+// directory atomically; results.json and report.html come last.
+#include "qconform/conform.hpp"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <map>
+
+#include "qconform/arm.hpp"
+#include "qconform/boundary.hpp"
+#include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
+#include "qconform/layer_checks.hpp"
+#include "qconform/manifest.hpp"
+#include "qconform/model.hpp"
+#include "qconform/operands_io.hpp"
+#include "qconform/report.hpp"
+#include "qconform/sha256.hpp"
+#include "qconform/synth.hpp"
+#include "qconform/tokenizer.hpp"
+#include "qconform/transfer.hpp"
+#include "qconform/version.hpp"
+
+namespace qc {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Story openings for llama2.c models when no prompts are given.
+constexpr const char* kStoryPrompts[] = {"Once upon a time", "The little dog", "Tom and Lily went to the park",
+                                         "One day, a big bear", "The sun was shining and", "Sara had a red ball",
+                                         "In the garden there was", "The cat saw a bird"};
+
+struct LoadedModel {
+  Model model;
+  std::string tokenizer_path, tokenizer_sha256;
+  std::vector<TokenSequence> prompts;
+  std::vector<std::pair<std::string, std::string>> inputs;  // role -> path, for every manifest
+  std::string description;
+};
+
+LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& dir) {
+  LoadedModel lm;
+  if (o.model.empty()) {
+    const ModelConfig config = synth_config(o.synthetic_config, o.synthetic_layers);
+    lm.model = synth_model(config, o.seed);
+    // The synthetic model is defined by its generator and spec: the spec file is its identity.
+    const std::string spec_path = dir + "/model-spec.json";
+    write_file_atomic(spec_path, nlohmann::json{{"generator", "qconform synth-model"},
+                                                {"config", o.synthetic_config},
+                                                {"layers", o.synthetic_layers},
+                                                {"seed", o.seed},
+                                                {"qconform", version()}}
+                                         .dump(1) +
+                                     "\n");
+    lm.inputs.emplace_back("model", spec_path);
+    lm.description = fmt::format("synthetic {} ({} layers, seed {})", o.synthetic_config, o.synthetic_layers, o.seed);
+  } else {
+    lm.model = load_model(o.model);
+    lm.inputs.emplace_back("model", o.model);
+    lm.description = o.model;
+  }
+  const int64_t vocab = lm.model.config.vocab;
+  if (!o.tokenizer.empty()) {
+    const Tokenizer tok = Tokenizer::load_llama2c(o.tokenizer, vocab);
+    lm.tokenizer_path = o.tokenizer;
+    lm.tokenizer_sha256 = sha256_file(o.tokenizer);
+    lm.inputs.emplace_back("tokenizer", o.tokenizer);
+    std::vector<std::string> texts;
+    if (!o.prompts.empty()) {
+      const std::string text = read_file(o.prompts);
+      size_t start = 0;
+      while (start < text.size()) {
+        const size_t nl = text.find('\n', start);
+        texts.push_back(text.substr(start, nl == std::string::npos ? std::string::npos : nl - start));
+        if (nl == std::string::npos) break;
+        start = nl + 1;
+      }
+      lm.inputs.emplace_back("prompts", o.prompts);
+    } else {
+      texts.assign(std::begin(kStoryPrompts), std::end(kStoryPrompts));
+      const std::string path = dir + "/prompts.txt";
+      std::string joined;
+      for (const auto& t : texts) joined += t + "\n";
+      write_file_atomic(path, joined);
+      lm.inputs.emplace_back("prompts", path);
+    }
+    for (size_t i = 0; i < texts.size(); ++i) {
+      lm.prompts.push_back({nlohmann::json(static_cast<int64_t>(i)), tok.encode(texts[i], /*bos=*/true, /*eos=*/false)});
+    }
+  } else if (!o.prompts.empty()) {
+    lm.prompts = read_token_sequences(o.prompts, vocab, 1);
+    lm.inputs.emplace_back("prompts", o.prompts);
+  } else {
+    // Seeded random token prompts (the synthetic model has no tokenizer).
+    uint64_t state = o.seed ^ 0x9E0C0DEull;
+    std::string jsonl;
+    for (int64_t p = 0; p < o.n_prompts; ++p) {
+      TokenSequence s{nlohmann::json(p), {}};
+      for (int64_t t = 0; t < o.prompt_tokens; ++t) {
+        s.tokens.push_back(static_cast<int32_t>(splitmix64(state) % static_cast<uint64_t>(vocab)));
+      }
+      jsonl += nlohmann::json{{"prompt", p}, {"tokens", s.tokens}}.dump() + "\n";
+      lm.prompts.push_back(std::move(s));
+    }
+    const std::string path = dir + "/prompts.jsonl";
+    write_file_atomic(path, jsonl);
+    lm.inputs.emplace_back("prompts", path);
+  }
+  QC_INPUT(!lm.prompts.empty(), "{}: expected at least one prompt", o.prompts);
+  return lm;
+}
+
+W8a8Options w8a8_options(const ConformOptions& o, const Model& model, const std::string& arm, bool pow2) {
+  W8a8Options w;
+  w.arm = arm;
+  w.act_quantizer = o.act_quantizer;
+  w.pow2 = pow2;
+  w.weight_dtype = weight_scale_dtype_for(model.config);
+  return w;
+}
+
+// Every linear layer's operands for the prefill of every prompt, rows concatenated per layer
+// (per-token activation scales make the concatenation exact).
+std::vector<LayerOperands> capture(const LoadedModel& lm, const W8a8Options& w) {
+  W8a8Linear linear(w);
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<LayerOperands, OperandStorage>> layers;
+  linear.set_observer([&](const LayerOperands& ops, const ArmOutput&) {
+    auto [it, inserted] = layers.try_emplace(ops.name);
+    auto& [first, s] = it->second;
+    if (inserted) {
+      order.push_back(ops.name);
+      first = ops;
+      s.w_q.assign(ops.w_q.begin(), ops.w_q.end());
+      s.w_scale.assign(ops.w_scale.begin(), ops.w_scale.end());
+      s.bias.assign(ops.bias.begin(), ops.bias.end());
+    }
+    QC_CHECK(ops.n == first.n && ops.k == first.k, "layer {} changed shape during capture", ops.name);
+    s.a_q.insert(s.a_q.end(), ops.a_q.begin(), ops.a_q.end());
+    s.a_scale.insert(s.a_scale.end(), ops.a_scale.begin(), ops.a_scale.end());
+  });
+  Decoder decoder(lm.model, linear);
+  std::vector<float> logits;
+  for (const TokenSequence& p : lm.prompts) {
+    decoder.reset();
+    decoder.forward(p.tokens, LogitRows::last, logits);
+  }
+  std::vector<LayerOperands> out;
+  for (const std::string& name : order) {
+    auto& [first, s] = layers.at(name);
+    const int64_t m = static_cast<int64_t>(s.a_scale.size());
+    out.push_back(make_operands(name, m, first.n, first.k, std::move(s), "conform capture"));
+  }
+  return out;
+}
+
+struct RunFiles {
+  std::string jsonl, manifest;
+  RunRecord record;
+  std::vector<std::vector<int32_t>> sequences;
+};
+
+std::string records_jsonl(const std::vector<PositionRecord>& records) {
+  std::string s;
+  for (const PositionRecord& r : records) s += format_record(r) + "\n";
+  return s;
+}
+
+// Greedy generation (verb "generate") or teacher-forced replay of `forced` (verb "replay").
+RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::string& dir, const std::string& arm,
+                   const std::string& verb, bool pow2, const std::vector<std::vector<int32_t>>* forced,
+                   const std::string& tag, const std::vector<std::pair<std::string, std::string>>& extra_inputs) {
+  W8a8Linear linear(w8a8_options(o, lm.model, arm, pow2));
+  Decoder decoder(lm.model, linear);
+  RunFiles f;
+  const nlohmann::json extra = {{"pow2", pow2}, {"act_quantizer", o.act_quantizer}};
+  std::string text = format_header(verb, LinearMode::w8a8, arm, lm.model, lm.tokenizer_path, lm.tokenizer_sha256, extra) + "\n";
+  for (size_t i = 0; i < lm.prompts.size(); ++i) {
+    decoder.reset();
+    if (verb == "generate") {
+      const GenerateResult g = generate_greedy(decoder, lm.prompts[i].tokens, o.max_new, lm.prompts[i].prompt);
+      text += records_jsonl(g.records);
+      f.sequences.push_back(g.tokens);
+    } else {
+      text += records_jsonl(replay(decoder, (*forced)[i], lm.prompts[i].prompt));
+    }
+  }
+  f.jsonl = fmt::format("{}/{}.jsonl", dir, tag);
+  write_file_atomic(f.jsonl, text);
+  f.record = linear.last_record();
+  std::vector<std::pair<std::string, std::string>> inputs = lm.inputs;
+  inputs.insert(inputs.end(), extra_inputs.begin(), extra_inputs.end());
+  Manifest m = make_manifest(verb, arm, f.record, inputs,
+                             {{"max_new", o.max_new}, {"pow2", pow2}, {"act_quantizer", o.act_quantizer},
+                              {"linear_mode", "w8a8"}, {"seed", o.seed}});
+  f.manifest = fmt::format("{}/{}.manifest.json", dir, tag);
+  write_manifest(f.manifest, m);
+  return f;
+}
+
+// Records without the header line (which names the arm and so always differs).
+std::string body(const std::string& path) {
+  const std::string text = read_file(path);
+  const size_t nl = text.find('\n');
+  return nl == std::string::npos ? std::string() : text.substr(nl + 1);
+}
+
+}  // namespace
+
+ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int, int, const std::string&)>& progress) {
+  constexpr int kStages = 9;
+  int stage = 0;
+  const auto step = [&](const std::string& what) {
+    if (progress) progress(++stage, kStages, what);
+  };
+  fs::create_directories(o.out_dir);
+  const std::string dir = fs::path(o.out_dir).string();
+  auto arm_a = make_arm(o.arm_a);
+  auto arm_b = make_arm(o.arm_b);
+  QC_INPUT(o.arm_a != o.arm_b, "--arms {},{}: expected two different arms (the treatment)", o.arm_a, o.arm_b);
+
+  step("model and prompts");
+  const LoadedModel lm = load_model_and_prompts(o, dir);
+
+  // C1 on each arm.
+  step("C1 boundary suite");
+  const BoundaryResult boundary_a = run_boundary(*arm_a);
+  const BoundaryResult boundary_b = run_boundary(*arm_b);
+  CheckResult c1 = boundary_a.c1;
+  c1.verdict = combine(boundary_a.c1.verdict, boundary_b.c1.verdict);
+  if (boundary_a.c1.verdict == Verdict::fail || boundary_b.c1.verdict == Verdict::fail) c1.verdict = Verdict::fail;
+  c1.summary = fmt::format("A: {} — B: {}", boundary_a.c1.summary, boundary_b.c1.summary);
+  c1.evidence = {{"a", to_json(boundary_a)}, {"b", to_json(boundary_b)}};
+
+  // Capture the operands of every linear layer (arm A's run; activation quantization is shared).
+  step("capture operands");
+  const std::vector<LayerOperands> captured = capture(lm, w8a8_options(o, lm.model, o.arm_a, false));
+  const std::string ops_path = dir + "/operands.safetensors";
+  save_operands(ops_path, captured, {{"source", "qconform conform capture"}, {"model", lm.description}});
+  const OperandSet ops = load_operands(ops_path);
+  {
+    std::vector<std::pair<std::string, std::string>> inputs = lm.inputs;
+    inputs.emplace_back("operands", ops_path);
+    write_manifest(dir + "/capture.manifest.json",
+                   make_manifest("capture", o.arm_a, std::nullopt, inputs, {{"act_quantizer", o.act_quantizer}}));
+  }
+
+  // C2: predictions pinned before any comparison.
+  step("C2 predict and pin");
+  const PredictionSet predictions = predict(ops.layers, ops.path, ops.sha256);
+  const std::string predictions_path = dir + "/predictions.json";
+  const std::string predictions_text = to_json(predictions).dump(1) + "\n";
+  write_file_atomic(predictions_path, predictions_text);
+  const std::string pin = "sha256:" + sha256_hex(std::string_view(predictions_text));
+  QC_CHECK(sha256_file(predictions_path) == pin, "the predictions file changed after it was pinned");
+
+  // C2–C6 at layer level.
+  step("C2-C6 verify");
+  VerifyOptions vo;
+  vo.tolerance_ulps = o.tolerance_ulps;
+  const int64_t captured_m = ops.layers.front().m;
+  for (int64_t m : o.m_sweep) {
+    if (m < captured_m) vo.m_sweep.push_back(m);
+  }
+  if (!vo.m_sweep.empty()) vo.m_sweep.push_back(captured_m);
+  const VerifyResult verify = verify_layers(*arm_a, *arm_b, ops.layers, predictions, vo);
+
+  // Token level: free-running generations, teacher-forced replays of A's sequences, and the
+  // power-of-two probe end to end.
+  step("generate (real scales)");
+  const RunFiles gen_a = run_model(o, lm, dir, o.arm_a, "generate", false, nullptr, "generate.A", {});
+  const RunFiles gen_b = run_model(o, lm, dir, o.arm_b, "generate", false, nullptr, "generate.B", {});
+  step("replay (teacher forcing)");
+  const std::vector<std::pair<std::string, std::string>> forced_input = {{"forced_tokens", gen_a.jsonl}};
+  const RunFiles rep_a = run_model(o, lm, dir, o.arm_a, "replay", false, &gen_a.sequences, "replay.A", forced_input);
+  const RunFiles rep_b = run_model(o, lm, dir, o.arm_b, "replay", false, &gen_a.sequences, "replay.B", forced_input);
+  step("generate (power-of-two probe)");
+  const RunFiles pow_a = run_model(o, lm, dir, o.arm_a, "generate", true, nullptr, "generate.pow2.A", {});
+  const RunFiles pow_b = run_model(o, lm, dir, o.arm_b, "generate", true, nullptr, "generate.pow2.B", {});
+
+  // C0: the replay runs must differ only in the arm.
+  step("C0 identity contract");
+  JoinResult join = join_manifests(read_manifest(rep_a.manifest), read_manifest(rep_b.manifest), "arm", true);
+  CheckResult c0 = join.c0;
+  if (!join.verified() && o.allow_unverified) {
+    c0.summary += " (proceeding: --allow-unverified)";
+  }
+
+  step("C7 transfer");
+  transfer::TransferOptions to;
+  to.replay = true;
+  to.seed = 20240607 ^ o.seed;
+  to.min_bin_support = 20;
+  const transfer::TransferResult replay_t =
+      transfer::analyze_transfer(transfer::read_transfer_jsonl(rep_a.jsonl), transfer::read_transfer_jsonl(rep_b.jsonl), to);
+  transfer::TransferOptions tg;
+  const transfer::TransferResult gen_t =
+      transfer::analyze_transfer(transfer::read_transfer_jsonl(gen_a.jsonl), transfer::read_transfer_jsonl(gen_b.jsonl), tg);
+  CheckResult c7{"C7", "token transfer", Verdict::pass};
+  c7.falsifiable = false;
+  c7.points_to = "decision-boundary sensitivity of the model/workload";
+  c7.exclusions = {"greedy decoding", "the pinned prompts"};
+  const auto& rr = *replay_t.replay;
+  const auto& sr = *gen_t.sequence;
+  c7.summary = fmt::format("teacher-forced flips {} of {} positions ({:.2f}%), margin AUC {:.3f} [{:.3f}, {:.3f}]; "
+                           "{} of {} free-running sequences identical",
+                           rr.n_flips, rr.n_positions, 100.0 * rr.flip_rate, rr.auc, rr.auc_ci.lo, rr.auc_ci.hi,
+                           sr.n_identical, sr.n_prompts);
+  if (o.max_flip_rate >= 0 && rr.flip_rate > o.max_flip_rate) {
+    c7.verdict = Verdict::fail;
+    c7.summary += fmt::format(" — above the tolerance {:.4f}", o.max_flip_rate);
+  }
+  c7.evidence = {{"replay", transfer::to_json(replay_t)}, {"generate", transfer::to_json(gen_t)}};
+
+  // The power-of-two probe end to end joins C5: tokens and logits must be bit-identical when
+  // every layer is predicted safe and the formulas share a commutation class.
+  std::vector<CheckResult> checks = verify.checks;  // C2..C6
+  CheckResult& c5 = checks[3];
+  const bool pow2_identical = body(pow_a.jsonl) == body(pow_b.jsonl);
+  size_t pow2_same_sequences = 0;
+  for (size_t i = 0; i < pow_a.sequences.size(); ++i) pow2_same_sequences += pow_a.sequences[i] == pow_b.sequences[i];
+  const bool all_safe = std::all_of(predictions.layers.begin(), predictions.layers.end(),
+                                    [](const LayerPrediction& p) { return p.safe; });
+  c5.evidence["end_to_end"] = {{"sequences", pow_a.sequences.size()},
+                               {"identical_sequences", pow2_same_sequences},
+                               {"records_bit_identical", pow2_identical}};
+  c5.summary += fmt::format("; end to end with power-of-two weight scales: {}/{} sequences identical, logits {}",
+                            pow2_same_sequences, pow_a.sequences.size(),
+                            pow2_identical ? "bit-identical" : "DIFFER");
+  if (!pow2_identical && all_safe && c5.verdict == Verdict::pass) c5.verdict = Verdict::fail;
+
+  std::vector<CheckResult> all{c0, c1};
+  all.insert(all.end(), checks.begin(), checks.end());
+  all.push_back(c7);
+
+  nlohmann::json manifest_files = nlohmann::json::array();
+  for (const std::string& path : {dir + "/capture.manifest.json", gen_a.manifest, gen_b.manifest, rep_a.manifest,
+                                  rep_b.manifest, pow_a.manifest, pow_b.manifest}) {
+    manifest_files.push_back({{"path", path}, {"sha256", sha256_file(path)}, {"manifest", to_json(read_manifest(path))}});
+  }
+  nlohmann::json verify_json = to_json(verify);
+  nlohmann::json results = {
+      {"schema_version", kResultsSchemaVersion},
+      {"kind", "qconform-results"},
+      {"title", fmt::format("qconform: {} vs {}", o.arm_a, o.arm_b)},
+      {"created", utc_now_iso8601()},
+      {"project_version", version()},
+      {"model", lm.description},
+      {"arms", verify_json["arms"]},
+      {"checks", all},
+      {"predictions", to_json(predictions)},
+      {"pin", pin},
+      {"verify", verify_json},
+      {"transfer", transfer::to_json(replay_t)},
+      {"generation", transfer::to_json(gen_t)},
+      {"manifests", {{"files", manifest_files}, {"join", to_json(join)}}},
+      {"unverified", !join.verified()},
+      {"allow_unverified", o.allow_unverified},
+  };
+  ConformOutcome out;
+  out.passed = std::none_of(all.begin(), all.end(), [](const CheckResult& c) { return c.verdict == Verdict::fail; });
+  if (!join.verified() && o.allow_unverified) {
+    out.passed = std::none_of(all.begin() + 1, all.end(), [](const CheckResult& c) { return c.verdict == Verdict::fail; });
+  }
+  out.results_path = dir + "/results.json";
+  out.report_path = dir + "/report.html";
+  write_file_atomic(out.results_path, results.dump(1) + "\n");
+  write_file_atomic(out.report_path, render_report(results));
+  out.results = std::move(results);
+  return out;
+}
+
+}  // namespace qc

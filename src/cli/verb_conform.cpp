@@ -1,0 +1,64 @@
+// `qconform conform --arms A,B`: the conformance procedure C0 -> C7 with a verdict table, the
+// results JSON and a self-contained HTML report.
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "cli/cli.hpp"
+#include "cli/progress.hpp"
+#include "qconform/check.hpp"
+#include "qconform/conform.hpp"
+#include "qconform/error.hpp"
+
+namespace qc::cli {
+namespace {
+
+VerbRunner setup_conform(CLI::App& app) {
+  auto o = std::make_shared<ConformOptions>();
+  auto arms = std::make_shared<std::string>(o->arm_a + "," + o->arm_b);
+  app.add_option("--arms", *arms, "the two arms A,B (A is the reference)")->capture_default_str();
+  app.add_option("--model", o->model, "llama2.c checkpoint or HF / compressed-tensors directory (default: a seeded "
+                                      "synthetic W8A8 model)");
+  app.add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer (text prompts)");
+  app.add_option("--prompts", o->prompts, "prompts: text lines (with --tokenizer) or token JSONL");
+  app.add_option("--out", o->out_dir, "output directory")->capture_default_str();
+  app.add_option("--max-new", o->max_new, "tokens to generate per prompt")->capture_default_str();
+  app.add_option("--seed", o->seed, "seed of the synthetic model and prompts")->capture_default_str();
+  app.add_option("--synthetic-config", o->synthetic_config, "synthetic model: tiny or qwen3-1.7b-shaped")
+      ->capture_default_str();
+  app.add_option("--synthetic-layers", o->synthetic_layers, "decoder layers of the synthetic model")
+      ->capture_default_str();
+  app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm or sglang")->capture_default_str();
+  app.add_option("--tolerance-ulps", o->tolerance_ulps, "C6 tolerance in bf16 ulps")->capture_default_str();
+  app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (default: report)");
+  app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");
+  return [=] {
+    const size_t comma = arms->find(',');
+    QC_INPUT(comma != std::string::npos, "--arms `{}`: expected two arms separated by a comma", *arms);
+    o->arm_a = arms->substr(0, comma);
+    o->arm_b = arms->substr(comma + 1);
+    Progress progress("conform");
+    const ConformOutcome outcome =
+        run_conform(*o, [&](int i, int n, const std::string& what) { progress.update(static_cast<size_t>(i), static_cast<size_t>(n), what); });
+    progress.finish();
+    const auto& r = outcome.results;
+    fmt::print("qconform conform: {} vs {} on {}\n\n", o->arm_a, o->arm_b, r["model"].get<std::string>());
+    fmt::print("{:<4}{:<26}{:<22}{}\n", "", "check", "verdict", "evidence");
+    for (const auto& c : r["checks"]) {
+      fmt::print("{:<4}{:<26}{:<22}{}\n", c["id"].get<std::string>(), c["title"].get<std::string>(),
+                 c["verdict"].get<std::string>(), c["summary"].get<std::string>());
+      if (c["verdict"] == "fail") fmt::print("{:<30}points to: {}\n", "", c["points_to"].get<std::string>());
+    }
+    fmt::print("\npredictions pinned: {}\nresults: {}\nreport:  {}\n", r["pin"].get<std::string>(), outcome.results_path,
+               outcome.report_path);
+    fmt::print("{}\n", outcome.passed ? "verdict: every falsifiable check passed"
+                                      : "verdict: a check FAILED (see points-to above)");
+    return outcome.passed ? kExitOk : kExitCheckFailed;
+  };
+}
+
+RegisterVerb register_conform{{"conform", "The conformance procedure C0-C7 on two arms and a model, with an HTML report",
+                               5, setup_conform}};
+
+}  // namespace
+}  // namespace qc::cli
