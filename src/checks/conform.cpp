@@ -305,10 +305,12 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   c7.exclusions = {"greedy decoding", "the pinned prompts"};
   const auto& rr = *replay_t.replay;
   const auto& sr = *gen_t.sequence;
-  c7.summary = fmt::format("teacher-forced flips {} of {} positions ({:.2f}%), margin AUC {:.3f} [{:.3f}, {:.3f}]; "
-                           "{} of {} free-running sequences identical",
-                           rr.n_flips, rr.n_positions, 100.0 * rr.flip_rate, rr.auc, rr.auc_ci.lo, rr.auc_ci.hi,
-                           sr.n_identical, sr.n_prompts);
+  const std::string auc = rr.n_flips == 0 || rr.n_flips == rr.n_positions
+                              ? std::string("margin AUC undefined (one class only)")
+                              : fmt::format("margin AUC {:.3f} [{:.3f}, {:.3f}]", rr.auc, rr.auc_ci.lo, rr.auc_ci.hi);
+  c7.summary = fmt::format("teacher-forced flips {} of {} positions ({:.2f}%), {}; {} of {} free-running sequences "
+                           "identical",
+                           rr.n_flips, rr.n_positions, 100.0 * rr.flip_rate, auc, sr.n_identical, sr.n_prompts);
   if (o.max_flip_rate >= 0 && rr.flip_rate > o.max_flip_rate) {
     c7.verdict = Verdict::fail;
     c7.summary += fmt::format(" — above the tolerance {:.4f}", o.max_flip_rate);

@@ -16,6 +16,7 @@
 #include "arms/cuda/cuda_common.hpp"
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
+#include "qconform/accum.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/numerics.hpp"
 #include "qconform/version.hpp"
@@ -59,8 +60,13 @@ BiasAdd bias_add_for(const Epilogue& e, bool has_bias) {
 
 namespace {
 
-void check_shape(const std::string& arm, const LayerOperands& ops) {
+// `int32_accumulator`: the INT8 arms accumulate in INT32, which is exact only while K * 2^14 < 2^31;
+// beyond that they refuse the shape instead of wrapping silently (C1's overflow probe).
+void check_shape(const std::string& arm, const LayerOperands& ops, bool int32_accumulator) {
   ops.validate();
+  QC_INPUT(!int32_accumulator || ops.k <= kAccumMaxKInt32,
+           "arm {}: layer `{}` ({}): K={} can overflow the INT32 accumulator (K * 2^14 >= 2^31); this arm accepts K <= {}",
+           arm, ops.name, ops.source, ops.k, kAccumMaxKInt32);
   QC_INPUT(ops.m >= 1, "arm {}: layer `{}` ({}): expected M >= 1, found M={}", arm, ops.name, ops.source, ops.m);
   QC_INPUT(ops.n % 16 == 0 && ops.n > 0, "arm {}: layer `{}` ({}): N must be a positive multiple of 16, found N={}",
            arm, ops.name, ops.source, ops.n);
@@ -109,7 +115,7 @@ class MmaArm final : public Arm {
   }
   ArmOutput run(const LayerOperands& ops) override {
     const ArmInfo i = info();
-    check_shape(i.label, ops);
+    check_shape(i.label, ops, /*int32_accumulator=*/true);
     const BiasAdd bias_add = bias_add_for(epilogue_, ops.has_bias());
     require_device(i.label);
     DeviceLayer d(ops);
@@ -167,7 +173,7 @@ class CublasLtInt8Arm final : public Arm {
   }
   ArmOutput run(const LayerOperands& ops) override {
     const ArmInfo i = info();
-    check_shape(i.label, ops);
+    check_shape(i.label, ops, /*int32_accumulator=*/true);
     const Epilogue& e = epilogue(i.epilogue);
     const BiasAdd bias_add = bias_add_for(e, ops.has_bias());
     require_device(i.label);
@@ -242,7 +248,7 @@ class CublasLtFp8Arm final : public Arm {
   }
   ArmOutput run(const LayerOperands& ops) override {
     const ArmInfo i = info();
-    check_shape(i.label, ops);
+    check_shape(i.label, ops, /*int32_accumulator=*/false);
     QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", i.label, ops.name);
     require_device(i.label);
     const std::vector<uint8_t> a8 = to_e4m3_exact(i.label, ops, ops.a_q, "a_q", ops.k);
