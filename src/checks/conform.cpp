@@ -122,41 +122,6 @@ W8a8Options w8a8_options(const ConformOptions& o, const Model& model, const std:
   return w;
 }
 
-// Every linear layer's operands for the prefill of every prompt, rows concatenated per layer
-// (per-token activation scales make the concatenation exact).
-std::vector<LayerOperands> capture(const LoadedModel& lm, const W8a8Options& w) {
-  W8a8Linear linear(w);
-  std::vector<std::string> order;
-  std::map<std::string, std::pair<LayerOperands, OperandStorage>> layers;
-  linear.set_observer([&](const LayerOperands& ops, const ArmOutput&) {
-    auto [it, inserted] = layers.try_emplace(ops.name);
-    auto& [first, s] = it->second;
-    if (inserted) {
-      order.push_back(ops.name);
-      first = ops;
-      s.w_q.assign(ops.w_q.begin(), ops.w_q.end());
-      s.w_scale.assign(ops.w_scale.begin(), ops.w_scale.end());
-      s.bias.assign(ops.bias.begin(), ops.bias.end());
-    }
-    QC_CHECK(ops.n == first.n && ops.k == first.k, "layer {} changed shape during capture", ops.name);
-    s.a_q.insert(s.a_q.end(), ops.a_q.begin(), ops.a_q.end());
-    s.a_scale.insert(s.a_scale.end(), ops.a_scale.begin(), ops.a_scale.end());
-  });
-  Decoder decoder(lm.model, linear);
-  std::vector<float> logits;
-  for (const TokenSequence& p : lm.prompts) {
-    decoder.reset();
-    decoder.forward(p.tokens, LogitRows::last, logits);
-  }
-  std::vector<LayerOperands> out;
-  for (const std::string& name : order) {
-    auto& [first, s] = layers.at(name);
-    const int64_t m = static_cast<int64_t>(s.a_scale.size());
-    out.push_back(make_operands(name, m, first.n, first.k, std::move(s), "conform capture"));
-  }
-  return out;
-}
-
 struct RunFiles {
   std::string jsonl, manifest;
   RunRecord record;
@@ -237,7 +202,10 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
 
   // Capture the operands of every linear layer (arm A's run; activation quantization is shared).
   step("capture operands");
-  const std::vector<LayerOperands> captured = capture(lm, w8a8_options(o, lm.model, o.arm_a, false));
+  std::vector<std::vector<int32_t>> prompt_tokens;
+  for (const TokenSequence& p : lm.prompts) prompt_tokens.push_back(p.tokens);
+  const std::vector<LayerOperands> captured =
+      capture_operands(lm.model, w8a8_options(o, lm.model, o.arm_a, false), prompt_tokens).layers;
   const std::string ops_path = dir + "/operands.safetensors";
   save_operands(ops_path, captured, {{"source", "qconform conform capture"}, {"model", lm.description}});
   const OperandSet ops = load_operands(ops_path);

@@ -44,6 +44,7 @@ struct ModelRun {
   LinearFn linear;
   std::string arm_label;  // "" in fp32 mode
   nlohmann::json header_extra = nlohmann::json::object();
+  std::optional<W8a8Linear> w8a8;  // shares state with `linear` in w8a8 mode
 };
 
 // Checks the mode options before a (possibly large) model is loaded: bad usage fails at once.
@@ -72,7 +73,8 @@ inline ModelRun make_model_run(const ModelRunArgs& a, const Model& model) {
   r.options.act_quantizer = a.act_quantizer;
   r.options.pow2 = a.pow2;
   r.options.weight_dtype = weight_scale_dtype_for(model.config);
-  r.linear = W8a8Linear(r.options);
+  r.w8a8.emplace(r.options);
+  r.linear = *r.w8a8;
   r.arm_label = r.options.arm;
   r.header_extra = {{"act_quantizer", r.options.act_quantizer},
                     {"pow2", r.options.pow2},

@@ -7,6 +7,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/model_run.hpp"
+#include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
 #include "qconform/model.hpp"
 #include "qconform/operands_io.hpp"
@@ -18,7 +19,7 @@ namespace {
 
 struct CaptureArgs {
   ModelRunArgs run;
-  std::string prompts, out;
+  std::string prompts, out, manifest;
   int64_t max_tokens = 0;
 };
 
@@ -35,6 +36,7 @@ VerbRunner setup_capture(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_option("--out", a->out, "operand file to write (safetensors, atomically)")->required();
   add_mode_options(app, a->run, /*with_mode=*/false);
+  add_manifest_option(app, a->manifest);
   return [a] {
     preflight(a->run);
     const Model model = load_model(a->run.model);
@@ -63,6 +65,12 @@ VerbRunner setup_capture(CLI::App& app) {
         {"rows", "prefill rows of every prompt, concatenated per layer in prompt order"},
     };
     save_operands(a->out, c.layers, meta);
+    auto inputs = model_inputs(a->run.model, a->run.tokenizer);
+    inputs.emplace_back("prompts", a->prompts);
+    inputs.emplace_back("operands", a->out);
+    write_run_manifest(a->manifest, a->out, "capture", run.options.arm, c.record, inputs,
+                       {{"act_quantizer", run.options.act_quantizer}, {"pow2", run.options.pow2},
+                        {"max_tokens", a->max_tokens}});
     fmt::print("capture: {} layers, {} rows each ({} prompts), arm {}, act quantizer {}{}; wrote {} ({})\n",
                c.layers.size(), rows, prompts.size(), run.options.arm, run.options.act_quantizer,
                run.options.pow2 ? ", pow2 weight scales" : "", a->out, sha256_file(a->out));

@@ -7,6 +7,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/model_run.hpp"
+#include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/model.hpp"
@@ -17,7 +18,7 @@ namespace {
 
 struct GenerateArgs {
   ModelRunArgs run;
-  std::string prompts, out, tokens_out;
+  std::string prompts, out, tokens_out, manifest;
   int64_t max_new = 256;
   bool compare = false;
 };
@@ -33,6 +34,7 @@ VerbRunner setup_generate(CLI::App& app) {
       ->check(CLI::ExistingFile);
   app.add_option("--max-new", a->max_new, "maximum generated tokens per prompt")->check(CLI::PositiveNumber);
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)");
+  add_manifest_option(app, a->manifest);
   app.add_option("--tokens-out", a->tokens_out, "write each full sequence as {\"prompt\": id, \"tokens\": [...]} (input of `replay --tokens`)");
   add_mode_options(app, a->run, /*with_mode=*/true);
   app.add_flag("--compare-prefill-decode", a->compare,
@@ -90,6 +92,11 @@ VerbRunner setup_generate(CLI::App& app) {
     }
     if (!a->out.empty()) write_file_atomic(a->out, jsonl);
     if (!a->tokens_out.empty()) write_file_atomic(a->tokens_out, tokens_jsonl);
+    auto inputs = model_inputs(a->run.model, a->run.tokenizer);
+    if (!a->prompts.empty()) inputs.emplace_back("prompts", a->prompts);
+    write_run_manifest(a->manifest, a->out, "generate", run.arm_label.empty() ? "fp32" : run.arm_label,
+                       run.w8a8 ? run.w8a8->last_record() : fp32_record(), inputs,
+                       {{"mode", to_string(run.mode)}, {"max_new", a->max_new}, {"header", extra}});
     return kExitOk;
   };
 }

@@ -7,6 +7,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/model_run.hpp"
+#include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/model.hpp"
@@ -17,7 +18,7 @@ namespace {
 
 struct ReplayArgs {
   ModelRunArgs run;
-  std::string tokens, out;
+  std::string tokens, out, manifest;
 };
 
 VerbRunner setup_replay(CLI::App& app) {
@@ -29,6 +30,7 @@ VerbRunner setup_replay(CLI::App& app) {
       ->required()->check(CLI::ExistingFile);
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)")->required();
   add_mode_options(app, a->run, /*with_mode=*/true);
+  add_manifest_option(app, a->manifest);
   return [a] {
     preflight(a->run);
     const Model model = load_model(a->run.model);
@@ -51,6 +53,11 @@ VerbRunner setup_replay(CLI::App& app) {
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     write_file_atomic(a->out, jsonl);
+    auto inputs = model_inputs(a->run.model, a->run.tokenizer);
+    inputs.emplace_back("tokens", a->tokens);
+    write_run_manifest(a->manifest, a->out, "replay", run.arm_label.empty() ? "fp32" : run.arm_label,
+                       run.w8a8 ? run.w8a8->last_record() : fp32_record(), inputs,
+                       {{"mode", to_string(run.mode)}, {"header", extra}});
     fmt::print("replay: {} sequences, {} positions, top-1 = forced token at {} ({:.1f}%), {:.3f} s; wrote {}\n",
                seqs.size(), positions, agree, 100.0 * agree / std::max<int64_t>(positions, 1), seconds, a->out);
     return kExitOk;

@@ -10,6 +10,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/progress.hpp"
+#include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/sweep.hpp"
@@ -49,6 +50,8 @@ VerbRunner setup_sweep(CLI::App& app) {
   app.add_option("--first-seed", o->first_seed, "first seed")->capture_default_str();
   app.add_option("--confidence", o->confidence, "level of the Clopper-Pearson intervals")->capture_default_str();
   app.add_option("--threads", o->threads, "worker threads (0: all cores)")->capture_default_str();
+  auto manifest = std::make_shared<std::string>();
+  add_manifest_option(app, *manifest);
   app.add_option("--json", *json, "write the results (schema_version 1, kind qconform-sweep) to this file");
   return [=] {
     const size_t comma = pair->find(',');
@@ -65,6 +68,12 @@ VerbRunner setup_sweep(CLI::App& app) {
     if (!json->empty()) write_file_atomic(*json, to_json(r).dump(1) + "\n");
     fmt::print("{}", format_sweep(r));
     if (!json->empty()) fmt::print("results: {}\n", *json);
+    // Operands are synthesized from the seeds (no input files): the configuration is the identity.
+    std::optional<RunRecord> record;
+    if (r.arms.contains("a")) record = r.arms["a"].get<RunRecord>();
+    write_run_manifest(*manifest, *json, "sweep", *pair, record, {},
+                       {{"ks", opts.ks}, {"m", opts.m}, {"n", opts.n}, {"seeds", opts.seeds},
+                        {"first_seed", opts.first_seed}, {"arms", r.arms}});
     return kExitOk;
   };
 }

@@ -6,6 +6,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/progress.hpp"
+#include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/layer_checks.hpp"
@@ -76,7 +77,7 @@ void print_table(const VerifyResult& r, bool per_layer) {
 
 VerbRunner setup_verify(CLI::App& app) {
   struct Options {
-    std::string operands, arms, predictions, pin, scales = "real,pow2-channel,pow2-layer", m_sweep, json;
+    std::string operands, arms, predictions, pin, scales = "real,pow2-channel,pow2-layer", m_sweep, json, manifest;
     int64_t tolerance = 1;
     bool per_layer = false;
   };
@@ -90,6 +91,7 @@ VerbRunner setup_verify(CLI::App& app) {
   app.add_option("--tolerance-ulps", o->tolerance, "C6 tolerance in bf16 ulps")->capture_default_str();
   app.add_flag("--per-layer", o->per_layer, "print one line per (layer, M, scales) run");
   app.add_option("--json", o->json, "write the results as JSON");
+  add_manifest_option(app, o->manifest);
   return [o] {
     const std::vector<std::string> arm_labels = split(o->arms);
     QC_INPUT(arm_labels.size() == 2, "--arms `{}`: expected two arms separated by a comma", o->arms);
@@ -159,6 +161,11 @@ VerbRunner setup_verify(CLI::App& app) {
                           {"pinned", !o->predictions.empty()}};
       write_file_atomic(o->json, j.dump(1) + "\n");
     }
+    std::vector<std::pair<std::string, std::string>> inputs = {{"operands", o->operands}};
+    if (!o->predictions.empty()) inputs.emplace_back("predictions", o->predictions);
+    write_run_manifest(o->manifest, o->json, "verify", o->arms, result.record_a, inputs,
+                       {{"arm_b", result.record_b}, {"scales", o->scales}, {"m_sweep", o->m_sweep},
+                        {"tolerance_ulps", o->tolerance}});
     return result.all_passed() ? kExitOk : kExitCheckFailed;
   };
 }

@@ -1,0 +1,63 @@
+// `--manifest FILE` for every verb that produces an artefact: the C0 identity record of the run
+// (input digests, project version, arm label and the kernel evidence the arm reported, platform,
+// selection environment, configuration). Default: `<primary output>.manifest.json`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <filesystem>
+
+#include "qconform/manifest.hpp"
+#include "qconform/version.hpp"
+
+namespace qc::cli {
+
+inline void add_manifest_option(CLI::App& app, std::string& path) {
+  app.add_option("--manifest", path, "write the run's manifest (C0 identity record) here; default: <output>.manifest.json");
+}
+
+// Writes the manifest when `explicit_path` or `primary_output` is set; returns its path ("" when none).
+inline std::string write_run_manifest(const std::string& explicit_path, const std::string& primary_output,
+                                      std::string_view kind, std::string arm, std::optional<RunRecord> record,
+                                      const std::vector<std::pair<std::string, std::string>>& inputs,
+                                      nlohmann::json config) {
+  const std::string path = !explicit_path.empty() ? explicit_path
+                           : primary_output.empty() ? std::string()
+                                                    : primary_output + ".manifest.json";
+  if (path.empty()) return path;
+  Manifest m = make_manifest(kind, std::move(arm), std::move(record), inputs, std::move(config));
+  write_manifest(path, m);
+  return path;
+}
+
+// A model's files as manifest inputs: a llama2.c file, or an HF directory's config and weights.
+inline std::vector<std::pair<std::string, std::string>> model_inputs(const std::string& model,
+                                                                     const std::string& tokenizer) {
+  std::vector<std::pair<std::string, std::string>> in;
+  if (std::filesystem::is_directory(model)) {
+    in.emplace_back("model.config", (std::filesystem::path(model) / "config.json").string());
+    in.emplace_back("model.weights", (std::filesystem::path(model) / "model.safetensors").string());
+  } else {
+    in.emplace_back("model", model);
+  }
+  if (!tokenizer.empty()) in.emplace_back("tokenizer", tokenizer);
+  return in;
+}
+
+// The treatment evidence of an fp32 (unquantized) run: qconform's own reference linear layers.
+inline RunRecord fp32_record() {
+  RunRecord r;
+  r.arm = "fp32";
+  r.kernel = "qconform fp32_linear (products summed in double, rounded to fp32 once)";
+  r.device = cpu_description();
+  r.library = "qconform " + version();
+  r.build = build_flags();
+  return r;
+}
+
+}  // namespace qc::cli
