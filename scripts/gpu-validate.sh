@@ -11,6 +11,8 @@ B=${BUILD:-build-gpu}
 mkdir -p "$OUT"
 Q=$B/qconform
 OPS=${OPS:-/tmp/qc-q17.safetensors}
+STEPS=${STEPS:-tests,verify,cross,boundary,python,sweep,conform,bench}   # which steps to run
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
 step() { echo; echo "== $* ($(date +%T))"; }
 timed() { local t0=$(date +%s%N); "$@"; local rc=$?; echo "[took $(( ($(date +%s%N) - t0) / 1000000 )) ms, rc=$rc]"; return $rc; }
 
@@ -21,42 +23,38 @@ cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DQCONFORM_WITH_CUDA=ON -DQCONFORM
   timed cmake --build "$B" -j"$(nproc)" --target qconform qconform_gpu_tests _qconform bench_cuda_scaled_mm >> "$OUT/build.log" 2>&1 ||
   { tail -40 "$OUT/build.log"; exit 1; }
 
-step "gpu tests"
-QC_EXPECT_WGMMA=1 timed "$B/tests/qconform_gpu_tests" > "$OUT/gpu-tests.log" 2>&1
-grep -E "^\[  (FAILED|PASSED) |SKIPPED|Failure" "$OUT/gpu-tests.log" | head -20
+want tests && step "gpu tests" && QC_EXPECT_WGMMA=1 timed "$B/tests/qconform_gpu_tests" > "$OUT/gpu-tests.log" 2>&1
+want tests && grep -E "^\[  (FAILED|PASSED) |SKIPPED|Failure" "$OUT/gpu-tests.log" | head -20
 
 step "synth + predict (qwen3-1.7b, M=512)"
 timed "$Q" synth --shapes qwen3-1.7b --m 512 --seed 1 --out "$OPS" | tail -2
 timed "$Q" predict "$OPS" --out "$OUT/predictions.json" --quiet | tee "$OUT/predict.txt"
 PIN=$(sed -n 's/^pin: //p' "$OUT/predict.txt")
 
-step "verify cuda:mma-vllm-cutlass vs cuda:mma-vllm-triton (196 layers, 3 scale regimes)"
-timed "$Q" verify "$OPS" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --predictions "$OUT/predictions.json" \
-  --pin "$PIN" --json "$OUT/verify-mma.json" > "$OUT/verify-mma.txt" 2>&1; tail -16 "$OUT/verify-mma.txt"
+want verify && step "verify cuda:mma-vllm-cutlass vs cuda:mma-vllm-triton (196 layers, 3 scale regimes)" && timed "$Q" verify "$OPS" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --predictions "$OUT/predictions.json" \
+  --pin "$PIN" --json "$OUT/verify-mma.json" > "$OUT/verify-mma.txt" 2>&1; want verify && grep -E "^(real|pow2|C[2-6]) " "$OUT/verify-mma.txt"
 
-step "verify across devices: cpu:vllm-cutlass vs cuda:mma-vllm-cutlass, cuda:cublaslt-int8 vs cpu:vllm-cutlass-muladd"
-timed "$Q" verify "$OPS" --arms cpu:vllm-cutlass,cuda:mma-vllm-cutlass --scales real > "$OUT/verify-cross.txt" 2>&1
-grep -E "^C[2-6]" "$OUT/verify-cross.txt"
-timed "$Q" verify "$OPS" --arms cpu:vllm-cutlass-muladd,cuda:cublaslt-int8 --scales real > "$OUT/verify-cublaslt.txt" 2>&1
-grep -E "^C[2-6]" "$OUT/verify-cublaslt.txt"
+want cross && step "verify across devices: cpu:vllm-cutlass vs cuda:mma-vllm-cutlass, cuda:cublaslt-int8 vs cpu:vllm-cutlass-muladd"
+if want cross; then
+  timed "$Q" verify "$OPS" --arms cpu:vllm-cutlass,cuda:mma-vllm-cutlass --scales real > "$OUT/verify-cross.txt" 2>&1
+  grep -E "^C[2-6]" "$OUT/verify-cross.txt"
+  timed "$Q" verify "$OPS" --arms cpu:vllm-cutlass-muladd,cuda:cublaslt-int8 --scales real > "$OUT/verify-cublaslt.txt" 2>&1
+  grep -E "^C[2-6]" "$OUT/verify-cublaslt.txt"
+fi
 
-step "boundary (C1) through the CUDA arms"
-for arm in cuda:mma-vllm-cutlass cuda:mma-vllm-triton cuda:mma-sglang-sm89 cuda:cublaslt-int8; do
+want boundary && step "boundary (C1) through the CUDA arms" && for arm in cuda:mma-vllm-cutlass cuda:mma-vllm-triton cuda:mma-sglang-sm89 cuda:cublaslt-int8; do
   "$Q" boundary --arm "$arm" --json "$OUT/boundary-${arm//[:]/_}.json" > "$OUT/boundary-${arm//[:]/_}.txt" 2>&1
   echo "$arm: $(grep '^C1' "$OUT/boundary-${arm//[:]/_}.txt")"
 done
 
-step "Python arms: Triton and torch._int_mm"
-PYTHONPATH=$B/python timed python3 examples/gpu_python_arms.py --int-mm --against cuda:mma-vllm-cutlass \
-  --json "$OUT/python-arms.json" > "$OUT/python-arms.txt" 2>&1; tail -25 "$OUT/python-arms.txt"
+want python && step "Python arms: Triton and torch._int_mm" && PYTHONPATH=$B/python timed python3 examples/gpu_python_arms.py --int-mm --against cuda:mma-vllm-cutlass \
+  --json "$OUT/python-arms.json" > "$OUT/python-arms.txt" 2>&1; want python && tail -25 "$OUT/python-arms.txt"
 
-step "FP8 depth sweep: cuda:cublaslt-fp8 vs cuda:cublaslt-fp8-fastacc"
-timed "$Q" sweep --pair cuda:cublaslt-fp8,cuda:cublaslt-fp8-fastacc --k 512,1024,2048,4096,8192,16384,32768 \
-  --m 512 --n 1024 --seeds 5 --json "$OUT/sweep-fp8.json" > "$OUT/sweep-fp8.txt" 2>&1; tail -30 "$OUT/sweep-fp8.txt"
+want sweep && step "FP8 depth sweep: cuda:cublaslt-fp8 vs cuda:cublaslt-fp8-fastacc" && timed "$Q" sweep --pair cuda:cublaslt-fp8,cuda:cublaslt-fp8-fastacc --k 512,1024,2048,4096,8192,16384,32768 \
+  --m 512 --n 1024 --seeds 5 --json "$OUT/sweep-fp8.json" > "$OUT/sweep-fp8.txt" 2>&1; want sweep && tail -30 "$OUT/sweep-fp8.txt"
 
-step "conform with the CUDA arms (synthetic model)"
-timed "$Q" conform --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --out "$OUT/conform" > "$OUT/conform.txt" 2>&1
-tail -14 "$OUT/conform.txt"
+want conform && step "conform with the CUDA arms (synthetic model)" && timed "$Q" conform --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --out "$OUT/conform" > "$OUT/conform.txt" 2>&1
+want conform && tail -14 "$OUT/conform.txt"
 
-step "benchmark"
-timed "$B/bench/bench_cuda_scaled_mm" --quick > "$OUT/bench.txt" 2>&1; tail -20 "$OUT/bench.txt"
+want bench && step "benchmark" && timed "$B/bench/bench_cuda_scaled_mm" --quick > "$OUT/bench.txt" 2>&1; want bench && tail -20 "$OUT/bench.txt"
+tar -czf "$OUT.tar.gz" -C "$(dirname "$OUT")" "$(basename "$OUT")" 2>/dev/null && echo "logs: $OUT.tar.gz"
