@@ -26,7 +26,7 @@ DEMO_OUT  ?= demo-out
 demo: build
 	./$(BUILD)/qconform selfcheck
 	./$(BUILD)/qconform conform --arms cpu:vllm-cutlass,cpu:vllm-triton --out $(DEMO_OUT) \
-	  $(if $(MODEL),--model $(MODEL)) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
+	  $(if $(MODEL),--model $(MODEL) --max-new 120) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
 
 # Every test: unit (ctest, GPU tests skip without a GPU), Python peers, the sanitizer build, a bounded fuzz run.
 test: test-unit test-peer test-asan test-fuzz

@@ -28,10 +28,22 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Story openings for llama2.c models when no prompts are given.
-constexpr const char* kStoryPrompts[] = {"Once upon a time", "The little dog", "Tom and Lily went to the park",
-                                         "One day, a big bear", "The sun was shining and", "Sara had a red ball",
-                                         "In the garden there was", "The cat saw a bird"};
+// Story openings for llama2.c models when no prompts are given: every subject x verb x object
+// combination, 120 prompts (enough positions for the margin statistics of C7).
+std::vector<std::string> story_prompts() {
+  constexpr const char* kSubjects[] = {"Lily", "Tom", "The dog", "A little bird", "The old man",
+                                       "Sam", "The cat", "Mia", "A big bear", "The king"};
+  constexpr const char* kVerbs[] = {"went to", "saw", "found", "wanted", "liked"};
+  constexpr const char* kObjects[] = {"the park", "a ball", "the sea", "a cake", "the tree", "a box"};
+  std::vector<std::string> out;
+  for (const char* s : kSubjects) {
+    for (const char* v : kVerbs) {
+      for (const char* o : kObjects) out.push_back(fmt::format("{} {} {}", s, v, o));
+    }
+  }
+  out.resize(120);
+  return out;
+}
 
 struct LoadedModel {
   Model model;
@@ -80,7 +92,7 @@ LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& d
       }
       lm.inputs.emplace_back("prompts", o.prompts);
     } else {
-      texts.assign(std::begin(kStoryPrompts), std::end(kStoryPrompts));
+      texts = story_prompts();
       const std::string path = dir + "/prompts.txt";
       std::string joined;
       for (const auto& t : texts) joined += t + "\n";

@@ -742,13 +742,14 @@ std::string render_report(const json& results, const ReportOptions& options) {
   if (!charts_note.empty()) page.f("<p class=\"note\" id=\"qc-charts-note\">{}</p>\n", html_escape(charts_note));
   page.raw("<p class=\"note\" id=\"qc-js-errors\"></p>\n");
 
+  // Verdicts and figures first; the provenance tables (long) last.
   verdict_section(page, results);
   arms_section(page, results);
-  manifests_section(page, results);
   headroom_section(page, results);
   differences_section(page, results);
   sweep_section(page, results);
   transfer_section(page, results);
+  manifests_section(page, results);
 
   std::string html;
   html.reserve(page.text().size() + chartjs.size() + 16384);
