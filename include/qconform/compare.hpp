@@ -51,6 +51,9 @@ struct Comparison {
   void merge(const Comparison& other, size_t max_listed);
 };
 
+// |a| below this is near zero: `near_zero_fraction` × RMS of the finite elements of `a`.
+double near_zero_limit(std::span<const uint16_t> a, const CompareOptions& options);
+
 // a, b: [rows, cols] bf16 bit patterns, row-major. `a` is the reference side for near-zero.
 Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t rows, int64_t cols,
                         const std::string& layer = "", const CompareOptions& options = {});

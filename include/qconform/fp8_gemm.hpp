@@ -36,6 +36,9 @@ struct Fp8AccumSpec {
 
 // d[m,n] = Σ_k e4m3(a[m,k])·e4m3(w[n,k]) in the declared fp32 order. NaN encodings in the
 // operands are input errors (QC_INPUT with the coordinate). `threads` = 0: hardware concurrency.
+// Input errors for a negative shape, a blocked order without a chunk, or split-K outside 1..K.
+void validate_fp8_gemm(AccumShape s, const Fp8AccumSpec& spec);
+
 void fp8_gemm_emulate(const uint8_t* a, const uint8_t* w, AccumShape s, const Fp8AccumSpec& spec, float* d,
                       int threads = 0);
 

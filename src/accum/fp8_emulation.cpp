@@ -74,14 +74,18 @@ std::string Fp8AccumSpec::name() const {
   return "?";
 }
 
-void fp8_gemm_emulate(const uint8_t* a, const uint8_t* w, AccumShape s, const Fp8AccumSpec& spec, float* d,
-                      int threads) {
+void validate_fp8_gemm(AccumShape s, const Fp8AccumSpec& spec) {
   QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0, "fp8 GEMM: expected non-negative shape, found M={} N={} K={}", s.m, s.n,
            s.k);
   QC_INPUT(spec.order != Fp8AccumOrder::blocked || spec.chunk >= 1, "fp8 GEMM: blocked order needs chunk >= 1, found {}",
            spec.chunk);
   QC_INPUT(spec.order != Fp8AccumOrder::split_k || (spec.splits >= 1 && spec.splits <= std::max<int64_t>(s.k, 1)),
            "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}", spec.splits, s.k);
+}
+
+void fp8_gemm_emulate(const uint8_t* a, const uint8_t* w, AccumShape s, const Fp8AccumSpec& spec, float* d,
+                      int threads) {
+  validate_fp8_gemm(s, spec);
   std::vector<float> wf(static_cast<size_t>(s.n * s.k));
   for (int64_t n = 0; n < s.n; ++n) decode_row(w + n * s.k, s.k, wf.data() + n * s.k, "w", n);
   parallel_for(s.m, threads, [&](int64_t m) {

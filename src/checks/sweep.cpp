@@ -269,12 +269,7 @@ nlohmann::json nums(const std::vector<double>& v) {
 
 void fp8_gemm_emulate_fast(const uint8_t* a, const uint8_t* w, AccumShape s, const Fp8AccumSpec& spec, float* d,
                            int threads) {
-  QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0, "fp8 GEMM: expected non-negative shape, found M={} N={} K={}", s.m, s.n,
-           s.k);
-  QC_INPUT(spec.order != Fp8AccumOrder::blocked || spec.chunk >= 1, "fp8 GEMM: blocked order needs chunk >= 1, found {}",
-           spec.chunk);
-  QC_INPUT(spec.order != Fp8AccumOrder::split_k || (spec.splits >= 1 && spec.splits <= std::max<int64_t>(s.k, 1)),
-           "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}", spec.splits, s.k);
+  validate_fp8_gemm(s, spec);
   run_panels<float>(a, w, s, range_bounds(spec, s.k), d, threads);
 }
 
@@ -379,16 +374,8 @@ SweepCell measure_cell(const std::vector<uint16_t>& a, const std::vector<uint16_
   cell.max_ulp = c.max_ulp;
   cell.max_rel = c.max_rel;
   cell.near_zero_diff = c.near_zero_diff;
-  // The same near-zero limit as `compare_bf16`: 1% of the RMS of the finite elements of `a`.
-  double sum = 0;
-  int64_t finite = 0;
-  for (uint16_t x : a) {
-    if (!bf16_is_finite(x)) continue;
-    const double v = bf16_to_f32(x);
-    sum += v * v;
-    ++finite;
-  }
-  const double limit = CompareOptions{}.near_zero_fraction * (finite ? std::sqrt(sum / static_cast<double>(finite)) : 0.0);
+  // The same near-zero limit as `compare_bf16`.
+  const double limit = near_zero_limit(a, CompareOptions{});
   std::vector<double> rel;
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i] == b[i]) continue;

@@ -37,6 +37,10 @@ void count_classes(uint16_t b, int64_t& nan, int64_t& inf, int64_t& subnormal) {
 
 }  // namespace
 
+double near_zero_limit(std::span<const uint16_t> a, const CompareOptions& options) {
+  return options.near_zero_fraction * rms_finite(a);
+}
+
 int64_t Comparison::beyond_ulps(int64_t ulps) const {
   int64_t count = 0;
   for (const auto& [distance, n] : ulp_histogram) {
@@ -75,23 +79,21 @@ Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b
            "compare_bf16: expected {}x{} elements on both sides, found {} and {}", rows, cols, a.size(), b.size());
   Comparison c;
   c.total = rows * cols;
-  const double near_zero_limit = options.near_zero_fraction * rms_finite(a);
+  const double near_zero = near_zero_limit(a, options);
   for (int64_t i = 0; i < c.total; ++i) {
     const uint16_t x = a[i], y = b[i];
     count_classes(x, c.nan_a, c.inf_a, c.subnormal_a);
     count_classes(y, c.nan_b, c.inf_b, c.subnormal_b);
     const bool finite = is_finite_bf16(x) && is_finite_bf16(y);
     const double xv = bf16_to_f32(x), yv = bf16_to_f32(y);
-    const bool near_zero = finite && std::fabs(xv) < near_zero_limit;
+    const bool is_near_zero = finite && std::fabs(xv) < near_zero;
     int64_t ulp = -1;
     if (finite) {
       ++c.finite_pairs;
       ulp = bf16_ulp_distance(x, y);
       ++c.ulp_histogram[ulp];
       c.max_ulp = std::max(c.max_ulp, ulp);
-      if (near_zero) {
-        ++c.near_zero;
-      }
+      if (is_near_zero) ++c.near_zero;
     } else {
       ++c.nonfinite_pairs;
     }
@@ -99,7 +101,7 @@ Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b
     ++c.bitwise_diff;
     if ((x & 0x7FFFu) == 0 && (y & 0x7FFFu) == 0) ++c.signed_zero_diff;
     if (finite) {
-      if (near_zero) {
+      if (is_near_zero) {
         ++c.near_zero_diff;
         c.near_zero_max_abs = std::max(c.near_zero_max_abs, std::fabs(xv - yv));
       } else {

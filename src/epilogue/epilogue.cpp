@@ -10,11 +10,11 @@
 #include <bit>
 #include <cmath>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
+#include "qconform/parallel.hpp"
 
 namespace qc {
 namespace {
@@ -332,20 +332,10 @@ void apply_tile(const Epilogue& e, const Acc* acc, const float* sa, const float*
       }
     }
   };
-  int t = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Below ~64K elements a thread costs more than it saves.
-  t = static_cast<int>(std::min<int64_t>({t, M, std::max<int64_t>(1, M * N / 65536)}));
-  if (t <= 1) {
-    rows(0, M);
-    return;
-  }
-  std::vector<std::thread> pool;
+  const int t = static_cast<int>(std::min<int64_t>({resolve_threads(threads), M, std::max<int64_t>(1, M * N / 65536)}));
   const int64_t chunk = (M + t - 1) / t;
-  for (int i = 0; i < t; ++i) {
-    const int64_t m0 = i * chunk, m1 = std::min(M, m0 + chunk);
-    if (m0 < m1) pool.emplace_back(rows, m0, m1);
-  }
-  for (auto& th : pool) th.join();
+  parallel_for(t, t, [&](int64_t i) { rows(i * chunk, std::min(M, (i + 1) * chunk)); });
 }
 
 }  // namespace
