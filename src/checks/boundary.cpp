@@ -76,6 +76,13 @@ Probe constant_acc_probe(int64_t t, const std::vector<float>& sa) {
   return p;
 }
 
+BoundaryCase new_case(std::string group, std::string id) {
+  BoundaryCase c;
+  c.group = std::move(group);
+  c.id = std::move(id);
+  return c;
+}
+
 std::string joined(const std::vector<std::string>& v) { return fmt::format("{}", fmt::join(v, "; ")); }
 
 std::string bits(uint16_t b) { return fmt::format("0x{:04x} ({:.9g})", b, bf16_to_f32(b)); }
@@ -126,7 +133,7 @@ class Suite {
   }
 
   void int_to_fp32_case(int64_t t) {
-    BoundaryCase c{"int-to-fp32", fmt::format("int-to-fp32/acc={}", t)};
+    BoundaryCase c = new_case("int-to-fp32", fmt::format("int-to-fp32/acc={}", t));
     const float rne = static_cast<float>(t);
     const float rz = std::fabs(static_cast<double>(rne)) > std::fabs(static_cast<double>(t)) ? std::nextafter(rne, 0.0f) : rne;
     const float ru = static_cast<double>(rne) < static_cast<double>(t) ? std::nextafter(rne, INFINITY) : rne;
@@ -214,7 +221,7 @@ class Suite {
   }
 
   void accumulation_case(const std::string& pattern, int64_t k, int64_t m) {
-    BoundaryCase c{"accumulation", fmt::format("accumulation/{}/K={}", pattern, k)};
+    BoundaryCase c = new_case("accumulation", fmt::format("accumulation/{}/K={}", pattern, k));
     Probe p;
     p.m = m;
     p.n = kCols;
@@ -316,8 +323,8 @@ class Suite {
     Probe scaled = base;
     for (int64_t j = 0; j < n; ++j) scaled.sw[j] = std::ldexp(1.0f, exps[j]);
 
-    BoundaryCase c{"pow2-commutation", "pow2-commutation/normal-and-signed-zero"};
-    BoundaryCase outside{"pow2-commutation", "pow2-commutation/subnormal-and-overflow"};
+    BoundaryCase c = new_case("pow2-commutation", "pow2-commutation/normal-and-signed-zero");
+    BoundaryCase outside = new_case("pow2-commutation", "pow2-commutation/subnormal-and-overflow");
     auto out1 = run_arm(base.ops(c.id), c);
     auto oute = out1 ? run_arm(scaled.ops(c.id), c) : std::nullopt;
     if (!out1 || !oute) {
@@ -385,7 +392,7 @@ class Suite {
         for (float v : {std::nextafter(mid, 0.0f), mid, std::nextafter(mid, INFINITY)}) values.push_back(v);
       }
     }
-    BoundaryCase c{"bf16-midpoints", "bf16-midpoints/ties-and-neighbours"};
+    BoundaryCase c = new_case("bf16-midpoints", "bf16-midpoints/ties-and-neighbours");
     Probe p;
     p.m = static_cast<int64_t>(values.size()) * 2;
     p.n = kCols;
@@ -423,7 +430,7 @@ class Suite {
 
   // ---- 5. subnormals: results and inputs are not flushed (FTZ/DAZ) --------------------------------
   void subnormals() {
-    BoundaryCase c{"subnormal", "subnormal/ftz-daz"};
+    BoundaryCase c = new_case("subnormal", "subnormal/ftz-daz");
     // (acc, sa, sw): a subnormal result; a subnormal scale with a normal result; a subnormal
     // intermediate whose final result is normal again.
     const std::vector<std::tuple<int64_t, float, float>> rows = {
