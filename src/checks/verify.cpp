@@ -11,6 +11,7 @@
 #include "qconform/error.hpp"
 #include "qconform/layer_checks.hpp"
 #include "qconform/numerics.hpp"
+#include "qconform/parallel.hpp"
 #include "qconform/sha256.hpp"
 
 namespace qc {
@@ -62,27 +63,6 @@ std::vector<uint16_t> emulate(const Epilogue& e, const ExactAcc& acc, const Laye
   return y;
 }
 
-// C4 for one arm: -1 when the arm exposes no accumulator.
-int64_t acc_mismatches(const ArmOutput& out, const ExactAcc& exact, const LayerOperands& ops, const char* side,
-                       std::vector<std::string>& first) {
-  if (!out.acc) return -1;
-  QC_INPUT(static_cast<int64_t>(out.acc->size()) == ops.m * ops.n,
-           "arm {} returned an accumulator of {} elements for layer `{}`, expected {}x{}", out.record.arm,
-           out.acc->size(), ops.name, ops.m, ops.n);
-  int64_t mismatches = 0;
-  for (size_t i = 0; i < out.acc->size(); ++i) {
-    const int64_t want = exact.at(i);
-    const int64_t got = (*out.acc)[i];
-    if (got == want) continue;
-    ++mismatches;
-    if (first.size() < 10) {
-      first.push_back(fmt::format("{} {}[{},{}]: acc {} (0x{:08x}), exact {}", side, ops.name, i / ops.n, i % ops.n, got,
-                                  static_cast<uint32_t>(got), want));
-    }
-  }
-  return mismatches;
-}
-
 // Outside the power-of-two argument's jurisdiction: an output or an exact intermediate product
 // that is subnormal or non-finite in fp32 / bf16 (scaling by 2^e no longer commutes there).
 bool pow2_excluded(uint16_t ya, uint16_t yb, int64_t acc, float sa, float sw) {
@@ -96,6 +76,87 @@ bool pow2_excluded(uint16_t ya, uint16_t yb, int64_t acc, float sa, float sw) {
     if (p < FLT_MIN || p > FLT_MAX) return true;
   }
   return false;
+}
+
+// Everything verify checks element by element, over a block of rows (blocks run in parallel and
+// merge in order, so the "first" lists keep the first offending elements).
+struct ElementTally {
+  int64_t acc_mismatch[2] = {0, 0}, formula_mismatch[2] = {0, 0};
+  int64_t safe_contradicted = 0, predicted_diff = 0, predicted_vs_observed = 0;
+  int64_t pow2_excluded = 0, pow2_violations = 0;
+  std::vector<std::string> acc_first;
+  std::vector<DiffElement> pow2_first;
+
+  void merge(const ElementTally& o, size_t max_listed) {
+    for (int s = 0; s < 2; ++s) {
+      acc_mismatch[s] += o.acc_mismatch[s];
+      formula_mismatch[s] += o.formula_mismatch[s];
+    }
+    safe_contradicted += o.safe_contradicted;
+    predicted_diff += o.predicted_diff;
+    predicted_vs_observed += o.predicted_vs_observed;
+    pow2_excluded += o.pow2_excluded;
+    pow2_violations += o.pow2_violations;
+    for (const auto& f : o.acc_first) {
+      if (acc_first.size() < 10) acc_first.push_back(f);
+    }
+    for (const auto& d : o.pow2_first) {
+      if (pow2_first.size() < max_listed) pow2_first.push_back(d);
+    }
+  }
+};
+
+ElementTally tally_elements(const LayerOperands& ops, ScaleMode mode, bool safe, const ExactAcc& exact,
+                            const ArmOutput& out_a, const ArmOutput& out_b, const std::vector<uint16_t>* pred_a,
+                            const std::vector<uint16_t>* pred_b, size_t max_listed) {
+  const int64_t rows = ops.m, cols = ops.n;
+  const int64_t blocks = rows * cols < (int64_t{1} << 18) ? 1 : std::min<int64_t>(rows, 4 * resolve_threads(0));
+  const int64_t per = (rows + blocks - 1) / blocks;
+  std::vector<ElementTally> parts(static_cast<size_t>(blocks));
+  const ArmOutput* outs[2] = {&out_a, &out_b};
+  const std::vector<uint16_t>* preds[2] = {pred_a, pred_b};
+  parallel_for(blocks, 0, [&](int64_t k) {
+    ElementTally& t = parts[k];
+    const int64_t i0 = std::min(rows, k * per) * cols, i1 = std::min(rows, (k + 1) * per) * cols;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t row = i / cols, col = i % cols;
+      const int64_t want = exact.at(static_cast<size_t>(i));
+      for (int s = 0; s < 2; ++s) {
+        if (outs[s]->acc) {
+          const int64_t got = (*outs[s]->acc)[i];
+          if (got != want) {
+            ++t.acc_mismatch[s];
+            if (t.acc_first.size() < 10) {
+              t.acc_first.push_back(fmt::format("{} {}[{},{}]: acc {} (0x{:08x}), exact {}", s ? "B" : "A", ops.name, row,
+                                                col, got, static_cast<uint32_t>(got), want));
+            }
+          }
+          if (safe && std::abs(got) > kFp32ExactIntLimit) ++t.safe_contradicted;
+        }
+        if (preds[s]) t.formula_mismatch[s] += (*preds[s])[i] != outs[s]->y[i];
+      }
+      const uint16_t x = out_a.y[i], y = out_b.y[i];
+      if (pred_a && pred_b) {
+        const bool predicted = (*pred_a)[i] != (*pred_b)[i];
+        t.predicted_diff += predicted;
+        t.predicted_vs_observed += predicted != (x != y);
+      }
+      if (mode == ScaleMode::real) continue;
+      if (pow2_excluded(x, y, want, ops.a_scale[row], ops.w_scale[col])) {
+        ++t.pow2_excluded;
+      } else if (x != y) {
+        ++t.pow2_violations;
+        if (t.pow2_first.size() < max_listed) {
+          const bool finite = bf16_is_finite(x) && bf16_is_finite(y);
+          t.pow2_first.push_back(DiffElement{ops.name, row, col, x, y, bf16_to_f32(x), bf16_to_f32(y),
+                                             finite ? bf16_ulp_distance(x, y) : -1});
+        }
+      }
+    }
+  });
+  ElementTally total = std::move(parts[0]);
+  for (size_t k = 1; k < parts.size(); ++k) total.merge(parts[k], max_listed);
+  return total;
 }
 
 const Epilogue* declared(const ArmInfo& info) { return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue); }
@@ -226,43 +287,16 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
         run.cmp = compare_bf16(out_a.y, out_b.y, ops.m, ops.n,
                                m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m), options.compare);
 
-        // C4 and C2 part two: exposed accumulators against the exact one and the safe verdict.
-        run.acc_mismatch_a = acc_mismatches(out_a, exact, ops, "A", run.acc_first_mismatch);
-        run.acc_mismatch_b = acc_mismatches(out_b, exact, ops, "B", run.acc_first_mismatch);
-        for (const ArmOutput* out : {&out_a, &out_b}) {
-          if (!out->acc || !pred.safe) continue;
-          for (int32_t v : *out->acc) {
-            if (std::abs(int64_t{v}) > kFp32ExactIntLimit) {
-              run.prediction_held = false;
-              break;
-            }
-          }
-        }
-
-        // Declared formulas: each arm against its own formula, and the predicted difference set.
+        // Declared formulas: emulated on the exact accumulator (each arm against its own formula,
+        // and the predicted difference set).
         std::optional<std::vector<uint16_t>> pred_a, pred_b;
         if (formula_a) pred_a = emulate(*formula_a, exact, ops, options.threads);
         if (formula_b) pred_b = emulate(*formula_b, exact, ops, options.threads);
-        const auto count_diff = [](const std::vector<uint16_t>& x, const std::vector<uint16_t>& y) {
-          int64_t c = 0;
-          for (size_t i = 0; i < x.size(); ++i) c += x[i] != y[i];
-          return c;
-        };
-        if (pred_a) run.formula_mismatch_a = count_diff(*pred_a, out_a.y);
-        if (pred_b) run.formula_mismatch_b = count_diff(*pred_b, out_b.y);
-        if (pred_a && pred_b) {
-          run.predicted_diff = count_diff(*pred_a, *pred_b);
-          for (size_t i = 0; i < out_a.y.size(); ++i) {
-            const bool predicted = (*pred_a)[i] != (*pred_b)[i];
-            const bool observed = out_a.y[i] != out_b.y[i];
-            if (predicted != observed) {
-              run.predicted_equals_observed = false;
-              break;
-            }
-          }
+        for (const ArmOutput* out : {&out_a, &out_b}) {
+          QC_INPUT(!out->acc || static_cast<int64_t>(out->acc->size()) == ops.m * ops.n,
+                   "arm {} returned an accumulator of {} elements for layer `{}`, expected {}x{}", out->record.arm,
+                   out->acc->size(), ops.name, ops.m, ops.n);
         }
-
-        // C5: under power-of-two scales, bitwise identity is required in safe layers.
         if (mode != ScaleMode::real) {
           // Declared formulas must share a commutation class (docs/epilogues.md): bias after a bf16
           // rounding has none, and `exact` rounds once where the fp32 formulas round twice.
@@ -273,20 +307,25 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
             run.pow2_not_commutable = ops.has_bias() && ((formula_a && formula_a->bias_after_rounding()) ||
                                                          (formula_b && formula_b->bias_after_rounding()));
           }
-          for (size_t i = 0; i < out_a.y.size(); ++i) {
-            const int64_t row = static_cast<int64_t>(i) / ops.n, col = static_cast<int64_t>(i) % ops.n;
-            if (pow2_excluded(out_a.y[i], out_b.y[i], exact.at(i), ops.a_scale[row], ops.w_scale[col])) {
-              ++run.pow2_excluded;
-            } else if (out_a.y[i] != out_b.y[i]) {
-              ++run.pow2_violations;
-              if (run.pow2_first.size() < options.compare.max_listed) {
-                const uint16_t x = out_a.y[i], y = out_b.y[i];
-                const bool finite = bf16_is_finite(x) && bf16_is_finite(y);
-                run.pow2_first.push_back(DiffElement{ops.name, row, col, x, y, bf16_to_f32(x), bf16_to_f32(y),
-                                                     finite ? bf16_ulp_distance(x, y) : -1});
-              }
-            }
-          }
+        }
+        const ElementTally t = tally_elements(ops, mode, pred.safe, exact, out_a, out_b, pred_a ? &*pred_a : nullptr,
+                                              pred_b ? &*pred_b : nullptr, options.compare.max_listed);
+        // C4 and C2 part two: exposed accumulators against the exact one and the safe verdict.
+        run.acc_mismatch_a = out_a.acc ? t.acc_mismatch[0] : -1;
+        run.acc_mismatch_b = out_b.acc ? t.acc_mismatch[1] : -1;
+        run.acc_first_mismatch = t.acc_first;
+        run.prediction_held = t.safe_contradicted == 0;
+        if (pred_a) run.formula_mismatch_a = t.formula_mismatch[0];
+        if (pred_b) run.formula_mismatch_b = t.formula_mismatch[1];
+        if (pred_a && pred_b) {
+          run.predicted_diff = t.predicted_diff;
+          run.predicted_equals_observed = t.predicted_vs_observed == 0;
+        }
+        // C5: under power-of-two scales, bitwise identity is required in safe layers.
+        if (mode != ScaleMode::real) {
+          run.pow2_excluded = t.pow2_excluded;
+          run.pow2_violations = t.pow2_violations;
+          run.pow2_first = t.pow2_first;
         } else {
           result.total_real.merge(run.cmp, options.compare.max_listed);
         }

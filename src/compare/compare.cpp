@@ -3,10 +3,12 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
+#include "qconform/parallel.hpp"
 
 namespace qc {
 
@@ -73,31 +75,43 @@ void Comparison::merge(const Comparison& o, size_t max_listed) {
   }
 }
 
-Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t rows, int64_t cols,
-                        const std::string& layer, const CompareOptions& options) {
-  QC_CHECK(static_cast<int64_t>(a.size()) == rows * cols && static_cast<int64_t>(b.size()) == rows * cols,
-           "compare_bf16: expected {}x{} elements on both sides, found {} and {}", rows, cols, a.size(), b.size());
-  Comparison c;
-  c.total = rows * cols;
-  const double near_zero = near_zero_limit(a, options);
-  for (int64_t i = 0; i < c.total; ++i) {
+namespace {
+
+// Elements [i0, i1) of the flattened pair into `c` (which starts empty). Small ulp distances are
+// counted in an array: a map update per element would dominate the pass.
+void compare_range(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t i0, int64_t i1, int64_t cols,
+                   const std::string& layer, double near_zero, size_t max_listed, Comparison& c) {
+  constexpr int64_t kSmall = 64;
+  std::array<int64_t, kSmall> small_hist{};
+  c.total = i1 - i0;
+  for (int64_t i = i0; i < i1; ++i) {
     const uint16_t x = a[i], y = b[i];
     count_classes(x, c.nan_a, c.inf_a, c.subnormal_a);
     count_classes(y, c.nan_b, c.inf_b, c.subnormal_b);
     const bool finite = is_finite_bf16(x) && is_finite_bf16(y);
+    if (!finite) ++c.nonfinite_pairs;
+    if (x == y) {
+      if (finite) {
+        ++c.finite_pairs;
+        ++small_hist[0];
+        c.near_zero += std::fabs(static_cast<double>(bf16_to_f32(x))) < near_zero;
+      }
+      continue;
+    }
     const double xv = bf16_to_f32(x), yv = bf16_to_f32(y);
     const bool is_near_zero = finite && std::fabs(xv) < near_zero;
     int64_t ulp = -1;
     if (finite) {
       ++c.finite_pairs;
       ulp = bf16_ulp_distance(x, y);
-      ++c.ulp_histogram[ulp];
+      if (ulp < kSmall) {
+        ++small_hist[ulp];
+      } else {
+        ++c.ulp_histogram[ulp];
+      }
       c.max_ulp = std::max(c.max_ulp, ulp);
       if (is_near_zero) ++c.near_zero;
-    } else {
-      ++c.nonfinite_pairs;
     }
-    if (x == y) continue;
     ++c.bitwise_diff;
     if ((x & 0x7FFFu) == 0 && (y & 0x7FFFu) == 0) ++c.signed_zero_diff;
     if (finite) {
@@ -108,10 +122,32 @@ Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b
         c.max_rel = std::max(c.max_rel, std::fabs(xv - yv) / std::fabs(xv));
       }
     }
-    if (c.first.size() < options.max_listed) {
-      c.first.push_back(DiffElement{layer, i / cols, i % cols, x, y, xv, yv, ulp});
-    }
+    if (c.first.size() < max_listed) c.first.push_back(DiffElement{layer, i / cols, i % cols, x, y, xv, yv, ulp});
   }
+  for (int64_t d = 0; d < kSmall; ++d) {
+    if (small_hist[d]) c.ulp_histogram[d] += small_hist[d];
+  }
+}
+
+}  // namespace
+
+Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t rows, int64_t cols,
+                        const std::string& layer, const CompareOptions& options) {
+  QC_CHECK(static_cast<int64_t>(a.size()) == rows * cols && static_cast<int64_t>(b.size()) == rows * cols,
+           "compare_bf16: expected {}x{} elements on both sides, found {} and {}", rows, cols, a.size(), b.size());
+  const double near_zero = near_zero_limit(a, options);
+  const int64_t total = rows * cols;
+  // Large outputs in row blocks on every core, merged in order (so `first` keeps the first elements).
+  const int64_t blocks = total < (int64_t{1} << 20) ? 1 : std::min<int64_t>(rows, 4 * resolve_threads(0));
+  std::vector<Comparison> parts(static_cast<size_t>(std::max<int64_t>(blocks, 1)));
+  const int64_t rows_per_block = blocks ? (rows + blocks - 1) / blocks : 0;
+  parallel_for(blocks, 0, [&](int64_t k) {
+    const int64_t r0 = std::min(rows, k * rows_per_block), r1 = std::min(rows, (k + 1) * rows_per_block);
+    compare_range(a, b, r0 * cols, r1 * cols, cols, layer, near_zero, options.max_listed, parts[k]);
+  });
+  Comparison c = std::move(parts[0]);
+  for (size_t k = 1; k < parts.size(); ++k) c.merge(parts[k], options.max_listed);
+  c.total = total;
   return c;
 }
 
