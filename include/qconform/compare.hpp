@@ -36,6 +36,7 @@ struct Comparison {
   int64_t signed_zero_diff = 0;  // +0 vs −0 pairs (included in bitwise_diff)
   int64_t nan_a = 0, nan_b = 0, inf_a = 0, inf_b = 0, subnormal_a = 0, subnormal_b = 0;
   int64_t nonfinite_pairs = 0;    // pairs where at least one side is NaN or inf
+  int64_t nonfinite_diff = 0;     // such pairs whose bit patterns differ (never "within tolerance")
   int64_t finite_pairs = 0;
   std::map<int64_t, int64_t> ulp_histogram;  // over finite pairs, distance -> count (0 included)
   int64_t max_ulp = 0;                       // over finite pairs

@@ -65,6 +65,7 @@ struct LayerRun {
   int64_t m = 0, n = 0, k = 0;
   ScaleMode mode = ScaleMode::real;
   bool safe = false;                  // from the pinned prediction
+  bool int32_overflow = false;        // the layer's exact accumulators leave INT32 (C4 excludes it)
   Comparison cmp;                     // arm A vs arm B
   // C3: operand digests seen by each arm before and after it ran (unchanged and equal).
   bool operands_identical = true;

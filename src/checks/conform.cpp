@@ -193,7 +193,11 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   const auto step = [&](const std::string& what) {
     if (progress) progress(++stage, kStages, what);
   };
-  fs::create_directories(o.out_dir);
+  QC_INPUT(o.tolerance_ulps >= 0, "--tolerance-ulps: expected a non-negative number of ulps, found {}", o.tolerance_ulps);
+  std::error_code ec;
+  fs::create_directories(o.out_dir, ec);
+  QC_INPUT(!ec && fs::is_directory(o.out_dir), "--out {}: expected a directory that can be created, found: {}", o.out_dir,
+           ec ? ec.message() : "an existing file");
   const std::string dir = fs::path(o.out_dir).string();
   auto arm_a = make_arm(o.arm_a);
   auto arm_b = make_arm(o.arm_b);
@@ -208,7 +212,6 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   const BoundaryResult boundary_b = run_boundary(*arm_b);
   CheckResult c1 = boundary_a.c1;
   c1.verdict = combine(boundary_a.c1.verdict, boundary_b.c1.verdict);
-  if (boundary_a.c1.verdict == Verdict::fail || boundary_b.c1.verdict == Verdict::fail) c1.verdict = Verdict::fail;
   c1.summary = fmt::format("A: {} — B: {}", boundary_a.c1.summary, boundary_b.c1.summary);
   c1.evidence = {{"a", to_json(boundary_a)}, {"b", to_json(boundary_b)}};
 
@@ -297,22 +300,19 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   }
   c7.evidence = {{"replay", transfer::to_json(replay_t)}, {"generate", transfer::to_json(gen_t)}};
 
-  // The power-of-two probe end to end joins C5: tokens and logits must be bit-identical when
-  // every layer is predicted safe and the formulas share a commutation class.
+  // The power-of-two probe end to end, as evidence for C5: the generated positions were not
+  // captured and predicted, so bitwise identity is expected there but not required by a pin.
   std::vector<CheckResult> checks = verify.checks;  // C2..C6
   CheckResult& c5 = checks[3];
   const bool pow2_identical = body(pow_a.jsonl) == body(pow_b.jsonl);
   size_t pow2_same_sequences = 0;
   for (size_t i = 0; i < pow_a.sequences.size(); ++i) pow2_same_sequences += pow_a.sequences[i] == pow_b.sequences[i];
-  const bool all_safe = std::all_of(predictions.layers.begin(), predictions.layers.end(),
-                                    [](const LayerPrediction& p) { return p.safe; });
   c5.evidence["end_to_end"] = {{"sequences", pow_a.sequences.size()},
                                {"identical_sequences", pow2_same_sequences},
                                {"records_bit_identical", pow2_identical}};
   c5.summary += fmt::format("; end to end with power-of-two weight scales: {}/{} sequences identical, logits {}",
                             pow2_same_sequences, pow_a.sequences.size(),
-                            pow2_identical ? "bit-identical" : "DIFFER");
-  if (!pow2_identical && all_safe && c5.verdict == Verdict::pass) c5.verdict = Verdict::fail;
+                            pow2_identical ? "bit-identical" : "DIFFER (evidence only: those positions were not predicted)");
 
   std::vector<CheckResult> all{c0, c1};
   all.insert(all.end(), checks.begin(), checks.end());

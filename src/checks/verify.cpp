@@ -63,21 +63,6 @@ std::vector<uint16_t> emulate(const Epilogue& e, const ExactAcc& acc, const Laye
   return y;
 }
 
-// Outside the power-of-two argument's jurisdiction: an output or an exact intermediate product
-// that is subnormal or non-finite in fp32 / bf16 (scaling by 2^e no longer commutes there).
-bool pow2_excluded(uint16_t ya, uint16_t yb, int64_t acc, float sa, float sw) {
-  const FpClass ca = classify_bf16(ya), cb = classify_bf16(yb);
-  const auto outside = [](FpClass c) { return c == FpClass::subnormal || c == FpClass::nan || c == FpClass::inf; };
-  if (outside(ca) || outside(cb)) return true;
-  if (acc == 0) return false;
-  const double a = std::fabs(static_cast<double>(acc));
-  const double products[] = {a * sa, a * sw, static_cast<double>(sa) * sw, a * sa * sw};
-  for (double p : products) {
-    if (p < FLT_MIN || p > FLT_MAX) return true;
-  }
-  return false;
-}
-
 // Everything verify checks element by element, over a block of rows (blocks run in parallel and
 // merge in order, so the "first" lists keep the first offending elements).
 struct ElementTally {
@@ -108,14 +93,14 @@ struct ElementTally {
 
 ElementTally tally_elements(const LayerOperands& ops, ScaleMode mode, bool safe, const ExactAcc& exact,
                             const ArmOutput& out_a, const ArmOutput& out_b, const std::vector<uint16_t>* pred_a,
-                            const std::vector<uint16_t>* pred_b, size_t max_listed) {
+                            const std::vector<uint16_t>* pred_b, size_t max_listed, int threads) {
   const int64_t rows = ops.m, cols = ops.n;
-  const int64_t blocks = rows * cols < (int64_t{1} << 18) ? 1 : std::min<int64_t>(rows, 4 * resolve_threads(0));
+  const int64_t blocks = rows * cols < (int64_t{1} << 18) ? 1 : std::min<int64_t>(rows, 4 * resolve_threads(threads));
   const int64_t per = (rows + blocks - 1) / blocks;
   std::vector<ElementTally> parts(static_cast<size_t>(blocks));
   const ArmOutput* outs[2] = {&out_a, &out_b};
   const std::vector<uint16_t>* preds[2] = {pred_a, pred_b};
-  parallel_for(blocks, 0, [&](int64_t k) {
+  parallel_for(blocks, threads, [&](int64_t k) {
     ElementTally& t = parts[k];
     const int64_t i0 = std::min(rows, k * per) * cols, i1 = std::min(rows, (k + 1) * per) * cols;
     for (int64_t i = i0; i < i1; ++i) {
@@ -142,7 +127,7 @@ ElementTally tally_elements(const LayerOperands& ops, ScaleMode mode, bool safe,
         t.predicted_vs_observed += predicted != (x != y);
       }
       if (mode == ScaleMode::real) continue;
-      if (pow2_excluded(x, y, want, ops.a_scale[row], ops.w_scale[col])) {
+      if (!pow2_in_jurisdiction(want, ops.a_scale[row], ops.w_scale[col])) {
         ++t.pow2_excluded;
       } else if (x != y) {
         ++t.pow2_violations;
@@ -237,22 +222,14 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
              "predictions layer {} is `{}` {}x{}x{}, operands layer is `{}` {}x{}x{}: expected the same layers in order", li,
              pred.name, pred.stats.shape.m, pred.stats.shape.n, pred.stats.shape.k, full.name, full.m, full.n, full.k);
     const std::vector<int64_t> ms = options.m_sweep.empty() ? std::vector<int64_t>{full.m} : options.m_sweep;
+    const int64_t m_total = *std::max_element(ms.begin(), ms.end());  // the runs C6's totals count
+    std::optional<RangeStats> fresh;  // C2: the exact statistics of the whole layer
     for (int64_t m : ms) {
       const LayerOperands rows = first_rows(full, m);
       const ExactAcc exact = exact_acc(rows, options.threads);
       if (m == full.m) {
-        const RangeStats fresh = exact.wide()
-                                     ? range_stats(rows.a_q.data(), rows.w_q.data(), {m, rows.n, rows.k}, exact.i64.data())
-                                     : range_stats(rows.a_q.data(), rows.w_q.data(), {m, rows.n, rows.k}, exact.i32.data());
-        if (fresh.max_abs_acc != pred.stats.max_abs_acc || fresh.count_above_2p24 != pred.stats.count_above_2p24 ||
-            fresh.int32_overflow_count != pred.stats.int32_overflow_count) {
-          ++stale_predictions;
-          if (stale_first.size() < 5) {
-            stale_first.push_back(fmt::format("{}: predicted max|acc| {} ({} above 2^24), exact {} ({} above 2^24)",
-                                              full.name, pred.stats.max_abs_acc, pred.stats.count_above_2p24,
-                                              fresh.max_abs_acc, fresh.count_above_2p24));
-          }
-        }
+        fresh = exact.wide() ? range_stats(rows.a_q.data(), rows.w_q.data(), {m, rows.n, rows.k}, exact.i64.data())
+                             : range_stats(rows.a_q.data(), rows.w_q.data(), {m, rows.n, rows.k}, exact.i32.data());
       }
       for (size_t mi = 0; mi < options.modes.size(); ++mi) {
         const ScaleMode mode = options.modes[mi];
@@ -265,6 +242,7 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
         run.k = ops.k;
         run.mode = mode;
         run.safe = pred.safe;
+        run.int32_overflow = pred.stats.int32_overflow_count > 0;
 
         // C3: what each arm receives, digested before and after each run (weights once per slice).
         const bool with_weights = mi == 0;
@@ -309,7 +287,7 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
           }
         }
         const ElementTally t = tally_elements(ops, mode, pred.safe, exact, out_a, out_b, pred_a ? &*pred_a : nullptr,
-                                              pred_b ? &*pred_b : nullptr, options.compare.max_listed);
+                                              pred_b ? &*pred_b : nullptr, options.compare.max_listed, options.threads);
         // C4 and C2 part two: exposed accumulators against the exact one and the safe verdict.
         run.acc_mismatch_a = out_a.acc ? t.acc_mismatch[0] : -1;
         run.acc_mismatch_b = out_b.acc ? t.acc_mismatch[1] : -1;
@@ -326,10 +304,24 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
           run.pow2_excluded = t.pow2_excluded;
           run.pow2_violations = t.pow2_violations;
           run.pow2_first = t.pow2_first;
-        } else {
+        } else if (m == m_total) {
           result.total_real.merge(run.cmp, options.compare.max_listed);
         }
         result.runs.push_back(std::move(run));
+      }
+    }
+    // C2 part one: the pinned predictions must be the exact statistics of these operands, and
+    // their `safe` verdicts must follow from them.
+    if (!fresh) fresh = exact_range_stats(full.a_q.data(), full.w_q.data(), {full.m, full.n, full.k}, options.threads);
+    const bool fresh_safe = fresh->max_abs_acc <= kFp32ExactIntLimit && fresh->int32_overflow_count == 0;
+    if (fresh->max_abs_acc != pred.stats.max_abs_acc || fresh->count_above_2p24 != pred.stats.count_above_2p24 ||
+        fresh->int32_overflow_count != pred.stats.int32_overflow_count || fresh_safe != pred.safe) {
+      ++stale_predictions;
+      if (stale_first.size() < 5) {
+        stale_first.push_back(fmt::format("{}: predicted max|acc| {} ({} above 2^24, safe {}), exact {} ({} above 2^24, "
+                                          "safe {})",
+                                          full.name, pred.stats.max_abs_acc, pred.stats.count_above_2p24, pred.safe,
+                                          fresh->max_abs_acc, fresh->count_above_2p24, fresh_safe));
       }
     }
   }
@@ -372,7 +364,12 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
   c4.exclusions = {"layers whose exact accumulators leave INT32 (reported by C2)"};
   int64_t c4_runs = 0, c4_mismatch = 0;
   std::vector<std::string> c4_first;
+  int64_t c4_excluded = 0;
   for (const LayerRun& r : result.runs) {
+    if (r.int32_overflow) {
+      ++c4_excluded;
+      continue;
+    }
     for (int64_t mm : {r.acc_mismatch_a, r.acc_mismatch_b}) {
       if (mm < 0) continue;
       ++c4_runs;
@@ -386,7 +383,8 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
   c4.summary = c4_runs ? fmt::format("{} exposed accumulators compared with the exact INT64 reference: {} elements differ",
                                      c4_runs, c4_mismatch)
                        : "neither arm exposes its accumulator";
-  c4.evidence = {{"compared", c4_runs}, {"mismatched_elements", c4_mismatch}, {"first", c4_first}};
+  c4.evidence = {{"compared", c4_runs}, {"mismatched_elements", c4_mismatch}, {"first", c4_first},
+                 {"excluded_runs_int32_overflow", c4_excluded}};
 
   CheckResult c5{"C5", "power-of-two probe", Verdict::not_applicable};
   c5.points_to = "epilogue structure beyond the two scale products: bias after rounding, FMA contraction, non-RNE rounding";
@@ -435,7 +433,7 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
   }
   if (real_runs) {
     const int64_t beyond = t.beyond_ulps(options.tolerance_ulps);
-    const bool nonfinite_mismatch = t.nan_a != t.nan_b || t.inf_a != t.inf_b;
+    const bool nonfinite_mismatch = t.nonfinite_diff > 0;
     c6.verdict = (beyond || nonfinite_mismatch || mismatch_formula || predicted_set_wrong) ? Verdict::fail : Verdict::pass;
     c6.summary = fmt::format("real scales: {} of {} elements differ ({:.2f} per million), max {} ulp (tolerance {}), {} "
                              "beyond; declared formulas: {} outputs off their formula, predicted set {} observed",

@@ -34,7 +34,8 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");
   return [=] {
     const size_t comma = arms->find(',');
-    QC_INPUT(comma != std::string::npos, "--arms `{}`: expected two arms separated by a comma", *arms);
+    QC_INPUT(comma != std::string::npos && arms->find(',', comma + 1) == std::string::npos,
+             "--arms `{}`: expected two arms separated by one comma", *arms);
     o->arm_a = arms->substr(0, comma);
     o->arm_b = arms->substr(comma + 1);
     Progress progress("conform");

@@ -107,6 +107,7 @@ VerbRunner setup_verify(CLI::App& app) {
         options.m_sweep.push_back(m);
       }
     }
+    QC_INPUT(o->tolerance >= 0, "--tolerance-ulps: expected a non-negative number of ulps, found {}", o->tolerance);
     options.tolerance_ulps = o->tolerance;
 
     // The pin is checked before anything runs.

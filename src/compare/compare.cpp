@@ -14,13 +14,11 @@ namespace qc {
 
 namespace {
 
-bool is_finite_bf16(uint16_t b) { return (b & 0x7F80u) != 0x7F80u; }
-
 double rms_finite(std::span<const uint16_t> a) {
   double sum = 0;
   int64_t count = 0;
   for (uint16_t b : a) {
-    if (!is_finite_bf16(b)) continue;
+    if (!bf16_is_finite(b)) continue;
     const double v = bf16_to_f32(b);
     sum += v * v;
     ++count;
@@ -62,6 +60,7 @@ void Comparison::merge(const Comparison& o, size_t max_listed) {
   subnormal_a += o.subnormal_a;
   subnormal_b += o.subnormal_b;
   nonfinite_pairs += o.nonfinite_pairs;
+  nonfinite_diff += o.nonfinite_diff;
   finite_pairs += o.finite_pairs;
   for (const auto& [distance, n] : o.ulp_histogram) ulp_histogram[distance] += n;
   max_ulp = std::max(max_ulp, o.max_ulp);
@@ -88,18 +87,20 @@ void compare_range(std::span<const uint16_t> a, std::span<const uint16_t> b, int
     const uint16_t x = a[i], y = b[i];
     count_classes(x, c.nan_a, c.inf_a, c.subnormal_a);
     count_classes(y, c.nan_b, c.inf_b, c.subnormal_b);
-    const bool finite = is_finite_bf16(x) && is_finite_bf16(y);
+    const bool finite = bf16_is_finite(x) && bf16_is_finite(y);
     if (!finite) ++c.nonfinite_pairs;
     if (x == y) {
       if (finite) {
         ++c.finite_pairs;
         ++small_hist[0];
-        c.near_zero += std::fabs(static_cast<double>(bf16_to_f32(x))) < near_zero;
+        const double xv = bf16_to_f32(x);
+        c.near_zero += std::fabs(xv) < near_zero || xv == 0.0;
       }
       continue;
     }
     const double xv = bf16_to_f32(x), yv = bf16_to_f32(y);
-    const bool is_near_zero = finite && std::fabs(xv) < near_zero;
+    // An exact zero on the reference side has no relative difference: it is near zero too.
+    const bool is_near_zero = finite && (std::fabs(xv) < near_zero || xv == 0.0);
     int64_t ulp = -1;
     if (finite) {
       ++c.finite_pairs;
@@ -113,6 +114,7 @@ void compare_range(std::span<const uint16_t> a, std::span<const uint16_t> b, int
       if (is_near_zero) ++c.near_zero;
     }
     ++c.bitwise_diff;
+    if (!finite) ++c.nonfinite_diff;
     if ((x & 0x7FFFu) == 0 && (y & 0x7FFFu) == 0) ++c.signed_zero_diff;
     if (finite) {
       if (is_near_zero) {
@@ -173,6 +175,7 @@ void to_json(nlohmann::json& j, const Comparison& c) {
        {"inf", {c.inf_a, c.inf_b}},
        {"subnormal", {c.subnormal_a, c.subnormal_b}},
        {"nonfinite_pairs", c.nonfinite_pairs},
+       {"nonfinite_diff", c.nonfinite_diff},
        {"finite_pairs", c.finite_pairs},
        {"ulp_histogram", hist},
        {"max_ulp", c.max_ulp},

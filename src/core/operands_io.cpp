@@ -154,6 +154,9 @@ void save_operands(const std::string& path, const std::vector<LayerOperands>& la
   };
   for (const LayerOperands& ops : layers) {
     ops.validate();
+    QC_INPUT(ops.name.find(',') == std::string::npos && !ops.name.empty(),
+             "{}: layer name `{}`: expected a non-empty name without commas (the metadata `layers` lists names "
+             "separated by commas)", path, ops.name);
     tensors.emplace_back(ops.name + ".a_q", view(DType::i8, {ops.m, ops.k}, ops.a_q, ops));
     tensors.emplace_back(ops.name + ".a_scale", view(DType::f32, {ops.m}, ops.a_scale, ops));
     tensors.emplace_back(ops.name + ".w_q", view(DType::i8, {ops.n, ops.k}, ops.w_q, ops));

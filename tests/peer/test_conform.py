@@ -35,6 +35,7 @@ def test_conform_matches_separate_runs(tmp_path):
               str(results["predictions"]["layers"][0]["m"]), "--json", vj], check=False)
     assert rv.returncode == 0, rv.stdout + rv.stderr
     separate = json.loads(vj.read_text())
+    assert [c["id"] for c in separate["checks"]] == [c["id"] for c in results["verify"]["checks"]]
     for a, b in zip(separate["checks"], results["verify"]["checks"]):
         assert a["id"] == b["id"] and a["verdict"] == b["verdict"], (a["summary"], b["summary"])
     assert separate["total_real"]["bitwise_diff"] == results["verify"]["total_real"]["bitwise_diff"]

@@ -190,5 +190,88 @@ TEST(Verify, StalePredictionsFailC2) {
   EXPECT_EQ(r.checks[0].evidence["stale_predictions"].get<int64_t>(), 1);
 }
 
+
+// An arm that runs cpu:vllm-cutlass and then damages its output or its inputs, to show the checks
+// fire on non-finite values (which a tolerance must never let through) and on written inputs.
+class DamagingArm final : public Arm {
+ public:
+  DamagingArm(std::string what, int64_t index) : inner_(make_arm("cpu:vllm-cutlass")), what_(std::move(what)), index_(index) {}
+  ArmInfo info() const override {
+    ArmInfo i = inner_->info();
+    i.label = "test:" + what_;
+    i.epilogue.clear();  // no declared formula: only the comparison between the arms can see it
+    return i;
+  }
+  ArmOutput run(const LayerOperands& ops) override {
+    ArmOutput out = inner_->run(ops);
+    if (what_ == "nan") out.y[static_cast<size_t>(index_)] = 0x7FC0;
+    if (what_ == "neg-inf") out.y[static_cast<size_t>(index_)] = 0xFF80;
+    if (what_ == "pos-inf") out.y[static_cast<size_t>(index_)] = 0x7F80;
+    if (what_ == "write-input") const_cast<float&>(ops.a_scale[0]) *= 2.0f;
+    out.record.arm = info().label;
+    return out;
+  }
+
+ private:
+  std::unique_ptr<Arm> inner_;
+  std::string what_;
+  int64_t index_;
+};
+
+VerifyResult verify_pair(Arm& a, Arm& b, std::vector<ScaleMode> modes) {
+  SynthOptions o;
+  o.shapes = "16x64x128";
+  o.seed = 5;
+  const auto layers = synth_operands(o);
+  VerifyOptions options;
+  options.modes = std::move(modes);
+  return verify_layers(a, b, layers, predict(layers, "mem", ""), options);
+}
+
+TEST(Verify, NonFiniteMismatchFailsC6EvenWithEqualTotals) {
+  // A NaN at element 3 in A and at element 7 in B: equal NaN counts on both sides.
+  DamagingArm a("nan", 3), b("nan", 7);
+  const auto r = verify_pair(a, b, {ScaleMode::real});
+  EXPECT_EQ(r.checks[4].id, "C6");
+  EXPECT_EQ(r.checks[4].verdict, Verdict::fail) << r.checks[4].summary;
+  EXPECT_EQ(r.total_real.nonfinite_diff, 2);
+  // +inf against -inf at the same element.
+  DamagingArm c("pos-inf", 5), d("neg-inf", 5);
+  EXPECT_EQ(verify_pair(c, d, {ScaleMode::real}).checks[4].verdict, Verdict::fail);
+}
+
+TEST(Verify, NaNUnderPowerOfTwoScalesIsAViolationNotAnExclusion) {
+  auto good = make_arm("cpu:vllm-cutlass");
+  DamagingArm bad("nan", 9);
+  const auto r = verify_pair(*good, bad, {ScaleMode::pow2_channel});
+  EXPECT_EQ(r.checks[3].id, "C5");
+  EXPECT_EQ(r.checks[3].verdict, Verdict::fail) << r.checks[3].summary;
+  EXPECT_EQ(r.checks[3].evidence["violations"].get<int64_t>(), 1);
+  EXPECT_EQ(r.checks[3].evidence["excluded"].get<int64_t>(), 0);
+}
+
+TEST(Verify, AnArmWritingIntoItsInputsFailsC3) {
+  auto good = make_arm("cpu:vllm-cutlass");
+  DamagingArm writer("write-input", 0);
+  const auto r = verify_pair(*good, writer, {ScaleMode::real});
+  EXPECT_EQ(r.checks[1].id, "C3");
+  EXPECT_EQ(r.checks[1].verdict, Verdict::fail) << r.checks[1].summary;
+}
+
+TEST(Verify, PredictionsWithAFalseSafeVerdictAreStale) {
+  SynthOptions o;
+  o.shapes = "8x32x64";
+  const auto layers = synth_operands(o);
+  PredictionSet p = predict(layers, "mem", "");
+  ASSERT_TRUE(p.layers[0].safe);
+  p.layers[0].safe = false;  // would silence C5 for the layer
+  auto a = make_arm("cpu:vllm-cutlass"), b = make_arm("cpu:vllm-triton");
+  VerifyOptions options;
+  options.m_sweep = {1, 4};  // the full M is not among the runs: C2 still checks the whole layer
+  const auto r = verify_layers(*a, *b, layers, p, options);
+  EXPECT_EQ(r.checks[0].verdict, Verdict::fail);
+  EXPECT_EQ(r.checks[0].evidence["stale_predictions"].get<int64_t>(), 1);
+}
+
 }  // namespace
 }  // namespace qc
