@@ -388,7 +388,9 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
 
   CheckResult c5{"C5", "power-of-two probe", Verdict::not_applicable};
   c5.points_to = "epilogue structure beyond the two scale products: bias after rounding, FMA contraction, non-RNE rounding";
-  c5.exclusions = {"subnormal or non-finite outputs and intermediates (counted)", "layers predicted unsafe by C2",
+  c5.exclusions = {"elements whose exact value or an exact intermediate is subnormal or overflows (counted; decided "
+                   "from exact values, so a NaN or inf from an arm is a violation)",
+                   "layers predicted unsafe by C2",
                    "declared formulas outside one commutation class: bias after a bf16 rounding, or one rounding "
                    "(exact) against two (fp32 then bf16)"};
   int64_t c5_runs = 0, c5_violations = 0, c5_excluded = 0, c5_not_commutable = 0, c5_unsafe = 0;
