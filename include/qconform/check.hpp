@@ -23,6 +23,15 @@ struct CheckResult {
   bool falsifiable = true;        // C1–C5; C6 and C7 are tolerance-based
 };
 
+// A check with its id, title and initial verdict; the rest is filled in as evidence accumulates.
+inline CheckResult make_check(std::string id, std::string title, Verdict verdict) {
+  CheckResult c;
+  c.id = std::move(id);
+  c.title = std::move(title);
+  c.verdict = verdict;
+  return c;
+}
+
 void to_json(nlohmann::json& j, const CheckResult& r);
 
 // Combines per-layer verdicts: any fail -> fail; else any pass -> pass; else the first verdict.

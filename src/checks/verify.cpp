@@ -327,7 +327,7 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
   }
 
   // ---- the checks over all runs ----
-  CheckResult c2{"C2", "range prediction", Verdict::pass};
+  CheckResult c2 = make_check("C2", "range prediction", Verdict::pass);
   c2.points_to = "accumulator width / operand capture";
   size_t safe_layers = 0;
   for (const LayerPrediction& p : predictions.layers) safe_layers += p.safe;
@@ -344,7 +344,7 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
                  {"stale_first", stale_first},
                  {"contradicted_runs", held_violations}};
 
-  CheckResult c3{"C3", "shared operands", Verdict::pass};
+  CheckResult c3 = make_check("C3", "shared operands", Verdict::pass);
   c3.points_to = "activation quantization upstream of the GEMM, or an arm writing into its inputs";
   int64_t c3_bad = 0;
   std::vector<std::string> c3_first;
@@ -359,7 +359,7 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
                            result.runs.size() - c3_bad, result.runs.size());
   c3.evidence = {{"runs", result.runs.size()}, {"modified", c3_bad}, {"first", c3_first}};
 
-  CheckResult c4{"C4", "accumulator equality", Verdict::not_applicable};
+  CheckResult c4 = make_check("C4", "accumulator equality", Verdict::not_applicable);
   c4.points_to = "the accumulation stage: saturation, wraparound, dropped K tail, float accumulation";
   c4.exclusions = {"layers whose exact accumulators leave INT32 (reported by C2)"};
   int64_t c4_runs = 0, c4_mismatch = 0;
@@ -386,7 +386,7 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
   c4.evidence = {{"compared", c4_runs}, {"mismatched_elements", c4_mismatch}, {"first", c4_first},
                  {"excluded_runs_int32_overflow", c4_excluded}};
 
-  CheckResult c5{"C5", "power-of-two probe", Verdict::not_applicable};
+  CheckResult c5 = make_check("C5", "power-of-two probe", Verdict::not_applicable);
   c5.points_to = "epilogue structure beyond the two scale products: bias after rounding, FMA contraction, non-RNE rounding";
   c5.exclusions = {"elements whose exact value or an exact intermediate is subnormal or overflows (counted; decided "
                    "from exact values, so a NaN or inf from an arm is a violation)",
@@ -422,7 +422,7 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
   c5.evidence = {{"runs", c5_runs},           {"violations", c5_violations}, {"excluded", c5_excluded},
                  {"not_commutable_runs", c5_not_commutable}, {"unsafe_runs", c5_unsafe}, {"first", c5_first}};
 
-  CheckResult c6{"C6", "real-scale tolerance", Verdict::not_applicable};
+  CheckResult c6 = make_check("C6", "real-scale tolerance", Verdict::not_applicable);
   c6.falsifiable = false;
   c6.points_to = "extra rounding steps or reduced precision in the epilogue";
   c6.exclusions = {"near-zero elements reported separately"};
