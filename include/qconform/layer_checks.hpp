@@ -32,6 +32,12 @@ struct PredictionSet {
   std::vector<LayerPrediction> layers;
 };
 
+struct PredictionSummary {
+  size_t layers = 0, safe = 0, proven_safe_by_bound = 0;
+  double min_headroom_bits = 0;  // +inf when every accumulator is zero
+};
+PredictionSummary summarize(const PredictionSet& p);
+
 PredictionSet predict(const std::vector<LayerOperands>& layers, const std::string& operands_path,
                       const std::string& operands_sha256, int threads = 0,
                       const std::function<void(size_t, size_t)>& progress = {});

@@ -32,10 +32,20 @@ PredictionSet predict(const std::vector<LayerOperands>& layers, const std::strin
   return set;
 }
 
+PredictionSummary summarize(const PredictionSet& p) {
+  PredictionSummary s;
+  s.layers = p.layers.size();
+  s.min_headroom_bits = INFINITY;
+  for (const LayerPrediction& l : p.layers) {
+    s.safe += l.safe;
+    s.proven_safe_by_bound += l.stats.bound_proves_safe;
+    s.min_headroom_bits = std::min(s.min_headroom_bits, l.stats.headroom_bits);
+  }
+  return s;
+}
+
 nlohmann::json to_json(const PredictionSet& p) {
   nlohmann::json layers = nlohmann::json::array();
-  size_t safe = 0, proven = 0;
-  double min_headroom = INFINITY;
   for (const LayerPrediction& l : p.layers) {
     const RangeStats& s = l.stats;
     layers.push_back({{"name", l.name},
@@ -52,19 +62,17 @@ nlohmann::json to_json(const PredictionSet& p) {
                       {"bound_max_a", s.bound_max_a},
                       {"bound_proves_safe", s.bound_proves_safe},
                       {"safe", l.safe}});
-    safe += l.safe;
-    proven += s.bound_proves_safe;
-    min_headroom = std::min(min_headroom, s.headroom_bits);
   }
+  const PredictionSummary sum = summarize(p);
   return {{"schema_version", 1},
           {"kind", "qconform-predictions"},
           {"threshold", kFp32ExactIntLimit},
           {"operands", {{"path", p.operands_path}, {"sha256", p.operands_sha256}}},
           {"summary",
-           {{"layers", p.layers.size()},
-            {"safe", safe},
-            {"proven_safe_by_bound", proven},
-            {"min_headroom_bits", headroom_json(min_headroom)}}},
+           {{"layers", sum.layers},
+            {"safe", sum.safe},
+            {"proven_safe_by_bound", sum.proven_safe_by_bound},
+            {"min_headroom_bits", headroom_json(sum.min_headroom_bits)}}},
           {"layers", layers}};
 }
 

@@ -2,9 +2,9 @@
 // results JSON and a self-contained HTML report.
 #include <fmt/format.h>
 
-#include <charconv>
 
 #include "cli/cli.hpp"
+#include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "qconform/check.hpp"
 #include "qconform/conform.hpp"
@@ -33,11 +33,7 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (default: report)");
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");
   return [=] {
-    const size_t comma = arms->find(',');
-    QC_INPUT(comma != std::string::npos && arms->find(',', comma + 1) == std::string::npos,
-             "--arms `{}`: expected two arms separated by one comma", *arms);
-    o->arm_a = arms->substr(0, comma);
-    o->arm_b = arms->substr(comma + 1);
+    std::tie(o->arm_a, o->arm_b) = parse_pair("--arms", *arms);
     Progress progress("conform");
     const ConformOutcome outcome =
         run_conform(*o, [&](int i, int n, const std::string& what) { progress.update(static_cast<size_t>(i), static_cast<size_t>(n), what); });

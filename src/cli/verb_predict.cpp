@@ -29,23 +29,19 @@ VerbRunner setup_predict(CLI::App& app) {
     progress.finish();
     const std::string text = to_json(p).dump(1) + "\n";
     write_file_atomic(*out, text);
-    size_t safe = 0, proven = 0;
-    double min_headroom = INFINITY;
     if (!*quiet) fmt::print("{:<40} {:>16} {:>12} {:>9} {:>8} {:>14} {}\n", "layer", "MxNxK", "max|acc|", "headroom",
                             ">2^24", "bound", "verdict");
     for (const LayerPrediction& l : p.layers) {
       const RangeStats& s = l.stats;
-      safe += l.safe;
-      proven += s.bound_proves_safe;
-      min_headroom = std::min(min_headroom, s.headroom_bits);
       if (*quiet) continue;
       fmt::print("{:<40} {:>16} {:>12} {:>8.2f}b {:>8} {:>14} {}\n", l.name, fmt::format("{}x{}x{}", s.shape.m, s.shape.n, s.shape.k),
                  s.max_abs_acc, s.headroom_bits, s.count_above_2p24, s.data_independent_bound,
                  l.safe ? (s.bound_proves_safe ? "safe (proven for all inputs)" : "safe") : "UNSAFE");
     }
+    const PredictionSummary sum = summarize(p);
     fmt::print("{} layers: {} predicted safe (|acc| <= 2^24), {} proven safe for every input by 127*max_n sum|w|; "
                "min headroom {:.2f} bits\npredictions: {}\npin: {}\n",
-               p.layers.size(), safe, proven, min_headroom, *out, "sha256:" + sha256_hex(std::string_view(text)));
+               sum.layers, sum.safe, sum.proven_safe_by_bound, sum.min_headroom_bits, *out, "sha256:" + sha256_hex(std::string_view(text)));
     return kExitOk;
   };
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/cli.hpp"
+#include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
@@ -17,22 +18,6 @@
 
 namespace qc::cli {
 namespace {
-
-std::vector<int64_t> parse_ks(const std::string& text) {
-  std::vector<int64_t> ks;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t end = std::min(text.find(',', pos), text.size());
-    const std::string_view item(text.data() + pos, end - pos);
-    int64_t v = 0;
-    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
-    QC_INPUT(ec == std::errc() && ptr == item.data() + item.size() && v > 0,
-             "--k `{}`: expected a comma-separated list of positive integers, found `{}`", text, item);
-    ks.push_back(v);
-    pos = end + 1;
-  }
-  return ks;
-}
 
 VerbRunner setup_sweep(CLI::App& app) {
   auto pair = std::make_shared<std::string>();
@@ -54,13 +39,9 @@ VerbRunner setup_sweep(CLI::App& app) {
   add_manifest_option(app, *manifest);
   app.add_option("--json", *json, "write the results (schema_version 1, kind qconform-sweep) to this file");
   return [=] {
-    const size_t comma = pair->find(',');
-    QC_INPUT(comma != std::string::npos && pair->find(',', comma + 1) == std::string::npos,
-             "--pair `{}`: expected two arm labels separated by one comma", *pair);
     SweepOptions opts = *o;
-    opts.arm_a = pair->substr(0, comma);
-    opts.arm_b = pair->substr(comma + 1);
-    opts.ks = parse_ks(*ks);
+    std::tie(opts.arm_a, opts.arm_b) = parse_pair("--pair", *pair);
+    opts.ks = parse_positive_list("--k", *ks);
     Progress progress("sweep");
     opts.progress = [&](size_t done, size_t total, const std::string& item) { progress.update(done, total, item); };
     const SweepResult r = run_sweep(opts);

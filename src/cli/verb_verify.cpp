@@ -2,9 +2,9 @@
 // the checks C2–C6. A pin that does not match the predictions file is refused before any arm runs.
 #include <fmt/format.h>
 
-#include <charconv>
 
 #include "cli/cli.hpp"
+#include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
@@ -15,18 +15,6 @@
 
 namespace qc::cli {
 namespace {
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t comma = s.find(',', start);
-    out.push_back(s.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
 
 std::string strip_prefix(std::string pin) { return pin.rfind("sha256:", 0) == 0 ? pin.substr(7) : pin; }
 
@@ -93,20 +81,11 @@ VerbRunner setup_verify(CLI::App& app) {
   app.add_option("--json", o->json, "write the results as JSON");
   add_manifest_option(app, o->manifest);
   return [o] {
-    const std::vector<std::string> arm_labels = split(o->arms);
-    QC_INPUT(arm_labels.size() == 2, "--arms `{}`: expected two arms separated by a comma", o->arms);
+    const auto [label_a, label_b] = parse_pair("--arms", o->arms);
     VerifyOptions options;
     options.modes.clear();
-    for (const std::string& s : split(o->scales)) options.modes.push_back(scale_mode_from_name(s));
-    if (!o->m_sweep.empty()) {
-      for (const std::string& s : split(o->m_sweep)) {
-        int64_t m = 0;
-        auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), m);
-        QC_INPUT(ec == std::errc() && ptr == s.data() + s.size() && m > 0,
-                 "--m-sweep `{}`: expected positive integers separated by commas", o->m_sweep);
-        options.m_sweep.push_back(m);
-      }
-    }
+    for (const std::string& s : split_commas(o->scales)) options.modes.push_back(scale_mode_from_name(s));
+    if (!o->m_sweep.empty()) options.m_sweep = parse_positive_list("--m-sweep", o->m_sweep);
     QC_INPUT(o->tolerance >= 0, "--tolerance-ulps: expected a non-negative number of ulps, found {}", o->tolerance);
     options.tolerance_ulps = o->tolerance;
 
@@ -142,14 +121,14 @@ VerbRunner setup_verify(CLI::App& app) {
       predictions = predict(set.layers, set.path, set.sha256, 0, [&](size_t i, size_t n) { progress.update(i, n); });
     }
 
-    auto arm_a = make_arm(arm_labels[0]);
-    auto arm_b = make_arm(arm_labels[1]);
+    auto arm_a = make_arm(label_a);
+    auto arm_b = make_arm(label_b);
     Progress progress("verify");
     const VerifyResult result =
         verify_layers(*arm_a, *arm_b, set.layers, predictions, options,
                       [&](size_t i, size_t n, const std::string& item) { progress.update(i, n, item); });
     progress.finish();
-    fmt::print("verify {} vs {} on {} ({} layers, {})\n", arm_labels[0], arm_labels[1], o->operands, set.layers.size(),
+    fmt::print("verify {} vs {} on {} ({} layers, {})\n", label_a, label_b, o->operands, set.layers.size(),
                set.sha256);
     fmt::print("A: {}\nB: {}\n\n", result.record_a.kernel, result.record_b.kernel);
     print_table(result, o->per_layer);
