@@ -31,8 +31,23 @@ timed "$Q" synth --shapes qwen3-1.7b --m 512 --seed 1 --out "$OPS" | tail -2
 timed "$Q" predict "$OPS" --out "$OUT/predictions.json" --quiet | tee "$OUT/predict.txt"
 PIN=$(sed -n 's/^pin: //p' "$OUT/predict.txt")
 
-want verify && step "verify cuda:mma-vllm-cutlass vs cuda:mma-vllm-triton (196 layers, 3 scale regimes)" && timed "$Q" verify "$OPS" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --predictions "$OUT/predictions.json" \
-  --pin "$PIN" --json "$OUT/verify-mma.json" > "$OUT/verify-mma.txt" 2>&1; want verify && grep -E "^(real|pow2|C[2-6]) " "$OUT/verify-mma.txt"
+# The same verify twice: reference accumulators on the GPU (the default here) and on the CPU; the
+# results must be equal field for field (only timings and the reference description differ).
+if want verify; then
+  for ref in gpu cpu; do
+    step "verify cuda:mma-vllm-cutlass vs cuda:mma-vllm-triton (196 layers, 3 scale regimes), reference on the $ref"
+    timed "$Q" verify "$OPS" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --predictions "$OUT/predictions.json" \
+      --pin "$PIN" --reference $ref --timings --json "/tmp/verify-mma-$ref.json" > "$OUT/verify-mma-$ref.txt" 2>&1
+    grep -E "^(real|pow2|C[2-6]) |^  [a-zA-Z]" "$OUT/verify-mma-$ref.txt" | grep -v "^  model\."
+  done
+  python3 - /tmp/verify-mma-gpu.json /tmp/verify-mma-cpu.json <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+for j in (a, b):
+    j.pop("seconds"); j.pop("reference")
+print("verify results with the GPU and the CPU reference:", "IDENTICAL" if a == b else "DIFFER")
+PY
+fi
 
 want cross && step "verify across devices: cpu:vllm-cutlass vs cuda:mma-vllm-cutlass, cuda:cublaslt-int8 vs cpu:vllm-cutlass-muladd"
 if want cross; then

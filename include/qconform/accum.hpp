@@ -81,8 +81,9 @@ struct RangeStats {
 
 // Range statistics of accumulators `acc` computed from `a` and `w` (the operands are used for
 // the data-independent bound). The int32 overload requires the no-overflow proof (QC_CHECK).
-RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int32_t* acc);
-RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int64_t* acc);
+// `threads`: 0 = all hardware threads; the result does not depend on it.
+RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int32_t* acc, int threads = 0);
+RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int64_t* acc, int threads = 0);
 
 // Convenience: computes the exact accumulators (int32 when the proof holds, int64 otherwise)
 // and returns their range statistics.

@@ -59,6 +59,12 @@ double near_zero_limit(std::span<const uint16_t> a, const CompareOptions& option
 Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t rows, int64_t cols,
                         const std::string& layer = "", const CompareOptions& options = {});
 
+// Rows [row0, row1) of the same comparison, with the near-zero limit computed beforehand over the
+// whole of `a` (near_zero_limit). Blocks of rows compared this way and merged in row order equal
+// compare_bf16 over the whole (what it does on every core, and what verify's element pass uses).
+Comparison compare_bf16_rows(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t row0, int64_t row1,
+                             int64_t cols, const std::string& layer, double near_zero, size_t max_listed);
+
 // One line per differing element: coordinates, both values, both bit patterns, ulp distance.
 std::string describe(const DiffElement& d);
 

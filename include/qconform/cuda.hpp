@@ -44,7 +44,7 @@ struct GpuBf16Comparison {
 GpuBf16Comparison compare_bf16_gpu(std::span<const uint16_t> a, std::span<const uint16_t> b);
 
 // Exact accumulators on CUDA cores (plain integer multiply-adds, not the tensor cores under
-// test): acc[m,n] = Σ_k a[m,k]·w[n,k] in int64, for any K that is a multiple of 4.
+// test): acc[m,n] = Σ_k a[m,k]·w[n,k] in int64, for any K.
 std::vector<int64_t> exact_accumulate_i64_gpu(const int8_t* a, const int8_t* w, AccumShape s);
 
 // cuBLASLt FP8 GEMM on e4m3 bit patterns: d[m,n] = Σ_k e4m3(a[m,k])·e4m3(w[n,k]) in the library's

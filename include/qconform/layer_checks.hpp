@@ -57,11 +57,21 @@ LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode);
 
 // ---- verification -------------------------------------------------------------------------------
 
+// Where verify computes its reference (the exact accumulators every check compares against).
+// `gpu`: plain int64 multiply-adds on CUDA cores (never the tensor cores an arm may use); `automatic`:
+// gpu when a CUDA device is usable, else cpu. The checks and their results do not depend on it.
+enum class VerifyReference { automatic, cpu, gpu };
+VerifyReference verify_reference_from_name(std::string_view name);  // auto, cpu, gpu
+// `automatic` made concrete; `gpu` without a usable device is an input error naming the reason.
+VerifyReference resolve_reference(VerifyReference requested);
+std::string reference_description(VerifyReference where);
+
 struct VerifyOptions {
   std::vector<ScaleMode> modes{ScaleMode::real, ScaleMode::pow2_channel, ScaleMode::pow2_layer};
   std::vector<int64_t> m_sweep;     // empty: the file's M only; otherwise the first m rows of each layer
   int64_t tolerance_ulps = 1;       // C6
   CompareOptions compare;
+  VerifyReference reference = VerifyReference::automatic;
   int threads = 0;
 };
 
@@ -96,9 +106,15 @@ struct LayerRun {
 struct VerifyResult {
   ArmInfo arm_a, arm_b;
   RunRecord record_a, record_b;
+  std::string reference;             // where the exact reference ran (reference_description)
   std::vector<LayerRun> runs;
   std::vector<CheckResult> checks;   // C2, C3, C4, C5, C6 in that order
   Comparison total_real;             // all real-scale runs merged
+  // Wall seconds per phase (arm A, arm B, reference accumulation, ...), in first-seen order: where
+  // verify spent its time (`verify --timings`). The element passes run on worker threads beside the
+  // next run's arms, so the phases can add up to more than `wall_seconds`.
+  std::vector<std::pair<std::string, double>> seconds;
+  double wall_seconds = 0;
   bool all_passed() const;
 };
 

@@ -13,6 +13,7 @@
 
 #include "accum/accum_kernels.hpp"
 #include "qconform/error.hpp"
+#include "qconform/parallel.hpp"
 
 namespace qc {
 namespace {
@@ -39,8 +40,11 @@ int resolve_threads(int threads, AccumShape s) {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
+// Range statistics, in fixed blocks of rows / weight columns on `threads` workers, merged in block
+// order: the result (including which element is "first" at the maximum) does not depend on the
+// thread count.
 template <class T>
-RangeStats range_stats_impl(const int8_t* a, const int8_t* w, AccumShape s, const T* acc) {
+RangeStats range_stats_impl(const int8_t* a, const int8_t* w, AccumShape s, const T* acc, int threads) {
   RangeStats r;
   r.shape = s;
   r.int32_overflow_impossible = s.k <= kAccumMaxKInt32;
@@ -48,36 +52,57 @@ RangeStats range_stats_impl(const int8_t* a, const int8_t* w, AccumShape s, cons
   // 1. Observed range of the accumulators.
   constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
   constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
+  constexpr int64_t kBlock = int64_t{1} << 16;  // elements (or weight bytes) per block
+  struct Observed {
+    int64_t max_abs = 0, argmax = -1, above = 0, inexact = 0, overflow = 0;
+  };
   const int64_t count = s.m * s.n;
-  for (int64_t idx = 0; idx < count; ++idx) {
-    const int64_t v = static_cast<int64_t>(acc[idx]);
-    const int64_t mag = v < 0 ? -v : v;  // |acc| <= K·2^14, far from INT64_MIN
-    if (mag > r.max_abs_acc || r.argmax_m < 0) {  // first occurrence of the maximum
-      r.max_abs_acc = mag;
-      r.argmax_m = idx / s.n;
-      r.argmax_n = idx % s.n;
+  std::vector<Observed> parts(static_cast<size_t>((count + kBlock - 1) / kBlock));
+  parallel_for(static_cast<int64_t>(parts.size()), threads, [&](int64_t b) {
+    Observed& o = parts[static_cast<size_t>(b)];
+    for (int64_t idx = b * kBlock; idx < std::min(count, (b + 1) * kBlock); ++idx) {
+      const int64_t v = static_cast<int64_t>(acc[idx]);
+      const int64_t mag = v < 0 ? -v : v;  // |acc| <= K·2^14, far from INT64_MIN
+      if (mag > o.max_abs || o.argmax < 0) o.max_abs = mag, o.argmax = idx;  // first occurrence
+      if (mag > kFp32ExactIntLimit) {
+        ++o.above;
+        // int64 -> float rounds to nearest even; a value survives the round trip iff exact.
+        if (static_cast<int64_t>(static_cast<float>(v)) != v) ++o.inexact;
+      }
+      if (v < kI32Min || v > kI32Max) ++o.overflow;
     }
-    if (mag > kFp32ExactIntLimit) {
-      ++r.count_above_2p24;
-      // int64 -> float rounds to nearest even; a value survives the round trip iff exact.
-      if (static_cast<int64_t>(static_cast<float>(v)) != v) ++r.count_inexact_fp32;
+  });
+  for (const Observed& o : parts) {
+    if (o.max_abs > r.max_abs_acc || r.argmax_m < 0) {
+      r.max_abs_acc = o.max_abs;
+      r.argmax_m = o.argmax / s.n;
+      r.argmax_n = o.argmax % s.n;
     }
-    if (v < kI32Min || v > kI32Max) ++r.int32_overflow_count;
+    r.count_above_2p24 += o.above;
+    r.count_inexact_fp32 += o.inexact;
+    r.int32_overflow_count += o.overflow;
   }
   r.headroom_bits = r.max_abs_acc == 0 ? std::numeric_limits<double>::infinity()
                                        : 24.0 - std::log2(static_cast<double>(r.max_abs_acc));
 
   // 2. Data-independent bound: |Σ_k a[k]·w[n,k]| <= max|a| · Σ_k |w[n,k]| for every activation row
   // with codes of magnitude <= max|a|.
-  for (int64_t idx = 0; idx < s.m * s.k && !r.a_contains_min; ++idx) r.a_contains_min = a[idx] == -128;
+  r.a_contains_min = std::find(a, a + s.m * s.k, int8_t{-128}) != a + s.m * s.k;
   r.bound_max_a = r.a_contains_min ? 128 : 127;
+  std::vector<int64_t> l1(static_cast<size_t>(s.n));
+  const int64_t cols_per_block = std::max<int64_t>(1, kBlock / std::max<int64_t>(s.k, 1));
+  parallel_for((s.n + cols_per_block - 1) / cols_per_block, threads, [&](int64_t b) {
+    for (int64_t j = b * cols_per_block; j < std::min(s.n, (b + 1) * cols_per_block); ++j) {
+      int64_t sum = 0;
+      const int8_t* row = w + j * s.k;
+      for (int64_t kk = 0; kk < s.k; ++kk) sum += row[kk] < 0 ? -int64_t{row[kk]} : int64_t{row[kk]};
+      l1[static_cast<size_t>(j)] = sum;
+    }
+  });
   int64_t best = -1;
   for (int64_t j = 0; j < s.n; ++j) {
-    int64_t l1 = 0;
-    const int8_t* row = w + j * s.k;
-    for (int64_t kk = 0; kk < s.k; ++kk) l1 += row[kk] < 0 ? -int64_t{row[kk]} : int64_t{row[kk]};
-    if (l1 > best) {
-      best = l1;
+    if (l1[static_cast<size_t>(j)] > best) {
+      best = l1[static_cast<size_t>(j)];
       r.bound_argmax_n = j;
     }
   }
@@ -125,18 +150,18 @@ void accumulate_ref_i64(const int8_t* a, const int8_t* w, AccumShape s, int64_t*
 
 std::string accum_target_name() { return accum_detail::target_name(); }
 
-RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int32_t* acc) {
+RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int32_t* acc, int threads) {
   check_shape(a, w, s, acc, "range_stats");
   QC_CHECK(s.k <= kAccumMaxKInt32,
            "range_stats: int32 accumulators with K={} cannot be trusted (K*2^14 >= 2^31); pass int64 "
            "accumulators",
            s.k);
-  return range_stats_impl(a, w, s, acc);
+  return range_stats_impl(a, w, s, acc, threads);
 }
 
-RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int64_t* acc) {
+RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int64_t* acc, int threads) {
   check_shape(a, w, s, acc, "range_stats");
-  return range_stats_impl(a, w, s, acc);
+  return range_stats_impl(a, w, s, acc, threads);
 }
 
 RangeStats exact_range_stats(const int8_t* a, const int8_t* w, AccumShape s, int threads) {
@@ -144,11 +169,11 @@ RangeStats exact_range_stats(const int8_t* a, const int8_t* w, AccumShape s, int
   if (s.k <= kAccumMaxKInt32) {
     std::vector<int32_t> acc(static_cast<size_t>(s.m * s.n));
     exact_accumulate_i32(a, w, s, acc.data(), threads);
-    return range_stats(a, w, s, acc.data());
+    return range_stats(a, w, s, acc.data(), threads);
   }
   std::vector<int64_t> acc(static_cast<size_t>(s.m * s.n));
   exact_accumulate_i64(a, w, s, acc.data(), threads);
-  return range_stats(a, w, s, acc.data());
+  return range_stats(a, w, s, acc.data(), threads);
 }
 
 }  // namespace qc

@@ -3,33 +3,102 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bit>
 #include <cfloat>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <memory>
 #include <cmath>
 #include <optional>
 
+#include "qconform/cuda.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "qconform/layer_checks.hpp"
 #include "qconform/numerics.hpp"
 #include "qconform/parallel.hpp"
-#include "qconform/sha256.hpp"
 
 namespace qc {
 
 namespace {
 
-template <class T>
-std::span<const std::byte> as_bytes_of(std::span<const T> s) {
-  return std::as_bytes(s);
-}
+// C3: a private copy of everything the arms receive, taken before arm A runs. After each arm the
+// operands are compared with it byte for byte (1 MiB chunks on every core), and the first changed
+// element is named with its coordinates, old and new value.
+class OperandSnapshot {
+ public:
+  OperandSnapshot(const LayerOperands& ops, int threads) : threads_(threads) {
+    for (const Piece& p : pieces(ops)) copies_.emplace_back(p.bytes.begin(), p.bytes.end());
+  }
 
-// Digest of everything an arm receives.
-std::string operands_digest(const LayerOperands& ops, bool with_weights) {
-  std::string d = sha256_hex(as_bytes_of(ops.a_q)) + sha256_hex(as_bytes_of(ops.a_scale)) +
-                  sha256_hex(as_bytes_of(ops.w_scale)) + sha256_hex(as_bytes_of(ops.bias));
-  if (with_weights) d += sha256_hex(as_bytes_of(ops.w_q));
-  return d;
-}
+  // "" when every operand byte is unchanged, else "w_q[12,345]: 5 (0x05) became 7 (0x07)".
+  std::string first_change(const LayerOperands& ops) const {
+    const std::vector<Piece> now = pieces(ops);
+    for (size_t p = 0; p < now.size(); ++p) {
+      const std::vector<std::byte>& was = copies_[p];
+      if (now[p].bytes.size() != was.size()) {
+        return fmt::format("{}: {} bytes became {}", now[p].name, was.size(), now[p].bytes.size());
+      }
+      constexpr size_t kChunk = size_t{1} << 20;
+      const int64_t chunks = static_cast<int64_t>((was.size() + kChunk - 1) / kChunk);
+      std::vector<char> differs(static_cast<size_t>(chunks), 0);
+      parallel_for(chunks, was.size() < 4 * kChunk ? 1 : threads_, [&](int64_t c) {
+        const size_t at = static_cast<size_t>(c) * kChunk, len = std::min(kChunk, was.size() - at);
+        differs[static_cast<size_t>(c)] = std::memcmp(now[p].bytes.data() + at, was.data() + at, len) != 0;
+      });
+      const auto hit = std::find(differs.begin(), differs.end(), 1);
+      if (hit == differs.end()) continue;
+      size_t byte = static_cast<size_t>(hit - differs.begin()) * kChunk;
+      while (now[p].bytes[byte] == was[byte]) ++byte;
+      return describe(now[p], byte / now[p].element_size, was);
+    }
+    return "";
+  }
+
+ private:
+  enum class Kind { i8, f32, bf16 };
+  struct Piece {
+    const char* name;
+    std::span<const std::byte> bytes;
+    Kind kind;
+    size_t element_size;
+    int64_t cols;  // for coordinates; 0 for vectors
+  };
+  static std::vector<Piece> pieces(const LayerOperands& ops) {
+    return {{"a_q", std::as_bytes(ops.a_q), Kind::i8, 1, ops.k},
+            {"a_scale", std::as_bytes(ops.a_scale), Kind::f32, 4, 0},
+            {"w_q", std::as_bytes(ops.w_q), Kind::i8, 1, ops.k},
+            {"w_scale", std::as_bytes(ops.w_scale), Kind::f32, 4, 0},
+            {"bias", std::as_bytes(ops.bias), Kind::bf16, 2, 0}};
+  }
+  static std::string describe(const Piece& p, size_t element, const std::vector<std::byte>& was) {
+    const auto value = [&](const std::byte* at) {
+      switch (p.kind) {
+        case Kind::i8: return fmt::format("{} (0x{:02x})", static_cast<int8_t>(*at), static_cast<uint8_t>(*at));
+        case Kind::f32: {
+          uint32_t bits = 0;
+          std::memcpy(&bits, at, 4);
+          return fmt::format("{:.9g} (0x{:08x})", std::bit_cast<float>(bits), bits);
+        }
+        case Kind::bf16: {
+          uint16_t bits = 0;
+          std::memcpy(&bits, at, 2);
+          return fmt::format("{:.9g} (0x{:04x})", bf16_to_f32(bits), bits);
+        }
+      }
+      return std::string("?");
+    };
+    const size_t at = element * p.element_size;
+    const std::string where = p.cols > 0 ? fmt::format("{}[{},{}]", p.name, static_cast<int64_t>(element) / p.cols,
+                                                       static_cast<int64_t>(element) % p.cols)
+                                         : fmt::format("{}[{}]", p.name, element);
+    return fmt::format("{}: {} became {}", where, value(was.data() + at), value(p.bytes.data() + at));
+  }
+
+  int threads_;
+  std::vector<std::vector<std::byte>> copies_;
+};
 
 // The exact accumulator of one (layer, rows) slice, INT32 when no value can leave INT32.
 struct ExactAcc {
@@ -39,10 +108,12 @@ struct ExactAcc {
   int64_t at(size_t i) const { return wide() ? i64[i] : int64_t{i32[i]}; }
 };
 
-ExactAcc exact_acc(const LayerOperands& ops, int threads) {
+ExactAcc exact_acc(const LayerOperands& ops, VerifyReference where, int threads) {
   ExactAcc e;
   const AccumShape s{ops.m, ops.n, ops.k};
-  if (ops.k <= kAccumMaxKInt32) {
+  if (where == VerifyReference::gpu) {
+    e.i64 = exact_accumulate_i64_gpu(ops.a_q.data(), ops.w_q.data(), s);
+  } else if (ops.k <= kAccumMaxKInt32) {
     e.i32.resize(static_cast<size_t>(ops.m * ops.n));
     exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), s, e.i32.data(), threads);
   } else {
@@ -52,15 +123,19 @@ ExactAcc exact_acc(const LayerOperands& ops, int threads) {
   return e;
 }
 
-std::vector<uint16_t> emulate(const Epilogue& e, const ExactAcc& acc, const LayerOperands& ops, int threads) {
-  std::vector<uint16_t> y(static_cast<size_t>(ops.m * ops.n));
+// Rows [r0, r1) of the declared formula `e` on the exact accumulator, into `y` (serial: the
+// element pass runs blocks of rows on every core).
+void emulate_rows(const Epilogue& e, const ExactAcc& acc, const LayerOperands& ops, int64_t r0, int64_t r1,
+                  std::vector<uint16_t>& y) {
+  y.resize(static_cast<size_t>((r1 - r0) * ops.n));
   const uint16_t* bias = ops.has_bias() ? ops.bias.data() : nullptr;
+  const size_t at = static_cast<size_t>(r0 * ops.n);
+  const float* sa = ops.a_scale.data() + r0;
   if (acc.wide()) {
-    apply_epilogue(e, acc.i64.data(), ops.a_scale.data(), ops.w_scale.data(), bias, ops.m, ops.n, y.data(), threads);
+    apply_epilogue(e, acc.i64.data() + at, sa, ops.w_scale.data(), bias, r1 - r0, ops.n, y.data(), 1);
   } else {
-    apply_epilogue(e, acc.i32.data(), ops.a_scale.data(), ops.w_scale.data(), bias, ops.m, ops.n, y.data(), threads);
+    apply_epilogue(e, acc.i32.data() + at, sa, ops.w_scale.data(), bias, r1 - r0, ops.n, y.data(), 1);
   }
-  return y;
 }
 
 // Everything verify checks element by element, over a block of rows (blocks run in parallel and
@@ -91,62 +166,151 @@ struct ElementTally {
   }
 };
 
-ElementTally tally_elements(const LayerOperands& ops, ScaleMode mode, bool safe, const ExactAcc& exact,
-                            const ArmOutput& out_a, const ArmOutput& out_b, const std::vector<uint16_t>* pred_a,
-                            const std::vector<uint16_t>* pred_b, size_t max_listed, int threads) {
+// One pass over a run's elements, in blocks of rows on every core (merged in row order, so the
+// "first" lists keep the first offending elements): the declared formulas on the exact
+// accumulators, the comparison of A with B, and the element checks.
+struct ElementPass {
+  Comparison cmp;
+  ElementTally tally;
+};
+
+ElementPass element_pass(const LayerOperands& ops, const std::string& label, ScaleMode mode, bool safe,
+                         const ExactAcc& exact, const ArmOutput& out_a, const ArmOutput& out_b,
+                         const Epilogue* formula_a, const Epilogue* formula_b, const CompareOptions& compare,
+                         int threads) {
   const int64_t rows = ops.m, cols = ops.n;
+  const size_t max_listed = compare.max_listed;
+  const double near_zero = near_zero_limit(out_a.y, compare);
   const int64_t blocks = rows * cols < (int64_t{1} << 18) ? 1 : std::min<int64_t>(rows, 4 * resolve_threads(threads));
   const int64_t per = (rows + blocks - 1) / blocks;
-  std::vector<ElementTally> parts(static_cast<size_t>(blocks));
-  const ArmOutput* outs[2] = {&out_a, &out_b};
-  const std::vector<uint16_t>* preds[2] = {pred_a, pred_b};
+  std::vector<ElementPass> parts(static_cast<size_t>(blocks));
+  const Epilogue* formulas[2] = {formula_a, formula_b};
   parallel_for(blocks, threads, [&](int64_t k) {
-    ElementTally& t = parts[k];
-    const int64_t i0 = std::min(rows, k * per) * cols, i1 = std::min(rows, (k + 1) * per) * cols;
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t row = i / cols, col = i % cols;
-      const int64_t want = exact.at(static_cast<size_t>(i));
-      for (int s = 0; s < 2; ++s) {
-        if (outs[s]->acc) {
-          const int64_t got = (*outs[s]->acc)[i];
-          if (got != want) {
-            ++t.acc_mismatch[s];
-            if (t.acc_first.size() < 10) {
-              t.acc_first.push_back(fmt::format("{} {}[{},{}]: acc {} (0x{:08x}), exact {}", s ? "B" : "A", ops.name, row,
-                                                col, got, static_cast<uint32_t>(got), want));
+    const int64_t r0 = std::min(rows, k * per), r1 = std::min(rows, (k + 1) * per);
+    parts[k].cmp = compare_bf16_rows(out_a.y, out_b.y, r0, r1, cols, label, near_zero, max_listed);
+    ElementTally& t = parts[k].tally;
+    std::vector<uint16_t> pred[2];  // the declared formulas over these rows
+    for (int s = 0; s < 2; ++s) {
+      if (formulas[s]) emulate_rows(*formulas[s], exact, ops, r0, r1, pred[s]);
+    }
+    // Raw pointers and register counters: this loop is verify's hottest on the host.
+    const int32_t* acc[2] = {out_a.acc ? out_a.acc->data() : nullptr, out_b.acc ? out_b.acc->data() : nullptr};
+    const uint16_t* y[2] = {out_a.y.data(), out_b.y.data()};
+    const uint16_t* p[2] = {formula_a ? pred[0].data() : nullptr, formula_b ? pred[1].data() : nullptr};
+    const float* sa = ops.a_scale.data();
+    const float* sw = ops.w_scale.data();
+    int64_t acc_mismatch[2] = {0, 0}, formula_mismatch[2] = {0, 0}, safe_contradicted = 0, predicted_diff = 0;
+    int64_t predicted_vs_observed = 0, pow2_excluded = 0, pow2_violations = 0;
+    const auto pass = [&](const auto* exact_acc) {
+      for (int64_t row = r0; row < r1; ++row) {
+        for (int64_t col = 0; col < cols; ++col) {
+          const int64_t i = row * cols + col, j = i - r0 * cols;  // j: index into this block's formulas
+          const int64_t want = exact_acc[i];
+          for (int s = 0; s < 2; ++s) {
+            if (acc[s] != nullptr) {
+              const int64_t got = acc[s][i];
+              if (got != want) {
+                ++acc_mismatch[s];
+                if (t.acc_first.size() < 10) {
+                  t.acc_first.push_back(fmt::format("{} {}[{},{}]: acc {} (0x{:08x}), exact {}", s ? "B" : "A",
+                                                    ops.name, row, col, got, static_cast<uint32_t>(got), want));
+                }
+              }
+              safe_contradicted += safe && std::abs(got) > kFp32ExactIntLimit;
+            }
+            if (p[s] != nullptr) formula_mismatch[s] += p[s][j] != y[s][i];
+          }
+          const uint16_t x = y[0][i], z = y[1][i];
+          if (p[0] != nullptr && p[1] != nullptr) {
+            const bool predicted = p[0][j] != p[1][j];
+            predicted_diff += predicted;
+            predicted_vs_observed += predicted != (x != z);
+          }
+          if (mode == ScaleMode::real) continue;
+          if (!pow2_in_jurisdiction(want, sa[row], sw[col])) {
+            ++pow2_excluded;
+          } else if (x != z) {
+            ++pow2_violations;
+            if (t.pow2_first.size() < max_listed) {
+              const bool finite = bf16_is_finite(x) && bf16_is_finite(z);
+              t.pow2_first.push_back(DiffElement{ops.name, row, col, x, z, bf16_to_f32(x), bf16_to_f32(z),
+                                                 finite ? bf16_ulp_distance(x, z) : -1});
             }
           }
-          if (safe && std::abs(got) > kFp32ExactIntLimit) ++t.safe_contradicted;
-        }
-        if (preds[s]) t.formula_mismatch[s] += (*preds[s])[i] != outs[s]->y[i];
-      }
-      const uint16_t x = out_a.y[i], y = out_b.y[i];
-      if (pred_a && pred_b) {
-        const bool predicted = (*pred_a)[i] != (*pred_b)[i];
-        t.predicted_diff += predicted;
-        t.predicted_vs_observed += predicted != (x != y);
-      }
-      if (mode == ScaleMode::real) continue;
-      if (!pow2_in_jurisdiction(want, ops.a_scale[row], ops.w_scale[col])) {
-        ++t.pow2_excluded;
-      } else if (x != y) {
-        ++t.pow2_violations;
-        if (t.pow2_first.size() < max_listed) {
-          const bool finite = bf16_is_finite(x) && bf16_is_finite(y);
-          t.pow2_first.push_back(DiffElement{ops.name, row, col, x, y, bf16_to_f32(x), bf16_to_f32(y),
-                                             finite ? bf16_ulp_distance(x, y) : -1});
         }
       }
+    };
+    if (exact.wide()) {
+      pass(exact.i64.data());
+    } else {
+      pass(exact.i32.data());
     }
+    for (int s = 0; s < 2; ++s) t.acc_mismatch[s] = acc_mismatch[s], t.formula_mismatch[s] = formula_mismatch[s];
+    t.safe_contradicted = safe_contradicted, t.predicted_diff = predicted_diff;
+    t.predicted_vs_observed = predicted_vs_observed, t.pow2_excluded = pow2_excluded;
+    t.pow2_violations = pow2_violations;
   });
-  ElementTally total = std::move(parts[0]);
-  for (size_t k = 1; k < parts.size(); ++k) total.merge(parts[k], max_listed);
+  ElementPass total = std::move(parts[0]);
+  for (size_t k = 1; k < parts.size(); ++k) {
+    total.cmp.merge(parts[k].cmp, max_listed);
+    total.tally.merge(parts[k].tally, max_listed);
+  }
+  total.cmp.total = rows * cols;
   return total;
+}
+
+using PhaseSeconds = std::vector<std::pair<std::string, double>>;
+
+void add_seconds(PhaseSeconds& seconds, std::string_view phase, double dt) {
+  for (auto& [name, total] : seconds) {
+    if (name == phase) return void(total += dt);
+  }
+  seconds.emplace_back(phase, dt);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Adds the wall time of `fn` to `seconds[phase]` and returns what `fn` returns.
+template <class Fn>
+auto timed(PhaseSeconds& seconds, std::string_view phase, Fn&& fn) {
+  const auto t0 = std::chrono::steady_clock::now();
+  if constexpr (std::is_void_v<decltype(fn())>) {
+    fn();
+    add_seconds(seconds, phase, seconds_since(t0));
+  } else {
+    auto r = fn();
+    add_seconds(seconds, phase, seconds_since(t0));
+    return r;
+  }
 }
 
 const Epilogue* declared(const ArmInfo& info) { return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue); }
 
 }  // namespace
+
+VerifyReference verify_reference_from_name(std::string_view name) {
+  if (name == "auto") return VerifyReference::automatic;
+  if (name == "cpu") return VerifyReference::cpu;
+  if (name == "gpu") return VerifyReference::gpu;
+  QC_FAIL_INPUT("--reference: unknown value `{}`; expected auto, cpu or gpu", name);
+}
+
+VerifyReference resolve_reference(VerifyReference requested) {
+  std::string why;
+  const bool gpu = cuda_available(&why);
+  if (requested == VerifyReference::automatic) return gpu ? VerifyReference::gpu : VerifyReference::cpu;
+  QC_INPUT(requested != VerifyReference::gpu || gpu, "--reference gpu: no usable CUDA device: {}", why);
+  return requested;
+}
+
+std::string reference_description(VerifyReference where) {
+  return where == VerifyReference::gpu
+             ? "exact INT64 accumulation on CUDA cores (" + cuda_device_description() +
+                   "), not the tensor cores; formulas, comparisons and digests on the host"
+             : "exact INT32/INT64 accumulation on the host (Highway); formulas, comparisons and digests on the host";
+}
 
 std::string_view scale_mode_name(ScaleMode mode) {
   switch (mode) {
@@ -198,11 +362,14 @@ bool VerifyResult::all_passed() const {
 VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperands>& layers,
                            const PredictionSet& predictions, const VerifyOptions& options,
                            const std::function<void(size_t, size_t, const std::string&)>& progress) {
+  const auto started = std::chrono::steady_clock::now();
   VerifyResult result;
   result.arm_a = arm_a.info();
   result.arm_b = arm_b.info();
   const Epilogue* formula_a = declared(result.arm_a);
   const Epilogue* formula_b = declared(result.arm_b);
+  const VerifyReference reference = resolve_reference(options.reference);
+  result.reference = reference_description(reference);
   QC_INPUT(predictions.layers.size() == layers.size(),
            "predictions cover {} layers but the operands have {}: expected the predictions made from these operands",
            predictions.layers.size(), layers.size());
@@ -214,6 +381,43 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
   const size_t m_count = options.m_sweep.empty() ? 1 : options.m_sweep.size();
   const size_t total_steps = layers.size() * m_count * options.modes.size();
   size_t step = 0;
+  // The run whose element pass is in flight, and how it is folded into the result once done.
+  struct PendingRun {
+    LayerRun run;
+    bool counts_in_total = false, a_has_acc = false, b_has_acc = false;
+    std::future<std::pair<ElementPass, double>> pass;
+  };
+  std::optional<PendingRun> pending;
+  const auto finish_pending = [&] {
+    if (!pending) return;
+    auto [pass, seconds] = timed(result.seconds, "waiting for element passes", [&] { return pending->pass.get(); });
+    add_seconds(result.seconds, "element pass (formulas, A vs B, C2, C4-C6; beside the arms)", seconds);
+    LayerRun& run = pending->run;
+    run.cmp = std::move(pass.cmp);
+    const ElementTally& t = pass.tally;
+    // C4 and C2 part two: exposed accumulators against the exact one and the safe verdict.
+    run.acc_mismatch_a = pending->a_has_acc ? t.acc_mismatch[0] : -1;
+    run.acc_mismatch_b = pending->b_has_acc ? t.acc_mismatch[1] : -1;
+    run.acc_first_mismatch = t.acc_first;
+    run.prediction_held = t.safe_contradicted == 0;
+    if (formula_a) run.formula_mismatch_a = t.formula_mismatch[0];
+    if (formula_b) run.formula_mismatch_b = t.formula_mismatch[1];
+    if (formula_a && formula_b) {
+      run.predicted_diff = t.predicted_diff;
+      run.predicted_equals_observed = t.predicted_vs_observed == 0;
+    }
+    // C5: under power-of-two scales, bitwise identity is required in safe layers.
+    if (run.mode != ScaleMode::real) {
+      run.pow2_excluded = t.pow2_excluded;
+      run.pow2_violations = t.pow2_violations;
+      run.pow2_first = t.pow2_first;
+    } else if (pending->counts_in_total) {
+      result.total_real.merge(run.cmp, options.compare.max_listed);
+    }
+    result.runs.push_back(std::move(run));
+    pending.reset();
+  };
+
   for (size_t li = 0; li < layers.size(); ++li) {
     const LayerOperands& full = layers[li];
     const LayerPrediction& pred = predictions.layers[li];
@@ -226,10 +430,14 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
     std::optional<RangeStats> fresh;  // C2: the exact statistics of the whole layer
     for (int64_t m : ms) {
       const LayerOperands rows = first_rows(full, m);
-      const ExactAcc exact = exact_acc(rows, options.threads);
+      const auto exact = std::make_shared<const ExactAcc>(
+          timed(result.seconds, "reference accumulation", [&] { return exact_acc(rows, reference, options.threads); }));
       if (m == full.m) {
-        fresh = exact.wide() ? range_stats(rows.a_q.data(), rows.w_q.data(), {m, rows.n, rows.k}, exact.i64.data())
-                             : range_stats(rows.a_q.data(), rows.w_q.data(), {m, rows.n, rows.k}, exact.i32.data());
+        fresh = timed(result.seconds, "range statistics (C2)", [&] {
+          const AccumShape shape{m, rows.n, rows.k};
+          return exact->wide() ? range_stats(rows.a_q.data(), rows.w_q.data(), shape, exact->i64.data(), options.threads)
+                               : range_stats(rows.a_q.data(), rows.w_q.data(), shape, exact->i32.data(), options.threads);
+        });
       }
       for (size_t mi = 0; mi < options.modes.size(); ++mi) {
         const ScaleMode mode = options.modes[mi];
@@ -244,33 +452,25 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
         run.safe = pred.safe;
         run.int32_overflow = pred.stats.int32_overflow_count > 0;
 
-        // C3: what each arm receives, digested before and after each run (weights once per slice).
-        const bool with_weights = mi == 0;
-        const std::string before = operands_digest(ops, with_weights);
-        ArmOutput out_a = arm_a.run(ops);
-        const std::string between = operands_digest(ops, with_weights);
-        ArmOutput out_b = arm_b.run(ops);
-        const std::string after = operands_digest(ops, with_weights);
-        run.operands_identical = before == between && between == after;
-        if (!run.operands_identical) {
-          run.operands_note = before != between ? "arm A modified its operands" : "arm B modified its operands";
-        }
+        // C3: what each arm receives, compared byte for byte with a copy after each run.
+        const OperandSnapshot snapshot = timed(result.seconds, "operand snapshot (C3)",
+                                               [&] { return OperandSnapshot(ops, options.threads); });
+        const auto changed = [&] {
+          return timed(result.seconds, "operand snapshot (C3)", [&] { return snapshot.first_change(ops); });
+        };
+        ArmOutput out_a = timed(result.seconds, "arm A", [&] { return arm_a.run(ops); });
+        const std::string after_a = changed();
+        ArmOutput out_b = timed(result.seconds, "arm B", [&] { return arm_b.run(ops); });
+        const std::string after_b = after_a.empty() ? changed() : after_a;
+        run.operands_identical = after_a.empty() && after_b.empty();
+        if (!after_a.empty()) run.operands_note = "arm A modified its operands: " + after_a;
+        if (after_a.empty() && !after_b.empty()) run.operands_note = "arm B modified its operands: " + after_b;
         if (result.record_a.arm.empty()) result.record_a = out_a.record;
         if (result.record_b.arm.empty()) result.record_b = out_b.record;
         for (const ArmOutput* out : {&out_a, &out_b}) {
           QC_INPUT(static_cast<int64_t>(out->y.size()) == ops.m * ops.n,
                    "arm {} returned {} outputs for layer `{}`, expected {}x{}", out->record.arm, out->y.size(), ops.name,
                    ops.m, ops.n);
-        }
-        run.cmp = compare_bf16(out_a.y, out_b.y, ops.m, ops.n,
-                               m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m), options.compare);
-
-        // Declared formulas: emulated on the exact accumulator (each arm against its own formula,
-        // and the predicted difference set).
-        std::optional<std::vector<uint16_t>> pred_a, pred_b;
-        if (formula_a) pred_a = emulate(*formula_a, exact, ops, options.threads);
-        if (formula_b) pred_b = emulate(*formula_b, exact, ops, options.threads);
-        for (const ArmOutput* out : {&out_a, &out_b}) {
           QC_INPUT(!out->acc || static_cast<int64_t>(out->acc->size()) == ops.m * ops.n,
                    "arm {} returned an accumulator of {} elements for layer `{}`, expected {}x{}", out->record.arm,
                    out->acc->size(), ops.name, ops.m, ops.n);
@@ -286,33 +486,26 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
                                                          (formula_b && formula_b->bias_after_rounding()));
           }
         }
-        const ElementTally t = tally_elements(ops, mode, pred.safe, exact, out_a, out_b, pred_a ? &*pred_a : nullptr,
-                                              pred_b ? &*pred_b : nullptr, options.compare.max_listed, options.threads);
-        // C4 and C2 part two: exposed accumulators against the exact one and the safe verdict.
-        run.acc_mismatch_a = out_a.acc ? t.acc_mismatch[0] : -1;
-        run.acc_mismatch_b = out_b.acc ? t.acc_mismatch[1] : -1;
-        run.acc_first_mismatch = t.acc_first;
-        run.prediction_held = t.safe_contradicted == 0;
-        if (pred_a) run.formula_mismatch_a = t.formula_mismatch[0];
-        if (pred_b) run.formula_mismatch_b = t.formula_mismatch[1];
-        if (pred_a && pred_b) {
-          run.predicted_diff = t.predicted_diff;
-          run.predicted_equals_observed = t.predicted_vs_observed == 0;
-        }
-        // C5: under power-of-two scales, bitwise identity is required in safe layers.
-        if (mode != ScaleMode::real) {
-          run.pow2_excluded = t.pow2_excluded;
-          run.pow2_violations = t.pow2_violations;
-          run.pow2_first = t.pow2_first;
-        } else if (m == m_total) {
-          result.total_real.merge(run.cmp, options.compare.max_listed);
-        }
-        result.runs.push_back(std::move(run));
+        // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
+        finish_pending();
+        PendingRun next{std::move(run), m == m_total, out_a.acc.has_value(), out_b.acc.has_value(), {}};
+        const std::string label = m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m);
+        next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops, label, mode,
+                                                    a = std::move(out_a), b = std::move(out_b)] {
+          const auto t0 = std::chrono::steady_clock::now();
+          ElementPass pass = element_pass(ops, label, mode, pred.safe, *exact, a, b, formula_a, formula_b,
+                                          options.compare, options.threads);
+          return std::pair(std::move(pass), seconds_since(t0));
+        });
+        pending = std::move(next);
       }
     }
     // C2 part one: the pinned predictions must be the exact statistics of these operands, and
     // their `safe` verdicts must follow from them.
-    if (!fresh) fresh = exact_range_stats(full.a_q.data(), full.w_q.data(), {full.m, full.n, full.k}, options.threads);
+    if (!fresh) {
+      fresh = timed(result.seconds, "range statistics (C2)",
+                    [&] { return exact_range_stats(full.a_q.data(), full.w_q.data(), {full.m, full.n, full.k}, options.threads); });
+    }
     const bool fresh_safe = fresh->max_abs_acc <= kFp32ExactIntLimit && fresh->int32_overflow_count == 0;
     if (fresh->max_abs_acc != pred.stats.max_abs_acc || fresh->count_above_2p24 != pred.stats.count_above_2p24 ||
         fresh->int32_overflow_count != pred.stats.int32_overflow_count || fresh_safe != pred.safe) {
@@ -325,6 +518,9 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
       }
     }
   }
+
+  finish_pending();
+  result.wall_seconds = seconds_since(started);
 
   // ---- the checks over all runs ----
   CheckResult c2 = make_check("C2", "range prediction", Verdict::pass);
@@ -355,7 +551,8 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
     }
   }
   if (c3_bad) c3.verdict = Verdict::fail;
-  c3.summary = fmt::format("both arms received byte-identical operands (SHA-256 before and after each run) in {}/{} runs",
+  c3.summary = fmt::format("both arms received byte-identical operands (compared byte for byte with a copy taken "
+                           "before the arms ran) in {}/{} runs",
                            result.runs.size() - c3_bad, result.runs.size());
   c3.evidence = {{"runs", result.runs.size()}, {"modified", c3_bad}, {"first", c3_first}};
 
@@ -486,9 +683,14 @@ nlohmann::json to_json(const VerifyResult& r) {
                           {"exposes_accumulator", i.exposes_accumulator},
                           {"record", rec}};
   };
+  nlohmann::json seconds = nlohmann::json::array();
+  for (const auto& [phase, s] : r.seconds) seconds.push_back({{"phase", phase}, {"seconds", s}});
   return {{"arms", {info(r.arm_a, r.record_a), info(r.arm_b, r.record_b)}},
+          {"reference", r.reference},
           {"checks", r.checks},
           {"total_real", r.total_real},
+          {"seconds", seconds},
+          {"wall_seconds", r.wall_seconds},
           {"runs", runs}};
 }
 

@@ -63,11 +63,20 @@ void print_table(const VerifyResult& r, bool per_layer) {
   }
 }
 
+void print_timings(const VerifyResult& r) {
+  fmt::print("\ntime by phase (seconds; element passes run beside the next run's arms, so phases overlap)\n");
+  for (const auto& [phase, s] : r.seconds) {
+    fmt::print("  {:<62} {:>8.2f}  {:>5.1f} %\n", phase, s, 100 * s / std::max(r.wall_seconds, 1e-9));
+  }
+  fmt::print("  {:<62} {:>8.2f}\n", "wall", r.wall_seconds);
+}
+
 VerbRunner setup_verify(CLI::App& app) {
   struct Options {
-    std::string operands, arms, predictions, pin, scales = "real,pow2-channel,pow2-layer", m_sweep, json, manifest;
+    std::string operands, arms, predictions, pin, scales = "real,pow2-channel,pow2-layer", m_sweep, json, manifest,
+        reference = "auto";
     int64_t tolerance = 1;
-    bool per_layer = false;
+    bool per_layer = false, timings = false;
   };
   auto o = std::make_shared<Options>();
   app.add_option("operands", o->operands, "operands file (safetensors)")->required();
@@ -78,6 +87,10 @@ VerbRunner setup_verify(CLI::App& app) {
   app.add_option("--m-sweep", o->m_sweep, "row counts to run, e.g. 1,4,16,64,512 (first rows of each layer)");
   app.add_option("--tolerance-ulps", o->tolerance, "C6 tolerance in bf16 ulps")->capture_default_str();
   app.add_flag("--per-layer", o->per_layer, "print one line per (layer, M, scales) run");
+  app.add_option("--reference", o->reference,
+                 "where the exact reference accumulators are computed: auto (the GPU when one is usable), cpu, gpu")
+      ->capture_default_str();
+  app.add_flag("--timings", o->timings, "print where the time went (arms, reference side, checks), in wall seconds");
   app.add_option("--json", o->json, "write the results as JSON");
   add_manifest_option(app, o->manifest);
   return [o] {
@@ -88,6 +101,7 @@ VerbRunner setup_verify(CLI::App& app) {
     if (!o->m_sweep.empty()) options.m_sweep = parse_positive_list("--m-sweep", o->m_sweep);
     QC_INPUT(o->tolerance >= 0, "--tolerance-ulps: expected a non-negative number of ulps, found {}", o->tolerance);
     options.tolerance_ulps = o->tolerance;
+    options.reference = verify_reference_from_name(o->reference);
 
     // The pin is checked before anything runs.
     PredictionSet predictions;
@@ -130,8 +144,9 @@ VerbRunner setup_verify(CLI::App& app) {
     progress.finish();
     fmt::print("verify {} vs {} on {} ({} layers, {})\n", label_a, label_b, o->operands, set.layers.size(),
                set.sha256);
-    fmt::print("A: {}\nB: {}\n\n", result.record_a.kernel, result.record_b.kernel);
+    fmt::print("A: {}\nB: {}\nreference: {}\n\n", result.record_a.kernel, result.record_b.kernel, result.reference);
     print_table(result, o->per_layer);
+    if (o->timings) print_timings(result);
     if (!o->json.empty()) {
       nlohmann::json j = to_json(result);
       j["schema_version"] = 1;

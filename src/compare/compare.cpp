@@ -14,15 +14,27 @@ namespace qc {
 
 namespace {
 
+// Root mean square of the finite values: fixed blocks of 2^16 on every core, summed in block
+// order, so the result does not depend on the thread count.
 double rms_finite(std::span<const uint16_t> a) {
+  constexpr size_t kBlock = size_t{1} << 16;
+  const size_t blocks = (a.size() + kBlock - 1) / kBlock;
+  std::vector<double> sums(blocks);
+  std::vector<int64_t> counts(blocks);
+  parallel_for(static_cast<int64_t>(blocks), a.size() < (size_t{1} << 20) ? 1 : 0, [&](int64_t b) {
+    double sum = 0;
+    int64_t count = 0;
+    for (size_t i = static_cast<size_t>(b) * kBlock; i < std::min(a.size(), (static_cast<size_t>(b) + 1) * kBlock); ++i) {
+      if (!bf16_is_finite(a[i])) continue;
+      const double v = bf16_to_f32(a[i]);
+      sum += v * v;
+      ++count;
+    }
+    sums[static_cast<size_t>(b)] = sum, counts[static_cast<size_t>(b)] = count;
+  });
   double sum = 0;
   int64_t count = 0;
-  for (uint16_t b : a) {
-    if (!bf16_is_finite(b)) continue;
-    const double v = bf16_to_f32(b);
-    sum += v * v;
-    ++count;
-  }
+  for (size_t b = 0; b < blocks; ++b) sum += sums[b], count += counts[b];
   return count ? std::sqrt(sum / static_cast<double>(count)) : 0.0;
 }
 
@@ -76,12 +88,15 @@ void Comparison::merge(const Comparison& o, size_t max_listed) {
 
 namespace {
 
-// Elements [i0, i1) of the flattened pair into `c` (which starts empty). Small ulp distances are
-// counted in an array: a map update per element would dominate the pass.
-void compare_range(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t i0, int64_t i1, int64_t cols,
-                   const std::string& layer, double near_zero, size_t max_listed, Comparison& c) {
+}  // namespace
+
+// Small ulp distances are counted in an array: a map update per element would dominate the pass.
+Comparison compare_bf16_rows(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t row0, int64_t row1,
+                             int64_t cols, const std::string& layer, double near_zero, size_t max_listed) {
   constexpr int64_t kSmall = 64;
   std::array<int64_t, kSmall> small_hist{};
+  Comparison c;
+  const int64_t i0 = row0 * cols, i1 = row1 * cols;
   c.total = i1 - i0;
   for (int64_t i = i0; i < i1; ++i) {
     const uint16_t x = a[i], y = b[i];
@@ -129,9 +144,8 @@ void compare_range(std::span<const uint16_t> a, std::span<const uint16_t> b, int
   for (int64_t d = 0; d < kSmall; ++d) {
     if (small_hist[d]) c.ulp_histogram[d] += small_hist[d];
   }
+  return c;
 }
-
-}  // namespace
 
 Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t rows, int64_t cols,
                         const std::string& layer, const CompareOptions& options) {
@@ -145,7 +159,7 @@ Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b
   const int64_t rows_per_block = blocks ? (rows + blocks - 1) / blocks : 0;
   parallel_for(blocks, 0, [&](int64_t k) {
     const int64_t r0 = std::min(rows, k * rows_per_block), r1 = std::min(rows, (k + 1) * rows_per_block);
-    compare_range(a, b, r0 * cols, r1 * cols, cols, layer, near_zero, options.max_listed, parts[k]);
+    parts[k] = compare_bf16_rows(a, b, r0, r1, cols, layer, near_zero, options.max_listed);
   });
   Comparison c = std::move(parts[0]);
   for (size_t k = 1; k < parts.size(); ++k) c.merge(parts[k], options.max_listed);

@@ -83,6 +83,11 @@ void expect_exact_i64(int64_t m, int64_t n, int64_t k, int fill, uint64_t seed) 
 }
 
 TEST(CudaExactAccum, RandomRagged) { expect_exact_i64(333, 1040, 2068, 0, 1); }
+TEST(CudaExactAccum, KNotAMultipleOfFour) {
+  // Byte loads: rows start at unaligned offsets and end mid-word.
+  for (int64_t k : {1, 3, 5, 31, 33, 1001}) expect_exact_i64(67, 65, k, 0, 10 + static_cast<uint64_t>(k));
+  expect_exact_i64(5, 7, 1023, -128, 11);
+}
 TEST(CudaExactAccum, AllExtremeK32768) {
   expect_exact_i64(65, 70, 32768, -128, 2);  // 2^14 · 2^15 = 2^29
   expect_exact_i64(17, 33, 32768, 127, 3);

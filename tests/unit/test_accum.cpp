@@ -308,6 +308,41 @@ TEST(AccumRangeStats, ThresholdSemantics) {
   EXPECT_EQ(z.count_above_2p24, 0);
 }
 
+TEST(AccumRangeStats, BlocksAndThreadsDoNotChangeTheResult) {
+  // 3 x 70000 accumulators (several 65536-element blocks). First the largest magnitude is 2^31 at
+  // [2, 7]; without it, ±(2^24+3) occurs at [0, 69999], [1, 1000] and [2, 5], and the first in
+  // row-major order must be reported. Bound: weight columns 45000 and 60000 tie for the largest
+  // L1 norm (129 + 1); the first wins.
+  const int64_t m = 3, n = 70000, k = 2;
+  std::vector<int64_t> acc(static_cast<size_t>(m * n));
+  for (size_t i = 0; i < acc.size(); ++i) acc[i] = static_cast<int64_t>(i % 1000) - 500;
+  const int64_t big = (int64_t{1} << 24) + 3;
+  acc[static_cast<size_t>(1 * n + 1000)] = -big;
+  acc[static_cast<size_t>(2 * n + 5)] = big;
+  acc[static_cast<size_t>(0 * n + 69999)] = big;
+  acc[static_cast<size_t>(2 * n + 7)] = int64_t{1} << 31;  // leaves INT32
+  std::vector<int8_t> a(static_cast<size_t>(m * k), 3), w(static_cast<size_t>(n * k), 1);
+  w[static_cast<size_t>(45000 * k)] = -128, w[static_cast<size_t>(60000 * k + 1)] = -128;
+  for (int threads : {1, 2, 7}) {
+    const qc::RangeStats r = qc::range_stats(a.data(), w.data(), {m, n, k}, acc.data(), threads);
+    EXPECT_EQ(r.max_abs_acc, int64_t{1} << 31) << threads;
+    EXPECT_EQ(r.argmax_m, 2);
+    EXPECT_EQ(r.argmax_n, 7);
+    EXPECT_EQ(r.count_above_2p24, 4);
+    EXPECT_EQ(r.count_inexact_fp32, 3);  // 2^24+3 is not an fp32; 2^31 is
+    EXPECT_EQ(r.int32_overflow_count, 1);
+    EXPECT_EQ(r.bound_argmax_n, 45000);
+    EXPECT_EQ(r.data_independent_bound, 127 * 129);
+  }
+  acc[static_cast<size_t>(2 * n + 7)] = 0;
+  for (int threads : {1, 3}) {
+    const qc::RangeStats r = qc::range_stats(a.data(), w.data(), {m, n, k}, acc.data(), threads);
+    EXPECT_EQ(r.max_abs_acc, big);
+    EXPECT_EQ(r.argmax_m, 0);  // the first occurrence in row-major order
+    EXPECT_EQ(r.argmax_n, 69999);
+  }
+}
+
 // Operands that put one accumulator exactly at ±2^24, 2^24+1 and 2^24+2, computed by the kernel.
 TEST(AccumRangeStats, ExactThresholdFromOperands) {
   // One dot product made of pieces (count, a, w): `count` positions holding a and w.

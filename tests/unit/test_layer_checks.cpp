@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
 #include <filesystem>
 
@@ -208,6 +209,7 @@ class DamagingArm final : public Arm {
     if (what_ == "neg-inf") out.y[static_cast<size_t>(index_)] = 0xFF80;
     if (what_ == "pos-inf") out.y[static_cast<size_t>(index_)] = 0x7F80;
     if (what_ == "write-input") const_cast<float&>(ops.a_scale[0]) *= 2.0f;
+    if (what_ == "write-weight") const_cast<int8_t&>(ops.w_q[static_cast<size_t>(index_)]) ^= 0x10;
     out.record.arm = info().label;
     return out;
   }
@@ -256,6 +258,26 @@ TEST(Verify, AnArmWritingIntoItsInputsFailsC3) {
   const auto r = verify_pair(*good, writer, {ScaleMode::real});
   EXPECT_EQ(r.checks[1].id, "C3");
   EXPECT_EQ(r.checks[1].verdict, Verdict::fail) << r.checks[1].summary;
+  ASSERT_EQ(r.runs.size(), 1u);
+  // The note names the arm, the element, and both values with their bit patterns; the original
+  // values come from the same synthetic operands made afresh.
+  SynthOptions o;
+  o.shapes = "16x64x128";
+  o.seed = 5;
+  const auto fresh = synth_operands(o);
+  const float s0 = fresh[0].a_scale[0];
+  EXPECT_EQ(r.runs[0].operands_note,
+            fmt::format("arm B modified its operands: a_scale[0]: {:.9g} (0x{:08x}) became {:.9g} (0x{:08x})", s0,
+                        std::bit_cast<uint32_t>(s0), 2.0f * s0, std::bit_cast<uint32_t>(2.0f * s0)));
+
+  // A weight byte written by arm A: w_q is [64, 128], so element 200 is [1, 72], bit 4 flipped.
+  DamagingArm weight_writer("write-weight", 200);
+  const auto w = verify_pair(weight_writer, *good, {ScaleMode::real});
+  EXPECT_EQ(w.checks[1].verdict, Verdict::fail);
+  const int8_t w0 = fresh[0].w_q[200], w1 = static_cast<int8_t>(w0 ^ 0x10);
+  EXPECT_EQ(w.runs[0].operands_note,
+            fmt::format("arm A modified its operands: w_q[1,72]: {} (0x{:02x}) became {} (0x{:02x})", w0,
+                        static_cast<uint8_t>(w0), w1, static_cast<uint8_t>(w1)));
 }
 
 TEST(Verify, PredictionsWithAFalseSafeVerdictAreStale) {

@@ -34,8 +34,8 @@ GpuBf16Comparison compare_bf16_gpu(std::span<const uint16_t> a, std::span<const 
 }
 
 std::vector<int64_t> exact_accumulate_i64_gpu(const int8_t* a, const int8_t* w, AccumShape s) {
-  QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0 && s.k % 4 == 0 && s.m <= INT32_MAX && s.n <= INT32_MAX && s.k <= INT32_MAX,
-           "exact_accumulate_i64_gpu: expected M, N >= 0 and K a multiple of 4 (int32 range), found M={} N={} K={}",
+  QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0 && s.m <= INT32_MAX && s.n <= INT32_MAX && s.k <= INT32_MAX,
+           "exact_accumulate_i64_gpu: expected M, N, K >= 0 in int32 range, found M={} N={} K={}",
            s.m, s.n, s.k);
   if (s.m == 0 || s.n == 0) return {};
   cuda::require_device("exact_accumulate_i64_gpu");

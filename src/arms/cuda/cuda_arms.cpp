@@ -88,12 +88,26 @@ RunRecord cuda_record(const ArmInfo& info, std::string kernel, std::string libra
   return r;
 }
 
+// An INT8 arm's device buffers, kept across runs: operands uploaded, outputs poisoned before the
+// kernel writes them. One run at a time per arm object (`mu`).
 struct DeviceLayer {
-  DeviceBuffer<int8_t> a, w;
-  DeviceBuffer<float> sa, sw;
-  DeviceBuffer<uint16_t> bias;
-  explicit DeviceLayer(const LayerOperands& ops)
-      : a(ops.a_q), w(ops.w_q), sa(ops.a_scale), sw(ops.w_scale), bias(ops.bias) {}
+  std::mutex mu;
+  DeviceScratch<int8_t> a, w;
+  DeviceScratch<float> sa, sw;
+  DeviceScratch<uint16_t> bias, y;
+  DeviceScratch<int32_t> acc;
+  void upload(const LayerOperands& ops) {
+    a.upload(ops.a_q), w.upload(ops.w_q), sa.upload(ops.a_scale), sw.upload(ops.w_scale), bias.upload(ops.bias);
+    const size_t mn = static_cast<size_t>(ops.m * ops.n);
+    y.poisoned(mn), acc.poisoned(mn);
+  }
+  ArmOutput download(const LayerOperands& ops) const {
+    const size_t mn = static_cast<size_t>(ops.m * ops.n);
+    ArmOutput out;
+    out.y = y.download(mn);
+    out.acc = acc.download(mn);
+    return out;
+  }
 };
 
 // `cuda:mma-<epilogue>`.
@@ -118,22 +132,18 @@ class MmaArm final : public Arm {
     check_shape(i.label, ops, /*int32_accumulator=*/true);
     const BiasAdd bias_add = bias_add_for(epilogue_, ops.has_bias());
     require_device(i.label);
-    DeviceLayer d(ops);
-    const size_t mn = static_cast<size_t>(ops.m * ops.n);
-    DeviceBuffer<uint16_t> y(mn);
-    DeviceBuffer<int32_t> acc(mn);
+    std::lock_guard lock(d_.mu);
+    d_.upload(ops);
     cuda_kernels::ScaledMmArgs args;
-    args.a = d.a.get(), args.w = d.w.get(), args.sa = d.sa.get(), args.sw = d.sw.get();
-    args.bias = ops.has_bias() ? d.bias.get() : nullptr;
-    args.y = y.get(), args.acc = acc.get();
+    args.a = d_.a.get(), args.w = d_.w.get(), args.sa = d_.sa.get(), args.sw = d_.sw.get();
+    args.bias = ops.has_bias() ? d_.bias.get() : nullptr;
+    args.y = d_.y.get(), args.acc = d_.acc.get();
     args.m = static_cast<int>(ops.m), args.n = static_cast<int>(ops.n), args.k = static_cast<int>(ops.k);
     args.formula = formula_for(epilogue_, ops.m, ops.n);
     args.bias_add = bias_add;
     std::string kernel = checked_launch(cuda_kernels::launch_int8_scaled_mm(args, nullptr), i.label.c_str());
     QC_CUDA_CHECK(cudaDeviceSynchronize());
-    ArmOutput out;
-    out.y = y.to_host();
-    out.acc = acc.to_host();
+    ArmOutput out = d_.download(ops);
     out.record = cuda_record(i, std::move(kernel), fmt::format("qconform {} CUDA kernels", version()));
     out.record.extra["formula_instance"] = cuda_kernels::formula_name(args.formula);
     return out;
@@ -141,6 +151,7 @@ class MmaArm final : public Arm {
 
  private:
   const Epilogue& epilogue_;
+  DeviceLayer d_;
 };
 
 using PlanKey = std::tuple<int, int, int, int>;
@@ -180,26 +191,24 @@ class CublasLtInt8Arm final : public Arm {
     const int m = static_cast<int>(ops.m), n = static_cast<int>(ops.n), k = static_cast<int>(ops.k);
     CublasLtGemm& plan = plans_.get(CublasLtGemm::Kind::int8_s32, m, n, k, false);
     QC_INPUT(plan.ok(), "arm {}: layer `{}`: {}", i.label, ops.name, plan.error());
-    DeviceLayer d(ops);
-    const size_t mn = static_cast<size_t>(ops.m * ops.n);
-    DeviceBuffer<int32_t> acc(mn);
-    DeviceBuffer<uint16_t> y(mn);
-    plan.run(d.a.get(), d.w.get(), acc.get(), nullptr, nullptr, nullptr);
+    std::lock_guard lock(d_.mu);
+    d_.upload(ops);
+    int32_t* acc = d_.acc.get();
+    plan.run(d_.a.get(), d_.w.get(), acc, nullptr, nullptr, nullptr);
     std::string epi = checked_launch(
-        cuda_kernels::launch_int32_scaled_epilogue(acc.get(), d.sa.get(), d.sw.get(),
-                                                   ops.has_bias() ? d.bias.get() : nullptr, y.get(), m, n,
-                                                   formula_for(e, m, n), bias_add, nullptr),
+        cuda_kernels::launch_int32_scaled_epilogue(acc, d_.sa.get(), d_.sw.get(),
+                                                   ops.has_bias() ? d_.bias.get() : nullptr, d_.y.get(), m,
+                                                   n, formula_for(e, m, n), bias_add, nullptr),
         i.label.c_str());
     QC_CUDA_CHECK(cudaDeviceSynchronize());
-    ArmOutput out;
-    out.y = y.to_host();
-    out.acc = acc.to_host();
+    ArmOutput out = d_.download(ops);
     out.record = cuda_record(i, plan.identity() + " + " + epi, cublaslt_description());
     return out;
   }
 
  private:
   PlanCache plans_;
+  DeviceLayer d_;
 };
 
 // int8 code -> e4m3fn byte with the same value, or -1 when e4m3 cannot represent it exactly.

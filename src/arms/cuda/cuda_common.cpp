@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <map>
+#include <mutex>
+
 #include "qconform/cuda.hpp"
 
 namespace qc {
@@ -19,15 +22,21 @@ void require_device(const std::string& who) {
 }
 
 std::string device_description() {
+  static std::mutex mu;
+  static std::map<int, std::string> known;
   int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return "unknown GPU";
+  std::lock_guard lock(mu);
+  auto it = known.find(dev);
+  if (it != known.end()) return it->second;
   cudaDeviceProp prop{};
-  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return "unknown GPU";
+  if (cudaGetDeviceProperties(&prop, dev) != cudaSuccess) return "unknown GPU";
   int driver = 0, runtime = 0;
   cudaDriverGetVersion(&driver);
   cudaRuntimeGetVersion(&runtime);
-  return fmt::format("{} (sm_{}{}, {} SMs, {} MiB), driver API {}.{}, CUDA runtime {}.{}", prop.name, prop.major,
-                     prop.minor, prop.multiProcessorCount, prop.totalGlobalMem >> 20, driver / 1000,
-                     (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
+  return known[dev] = fmt::format("{} (sm_{}{}, {} SMs, {} MiB), driver API {}.{}, CUDA runtime {}.{}", prop.name,
+                                  prop.major, prop.minor, prop.multiProcessorCount, prop.totalGlobalMem >> 20,
+                                  driver / 1000, (driver % 1000) / 10, runtime / 1000, (runtime % 1000) / 10);
 }
 
 std::string cublaslt_description() {

@@ -78,9 +78,45 @@ class DeviceBuffer {
   size_t count_ = 0;
 };
 
+// A device allocation kept across calls (an arm's per-layer buffers): grows when a call needs more,
+// never shrinks, so a verify of hundreds of layers does not allocate and free for every run.
+template <typename T>
+class DeviceScratch {
+ public:
+  T* reserve(size_t count) {
+    if (buffer_.size() < count) {
+      buffer_.reset();  // free before allocating the larger one
+      buffer_ = DeviceBuffer<T>(count);
+    }
+    return buffer_.get();
+  }
+  T* upload(std::span<const T> host) {
+    T* d = reserve(host.size());
+    if (!host.empty()) QC_CUDA_CHECK(cudaMemcpy(d, host.data(), host.size_bytes(), cudaMemcpyHostToDevice));
+    return d;
+  }
+  // `count` elements filled with 0xFF bytes (bf16 NaN, int32 -1), so an output element a kernel
+  // forgot to write cannot keep a plausible value from an earlier run.
+  T* poisoned(size_t count) {
+    T* d = reserve(count);
+    if (count > 0) QC_CUDA_CHECK(cudaMemset(d, 0xFF, count * sizeof(T)));
+    return d;
+  }
+  T* get() const { return buffer_.get(); }
+  std::vector<T> download(size_t count) const {
+    std::vector<T> out(count);
+    if (count > 0) QC_CUDA_CHECK(cudaMemcpy(out.data(), buffer_.get(), count * sizeof(T), cudaMemcpyDeviceToHost));
+    return out;
+  }
+
+ private:
+  DeviceBuffer<T> buffer_;
+};
+
 // Throws QC_INPUT naming `who` when no usable device is present.
 void require_device(const std::string& who);
-// "NVIDIA H200 (sm_90, 132 SMs), driver 13.0, CUDA runtime 13.0".
+// "NVIDIA H200 (sm_90, 132 SMs), driver 13.0, CUDA runtime 13.0" (queried once per device: the
+// properties query costs milliseconds and every run records it).
 std::string device_description();
 // "cuBLASLt 130100 (header 130100)".
 std::string cublaslt_description();

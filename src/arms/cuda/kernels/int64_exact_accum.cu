@@ -1,8 +1,9 @@
 // Exact INT8 accumulation on CUDA cores, independent of the tensor cores under test (C2/C4).
 //
 // Shapes and layouts: a [M,K] int8 row-major, w [N,K] int8 row-major, out [M,N] int64 row-major;
-// K a multiple of 4. Plain integer multiply-adds of sign-extended bytes (no dp4a, no mma): the
-// point is a second, differently built implementation of the same exact sum. Each product is at
+// any K (word loads when K is a multiple of 4, byte loads otherwise). Plain integer multiply-adds
+// of sign-extended bytes (no dp4a, no mma): the point is a second, differently built
+// implementation of the same exact sum. Each product is at
 // most 2^14 in magnitude, so an int32 partial over 2^16 terms cannot overflow (2^30); partials are
 // flushed into int64 every `kFlushK` terms, which makes the result exact for any K.
 //
@@ -35,6 +36,17 @@ __device__ __forceinline__ int32_t mad_s32(int32_t a, int32_t b, int32_t c) {
   return r;
 }
 
+// Bytes kb..kb+3 of one row (those below K; zero beyond), packed little-endian like a word load.
+__device__ __forceinline__ uint32_t load_word_bytes(const int8_t* p, bool row_ok, int64_t row_start, int kb, int K) {
+  uint32_t v = 0;
+  if (!row_ok) return 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    if (kb + i < K) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[row_start + kb + i])) << (8 * i);
+  }
+  return v;
+}
+
 __global__ void __launch_bounds__(256) int64_exact_accum_kernel(const int8_t* __restrict__ a,
                                                                 const int8_t* __restrict__ w,
                                                                 int64_t* __restrict__ out, int M, int N, int K) {
@@ -55,8 +67,13 @@ __global__ void __launch_bounds__(256) int64_exact_accum_kernel(const int8_t* __
       const int row = idx >> 3, word = idx & 7;
       const int kb = k0 + word * 4;
       uint32_t va = 0, vw = 0;
-      if (m0 + row < M && kb < K) va = *reinterpret_cast<const uint32_t*>(a + static_cast<int64_t>(m0 + row) * K + kb);
-      if (n0 + row < N && kb < K) vw = *reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(n0 + row) * K + kb);
+      if ((K & 3) == 0) {  // aligned words
+        if (m0 + row < M && kb < K) va = *reinterpret_cast<const uint32_t*>(a + static_cast<int64_t>(m0 + row) * K + kb);
+        if (n0 + row < N && kb < K) vw = *reinterpret_cast<const uint32_t*>(w + static_cast<int64_t>(n0 + row) * K + kb);
+      } else {  // any K: bytes, zero past the end of the row
+        va = load_word_bytes(a, m0 + row < M, static_cast<int64_t>(m0 + row) * K, kb, K);
+        vw = load_word_bytes(w, n0 + row < N, static_cast<int64_t>(n0 + row) * K, kb, K);
+      }
       as[row][word] = va;
       ws[row][word] = vw;
     }
@@ -110,7 +127,6 @@ __global__ void __launch_bounds__(256) int64_exact_accum_kernel(const int8_t* __
 
 std::string launch_int64_exact_accum(const int8_t* a, const int8_t* w, int64_t* out, int m, int n, int k,
                                      cudaStream_t stream) {
-  if (k % 4 != 0) return "error: int64_exact_accum needs K a multiple of 4";
   const dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile);
   int64_exact_accum_kernel<<<grid, dim3(16, 16), 0, stream>>>(a, w, out, m, n, k);
   const cudaError_t err = cudaGetLastError();
