@@ -229,13 +229,15 @@ def predict(operands: OperandsSpec, *, threads: int = 0) -> Dict[str, Any]:
 def verify(arm_a: ArmSpec, arm_b: ArmSpec, operands: OperandsSpec,
            scales: Union[str, Sequence[str]] = DEFAULT_SCALES, m_sweep: Union[None, int, Sequence[int]] = None,
            *, tolerance_ulps: int = 1, max_listed: int = 10, near_zero_fraction: float = 1e-2,
-           threads: int = 0) -> Dict[str, Any]:
+           threads: int = 0, reference: str = "auto") -> Dict[str, Any]:
     """Runs both arms on identical operands under each scale regime: checks C2–C6.
 
     ``arm_a``/``arm_b``: labels, :class:`Arm` objects or callables (see :func:`arm`).
     ``operands``: a path to an operand file or a list of layer dicts. ``scales``: any of
     ``real``, ``pow2-channel``, ``pow2-layer``. ``m_sweep``: row counts to run (the first rows of
-    each layer), e.g. ``[1, 16, 512]``. Returns the JSON document of ``qconform verify --json``.
+    each layer), e.g. ``[1, 16, 512]``. ``reference``: where the exact reference accumulators
+    are computed, ``auto`` (the GPU when one is usable), ``cpu`` or ``gpu``; the results do not
+    depend on it. Returns the JSON document of ``qconform verify --json``.
     """
     if isinstance(scales, str):
         scales = [s for s in scales.split(",") if s]
@@ -247,7 +249,7 @@ def verify(arm_a: ArmSpec, arm_b: ArmSpec, operands: OperandsSpec,
         sweep = [int(x) for x in m_sweep]
     a, b = arm(arm_a), arm(arm_b)
     return _qconform.verify(a, b, _operands_in(operands), list(scales), sweep, int(tolerance_ulps),
-                            int(max_listed), float(near_zero_fraction), int(threads))
+                            int(max_listed), float(near_zero_fraction), int(threads), str(reference))
 
 
 def boundary(arm_spec: ArmSpec, *, max_k: int = 32768, overflow_probe: bool = True) -> Dict[str, Any]:

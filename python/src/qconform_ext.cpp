@@ -740,9 +740,10 @@ NB_MODULE(_qconform, m) {
       "verify",
       [](qc::Arm& a, qc::Arm& b, nb::handle operands, const std::vector<std::string>& scales,
          const std::vector<int64_t>& m_sweep, int64_t tolerance_ulps, size_t max_listed, double near_zero_fraction,
-         int threads) {
+         int threads, const std::string& reference) {
         const OperandsIn in = operands_in(operands);
         qc::VerifyOptions o;
+        o.reference = qc::verify_reference_from_name(reference);
         o.modes.clear();
         QC_INPUT(!scales.empty(), "scales: expected at least one of real, pow2-channel, pow2-layer");
         for (const std::string& s : scales) o.modes.push_back(qc::scale_mode_from_name(s));
@@ -761,7 +762,7 @@ NB_MODULE(_qconform, m) {
         return json_to_py(j);
       },
       "arm_a"_a, "arm_b"_a, "operands"_a, "scales"_a, "m_sweep"_a, "tolerance_ulps"_a, "max_listed"_a,
-      "near_zero_fraction"_a, "threads"_a);
+      "near_zero_fraction"_a, "threads"_a, "reference"_a);
   m.def(
       "boundary",
       [](qc::Arm& arm, int64_t max_k, bool overflow_probe) {

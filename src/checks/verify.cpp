@@ -28,7 +28,10 @@ namespace {
 // element is named with its coordinates, old and new value.
 class OperandSnapshot {
  public:
-  OperandSnapshot(const LayerOperands& ops, int threads) : threads_(threads) {
+  // `with_weights`: also the weights (verify checks them in the first run of each layer; the
+  // runs of other row counts and scale regimes share the same weight bytes).
+  OperandSnapshot(const LayerOperands& ops, bool with_weights, int threads)
+      : with_weights_(with_weights), threads_(threads) {
     for (const Piece& p : pieces(ops)) copies_.emplace_back(p.bytes.begin(), p.bytes.end());
   }
 
@@ -65,12 +68,13 @@ class OperandSnapshot {
     size_t element_size;
     int64_t cols;  // for coordinates; 0 for vectors
   };
-  static std::vector<Piece> pieces(const LayerOperands& ops) {
-    return {{"a_q", std::as_bytes(ops.a_q), Kind::i8, 1, ops.k},
-            {"a_scale", std::as_bytes(ops.a_scale), Kind::f32, 4, 0},
-            {"w_q", std::as_bytes(ops.w_q), Kind::i8, 1, ops.k},
-            {"w_scale", std::as_bytes(ops.w_scale), Kind::f32, 4, 0},
-            {"bias", std::as_bytes(ops.bias), Kind::bf16, 2, 0}};
+  std::vector<Piece> pieces(const LayerOperands& ops) const {
+    std::vector<Piece> p = {{"a_q", std::as_bytes(ops.a_q), Kind::i8, 1, ops.k},
+                            {"a_scale", std::as_bytes(ops.a_scale), Kind::f32, 4, 0},
+                            {"w_scale", std::as_bytes(ops.w_scale), Kind::f32, 4, 0},
+                            {"bias", std::as_bytes(ops.bias), Kind::bf16, 2, 0}};
+    if (with_weights_) p.push_back({"w_q", std::as_bytes(ops.w_q), Kind::i8, 1, ops.k});
+    return p;
   }
   static std::string describe(const Piece& p, size_t element, const std::vector<std::byte>& was) {
     const auto value = [&](const std::byte* at) {
@@ -96,6 +100,7 @@ class OperandSnapshot {
     return fmt::format("{}: {} became {}", where, value(was.data() + at), value(p.bytes.data() + at));
   }
 
+  bool with_weights_;
   int threads_;
   std::vector<std::vector<std::byte>> copies_;
 };
@@ -105,14 +110,17 @@ struct ExactAcc {
   std::vector<int32_t> i32;
   std::vector<int64_t> i64;  // used when K is beyond the INT32 proof
   bool wide() const { return !i64.empty(); }
-  int64_t at(size_t i) const { return wide() ? i64[i] : int64_t{i32[i]}; }
 };
 
 ExactAcc exact_acc(const LayerOperands& ops, VerifyReference where, int threads) {
   ExactAcc e;
   const AccumShape s{ops.m, ops.n, ops.k};
   if (where == VerifyReference::gpu) {
-    e.i64 = exact_accumulate_i64_gpu(ops.a_q.data(), ops.w_q.data(), s);
+    if (ops.k <= kAccumMaxKInt32) {
+      e.i32 = exact_accumulate_i32_gpu(ops.a_q.data(), ops.w_q.data(), s);
+    } else {
+      e.i64 = exact_accumulate_i64_gpu(ops.a_q.data(), ops.w_q.data(), s);
+    }
   } else if (ops.k <= kAccumMaxKInt32) {
     e.i32.resize(static_cast<size_t>(ops.m * ops.n));
     exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), s, e.i32.data(), threads);
@@ -427,16 +435,16 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
              pred.name, pred.stats.shape.m, pred.stats.shape.n, pred.stats.shape.k, full.name, full.m, full.n, full.k);
     const std::vector<int64_t> ms = options.m_sweep.empty() ? std::vector<int64_t>{full.m} : options.m_sweep;
     const int64_t m_total = *std::max_element(ms.begin(), ms.end());  // the runs C6's totals count
-    std::optional<RangeStats> fresh;  // C2: the exact statistics of the whole layer
+    std::future<RangeStats> stats;  // C2: the exact statistics of the whole layer, computed beside the arms
     for (int64_t m : ms) {
       const LayerOperands rows = first_rows(full, m);
       const auto exact = std::make_shared<const ExactAcc>(
           timed(result.seconds, "reference accumulation", [&] { return exact_acc(rows, reference, options.threads); }));
       if (m == full.m) {
-        fresh = timed(result.seconds, "range statistics (C2)", [&] {
-          const AccumShape shape{m, rows.n, rows.k};
-          return exact->wide() ? range_stats(rows.a_q.data(), rows.w_q.data(), shape, exact->i64.data(), options.threads)
-                               : range_stats(rows.a_q.data(), rows.w_q.data(), shape, exact->i32.data(), options.threads);
+        stats = std::async(std::launch::async, [exact, rows, threads = options.threads] {
+          const AccumShape shape{rows.m, rows.n, rows.k};
+          return exact->wide() ? range_stats(rows.a_q.data(), rows.w_q.data(), shape, exact->i64.data(), threads)
+                               : range_stats(rows.a_q.data(), rows.w_q.data(), shape, exact->i32.data(), threads);
         });
       }
       for (size_t mi = 0; mi < options.modes.size(); ++mi) {
@@ -453,8 +461,9 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
         run.int32_overflow = pred.stats.int32_overflow_count > 0;
 
         // C3: what each arm receives, compared byte for byte with a copy after each run.
+        const bool first_run = m == ms.front() && mi == 0;
         const OperandSnapshot snapshot = timed(result.seconds, "operand snapshot (C3)",
-                                               [&] { return OperandSnapshot(ops, options.threads); });
+                                               [&] { return OperandSnapshot(ops, first_run, options.threads); });
         const auto changed = [&] {
           return timed(result.seconds, "operand snapshot (C3)", [&] { return snapshot.first_change(ops); });
         };
@@ -502,19 +511,19 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
     }
     // C2 part one: the pinned predictions must be the exact statistics of these operands, and
     // their `safe` verdicts must follow from them.
-    if (!fresh) {
-      fresh = timed(result.seconds, "range statistics (C2)",
-                    [&] { return exact_range_stats(full.a_q.data(), full.w_q.data(), {full.m, full.n, full.k}, options.threads); });
-    }
-    const bool fresh_safe = fresh->max_abs_acc <= kFp32ExactIntLimit && fresh->int32_overflow_count == 0;
-    if (fresh->max_abs_acc != pred.stats.max_abs_acc || fresh->count_above_2p24 != pred.stats.count_above_2p24 ||
-        fresh->int32_overflow_count != pred.stats.int32_overflow_count || fresh_safe != pred.safe) {
+    const RangeStats fresh = timed(result.seconds, "waiting for range statistics (C2)", [&] {
+      return stats.valid() ? stats.get()
+                           : exact_range_stats(full.a_q.data(), full.w_q.data(), {full.m, full.n, full.k}, options.threads);
+    });
+    const bool fresh_safe = fresh.max_abs_acc <= kFp32ExactIntLimit && fresh.int32_overflow_count == 0;
+    if (fresh.max_abs_acc != pred.stats.max_abs_acc || fresh.count_above_2p24 != pred.stats.count_above_2p24 ||
+        fresh.int32_overflow_count != pred.stats.int32_overflow_count || fresh_safe != pred.safe) {
       ++stale_predictions;
       if (stale_first.size() < 5) {
         stale_first.push_back(fmt::format("{}: predicted max|acc| {} ({} above 2^24, safe {}), exact {} ({} above 2^24, "
                                           "safe {})",
                                           full.name, pred.stats.max_abs_acc, pred.stats.count_above_2p24, pred.safe,
-                                          fresh->max_abs_acc, fresh->count_above_2p24, fresh_safe));
+                                          fresh.max_abs_acc, fresh.count_above_2p24, fresh_safe));
       }
     }
   }

@@ -1,6 +1,9 @@
 // qconform's command line: builds one CLI11 subcommand per registered verb and maps errors to
 // exit codes (2 = bad usage or input, 3 = internal error).
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -22,6 +25,14 @@ bool stderr_is_terminal() { return isatty(fileno(stderr)) != 0; }
 
 int main(int argc, char** argv) {
   using namespace qc::cli;
+#if defined(__GLIBC__)
+  // Verify and the model runs allocate and free buffers of a few to tens of MiB per layer and run.
+  // By default glibc maps each one afresh (and unmaps it on free), so every reuse pays page faults
+  // and kernel zeroing: 26 % of a 196-layer GPU verify on the H200 host (docs/performance.md).
+  // Keep such blocks in the heap instead; the process's peak memory is unchanged.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
   CLI::App app{"qconform: are two implementations of a quantized linear layer interchangeable?\n"
                "Localizes any difference to the stage that made it and measures whether it changes tokens."};
   app.set_version_flag("--version", std::string("qconform ") + QC_VERSION);

@@ -80,6 +80,13 @@ void expect_exact_i64(int64_t m, int64_t n, int64_t k, int fill, uint64_t seed) 
   const std::vector<int64_t> got = exact_accumulate_i64_gpu(a.data(), w.data(), AccumShape{m, n, k});
   const std::string d = gpu_test::diff_report(got, want, n, "int64 exact accumulator");
   EXPECT_TRUE(d.empty()) << fmt::format("M={} N={} K={} fill={} ", m, n, k, fill) << d;
+  if (k <= kAccumMaxKInt32) {  // the int32-output instance, where every sum fits
+    const std::vector<int32_t> got32 = exact_accumulate_i32_gpu(a.data(), w.data(), AccumShape{m, n, k});
+    const std::string d32 = gpu_test::diff_report(got32, want, n, "int32-output exact accumulator");
+    EXPECT_TRUE(d32.empty()) << fmt::format("M={} N={} K={} fill={} ", m, n, k, fill) << d32;
+  } else {
+    EXPECT_THROW(exact_accumulate_i32_gpu(a.data(), w.data(), AccumShape{m, n, k}), Error);
+  }
 }
 
 TEST(CudaExactAccum, RandomRagged) { expect_exact_i64(333, 1040, 2068, 0, 1); }

@@ -245,8 +245,10 @@ def test_synth_equals_cli_synth(qc, tmp_path):
 # ---- verify: equal to the CLI ---------------------------------------------------------------------------
 
 def _strip_volatile(doc):
-    """Fields that legitimately differ between two processes built from different checkouts."""
+    """Fields that legitimately differ between two processes built from different checkouts, and timings."""
     doc = json.loads(json.dumps(doc))
+    for key in ("seconds", "wall_seconds"):
+        doc.pop(key, None)
     for a in doc["arms"]:
         for key in ("library", "build"):
             a["record"].pop(key, None)
@@ -269,6 +271,15 @@ def test_verify_equals_cli(qc, tmp_path):
     mem = qc.verify("cpu:vllm-cutlass", "cpu:vllm-triton", layers, m_sweep=[1, 16, 24])
     assert mem["checks"] == cli["checks"] and mem["runs"] == cli["runs"] and mem["total_real"] == cli["total_real"]
     assert mem["operands"]["path"] == "<python>"
+    # The reference on the CPU explicitly: the same results; a GPU reference without a GPU is an input error.
+    cpu = qc.verify("cpu:vllm-cutlass", "cpu:vllm-triton", layers, m_sweep=[1, 16, 24], reference="cpu")
+    assert cpu["checks"] == cli["checks"] and cpu["runs"] == cli["runs"] and "host" in cpu["reference"]
+    with pytest.raises(qc.InputError, match="reference"):
+        qc.verify("cpu:vllm-cutlass", "cpu:vllm-triton", layers, reference="tpu")
+    if "CUDA cores" not in cli["reference"]:  # no usable GPU here: asking for one is an input error
+        r = run([tool("qconform"), "verify", path, "--arms", "cpu:vllm-cutlass,cpu:vllm-triton", "--reference", "gpu"],
+                check=False)
+        assert r.returncode == 2 and "--reference gpu: no usable CUDA device" in r.stderr, r.stderr
 
 
 def test_predict_equals_cli(qc, tmp_path):

@@ -33,20 +33,35 @@ GpuBf16Comparison compare_bf16_gpu(std::span<const uint16_t> a, std::span<const 
   return r;
 }
 
-std::vector<int64_t> exact_accumulate_i64_gpu(const int8_t* a, const int8_t* w, AccumShape s) {
+namespace {
+
+template <typename Out>
+std::vector<Out> exact_accumulate_gpu(const int8_t* a, const int8_t* w, AccumShape s, const char* who) {
   QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0 && s.m <= INT32_MAX && s.n <= INT32_MAX && s.k <= INT32_MAX,
-           "exact_accumulate_i64_gpu: expected M, N, K >= 0 in int32 range, found M={} N={} K={}",
-           s.m, s.n, s.k);
+           "{}: expected M, N, K >= 0 in int32 range, found M={} N={} K={}", who, s.m, s.n, s.k);
+  QC_INPUT(sizeof(Out) == 8 || s.k <= kAccumMaxKInt32,
+           "{}: K={} violates the no-overflow proof K*2^14 < 2^31 (K <= {}); use exact_accumulate_i64_gpu", who, s.k,
+           kAccumMaxKInt32);
   if (s.m == 0 || s.n == 0) return {};
-  cuda::require_device("exact_accumulate_i64_gpu");
+  cuda::require_device(who);
   cuda::DeviceBuffer<int8_t> da(std::span<const int8_t>(a, static_cast<size_t>(s.m * s.k)));
   cuda::DeviceBuffer<int8_t> dw(std::span<const int8_t>(w, static_cast<size_t>(s.n * s.k)));
-  cuda::DeviceBuffer<int64_t> out(static_cast<size_t>(s.m * s.n));
+  cuda::DeviceBuffer<Out> out(static_cast<size_t>(s.m * s.n));
   cuda::checked_launch(cuda_kernels::launch_int64_exact_accum(da.get(), dw.get(), out.get(), static_cast<int>(s.m),
                                                               static_cast<int>(s.n), static_cast<int>(s.k), nullptr),
-                       "exact_accumulate_i64_gpu");
+                       who);
   QC_CUDA_CHECK(cudaDeviceSynchronize());
   return out.to_host();
+}
+
+}  // namespace
+
+std::vector<int64_t> exact_accumulate_i64_gpu(const int8_t* a, const int8_t* w, AccumShape s) {
+  return exact_accumulate_gpu<int64_t>(a, w, s, "exact_accumulate_i64_gpu");
+}
+
+std::vector<int32_t> exact_accumulate_i32_gpu(const int8_t* a, const int8_t* w, AccumShape s) {
+  return exact_accumulate_gpu<int32_t>(a, w, s, "exact_accumulate_i32_gpu");
 }
 
 std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w_e4m3, AccumShape s, bool fast_accum,

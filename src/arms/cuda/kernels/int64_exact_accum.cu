@@ -47,9 +47,10 @@ __device__ __forceinline__ uint32_t load_word_bytes(const int8_t* p, bool row_ok
   return v;
 }
 
+template <typename Out>
 __global__ void __launch_bounds__(256) int64_exact_accum_kernel(const int8_t* __restrict__ a,
                                                                 const int8_t* __restrict__ w,
-                                                                int64_t* __restrict__ out, int M, int N, int K) {
+                                                                Out* __restrict__ out, int M, int N, int K) {
   __shared__ uint32_t as[kTile][kRowWords];
   __shared__ uint32_t ws[kTile][kRowWords];
   const int tx = threadIdx.x, ty = threadIdx.y;
@@ -118,21 +119,33 @@ __global__ void __launch_bounds__(256) int64_exact_accum_kernel(const int8_t* __
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       const int col = n0 + tx + 16 * c;
-      if (col < N) out[static_cast<int64_t>(row) * N + col] = total[r][c] + part[r][c];
+      if (col < N) out[static_cast<int64_t>(row) * N + col] = static_cast<Out>(total[r][c] + part[r][c]);
     }
   }
+}
+
+template <typename Out>
+std::string launch(const int8_t* a, const int8_t* w, Out* out, int m, int n, int k, cudaStream_t stream) {
+  const dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile);
+  int64_exact_accum_kernel<Out><<<grid, dim3(16, 16), 0, stream>>>(a, w, out, m, n, k);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return std::string("error: launch: ") + cudaGetErrorString(err);
+  return std::string("qc::int64_exact_accum_kernel<") + (sizeof(Out) == 8 ? "int64" : "int32") +
+         " out> (CUDA-core int32 IMAD, int64 flush every 65536) grid=" + std::to_string(grid.x) + "x" +
+         std::to_string(grid.y) + " block=16x16";
 }
 
 }  // namespace
 
 std::string launch_int64_exact_accum(const int8_t* a, const int8_t* w, int64_t* out, int m, int n, int k,
                                      cudaStream_t stream) {
-  const dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile);
-  int64_exact_accum_kernel<<<grid, dim3(16, 16), 0, stream>>>(a, w, out, m, n, k);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return std::string("error: launch: ") + cudaGetErrorString(err);
-  return "qc::int64_exact_accum_kernel (CUDA-core int32 IMAD, int64 flush every 65536) grid=" + std::to_string(grid.x) +
-         "x" + std::to_string(grid.y) + " block=16x16";
+  return launch(a, w, out, m, n, k, stream);
+}
+
+std::string launch_int64_exact_accum(const int8_t* a, const int8_t* w, int32_t* out, int m, int n, int k,
+                                     cudaStream_t stream) {
+  if (k > 131071) return "error: int32 output needs K <= 131071 (K*2^14 < 2^31)";
+  return launch(a, w, out, m, n, k, stream);
 }
 
 }  // namespace qc::cuda_kernels
