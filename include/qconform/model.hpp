@@ -170,10 +170,15 @@ struct Model {
 
 // ---- Loaders and writers ----
 
-// Any supported model: a directory holding `config.json` + `model.safetensors` (Hugging Face
-// layout, fp32/bf16, or a compressed-tensors W8A8 checkpoint), a directory holding `model.bin`
-// (llama2.c, as `synth-model --format llama2c` writes), or a llama2.c `.bin` file.
+// Any supported model: a directory holding `config.json` + `model.safetensors` or the shards of
+// `model.safetensors.index.json` (Hugging Face layout, fp32/bf16, or a compressed-tensors W8A8
+// checkpoint), a directory holding `model.bin` (llama2.c, as `synth-model --format llama2c`
+// writes), or a llama2.c `.bin` file.
 Model load_model(const std::string& path);
+
+// The files a model consists of, as (role, path) for manifests: `model`; or `model.config` and
+// `model.weights`; or `model.config`, `model.weights.index` and `model.weights.<shard file>`.
+std::vector<std::pair<std::string, std::string>> model_files(const std::string& path);
 
 // Hugging Face layout (LLaMA / Qwen2 / Qwen3 keys, see docs/model.md). A `quantization_config`
 // must be a compressed-tensors "int-quantized" W8A8 config (validated strictly; anything else is

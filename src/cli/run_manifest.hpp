@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "qconform/manifest.hpp"
+#include "qconform/model.hpp"
 #include "qconform/version.hpp"
 
 namespace qc::cli {
@@ -35,16 +36,11 @@ inline std::string write_run_manifest(const std::string& explicit_path, const st
   return path;
 }
 
-// A model's files as manifest inputs: a llama2.c file, or an HF directory's config and weights.
+// A model's files as manifest inputs: a llama2.c file, or an HF directory's config and weights
+// (the index and every shard of a sharded checkpoint).
 inline std::vector<std::pair<std::string, std::string>> model_inputs(const std::string& model,
                                                                      const std::string& tokenizer) {
-  std::vector<std::pair<std::string, std::string>> in;
-  if (std::filesystem::is_directory(model)) {
-    in.emplace_back("model.config", (std::filesystem::path(model) / "config.json").string());
-    in.emplace_back("model.weights", (std::filesystem::path(model) / "model.safetensors").string());
-  } else {
-    in.emplace_back("model", model);
-  }
+  std::vector<std::pair<std::string, std::string>> in = model_files(model);
   if (!tokenizer.empty()) in.emplace_back("tokenizer", tokenizer);
   return in;
 }

@@ -218,20 +218,28 @@ HfHeader parse_config(const std::string& file) {
 
 // ---- tensors ----
 
+// The tensors of one checkpoint: a single safetensors file or the shards an index names. Every
+// lookup checks name, shape and dtype; errors name the file that holds (or should hold) the tensor.
 class TensorReader {
  public:
-  TensorReader(SafetensorsFile f) : f_(std::move(f)) {
-    for (const auto& [name, t] : f_.tensors) index_.emplace(name, &t);
+  explicit TensorReader(std::vector<SafetensorsFile> files) : files_(std::move(files)) {
+    for (const SafetensorsFile& f : files_) {
+      for (const auto& [name, t] : f.tensors) {
+        const auto [it, fresh] = index_.emplace(name, Entry{&t, &f.path});
+        QC_INPUT(fresh, "{}: tensor `{}`: expected it in one shard only, found it in {} too", f.path, name,
+                 *it->second.path);
+      }
+    }
   }
 
   const Tensor& get(const std::string& name, const std::vector<int64_t>& shape) {
     auto it = index_.find(name);
-    QC_INPUT(it != index_.end(), "{}: tensor `{}`: expected {} , found no such tensor", f_.path, name,
+    QC_INPUT(it != index_.end(), "{}: tensor `{}`: expected {} , found no such tensor", where(), name,
              shape_string(shape));
-    QC_INPUT(it->second->shape() == shape, "{}: tensor `{}`: expected shape {}, found {}", f_.path, name,
-             shape_string(shape), shape_string(it->second->shape()));
+    QC_INPUT(it->second.tensor->shape() == shape, "{}: tensor `{}`: expected shape {}, found {}", *it->second.path, name,
+             shape_string(shape), shape_string(it->second.tensor->shape()));
     used_.insert(name);
-    return *it->second;
+    return *it->second.tensor;
   }
   bool has(const std::string& name) const { return index_.count(name) != 0; }
 
@@ -245,7 +253,7 @@ class TensorReader {
       const auto s = t.contiguous().span<uint16_t>();
       for (size_t i = 0; i < out.size(); ++i) out[i] = bf16_to_f32(s[i]);
     } else {
-      QC_FAIL_INPUT("{}: tensor `{}`: expected dtype F32 or BF16, found {}", f_.path, name,
+      QC_FAIL_INPUT("{}: tensor `{}`: expected dtype F32 or BF16, found {}", path_of(name), name,
                     dtype_safetensors_name(t.dtype()));
     }
     return out;
@@ -254,24 +262,36 @@ class TensorReader {
   std::vector<int8_t> int8s(const std::string& name, const std::vector<int64_t>& shape) {
     const Tensor& t = get(name, shape);
     QC_INPUT(t.dtype() == DType::i8, "{}: tensor `{}`: expected dtype I8 (compressed-tensors int-quantized), found {}",
-             f_.path, name, dtype_safetensors_name(t.dtype()));
+             path_of(name), name, dtype_safetensors_name(t.dtype()));
     const auto s = t.contiguous().span<int8_t>();
     return {s.begin(), s.end()};
   }
 
-  DType dtype_of(const std::string& name) const { return index_.at(name)->dtype(); }
+  DType dtype_of(const std::string& name) const { return index_.at(name).tensor->dtype(); }
 
   void check_all_used() const {
-    for (const auto& [name, t] : f_.tensors) {
-      QC_INPUT(used_.count(name), "{}: tensor `{}`: expected only the tensors of the configured model, found this one "
-               "too (a config mismatch?)", f_.path, name);
+    for (const SafetensorsFile& f : files_) {
+      for (const auto& [name, t] : f.tensors) {
+        QC_INPUT(used_.count(name), "{}: tensor `{}`: expected only the tensors of the configured model, found this "
+                 "one too (a config mismatch?)", f.path, name);
+      }
     }
   }
-  const std::string& path() const { return f_.path; }
+  // The file holding `name` (for messages about a tensor that exists).
+  const std::string& path_of(const std::string& name) const { return *index_.at(name).path; }
 
  private:
-  SafetensorsFile f_;
-  std::map<std::string, const Tensor*> index_;
+  struct Entry {
+    const Tensor* tensor;
+    const std::string* path;
+  };
+  // Where a missing tensor was looked for: the file, or the first shard and how many others.
+  std::string where() const {
+    if (files_.size() == 1) return files_[0].path;
+    return fmt::format("{} (and {} other shards)", files_.empty() ? "" : files_[0].path, files_.size() - 1);
+  }
+  std::vector<SafetensorsFile> files_;  // never resized after construction: Entry points into it
+  std::map<std::string, Entry> index_;
   std::set<std::string> used_;
 };
 
@@ -288,7 +308,7 @@ LinearLayer read_linear(TensorReader& r, const std::string& name, int64_t n, int
     for (int64_t i = 0; i < n; ++i) {
       const float s = l.weight_scale[static_cast<size_t>(i)];
       QC_INPUT(std::isfinite(s) && s > 0, "{}: tensor `{}`: expected finite positive scales, found {} at row {}",
-               r.path(), skey, s, i);
+               r.path_of(skey), skey, s, i);
     }
     l.weight.resize(static_cast<size_t>(n * k));
     for (int64_t i = 0; i < n; ++i) {
@@ -438,14 +458,89 @@ Model with_rope_style(const Model& model, RopeStyle style) {
   return m;
 }
 
+// `model.safetensors.index.json`, the layout `save_pretrained` writes for large models: every
+// tensor mapped to a shard file in the same directory.
+struct ShardIndex {
+  std::string path;
+  std::map<std::string, std::string> weight_map;  // tensor -> shard file name
+  std::set<std::string> shards;                   // sorted: the identity does not depend on the index's order
+};
+
+ShardIndex read_shard_index(const std::string& dir) {
+  ShardIndex ix;
+  ix.path = (fs::path(dir) / "model.safetensors.index.json").string();
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_file(ix.path));
+  } catch (const nlohmann::json::exception& e) {
+    QC_FAIL_INPUT("{}: not valid JSON: {}", ix.path, e.what());
+  }
+  QC_INPUT(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object() && !j["weight_map"].empty(),
+           "{}: field `weight_map`: expected an object mapping tensor names to shard files, found {}", ix.path,
+           j.is_object() && j.contains("weight_map") ? j["weight_map"].dump().substr(0, 80) : "none");
+  for (const auto& [tensor, shard] : j["weight_map"].items()) {
+    QC_INPUT(shard.is_string(), "{}: field `weight_map.{}`: expected a shard file name, found {}", ix.path, tensor,
+             shard.dump());
+    const std::string name = shard.get<std::string>();
+    QC_INPUT(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+                 name.find('\\') == std::string::npos,
+             "{}: field `weight_map.{}`: expected a file name in {}, found `{}`", ix.path, tensor, dir, name);
+    ix.weight_map.emplace(tensor, name);
+    ix.shards.insert(name);
+  }
+  for (const std::string& shard : ix.shards) {
+    QC_INPUT(fs::exists(fs::path(dir) / shard), "{}: shard `{}`: expected the file {}, found none", ix.path, shard,
+             (fs::path(dir) / shard).string());
+  }
+  return ix;
+}
+
+// The files holding a Hugging Face directory's weights, as (role, path): `model.safetensors`, or
+// else the index and its shards in name order.
+std::vector<std::pair<std::string, std::string>> weight_files(const std::string& dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  if (fs::exists(single)) return {{"model.weights", single.string()}};
+  QC_INPUT(fs::exists(fs::path(dir) / "model.safetensors.index.json"),
+           "{}: expected model.safetensors or model.safetensors.index.json beside config.json, found neither", dir);
+  const ShardIndex ix = read_shard_index(dir);
+  std::vector<std::pair<std::string, std::string>> files = {{"model.weights.index", ix.path}};
+  for (const std::string& shard : ix.shards) files.emplace_back("model.weights." + shard, (fs::path(dir) / shard).string());
+  return files;
+}
+
+// The tensors of a Hugging Face directory's weights; with shards, the index must name every
+// tensor of every shard, each in the shard that holds it.
+std::vector<SafetensorsFile> read_weights(const std::string& dir) {
+  const fs::path single = fs::path(dir) / "model.safetensors";
+  if (fs::exists(single)) return {read_safetensors(single.string())};
+  const ShardIndex ix = read_shard_index(dir);
+  std::vector<SafetensorsFile> files;
+  for (const std::string& shard : ix.shards) {
+    SafetensorsFile f = read_safetensors((fs::path(dir) / shard).string());
+    for (const auto& [tensor, t] : f.tensors) {
+      const auto it = ix.weight_map.find(tensor);
+      QC_INPUT(it != ix.weight_map.end() && it->second == shard,
+               "{}: tensor `{}`: the index maps it to {}, found it in {}", ix.path, tensor,
+               it == ix.weight_map.end() ? std::string("nothing") : it->second, shard);
+    }
+    files.push_back(std::move(f));
+  }
+  for (const auto& [tensor, shard] : ix.weight_map) {
+    const auto f = std::find_if(files.begin(), files.end(),
+                                [&](const SafetensorsFile& x) { return fs::path(x.path).filename() == shard; });
+    QC_INPUT(f != files.end() && f->contains(tensor), "{}: tensor `{}`: expected in shard {}, found no such tensor there",
+             ix.path, tensor, shard);
+  }
+  return files;
+}
+
 Model load_hf(const std::string& dir) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
-  const std::string st_path = (fs::path(dir) / "model.safetensors").string();
   QC_INPUT(fs::exists(config_path), "{}: expected a Hugging Face model directory with config.json, found none", dir);
-  QC_INPUT(fs::exists(st_path),
-           "{}: expected model.safetensors beside config.json, found none (sharded checkpoints are not read)", dir);
   const HfHeader h = parse_config(config_path);
-  TensorReader r(read_safetensors(st_path));
+  const std::vector<std::pair<std::string, std::string>> files = weight_files(dir);
+  const std::string& st_path = files.front().second;  // for messages: the file, or the index
+  TensorReader r(read_weights(dir));
   Model m;
   m.config = h.config;
   const ModelConfig& c = m.config;
@@ -489,10 +584,21 @@ Model load_hf(const std::string& dir) {
   }
   r.check_all_used();
   m.source = dir;
-  // The model's identity: the digest of config.json and of the weights, in that order.
-  m.sha256 = "sha256:" + sha256_hex(sha256_file(config_path) + "\n" + sha256_file(st_path) + "\n");
+  // The model's identity: the digest of config.json and of the weights (a single file, or the index
+  // and then every shard in name order), in that order.
+  std::string digests = sha256_file(config_path) + "\n";
+  for (const auto& [role, file] : files) digests += sha256_file(file) + "\n";
+  m.sha256 = "sha256:" + sha256_hex(digests);
   m.check_shapes();
   return m;
+}
+
+std::vector<std::pair<std::string, std::string>> model_files(const std::string& path) {
+  if (!fs::is_directory(path)) return {{"model", path}};
+  if (!fs::exists(fs::path(path) / "config.json")) return {{"model", (fs::path(path) / "model.bin").string()}};
+  std::vector<std::pair<std::string, std::string>> files = {{"model.config", (fs::path(path) / "config.json").string()}};
+  for (auto& f : weight_files(path)) files.push_back(std::move(f));
+  return files;
 }
 
 Model load_model(const std::string& path) {

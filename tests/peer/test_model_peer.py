@@ -88,3 +88,67 @@ def test_pow2_rewrites_scales_only(tmp_path, dtype):
     r = run([tool("qconform"), "pow2", ll, tmp_path / "never"], check=False)
     assert r.returncode == 2 and "no weight scales" in r.stderr
     assert not (tmp_path / "never").exists()
+
+
+def shard(src, out, n_shards, mutate=None):
+    """Re-writes src/model.safetensors as `n_shards` files plus model.safetensors.index.json, the
+    layout transformers' save_pretrained writes, with the safetensors library."""
+    from safetensors.numpy import save_file
+    tensors = load_file(str(src / "model.safetensors"))
+    names = sorted(tensors)
+    out.mkdir()
+    (out / "config.json").write_bytes((src / "config.json").read_bytes())
+    weight_map = {}
+    for i in range(n_shards):
+        part = names[i::n_shards]
+        fname = f"model-{i + 1:05d}-of-{n_shards:05d}.safetensors"
+        save_file({k: tensors[k] for k in part}, str(out / fname))
+        weight_map.update({k: fname for k in part})
+    index = {"metadata": {"total_size": int(sum(t.nbytes for t in tensors.values()))}, "weight_map": weight_map}
+    if mutate:
+        mutate(index)
+    (out / "model.safetensors.index.json").write_text(json.dumps(index))
+    return out
+
+
+def generate_records(model, tmp_path, tag, extra=()):
+    out = tmp_path / f"{tag}.jsonl"
+    r = run([tool("qconform"), "generate", "--model", model, "--prompts", model.parent / "prompts.jsonl",
+             "--max-new", 6, "--out", out, *extra])
+    return [json.loads(line) for line in out.read_text().splitlines()], r
+
+
+@pytest.mark.parametrize("fmt,extra", [("hf", ()), ("compressed-tensors", ("--mode", "w8a8"))])
+def test_sharded_checkpoint_runs_like_the_single_file(tmp_path, fmt, extra):
+    src = synth(tmp_path, "tiny-qwen3", fmt, "bf16")
+    (tmp_path / "prompts.jsonl").write_text((src / "tokens.jsonl").read_text().splitlines()[0] + "\n")
+    single, _ = generate_records(tmp_path / src.name, tmp_path, "single", extra)
+    sharded_dir = shard(src, tmp_path / "sharded", 3)
+    sharded, _ = generate_records(sharded_dir, tmp_path, "sharded", extra)
+    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("model", "model_sha256")} for r in recs]
+    assert strip(sharded) == strip(single) and len(single) == 1 + 6  # header + 6 positions
+    assert sharded[0]["model_sha256"] != single[0]["model_sha256"]  # other files: another identity
+    # The run's manifest names and digests the index and every shard.
+    inputs = json.loads((tmp_path / "sharded.jsonl.manifest.json").read_text())["inputs"]
+    assert sorted(k for k in inputs if k.startswith("model.")) == [
+        "model.config", "model.weights.index"] + [f"model.weights.model-{i:05d}-of-00003.safetensors" for i in (1, 2, 3)]
+
+
+def test_sharded_checkpoint_errors_name_index_shard_and_tensor(tmp_path):
+    src = synth(tmp_path, "tiny-qwen3", "hf", "f32")
+    cases = {
+        "missing-shard": (lambda ix: ix["weight_map"].update({"model.norm.weight": "model-absent.safetensors"}),
+                          "model-absent.safetensors"),
+        "wrong-shard": (lambda ix: ix["weight_map"].update(
+            {"model.norm.weight": next(v for k, v in ix["weight_map"].items() if v != ix["weight_map"]["model.norm.weight"])}),
+            "model.norm.weight"),
+        "unlisted": (lambda ix: ix["weight_map"].pop("model.norm.weight"), "model.norm.weight"),
+        "traversal": (lambda ix: ix["weight_map"].update({"model.norm.weight": "../model.safetensors"}),
+                      "../model.safetensors"),
+        "not-a-map": (lambda ix: ix.update({"weight_map": []}), "weight_map"),
+    }
+    for name, (mutate, needle) in cases.items():
+        d = shard(src, tmp_path / name, 2, mutate)
+        r = run([tool("qconform"), "generate", "--model", d, "--max-new", 2], check=False)
+        assert r.returncode == 2, (name, r.stderr)
+        assert "model.safetensors.index.json" in r.stderr and needle in r.stderr, (name, r.stderr)
