@@ -152,3 +152,11 @@ def test_sharded_checkpoint_errors_name_index_shard_and_tensor(tmp_path):
         r = run([tool("qconform"), "generate", "--model", d, "--max-new", 2], check=False)
         assert r.returncode == 2, (name, r.stderr)
         assert "model.safetensors.index.json" in r.stderr and needle in r.stderr, (name, r.stderr)
+
+
+def test_llama2c_directory_runs_and_its_manifest_names_model_bin(tmp_path):
+    d = synth(tmp_path, "tiny", "llama2c", "f32")
+    out = tmp_path / "g.jsonl"
+    run([tool("qconform"), "generate", "--model", d, "--max-new", 3, "--out", out])
+    inputs = json.loads((tmp_path / "g.jsonl.manifest.json").read_text())["inputs"]
+    assert inputs["model"]["path"].endswith("model.bin") and "model.config" not in inputs
