@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace qc {
 
@@ -39,6 +40,15 @@ void exact_accumulate_i32(const int8_t* a, const int8_t* w, AccumShape s, int32_
 // Exact int64 accumulators for any K: K is split into blocks below the int32 proof, each block
 // accumulated exactly in int32 by the same kernel, and the blocks summed in int64.
 void exact_accumulate_i64(const int8_t* a, const int8_t* w, AccumShape s, int64_t* acc, int threads = 0);
+
+// A layer's exact accumulators in the narrowest type that holds them: INT32 when K <= kAccumMaxKInt32
+// (no value can leave INT32), INT64 otherwise (`wide()`).
+struct ExactAccumulators {
+  std::vector<int32_t> i32;
+  std::vector<int64_t> i64;
+  bool wide() const { return !i64.empty(); }
+};
+ExactAccumulators exact_accumulate(const int8_t* a, const int8_t* w, AccumShape s, int threads = 0);
 
 // The named scalar reference (obviously correct, slow): int64 triple loop, no SIMD, no threads.
 void accumulate_ref_i64(const int8_t* a, const int8_t* w, AccumShape s, int64_t* acc);
@@ -84,6 +94,7 @@ struct RangeStats {
 // `threads`: 0 = all hardware threads; the result does not depend on it.
 RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int32_t* acc, int threads = 0);
 RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int64_t* acc, int threads = 0);
+RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const ExactAccumulators& acc, int threads = 0);
 
 // Convenience: computes the exact accumulators (int32 when the proof holds, int64 otherwise)
 // and returns their range statistics.

@@ -17,6 +17,8 @@
 #include <span>
 #include <string_view>
 
+#include "qconform/accum.hpp"
+
 namespace qc {
 
 enum class EpilogueKind { vllm_cutlass, vllm_triton, sglang_sm89, sglang_sm90, exact };
@@ -76,6 +78,12 @@ void apply_epilogue(const Epilogue& e, const int32_t* acc, const float* sa, cons
                     const uint16_t* bias, int64_t M, int64_t N, uint16_t* y_bf16, int threads = 0);
 void apply_epilogue(const Epilogue& e, const int64_t* acc, const float* sa, const float* sw,
                     const uint16_t* bias, int64_t M, int64_t N, uint16_t* y_bf16, int threads = 0);
+// Rows [row0, row0 + rows) of a layer of `layer_m` x N exact accumulators (either width) into
+// y_bf16[rows, N]; `acc` and `sa` are the whole layer's. A formula that dispatches on the layer's
+// shape (sglang-sm90) sees `layer_m`, not the block: blocks computed this way equal the whole tile.
+void apply_epilogue_rows(const Epilogue& e, const ExactAccumulators& acc, int64_t layer_m, int64_t row0, int64_t rows,
+                         const float* sa, const float* sw, const uint16_t* bias, int64_t N, uint16_t* y_bf16,
+                         int threads = 0);
 
 // The correctly rounded bf16 of the real number acc·sa·sw (+ bias), one RNE rounding (the
 // `exact` formula, exposed for tests and for other parts that need a reference). Signed zeros:

@@ -150,6 +150,19 @@ void accumulate_ref_i64(const int8_t* a, const int8_t* w, AccumShape s, int64_t*
 
 std::string accum_target_name() { return accum_detail::target_name(); }
 
+ExactAccumulators exact_accumulate(const int8_t* a, const int8_t* w, AccumShape s, int threads) {
+  QC_CHECK(s.m >= 0 && s.n >= 0 && s.k >= 0, "exact_accumulate: negative shape m={} n={} k={}", s.m, s.n, s.k);
+  ExactAccumulators e;
+  if (s.k <= kAccumMaxKInt32) {
+    e.i32.resize(static_cast<size_t>(s.m * s.n));
+    exact_accumulate_i32(a, w, s, e.i32.data(), threads);
+  } else {
+    e.i64.resize(static_cast<size_t>(s.m * s.n));
+    exact_accumulate_i64(a, w, s, e.i64.data(), threads);
+  }
+  return e;
+}
+
 RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int32_t* acc, int threads) {
   check_shape(a, w, s, acc, "range_stats");
   QC_CHECK(s.k <= kAccumMaxKInt32,
@@ -164,16 +177,13 @@ RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int
   return range_stats_impl(a, w, s, acc, threads);
 }
 
+RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const ExactAccumulators& acc, int threads) {
+  return acc.wide() ? range_stats(a, w, s, acc.i64.data(), threads) : range_stats(a, w, s, acc.i32.data(), threads);
+}
+
 RangeStats exact_range_stats(const int8_t* a, const int8_t* w, AccumShape s, int threads) {
   QC_CHECK(s.m >= 0 && s.n >= 0 && s.k >= 0, "exact_range_stats: negative shape m={} n={} k={}", s.m, s.n, s.k);
-  if (s.k <= kAccumMaxKInt32) {
-    std::vector<int32_t> acc(static_cast<size_t>(s.m * s.n));
-    exact_accumulate_i32(a, w, s, acc.data(), threads);
-    return range_stats(a, w, s, acc.data(), threads);
-  }
-  std::vector<int64_t> acc(static_cast<size_t>(s.m * s.n));
-  exact_accumulate_i64(a, w, s, acc.data(), threads);
-  return range_stats(a, w, s, acc.data(), threads);
+  return range_stats(a, w, s, exact_accumulate(a, w, s, threads), threads);
 }
 
 }  // namespace qc

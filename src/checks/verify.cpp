@@ -105,45 +105,26 @@ class OperandSnapshot {
   std::vector<std::vector<std::byte>> copies_;
 };
 
-// The exact accumulator of one (layer, rows) slice, INT32 when no value can leave INT32.
-struct ExactAcc {
-  std::vector<int32_t> i32;
-  std::vector<int64_t> i64;  // used when K is beyond the INT32 proof
-  bool wide() const { return !i64.empty(); }
-};
-
-ExactAcc exact_acc(const LayerOperands& ops, VerifyReference where, int threads) {
-  ExactAcc e;
+// The exact accumulators of one (layer, rows) slice, on the host or on the GPU's CUDA cores.
+ExactAccumulators exact_acc(const LayerOperands& ops, VerifyReference where, int threads) {
   const AccumShape s{ops.m, ops.n, ops.k};
-  if (where == VerifyReference::gpu) {
-    if (ops.k <= kAccumMaxKInt32) {
-      e.i32 = exact_accumulate_i32_gpu(ops.a_q.data(), ops.w_q.data(), s);
-    } else {
-      e.i64 = exact_accumulate_i64_gpu(ops.a_q.data(), ops.w_q.data(), s);
-    }
-  } else if (ops.k <= kAccumMaxKInt32) {
-    e.i32.resize(static_cast<size_t>(ops.m * ops.n));
-    exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), s, e.i32.data(), threads);
+  if (where != VerifyReference::gpu) return exact_accumulate(ops.a_q.data(), ops.w_q.data(), s, threads);
+  ExactAccumulators e;
+  if (ops.k <= kAccumMaxKInt32) {
+    e.i32 = exact_accumulate_i32_gpu(ops.a_q.data(), ops.w_q.data(), s);
   } else {
-    e.i64.resize(static_cast<size_t>(ops.m * ops.n));
-    exact_accumulate_i64(ops.a_q.data(), ops.w_q.data(), s, e.i64.data(), threads);
+    e.i64 = exact_accumulate_i64_gpu(ops.a_q.data(), ops.w_q.data(), s);
   }
   return e;
 }
 
-// Rows [r0, r1) of the declared formula `e` on the exact accumulator, into `y` (serial: the
+// Rows [r0, r1) of the declared formula `e` on the exact accumulators, into `y` (serial: the
 // element pass runs blocks of rows on every core).
-void emulate_rows(const Epilogue& e, const ExactAcc& acc, const LayerOperands& ops, int64_t r0, int64_t r1,
+void emulate_rows(const Epilogue& e, const ExactAccumulators& acc, const LayerOperands& ops, int64_t r0, int64_t r1,
                   std::vector<uint16_t>& y) {
   y.resize(static_cast<size_t>((r1 - r0) * ops.n));
-  const uint16_t* bias = ops.has_bias() ? ops.bias.data() : nullptr;
-  const size_t at = static_cast<size_t>(r0 * ops.n);
-  const float* sa = ops.a_scale.data() + r0;
-  if (acc.wide()) {
-    apply_epilogue(e, acc.i64.data() + at, sa, ops.w_scale.data(), bias, r1 - r0, ops.n, y.data(), 1);
-  } else {
-    apply_epilogue(e, acc.i32.data() + at, sa, ops.w_scale.data(), bias, r1 - r0, ops.n, y.data(), 1);
-  }
+  apply_epilogue_rows(e, acc, ops.m, r0, r1 - r0, ops.a_scale.data(), ops.w_scale.data(),
+                      ops.has_bias() ? ops.bias.data() : nullptr, ops.n, y.data(), 1);
 }
 
 // Everything verify checks element by element, over a block of rows (blocks run in parallel and
@@ -183,7 +164,7 @@ struct ElementPass {
 };
 
 ElementPass element_pass(const LayerOperands& ops, const std::string& label, ScaleMode mode, bool safe,
-                         const ExactAcc& exact, const ArmOutput& out_a, const ArmOutput& out_b,
+                         const ExactAccumulators& exact, const ArmOutput& out_a, const ArmOutput& out_b,
                          const Epilogue* formula_a, const Epilogue* formula_b, const CompareOptions& compare,
                          int threads) {
   const int64_t rows = ops.m, cols = ops.n;
@@ -438,13 +419,11 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
     std::future<RangeStats> stats;  // C2: the exact statistics of the whole layer, computed beside the arms
     for (int64_t m : ms) {
       const LayerOperands rows = first_rows(full, m);
-      const auto exact = std::make_shared<const ExactAcc>(
+      const auto exact = std::make_shared<const ExactAccumulators>(
           timed(result.seconds, "reference accumulation", [&] { return exact_acc(rows, reference, options.threads); }));
       if (m == full.m) {
         stats = std::async(std::launch::async, [exact, rows, threads = options.threads] {
-          const AccumShape shape{rows.m, rows.n, rows.k};
-          return exact->wide() ? range_stats(rows.a_q.data(), rows.w_q.data(), shape, exact->i64.data(), threads)
-                               : range_stats(rows.a_q.data(), rows.w_q.data(), shape, exact->i32.data(), threads);
+          return range_stats(rows.a_q.data(), rows.w_q.data(), {rows.m, rows.n, rows.k}, *exact, threads);
         });
       }
       for (size_t mi = 0; mi < options.modes.size(); ++mi) {

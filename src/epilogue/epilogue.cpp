@@ -300,8 +300,9 @@ constexpr std::array<Epilogue, 7> kEpilogues{{
 }};
 
 template <typename Acc>
+// `layer_m`: the M a shape-dispatching formula sees (the whole layer's when M rows are a block of it).
 void apply_tile(const Epilogue& e, const Acc* acc, const float* sa, const float* sw, const uint16_t* bias,
-                int64_t M, int64_t N, uint16_t* y, int threads) {
+                int64_t M, int64_t N, uint16_t* y, int threads, int64_t layer_m) {
   QC_INPUT(M >= 0 && N >= 0, "epilogue `{}`: expected M, N >= 0, found M={} N={}", e.name, M, N);
   if (M == 0 || N == 0) return;
   QC_INPUT(acc != nullptr && sa != nullptr && sw != nullptr && y != nullptr,
@@ -321,7 +322,7 @@ void apply_tile(const Epilogue& e, const Acc* acc, const float* sa, const float*
                e.name, n, bias[n]);
     }
   }
-  const bool swap = e.kind == EpilogueKind::sglang_sm90 && sglang_sm90_swaps(M, N);
+  const bool swap = e.kind == EpilogueKind::sglang_sm90 && sglang_sm90_swaps(layer_m, N);
   auto rows = [&](int64_t m0, int64_t m1) {
     for (int64_t m = m0; m < m1; ++m) {
       const Acc* a = acc + m * N;
@@ -376,12 +377,26 @@ std::span<const Epilogue> all_epilogues() { return kEpilogues; }
 
 void apply_epilogue(const Epilogue& e, const int32_t* acc, const float* sa, const float* sw, const uint16_t* bias,
                     int64_t M, int64_t N, uint16_t* y_bf16, int threads) {
-  apply_tile(e, acc, sa, sw, bias, M, N, y_bf16, threads);
+  apply_tile(e, acc, sa, sw, bias, M, N, y_bf16, threads, M);
 }
 
 void apply_epilogue(const Epilogue& e, const int64_t* acc, const float* sa, const float* sw, const uint16_t* bias,
                     int64_t M, int64_t N, uint16_t* y_bf16, int threads) {
-  apply_tile(e, acc, sa, sw, bias, M, N, y_bf16, threads);
+  apply_tile(e, acc, sa, sw, bias, M, N, y_bf16, threads, M);
+}
+
+void apply_epilogue_rows(const Epilogue& e, const ExactAccumulators& acc, int64_t layer_m, int64_t row0, int64_t rows,
+                         const float* sa, const float* sw, const uint16_t* bias, int64_t N, uint16_t* y_bf16,
+                         int threads) {
+  const size_t have = acc.wide() ? acc.i64.size() : acc.i32.size();
+  QC_CHECK(row0 >= 0 && rows >= 0 && N >= 0 && row0 + rows <= layer_m && have == static_cast<size_t>(layer_m * N),
+           "apply_epilogue_rows: rows [{}, {}) of a {}x{} layer, {} accumulators", row0, row0 + rows, layer_m, N, have);
+  const size_t at = static_cast<size_t>(row0 * N);
+  if (acc.wide()) {
+    apply_tile(e, acc.i64.data() + at, sa + row0, sw, bias, rows, N, y_bf16, threads, layer_m);
+  } else {
+    apply_tile(e, acc.i32.data() + at, sa + row0, sw, bias, rows, N, y_bf16, threads, layer_m);
+  }
 }
 
 }  // namespace qc

@@ -328,6 +328,17 @@ TEST(EpilogueFormulas, SglangSm90SwapDispatch) {
     qc::apply_epilogue(E("sglang-sm90"), tile.data(), vsa.data(), vsw.data(), nullptr, s.m, n, y.data(), 2);
     for (auto v : y) ASSERT_EQ(v, want) << "tile M=" << s.m << " N=" << n;
   }
+  // A block of rows of a larger layer dispatches on the layer's M, not the block's: rows [16, 32)
+  // of a 512 x 64 layer take the CUTLASS order, though 16 rows alone would swap.
+  qc::ExactAccumulators layer;
+  layer.i32.assign(512 * 64, static_cast<int32_t>(acc));
+  std::vector<float> vsa(512, sa), vsw(64, sw);
+  std::vector<uint16_t> block(16 * 64);
+  qc::apply_epilogue_rows(E("sglang-sm90"), layer, 512, 16, 16, vsa.data(), vsw.data(), nullptr, 64, block.data());
+  for (auto v : block) ASSERT_EQ(v, ref_cutlass(acc, sa, sw)) << "rows [16, 32) of a 512-row layer";
+  EXPECT_THROW(qc::apply_epilogue_rows(E("sglang-sm90"), layer, 512, 500, 16, vsa.data(), vsw.data(), nullptr, 64,
+                                       block.data()),
+               qc::Error);  // rows past the layer
 }
 
 // Power-of-two weight scales, no bias, all intermediates normal: the four fp32 formulas return

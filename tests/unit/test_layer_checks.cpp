@@ -171,6 +171,29 @@ TEST(Verify, CutlassVersusTritonPassesEveryCheck) {
   for (const CheckResult& c : checks) EXPECT_EQ(c.verdict, Verdict::pass) << c.id << ": " << c.summary;
 }
 
+// verify's element pass emulates the declared formulas in blocks of rows; a formula that dispatches
+// on the layer's shape (sglang-sm90: Triton order when M <= 16, or M <= 64 with N > 1280) must
+// still see the layer's M. 16 threads make blocks of 8 rows of this 512 x 2048 layer.
+TEST(Verify, ShapeDispatchingFormulaSeesTheLayerNotTheBlock) {
+  SynthOptions o;
+  o.shapes = "512x2048x1024";
+  o.seed = 3;
+  const auto layers = synth_operands(o);
+  const PredictionSet p = predict(layers, "mem", "");
+  VerifyOptions options;
+  options.modes = {ScaleMode::real};
+  options.threads = 16;
+  auto sm90 = make_arm("cpu:sglang-sm90"), triton = make_arm("cpu:vllm-triton"), cutlass = make_arm("cpu:vllm-cutlass");
+  // The case is sensitive: here the Triton and CUTLASS orders differ somewhere.
+  const VerifyResult orders = verify_layers(*cutlass, *triton, layers, p, options);
+  ASSERT_GT(orders.runs[0].predicted_diff, 0);
+  const VerifyResult r = verify_layers(*sm90, *cutlass, layers, p, options);
+  EXPECT_EQ(r.runs[0].formula_mismatch_a, 0);  // the arm (whole layer: CUTLASS order) equals its formula
+  EXPECT_EQ(r.runs[0].predicted_diff, 0);
+  EXPECT_EQ(r.runs[0].cmp.bitwise_diff, 0);
+  EXPECT_EQ(r.checks[4].verdict, Verdict::pass) << r.checks[4].summary;
+}
+
 TEST(Verify, BiasAfterRoundingIsNotCommutable) {
   const auto checks = verify_tiny("cpu:vllm-cutlass-fma", "cpu:vllm-triton", true);
   EXPECT_EQ(checks[3].id, "C5");

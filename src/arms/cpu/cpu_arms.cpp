@@ -31,19 +31,12 @@ class CpuEpilogueArm final : public Arm {
     ArmOutput out;
     out.y.resize(static_cast<size_t>(ops.m * ops.n));
     const uint16_t* bias = ops.has_bias() ? ops.bias.data() : nullptr;
-    const AccumShape shape{ops.m, ops.n, ops.k};
-    if (ops.k <= kAccumMaxKInt32) {
-      // `acc` is exact here: K * 2^14 < 2^31 for every K this path accepts.
-      std::vector<int32_t> acc(out.y.size());
-      exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), shape, acc.data());
-      apply_epilogue(epilogue_, acc.data(), ops.a_scale.data(), ops.w_scale.data(), bias, ops.m, ops.n, out.y.data());
-      out.acc = std::move(acc);
-    } else {
-      // Beyond the INT32 proof the CPU arm accumulates in INT64 and exposes no INT32 accumulator.
-      std::vector<int64_t> acc(out.y.size());
-      exact_accumulate_i64(ops.a_q.data(), ops.w_q.data(), shape, acc.data());
-      apply_epilogue(epilogue_, acc.data(), ops.a_scale.data(), ops.w_scale.data(), bias, ops.m, ops.n, out.y.data());
-    }
+    ExactAccumulators acc = exact_accumulate(ops.a_q.data(), ops.w_q.data(), {ops.m, ops.n, ops.k});
+    apply_epilogue_rows(epilogue_, acc, ops.m, 0, ops.m, ops.a_scale.data(), ops.w_scale.data(), bias, ops.n,
+                        out.y.data());
+    // INT32 (exact: K * 2^14 < 2^31) is exposed; beyond that proof the arm accumulates in INT64 and
+    // exposes no INT32 accumulator.
+    if (!acc.wide()) out.acc = std::move(acc.i32);
     out.record = cpu_run_record(info(), fmt::format("qconform exact accumulator ({}) + epilogue {}",
                                                     accum_target_name(), epilogue_.name));
     return out;
