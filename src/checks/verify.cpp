@@ -6,10 +6,10 @@
 #include <bit>
 #include <cfloat>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <future>
 #include <memory>
-#include <cmath>
 #include <optional>
 
 #include "qconform/cuda.hpp"
@@ -296,9 +296,10 @@ VerifyReference resolve_reference(VerifyReference requested) {
 
 std::string reference_description(VerifyReference where) {
   return where == VerifyReference::gpu
-             ? "exact INT64 accumulation on CUDA cores (" + cuda_device_description() +
-                   "), not the tensor cores; formulas, comparisons and digests on the host"
-             : "exact INT32/INT64 accumulation on the host (Highway); formulas, comparisons and digests on the host";
+             ? "exact accumulation on the CUDA cores of " + cuda_device_description() +
+                   " (integer multiply-adds, never the tensor cores); formulas, comparisons and operand checks on the "
+                   "host"
+             : "exact accumulation on the host (Highway SIMD); formulas, comparisons and operand checks on the host";
 }
 
 std::string_view scale_mode_name(ScaleMode mode) {
