@@ -1,7 +1,8 @@
 // Quantizers: per-token dynamic symmetric int8 activation quantization as each engine computes
 // it, and the per-output-channel weight quantizer of compressed-tensors ("int-quantized").
 //
-// Formulas from `../shared/reference/production-epilogues.md`; every fp32 operation rounds once
+// Formulas from `../shared/reference/production-epilogues.md`, except `sglang`, which follows
+// SGLang's source where the two disagree (below); every fp32 operation rounds once
 // (`-ffp-contract=off`), and `sat_s8` has the semantics of PTX `cvt.rni.sat.s8.f32`: round to
 // nearest, ties to even, saturate to [-128, 127], NaN -> 0. See docs/epilogues.md.
 #pragma once
@@ -12,21 +13,34 @@
 namespace qc {
 
 enum class ActQuantizer {
-  vllm,     // scale = absmax/127; inv = absmax == 0 ? 0 : 127/absmax; q = sat_s8(rne(x*inv))
-  sglang,   // scale = absmax/127; inv = 1/scale (no zero guard); q = sat_s8(rne(x*inv))
-  static_,  // q = sat_s8(rne(x/scale)) with a given per-tensor scale (true division)
+  vllm,        // scale = absmax/127; inv = absmax == 0 ? 0 : 127/absmax; q = sat_s8(rne(x*inv))
+  sglang,      // a = max(absmax, 1e-10); scale = a/127; q = sat_s8(round_half_away(x*(127/a)))
+  reciprocal,  // scale = absmax/127; inv = 1/scale (no zero guard); q = sat_s8(rne(x*inv))
+  static_,     // q = sat_s8(rne(x/scale)) with a given per-tensor scale (true division)
 };
+// `sglang` follows SGLang's source (python/sglang/srt/layers/quantization/int8_kernel.py,
+// `_per_token_quant_int8`, which `W8A8Int8LinearMethod.apply` calls on CUDA): the multiplier is
+// 127/absmax as in vLLM, the absmax is floored at 1e-10, and `libdevice.round` rounds halves away
+// from zero. Not modelled: Triton 3.6 lowers that kernel's fp32 `/` to `div.full.f32` (within
+// 2 ulp, not always correctly rounded); we divide with IEEE rounding, so where the GPU's quotient
+// is off by an ulp, SGLang's scale or multiplier is too. `reciprocal` is the formula the reference
+// notes gave for SGLang (`1/(absmax/127)`, half to even); it disagrees with the source and is kept
+// as a named control for upstream quantization differences. docs/epilogues.md says more.
 
-// "vllm", "sglang", "static"; QC_INPUT error listing the valid names otherwise.
+// "vllm", "sglang", "reciprocal", "static"; QC_INPUT error listing the valid names otherwise.
 ActQuantizer act_quantizer(std::string_view name);
 std::string_view act_quantizer_name(ActQuantizer q);
 
 // cvt.rni.sat.s8.f32: round half to even, saturate to [-128, 127], NaN -> 0.
 int8_t sat_s8_rne(float x);
 
+// Round half away from zero, saturate to [-128, 127], NaN -> 0 (SGLang's `libdevice.round`).
+int8_t sat_s8_round_half_away(float x);
+
 // One row of K values: writes q[0..K) and returns the row's scale (for `static_`, returns
 // `static_scale`). An all-zero row: `vllm` gives scale 0 and codes 0 (its guard); `sglang` gives
-// scale 0, inv = 1/0 = inf, x*inv = 0*inf = NaN, and cvt maps NaN to code 0, so also all zeros.
+// scale 1e-10/127 and codes 0 (its floor); `reciprocal` gives scale 0, inv = 1/0 = inf,
+// x*inv = 0*inf = NaN, and cvt maps NaN to code 0, so also all zeros.
 // A row containing inf or NaN is quantized as the formula says (absmax inf -> scale inf, inv 0
 // or 0*... ), no error: callers that need finite input validate first.
 float quantize_activation_row(ActQuantizer kind, const float* x, int64_t K, int8_t* q, float static_scale = 0.0f);

@@ -34,7 +34,7 @@ inline void add_model_option(CLI::App& app, ModelRunArgs& a) {
 inline void add_mode_options(CLI::App& app, ModelRunArgs& a, bool with_mode) {
   if (with_mode) app.add_option("--mode", a.mode, "fp32 (the unquantized reference) or w8a8 (every linear layer through --arm)");
   app.add_option("--arm", a.arm, "w8a8: the arm every linear layer runs through (default cpu:vllm-cutlass; `qconform arms` lists them)");
-  app.add_option("--act-quantizer", a.act_quantizer, "w8a8: per-token activation quantizer, vllm (default) or sglang");
+  app.add_option("--act-quantizer", a.act_quantizer, "w8a8: per-token activation quantizer, vllm (default), sglang or reciprocal");
   app.add_flag("--pow2", a.pow2, "w8a8: round every weight scale to its nearest power of two (log2) before use: the probe, in memory");
 }
 

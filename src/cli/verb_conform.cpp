@@ -28,7 +28,7 @@ VerbRunner setup_conform(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--synthetic-layers", o->synthetic_layers, "decoder layers of the synthetic model")
       ->capture_default_str();
-  app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm or sglang")->capture_default_str();
+  app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang or reciprocal")->capture_default_str();
   app.add_option("--tolerance-ulps", o->tolerance_ulps, "C6 tolerance in bf16 ulps")->capture_default_str();
   app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (default: report)");
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");

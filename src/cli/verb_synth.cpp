@@ -19,7 +19,8 @@ VerbRunner setup_synth(CLI::App& app) {
   app.add_option("--m", o->m, "rows (tokens) per layer; ignored for MxNxK")->capture_default_str();
   app.add_option("--seed", o->seed, "seed of the deterministic generator")->capture_default_str();
   app.add_flag("--bias", o->bias, "add a bf16 bias per output channel");
-  app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang")->capture_default_str();
+  app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang, reciprocal")
+      ->capture_default_str();
   app.add_option("--outlier-fraction", o->outlier_fraction, "share of heavy outlier activation channels")
       ->capture_default_str();
   app.add_option("--outlier-gain", o->outlier_gain, "outlier channel magnitude relative to the others")

@@ -22,17 +22,26 @@ int8_t sat_s8_rne(float x) {
   return static_cast<int8_t>(std::max(-128.0f, std::min(127.0f, r)));
 }
 
+int8_t sat_s8_round_half_away(float x) {
+  if (std::isnan(x)) return 0;
+  if (x >= 127.5f) return 127;
+  if (x <= -128.5f) return -128;
+  return static_cast<int8_t>(std::round(x));  // C `round`: halves away from zero, like libdevice.round
+}
+
 ActQuantizer act_quantizer(std::string_view name) {
   if (name == "vllm") return ActQuantizer::vllm;
+  if (name == "reciprocal") return ActQuantizer::reciprocal;
   if (name == "sglang") return ActQuantizer::sglang;
   if (name == "static") return ActQuantizer::static_;
-  QC_FAIL_INPUT("unknown activation quantizer `{}`: expected one of vllm, sglang, static", name);
+  QC_FAIL_INPUT("unknown activation quantizer `{}`: expected one of vllm, sglang, reciprocal, static", name);
 }
 
 std::string_view act_quantizer_name(ActQuantizer q) {
   switch (q) {
     case ActQuantizer::vllm: return "vllm";
     case ActQuantizer::sglang: return "sglang";
+    case ActQuantizer::reciprocal: return "reciprocal";
     case ActQuantizer::static_: return "static";
   }
   return "?";
@@ -45,12 +54,18 @@ float quantize_activation_row(ActQuantizer kind, const float* x, int64_t K, int8
   }
   float absmax = 0.0f;
   for (int64_t k = 0; k < K; ++k) absmax = std::max(absmax, std::fabs(x[k]));
+  if (kind == ActQuantizer::sglang) {
+    absmax = std::max(absmax, 1e-10f);  // SGLang's floor: no zero scale
+    const float inv = 127.0f / absmax;
+    for (int64_t k = 0; k < K; ++k) q[k] = sat_s8_round_half_away(x[k] * inv);
+    return absmax / 127.0f;
+  }
   const float scale = absmax / 127.0f;
   float inv;
   if (kind == ActQuantizer::vllm) {
     inv = absmax == 0.0f ? 0.0f : 127.0f / absmax;
   } else {
-    inv = 1.0f / scale;  // no guard: inf for an all-zero row, and 0*inf = NaN -> code 0
+    inv = 1.0f / scale;  // reciprocal: no guard: inf for an all-zero row, and 0*inf = NaN -> code 0
   }
   for (int64_t k = 0; k < K; ++k) q[k] = sat_s8_rne(x[k] * inv);
   return scale;

@@ -88,8 +88,8 @@ struct W8a8Linear::State {
 W8a8Linear::W8a8Linear(W8a8Options options) : state_(std::make_shared<State>()) {
   state_->act = act_quantizer(options.act_quantizer);
   QC_INPUT(state_->act != ActQuantizer::static_,
-           "--act-quantizer `static`: the model quantizes activations per token dynamically; expected `vllm` or "
-           "`sglang`");
+           "--act-quantizer `static`: the model quantizes activations per token dynamically; expected `vllm`, "
+           "`sglang` or `reciprocal`");
   state_->arm = make_arm(options.arm);
   state_->info = state_->arm->info();
   state_->options = std::move(options);

@@ -37,6 +37,15 @@ int ref_sat_rne(float x) {
   return static_cast<int>(std::max(-128.0, std::min(127.0, r)));
 }
 
+// Round half away from zero in fp64 (exact for every fp32), saturate, NaN -> 0.
+int ref_sat_half_away(float x) {
+  if (std::isnan(x)) return 0;
+  const double d = std::fabs(static_cast<double>(x));
+  const double fl = std::floor(d);
+  const double r = std::copysign(d - fl >= 0.5 ? fl + 1 : fl, static_cast<double>(x));
+  return static_cast<int>(std::max(-128.0, std::min(127.0, r)));
+}
+
 // fp32 -> bf16 value (RNE), finite inputs, by comparing the two neighbours.
 float ref_bf16_value(float x) {
   const uint32_t lo = bits32(x) & 0xFFFF0000u;
@@ -73,6 +82,7 @@ TEST(QuantizeSat, RoundHalfEvenSaturateNaN) {
 TEST(QuantizeAct, Names) {
   EXPECT_EQ(qc::act_quantizer("vllm"), qc::ActQuantizer::vllm);
   EXPECT_EQ(qc::act_quantizer("sglang"), qc::ActQuantizer::sglang);
+  EXPECT_EQ(qc::act_quantizer("reciprocal"), qc::ActQuantizer::reciprocal);
   EXPECT_EQ(qc::act_quantizer("static"), qc::ActQuantizer::static_);
   EXPECT_EQ(qc::act_quantizer_name(qc::ActQuantizer::static_), "static");
   try {
@@ -92,7 +102,7 @@ TEST(QuantizeAct, Names) {
 
 // `127/absmax` and `1/(absmax/127)` differ by one fp32 ulp for some absmax; search such an absmax
 // and an x in the row whose int8 code then differs between vLLM and SGLang.
-TEST(QuantizeAct, VllmAndSglangReciprocalsChangeACode) {
+TEST(QuantizeAct, VllmAndReciprocalMultipliersChangeACode) {
   std::mt19937_64 rng(123);
   std::uniform_real_distribution<float> dabs(0.01f, 50.0f);
   int inv_differs = 0, code_differs = 0;
@@ -113,7 +123,7 @@ TEST(QuantizeAct, VllmAndSglangReciprocalsChangeACode) {
         const float row[3] = {absmax, x, -x};
         int8_t q1[3], q2[3];
         const float s1 = qc::quantize_activation_row(qc::ActQuantizer::vllm, row, 3, q1);
-        const float s2 = qc::quantize_activation_row(qc::ActQuantizer::sglang, row, 3, q2);
+        const float s2 = qc::quantize_activation_row(qc::ActQuantizer::reciprocal, row, 3, q2);
         ASSERT_EQ(s1, dvd(absmax, 127.0f));
         ASSERT_EQ(s2, s1);
         ASSERT_EQ(q1[1], qv) << "absmax " << fdesc(absmax) << " x " << fdesc(x);
@@ -121,7 +131,7 @@ TEST(QuantizeAct, VllmAndSglangReciprocalsChangeACode) {
         ASSERT_NE(q1[1], q2[1]);
         ASSERT_EQ(q1[2], ref_sat_rne(mul(-x, inv_v)));
         if (code_differs == 0) {
-          std::printf("[quantize] absmax=%a x=%a: 127/absmax=%a, 1/(absmax/127)=%a -> vllm code %d, sglang code %d\n",
+          std::printf("[quantize] absmax=%a x=%a: 127/absmax=%a, 1/(absmax/127)=%a -> vllm code %d, reciprocal code %d\n",
                       absmax, x, inv_v, inv_s, q1[1], q2[1]);
         }
         ++code_differs;
@@ -140,7 +150,8 @@ TEST(QuantizeAct, RandomRowsMatchReference) {
   std::vector<float> x(M * K);
   for (auto& v : x) v = dn(rng) * 3.0f;
   x[7 * K + 3] = 0.0f;
-  for (auto kind : {qc::ActQuantizer::vllm, qc::ActQuantizer::sglang, qc::ActQuantizer::static_}) {
+  for (auto kind : {qc::ActQuantizer::vllm, qc::ActQuantizer::sglang, qc::ActQuantizer::reciprocal,
+                    qc::ActQuantizer::static_}) {
     std::vector<int8_t> q(M * K);
     std::vector<float> scales(M);
     const float st = 0.05f;
@@ -149,13 +160,14 @@ TEST(QuantizeAct, RandomRowsMatchReference) {
       float absmax = 0;
       for (int64_t k = 0; k < K; ++k) absmax = std::max(absmax, std::fabs(x[m * K + k]));
       const float scale = kind == qc::ActQuantizer::static_ ? st : dvd(absmax, 127.0f);
-      ASSERT_EQ(scales[m], scale);
+      ASSERT_EQ(scales[m], scale);  // absmax > 1e-10 here: SGLang's floor does not apply
       for (int64_t k = 0; k < K; ++k) {
         const float v = x[m * K + k];
-        const float t = kind == qc::ActQuantizer::vllm     ? mul(v, dvd(127.0f, absmax))
-                        : kind == qc::ActQuantizer::sglang ? mul(v, dvd(1.0f, scale))
-                                                           : dvd(v, st);
-        ASSERT_EQ(q[m * K + k], ref_sat_rne(t)) << qc::act_quantizer_name(kind) << " m=" << m << " k=" << k;
+        const float t = kind == qc::ActQuantizer::static_      ? dvd(v, st)
+                        : kind == qc::ActQuantizer::reciprocal ? mul(v, dvd(1.0f, scale))
+                                                               : mul(v, dvd(127.0f, absmax));
+        const int want = kind == qc::ActQuantizer::sglang ? ref_sat_half_away(t) : ref_sat_rne(t);
+        ASSERT_EQ(q[m * K + k], want) << qc::act_quantizer_name(kind) << " m=" << m << " k=" << k;
       }
     }
     // bf16 input overload: same codes on the bf16-rounded values
@@ -222,14 +234,32 @@ TEST(QuantizeAct, StaticIsTrueDivision) {
   EXPECT_GE(found, 5);
 }
 
+// SGLang's libdevice.round takes halves away from zero where vLLM's cvt.rni takes them to even.
+// absmax 127 makes the multiplier exactly 1, so x*inv = x.
+TEST(QuantizeAct, SglangRoundsHalvesAwayFromZero) {
+  const float row[6] = {127.0f, 2.5f, -2.5f, 3.5f, 0.5f, -0.49999997f};
+  int8_t qs[6], qv[6];
+  EXPECT_EQ(qc::quantize_activation_row(qc::ActQuantizer::sglang, row, 6, qs), 1.0f);
+  EXPECT_EQ(qc::quantize_activation_row(qc::ActQuantizer::vllm, row, 6, qv), 1.0f);
+  const int8_t want_s[6] = {127, 3, -3, 4, 1, 0}, want_v[6] = {127, 2, -2, 4, 0, 0};
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(qs[i], want_s[i]) << "sglang x=" << row[i];
+    EXPECT_EQ(qv[i], want_v[i]) << "vllm x=" << row[i];
+  }
+}
+
 TEST(QuantizeAct, ZeroRows) {
   const float row[4] = {0.0f, -0.0f, 0.0f, 0.0f};
   int8_t q[4] = {1, 1, 1, 1};
   EXPECT_EQ(qc::quantize_activation_row(qc::ActQuantizer::vllm, row, 4, q), 0.0f);
   for (int8_t v : q) EXPECT_EQ(v, 0);
   std::fill(q, q + 4, int8_t{1});
-  // sglang: scale 0, inv = 1/0 = inf, 0*inf = NaN, cvt.rni.sat maps NaN to 0
-  EXPECT_EQ(qc::quantize_activation_row(qc::ActQuantizer::sglang, row, 4, q), 0.0f);
+  // reciprocal: scale 0, inv = 1/0 = inf, 0*inf = NaN, cvt.rni.sat maps NaN to 0
+  EXPECT_EQ(qc::quantize_activation_row(qc::ActQuantizer::reciprocal, row, 4, q), 0.0f);
+  for (int8_t v : q) EXPECT_EQ(v, 0);
+  // sglang: absmax floored at 1e-10, so the scale is 1e-10/127 and the codes 0
+  std::fill(q, q + 4, int8_t{1});
+  EXPECT_EQ(qc::quantize_activation_row(qc::ActQuantizer::sglang, row, 4, q), dvd(1e-10f, 127.0f));
   for (int8_t v : q) EXPECT_EQ(v, 0);
   EXPECT_TRUE(std::isinf(dvd(1.0f, 0.0f)));
   EXPECT_TRUE(std::isnan(mul(0.0f, dvd(1.0f, 0.0f))));
