@@ -37,8 +37,8 @@ from ._qconform import Arm, Error, InputError, InternalError, PythonArm
 __all__ = [
     "Arm", "PythonArm", "Error", "InputError", "InternalError", "OperandList",
     "__version__", "arm", "arms", "apply_epilogue", "boundary", "compare", "epilogues",
-    "exact_accumulate", "load_operands", "predict", "run", "save_operands", "synth", "transfer",
-    "verify", "bf16_bits_to_float32", "float32_to_bf16_bits",
+    "exact_accumulate", "load_operands", "predict", "quantize_activations", "run", "save_operands", "synth",
+    "transfer", "verify", "bf16_bits_to_float32", "float32_to_bf16_bits",
 ]
 
 __version__: str = _qconform.version()
@@ -204,6 +204,16 @@ def save_operands(path: Union[str, "os.PathLike[str]"], layers: OperandsSpec,
     if isinstance(src, str):
         raise InputError("save_operands: expected a list of layer dicts, found a path (copy the file instead)")
     _qconform.save_operands(os.fspath(path), src, {str(k): str(v) for k, v in (metadata or {}).items()})
+
+
+def quantize_activations(x: Any, quantizer: str = "vllm", *,
+                         static_scale: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Per-token int8 quantization of activations ``x`` [M, K] (float32, or bfloat16 as
+    ml_dtypes/torch bfloat16 or uint16 bit patterns) as an engine computes it: ``quantizer`` is
+    ``vllm``, ``sglang``, ``reciprocal`` or ``static`` (with ``static_scale``); see
+    docs/epilogues.md, "Quantizers". Returns ``(q, scales)``: int8 [M, K] and float32 [M]."""
+    return _qconform.quantize_activations(to_host(x), str(quantizer),
+                                          None if static_scale is None else float(static_scale))
 
 
 def synth(shapes: str = "tiny", m: int = 16, *, seed: int = 0, bias: bool = False,

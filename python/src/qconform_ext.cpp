@@ -46,6 +46,7 @@
 #include "qconform/layer_checks.hpp"
 #include "qconform/operands.hpp"
 #include "qconform/operands_io.hpp"
+#include "qconform/quantize.hpp"
 #include "qconform/synth.hpp"
 #include "qconform/transfer.hpp"
 #include "qconform/version.hpp"
@@ -601,6 +602,35 @@ NB_MODULE(_qconform, m) {
         return numpy_from_vector(std::move(y), {static_cast<size_t>(M), static_cast<size_t>(N)});
       },
       "name"_a, "acc"_a, "a_scale"_a, "w_scale"_a, "bias"_a = nb::none(), "threads"_a = 0);
+
+  m.def(
+      "quantize_activations",
+      [](AnyArray x_arr, const std::string& quantizer, std::optional<float> static_scale) -> nb::tuple {
+        const qc::ActQuantizer kind = qc::act_quantizer(quantizer);
+        QC_INPUT(kind != qc::ActQuantizer::static_ || static_scale, "quantizer `static`: expected static_scale, found none");
+        const float* s = static_scale ? &*static_scale : nullptr;
+        const bool f32 = elem_matches(Elem::f32, x_arr.dtype());
+        std::vector<int8_t> q;
+        std::vector<float> scales;
+        int64_t M = 0, K = 0;
+        const auto sized = [&](int64_t m, int64_t k) {
+          M = m, K = k;
+          q.resize(static_cast<size_t>(M * K));
+          scales.resize(static_cast<size_t>(M));
+        };
+        if (f32) {
+          const HostArray<float> x = host_array<float>(x_arr, "x", Elem::f32, {2});
+          sized(x.dim(0), x.dim(1));
+          without_gil([&] { qc::quantize_activations(kind, x.data.data(), M, K, q.data(), scales.data(), s); });
+        } else {
+          const HostArray<uint16_t> x = host_array<uint16_t>(x_arr, "x", Elem::bf16, {2});
+          sized(x.dim(0), x.dim(1));
+          without_gil([&] { qc::quantize_activations_bf16(kind, x.data.data(), M, K, q.data(), scales.data(), s); });
+        }
+        return nb::make_tuple(numpy_from_vector(std::move(q), {static_cast<size_t>(M), static_cast<size_t>(K)}),
+                              numpy_from_vector(std::move(scales), {static_cast<size_t>(M)}));
+      },
+      "x"_a, "quantizer"_a = "vllm", "static_scale"_a = nb::none());
 
   m.def("epilogues", [] {
     nb::list out;

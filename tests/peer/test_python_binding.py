@@ -18,6 +18,7 @@ import shutil
 import subprocess
 import sys
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -552,3 +553,52 @@ def test_torch_cpu_tensors_and_int_mm_cpu_arm(qc):
         except RuntimeError as e:  # older CPU builds have no _int_mm kernel
             pytest.skip(f"torch._int_mm on the CPU is unavailable here: {e}")
         assert np.array_equal(out["y"], ref) and out["acc"] is not None
+
+
+# ---- activation quantizers against NumPy written from the engines' formulas --------------------
+
+def _numpy_quantize(x, quantizer):
+    """vLLM: scale = absmax/127, codes rne(x * (127/absmax)) (cvt.rni.sat: NaN -> 0);
+    SGLang: absmax floored at 1e-10, codes round-half-away(x * (127/absmax));
+    reciprocal: codes rne(x * (1/(absmax/127))). fp32 arithmetic via numpy float32."""
+    x = np.asarray(x, dtype=np.float32)
+    absmax = np.max(np.abs(x), axis=1).astype(np.float32)
+    if quantizer == "sglang":
+        absmax = np.maximum(absmax, np.float32(1e-10))
+    scale = (absmax / np.float32(127)).astype(np.float32)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        if quantizer == "reciprocal":
+            inv = (np.float32(1) / scale).astype(np.float32)
+        else:
+            inv = (np.float32(127) / absmax).astype(np.float32)
+            if quantizer == "vllm":
+                inv = np.where(absmax == 0, np.float32(0), inv).astype(np.float32)
+        t = (x * inv[:, None]).astype(np.float32).astype(np.float64)
+    if quantizer == "sglang":
+        r = np.sign(t) * np.floor(np.abs(t) + 0.5)  # exact in float64 for float32 t
+    else:
+        r = np.round(t)  # half to even
+    r = np.where(np.isnan(r), 0, np.clip(r, -128, 127))
+    return r.astype(np.int8), scale
+
+
+@pytest.mark.parametrize("quantizer", ["vllm", "sglang", "reciprocal"])
+def test_quantize_activations_equals_numpy(qc, quantizer):
+    rng = np.random.default_rng(11)
+    x = (rng.standard_normal((64, 300)) * 3).astype(np.float32)
+    x[3, :] = 0                                   # all-zero row
+    x[5, :4] = [127, 2.5, -2.5, 0.5]              # exact halves (absmax 127: multiplier 1)
+    x[5, 4:] = 0
+    q, s = qc.quantize_activations(x, quantizer)
+    wq, ws = _numpy_quantize(x, quantizer)
+    np.testing.assert_array_equal(s.view(np.uint32), ws.view(np.uint32))
+    np.testing.assert_array_equal(q, wq)
+    assert q[5, 1] == (3 if quantizer == "sglang" else 2)  # the halves really were exercised
+    # bf16 input: the same codes as the exactly converted float32 values
+    xb = x.astype(ml_dtypes.bfloat16)
+    qb, sb = qc.quantize_activations(xb, quantizer)
+    qf, sf = qc.quantize_activations(xb.astype(np.float32), quantizer)
+    np.testing.assert_array_equal(qb, qf)
+    np.testing.assert_array_equal(sb, sf)
+    with pytest.raises(qc.InputError, match="quantizer"):
+        qc.quantize_activations(x, "nope")
