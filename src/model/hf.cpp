@@ -525,7 +525,9 @@ std::vector<SafetensorsFile> read_weights(const std::string& dir) {
     }
     files.push_back(std::move(f));
   }
-  for (const auto& [tensor, shard] : ix.weight_map) {
+  for (const auto& entry : ix.weight_map) {  // (no structured binding: clang cannot capture one)
+    const std::string& tensor = entry.first;
+    const std::string& shard = entry.second;
     const auto f = std::find_if(files.begin(), files.end(),
                                 [&](const SafetensorsFile& x) { return fs::path(x.path).filename() == shard; });
     QC_INPUT(f != files.end() && f->contains(tensor), "{}: tensor `{}`: expected in shard {}, found no such tensor there",
