@@ -89,14 +89,22 @@ RunRecord cuda_record(const ArmInfo& info, std::string kernel, std::string libra
 }
 
 // An INT8 arm's device buffers, kept across runs: operands uploaded, outputs poisoned before the
-// kernel writes them. One run at a time per arm object (`mu`).
+// kernel writes them. One run at a time per arm object (`mu`); when the caller has switched to
+// another device since the last run, the buffers are released and allocated there.
 struct DeviceLayer {
   std::mutex mu;
+  int device = -1;
   DeviceScratch<int8_t> a, w;
   DeviceScratch<float> sa, sw;
   DeviceScratch<uint16_t> bias, y;
   DeviceScratch<int32_t> acc;
   void upload(const LayerOperands& ops) {
+    int current = 0;
+    QC_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != device) {
+      a.release(), w.release(), sa.release(), sw.release(), bias.release(), y.release(), acc.release();
+      device = current;
+    }
     a.upload(ops.a_q), w.upload(ops.w_q), sa.upload(ops.a_scale), sw.upload(ops.w_scale), bias.upload(ops.bias);
     const size_t mn = static_cast<size_t>(ops.m * ops.n);
     y.poisoned(mn), acc.poisoned(mn);

@@ -103,6 +103,7 @@ class DeviceScratch {
     return d;
   }
   T* get() const { return buffer_.get(); }
+  void release() { buffer_.reset(); }
   std::vector<T> download(size_t count) const {
     std::vector<T> out(count);
     if (count > 0) QC_CUDA_CHECK(cudaMemcpy(out.data(), buffer_.get(), count * sizeof(T), cudaMemcpyDeviceToHost));
