@@ -12,23 +12,14 @@
 #include <string>
 #include <vector>
 
+#include "full_precision_json.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fits.hpp"
 
 namespace {
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-std::string nums(const std::vector<double>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + num(v[i]);
-  return s + "]";
-}
+using qc_tools::num;
+using qc_tools::nums;
 
 std::string interval(const qc::stats::BinomialInterval& b) {
   return "{\"lower\":" + num(b.lower) + ",\"upper\":" + num(b.upper) + "}";

@@ -14,26 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "full_precision_json.hpp"
 #include "qconform/error.hpp"
 #include "qconform/stats.hpp"
 
 namespace {
 
-std::string num(double v) {
-  if (!std::isfinite(v)) return "null";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
-
-std::string nums(const std::vector<double>& v) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < v.size(); ++i) {
-    if (i) s += ',';
-    s += num(v[i]);
-  }
-  return s + "]";
-}
+using qc_tools::num;
+using qc_tools::nums;
 
 template <class T>
 std::vector<T> get(const nlohmann::json& req, const char* key) {

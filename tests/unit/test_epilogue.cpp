@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <boost/multiprecision/cpp_int.hpp>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -23,16 +24,8 @@ namespace {
 using boost::multiprecision::cpp_int;
 using boost::multiprecision::cpp_rational;
 
-uint32_t bits32(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float from32(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+uint32_t bits32(float x) { return std::bit_cast<uint32_t>(x); }
+float from32(uint32_t u) { return std::bit_cast<float>(u); }
 float bf(uint16_t b) { return from32(uint32_t{b} << 16); }
 
 // fp32 -> bf16 RNE by choosing between the two neighbours (truncated and next) in double.

@@ -5,6 +5,7 @@
 // Run: ./build-<name>/tests/qconform_unit_tests --gtest_filter='Quantize*'
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -15,16 +16,8 @@
 
 namespace {
 
-uint32_t bits32(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float from32(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+uint32_t bits32(float x) { return std::bit_cast<uint32_t>(x); }
+float from32(uint32_t u) { return std::bit_cast<float>(u); }
 float mul(float a, float b) { return static_cast<float>(static_cast<double>(a) * static_cast<double>(b)); }
 float dvd(float a, float b) { return static_cast<float>(static_cast<double>(a) / static_cast<double>(b)); }
 
