@@ -48,6 +48,8 @@ GpuBf16Comparison compare_bf16_gpu(std::span<const uint16_t> a, std::span<const 
 std::vector<int64_t> exact_accumulate_i64_gpu(const int8_t* a, const int8_t* w, AccumShape s);
 // The same sums as int32 (half the transfer), for K <= kAccumMaxKInt32 where every sum fits.
 std::vector<int32_t> exact_accumulate_i32_gpu(const int8_t* a, const int8_t* w, AccumShape s);
+// The GPU counterpart of `exact_accumulate`: int32 when K <= kAccumMaxKInt32, int64 otherwise.
+ExactAccumulators exact_accumulate_gpu(const int8_t* a, const int8_t* w, AccumShape s);
 
 // cuBLASLt FP8 GEMM on e4m3 bit patterns: d[m,n] = Σ_k e4m3(a[m,k])·e4m3(w[n,k]) in the library's
 // fp32 accumulation, returned as fp32 without scales (`fast_accum` sets
@@ -70,6 +72,9 @@ inline std::vector<int64_t> exact_accumulate_i64_gpu(const int8_t*, const int8_t
 }
 inline std::vector<int32_t> exact_accumulate_i32_gpu(const int8_t*, const int8_t*, AccumShape) {
   QC_FAIL_INPUT("exact_accumulate_i32_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
+}
+inline ExactAccumulators exact_accumulate_gpu(const int8_t*, const int8_t*, AccumShape) {
+  QC_FAIL_INPUT("exact_accumulate_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
 }
 inline std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t*, const uint8_t*, AccumShape, bool, RunRecord*) {
   QC_FAIL_INPUT("fp8_gemm_cublaslt_f32: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");

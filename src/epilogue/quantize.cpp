@@ -11,22 +11,25 @@
 
 namespace qc {
 
-int8_t sat_s8_rne(float x) {
-  // 1. NaN -> 0 (cvt.rni.sat). 2. Saturate outside (-128.5, 127.5) (±inf included).
-  // 3. Inside, `nearbyint` under the default round-to-nearest-even mode; `-fno-fast-math` keeps
-  //    it from being replaced by a truncation.
+namespace {
+// NaN -> 0; saturate outside (-128.5, 127.5) (±inf included); inside, `round_integral`.
+template <class Round>
+int8_t saturate_s8(float x, Round round_integral) {
   if (std::isnan(x)) return 0;
   if (x >= 127.5f) return 127;
   if (x <= -128.5f) return -128;
-  const float r = std::nearbyint(x);
-  return static_cast<int8_t>(std::max(-128.0f, std::min(127.0f, r)));
+  return static_cast<int8_t>(std::max(-128.0f, std::min(127.0f, round_integral(x))));
+}
+}  // namespace
+
+int8_t sat_s8_rne(float x) {
+  // cvt.rni.sat: `nearbyint` under the default round-to-nearest-even mode; `-fno-fast-math` keeps
+  // it from being replaced by a truncation.
+  return saturate_s8(x, [](float v) { return std::nearbyint(v); });
 }
 
 int8_t sat_s8_round_half_away(float x) {
-  if (std::isnan(x)) return 0;
-  if (x >= 127.5f) return 127;
-  if (x <= -128.5f) return -128;
-  return static_cast<int8_t>(std::round(x));  // C `round`: halves away from zero, like libdevice.round
+  return saturate_s8(x, [](float v) { return std::round(v); });  // C `round`, like libdevice.round
 }
 
 ActQuantizer act_quantizer(std::string_view name) {

@@ -64,6 +64,16 @@ std::vector<int32_t> exact_accumulate_i32_gpu(const int8_t* a, const int8_t* w, 
   return exact_accumulate_gpu<int32_t>(a, w, s, "exact_accumulate_i32_gpu");
 }
 
+ExactAccumulators exact_accumulate_gpu(const int8_t* a, const int8_t* w, AccumShape s) {
+  ExactAccumulators e;
+  if (s.k <= kAccumMaxKInt32) {
+    e.i32 = exact_accumulate_gpu<int32_t>(a, w, s, "exact_accumulate_gpu");
+  } else {
+    e.i64 = exact_accumulate_gpu<int64_t>(a, w, s, "exact_accumulate_gpu");
+  }
+  return e;
+}
+
 std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w_e4m3, AccumShape s, bool fast_accum,
                                          RunRecord* record) {
   QC_INPUT(s.m >= 1 && s.n % 16 == 0 && s.n > 0 && s.k % 16 == 0 && s.k > 0,

@@ -107,7 +107,7 @@ struct DeviceLayer {
     }
     a.upload(ops.a_q), w.upload(ops.w_q), sa.upload(ops.a_scale), sw.upload(ops.w_scale), bias.upload(ops.bias);
     const size_t mn = static_cast<size_t>(ops.m * ops.n);
-    y.poisoned(mn), acc.poisoned(mn);
+    y.poison(mn), acc.poison(mn);
   }
   ArmOutput download(const LayerOperands& ops) const {
     const size_t mn = static_cast<size_t>(ops.m * ops.n);

@@ -5,6 +5,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -67,9 +68,10 @@ class DeviceBuffer {
   }
   T* get() const { return ptr_; }
   size_t size() const { return count_; }
-  std::vector<T> to_host() const {
-    std::vector<T> out(count_);
-    if (count_ > 0) QC_CUDA_CHECK(cudaMemcpy(out.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
+  // The first `count` elements (all of them by default).
+  std::vector<T> to_host(size_t count = SIZE_MAX) const {
+    std::vector<T> out(std::min(count, count_));
+    if (!out.empty()) QC_CUDA_CHECK(cudaMemcpy(out.data(), ptr_, out.size() * sizeof(T), cudaMemcpyDeviceToHost));
     return out;
   }
 
@@ -90,25 +92,19 @@ class DeviceScratch {
     }
     return buffer_.get();
   }
-  T* upload(std::span<const T> host) {
+  void upload(std::span<const T> host) {
     T* d = reserve(host.size());
     if (!host.empty()) QC_CUDA_CHECK(cudaMemcpy(d, host.data(), host.size_bytes(), cudaMemcpyHostToDevice));
-    return d;
   }
   // `count` elements filled with 0xFF bytes (bf16 NaN, int32 -1), so an output element a kernel
   // forgot to write cannot keep a plausible value from an earlier run.
-  T* poisoned(size_t count) {
+  void poison(size_t count) {
     T* d = reserve(count);
     if (count > 0) QC_CUDA_CHECK(cudaMemset(d, 0xFF, count * sizeof(T)));
-    return d;
   }
   T* get() const { return buffer_.get(); }
   void release() { buffer_.reset(); }
-  std::vector<T> download(size_t count) const {
-    std::vector<T> out(count);
-    if (count > 0) QC_CUDA_CHECK(cudaMemcpy(out.data(), buffer_.get(), count * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
+  std::vector<T> download(size_t count) const { return buffer_.to_host(count); }
 
  private:
   DeviceBuffer<T> buffer_;

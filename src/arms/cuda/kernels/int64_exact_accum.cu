@@ -3,9 +3,9 @@
 // Shapes and layouts: a [M,K] int8 row-major, w [N,K] int8 row-major, out [M,N] int64 row-major;
 // any K (word loads when K is a multiple of 4, byte loads otherwise). Plain integer multiply-adds
 // of sign-extended bytes (no dp4a, no mma): the point is a second, differently built
-// implementation of the same exact sum. Each product is at
-// most 2^14 in magnitude, so an int32 partial over 2^16 terms cannot overflow (2^30); partials are
-// flushed into int64 every `kFlushK` terms, which makes the result exact for any K.
+// implementation of the same exact sum. Each product is at most 2^14 in magnitude, so an int32
+// partial over 2^16 terms cannot overflow (2^30); partials are flushed into int64 every `kFlushK`
+// terms, which makes the result exact for any K.
 //
 // Block: 16x16 threads, a 64x64 output tile, each thread rows ty+16r and cols tx+16c; K is staged
 // through shared memory 32 bytes at a time (rows padded to 9 words: conflict-free).
