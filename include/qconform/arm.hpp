@@ -69,6 +69,15 @@ std::unique_ptr<Arm> make_arm(std::string_view label);
 std::vector<std::string> list_arms();
 const std::vector<ArmBackend>& arm_backends();
 
+// A backend this build does not contain, and why (e.g. "oneDNN not usable: Could NOT find
+// OpenCL ...; the onednn arms are not built"): `qconform arms` lists these, and make_arm names
+// the reason when such an arm is asked for.
+struct AbsentBackend {
+  std::string prefix;
+  std::string reason;
+};
+const std::vector<AbsentBackend>& absent_arm_backends();
+
 // One-line description of this CPU ("AMD EPYC (avx512f,avx512bw,avx512vnni)"), for RunRecords.
 std::string cpu_description();
 

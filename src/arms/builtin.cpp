@@ -1,5 +1,7 @@
 // The one place that knows which arm backends this build contains.
+#include "arms/absent_backends.hpp"  // generated: QC_ONEDNN_ABSENT
 #include "arms/backends.hpp"
+#include "qconform/arm.hpp"
 #include "arms/cpu/cpu_arms.hpp"
 #include "arms/plugin/plugin_arm.hpp"
 #ifdef QC_WITH_ONEDNN
@@ -25,3 +27,21 @@ void register_builtin_arm_backends() {
 }
 
 }  // namespace qc::detail
+
+namespace qc {
+
+const std::vector<AbsentBackend>& absent_arm_backends() {
+  static const std::vector<AbsentBackend> absent = [] {
+    std::vector<AbsentBackend> a;
+#ifndef QC_WITH_ONEDNN
+    a.push_back({"onednn", QC_ONEDNN_ABSENT});
+#endif
+#ifndef QC_WITH_CUDA
+    a.push_back({"cuda", "this build has no CUDA (no nvcc found at configure time, or QCONFORM_WITH_CUDA=OFF)"});
+#endif
+    return a;
+  }();
+  return absent;
+}
+
+}  // namespace qc

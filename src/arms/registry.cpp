@@ -65,21 +65,12 @@ std::unique_ptr<Arm> make_arm(std::string_view label) {
   for (const ArmBackend& b : arm_backends()) {
     if (b.prefix == prefix) return b.make(variant);
   }
+  for (const AbsentBackend& a : absent_arm_backends()) {
+    QC_INPUT(a.prefix != prefix, "arm `{}`: the `{}` backend is absent from this build: {}", label, prefix, a.reason);
+  }
   std::vector<std::string> prefixes;
   for (const ArmBackend& b : arm_backends()) prefixes.push_back(b.prefix);
-  QC_FAIL_INPUT("arm `{}`: unknown backend `{}`; expected one of: {} (this build: oneDNN {}, CUDA {})", label,
-                prefix, fmt::join(prefixes, ", "),
-#ifdef QC_WITH_ONEDNN
-                "on",
-#else
-                "off",
-#endif
-#ifdef QC_WITH_CUDA
-                "on"
-#else
-                "off"
-#endif
-  );
+  QC_FAIL_INPUT("arm `{}`: unknown backend `{}`; expected one of: {}", label, prefix, fmt::join(prefixes, ", "));
 }
 
 std::string cpu_description() {

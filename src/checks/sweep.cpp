@@ -110,6 +110,7 @@ HWY_AFTER_NAMESPACE();
 #include <limits>
 #include <memory>
 
+#include "qconform/version.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/compare.hpp"
 #include "qconform/cuda.hpp"
@@ -538,7 +539,7 @@ nlohmann::json to_json(const SweepResult& r) {
   nlohmann::json j;
   j["schema_version"] = 1;
   j["kind"] = "qconform-sweep";
-  j["qconform_version"] = QC_VERSION;
+  j["qconform_version"] = version();
   j["pair"] = {o.arm_a, o.arm_b};
   j["format"] = r.format == SweepFormat::int8 ? "int8" : "fp8";
   j["arms"] = r.arms;

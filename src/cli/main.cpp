@@ -10,6 +10,7 @@
 #include <map>
 
 #include "cli/cli.hpp"
+#include "qconform/version.hpp"
 #include "qconform/error.hpp"
 
 namespace qc::cli {
@@ -35,7 +36,7 @@ int main(int argc, char** argv) {
 #endif
   CLI::App app{"qconform: are two implementations of a quantized linear layer interchangeable?\n"
                "Localizes any difference to the stage that made it and measures whether it changes tokens."};
-  app.set_version_flag("--version", std::string("qconform ") + QC_VERSION);
+  app.set_version_flag("--version", std::string("qconform ") + qc::version());
   app.require_subcommand(1);
   app.fallthrough(false);
 

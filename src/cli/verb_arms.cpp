@@ -20,6 +20,9 @@ VerbRunner setup_arms(CLI::App& app) {
                    info.exposes_accumulator ? " [exposes acc]" : "");
       }
     }
+    for (const AbsentBackend& absent : absent_arm_backends()) {
+      fmt::print("\n{}: absent from this build: {}\n", absent.prefix, absent.reason);
+    }
     return kExitOk;
   };
 }

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "qconform/version.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/model.hpp"
@@ -60,7 +61,7 @@ std::string format_header(std::string_view verb, LinearMode mode, std::string_vi
   h["model_sha256"] = model.sha256;
   h["tokenizer"] = tokenizer_path;
   h["tokenizer_sha256"] = tokenizer_sha256;
-  h["qconform_version"] = QC_VERSION;
+  h["qconform_version"] = version();
   for (const auto& [k, v] : extra.items()) h[k] = v;
   return h.dump();
 }
