@@ -27,6 +27,10 @@ struct BoundaryOptions {
   bool overflow_probe = true;  // K = 131072 all -128*-128: the exact value leaves INT32
 };
 
+// The mandatory probe families: C1 passes only when each ran through the arm.
+inline constexpr const char* kBoundaryFamilies[] = {"int-to-fp32", "accumulation", "pow2-commutation",
+                                                    "bf16-midpoints", "subnormal"};
+
 struct BoundaryResult {
   ArmInfo arm;
   RunRecord record;
@@ -34,6 +38,10 @@ struct BoundaryResult {
   std::string conversion_mode;  // the arm's int32->fp32 conversion as observed: "RNE", "RZ", ...
   std::vector<BoundaryCase> cases;
   CheckResult c1;
+  nlohmann::json families = nlohmann::json::object();  // family -> {cases, ran_through_arm}
+  std::vector<std::string> families_not_run;            // families no probe of which ran through the arm
+  // True when C1 checked something in every family (pass or fail); false = nothing to check.
+  bool checked() const { return families_not_run.empty(); }
 };
 
 BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options = {});

@@ -2,17 +2,66 @@
 // a half-written output and a failed write leaves nothing behind), and a read-only memory map.
 //
 // Every failure is a `qc::Error` of kind `input` naming the path and the errno text.
+//
+// Hostile paths (docs/hostile-inputs.md): every reader opens through `open_input`, which never
+// blocks on a FIFO and refuses anything but a regular file; every CLI verb checks its outputs
+// against its inputs with `check_output_paths` before any work; the atomic writer's temporary
+// files are registered so that the CLI's signal handlers (`install_cli_signal_handlers`) can remove
+// them on SIGINT/SIGTERM/SIGHUP; a mapped input that shrinks under a reader (SIGBUS) becomes an
+// error naming the file.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace qc {
 
-// The whole content of `path`.
+// Opens `path` read-only for a reader: `O_NONBLOCK` first, so that opening a FIFO returns at once
+// instead of waiting for a writer, then `fstat` refuses everything that is not a regular file
+// (directory, FIFO, socket, character or block device), then `O_NONBLOCK` is cleared. Returns the
+// descriptor (the caller closes it); `size` receives the file's size. Input error otherwise.
+int open_input(const std::string& path, uint64_t* size = nullptr);
+
+// The whole content of `path` (opened with `open_input`).
 std::string read_file(const std::string& path);
+
+// One path a command line names, with the option that named it (`--out`, `OPS`, `--manifest`).
+struct PathUse {
+  std::string option;
+  std::string path;
+};
+
+// Refuses (input error, exit 2) before any work when an output would destroy an input or another
+// output, or would replace something that is not a regular file:
+// - an output that exists must be a regular file (a directory, FIFO, socket or device is refused:
+//   the atomic writer's rename would replace a device node by a regular file);
+// - an output must not be the same file as any input (same device and inode, so symbolic and hard
+//   links and `./a` vs `a` are caught), nor lie inside an input directory's listed files;
+// - two outputs must not be the same path (resolved through their parent directory when they do
+//   not exist yet).
+// The message names both options and both paths. Empty paths are skipped.
+void check_output_paths(const std::vector<PathUse>& inputs, const std::vector<PathUse>& outputs);
+
+// For a verb that writes files of its own naming into an output directory (`conform --out`):
+// refuses (input error) an input that is that directory or lies directly in it.
+void check_inputs_outside_directory(const std::vector<PathUse>& inputs, const PathUse& dir);
+
+// Installs the CLI's handlers (call once, from `main`, never from the library):
+// - SIGINT, SIGTERM, SIGHUP: remove every live temporary file of `AtomicFileWriter`, then die of
+//   the same signal (the default action), so the exit status still says which signal it was;
+// - SIGXFSZ: ignored, so that a write beyond `ulimit -f` fails with EFBIG and becomes an input
+//   error naming the output instead of killing the process;
+// - SIGBUS: when the faulting address lies in a `MappedFile` (the file shrank while it was being
+//   read), print an error naming the file and the offset, remove the temporary files and exit 2;
+//   any other SIGBUS keeps its default action.
+void install_cli_signal_handlers();
+
+// The temporary files of live `AtomicFileWriter`s (for tests of the registry).
+std::vector<std::string> live_temporary_files();
 
 // Writes `content` to `path` atomically: a temporary file in the same directory, fsync, rename,
 // fsync of the directory. On failure the temporary file is removed and `path` is untouched.
@@ -43,6 +92,7 @@ class AtomicFileWriter {
   std::string path_;
   std::string temp_path_;
   int fd_ = -1;
+  int slot_ = -1;  // index in the registry of live temporary files, -1 when not registered
   bool committed_ = false;
 };
 
@@ -53,6 +103,11 @@ std::string printable_text(std::string_view text, size_t max_bytes = 200);
 
 // A read-only, private memory map of a whole file (empty files map to an empty span). Not
 // copyable; share it through `std::shared_ptr` to keep views alive.
+//
+// Reads of a mapping whose file was truncated after mapping raise SIGBUS. Every mapping is
+// registered while it lives, so the CLI's SIGBUS handler (`install_cli_signal_handlers`) turns
+// such a read into an error naming the file; `check_unchanged()` re-checks the size with `fstat`
+// (readers call it before and after heavy passes).
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path);
@@ -66,10 +121,17 @@ class MappedFile {
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
 
+  // Input error when the file's size is no longer the mapped size (it was truncated or grew).
+  void check_unchanged() const;
+
  private:
+  void release() noexcept;
+
   std::string path_;
   void* data_ = nullptr;
   size_t size_ = 0;
+  int fd_ = -1;    // kept open for `check_unchanged`
+  int slot_ = -1;  // index in the SIGBUS registry, -1 when not registered
 };
 
 }  // namespace qc

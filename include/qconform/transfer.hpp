@@ -48,6 +48,9 @@ struct TransferFile {
 TransferFile parse_transfer_jsonl(std::istream& in, const std::string& name);
 TransferFile read_transfer_jsonl(const std::string& path);
 
+// Input error when the headers of `a` and `b` record different model digests (`model_sha256`).
+void check_same_model(const TransferFile& a, const TransferFile& b);
+
 struct TransferOptions {
   bool replay = false;
   std::uint64_t seed = 20240607;  // bootstrap uses `seed`, the fold permutation `seed + 1`

@@ -515,13 +515,41 @@ class Suite {
       ++counts[std::string(verdict_name(bc.verdict))];
       if (bc.verdict == Verdict::fail) failed.push_back(fmt::format("{}: {}", bc.id, bc.detail));
     }
-    c1.verdict = failed.empty() ? (counts["pass"] ? Verdict::pass : Verdict::not_applicable) : Verdict::fail;
+    // Exit 0 means checked: every mandatory probe family must have run through the arm (at least
+    // one case that passed or failed). An arm that refuses a whole family (an unavailable device,
+    // a plugin that refuses every probe) leaves C1 unchecked, never passed.
+    for (const char* family : kBoundaryFamilies) {
+      int ran = 0, total = 0;
+      for (const BoundaryCase& bc : cases_) {
+        if (bc.group != family) continue;
+        ++total;
+        ran += bc.verdict == Verdict::pass || bc.verdict == Verdict::fail;
+      }
+      r.families[family] = {{"cases", total}, {"ran_through_arm", ran}};
+      if (ran == 0) r.families_not_run.push_back(family);
+    }
+    c1.verdict = !failed.empty()                 ? Verdict::fail
+                 : !r.families_not_run.empty() ? Verdict::not_applicable
+                                               : Verdict::pass;
     c1.summary = fmt::format("{} cases: {} pass, {} fail, {} outside jurisdiction, {} not applicable; int32->fp32 "
                              "conversion {}",
                              cases_.size(), counts["pass"], counts["fail"], counts["outside-jurisdiction"],
                              counts["not-applicable"], r.conversion_mode);
-    c1.evidence = {{"failed", failed}, {"conversion_mode", r.conversion_mode}};
+    if (failed.empty() && !r.families_not_run.empty()) {
+      c1.summary = fmt::format("nothing to check: no probe of {} ran through the arm (it refused them: {}); {}",
+                               fmt::join(r.families_not_run, ", "), first_refusal(r.families_not_run.front()),
+                               c1.summary);
+    }
+    c1.evidence = {{"failed", failed}, {"conversion_mode", r.conversion_mode}, {"families", r.families},
+                   {"families_not_run", r.families_not_run}};
     return r;
+  }
+
+  std::string first_refusal(const std::string& family) const {
+    for (const BoundaryCase& bc : cases_) {
+      if (bc.group == family && bc.verdict == Verdict::not_applicable) return bc.detail.substr(0, 300);
+    }
+    return "no case";
   }
 
   Arm& arm_;
@@ -565,6 +593,9 @@ nlohmann::json to_json(const BoundaryResult& r) {
           {"environment", r.environment},
           {"conversion_mode", r.conversion_mode},
           {"check", r.c1},
+          {"checked", r.checked()},
+          {"families", r.families},
+          {"families_not_run", r.families_not_run},
           {"cases", cases}};
 }
 

@@ -193,6 +193,10 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   const auto step = [&](const std::string& what) {
     if (progress) progress(++stage, kStages, what);
   };
+  // NaN fails both comparisons; -1 (the default) means "report only".
+  QC_INPUT(o.max_flip_rate == -1 || (o.max_flip_rate >= 0 && o.max_flip_rate <= 1),
+           "--max-flip-rate: expected a rate in [0, 1] (omit the option to only report the rate), found {}",
+           o.max_flip_rate);
   QC_INPUT(o.tolerance_ulps >= 0, "--tolerance-ulps: expected a non-negative number of ulps, found {}", o.tolerance_ulps);
   std::error_code ec;
   fs::create_directories(o.out_dir, ec);

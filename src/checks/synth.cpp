@@ -2,10 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <thread>
 
 #include "qconform/error.hpp"
+#include "qconform/limits.hpp"
 #include "qconform/numerics.hpp"
 #include "qconform/parallel.hpp"
 #include "qconform/quantize.hpp"
@@ -120,6 +123,26 @@ std::vector<LayerOperands> synth_operands(const SynthOptions& options) {
   const int64_t m = spec.m_override > 0 ? spec.m_override : options.m;
   QC_INPUT(m > 0, "--m: expected a positive number of rows, found {}", m);
   act_quantizer(options.act_quantizer);  // validates the name before any work
+  // NaN fails every comparison: each parameter is checked for what it must be, not for what it must not.
+  QC_INPUT(options.outlier_fraction >= 0.0 && options.outlier_fraction <= 1.0,
+           "--outlier-fraction: expected a share in [0, 1], found {}", options.outlier_fraction);
+  QC_INPUT(options.outlier_gain > 0.0 && std::isfinite(options.outlier_gain),
+           "--outlier-gain: expected a finite magnitude > 0, found {}", options.outlier_gain);
+  QC_INPUT(options.weight_sigma > 0.0 && std::isfinite(options.weight_sigma),
+           "weight sigma: expected a finite standard deviation > 0, found {}", options.weight_sigma);
+  QC_INPUT(options.threads >= 0, "--threads: expected 0 (all cores) or a positive count, found {}", options.threads);
+  // Memory before allocating: every layer's operands are held until written, plus one fp32
+  // activation and weight matrix per worker while a layer is generated.
+  double held = 0, transient = 0;
+  for (const LayerShape& l : spec.layers) {
+    const double md = static_cast<double>(m), nd = static_cast<double>(l.n), kd = static_cast<double>(l.k);
+    held += md * kd + nd * kd + 4 * md + 6 * nd;
+    transient = std::max(transient, 4 * (md * kd + nd * kd));
+  }
+  const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
+                                                          static_cast<unsigned>(spec.layers.size())));
+  check_memory_estimate(held + workers * transient,
+                        fmt::format("--shapes {} --m {} ({} layers)", options.shapes, m, spec.layers.size()));
   std::vector<LayerOperands> layers(spec.layers.size());
   parallel_for(static_cast<int64_t>(layers.size()), options.threads,
                [&](int64_t i) { layers[i] = synth_layer(spec.layers[i], static_cast<size_t>(i), m, options); });

@@ -8,10 +8,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <new>
 
 #include "cli/cli.hpp"
 #include "qconform/version.hpp"
 #include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
 
 namespace qc::cli {
 
@@ -34,6 +36,9 @@ int main(int argc, char** argv) {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 #endif
+  // Temporary output files are removed on SIGINT/SIGTERM/SIGHUP; a write past `ulimit -f` is an
+  // error naming the file instead of SIGXFSZ; a mapped input that shrinks is an error, not SIGBUS.
+  qc::install_cli_signal_handlers();
   CLI::App app{"qconform: are two implementations of a quantized linear layer interchangeable?\n"
                "Localizes any difference to the stage that made it and measures whether it changes tokens."};
   app.set_version_flag("--version", std::string("qconform ") + qc::version());
@@ -63,6 +68,10 @@ int main(int argc, char** argv) {
   } catch (const qc::Error& e) {
     std::fprintf(stderr, "qconform: error: %s\n", e.what());
     return e.kind() == qc::ErrorKind::input ? kExitBadInput : kExitInternal;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "qconform: error: out of memory (std::bad_alloc): the input asks for more memory than this "
+                         "machine could give; reduce the sizes (docs/hostile-inputs.md)\n");
+    return kExitBadInput;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "qconform: internal error: %s\n", e.what());
     return kExitInternal;

@@ -12,6 +12,7 @@
 
 #include <filesystem>
 
+#include "cli/paths.hpp"
 #include "qconform/manifest.hpp"
 #include "qconform/model.hpp"
 #include "qconform/version.hpp"
@@ -27,9 +28,7 @@ inline std::string write_run_manifest(const std::string& explicit_path, const st
                                       std::string_view kind, std::string arm, std::optional<RunRecord> record,
                                       const std::vector<std::pair<std::string, std::string>>& inputs,
                                       nlohmann::json config) {
-  const std::string path = !explicit_path.empty() ? explicit_path
-                           : primary_output.empty() ? std::string()
-                                                    : primary_output + ".manifest.json";
+  const std::string path = manifest_path(explicit_path, primary_output);
   if (path.empty()) return path;
   Manifest m = make_manifest(kind, std::move(arm), std::move(record), inputs, std::move(config));
   write_manifest(path, m);

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "qconform/boundary.hpp"
 #include "qconform/fileio.hpp"
 
@@ -16,6 +17,9 @@ VerbRunner setup_boundary(CLI::App& app) {
   app.add_option("--json", *json, "write the results as JSON");
   app.add_flag("--verbose,-v", *verbose, "print every case, not only failures and summaries");
   return [=] {
+    std::vector<PathUse> paths_in;
+    add_arm_inputs(paths_in, "--arm", *arm_label);
+    check_output_paths(paths_in, {{"--json", *json}});
     auto arm = make_arm(*arm_label);
     const BoundaryResult r = run_boundary(*arm);
     fmt::print("boundary suite (C1) for {}\n  kernel: {}\n  device: {}\n  build: {}\n\n", r.arm.label, r.record.kernel,
@@ -29,7 +33,14 @@ VerbRunner setup_boundary(CLI::App& app) {
     fmt::print("\nC1 {}: {}\n", verdict_name(r.c1.verdict), r.c1.summary);
     if (r.c1.verdict == Verdict::fail) fmt::print("points to: {}\n", r.c1.points_to);
     if (!json->empty()) write_file_atomic(*json, to_json(r).dump(1) + "\n");
-    return r.c1.verdict == Verdict::fail ? kExitCheckFailed : kExitOk;
+    if (r.c1.verdict == Verdict::fail) return kExitCheckFailed;
+    if (!r.checked()) {
+      fmt::print(stderr, "qconform: error: boundary: nothing to check: the arm {} ran no probe of {} (exit 0 would "
+                         "claim a pass that was never checked)\n",
+                 printable_text(r.arm.label), fmt::join(r.families_not_run, ", "));
+      return kExitBadInput;
+    }
+    return kExitOk;
   };
 }
 

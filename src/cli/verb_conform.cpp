@@ -4,6 +4,7 @@
 
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "qconform/check.hpp"
@@ -34,6 +35,13 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");
   return [=] {
     std::tie(o->arm_a, o->arm_b) = parse_pair("--arms", *arms);
+    std::vector<PathUse> paths_in;
+    add_model_inputs(paths_in, "--model", o->model);
+    paths_in.push_back({"--tokenizer", o->tokenizer});
+    paths_in.push_back({"--prompts", o->prompts});
+    add_arm_inputs(paths_in, "--arms", o->arm_a);
+    add_arm_inputs(paths_in, "--arms", o->arm_b);
+    check_inputs_outside_directory(paths_in, {"--out", o->out_dir});
     Progress progress("conform");
     const ConformOutcome outcome =
         run_conform(*o, [&](int i, int n, const std::string& what) { progress.update(static_cast<size_t>(i), static_cast<size_t>(n), what); });

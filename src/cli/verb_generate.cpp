@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "cli/model_run.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
@@ -40,6 +41,14 @@ VerbRunner setup_generate(CLI::App& app) {
   app.add_flag("--compare-prefill-decode", a->compare,
                "re-score each generated sequence with one prefill pass; report where prefill and decode disagree");
   return [a] {
+    std::vector<PathUse> paths_in;
+    add_model_inputs(paths_in, "--model", a->run.model);
+    paths_in.push_back({"--tokenizer", a->run.tokenizer});
+    paths_in.push_back({"--prompts", a->prompts});
+    add_arm_inputs(paths_in, "--arm", a->run.arm);
+    check_output_paths(paths_in, {{"--out", a->out},
+                                {"--tokens-out", a->tokens_out},
+                                {"--manifest", manifest_path(a->manifest, a->out)}});
     preflight(a->run);
     const Model model = load_model(a->run.model);
     std::optional<Tokenizer> tok;

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/npy.hpp"
 #include "qconform/safetensors.hpp"
@@ -30,6 +31,7 @@ VerbRunner setup_inspect(CLI::App& app) {
                  ".npy only: read opaque void types (`<V2`, `<V1`, how np.save writes ml_dtypes arrays) as this "
                  "dtype (bf16, e4m3, e5m2)");
   return [opt] {
+    check_output_paths({{"FILE", opt->path}}, {{"--json", opt->json_path}});
     std::optional<DType> opaque;
     if (!opt->opaque.empty()) {
       opaque = dtype_from_name(opt->opaque);

@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "qconform/error.hpp"
+#include "qconform/limits.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/manifest.hpp"
 
@@ -13,12 +15,7 @@ namespace qc::cli {
 namespace {
 
 nlohmann::json read_json(const std::string& path) {
-  const std::string text = read_file(path);
-  try {
-    return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    QC_FAIL_INPUT("{}: not a JSON manifest: {}", path, e.what());
-  }
+  return parse_json(read_file(path), path);
 }
 
 VerbRunner setup_join(CLI::App& app) {
@@ -42,6 +39,7 @@ VerbRunner setup_join(CLI::App& app) {
   app.add_option("--json", *json_out, "write the per-field results as JSON (atomically)");
   app.add_flag("--verbose", *verbose, "print every compared field, not only the violations");
   return [=] {
+    check_output_paths({{"MANIFEST_A", *m1}, {"MANIFEST_B", *m2}}, {{"--json", *json_out}});
     const JoinResult r = join_manifest_json(read_json(*m1), read_json(*m2), *treatment, *rehash, *m1, *m2);
     const std::vector<std::string> violations = describe_violations(r);
     if (*verbose) {

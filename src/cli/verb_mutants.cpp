@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/mutant_matrix.hpp"
 
@@ -32,6 +33,9 @@ VerbRunner setup_mutants(CLI::App& app) {
   app.add_option("--json", *json, "write the matrix as JSON");
   app.add_flag("--details", *details, "print the evidence of every check that fired");
   return [=] {
+    std::vector<PathUse> paths_in;
+    add_arm_inputs(paths_in, "--reference", *reference);
+    check_output_paths(paths_in, {{"--json", *json}});
     const MutantMatrix m = run_mutant_matrix(*reference);
     fmt::print("detection matrix: each mutant vs {} (FIRED* = the check for the stage it breaks)\n\n", m.reference);
     std::string header;

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "cli/progress.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/layer_checks.hpp"
@@ -22,6 +23,7 @@ VerbRunner setup_predict(CLI::App& app) {
   app.add_option("--out", *out, "predictions file to write (JSON)")->required();
   app.add_flag("--quiet", *quiet, "print only the summary and the pin");
   return [=] {
+    check_output_paths({{"OPS", *ops_path}}, {{"--out", *out}});
     const OperandSet set = load_operands(*ops_path);
     Progress progress("predict");
     const PredictionSet p = predict(set.layers, set.path, set.sha256, 0,

@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "cli/model_run.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
@@ -32,6 +33,12 @@ VerbRunner setup_replay(CLI::App& app) {
   add_mode_options(app, a->run, /*with_mode=*/true);
   add_manifest_option(app, a->manifest);
   return [a] {
+    std::vector<PathUse> paths_in;
+    add_model_inputs(paths_in, "--model", a->run.model);
+    paths_in.push_back({"--tokenizer", a->run.tokenizer});
+    paths_in.push_back({"--tokens", a->tokens});
+    add_arm_inputs(paths_in, "--arm", a->run.arm);
+    check_output_paths(paths_in, {{"--out", a->out}, {"--manifest", manifest_path(a->manifest, a->out)}});
     preflight(a->run);
     const Model model = load_model(a->run.model);
     std::string tok_sha;

@@ -15,6 +15,7 @@
 #endif
 
 #include "cli/cli.hpp"
+#include "qconform/fileio.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc::cli {
@@ -132,6 +133,7 @@ VerbRunner setup_selfcheck(CLI::App& app) {
   auto json_path = std::make_shared<std::string>();
   app.add_option("--json", *json_path, "Also write the results as JSON to this file");
   return [json_path] {
+    check_output_paths({}, {{"--json", *json_path}});
     const auto start = std::chrono::steady_clock::now();
     std::vector<Line> lines;
     lines.push_back(fpu_state());
@@ -159,13 +161,7 @@ VerbRunner setup_selfcheck(CLI::App& app) {
         j["checks"].push_back({{"name", l.name}, {"pass", l.pass}, {"checked", l.checked}, {"failed", l.failed},
                                {"detail", l.detail}});
       }
-      const std::string tmp = *json_path + ".tmp";
-      FILE* f = std::fopen(tmp.c_str(), "wb");
-      QC_INPUT(f != nullptr, "--json {}: cannot open {} for writing", *json_path, tmp);
-      const std::string text = j.dump(2) + "\n";
-      const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-      QC_INPUT(std::fclose(f) == 0 && ok, "--json {}: write failed", *json_path);
-      QC_INPUT(std::rename(tmp.c_str(), json_path->c_str()) == 0, "--json {}: cannot rename {}", *json_path, tmp);
+      write_file_atomic(*json_path, j.dump(2) + "\n");
     }
     return all ? kExitOk : kExitCheckFailed;
   };

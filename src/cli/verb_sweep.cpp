@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "cli/run_manifest.hpp"
@@ -41,6 +42,10 @@ VerbRunner setup_sweep(CLI::App& app) {
   return [=] {
     SweepOptions opts = *o;
     std::tie(opts.arm_a, opts.arm_b) = parse_pair("--pair", *pair);
+    std::vector<PathUse> paths_in;
+    add_arm_inputs(paths_in, "--pair", opts.arm_a);
+    add_arm_inputs(paths_in, "--pair", opts.arm_b);
+    check_output_paths(paths_in, {{"--json", *json}, {"--manifest", manifest_path(*manifest, *json)}});
     opts.ks = parse_positive_list("--k", *ks);
     Progress progress("sweep");
     opts.progress = [&](size_t done, size_t total, const std::string& item) { progress.update(done, total, item); };

@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "cli/cli.hpp"
+#include "qconform/fileio.hpp"
 #include "qconform/operands_io.hpp"
 #include "qconform/sha256.hpp"
 #include "qconform/synth.hpp"
@@ -27,6 +28,7 @@ VerbRunner setup_synth(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--out", *out, "output operands file (safetensors)")->required();
   return [o, out] {
+    check_output_paths({}, {{"--out", *out}});
     const auto start = std::chrono::steady_clock::now();
     const std::vector<LayerOperands> layers = synth_operands(*o);
     save_operands(*out, layers,

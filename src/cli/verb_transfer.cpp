@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/transfer.hpp"
@@ -41,6 +42,7 @@ VerbRunner setup_transfer(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.5, 0.999999));
   return [args] {
+    check_output_paths({{"A", args->a}, {"B", args->b}}, {{"--json", args->json}});
     const transfer::TransferFile a = transfer::read_transfer_jsonl(args->a);
     const transfer::TransferFile b = transfer::read_transfer_jsonl(args->b);
     const transfer::TransferResult result = transfer::analyze_transfer(a, b, args->opt);

@@ -4,10 +4,12 @@
 
 
 #include "cli/cli.hpp"
+#include "cli/paths.hpp"
 #include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
+#include "qconform/limits.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/layer_checks.hpp"
 #include "qconform/operands_io.hpp"
@@ -95,6 +97,10 @@ VerbRunner setup_verify(CLI::App& app) {
   add_manifest_option(app, o->manifest);
   return [o] {
     const auto [label_a, label_b] = parse_pair("--arms", o->arms);
+    std::vector<PathUse> paths_in = {{"OPS", o->operands}, {"--predictions", o->predictions}};
+    add_arm_inputs(paths_in, "--arms", label_a);
+    add_arm_inputs(paths_in, "--arms", label_b);
+    check_output_paths(paths_in, {{"--json", o->json}, {"--manifest", manifest_path(o->manifest, o->json)}});
     VerifyOptions options;
     options.modes.clear();
     for (const std::string& s : split_commas(o->scales)) options.modes.push_back(scale_mode_from_name(s));
@@ -114,13 +120,7 @@ VerbRunner setup_verify(CLI::App& app) {
       QC_INPUT(strip_prefix(o->pin) == predictions_digest,
                "{}: --pin expected sha256:{}, found sha256:{}: the predictions file is not the one that was pinned",
                o->predictions, strip_prefix(o->pin), predictions_digest);
-      nlohmann::json j;
-      try {
-        j = nlohmann::json::parse(text);
-      } catch (const nlohmann::json::exception& e) {
-        QC_FAIL_INPUT("{}: not valid JSON: {}", o->predictions, e.what());
-      }
-      predictions = prediction_set_from_json(j, o->predictions);
+      predictions = prediction_set_from_json(parse_json(text, o->predictions), o->predictions);
     } else {
       QC_INPUT(o->pin.empty(), "--pin given without --predictions");
     }

@@ -1,12 +1,16 @@
 #include "qconform/fileio.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "qconform/error.hpp"
@@ -16,6 +20,111 @@ namespace qc {
 namespace {
 
 std::string errno_text(int err) { return std::strerror(err); }
+
+// ---------------------------------------------------------------------------------------------
+// Registries read by signal handlers. A handler may only call async-signal-safe functions, so
+// the registries are fixed arrays of slots in static storage: a slot is claimed with a lock-free
+// compare-exchange (0 free -> 1 being filled), filled, then published (2 live); a handler only
+// reads live slots. A full registry is not an error: the file simply is not cleaned up by a signal.
+
+constexpr int kSlots = 64;
+constexpr size_t kSlotPath = 4096;
+
+struct TempSlot {
+  std::atomic<int> state{0};
+  char path[kSlotPath];
+};
+
+struct MapSlot {
+  std::atomic<int> state{0};
+  uintptr_t begin;
+  size_t size;
+  char path[kSlotPath];
+};
+
+TempSlot g_temp_slots[kSlots];
+MapSlot g_map_slots[kSlots];
+static_assert(std::atomic<int>::is_always_lock_free, "signal handlers read the slot states");
+
+template <class Slot>
+int claim_slot(Slot* slots, const std::string& path) {
+  if (path.size() >= kSlotPath) return -1;
+  for (int i = 0; i < kSlots; ++i) {
+    int expected = 0;
+    if (slots[i].state.compare_exchange_strong(expected, 1)) {
+      std::memcpy(slots[i].path, path.c_str(), path.size() + 1);
+      return i;
+    }
+  }
+  return -1;
+}
+
+void remove_temporary_files_signal_safe() {
+  for (TempSlot& slot : g_temp_slots) {
+    if (slot.state.load(std::memory_order_acquire) == 2) ::unlink(slot.path);
+  }
+}
+
+void write_signal_safe(const char* text) {
+  size_t n = std::strlen(text);
+  while (n > 0) {
+    const ssize_t put = ::write(STDERR_FILENO, text, n);
+    if (put <= 0) return;
+    text += put;
+    n -= static_cast<size_t>(put);
+  }
+}
+
+void write_number_signal_safe(uint64_t v) {
+  char digits[24];
+  int i = 23;
+  digits[i] = '\0';
+  do {
+    digits[--i] = static_cast<char>('0' + v % 10);
+    v /= 10;
+  } while (v != 0 && i > 0);
+  write_signal_safe(digits + i);
+}
+
+extern "C" void qc_on_terminate_signal(int sig) {
+  const int saved = errno;
+  remove_temporary_files_signal_safe();
+  errno = saved;
+  // SA_RESETHAND restored the default action and SA_NODEFER leaves the signal unblocked: the
+  // process dies of `sig` here, and its parent sees which signal it was.
+  ::raise(sig);
+}
+
+extern "C" void qc_on_sigbus(int sig, siginfo_t* info, void* /*context*/) {
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
+  for (MapSlot& slot : g_map_slots) {
+    if (slot.state.load(std::memory_order_acquire) != 2) continue;
+    if (addr < slot.begin || addr - slot.begin >= slot.size) continue;
+    write_signal_safe("qconform: error: ");
+    write_signal_safe(slot.path);
+    write_signal_safe(": the file changed while it was being read (a read at byte offset ");
+    write_number_signal_safe(addr - slot.begin);
+    write_signal_safe(" of the ");
+    write_number_signal_safe(slot.size);
+    write_signal_safe(" bytes mapped faulted: the file is now shorter); no result was written. Rerun on a file that "
+                      "no other process modifies.\n");
+    remove_temporary_files_signal_safe();
+    ::_exit(2);
+  }
+  remove_temporary_files_signal_safe();
+  ::signal(sig, SIG_DFL);
+  ::raise(sig);
+}
+
+std::string file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "directory";
+  if (S_ISFIFO(mode)) return "FIFO (named pipe)";
+  if (S_ISSOCK(mode)) return "socket";
+  if (S_ISCHR(mode)) return "character device";
+  if (S_ISBLK(mode)) return "block device";
+  if (S_ISLNK(mode)) return "symbolic link";
+  return "regular file";
+}
 
 std::string directory_of(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -81,9 +190,35 @@ std::string printable_text(std::string_view text, size_t max_bytes) {
   return out;
 }
 
+int open_input(const std::string& path, uint64_t* size) {
+  QC_INPUT(!path.empty(), "expected an input file path, found an empty one");
+  // O_NONBLOCK: opening a FIFO for reading otherwise waits for a writer, forever. O_NOCTTY: a
+  // terminal given as an input must not become the controlling terminal.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  QC_INPUT(fd >= 0, "{}: cannot open for reading: {}", printable_text(path), errno_text(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    QC_FAIL_INPUT("{}: cannot stat: {}", printable_text(path), errno_text(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    QC_FAIL_INPUT("{}: expected a regular file, found a {}: refusing to read it", printable_text(path),
+                  file_kind(st.st_mode));
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+    const int err = errno;
+    ::close(fd);
+    QC_FAIL_INPUT("{}: cannot clear O_NONBLOCK: {}", printable_text(path), errno_text(err));
+  }
+  if (size != nullptr) *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
 std::string read_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  QC_INPUT(fd >= 0, "{}: cannot open for reading: {}", path, errno_text(errno));
+  const int fd = open_input(path);
   std::string content;
   char buffer[1 << 16];
   for (;;) {
@@ -117,6 +252,8 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   QC_INPUT(fd_ >= 0, "{}: cannot create a temporary file in `{}` for the output: {}", path_, directory_of(path_),
            errno_text(errno));
   temp_path_ = std::move(pattern);
+  slot_ = claim_slot(g_temp_slots, temp_path_);
+  if (slot_ >= 0) g_temp_slots[slot_].state.store(2, std::memory_order_release);
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -127,6 +264,8 @@ void AtomicFileWriter::discard() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+  if (slot_ >= 0) g_temp_slots[slot_].state.store(0, std::memory_order_release);
+  slot_ = -1;
 }
 
 void AtomicFileWriter::write(std::span<const std::byte> bytes) {
@@ -136,8 +275,14 @@ void AtomicFileWriter::write(std::span<const std::byte> bytes) {
   while (left > 0) {
     const ssize_t put = ::write(fd_, p, left);
     if (put < 0 && errno == EINTR) continue;
-    QC_INPUT(put > 0, "{}: write failed (temporary file `{}`): {}", path_, temp_path_,
-             errno_text(put < 0 ? errno : EIO));
+    if (put <= 0) {
+      const int err = put < 0 ? errno : EIO;
+      discard();  // a failed output leaves nothing behind, even before the destructor runs
+      QC_FAIL_INPUT("{}: write failed (temporary file removed): {}{}", path_, errno_text(err),
+                    err == EFBIG ? " (the file size limit, `ulimit -f`, was reached)"
+                    : err == ENOSPC ? " (the file system is full)"
+                                    : "");
+    }
     p += put;
     left -= static_cast<size_t>(put);
   }
@@ -158,6 +303,8 @@ void AtomicFileWriter::commit() {
   QC_INPUT(::rename(temp_path_.c_str(), path_.c_str()) == 0, "{}: cannot rename `{}` into place: {}", path_,
            temp_path_, errno_text(errno));
   committed_ = true;
+  if (slot_ >= 0) g_temp_slots[slot_].state.store(0, std::memory_order_release);
+  slot_ = -1;
   // Make the rename itself durable; failure here cannot un-write the file, so it is not an error.
   const int dir = ::open(directory_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir >= 0) {
@@ -167,47 +314,168 @@ void AtomicFileWriter::commit() {
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  QC_INPUT(fd >= 0, "{}: cannot open for reading: {}", path, errno_text(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    QC_FAIL_INPUT("{}: cannot stat: {}", path, errno_text(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    QC_FAIL_INPUT("{}: expected a regular file, found another kind of file (directory, device or pipe)", path);
-  }
-  size_ = static_cast<size_t>(st.st_size);
+  uint64_t size = 0;
+  fd_ = open_input(path, &size);
+  size_ = static_cast<size_t>(size);
   if (size_ > 0) {
-    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
     if (data_ == MAP_FAILED) {
       const int err = errno;
       data_ = nullptr;
-      ::close(fd);
-      QC_FAIL_INPUT("{}: mmap of {} bytes failed: {}", path, size_, errno_text(err));
+      ::close(fd_);
+      fd_ = -1;
+      QC_FAIL_INPUT("{}: mmap of {} bytes failed: {}", printable_text(path), size_, errno_text(err));
+    }
+    slot_ = claim_slot(g_map_slots, printable_text(path, 1024));
+    if (slot_ >= 0) {
+      g_map_slots[slot_].begin = reinterpret_cast<uintptr_t>(data_);
+      g_map_slots[slot_].size = size_;
+      g_map_slots[slot_].state.store(2, std::memory_order_release);
     }
   }
-  // The mapping stays valid after the descriptor is closed.
-  ::close(fd);
 }
 
-MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(data_, size_);
+void MappedFile::check_unchanged() const {
+  if (fd_ < 0) return;
+  struct stat st {};
+  QC_INPUT(::fstat(fd_, &st) == 0, "{}: cannot stat: {}", printable_text(path_), errno_text(errno));
+  QC_INPUT(static_cast<uint64_t>(st.st_size) == size_,
+           "{}: the file changed while it was being read: expected {} bytes (its size when it was opened), found {}; "
+           "rerun on a file that no other process modifies",
+           printable_text(path_), size_, static_cast<uint64_t>(st.st_size));
 }
+
+void MappedFile::release() noexcept {
+  if (slot_ >= 0) g_map_slots[slot_].state.store(0, std::memory_order_release);
+  slot_ = -1;
+  if (data_ != nullptr) ::munmap(data_, size_);
+  data_ = nullptr;
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+MappedFile::~MappedFile() { release(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
-    : path_(std::move(other.path_)), data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+    : path_(std::move(other.path_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      fd_(std::exchange(other.fd_, -1)),
+      slot_(std::exchange(other.slot_, -1)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
-    if (data_ != nullptr) ::munmap(data_, size_);
+    release();
     path_ = std::move(other.path_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    fd_ = std::exchange(other.fd_, -1);
+    slot_ = std::exchange(other.slot_, -1);
   }
   return *this;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output paths
+
+namespace {
+
+// What an output path will name: an existing file's device and inode, or, for a path that does not
+// exist yet, its parent directory's device and inode plus the final name.
+struct Identity {
+  bool exists = false;
+  dev_t dev = 0;
+  ino_t ino = 0;
+  mode_t mode = 0;
+  std::string name;  // only when !exists
+};
+
+std::optional<Identity> identify(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return Identity{true, st.st_dev, st.st_ino, st.st_mode, {}};
+  if (errno != ENOENT) return std::nullopt;
+  std::string parent = directory_of(path);
+  std::string name = basename_of(path);
+  if (::stat(parent.c_str(), &st) != 0) return std::nullopt;  // the writer reports the missing directory
+  return Identity{false, st.st_dev, st.st_ino, st.st_mode, std::move(name)};
+}
+
+bool same(const Identity& a, const Identity& b) {
+  return a.exists == b.exists && a.dev == b.dev && a.ino == b.ino && a.name == b.name;
+}
+
+std::string shown(const PathUse& p) { return fmt::format("{} `{}`", p.option, printable_text(p.path)); }
+
+}  // namespace
+
+void check_output_paths(const std::vector<PathUse>& inputs, const std::vector<PathUse>& outputs) {
+  std::vector<std::pair<const PathUse*, Identity>> seen_inputs, seen_outputs;
+  for (const PathUse& in : inputs) {
+    if (in.path.empty()) continue;
+    if (auto id = identify(in.path); id && id->exists) seen_inputs.emplace_back(&in, *id);
+  }
+  for (const PathUse& out : outputs) {
+    if (out.path.empty()) continue;
+    const std::optional<Identity> id = identify(out.path);
+    if (!id) continue;  // unreachable parent: the writer names the problem
+    QC_INPUT(!id->exists || S_ISREG(id->mode),
+             "{}: expected a regular file or a new path for the output, found a {}: refusing to replace it",
+             shown(out), file_kind(id->mode));
+    for (const auto& [in, in_id] : seen_inputs) {
+      QC_INPUT(!same(*id, in_id), "{} is the same file as the input {}: refusing to overwrite an input", shown(out),
+               shown(*in));
+    }
+    for (const auto& [other, other_id] : seen_outputs) {
+      QC_INPUT(!same(*id, other_id), "{} is the same file as the output {}: two outputs would overwrite each other",
+               shown(out), shown(*other));
+    }
+    seen_outputs.emplace_back(&out, *id);
+  }
+}
+
+void check_inputs_outside_directory(const std::vector<PathUse>& inputs, const PathUse& dir) {
+  if (dir.path.empty()) return;
+  struct stat d {};
+  if (::stat(dir.path.c_str(), &d) != 0 || !S_ISDIR(d.st_mode)) return;  // a new directory holds no input yet
+  for (const PathUse& in : inputs) {
+    if (in.path.empty()) continue;
+    struct stat st {}, parent {};
+    if (::stat(in.path.c_str(), &st) != 0) continue;
+    const bool is_dir = st.st_dev == d.st_dev && st.st_ino == d.st_ino;
+    const bool inside = ::stat(directory_of(in.path).c_str(), &parent) == 0 && parent.st_dev == d.st_dev &&
+                        parent.st_ino == d.st_ino;
+    QC_INPUT(!is_dir && !inside,
+             "the input {} {} the output directory {}, whose files this verb writes: refusing to risk overwriting an "
+             "input (choose another output directory)",
+             shown(in), is_dir ? "is" : "lies in", shown(dir));
+  }
+}
+
+void install_cli_signal_handlers() {
+  struct sigaction term {};
+  term.sa_handler = qc_on_terminate_signal;
+  sigemptyset(&term.sa_mask);
+  term.sa_flags = SA_RESETHAND | SA_NODEFER;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    // A signal the parent ignores (`nohup`) stays ignored.
+    if (::sigaction(sig, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    ::sigaction(sig, &term, nullptr);
+  }
+  ::signal(SIGXFSZ, SIG_IGN);
+  struct sigaction bus {};
+  bus.sa_sigaction = qc_on_sigbus;
+  sigemptyset(&bus.sa_mask);
+  bus.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER;
+  ::sigaction(SIGBUS, &bus, nullptr);
+}
+
+std::vector<std::string> live_temporary_files() {
+  std::vector<std::string> out;
+  for (const TempSlot& slot : g_temp_slots) {
+    if (slot.state.load(std::memory_order_acquire) == 2) out.emplace_back(slot.path);
+  }
+  return out;
 }
 
 }  // namespace qc

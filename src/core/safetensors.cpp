@@ -8,6 +8,7 @@
 #include <set>
 
 #include "qconform/error.hpp"
+#include "qconform/limits.hpp"
 #include "qconform/fileio.hpp"  // MappedFile, AtomicFileWriter, printable_text
 
 namespace qc {
@@ -88,6 +89,7 @@ json parse_header_json(std::string_view text, std::string_view file) {
   QC_INPUT(nul == std::string_view::npos,
            "{}: header ({} bytes): expected valid UTF-8 JSON, found a NUL byte at header offset {}", file, text.size(),
            nul);
+  check_json_depth(text, fmt::format("{}: header", file));
   json header;
   try {
     header = json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true, /*ignore_comments=*/false);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
 
 namespace qc {
 
@@ -64,8 +65,7 @@ std::string sha256_hex(std::string_view text) {
 std::string sha256_digest(std::span<const std::byte> bytes) { return "sha256:" + sha256_hex(bytes); }
 
 std::string sha256_file(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  QC_INPUT(fd >= 0, "{}: cannot open for hashing: {}", path, std::strerror(errno));
+  const int fd = open_input(path);
   Sha256 h;
   std::vector<std::byte> buffer(1 << 20);
   for (;;) {

@@ -4,11 +4,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <sstream>
 
 #include "qconform/version.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
+#include "qconform/limits.hpp"
 #include "qconform/model.hpp"
 
 namespace qc {
@@ -144,9 +146,11 @@ PrefillDecodeComparison compare_prefill_decode(Decoder& decoder, const GenerateR
 std::vector<TokenSequence> read_token_sequences(const std::string& path, int64_t vocab, size_t min_tokens) {
   std::istringstream in(read_file(path));
   std::vector<TokenSequence> out;
+  std::map<std::string, int64_t> first_line;  // prompt id (JSON text) -> line that defined it
   std::string line;
   for (int64_t lineno = 1; std::getline(in, line); ++lineno) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    check_json_depth(line, fmt::format("{}:{}", path, lineno));
     nlohmann::json obj;
     try {
       obj = nlohmann::json::parse(line);
@@ -159,10 +163,16 @@ std::vector<TokenSequence> read_token_sequences(const std::string& path, int64_t
              "{}:{}: field `prompt`: expected a string or an integer", path, lineno);
     QC_INPUT(obj.contains("tokens") && obj["tokens"].is_array(), "{}:{}: field `tokens`: expected an array of ids",
              path, lineno);
+    // Records are keyed by prompt id downstream (transfer pairs prompts by id): a repeated id
+    // would silently merge two sequences.
+    const auto [dup, fresh] = first_line.try_emplace(obj["prompt"].dump(), lineno);
+    QC_INPUT(fresh, "{}:{}: field `prompt`: expected a unique prompt id, found {} again (first at line {})", path,
+             lineno, printable_text(obj["prompt"].dump()), dup->second);
     TokenSequence s{obj["prompt"], {}};
     for (const auto& t : obj["tokens"]) {
       QC_INPUT(t.is_number_integer() && t.get<int64_t>() >= 0 && t.get<int64_t>() < vocab,
-               "{}:{}: field `tokens`: expected ids in [0, {}), found {}", path, lineno, vocab, t.dump());
+               "{}:{}: field `tokens`: expected ids in [0, {}), found {}", path, lineno, vocab,
+               printable_text(t.dump(), 60));
       s.tokens.push_back(t.get<int32_t>());
     }
     QC_INPUT(s.tokens.size() >= min_tokens, "{}:{}: field `tokens`: expected at least {} ids, found {}", path, lineno,

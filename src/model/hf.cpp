@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "qconform/error.hpp"
+#include "qconform/limits.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/model.hpp"
 #include "qconform/numerics.hpp"
@@ -148,12 +149,7 @@ struct HfHeader {
 };
 
 HfHeader parse_config(const std::string& file) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(file));
-  } catch (const nlohmann::json::parse_error& e) {
-    QC_FAIL_INPUT("{}: expected a JSON object, found invalid JSON ({})", file, e.what());
-  }
+  const nlohmann::json j = parse_json(read_file(file), file);
   QC_INPUT(j.is_object(), "{}: expected a JSON object, found {}", file, j.type_name());
   HfHeader h;
   ModelConfig& c = h.config;
@@ -255,6 +251,22 @@ class TensorReader {
     } else {
       QC_FAIL_INPUT("{}: tensor `{}`: expected dtype F32 or BF16, found {}", path_of(name), name,
                     dtype_safetensors_name(t.dtype()));
+    }
+    // Every weight must be finite: a NaN or infinity would surface much later as an internal check
+    // (no finite logits) instead of naming the tensor and the element here.
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (std::isfinite(out[i])) continue;
+      std::vector<int64_t> at(shape.size());
+      size_t rest = i;
+      for (size_t d = shape.size(); d-- > 0;) {
+        at[d] = static_cast<int64_t>(rest % static_cast<size_t>(shape[d]));
+        rest /= static_cast<size_t>(shape[d]);
+      }
+      uint32_t bits;
+      std::memcpy(&bits, &out[i], 4);
+      QC_FAIL_INPUT("{}: tensor `{}` element [{}] (flat index {}): expected a finite weight, found {} (as fp32: bits "
+                    "0x{:08x})",
+                    path_of(name), printable_text(name), fmt::join(at, ", "), i, out[i], bits);
     }
     return out;
   }
@@ -469,12 +481,7 @@ struct ShardIndex {
 ShardIndex read_shard_index(const std::string& dir) {
   ShardIndex ix;
   ix.path = (fs::path(dir) / "model.safetensors.index.json").string();
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(read_file(ix.path));
-  } catch (const nlohmann::json::exception& e) {
-    QC_FAIL_INPUT("{}: not valid JSON: {}", ix.path, e.what());
-  }
+  const nlohmann::json j = parse_json(read_file(ix.path), ix.path);
   QC_INPUT(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object() && !j["weight_map"].empty(),
            "{}: field `weight_map`: expected an object mapping tensor names to shard files, found {}", ix.path,
            j.is_object() && j.contains("weight_map") ? j["weight_map"].dump().substr(0, 80) : "none");

@@ -14,12 +14,18 @@
 //   (version 2 is the Q8_0 int8 export, refused with a clear message.)
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
+#include <unistd.h>
+
+#include <cerrno>
+
 #include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
 #include "qconform/model.hpp"
 #include "qconform/sha256.hpp"
 
@@ -31,9 +37,24 @@ constexpr uint32_t kMagicV1 = 0x616b3432;  // "ak42" as a little-endian uint32
 constexpr size_t kHeaderV1 = 256;
 
 std::vector<uint8_t> read_file_bytes(const std::string& path, const char* what) {
-  std::ifstream in(path, std::ios::binary);
-  QC_INPUT(in.good(), "{}: cannot open {} file", path, what);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  // `open_input` refuses FIFOs, devices and directories without blocking; one read pass.
+  uint64_t size = 0;
+  const int fd = open_input(path, &size);
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = ::read(fd, bytes.data() + got, bytes.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : 0;
+      ::close(fd);
+      QC_FAIL_INPUT("{}: reading the {} file failed after {} of {} bytes: {}", path, what, got, bytes.size(),
+                    err != 0 ? std::strerror(err) : "the file shrank while it was being read");
+    }
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  return bytes;
 }
 
 int32_t read_i32(const std::vector<uint8_t>& bytes, size_t offset) {
@@ -45,9 +66,21 @@ int32_t read_i32(const std::vector<uint8_t>& bytes, size_t offset) {
 // Reads consecutive fp32 tensors from a byte buffer whose total size has been checked.
 struct FloatCursor {
   const uint8_t* p;
+  const uint8_t* base;      // the file's first byte, for offsets in messages
+  const std::string& path;
+  // Every weight must be finite: a NaN or infinity would surface much later as an internal check
+  // in the decoder (no finite logits) instead of naming the file and the element here.
   std::vector<float> take(int64_t n) {
     std::vector<float> out(static_cast<size_t>(n));
     std::memcpy(out.data(), p, sizeof(float) * static_cast<size_t>(n));
+    for (size_t i = 0; i < out.size(); ++i) {
+      if (std::isfinite(out[i])) continue;
+      uint32_t bits;
+      std::memcpy(&bits, &out[i], 4);
+      QC_FAIL_INPUT("{}: fp32 weight at byte offset {} (element {} of this tensor): expected a finite value, found {} "
+                    "(bits 0x{:08x})",
+                    path, (p - base) + 4 * i, i, out[i], bits);
+    }
     p += sizeof(float) * static_cast<size_t>(n);
     return out;
   }
@@ -136,7 +169,7 @@ Model load_legacy(const std::string& path, const std::vector<uint8_t>& bytes) {
                    W(3) * L * D * H + D + W(c.max_seq_len) * c.head_dim + (shared ? 0 : W(V) * D);
   check_size(path, "legacy", W(header) + 4 * floats, bytes.size());
 
-  FloatCursor cur{bytes.data() + header};
+  FloatCursor cur{bytes.data() + header, bytes.data(), path};
   m.embed = cur.take(V * D);
   m.layers.resize(static_cast<size_t>(L));
   for (auto& l : m.layers) l.attn_norm = cur.take(D);
@@ -179,7 +212,7 @@ Model load_v1(const std::string& path, const std::vector<uint8_t>& bytes) {
                    (shared ? 0 : W(V) * D);
   check_size(path, "v1", W(kHeaderV1) + 4 * floats, bytes.size());
 
-  FloatCursor cur{bytes.data() + kHeaderV1};
+  FloatCursor cur{bytes.data() + kHeaderV1, bytes.data(), path};
   m.layers.resize(static_cast<size_t>(L));
   for (auto& l : m.layers) l.attn_norm = cur.take(D);
   for (auto& l : m.layers) l.ffn_norm = cur.take(D);

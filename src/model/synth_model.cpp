@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "qconform/error.hpp"
+#include "qconform/limits.hpp"
 #include "qconform/model.hpp"
 #include "qconform/numerics.hpp"
 #include "qconform/synth.hpp"
@@ -105,6 +106,20 @@ ModelConfig synth_config(std::string_view name, int64_t layers) {
 Model synth_model(const ModelConfig& config, uint64_t seed) {
   config.validate("synth model");
   QC_INPUT(config.dtype == "f32" || config.dtype == "bf16", "--dtype: expected f32 or bf16, found `{}`", config.dtype);
+  {
+    // Memory before allocating: the model's fp32 parameters, plus about twice as much again while
+    // a writer holds the converted tensors and their serialized bytes.
+    const double D = static_cast<double>(config.hidden), I = static_cast<double>(config.intermediate);
+    const double q = static_cast<double>(config.n_heads * config.head_dim);
+    const double kv = static_cast<double>(config.n_kv_heads * config.head_dim);
+    const double per_layer = D * q * 2 + D * kv * 2 + D * I * 3 + 2 * D;
+    const double params = static_cast<double>(config.n_layers) * per_layer +
+                          static_cast<double>(config.vocab) * D * (config.tie_embeddings ? 1 : 2) + D;
+    check_memory_estimate(params * 4 * 3, fmt::format("synth model with --layers {} (hidden {}, intermediate {}, vocab "
+                                                      "{}: {:.3g} parameters)",
+                                                      config.n_layers, config.hidden, config.intermediate, config.vocab,
+                                                      params));
+  }
   const bool bf16 = config.dtype == "bf16";
   Model m;
   m.config = config;

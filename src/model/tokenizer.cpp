@@ -7,6 +7,7 @@
 #include <iterator>
 
 #include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
 #include "qconform/sha256.hpp"
 
 namespace qc {
@@ -18,9 +19,8 @@ Tokenizer::Tokenizer(std::vector<std::string> pieces, std::vector<float> scores,
 }
 
 Tokenizer Tokenizer::load_llama2c(const std::string& path, int64_t vocab_size) {
-  std::ifstream in(path, std::ios::binary);
-  QC_INPUT(in.good(), "{}: cannot open tokenizer file", path);
-  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string text = read_file(path);  // refuses FIFOs, devices and directories without blocking
+  const std::vector<uint8_t> bytes(text.begin(), text.end());
   size_t off = 0;
   auto read_i32 = [&](const char* field, int64_t token) {
     QC_INPUT(off + 4 <= bytes.size(), "{}: tokenizer field `{}` of token {}: expected 4 bytes at offset {}, the file "

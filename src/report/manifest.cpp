@@ -15,6 +15,7 @@
 
 #include "qconform/boundary.hpp"
 #include "qconform/error.hpp"
+#include "qconform/limits.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/sha256.hpp"
 #include "qconform/version.hpp"
@@ -91,6 +92,23 @@ struct Problem {
 };
 
 // Every structural problem of one manifest JSON, in field order.
+// A pair run (verify A,B; sweep A,B) records `arm` = "A,B", arm A's RunRecord in `treatment`
+// and arm B's in `config.arm_b` (verify) or `config.arms.b` (sweep): then `treatment.arm` is A.
+bool is_pair_label(const json& j, const std::string& treatment_arm, const std::string& arm) {
+  if (!j.contains("config") || !j.at("config").is_object()) return false;
+  const json& c = j.at("config");
+  std::string second;
+  if (c.contains("arm_b") && c.at("arm_b").is_object() && c.at("arm_b").contains("arm") &&
+      c.at("arm_b").at("arm").is_string()) {
+    second = c.at("arm_b").at("arm").get<std::string>();
+  } else if (c.contains("arms") && c.at("arms").is_object() && c.at("arms").contains("b") &&
+             c.at("arms").at("b").is_object() && c.at("arms").at("b").contains("arm") &&
+             c.at("arms").at("b").at("arm").is_string()) {
+    second = c.at("arms").at("b").at("arm").get<std::string>();
+  }
+  return !second.empty() && arm == treatment_arm + "," + second;
+}
+
 std::vector<Problem> validate(const json& j) {
   std::vector<Problem> out;
   if (!j.is_object()) {
@@ -164,7 +182,7 @@ std::vector<Problem> validate(const json& j) {
     }
     if (!t.contains("arm") || !t.at("arm").is_string()) {
       out.push_back({"treatment.arm", "missing", "the RunRecord names no arm", t.value("arm", json())});
-    } else if (arm && t.at("arm") != *arm) {
+    } else if (arm && t.at("arm") != *arm && !is_pair_label(j, t.at("arm").get<std::string>(), arm->get<std::string>())) {
       out.push_back({"treatment.arm", "inconsistent",
                      fmt::format("the arm that ran reported label {} but the run asked for {}", t.at("arm").dump(),
                                  arm->dump()),
@@ -206,7 +224,12 @@ bool not_compared(const std::string& field) {
 }
 
 bool in_treatment(const std::string& field, const std::string& treatment) {
-  if (treatment == "arm") return field == "arm" || under(field, "treatment") || under(field, "selection_env");
+  // A run of an arm pair (verify, sweep) records arm A's evidence in `treatment` and arm B's in
+  // `config.arm_b` (verify) or `config.arms` (sweep): both belong to the arm treatment.
+  if (treatment == "arm") {
+    return field == "arm" || under(field, "treatment") || under(field, "selection_env") ||
+           under(field, "config.arm_b") || under(field, "config.arms");
+  }
   return under(field, treatment);
 }
 
@@ -291,14 +314,7 @@ Manifest manifest_from_json(const json& j, const std::string& file) {
 void write_manifest(const std::string& path, const Manifest& m) { write_file_atomic(path, to_json(m).dump(2) + "\n"); }
 
 Manifest read_manifest(const std::string& path) {
-  const std::string text = read_file(path);
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    QC_FAIL_INPUT("{}: not a JSON manifest: {}", path, e.what());
-  }
-  return manifest_from_json(j, path);
+  return manifest_from_json(parse_json(read_file(path), path), path);
 }
 
 void add_input(Manifest& m, const std::string& role, const std::string& path) {

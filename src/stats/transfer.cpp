@@ -4,6 +4,9 @@
 // Test: ./build/tests/qconform_unit_tests --gtest_filter='Transfer*'
 #include "qconform/transfer.hpp"
 
+#include "qconform/fileio.hpp"
+#include "qconform/limits.hpp"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cmath>
@@ -89,6 +92,7 @@ TransferFile parse_transfer_jsonl(std::istream& in, const std::string& name) {
     if (!text.empty() && text.back() == '\r') text.pop_back();
     if (text.find_first_not_of(" \t") == std::string::npos) continue;  // blank lines carry nothing
     const std::string at = where(name, line);
+    check_json_depth(text, at);  // a deeply nested line must not exhaust the stack later
     json obj;
     try {
       obj = json::parse(text);
@@ -172,8 +176,7 @@ TransferFile parse_transfer_jsonl(std::istream& in, const std::string& name) {
 }
 
 TransferFile read_transfer_jsonl(const std::string& path) {
-  std::ifstream in(path);
-  QC_INPUT(in.is_open(), "{}: cannot open for reading", path);
+  std::istringstream in(read_file(path));  // read_file refuses FIFOs, devices and directories without blocking
   return parse_transfer_jsonl(in, path);
 }
 
@@ -433,11 +436,34 @@ ReplayResult analyze_replay(const TransferFile& a, const TransferFile& b, const 
 
 }  // namespace
 
+namespace {
+
+// The model digest the headers of `f` record ("" when none does).
+std::string header_model_digest(const TransferFile& f) {
+  for (const json& h : f.headers) {
+    if (h.contains("model_sha256") && h["model_sha256"].is_string()) return h["model_sha256"].get<std::string>();
+  }
+  return "";
+}
+
+}  // namespace
+
+void check_same_model(const TransferFile& a, const TransferFile& b) {
+  // C7 compares two arms on one model: files from two models differ in tokens for reasons that
+  // have nothing to do with the arms. Files without a header (produced elsewhere) are not checked.
+  const std::string da = header_model_digest(a), db = header_model_digest(b);
+  QC_INPUT(da.empty() || db.empty() || da == db,
+           "{} and {}: header field `model_sha256`: expected the same model in both files, found {} in A and {} in B: "
+           "C7 compares two arms on one model",
+           a.path, b.path, printable_text(da), printable_text(db));
+}
+
 TransferResult analyze_transfer(const TransferFile& a, const TransferFile& b, const TransferOptions& options) {
   QC_INPUT(options.folds >= 1, "--folds: expected >= 1, found {}", options.folds);
   QC_INPUT(options.initial_bins >= 1, "initial bins: expected >= 1, found {}", options.initial_bins);
   check_mode(a, options.replay);
   check_mode(b, options.replay);
+  check_same_model(a, b);
   TransferResult res;
   res.path_a = a.path;
   res.path_b = b.path;

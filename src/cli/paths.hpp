@@ -1,0 +1,37 @@
+// The paths a verb reads and writes, checked before any work (`qc::check_output_paths`): an output
+// may never be an input, another output, or anything but a regular file. Each verb lists every
+// input and every output it will touch, default-derived ones included (`<output>.manifest.json`).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
+#include "qconform/model.hpp"
+
+namespace qc::cli {
+
+// The file an arm label loads (`plugin:<path.so>`), as an input; none for built-in arms.
+inline void add_arm_inputs(std::vector<PathUse>& inputs, const std::string& option, const std::string& label) {
+  constexpr std::string_view kPlugin = "plugin:";
+  if (label.rfind(kPlugin, 0) == 0) inputs.push_back({option, label.substr(kPlugin.size())});
+}
+
+// A model given by path: the llama2.c file, or an HF directory's config and weight files.
+inline void add_model_inputs(std::vector<PathUse>& inputs, const std::string& option, const std::string& model) {
+  if (model.empty()) return;
+  inputs.push_back({option, model});
+  try {
+    for (const auto& [role, file] : model_files(model)) inputs.push_back({option + " (" + role + ")", file});
+  } catch (const Error&) {
+    // An unreadable model is reported, with its own message, when it is loaded.
+  }
+}
+
+// The manifest path `write_run_manifest` will use.
+inline std::string manifest_path(const std::string& explicit_path, const std::string& primary_output) {
+  return !explicit_path.empty() ? explicit_path : primary_output.empty() ? std::string() : primary_output + ".manifest.json";
+}
+
+}  // namespace qc::cli
