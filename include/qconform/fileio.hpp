@@ -60,6 +60,12 @@ void check_inputs_outside_directory(const std::vector<PathUse>& inputs, const Pa
 //   any other SIGBUS keeps its default action.
 void install_cli_signal_handlers();
 
+// A temporary output directory that is renamed into place when complete (`synth-model`, `pow2`):
+// registered, the CLI's SIGINT/SIGTERM/SIGHUP handler removes it with the files directly in it.
+// Returns a handle (-1 when the registry is full) for `unregister_temporary_directory`.
+int register_temporary_directory(const std::string& path);
+void unregister_temporary_directory(int handle);
+
 // The temporary files of live `AtomicFileWriter`s (for tests of the registry).
 std::vector<std::string> live_temporary_files();
 

@@ -8,6 +8,7 @@
 #include "arms/backends.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
 
 namespace qc {
 
@@ -56,21 +57,33 @@ std::vector<std::string> list_arms() {
 }
 
 std::unique_ptr<Arm> make_arm(std::string_view label) {
+  // Labels come from the command line and from files: every message shows them escaped.
+  const std::string shown = printable_text(label);
   const auto colon = label.find(':');
   QC_INPUT(colon != std::string_view::npos && colon > 0,
-           "arm `{}`: expected `backend:variant` (e.g. cpu:vllm-cutlass); known arms: {}", label,
+           "arm `{}`: expected `backend:variant` (e.g. cpu:vllm-cutlass); known arms: {}", shown,
            fmt::join(list_arms(), ", "));
   const std::string_view prefix = label.substr(0, colon);
   const std::string_view variant = label.substr(colon + 1);
   for (const ArmBackend& b : arm_backends()) {
-    if (b.prefix == prefix) return b.make(variant);
+    if (b.prefix != prefix) continue;
+    try {
+      return b.make(variant);
+    } catch (const Error& e) {
+      // A backend's refusal ("unknown epilogue `x`") names the variant; say which arm asked for it.
+      if (e.kind() != ErrorKind::input || std::string_view(e.what()).find(shown) != std::string_view::npos) throw;
+      throw Error(ErrorKind::input, fmt::format("arm `{}`: {}", shown, printable_text(e.what(), 2000)), e.file(),
+                  e.line(), e.condition());
+    }
   }
   for (const AbsentBackend& a : absent_arm_backends()) {
-    QC_INPUT(a.prefix != prefix, "arm `{}`: the `{}` backend is absent from this build: {}", label, prefix, a.reason);
+    QC_INPUT(a.prefix != prefix, "arm `{}`: the `{}` backend is absent from this build: {}", shown,
+             printable_text(prefix), a.reason);
   }
   std::vector<std::string> prefixes;
   for (const ArmBackend& b : arm_backends()) prefixes.push_back(b.prefix);
-  QC_FAIL_INPUT("arm `{}`: unknown backend `{}`; expected one of: {}", label, prefix, fmt::join(prefixes, ", "));
+  QC_FAIL_INPUT("arm `{}`: unknown backend `{}`; expected one of: {}", shown, printable_text(prefix),
+                fmt::join(prefixes, ", "));
 }
 
 std::string cpu_description() {

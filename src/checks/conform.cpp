@@ -214,6 +214,12 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   step("C1 boundary suite");
   const BoundaryResult boundary_a = run_boundary(*arm_a);
   const BoundaryResult boundary_b = run_boundary(*arm_b);
+  // Exit 0 means checked: an arm that ran no probe of a mandatory C1 family (an unavailable
+  // device, a plugin refusing every probe) leaves nothing to compare (docs/hostile-inputs.md).
+  for (const BoundaryResult* b : {&boundary_a, &boundary_b}) {
+    QC_INPUT(b->checked(), "C1 for arm `{}`: nothing to check: no probe of {} ran through the arm ({})",
+             printable_text(b->arm.label), fmt::join(b->families_not_run, ", "), b->c1.summary);
+  }
   CheckResult c1 = boundary_a.c1;
   c1.verdict = combine(boundary_a.c1.verdict, boundary_b.c1.verdict);
   c1.summary = fmt::format("A: {} — B: {}", boundary_a.c1.summary, boundary_b.c1.summary);

@@ -2,8 +2,10 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <type_traits>
 
 #include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
 #include "qconform/layer_checks.hpp"
 
 namespace qc {
@@ -76,37 +78,82 @@ nlohmann::json to_json(const PredictionSet& p) {
           {"layers", layers}};
 }
 
-PredictionSet prediction_set_from_json(const nlohmann::json& j, const std::string& file) {
-  try {
-    QC_INPUT(j.value("kind", "") == "qconform-predictions", "{}: field `kind`: expected \"qconform-predictions\", found {}",
-             file, j.contains("kind") ? j["kind"].dump() : "nothing");
-    QC_INPUT(j.value("schema_version", 0) == 1, "{}: field `schema_version`: expected 1, found {}", file,
-             j.contains("schema_version") ? j["schema_version"].dump() : "nothing");
-    PredictionSet p;
-    p.operands_path = j.at("operands").at("path").get<std::string>();
-    p.operands_sha256 = j.at("operands").at("sha256").get<std::string>();
-    for (const auto& l : j.at("layers")) {
-      LayerPrediction lp;
-      lp.name = l.at("name").get<std::string>();
-      RangeStats& s = lp.stats;
-      s.shape = {l.at("m").get<int64_t>(), l.at("n").get<int64_t>(), l.at("k").get<int64_t>()};
-      s.max_abs_acc = l.at("max_abs_acc").get<int64_t>();
-      s.argmax_m = l.at("argmax").at(0).get<int64_t>();
-      s.argmax_n = l.at("argmax").at(1).get<int64_t>();
-      s.count_above_2p24 = l.at("count_above_2p24").get<int64_t>();
-      s.headroom_bits = l.at("headroom_bits").is_null() ? INFINITY : l.at("headroom_bits").get<double>();
-      s.int32_overflow_impossible = l.at("int32_overflow_impossible").get<bool>();
-      s.int32_overflow_count = l.at("int32_overflow_count").get<int64_t>();
-      s.data_independent_bound = l.at("data_independent_bound").get<int64_t>();
-      s.bound_max_a = l.at("bound_max_a").get<int32_t>();
-      s.bound_proves_safe = l.at("bound_proves_safe").get<bool>();
-      lp.safe = l.at("safe").get<bool>();
-      p.layers.push_back(std::move(lp));
-    }
-    return p;
-  } catch (const nlohmann::json::exception& e) {
-    QC_FAIL_INPUT("{}: not a valid predictions file: {}", file, e.what());
+namespace {
+
+// Field access that names the field's path, what was expected and what was found.
+struct FieldReader {
+  const std::string& file;
+
+  const nlohmann::json& at(const nlohmann::json& obj, const std::string& path, std::string_view key) const {
+    const std::string full = path.empty() ? std::string(key) : path + "." + std::string(key);
+    QC_INPUT(obj.is_object(), "{}: field `{}`: expected an object holding `{}`, found {}", file,
+             path.empty() ? "(top level)" : path, key, obj.type_name());
+    const auto it = obj.find(key);
+    QC_INPUT(it != obj.end(), "{}: field `{}`: expected it to be present, found no such field", file, full);
+    return *it;
   }
+
+  template <class T>
+  T get(const nlohmann::json& obj, const std::string& path, std::string_view key, const char* expected) const {
+    const nlohmann::json& v = at(obj, path, key);
+    const std::string full = path.empty() ? std::string(key) : path + "." + std::string(key);
+    const bool ok = std::is_same_v<T, bool>          ? v.is_boolean()
+                    : std::is_same_v<T, std::string> ? v.is_string()
+                    : std::is_integral_v<T>          ? v.is_number_integer()
+                                                     : v.is_number();
+    QC_INPUT(ok, "{}: field `{}`: expected {}, found {} {}", file, full, expected, v.type_name(),
+             printable_text(v.dump(), 60));
+    return v.get<T>();
+  }
+};
+
+}  // namespace
+
+PredictionSet prediction_set_from_json(const nlohmann::json& j, const std::string& file) {
+  const FieldReader r{file};
+  QC_INPUT(j.is_object(), "{}: expected a JSON object (a predictions file from `qconform predict`), found {}", file,
+           j.type_name());
+  QC_INPUT(j.value("kind", nlohmann::json()) == "qconform-predictions",
+           "{}: field `kind`: expected \"qconform-predictions\", found {}", file,
+           j.contains("kind") ? printable_text(j["kind"].dump(), 60) : "nothing");
+  QC_INPUT(j.value("schema_version", nlohmann::json()) == 1, "{}: field `schema_version`: expected 1, found {}", file,
+           j.contains("schema_version") ? printable_text(j["schema_version"].dump(), 60) : "nothing");
+  PredictionSet p;
+  const nlohmann::json& operands = r.at(j, "", "operands");
+  p.operands_path = r.get<std::string>(operands, "operands", "path", "a string");
+  p.operands_sha256 = r.get<std::string>(operands, "operands", "sha256", "a string (sha256:<hex>)");
+  const nlohmann::json& layers = r.at(j, "", "layers");
+  QC_INPUT(layers.is_array(), "{}: field `layers`: expected an array of per-layer predictions, found {}", file,
+           layers.type_name());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const nlohmann::json& l = layers[i];
+    const std::string at = fmt::format("layers[{}]", i);
+    LayerPrediction lp;
+    lp.name = r.get<std::string>(l, at, "name", "a string");
+    RangeStats& s = lp.stats;
+    s.shape = {r.get<int64_t>(l, at, "m", "an integer"), r.get<int64_t>(l, at, "n", "an integer"),
+               r.get<int64_t>(l, at, "k", "an integer")};
+    s.max_abs_acc = r.get<int64_t>(l, at, "max_abs_acc", "an integer");
+    const nlohmann::json& argmax = r.at(l, at, "argmax");
+    QC_INPUT(argmax.is_array() && argmax.size() == 2 && argmax[0].is_number_integer() && argmax[1].is_number_integer(),
+             "{}: field `{}.argmax`: expected [row, column] (two integers), found {}", file, at,
+             printable_text(argmax.dump(), 60));
+    s.argmax_m = argmax[0].get<int64_t>();
+    s.argmax_n = argmax[1].get<int64_t>();
+    s.count_above_2p24 = r.get<int64_t>(l, at, "count_above_2p24", "an integer");
+    const nlohmann::json& headroom = r.at(l, at, "headroom_bits");
+    QC_INPUT(headroom.is_null() || headroom.is_number(), "{}: field `{}.headroom_bits`: expected a number or null, found {}",
+             file, at, printable_text(headroom.dump(), 60));
+    s.headroom_bits = headroom.is_null() ? INFINITY : headroom.get<double>();
+    s.int32_overflow_impossible = r.get<bool>(l, at, "int32_overflow_impossible", "a boolean");
+    s.int32_overflow_count = r.get<int64_t>(l, at, "int32_overflow_count", "an integer");
+    s.data_independent_bound = r.get<int64_t>(l, at, "data_independent_bound", "an integer");
+    s.bound_max_a = r.get<int32_t>(l, at, "bound_max_a", "an integer");
+    s.bound_proves_safe = r.get<bool>(l, at, "bound_proves_safe", "a boolean");
+    lp.safe = r.get<bool>(l, at, "safe", "a boolean");
+    p.layers.push_back(std::move(lp));
+  }
+  return p;
 }
 
 }  // namespace qc

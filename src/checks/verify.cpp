@@ -622,7 +622,26 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
                              t.max_ulp, options.tolerance_ulps, beyond, mismatch_formula,
                              predicted_set_wrong ? "!=" : "==");
   }
+  // A layer whose exact accumulators leave INT32 (C2 predicted it) differs in any INT32 kernel
+  // that wraps or saturates: the difference is attributed to that overflow, not to the epilogue.
+  std::vector<std::string> overflow_layers;
+  for (const LayerRun& r : result.runs) {
+    const bool differs = r.cmp.bitwise_diff > 0 || r.formula_mismatch_a > 0 || r.formula_mismatch_b > 0;
+    if (r.int32_overflow && differs &&
+        std::find(overflow_layers.begin(), overflow_layers.end(), r.layer) == overflow_layers.end()) {
+      overflow_layers.push_back(r.layer);
+    }
+  }
+  if (c6.verdict == Verdict::fail && !overflow_layers.empty()) {
+    c6.points_to = fmt::format(
+        "the INT32 overflow C2 predicted in {} layer(s) ({}): their exact accumulators leave INT32, so an INT32 kernel "
+        "wraps or saturates there; not evidence against the epilogue",
+        overflow_layers.size(), fmt::join(overflow_layers.begin(),
+                                          overflow_layers.begin() + std::min<size_t>(overflow_layers.size(), 5), ", "));
+    c6.summary += fmt::format("; includes {} layer(s) with the INT32 overflow C2 predicted", overflow_layers.size());
+  }
   c6.evidence = {{"comparison", t},
+                 {"int32_overflow_layers_with_differences", overflow_layers},
                  {"tolerance_ulps", options.tolerance_ulps},
                  {"formula_mismatches", mismatch_formula},
                  {"runs_where_predicted_set_differs", predicted_set_wrong}};

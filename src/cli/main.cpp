@@ -6,7 +6,10 @@
 #endif
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <system_error>
 #include <map>
 #include <new>
 
@@ -62,12 +65,28 @@ int main(int argc, char** argv) {
 
   try {
     for (auto& [sub, run] : runners) {
-      if (sub->parsed()) return run();
+      if (!sub->parsed()) continue;
+      const int rc = run();
+      // A verdict nobody could read is no verdict: stdout that cannot be written (a full disk,
+      // `> /dev/full`, a closed pipe) is an error, not exit 0.
+      if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "qconform: error: writing the results to stdout failed: %s\n", std::strerror(errno));
+        return kExitBadInput;
+      }
+      return rc;
     }
     return kExitBadInput;
   } catch (const qc::Error& e) {
     std::fprintf(stderr, "qconform: error: %s\n", e.what());
     return e.kind() == qc::ErrorKind::input ? kExitBadInput : kExitInternal;
+  } catch (const std::system_error& e) {
+    // fmt::print throws when stdout cannot be written; any other system error is unexpected.
+    if (!std::ferror(stdout)) {
+      std::fprintf(stderr, "qconform: internal error: %s\n", e.what());
+      return kExitInternal;
+    }
+    std::fprintf(stderr, "qconform: error: writing the results to stdout failed: %s\n", e.what());
+    return kExitBadInput;
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "qconform: error: out of memory (std::bad_alloc): the input asks for more memory than this "
                          "machine could give; reduce the sizes (docs/hostile-inputs.md)\n");

@@ -23,15 +23,19 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer (text prompts)");
   app.add_option("--prompts", o->prompts, "prompts: text lines (with --tokenizer) or token JSONL");
   app.add_option("--out", o->out_dir, "output directory")->capture_default_str();
-  app.add_option("--max-new", o->max_new, "tokens to generate per prompt")->capture_default_str();
-  app.add_option("--seed", o->seed, "seed of the synthetic model and prompts")->capture_default_str();
+  app.add_option("--max-new", o->max_new, "tokens to generate per prompt")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--seed", o->seed, "seed of the synthetic model and prompts")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   app.add_option("--synthetic-config", o->synthetic_config, "synthetic model: tiny or qwen3-1.7b-shaped")
       ->capture_default_str();
   app.add_option("--synthetic-layers", o->synthetic_layers, "decoder layers of the synthetic model")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang or reciprocal")->capture_default_str();
   app.add_option("--tolerance-ulps", o->tolerance_ulps, "C6 tolerance in bf16 ulps")->capture_default_str();
-  app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (default: report)");
+  app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (default: report)")
+      ->check(finite_in(0, 1));
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");
   return [=] {
     std::tie(o->arm_a, o->arm_b) = parse_pair("--arms", *arms);

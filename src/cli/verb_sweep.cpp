@@ -30,12 +30,16 @@ VerbRunner setup_sweep(CLI::App& app) {
                  "(fp8:sequential, fp8:blocked-<chunk>, fp8:split-k-<splits>, fp8:exact, cuda:cublaslt-fp8[-fastacc])")
       ->required();
   app.add_option("--k", *ks, "comma-separated reduction depths")->capture_default_str();
-  app.add_option("--m", o->m, "rows (tokens)")->capture_default_str();
-  app.add_option("--n", o->n, "output channels")->capture_default_str();
-  app.add_option("--seeds", o->seeds, "seeds per depth")->capture_default_str();
-  app.add_option("--first-seed", o->first_seed, "first seed")->capture_default_str();
-  app.add_option("--confidence", o->confidence, "level of the Clopper-Pearson intervals")->capture_default_str();
-  app.add_option("--threads", o->threads, "worker threads (0: all cores)")->capture_default_str();
+  app.add_option("--m", o->m, "rows (tokens)")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--n", o->n, "output channels")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--seeds", o->seeds, "seeds per depth")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--first-seed", o->first_seed, "first seed")->capture_default_str()->check(non_negative_integer());
+  app.add_option("--confidence", o->confidence, "level of the Clopper-Pearson intervals")
+      ->capture_default_str()
+      ->check(finite_in(0x1p-20, 1 - 0x1p-20));
+  app.add_option("--threads", o->threads, "worker threads (0: all cores)")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   auto manifest = std::make_shared<std::string>();
   add_manifest_option(app, *manifest);
   app.add_option("--json", *json, "write the results (schema_version 1, kind qconform-sweep) to this file");

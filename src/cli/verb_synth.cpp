@@ -18,14 +18,18 @@ VerbRunner setup_synth(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   app.add_option("--shapes", o->shapes, "qwen3-1.7b, qwen3-8b, tiny, or MxNxK")->capture_default_str();
   app.add_option("--m", o->m, "rows (tokens) per layer; ignored for MxNxK")->capture_default_str();
-  app.add_option("--seed", o->seed, "seed of the deterministic generator")->capture_default_str();
+  app.add_option("--seed", o->seed, "seed of the deterministic generator")
+      ->capture_default_str()
+      ->check(non_negative_integer());
   app.add_flag("--bias", o->bias, "add a bf16 bias per output channel");
   app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang, reciprocal")
       ->capture_default_str();
   app.add_option("--outlier-fraction", o->outlier_fraction, "share of heavy outlier activation channels")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_in(0, 1));
   app.add_option("--outlier-gain", o->outlier_gain, "outlier channel magnitude relative to the others")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(finite_in(0x1p-126, 3.4e38));
   app.add_option("--out", *out, "output operands file (safetensors)")->required();
   return [o, out] {
     check_output_paths({}, {{"--out", *out}});

@@ -23,7 +23,7 @@ VerbRunner setup_synth_model(CLI::App& app) {
   app.add_option("--config", a->config, "tiny | tiny-qwen2 | tiny-qwen3 | qwen3-1.7b-shaped")->required();
   app.add_option("--layers", a->layers, "decoder layers (default: the preset's; qwen3-1.7b-shaped: 2)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--seed", a->seed, "generator seed")->required();
+  app.add_option("--seed", a->seed, "generator seed")->required()->check(non_negative_integer());
   app.add_option("--out", a->out, "output directory (must not exist)")->required();
   app.add_option("--format", a->format, "hf (default) | compressed-tensors | llama2c");
   app.add_option("--dtype", a->dtype, "f32 (default) | bf16 (hf and compressed-tensors)");

@@ -26,9 +26,11 @@ VerbRunner setup_transfer(CLI::App& app) {
                "teacher-forced mode: both files score the same forced tokens at the same positions");
   app.add_option("--json", args->json, "write the results JSON (schema_version 1) to this file, atomically");
   app.add_option("--seed", args->opt.seed, "seed: the bootstrap uses it, the fold permutation seed+1")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(non_negative_integer());
   app.add_option("--bootstrap", args->opt.bootstrap, "cluster bootstrap resamples (prompts are the clusters)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(non_negative_integer() & CLI::PositiveNumber);
   app.add_option("--min-bin-support", args->opt.min_bin_support, "minimum positions per calibration bin")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
@@ -40,7 +42,7 @@ VerbRunner setup_transfer(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_option("--ci-level", args->opt.ci_level, "bootstrap and Beta interval level")
       ->capture_default_str()
-      ->check(CLI::Range(0.5, 0.999999));
+      ->check(finite_in(0.5, 0.999999));
   return [args] {
     check_output_paths({{"A", args->a}, {"B", args->b}}, {{"--json", args->json}});
     const transfer::TransferFile a = transfer::read_transfer_jsonl(args->a);

@@ -4,9 +4,11 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -43,6 +45,7 @@ struct MapSlot {
 };
 
 TempSlot g_temp_slots[kSlots];
+TempSlot g_dir_slots[kSlots];
 MapSlot g_map_slots[kSlots];
 static_assert(std::atomic<int>::is_always_lock_free, "signal handlers read the slot states");
 
@@ -59,9 +62,40 @@ int claim_slot(Slot* slots, const std::string& path) {
   return -1;
 }
 
+// Removes a registered temporary directory and the files directly in it, with system calls only
+// (getdents64, unlinkat, rmdir are async-signal-safe; opendir/readdir are not).
+void remove_directory_signal_safe(const char* path) {
+  const int fd = ::open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    alignas(8) char buffer[4096];
+    for (;;) {
+      const long got = ::syscall(SYS_getdents64, fd, buffer, sizeof buffer);
+      if (got <= 0) break;
+      for (long off = 0; off < got;) {
+        struct Dirent64 {
+          uint64_t ino;
+          int64_t off;
+          unsigned short reclen;
+          unsigned char type;
+          char name[1];
+        };
+        const auto* d = reinterpret_cast<const Dirent64*>(buffer + off);
+        const bool dot = d->name[0] == '.' && (d->name[1] == '\0' || (d->name[1] == '.' && d->name[2] == '\0'));
+        if (!dot) ::unlinkat(fd, d->name, 0);
+        off += d->reclen;
+      }
+    }
+    ::close(fd);
+  }
+  ::rmdir(path);
+}
+
 void remove_temporary_files_signal_safe() {
   for (TempSlot& slot : g_temp_slots) {
     if (slot.state.load(std::memory_order_acquire) == 2) ::unlink(slot.path);
+  }
+  for (TempSlot& slot : g_dir_slots) {
+    if (slot.state.load(std::memory_order_acquire) == 2) remove_directory_signal_safe(slot.path);
   }
 }
 
@@ -95,11 +129,18 @@ extern "C" void qc_on_terminate_signal(int sig) {
   ::raise(sig);
 }
 
+std::atomic<bool> g_sigbus_reported{false};
+
 extern "C" void qc_on_sigbus(int sig, siginfo_t* info, void* /*context*/) {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(info->si_addr);
   for (MapSlot& slot : g_map_slots) {
     if (slot.state.load(std::memory_order_acquire) != 2) continue;
     if (addr < slot.begin || addr - slot.begin >= slot.size) continue;
+    // Several threads may fault on the same shrunken file at once: the first reports and exits,
+    // the others wait for the exit (the handler stays installed, so none dies of SIGBUS meanwhile).
+    if (g_sigbus_reported.exchange(true)) {
+      for (;;) ::pause();
+    }
     write_signal_safe("qconform: error: ");
     write_signal_safe(slot.path);
     write_signal_safe(": the file changed while it was being read (a read at byte offset ");
@@ -247,13 +288,34 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
            path_);
   // The temporary file lives in the destination's directory so that the final rename never
   // crosses a file system; the leading dot keeps it out of globs.
-  std::string pattern = directory_of(path_) + "/." + basename_of(path_) + ".qc-tmp-XXXXXX";
-  fd_ = ::mkostemp(pattern.data(), O_CLOEXEC);
+  // The name is registered for the signal handlers *before* the file is created (O_CREAT|O_EXCL,
+  // so the name is ours alone): a signal at any moment finds every temporary file registered, in
+  // whichever thread it is delivered. Unlinking a registered name not created yet is harmless.
+  static std::atomic<uint64_t> counter{0};
+  const std::string prefix = directory_of(path_) + "/." + basename_of(path_) + ".qc-tmp-";
+  int err = 0;
+  for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
+    uint64_t state = (static_cast<uint64_t>(::getpid()) << 32) ^ counter.fetch_add(1) ^
+                     static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+    std::string name = prefix;
+    for (int i = 0; i < 6; ++i) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      name += "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[(state >> 33) % 62];
+    }
+    const int slot = claim_slot(g_temp_slots, name);
+    if (slot >= 0) g_temp_slots[slot].state.store(2, std::memory_order_release);
+    fd_ = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    err = errno;
+    if (fd_ >= 0) {
+      temp_path_ = std::move(name);
+      slot_ = slot;
+    } else if (slot >= 0) {
+      g_temp_slots[slot].state.store(0, std::memory_order_release);
+    }
+    if (fd_ < 0 && err != EEXIST) break;
+  }
   QC_INPUT(fd_ >= 0, "{}: cannot create a temporary file in `{}` for the output: {}", path_, directory_of(path_),
-           errno_text(errno));
-  temp_path_ = std::move(pattern);
-  slot_ = claim_slot(g_temp_slots, temp_path_);
-  if (slot_ >= 0) g_temp_slots[slot_].state.store(2, std::memory_order_release);
+           errno_text(err));
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -466,8 +528,18 @@ void install_cli_signal_handlers() {
   struct sigaction bus {};
   bus.sa_sigaction = qc_on_sigbus;
   sigemptyset(&bus.sa_mask);
-  bus.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_NODEFER;
+  bus.sa_flags = SA_SIGINFO;  // no SA_RESETHAND: concurrent faults in other threads must reach the handler too
   ::sigaction(SIGBUS, &bus, nullptr);
+}
+
+int register_temporary_directory(const std::string& path) {
+  const int slot = claim_slot(g_dir_slots, path);
+  if (slot >= 0) g_dir_slots[slot].state.store(2, std::memory_order_release);
+  return slot;
+}
+
+void unregister_temporary_directory(int handle) {
+  if (handle >= 0 && handle < kSlots) g_dir_slots[handle].state.store(0, std::memory_order_release);
 }
 
 std::vector<std::string> live_temporary_files() {

@@ -436,6 +436,9 @@ struct TempDir {
              "an existing {}", out, fs::is_directory(out) ? "directory" : "file");
     path = fmt::format("{}.tmp-{}", out, ::getpid());
     fs::remove_all(path);
+    // Registered before it exists, so that no signal finds it unregistered; the CLI's
+    // SIGINT/SIGTERM/SIGHUP handler removes it.
+    handle = register_temporary_directory(path);
     std::error_code ec;
     fs::create_directories(path, ec);
     QC_INPUT(!ec, "{}: cannot create the temporary directory ({})", path, ec.message());
@@ -445,13 +448,17 @@ struct TempDir {
       std::error_code ec;
       fs::remove_all(path, ec);
     }
+    unregister_temporary_directory(handle);
   }
   void commit(const std::string& out) {
     std::error_code ec;
     fs::rename(path, out, ec);
     QC_INPUT(!ec, "{}: cannot rename {} into place ({})", out, path, ec.message());
     committed = true;
+    unregister_temporary_directory(handle);
+    handle = -1;
   }
+  int handle = -1;
 };
 
 }  // namespace

@@ -455,6 +455,17 @@ JoinResult join_manifest_json(const json& a, const json& b, const std::string& t
       pos = dot + 1;
     }
   };
+  // The kernel evidence of a run, without labels: arm A's (`treatment`), and for a pair run (verify,
+  // sweep) arm B's too, so that two pairs differing only in B are a real treatment.
+  const auto pair_evidence = [&](const json& m) {
+    json e = {{"a", evidence_without_label(sub(m, "treatment"))}};
+    if (const json b2 = sub(m, "config.arm_b"); !b2.is_null()) {
+      e["b"] = evidence_without_label(b2);
+    } else if (const json b3 = sub(m, "config.arms.b"); !b3.is_null()) {
+      e["b"] = evidence_without_label(b3);
+    }
+    return e;
+  };
   if (treatment == "arm") {
     const json la = sub(a, "arm"), lb = sub(b, "arm");
     const json ta = sub(a, "treatment"), tb = sub(b, "treatment");
@@ -462,7 +473,7 @@ JoinResult join_manifest_json(const json& a, const json& b, const std::string& t
     const bool evidence_b = !str_at(tb, "kernel").empty();
     if (la == lb && (ta == tb || !evidence_a || !evidence_b)) {
       add({"arm", "treatment identical", la, lb, "both runs used the same arm: there is no treatment to compare", true});
-    } else if (evidence_a && evidence_b && evidence_without_label(ta) == evidence_without_label(tb)) {
+    } else if (evidence_a && evidence_b && pair_evidence(a) == pair_evidence(b)) {
       add({"treatment.kernel", "treatment identical", str_at(ta, "kernel"), str_at(tb, "kernel"),
            fmt::format("the arm labels differ ({} vs {}) but the kernel evidence is identical: the declared treatment "
                        "did not reach the kernel",

@@ -15,7 +15,8 @@ Commands see QC (the qconform binary), DATA (tests/hostile/data), SRC (the sourc
 
 A case fails when: it runs past its timeout (killed; a hang), it dies of a signal (a crash), its
 exit status differs, a fragment is missing, an `unchanged` file changed, or a temporary file of the
-atomic writer (`.*.qc-tmp-*`) is left anywhere in the case dir. Exit 1 if any case failed.
+atomic writer (`.*.qc-tmp-*`) or temporary output directory (`*.tmp-<pid>`) is left anywhere in the
+case dir. Exit 1 if any case failed.
 
 Usage: run_hostile.py --qc build/qconform [--filter SUBSTRING] [--verbose] [--jobs N]
 """
@@ -26,6 +27,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -94,7 +96,7 @@ def temp_leftovers(case_dir):
     found = []
     for root, dirs, files in os.walk(case_dir):
         for name in files + dirs:
-            if ".qc-tmp-" in name:
+            if ".qc-tmp-" in name or re.search(r"\.tmp-\d+$", name):
                 found.append(os.path.relpath(os.path.join(root, name), case_dir))
     return found
 
