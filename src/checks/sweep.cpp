@@ -105,6 +105,7 @@ HWY_AFTER_NAMESPACE();
 
 #include <array>
 #include <charconv>
+#include <thread>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -115,6 +116,7 @@ HWY_AFTER_NAMESPACE();
 #include "qconform/compare.hpp"
 #include "qconform/cuda.hpp"
 #include "qconform/error.hpp"
+#include "qconform/limits.hpp"
 #include "qconform/numerics.hpp"
 #include "qconform/parallel.hpp"
 #include "qconform/sweep.hpp"
@@ -414,6 +416,17 @@ SweepResult run_sweep(const SweepOptions& o) {
   for (int64_t k : o.ks) QC_INPUT(k > 0, "sweep: --k: expected positive depths, found {}", k);
   QC_INPUT(o.m > 0 && o.n > 0, "sweep: expected --m > 0 and --n > 0, found {} and {}", o.m, o.n);
   QC_INPUT(o.seeds >= 1, "sweep: --seeds: expected >= 1, found {}", o.seeds);
+  QC_INPUT(o.threads >= 0, "sweep: --threads: expected 0 (all cores) or a positive count, found {}", o.threads);
+  {
+    // Memory before allocating, per worker: int8 operands, their fp32 originals, both arms' outputs
+    // and the exact accumulators of the deepest K.
+    const int64_t k = *std::max_element(o.ks.begin(), o.ks.end());
+    const double md = static_cast<double>(o.m), nd = static_cast<double>(o.n), kd = static_cast<double>(k);
+    const unsigned workers =
+        o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
+    check_memory_estimate(std::min<double>(workers, o.seeds) * (5 * (md + nd) * kd + 16 * md * nd),
+                          fmt::format("sweep --m {} --n {} --k {} ({} seeds)", o.m, o.n, k, o.seeds));
+  }
   const auto t0 = std::chrono::steady_clock::now();
   SweepResult r;
   r.options = o;

@@ -6,6 +6,8 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -27,6 +29,24 @@ std::vector<Verb>& verbs() {
 
 bool stderr_is_terminal() { return isatty(fileno(stderr)) != 0; }
 
+namespace {
+
+// Set while a verb runs. Code loaded into the process (an in-process plugin arm) that calls
+// `exit()` would otherwise end the run with the plugin's status and no verdict: exit 0 must mean
+// checked, so an exit during a run becomes exit 3 with a message.
+std::atomic<bool> g_verb_running{false};
+
+void refuse_exit_during_run() {
+  if (!g_verb_running.load()) return;
+  std::fflush(stdout);
+  std::fprintf(stderr, "qconform: internal error: exit() was called while the verb was still running (by code loaded "
+                       "into the process, e.g. an in-process plugin arm), before any verdict: the run checked "
+                       "nothing\n");
+  std::_Exit(kExitInternal);
+}
+
+}  // namespace
+
 }  // namespace qc::cli
 
 int main(int argc, char** argv) {
@@ -42,6 +62,7 @@ int main(int argc, char** argv) {
   // Temporary output files are removed on SIGINT/SIGTERM/SIGHUP; a write past `ulimit -f` is an
   // error naming the file instead of SIGXFSZ; a mapped input that shrinks is an error, not SIGBUS.
   qc::install_cli_signal_handlers();
+  std::atexit(refuse_exit_during_run);
   CLI::App app{"qconform: are two implementations of a quantized linear layer interchangeable?\n"
                "Localizes any difference to the stage that made it and measures whether it changes tokens."};
   app.set_version_flag("--version", std::string("qconform ") + qc::version());
@@ -66,7 +87,14 @@ int main(int argc, char** argv) {
   try {
     for (auto& [sub, run] : runners) {
       if (!sub->parsed()) continue;
-      const int rc = run();
+      struct Running {  // cleared on return and while an exception unwinds
+        Running() { g_verb_running = true; }
+        ~Running() { g_verb_running = false; }
+      };
+      const int rc = [&] {
+        Running running;
+        return run();
+      }();
       // A verdict nobody could read is no verdict: stdout that cannot be written (a full disk,
       // `> /dev/full`, a closed pipe) is an error, not exit 0.
       if (std::fflush(stdout) != 0 || std::ferror(stdout)) {

@@ -43,7 +43,7 @@ nlohmann::json parse_json(std::string_view text, std::string_view what, size_t m
   try {
     return nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
-    QC_FAIL_INPUT("{}: expected valid JSON, found a parse error: {}", what, printable_text(e.what()));
+    QC_FAIL_INPUT("{}: expected valid JSON, found invalid JSON ({})", what, printable_text(e.what()));
   }
 }
 
