@@ -8,22 +8,31 @@ FUZZ_SECONDS ?= 60
 LAUNCHER   := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 CMAKE_ARGS ?=
 
-.PHONY: all deps build demo test test-unit test-asan test-fuzz test-peer test-gpu bench clean
+.PHONY: all deps deps-build configure build demo test test-unit test-peer test-asan test-fuzz test-gpu bench clean
 
 all: build
 
+# What `make test` needs (and `make demo`'s subset, `deps-build`): scripts/install-deps.sh.
 deps:
-	@bash scripts/install-deps.sh
+	@bash scripts/install-deps.sh test
+deps-build:
+	@bash scripts/install-deps.sh build
+
+# One configure for both commands; the log is printed only when it fails.
+CONFIGURE = cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) $(CMAKE_ARGS)
 
 build: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DQCONFORM_BUILD_PYTHON=ON $(LAUNCHER) $(CMAKE_ARGS) > $(BUILD).configure.log || (cat $(BUILD).configure.log; exit 1)
+	$(CONFIGURE) -DQCONFORM_BUILD_PYTHON=ON > $(BUILD).configure.log || (cat $(BUILD).configure.log; exit 1)
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The conformance procedure on a built-in seeded synthetic W8A8 model (or MODEL=... [TOKENIZER=...]).
+# Builds the CLI alone: a newcomer does not wait for the tests, benchmarks and the Python extension.
 MODEL     ?=
 TOKENIZER ?= $(if $(MODEL),$(firstword $(wildcard $(dir $(MODEL))tok*.bin)))
 DEMO_OUT  ?= demo-out
-demo: build
+demo: deps-build
+	$(CONFIGURE) > $(BUILD).configure.log || (cat $(BUILD).configure.log; exit 1)
+	cmake --build $(BUILD) -j $(JOBS) --target qconform
 	./$(BUILD)/qconform selfcheck
 	./$(BUILD)/qconform conform --arms cpu:vllm-cutlass,cpu:vllm-triton --out $(DEMO_OUT) \
 	  $(if $(MODEL),--model $(MODEL) --max-new 120) $(if $(TOKENIZER),--tokenizer $(TOKENIZER))
