@@ -22,7 +22,7 @@ deps-build:
 CONFIGURE = cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(LAUNCHER) $(CMAKE_ARGS)
 
 build: deps
-	$(CONFIGURE) -DQCONFORM_BUILD_PYTHON=ON > $(BUILD).configure.log || (cat $(BUILD).configure.log; exit 1)
+	$(CONFIGURE) -DQCONFORM_BUILD_TESTS=ON -DQCONFORM_BUILD_PYTHON=ON > $(BUILD).configure.log || (cat $(BUILD).configure.log; exit 1)
 	@bash scripts/timed.sh build cmake --build $(BUILD) -j $(JOBS)
 
 # The conformance procedure on a built-in seeded synthetic W8A8 model (or MODEL=... [TOKENIZER=...]).
@@ -47,7 +47,7 @@ test-peer: build
 	@QCONFORM_BUILD=$(abspath $(BUILD)) bash scripts/timed.sh pytest $(PYTHON) -m pytest -q tests/peer
 
 test-asan: deps
-	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DQCONFORM_SANITIZE=ON -DQCONFORM_WITH_CUDA=OFF \
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DQCONFORM_SANITIZE=ON -DQCONFORM_BUILD_TESTS=ON -DQCONFORM_WITH_CUDA=OFF \
 	  -DQCONFORM_BUILD_BENCH=OFF -DCMAKE_CXX_FLAGS=-O1 $(LAUNCHER) > $(ASAN_BUILD).configure.log || (cat $(ASAN_BUILD).configure.log; exit 1)
 	@bash scripts/timed.sh build-asan cmake --build $(ASAN_BUILD) -j $(JOBS) --target qconform_unit_tests
 	@cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 bash $(CURDIR)/scripts/timed.sh ctest-asan ctest --output-on-failure -j $(JOBS) -L unit
