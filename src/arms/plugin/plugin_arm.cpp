@@ -430,13 +430,15 @@ struct Layout {
 class Worker {
  public:
   Worker(const std::string& host, const std::string& plugin_path) {
-    int sv[2] = {-1, -1};
-    QC_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair: {}", std::strerror(errno));
-    sock_ = sv[0];
+    // Members own their descriptors from here on, so nothing leaks when a step below throws.
     inputs_.fd = memfd_create("qconform-plugin-inputs", MFD_CLOEXEC);
     outputs_.fd = memfd_create("qconform-plugin-outputs", MFD_CLOEXEC);
+    QC_CHECK(inputs_.fd >= 0 && outputs_.fd >= 0, "isolated plugin arm: memfd_create: {}", std::strerror(errno));
+    int sv[2] = {-1, -1};
+    QC_CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "isolated plugin arm: socketpair: {}",
+             std::strerror(errno));
+    sock_.fd = sv[0];
     const int child_sock = sv[1];
-    QC_CHECK(inputs_.fd >= 0 && outputs_.fd >= 0, "memfd_create: {}", std::strerror(errno));
     // The worker's view of the inputs is a read-only open file description: a MAP_SHARED mapping
     // of it can never be made writable (mprotect fails with EACCES), whatever the plugin does.
     const int inputs_ro = open(fmt::format("/proc/self/fd/{}", inputs_.fd).c_str(), O_RDONLY | O_CLOEXEC);
@@ -450,8 +452,10 @@ class Worker {
       for (int fd : fds) if (fd >= 0) close(fd);
     };
     if (fds[0] < 0 || fds[1] < 0 || fds[2] < 0) {
+      const int e = errno;
       close_fds();
-      QC_FAIL("isolated plugin arm: cannot prepare the worker's descriptors: {}", std::strerror(errno));
+      QC_FAIL("isolated plugin arm: cannot prepare the worker's descriptors (a read-only reopening of the operand "
+              "memfd through /proc/self/fd, then dups): {}", std::strerror(e));
     }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
@@ -485,7 +489,7 @@ class Worker {
   }
 
   ~Worker() {
-    if (sock_ >= 0) close(sock_);  // the worker reads end-of-file and leaves
+    sock_.reset();  // the worker reads end-of-file and leaves
     if (pid_ > 0) (void)reap(std::chrono::milliseconds(1000));
   }
 
@@ -499,7 +503,7 @@ class Worker {
   bool send(const void* data, size_t size) {
     const char* p = static_cast<const char*>(data);
     while (size > 0) {
-      const ssize_t w = ::send(sock_, p, size, MSG_NOSIGNAL);  // never SIGPIPE for a dead worker
+      const ssize_t w = ::send(sock_.fd, p, size, MSG_NOSIGNAL);  // never SIGPIPE for a dead worker
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) return false;
       p += w;
@@ -514,11 +518,11 @@ class Worker {
     while (size > 0) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return ReadStatus::timeout;
-      pollfd pfd{sock_, POLLIN, 0};
+      pollfd pfd{sock_.fd, POLLIN, 0};
       const int pr = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
       if (pr < 0 && errno == EINTR) continue;
       if (pr == 0) continue;  // the deadline check above decides
-      const ssize_t r = ::read(sock_, p, size);
+      const ssize_t r = ::read(sock_.fd, p, size);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) return ReadStatus::eof;
       p += r;
@@ -567,9 +571,17 @@ class Worker {
   }
 
  private:
+  struct Fd {
+    int fd = -1;
+    ~Fd() { reset(); }
+    void reset() {
+      if (fd >= 0) close(fd);
+      fd = -1;
+    }
+  };
   pid_t pid_ = 0;
-  int sock_ = -1;
   SharedBuffer inputs_, outputs_;
+  Fd sock_;
 };
 
 class IsolatedPluginArm final : public Arm {
