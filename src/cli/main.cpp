@@ -52,9 +52,10 @@ int main(int argc, char** argv) {
     // Every verb that runs arms takes the per-call time limit of isolated plugin arms.
     if (sub->get_option_no_throw("--arm") || sub->get_option_no_throw("--arms") ||
         sub->get_option_no_throw("--pair") || verb.name == "mutants") {
-      arm_timeout_options.push_back(sub->add_option("--arm-timeout", arm_timeout,
-                      "seconds one call of an isolated plugin arm may take before its worker is killed and the arm "
-                      "fails (default $QCONFORM_ARM_TIMEOUT, else 600)"));
+      arm_timeout_options.push_back(sub->add_option(
+          "--arm-timeout", arm_timeout,
+          "seconds one call of an isolated plugin arm may take before its worker is killed and the arm fails "
+          "(default $QCONFORM_ARM_TIMEOUT, else 600)"));
     }
   }
 

@@ -21,6 +21,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "arms/plugin/plugin_arm.hpp"
@@ -449,6 +450,36 @@ TEST(PluginArm, IsolatedArmRecoversAfterAFailedCall) {
   EXPECT_EQ(count_y_mismatches("first call", arm->run(first).y, ref->run(first).y, first.n), 0);
   expect_arm_failure("second call", [&] { (void)arm->run(second); }, {"on layer `blk.0.k`", "SIGSEGV"});
   EXPECT_EQ(count_y_mismatches("third call", arm->run(third).y, ref->run(third).y, third.n), 0);
+}
+
+// A plugin that forks a long-lived child (which keeps the worker's socket open) and exits: the
+// worker's end is noticed at once, not at the time limit, and the child is killed with it.
+TEST(PluginArm, IsolatedWorkerEndIsNoticedAndItsChildrenKilled) {
+  const std::string so = misbehave_plugin("FORK_EXIT");
+  REQUIRE_PLUGIN(so);
+  const std::string pidfile = (scratch_dir() / "fork_exit.pid").string();
+  setenv("QC_MISBEHAVE_PIDFILE", pidfile.c_str(), 1);
+  ScopedTimeout limit(60);
+  auto arm = make_arm("plugin:" + so);
+  const auto start = std::chrono::steady_clock::now();
+  expect_arm_failure("FORK_EXIT", [&] { (void)arm->run(layer(2, 3, 4, false, 1)); }, {"exited with status 0"});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  unsetenv("QC_MISBEHAVE_PIDFILE");
+  EXPECT_LT(took, 20.0) << "the worker's end was not noticed before the time limit";
+  long child = 0;
+  std::ifstream(pidfile) >> child;
+  ASSERT_GT(child, 0) << "the plugin did not record its child's pid in " << pidfile;
+  // Killed with the worker's process group: gone, or a zombie until init reaps it.
+  std::string state = "gone";
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream stat(fmt::format("/proc/{}/stat", child));
+    std::string line;
+    if (!std::getline(stat, line)) break;
+    state = line.substr(line.rfind(')') + 2, 1);
+    if (state == "Z") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(state == "gone" || state == "Z") << "the plugin's child " << child << " is still running (state " << state << ")";
 }
 
 TEST(PluginArm, IsolatedCallsHaveATimeLimit) {

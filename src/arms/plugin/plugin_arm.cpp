@@ -474,7 +474,11 @@ class Worker {
     }
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    // Its own process group: a failed worker is killed together with any process the plugin
+    // started (kill(-pid)). Terminal signals then do not reach it; it ends by itself when
+    // qconform does (host/plugin_host.cpp, the watchdog).
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
     const std::string version = std::to_string(proto::kProtocolVersion), parent = std::to_string(getpid());
     char* argv[] = {const_cast<char*>(host.c_str()), const_cast<char*>(version.c_str()),
                     const_cast<char*>(plugin_path.c_str()), const_cast<char*>(parent.c_str()), nullptr};
@@ -518,10 +522,15 @@ class Worker {
     while (size > 0) {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return ReadStatus::timeout;
+      // At most 100 ms per wait: between waits, a worker that died is noticed even when a
+      // process the plugin forked still holds the socket open (no end-of-file would come).
       pollfd pfd{sock_.fd, POLLIN, 0};
-      const int pr = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 1 << 30)));
+      const int pr = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left, 100)));
       if (pr < 0 && errno == EINTR) continue;
-      if (pr == 0) continue;  // the deadline check above decides
+      if (pr == 0) {
+        if (pid_ > 0 && ended_unreaped()) return ReadStatus::eof;
+        continue;  // the deadline check above decides
+      }
       const ssize_t r = ::read(sock_.fd, p, size);
       if (r < 0 && errno == EINTR) continue;
       if (r <= 0) return ReadStatus::eof;
@@ -531,24 +540,29 @@ class Worker {
     return ReadStatus::ok;
   }
 
-  // Waits up to `grace` for the worker to end, then kills it; how it ended, in words.
+  // True once the worker has ended. It is not reaped (WNOWAIT): while its zombie holds the pid,
+  // the process group it leads cannot be reused, so killing that group stays safe.
+  bool ended_unreaped() const {
+    siginfo_t info{};
+    return waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_;
+  }
+
+  // Waits up to `grace` for the worker to end, kills it if it has not, kills whatever it left
+  // in its process group (processes the plugin started), reaps it; how it ended, in words.
   std::string reap(std::chrono::milliseconds grace) {
     if (pid_ <= 0) return "the worker process had already ended";
     const auto until = Clock::now() + grace;
+    bool ended = ended_unreaped();
+    while (!ended && Clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      ended = ended_unreaped();
+    }
+    kill(-pid_, SIGKILL);
     int status = 0;
     pid_t r = 0;
-    for (;;) {
-      r = waitpid(pid_, &status, WNOHANG);
-      if (r != 0 || Clock::now() >= until) break;
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    if (r == 0) {
-      kill(pid_, SIGKILL);
-      do r = waitpid(pid_, &status, 0); while (r < 0 && errno == EINTR);
-      pid_ = 0;
-      return "the worker process did not end by itself and was killed";
-    }
+    do r = waitpid(pid_, &status, 0); while (r < 0 && errno == EINTR);
     pid_ = 0;
+    if (!ended) return "the worker process did not end by itself and was killed";
     if (r < 0) return fmt::format("the worker process ended (its status is unavailable: {})", std::strerror(errno));
     if (WIFEXITED(status)) {
       return fmt::format("the worker process exited with status {} (the plugin called exit(), _exit() or "
@@ -566,7 +580,7 @@ class Worker {
 
   // Kills the worker at once (a time limit ran out, or it broke the protocol).
   void kill_now() {
-    if (pid_ > 0) kill(pid_, SIGKILL);
+    if (pid_ > 0) kill(-pid_, SIGKILL);
     (void)reap(std::chrono::milliseconds(1000));
   }
 

@@ -12,6 +12,9 @@
  *   BEHAVE_FPE           integer division by zero (SIGFPE on x86; elsewhere raise(SIGFPE))
  *   BEHAVE_STACK         unbounded recursion (stack overflow, SIGSEGV)
  *   BEHAVE_EXIT0         exit(0): ends the process "successfully"
+ *   BEHAVE_FORK_EXIT     forks a child that sleeps for an hour holding every descriptor (so no
+ *                        end-of-file reaches qconform), writes its pid to $QC_MISBEHAVE_PIDFILE
+ *                        when set, then exit(0)
  *   BEHAVE_SLEEP         sleeps for an hour
  *   BEHAVE_SPIN          spins without any system call for an hour
  *   BEHAVE_WRITE_INPUT   writes into w_q[1,2] (its read-only input)
@@ -74,6 +77,21 @@ static int misbehave_run(void* ctx, const qc_arm_args_v1* args) {
 #elif defined(BEHAVE_STACK)
   return recurse(NULL, 0);
 #elif defined(BEHAVE_EXIT0)
+  exit(0);
+#elif defined(BEHAVE_FORK_EXIT)
+  const pid_t child = fork();
+  if (child == 0) {
+    sleep_an_hour();
+    _exit(0);
+  }
+  const char* pidfile = getenv("QC_MISBEHAVE_PIDFILE");
+  if (pidfile) {
+    FILE* f = fopen(pidfile, "w");
+    if (f) {
+      fprintf(f, "%ld\n", (long)child);
+      fclose(f);
+    }
+  }
   exit(0);
 #elif defined(BEHAVE_SLEEP)
   sleep_an_hour();

@@ -123,14 +123,18 @@ void close_other_descriptors() {
   for (long fd = 6; fd < (max_fd > 0 && max_fd < 65536 ? max_fd : 65536); ++fd) close(static_cast<int>(fd));
 }
 
-// Ends this process when qconform is gone (its end of the socket hangs up, or this process was
-// re-parented), even while the plugin is stuck in `run`: a hung worker never outlives qconform.
+// Ends this process, and every process the plugin started in its process group, when qconform
+// is gone (its end of the socket hangs up, or this process was re-parented), even while the
+// plugin is stuck in `run`: a hung worker never outlives qconform.
 void start_watchdog(pid_t parent) {
   std::thread([parent] {
     for (;;) {
       pollfd p{proto::kSocketFd, 0, 0};
-      const int r = poll(&p, 1, 500);
-      if ((r > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) || getppid() != parent) _exit(0);
+      const int r = poll(&p, 1, 250);
+      if ((r > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0) || getppid() != parent) {
+        if (getpgrp() == getpid()) kill(0, SIGKILL);  // the group this process leads (qconform made it)
+        _exit(0);
+      }
     }
   }).detach();
 }
