@@ -565,6 +565,11 @@ class Worker {
     if (!ended) return "the worker process did not end by itself and was killed";
     if (r < 0) return fmt::format("the worker process ended (its status is unavailable: {})", std::strerror(errno));
     if (WIFEXITED(status)) {
+      if (WEXITSTATUS(status) == proto::kExitHostProtocol) {
+        return fmt::format("the worker process exited with status {}: qconform-plugin-host refused a request "
+                           "(its message is above; a qconform bug, or a plugin that exited with this status)",
+                           WEXITSTATUS(status));
+      }
       return fmt::format("the worker process exited with status {} (the plugin called exit(), _exit() or "
                          "quick_exit(); a plugin must return from `run` instead)", WEXITSTATUS(status));
     }

@@ -30,6 +30,8 @@ inline constexpr int kOutputsFd = 5;
 inline constexpr uint64_t kNone = ~uint64_t{0};  // an absent offset (no bias, no accumulator)
 inline constexpr size_t kErrorBufferSize = 4096;  // the plugin's `error` buffer
 inline constexpr size_t kMaxString = 1 << 16;     // longest name/epilogue/load error accepted
+inline constexpr int kExitHostUsage = 64;         // the host's own exit codes: started by hand
+inline constexpr int kExitHostProtocol = 65;      // a request it cannot serve (it prints why)
 
 enum class MessageType : uint32_t {
   hello = 1,       // worker -> parent after loading: the descriptor's fields (then name, epilogue)

@@ -32,10 +32,8 @@ namespace {
 
 namespace proto = qc::plugin_protocol;
 
-// Exit codes of the host itself (the parent names them; a plugin's own exit() is reported with
-// its status): usage or a protocol violation by the parent.
-constexpr int kExitUsage = 64;
-constexpr int kExitProtocol = 65;
+constexpr int kExitUsage = proto::kExitHostUsage;
+constexpr int kExitProtocol = proto::kExitHostProtocol;
 
 // What the fault handler needs, set before each `run` (plain globals: read in a signal handler).
 volatile uintptr_t g_inputs_base = 0;
