@@ -514,10 +514,13 @@ TEST(PluginArm, IsolatedLoadFailuresAreTheArmsFailure) {
 TEST(PluginArm, ControlCharactersFromThePluginAreEscaped) {
   const std::string name = misbehave_plugin("CONTROL_NAME");
   const std::string refuse = misbehave_plugin("REFUSE");
+  const std::string huge = misbehave_plugin("HUGE_NAME");
   REQUIRE_PLUGIN(name);
   REQUIRE_PLUGIN(refuse);
+  REQUIRE_PLUGIN(huge);
   for (const char* prefix : {"plugin:", "plugin-inproc:"}) {
     SCOPED_TRACE(prefix);
+    expect_input_error(prefix + huge, {"field `name`", "expected at most 1024 bytes", "found at least 65536"});
     expect_input_error(prefix + name, {"field `name`", "expected printable characters", "misbehave\\x1b[2J\\x1b[31m red \\x07\\x0d"});
     try {
       (void)make_arm(prefix + refuse)->run(layer(2, 3, 4, false, 1));

@@ -60,6 +60,7 @@ namespace proto = plugin_protocol;
 // forgets to write fails every check instead of passing as a plausible zero.
 constexpr uint16_t kUnwrittenBf16 = 0x7FC1;
 constexpr size_t kErrorBufferSize = proto::kErrorBufferSize;
+constexpr size_t kMaxNameBytes = 1024;
 constexpr double kDefaultTimeoutSeconds = 600;
 constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
 
@@ -108,6 +109,8 @@ void validate(const std::string& path, const Descriptor& d) {
   QC_INPUT(d.has_name && !d.name.empty(),
            "plugin `{}`: field `name`: expected a non-empty kernel identity string, found {}", p,
            d.has_name ? "\"\"" : "NULL");
+  QC_INPUT(d.name.size() <= kMaxNameBytes, "plugin `{}`: field `name`: expected at most {} bytes (a kernel identity), "
+           "found {}{}", p, kMaxNameBytes, d.name.size() >= plugin_protocol::kMaxString ? "at least " : "", d.name.size());
   // The name is printed and recorded as the kernel's identity: a control character in it could
   // rewrite the terminal or hide text, so it is refused rather than echoed.
   const bool controls = std::any_of(d.name.begin(), d.name.end(), [](char c) {
@@ -220,8 +223,8 @@ class InprocPluginArm final : public Arm {
       d.has_epilogue = arm_->epilogue != nullptr;
       d.has_run = arm_->run != nullptr;
       d.flags = arm_->flags;
-      if (d.has_name) d.name = arm_->name;
-      if (d.has_epilogue) d.epilogue = arm_->epilogue;
+      if (d.has_name) d.name.assign(arm_->name, strnlen(arm_->name, proto::kMaxString));
+      if (d.has_epilogue) d.epilogue.assign(arm_->epilogue, strnlen(arm_->epilogue, proto::kMaxString));
     }
     validate(lp_.file.path, d);
   }

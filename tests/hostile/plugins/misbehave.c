@@ -24,6 +24,7 @@
  *   BEHAVE_CTOR_CRASH    crashes in a library constructor (while being loaded)
  *   BEHAVE_CTOR_HANG     sleeps in a library constructor
  *   BEHAVE_CONTROL_NAME  declares a kernel name with terminal escape sequences
+ *   BEHAVE_HUGE_NAME     declares a kernel name of a million characters
  * Without a BEHAVE_* macro it is a correct plugin (the example's arithmetic).
  */
 #define _GNU_SOURCE
@@ -119,11 +120,18 @@ static int misbehave_run(void* ctx, const qc_arm_args_v1* args) {
   return example_run(ctx, args);
 }
 
+#if defined(BEHAVE_HUGE_NAME)
+#define X10(s) s s s s s s s s s s
+static const char kHugeName[] = X10(X10(X10(X10(X10("name0"))))) X10(X10(X10(X10(X10("name1")))));
+#endif
+
 static const qc_arm_v1 kMisbehave = {
     QC_ARM_ABI_VERSION,
     (uint32_t)sizeof(qc_arm_v1),
 #if defined(BEHAVE_CONTROL_NAME)
     "misbehave\033[2J\033[31m red \a\r",
+#elif defined(BEHAVE_HUGE_NAME)
+    kHugeName,
 #else
     "misbehave: example_arm arithmetic, then a deliberate fault",
 #endif
