@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# Installs what qconform needs to build and test, and nothing when everything is present.
+# Installs what qconform needs, and nothing when everything is present.
+#   scripts/install-deps.sh build   what `make demo` needs: the compiler, the libraries the build's
+#                                   find_package calls load (and what their CMake configs load in
+#                                   turn), Chart.js for the report
+#   scripts/install-deps.sh test    build + what `make test` needs: GoogleTest, Google Benchmark, the
+#                                   fuzzer's clang, Chromium for the report's browser test, the
+#                                   Python peers and the binding's toolchain (default)
 # Debian packages through apt-get (as root, or through sudo), Python test peers through pip.
 set -euo pipefail
+group=${1:-test}
+[[ $group == build || $group == test ]] || { echo "install-deps: unknown group '$group' (expected build or test)" >&2; exit 2; }
 
-debian_packages=(
+build_packages=(
   cmake g++ make git pkg-config ccache
-  clang libclang-rt-dev            # libFuzzer target
-  libfmt-dev nlohmann-json3-dev libcli11-dev libssl-dev libhwy-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libboost-math-dev libeigen3-dev
+  libfmt-dev nlohmann-json3-dev libcli11-dev libssl-dev libhwy-dev libboost-math-dev libeigen3-dev
   libdnnl-dev                      # oneDNN, the vendor int8 path on the CPU (optional in the build)
+  ocl-icd-opencl-dev               # Debian's dnnl-config.cmake loads OpenCL (only a Recommends of libdnnl-dev)
   libjs-chart.js                   # charts inlined into report.html
+)
+test_packages=(
+  clang libclang-rt-dev            # libFuzzer target
+  libgtest-dev libgmock-dev libbenchmark-dev
   chromium                         # the report's browser test
-  python3 python3-pip
+  python3 python3-pip python3-dev  # the peer tests and the nanobind extension (headers)
 )
 python_modules=(numpy ml_dtypes safetensors sklearn scipy pytest nanobind scikit_build_core)
 pip_names=(numpy ml_dtypes safetensors scikit-learn scipy pytest nanobind scikit-build-core)
+
+debian_packages=("${build_packages[@]}")
+[[ $group == test ]] && debian_packages+=("${test_packages[@]}")
 
 missing=()
 for pkg in "${debian_packages[@]}"; do
@@ -28,6 +42,7 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
 fi
 
+[[ $group == test ]] || exit 0
 python=${PYTHON:-python3}
 missing_py=()
 for i in "${!python_modules[@]}"; do

@@ -70,6 +70,9 @@ static int example_run(void* ctx, const qc_arm_args_v1* args) {
   return 0;
 }
 
+/* QC_EXAMPLE_NO_ENTRY: the test plugins of tests/hostile/plugins include this file for its
+ * correct `example_run` and export their own descriptor. */
+#ifndef QC_EXAMPLE_NO_ENTRY
 static const qc_arm_v1 kExampleArm = {
     QC_ARM_ABI_VERSION,
     (uint32_t)sizeof(qc_arm_v1),
@@ -81,3 +84,4 @@ static const qc_arm_v1 kExampleArm = {
 };
 
 QC_ARM_EXPORT const qc_arm_v1* qc_arm_v1_entry(void) { return &kExampleArm; }
+#endif

@@ -10,8 +10,9 @@ Conventions (the same as the CLI and the operand files):
 - bf16 arrays are ``uint16`` bit patterns, ``ml_dtypes.bfloat16`` arrays or ``torch.bfloat16``
   tensors (all read without a copy on the CPU); outputs are ``uint16`` bit patterns;
 - results are the same JSON documents the CLI writes with ``--json``, as dicts;
-- errors from the core raise :class:`InputError` (a ``ValueError``) or :class:`InternalError`
-  (a ``RuntimeError``), both :class:`Error`, carrying the C++ message.
+- errors from the core raise :class:`InputError` (a ``ValueError``), :class:`ArmFailure` (an
+  isolated plugin arm crashed, hung, exited or wrote into its inputs) or :class:`InternalError`
+  (a ``RuntimeError``), all :class:`Error`, carrying the C++ message.
 
 Example::
 
@@ -32,10 +33,10 @@ import numpy as np
 
 from . import _qconform
 from ._arrays import bf16_bits_to_float32, float32_to_bf16_bits, to_host
-from ._qconform import Arm, Error, InputError, InternalError, PythonArm
+from ._qconform import Arm, ArmFailure, Error, InputError, InternalError, PythonArm
 
 __all__ = [
-    "Arm", "PythonArm", "Error", "InputError", "InternalError", "OperandList",
+    "Arm", "PythonArm", "Error", "InputError", "InternalError", "ArmFailure", "OperandList",
     "__version__", "arm", "arms", "apply_epilogue", "boundary", "compare", "epilogues",
     "exact_accumulate", "load_operands", "predict", "quantize_activations", "run", "save_operands", "synth",
     "transfer", "verify", "bf16_bits_to_float32", "float32_to_bf16_bits",

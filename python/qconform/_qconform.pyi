@@ -18,6 +18,10 @@ class InputError(Error, ValueError):
 class InternalError(Error, RuntimeError):
     """A broken invariant inside qconform (a bug)."""
 
+class ArmFailure(Error, RuntimeError):
+    """An arm failed while running (an isolated plugin crashed, hung, exited or wrote into its
+    inputs); the message names the arm and the layer. qconform itself is intact."""
+
 class Arm:
     """One implementation of the scaled-INT8 linear layer (C++ or a Python callable)."""
     @property

@@ -9,7 +9,7 @@
 // only reinterprets what nanobind cannot see (ml_dtypes bfloat16, torch CUDA tensors) before
 // calling in here.
 //
-// Errors: `qc::Error` becomes `qconform.InputError` (a `ValueError`) or `qconform.InternalError`
+// Errors: `qc::Error` becomes `qconform.InputError` (a `ValueError`), `qconform.ArmFailure` or `qconform.InternalError`
 // (a `RuntimeError`), both subclasses of `qconform.Error`, with the C++ message and the
 // attributes `kind`, `file`, `line`, `condition`. An exception raised inside a Python arm
 // travels through the C++ code as `nb::python_error` and reaches the caller unchanged.
@@ -61,11 +61,18 @@ namespace {
 PyObject* g_error = nullptr;           // qconform.Error(Exception)
 PyObject* g_input_error = nullptr;     // qconform.InputError(Error, ValueError)
 PyObject* g_internal_error = nullptr;  // qconform.InternalError(Error, RuntimeError)
+PyObject* g_arm_failure = nullptr;     // qconform.ArmFailure(Error, RuntimeError)
 
 void raise_qc_error(const qc::Error& e) {
-  PyObject* type = e.kind() == qc::ErrorKind::input ? g_input_error : g_internal_error;
+  PyObject* type = g_internal_error;
+  const char* kind = "internal";
+  switch (e.kind()) {
+    case qc::ErrorKind::input: type = g_input_error, kind = "input"; break;
+    case qc::ErrorKind::arm_failure: type = g_arm_failure, kind = "arm_failure"; break;
+    case qc::ErrorKind::internal: break;
+  }
   nb::object instance = nb::borrow(type)(nb::str(e.what()));
-  instance.attr("kind") = nb::str(e.kind() == qc::ErrorKind::input ? "input" : "internal");
+  instance.attr("kind") = nb::str(kind);
   instance.attr("file") = nb::str(e.file() ? e.file() : "");
   instance.attr("line") = nb::int_(e.line());
   instance.attr("condition") = nb::str(e.condition() ? e.condition() : "");
@@ -517,10 +524,18 @@ NB_MODULE(_qconform, m) {
                                                  "A broken invariant inside qconform (a bug: please report it).", bases,
                                                  nullptr);
     Py_DECREF(bases);
+    bases = PyTuple_Pack(2, g_error, PyExc_RuntimeError);
+    g_arm_failure = PyErr_NewExceptionWithDoc(
+        "qconform.ArmFailure",
+        "An arm failed while running (an isolated plugin crashed, hung, exited or wrote into its inputs): the "
+        "message names the arm and the layer; qconform itself is intact.",
+        bases, nullptr);
+    Py_DECREF(bases);
   }
   m.attr("Error") = nb::borrow(g_error);
   m.attr("InputError") = nb::borrow(g_input_error);
   m.attr("InternalError") = nb::borrow(g_internal_error);
+  m.attr("ArmFailure") = nb::borrow(g_arm_failure);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
     try {
       std::rethrow_exception(p);

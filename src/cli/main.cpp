@@ -1,5 +1,5 @@
 // qconform's command line: builds one CLI11 subcommand per registered verb and maps errors to
-// exit codes (2 = bad usage or input, 3 = internal error).
+// exit codes (1 = an arm failed while it ran, 2 = bad usage or input, 3 = internal error).
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -15,6 +15,7 @@
 #include <map>
 #include <new>
 
+#include "arms/plugin/plugin_arm.hpp"
 #include "cli/cli.hpp"
 #include "qconform/version.hpp"
 #include "qconform/error.hpp"
@@ -72,9 +73,19 @@ int main(int argc, char** argv) {
   auto registry = verbs();
   std::sort(registry.begin(), registry.end(), [](const Verb& a, const Verb& b) { return a.order < b.order; });
   std::map<CLI::App*, VerbRunner> runners;
+  double arm_timeout = 0;
+  std::vector<CLI::Option*> arm_timeout_options;
   for (const Verb& verb : registry) {
     CLI::App* sub = app.add_subcommand(verb.name, verb.help);
     runners[sub] = verb.setup(*sub);
+    // Every verb that runs arms takes the per-call time limit of isolated plugin arms.
+    if (sub->get_option_no_throw("--arm") || sub->get_option_no_throw("--arms") ||
+        sub->get_option_no_throw("--pair") || verb.name == "mutants") {
+      arm_timeout_options.push_back(sub->add_option(
+          "--arm-timeout", arm_timeout,
+          "seconds one call of an isolated plugin arm may take before its worker is killed and the arm fails "
+          "(default $QCONFORM_ARM_TIMEOUT, else 600)"));
+    }
   }
 
   try {
@@ -85,6 +96,9 @@ int main(int argc, char** argv) {
   }
 
   try {
+    for (const CLI::Option* option : arm_timeout_options) {
+      if (option->count() > 0) qc::set_plugin_call_timeout(arm_timeout);
+    }
     for (auto& [sub, run] : runners) {
       if (!sub->parsed()) continue;
       struct Running {  // cleared on return and while an exception unwinds
@@ -105,6 +119,12 @@ int main(int argc, char** argv) {
     }
     return kExitBadInput;
   } catch (const qc::Error& e) {
+    if (e.kind() == qc::ErrorKind::arm_failure) {
+      // An arm that crashed, hung, exited or wrote into its inputs: a failed check of that arm
+      // (exit 1), reported before any verdict could be printed.
+      std::fprintf(stderr, "qconform: arm failed: %s\n", e.what());
+      return kExitCheckFailed;
+    }
     std::fprintf(stderr, "qconform: error: %s\n", e.what());
     return e.kind() == qc::ErrorKind::input ? kExitBadInput : kExitInternal;
   } catch (const std::system_error& e) {

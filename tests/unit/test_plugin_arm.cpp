@@ -1,22 +1,30 @@
-// Tests of the `plugin:<path.so>` arm and its C ABI (include/qconform/arm_abi.h): the example
-// plugin (examples/plugin/example_arm.c, scalar C GEMM + `vllm-triton`) against the exact
-// accumulator and the `vllm-triton` formula bit for bit, the run identity (the .so's sha256),
-// and every validation path on deliberately broken plugins compiled here at test time.
+// Tests of the `plugin:<path.so>` arm (isolated in a worker process), `plugin-inproc:<path.so>`
+// and their C ABI (include/qconform/arm_abi.h): the example plugin (examples/plugin/example_arm.c,
+// scalar C GEMM + `vllm-triton`) against the exact accumulator and the `vllm-triton` formula bit
+// for bit, both modes bit-identical, the run identity (the .so's sha256), every validation path
+// on deliberately broken plugins compiled here at test time, and every fault of
+// tests/hostile/plugins/misbehave.c (crash, abort, exit, hang, writes into the inputs, overruns)
+// reported as that arm's failure while this process carries on.
 //
 // Run: ./build/tests/qconform_unit_tests --gtest_filter='PluginArm*'
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "arms/plugin/plugin_arm.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
@@ -38,12 +46,20 @@ fs::path scratch_dir() {
 }
 
 // Compiles C source into a shared library with the system C compiler; "" when none is usable.
-std::string compile_plugin(const std::string& name, const std::string& source_path) {
+std::string compile_plugin(const std::string& name, const std::string& source_path, const std::string& flags = "") {
   const fs::path out = scratch_dir() / fmt::format("lib{}.so", name);
   const std::string cmd =
-      fmt::format("cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{}/include' '{}' -o '{}' 2>&1",
-                  QC_SOURCE_DIR, source_path, out.string());
+      fmt::format("cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{}/include' {} '{}' -o '{}' 2>&1",
+                  QC_SOURCE_DIR, flags, source_path, out.string());
   return std::system(cmd.c_str()) == 0 ? out.string() : std::string();
+}
+
+// tests/hostile/plugins/misbehave.c with one BEHAVE_* macro, misbehaving from call `at_call` on.
+std::string misbehave_plugin(const std::string& behave, int at_call = 1) {
+  return compile_plugin(fmt::format("misbehave_{}_{}", behave, at_call),
+                        std::string(QC_SOURCE_DIR) + "/tests/hostile/plugins/misbehave.c",
+                        fmt::format("-std=gnu99 -I'{}/examples/plugin' -DBEHAVE_{} -DAT_CALL={}", QC_SOURCE_DIR, behave,
+                                    at_call));
 }
 
 std::string compile_plugin_source(const std::string& name, const std::string& code) {
@@ -293,10 +309,13 @@ TEST(PluginArm, BrokenPluginsAreRejectedNamingPathAndField) {
   for (const Bad& b : bads) {
     const std::string so = compile_plugin_source("bad_" + b.id, b.source);
     REQUIRE_PLUGIN(so);
-    SCOPED_TRACE(b.id);
     std::vector<std::string> needles = b.needles;
     needles.push_back(fs::canonical(so).string());  // every message names the .so
-    expect_input_error("plugin:" + so, needles, b.at_run);
+    // The same validation and messages whether the library is read by the worker or here.
+    for (const char* prefix : {"plugin:", "plugin-inproc:"}) {
+      SCOPED_TRACE(b.id + " " + prefix);
+      expect_input_error(prefix + so, needles, b.at_run);
+    }
   }
 }
 
@@ -309,6 +328,259 @@ TEST(PluginArm, UnwrittenOutputsAreNaN) {
   const ArmOutput out = make_arm("plugin:" + so)->run(layer(2, 3, 4, false, 1));
   EXPECT_FALSE(out.acc.has_value());
   for (uint16_t y : out.y) EXPECT_TRUE((y & 0x7FFF) > 0x7F80) << std::hex << y;
+}
+
+// ---- isolation ----------------------------------------------------------------------------------
+
+// Isolated and in-process runs of the same library give the same bytes: the worker receives the
+// operands' exact bytes and its outputs are copied back unchanged.
+TEST(PluginArm, IsolatedAndInProcessAreBitIdentical) {
+  const std::string so = example_plugin();
+  REQUIRE_PLUGIN(so);
+  auto isolated = make_arm("plugin:" + so);
+  auto inproc = make_arm("plugin-inproc:" + so);
+  EXPECT_NE(isolated->info().description.find("isolated"), std::string::npos) << isolated->info().description;
+  EXPECT_NE(inproc->info().description.find("unprotected"), std::string::npos) << inproc->info().description;
+  struct Case {
+    int64_t m, n, k;
+    bool bias;
+    int fill;
+  };
+  // Shapes that grow, shrink and grow again, so the worker re-maps and re-places its guard pages.
+  const Case cases[] = {{1, 1, 1, false, 0},   {64, 96, 1024, true, 0}, {3, 5, 7, true, 0},
+                        {2, 3, 32768, false, -128}, {128, 64, 512, false, 0}, {7, 13, 31, true, 127}};
+  for (const Case& c : cases) {
+    const LayerOperands ops = layer(c.m, c.n, c.k, c.bias, static_cast<uint32_t>(7 * c.m + c.n + c.k), c.fill);
+    const std::string id = fmt::format("m={} n={} k={} bias={} fill={}", c.m, c.n, c.k, c.bias, c.fill);
+    const ArmOutput a = isolated->run(ops);
+    const ArmOutput b = inproc->run(ops);
+    EXPECT_EQ(count_y_mismatches(id + " isolated vs in-process", a.y, b.y, c.n), 0);
+    ASSERT_TRUE(a.acc.has_value() && b.acc.has_value()) << id;
+    int64_t acc_bad = 0;
+    for (size_t i = 0; i < b.acc->size(); ++i) {
+      if ((*a.acc)[i] != (*b.acc)[i] && acc_bad++ < 5) {
+        ADD_FAILURE() << id << ": acc[" << i / c.n << "," << i % c.n << "] isolated=" << (*a.acc)[i]
+                      << " in-process=" << (*b.acc)[i];
+      }
+    }
+    EXPECT_EQ(acc_bad, 0) << id;
+    EXPECT_EQ(a.record.kernel, b.record.kernel);
+    EXPECT_EQ(a.record.extra.at("plugin_sha256"), b.record.extra.at("plugin_sha256"));
+    EXPECT_EQ(a.record.extra.at("isolation"), "process");
+    EXPECT_EQ(b.record.extra.at("isolation"), "none");
+  }
+}
+
+// Sets the per-call limit for arms created in this scope, and restores the previous one.
+class ScopedTimeout {
+ public:
+  explicit ScopedTimeout(double seconds) : before_(plugin_call_timeout()) { set_plugin_call_timeout(seconds); }
+  ~ScopedTimeout() { set_plugin_call_timeout(before_); }
+
+ private:
+  double before_;
+};
+
+// Runs `what`, expects an arm failure whose message has every needle and no raw control byte.
+void expect_arm_failure(const std::string& id, const std::function<void()>& what, const std::vector<std::string>& needles) {
+  try {
+    what();
+    ADD_FAILURE() << id << ": no error";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(e.kind(), ErrorKind::arm_failure) << id << ": " << msg;
+    for (const std::string& needle : needles) {
+      EXPECT_NE(msg.find(needle), std::string::npos) << id << ": message lacks `" << needle << "`: " << msg;
+    }
+    for (char c : msg) EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20) << id << ": raw control byte in " << msg;
+  }
+}
+
+// Every way a plugin can end or damage the process that runs it becomes that arm's failure,
+// naming the arm and the layer; this process is unaffected, and a healthy arm runs after each.
+TEST(PluginArm, IsolatedFaultsAreTheArmsFailureNamingArmAndLayer) {
+  const std::string good = example_plugin();
+  REQUIRE_PLUGIN(good);
+  struct Case {
+    std::string behave;
+    std::vector<std::string> needles;
+  };
+  const std::vector<Case> cases = {
+      {"SEGV", {"killed by SIGSEGV", "invalid memory access"}},
+      {"ABORT", {"killed by SIGABRT", "abort()"}},
+      {"FPE", {"killed by SIGFPE"}},
+      {"STACK", {"SIGSEGV"}},
+      {"EXIT0", {"exited with status 0", "must return from `run`"}},
+      {"WRITE_INPUT", {"C3 (shared operands) violated", "read-only input `w_q` at element [1,2]"}},
+      {"MPROTECT", {"C3 (shared operands) violated", "read-only input `a_scale` at element [0]"}},
+      {"OVERRUN", {"wrote past the end of its output `y`"}},
+  };
+  // 8 x 16 outputs: 256 bytes of `y`, so an overrun of m*n elements runs far into the guard page.
+  const LayerOperands ops = layer(8, 16, 32, true, 11);
+  const ArmOutput want = make_arm("plugin-inproc:" + good)->run(ops);
+  for (const Case& c : cases) {
+    const std::string so = misbehave_plugin(c.behave);
+    REQUIRE_PLUGIN(so);
+    std::vector<std::string> needles = c.needles;
+    needles.push_back("arm `plugin:" + so + "`");
+    needles.push_back("on layer `test.layer` (m=8 n=16 k=32)");
+    auto arm = make_arm("plugin:" + so);
+    expect_arm_failure(c.behave, [&] { (void)arm->run(ops); }, needles);
+    // The arm starts a new worker for its next call (which fails the same way, the count of
+    // calls being per process), and an arm of a healthy library is unaffected.
+    expect_arm_failure(c.behave + " again", [&] { (void)arm->run(ops); }, needles);
+    EXPECT_EQ(count_y_mismatches(c.behave + ": healthy arm afterwards", make_arm("plugin:" + good)->run(ops).y, want.y,
+                                 ops.n), 0);
+  }
+}
+
+// A plugin that fails only on its second call: the failure names that call's layer, and the
+// next call runs in a fresh worker and is correct again.
+TEST(PluginArm, IsolatedArmRecoversAfterAFailedCall) {
+  const std::string so = misbehave_plugin("SEGV", /*at_call=*/2);
+  const std::string good = example_plugin();
+  REQUIRE_PLUGIN(so);
+  REQUIRE_PLUGIN(good);
+  auto arm = make_arm("plugin:" + so);
+  auto ref = make_arm("plugin-inproc:" + good);
+  LayerOperands first = layer(4, 6, 8, false, 1), second = layer(5, 7, 9, false, 2), third = layer(6, 8, 10, true, 3);
+  first.name = "blk.0.q";
+  second.name = "blk.0.k";
+  third.name = "blk.0.v";
+  EXPECT_EQ(count_y_mismatches("first call", arm->run(first).y, ref->run(first).y, first.n), 0);
+  expect_arm_failure("second call", [&] { (void)arm->run(second); }, {"on layer `blk.0.k`", "SIGSEGV"});
+  EXPECT_EQ(count_y_mismatches("third call", arm->run(third).y, ref->run(third).y, third.n), 0);
+}
+
+// A plugin that forks a long-lived child (which keeps the worker's socket open) and exits: the
+// worker's end is noticed at once, not at the time limit, and the child is killed with it.
+TEST(PluginArm, IsolatedWorkerEndIsNoticedAndItsChildrenKilled) {
+  const std::string so = misbehave_plugin("FORK_EXIT");
+  REQUIRE_PLUGIN(so);
+  const std::string pidfile = (scratch_dir() / "fork_exit.pid").string();
+  setenv("QC_MISBEHAVE_PIDFILE", pidfile.c_str(), 1);
+  ScopedTimeout limit(60);
+  auto arm = make_arm("plugin:" + so);
+  const auto start = std::chrono::steady_clock::now();
+  expect_arm_failure("FORK_EXIT", [&] { (void)arm->run(layer(2, 3, 4, false, 1)); }, {"exited with status 0"});
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  unsetenv("QC_MISBEHAVE_PIDFILE");
+  EXPECT_LT(took, 20.0) << "the worker's end was not noticed before the time limit";
+  long child = 0;
+  std::ifstream(pidfile) >> child;
+  ASSERT_GT(child, 0) << "the plugin did not record its child's pid in " << pidfile;
+  // Killed with the worker's process group: gone, or a zombie until init reaps it.
+  std::string state = "gone";
+  for (int i = 0; i < 200; ++i) {
+    std::ifstream stat(fmt::format("/proc/{}/stat", child));
+    std::string line;
+    if (!std::getline(stat, line)) break;
+    state = line.substr(line.rfind(')') + 2, 1);
+    if (state == "Z") break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(state == "gone" || state == "Z") << "the plugin's child " << child << " is still running (state " << state << ")";
+}
+
+TEST(PluginArm, IsolatedCallsHaveATimeLimit) {
+  for (const std::string behave : {"SLEEP", "SPIN"}) {
+    const std::string so = misbehave_plugin(behave);
+    REQUIRE_PLUGIN(so);
+    // 2 s: the limit covers starting the worker too, which a loaded machine or a sanitizer slows.
+    ScopedTimeout limit(2);
+    auto arm = make_arm("plugin:" + so);
+    const auto start = std::chrono::steady_clock::now();
+    expect_arm_failure(behave, [&] { (void)arm->run(layer(2, 3, 4, false, 1)); },
+                       {"within the per-call time limit of 2 s", "--arm-timeout", "on layer `test.layer`"});
+    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(took, 30.0) << behave << ": the limit was not enforced promptly";
+  }
+}
+
+TEST(PluginArm, IsolatedLoadFailuresAreTheArmsFailure) {
+  const std::string crash = misbehave_plugin("CTOR_CRASH");
+  const std::string hang = misbehave_plugin("CTOR_HANG");
+  REQUIRE_PLUGIN(crash);
+  REQUIRE_PLUGIN(hang);
+  expect_arm_failure("CTOR_CRASH", [&] { (void)make_arm("plugin:" + crash); },
+                     {"arm `plugin:" + crash + "` failed while loading", "SIGSEGV"});
+  ScopedTimeout limit(2);
+  expect_arm_failure("CTOR_HANG", [&] { (void)make_arm("plugin:" + hang); },
+                     {"failed while loading", "did not finish loading within the time limit of 2 s"});
+}
+
+// Text from the plugin reaches the terminal only escaped: a kernel name with control characters
+// is refused (shown escaped), and an unterminated error message of control bytes is cut and escaped.
+TEST(PluginArm, ControlCharactersFromThePluginAreEscaped) {
+  const std::string name = misbehave_plugin("CONTROL_NAME");
+  const std::string refuse = misbehave_plugin("REFUSE");
+  const std::string huge = misbehave_plugin("HUGE_NAME");
+  REQUIRE_PLUGIN(name);
+  REQUIRE_PLUGIN(refuse);
+  REQUIRE_PLUGIN(huge);
+  for (const char* prefix : {"plugin:", "plugin-inproc:"}) {
+    SCOPED_TRACE(prefix);
+    expect_input_error(prefix + huge, {"field `name`", "expected at most 1024 bytes", "found at least 65536"});
+    expect_input_error(prefix + name, {"field `name`", "expected printable characters", "misbehave\\x1b[2J\\x1b[31m red \\x07\\x0d"});
+    try {
+      (void)make_arm(prefix + refuse)->run(layer(2, 3, 4, false, 1));
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_EQ(e.kind(), ErrorKind::input) << msg;
+      EXPECT_NE(msg.find("code 5"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("\\x01\\x02\\x03"), std::string::npos) << msg;
+      for (char c : msg) EXPECT_FALSE(static_cast<unsigned char>(c) < 0x20) << "raw control byte in " << msg;
+    }
+  }
+}
+
+TEST(Printable, EscapesControlsAndKeepsText) {
+  EXPECT_EQ(printable("plain/path_1.so"), "plain/path_1.so");
+  EXPECT_EQ(printable("a\x1b[31mb"), "a\\x1b[31mb");
+  EXPECT_EQ(printable("tab\there\nnl\x7f"), "tab\\x09here\\x0anl\\x7f");
+  EXPECT_EQ(printable("back\\slash"), "back\\\\slash");
+  EXPECT_EQ(printable("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80");
+  EXPECT_EQ(printable("c1 \xc2\x9b csi"), "c1 \\xc2\\x9b csi");                  // U+009B (CSI) is a control
+  EXPECT_EQ(printable("raw \x9b csi"), "raw \\x9b csi");                         // a stray continuation byte
+  EXPECT_EQ(printable("overlong \xc0\xaf \xe0\x80\xaf"), "overlong \\xc0\\xaf \\xe0\\x80\\xaf");
+  EXPECT_EQ(printable("surrogate \xed\xa0\x80"), "surrogate \\xed\\xa0\\x80");
+  EXPECT_EQ(printable("cut \xe2\x82"), "cut \\xe2\\x82");
+  EXPECT_EQ(printable(std::string_view("nul\0x", 5)), "nul\\x00x");
+}
+
+// The CLI: an arm that crashes is exit 1 with the arm and layer on stderr, and nothing on stdout
+// that reads as a verdict; `--arm-timeout` reaches the arm.
+TEST(PluginArm, CliReportsArmFailureWithExitOneAndNoVerdict) {
+  const fs::path qc = fs::path(QC_BINARY_DIR) / "qconform";
+  if (!fs::exists(qc)) GTEST_SKIP() << "SKIPPED: " << qc << " is not built (cmake --build build --target qconform)";
+  const std::string exit0 = misbehave_plugin("EXIT0", /*at_call=*/3);
+  const std::string sleeper = misbehave_plugin("SLEEP");
+  REQUIRE_PLUGIN(exit0);
+  REQUIRE_PLUGIN(sleeper);
+  const fs::path dir = scratch_dir() / "cli";
+  fs::create_directories(dir);
+  const std::string ops = (dir / "ops.safetensors").string();
+  ASSERT_EQ(std::system(fmt::format("'{}' synth --out '{}' --shapes tiny --m 4 >/dev/null 2>&1",
+                                    qc.string(), ops).c_str()), 0)
+      << "qconform synth failed";
+  const auto run = [&](const std::string& args, std::string& out, std::string& err) {
+    const std::string o = (dir / "stdout").string(), e = (dir / "stderr").string();
+    const int st = std::system(fmt::format("'{}' {} >'{}' 2>'{}'", qc.string(), args, o, e).c_str());
+    std::ifstream fo(o), fe(e);
+    out.assign(std::istreambuf_iterator<char>(fo), {});
+    err.assign(std::istreambuf_iterator<char>(fe), {});
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  std::string out, err;
+  EXPECT_EQ(run(fmt::format("verify '{}' --arms cpu:vllm-triton,plugin:{}", ops, exit0), out, err), 1) << out << err;
+  EXPECT_NE(err.find("qconform: arm failed: arm `plugin:" + exit0 + "`"), std::string::npos) << err;
+  EXPECT_NE(err.find("exited with status 0"), std::string::npos) << err;
+  EXPECT_NE(err.find("on layer `"), std::string::npos) << err;
+  EXPECT_EQ(out.find("pass"), std::string::npos) << "a verdict was printed: " << out;
+  EXPECT_EQ(run(fmt::format("boundary --arm plugin:{} --arm-timeout 2.5", sleeper), out, err), 1) << out << err;
+  EXPECT_NE(err.find("time limit of 2.5 s"), std::string::npos) << err;
+  EXPECT_EQ(out.find("C1 pass"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <dnnl.hpp>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "qconform/arm.hpp"
@@ -87,6 +88,7 @@ class OnednnS8S8Arm final : public Arm {
     out.record.build = build_flags();
     out.record.extra = {{"onednn_impl", mm.impl},
                         {"onednn_effective_isa", mm.isa},
+                        {"accumulation_model", std::string(to_string(onednn_accumulation(mm.impl, mm.isa)))},
                         {"weights_format", "ba (w_q [N,K] row-major as [K,N] with strides {1,K})"}};
     for (const char* env : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
       if (const char* value = std::getenv(env)) out.record.extra[env] = value;
@@ -138,6 +140,60 @@ OnednnMatmul onednn_s8s8_matmul(const int8_t* a, const int8_t* w, int64_t m, int
   result.isa = isa_name(dnnl::get_effective_cpu_isa());
   result.version = onednn_version();
   return result;
+}
+
+std::string_view to_string(OnednnAccumulation model) {
+  switch (model) {
+    case OnednnAccumulation::exact: return "exact";
+    case OnednnAccumulation::fp32_above_2p24: return "exact to 2^24, fp32-rounded above";
+    case OnednnAccumulation::int16_pair_saturation: return "int16 pair saturation";
+    case OnednnAccumulation::unmodelled: return "unmodelled";
+  }
+  return "unmodelled";
+}
+
+OnednnAccumulation onednn_accumulation(std::string_view impl, std::string_view isa) {
+  // The effective ISA decides which instructions `gemm:jit` uses: `vpdpbusd` (VNNI, exact int32
+  // sums) or `vpmaddubsw` (int16 pair sums with saturation).
+  const bool vnni = isa == "avx2_vnni" || isa == "avx512_core_vnni" || isa == "avx512_core_bf16" ||
+                    isa == "avx512_core_amx";
+  if (impl.starts_with("brg:avx512_core_amx")) return OnednnAccumulation::exact;
+  if (impl == "brg:avx512_core_vnni") return OnednnAccumulation::fp32_above_2p24;
+  if (impl == "gemm:jit") return vnni ? OnednnAccumulation::exact : OnednnAccumulation::int16_pair_saturation;
+  return OnednnAccumulation::unmodelled;
+}
+
+int32_t onednn_model_dot(OnednnAccumulation model, const int8_t* a, const int8_t* w, int64_t k, int64_t k_split) {
+  int64_t exact = 0;
+  for (int64_t i = 0; i < k; ++i) exact += int64_t{a[i]} * int64_t{w[i]};
+  switch (model) {
+    case OnednnAccumulation::exact:
+      return static_cast<int32_t>(exact);
+    case OnednnAccumulation::fp32_above_2p24:
+      // Exact integers up to 2^24 survive the float conversion, so one expression covers both sides.
+      return static_cast<int32_t>(static_cast<float>(exact));
+    case OnednnAccumulation::int16_pair_saturation: {
+      int64_t sum = 0, w_sum = 0;
+      const auto block = [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; i += 2) {
+          int32_t pair = (int32_t{a[i]} + 128) * int32_t{w[i]};
+          w_sum += w[i];
+          if (i + 1 < end) {
+            pair += (int32_t{a[i + 1]} + 128) * int32_t{w[i + 1]};
+            w_sum += w[i + 1];
+          }
+          sum += std::clamp(pair, -32768, 32767);
+        }
+      };
+      const int64_t split = k_split > 0 && k_split < k ? k_split : k;
+      block(0, split);
+      block(split, k);
+      return static_cast<int32_t>(static_cast<uint32_t>(sum - 128 * w_sum));
+    }
+    case OnednnAccumulation::unmodelled:
+      break;
+  }
+  QC_FAIL("onednn_model_dot: no model for this kernel (unmodelled)");
 }
 
 void register_onednn_arms() {

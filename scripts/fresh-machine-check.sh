@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Runs the README's two commands on a fresh Debian with nothing preinstalled: a minimal chroot
+# built from Debian's packages (mmdebstrap, variant minbase, plus `make` to run the Makefile and
+# `ca-certificates`), a clean checkout copied in (`git archive HEAD`, so uncommitted changes are
+# not tested), ../shared copied beside it when present (as CI lays it), then `make demo` and/or
+# `make test` inside, each timed. Packages installed on this machine cannot hide a missing install
+# step there.
+#
+# Usage: scripts/fresh-machine-check.sh [demo] [test]    (default: demo test)
+#   QC_FRESH_DIR    where the chroot goes (default /var/tmp/qconform-fresh; removed first)
+#   QC_FRESH_SUITE  Debian suite (default: this machine's, from /etc/os-release, else bookworm)
+#   QC_FRESH_KEEP=1 keep the chroot afterwards (default: removed)
+# Needs root (chroot, mounts) and the Debian mirror; installs mmdebstrap with apt-get if absent.
+# Prints one line per step: "fresh-machine-check: <step> ok|FAILED in N s".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+src=$(pwd)
+
+steps=("$@")
+((${#steps[@]})) || steps=(demo test)
+for s in "${steps[@]}"; do
+  [[ $s == demo || $s == test ]] || { echo "fresh-machine-check: unknown step '$s' (expected demo, test)" >&2; exit 2; }
+done
+[[ $(id -u) -eq 0 ]] || { echo "fresh-machine-check: needs root (chroot and mounts)" >&2; exit 2; }
+
+dir=${QC_FRESH_DIR:-/var/tmp/qconform-fresh}
+suite=${QC_FRESH_SUITE:-$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")}
+suite=${suite:-bookworm}
+mirror=http://deb.debian.org/debian
+
+log() { echo "fresh-machine-check: $*"; }
+elapsed() { echo $(($(date +%s) - $1)); }
+
+mounted=()
+cleanup() {
+  local m
+  for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
+  if [[ ${QC_FRESH_KEEP:-0} != 1 && -d $dir ]]; then rm -rf --one-file-system "$dir"; fi
+}
+trap cleanup EXIT
+
+if ! command -v mmdebstrap >/dev/null; then
+  log "apt-get install mmdebstrap"
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
+fi
+
+# 1. The chroot: Debian's minimal base, `make` (the README's commands are make targets) and the
+#    CA certificates; nothing else. The host's CA bundle and pip settings are copied in because
+#    they describe this network (a proxy's certificate), not the project's needs.
+t=$(date +%s)
+rm -rf --one-file-system "$dir"
+mmdebstrap --quiet --variant=minbase --include=make,ca-certificates "$suite" "$dir" \
+  "deb $mirror $suite main" "deb $mirror $suite-updates main" \
+  "deb http://deb.debian.org/debian-security $suite-security main"
+[[ -f /etc/ssl/certs/ca-certificates.crt ]] && cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
+[[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$dir/etc/pip.conf"
+cp /etc/resolv.conf "$dir/etc/resolv.conf"
+log "chroot ($suite, minbase + make + ca-certificates) ok in $(elapsed "$t") s"
+
+# 2. A clean checkout of HEAD, and shared/ beside it as CI has it.
+mkdir -p "$dir/src/qconform"
+git archive HEAD | tar -x -C "$dir/src/qconform"
+if [[ -d ../shared ]]; then cp -r ../shared "$dir/src/shared"; fi
+
+for m in proc sys dev dev/pts; do
+  mount --rbind "/$m" "$dir/$m" && mounted+=("$dir/$m")
+done
+mount -t tmpfs tmpfs "$dir/dev/shm" 2>/dev/null && mounted+=("$dir/dev/shm") || true
+
+# 3. The README's commands, each timed, in a login shell with a plain environment.
+status=0
+for s in "${steps[@]}"; do
+  t=$(date +%s)
+  if chroot "$dir" /usr/bin/env -i HOME=/root PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    LANG=C.UTF-8 CI="${CI:-}" PIP_CERT=/etc/ssl/certs/ca-certificates.crt \
+    /bin/bash -c "cd /src/qconform && make $s" 2>&1 | sed -u "s/^/[$s] /"; then
+    log "make $s ok in $(elapsed "$t") s"
+  else
+    log "make $s FAILED in $(elapsed "$t") s"
+    status=1
+    break
+  fi
+done
+exit $status

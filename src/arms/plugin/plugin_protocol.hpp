@@ -1,0 +1,103 @@
+// The wire protocol between an isolated plugin arm (`plugin:<path.so>`, plugin_arm.cpp) and its
+// worker process, `qconform-plugin-host` (host/plugin_host.cpp). Both sides include this header;
+// the host links nothing else of qconform.
+//
+// The worker is started with posix_spawn (exec, never a bare fork of a threaded process) as
+//   qconform-plugin-host <kProtocolVersion> <canonical path of the .so> <parent pid>
+// with three descriptors in place:
+//   fd 3 (kSocketFd)  a SOCK_STREAM unix socket: requests in, replies out;
+//   fd 4 (kInputsFd)  the operand memfd, opened read-only (O_RDONLY): the worker can map it
+//                     PROT_READ only, and mprotect() cannot make that mapping writable;
+//   fd 5 (kOutputsFd) the output memfd, read-write.
+// The worker's stdout is qconform's stderr (qconform's stdout stays the human summary).
+//
+// Messages are fixed-size structs in host byte order (both sides are the same build), each
+// starting with `kMagic` and a `MessageType`; Hello and LoadError are followed by their strings.
+// One request is in flight at a time. The worker answers a Run request with Done, or, when the
+// plugin faults on SIGSEGV/SIGBUS, with Fault (written from the signal handler) before it dies.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace qc::plugin_protocol {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kMagic = 0x51435048;  // "QCPH"
+inline constexpr int kSocketFd = 3;
+inline constexpr int kInputsFd = 4;
+inline constexpr int kOutputsFd = 5;
+inline constexpr uint64_t kNone = ~uint64_t{0};  // an absent offset (no bias, no accumulator)
+inline constexpr size_t kErrorBufferSize = 4096;  // the plugin's `error` buffer
+inline constexpr size_t kMaxString = 1 << 16;     // longest name/epilogue/load error accepted
+inline constexpr int kExitHostUsage = 64;         // the host's own exit codes: started by hand
+inline constexpr int kExitHostProtocol = 65;      // a request it cannot serve (it prints why)
+
+enum class MessageType : uint32_t {
+  hello = 1,       // worker -> parent after loading: the descriptor's fields (then name, epilogue)
+  load_error = 2,  // worker -> parent: the library could not be loaded (then the message)
+  run = 3,         // parent -> worker: one layer
+  done = 4,        // worker -> parent: `run` returned
+  fault = 5,       // worker -> parent: SIGSEGV/SIGBUS inside `run`, the worker dies next
+};
+
+struct Header {
+  uint32_t magic;
+  MessageType type;
+};
+
+// What the worker read from the library. The parent validates it (same messages as the
+// in-process loader): the worker reports, it never decides.
+struct Hello {
+  Header h;
+  uint32_t protocol_version;
+  uint32_t abi_version;
+  uint32_t struct_size;
+  uint32_t has_name;      // `name` non-NULL (it may still be empty)
+  uint32_t has_epilogue;  // `epilogue` non-NULL
+  uint32_t has_run;       // `run` non-NULL
+  uint64_t flags;
+  uint64_t name_size;      // bytes of `name` that follow (no NUL)
+  uint64_t epilogue_size;  // bytes of `epilogue` that follow
+};
+
+enum class LoadFailure : uint32_t { dlopen = 1, no_symbol = 2, entry_null = 3, protocol = 4 };
+
+struct LoadError {
+  Header h;
+  LoadFailure what;
+  uint32_t reserved;
+  uint64_t message_size;  // bytes that follow
+};
+
+// One call of the plugin's `run`. Offsets are bytes into the two mappings, whose sizes the
+// worker re-maps whenever they change.
+struct RunRequest {
+  Header h;
+  uint32_t reserved;
+  uint32_t reserved2;
+  int64_t m, n, k;
+  uint64_t inputs_size, outputs_size;
+  uint64_t a_q, a_scale, w_q, w_scale, bias;   // offsets into the inputs (bias: kNone when absent)
+  uint64_t y, acc, acc_written, error;         // offsets into the outputs (acc: kNone when not wanted)
+  uint64_t guards[3];                          // offsets of the inaccessible pages (one page each)
+};
+
+struct Done {
+  Header h;
+  int32_t rc;  // what `run` returned
+  uint32_t reserved;
+};
+
+enum class FaultRegion : uint32_t { elsewhere = 0, inputs = 1, guard = 2 };
+
+struct Fault {
+  Header h;
+  int32_t signo;
+  int32_t code;  // si_code
+  FaultRegion region;
+  uint32_t guard_index;  // region guard: which of RunRequest::guards
+  uint64_t offset;       // region inputs: byte offset into the inputs; elsewhere: the address
+};
+
+}  // namespace qc::plugin_protocol
