@@ -102,9 +102,10 @@ class AtomicFileWriter {
   bool committed_ = false;
 };
 
-// `text` made safe to print inside an error message: valid UTF-8 is kept, control characters and
-// bytes that are not valid UTF-8 become `\xNN`, and the result is cut to `max_bytes` (plus "...").
-// Error messages quote names and snippets from untrusted files; they must stay printable text.
+// `text` made safe to print inside an error message: `qc::printable` (error.hpp: printable UTF-8
+// kept, control characters, DEL, C1 controls and invalid bytes as `\xNN`, a backslash as `\\`),
+// cut to `max_bytes` (plus "..."). Error messages quote names and snippets from untrusted files
+// and the command line; they must stay printable text.
 std::string printable_text(std::string_view text, size_t max_bytes = 200);
 
 // A read-only, private memory map of a whole file (empty files map to an empty span). Not

@@ -72,8 +72,8 @@ std::unique_ptr<Arm> make_arm(std::string_view label) {
     } catch (const Error& e) {
       // A backend's refusal ("unknown epilogue `x`") names the variant; say which arm asked for it.
       if (e.kind() != ErrorKind::input || std::string_view(e.what()).find(shown) != std::string_view::npos) throw;
-      throw Error(ErrorKind::input, fmt::format("arm `{}`: {}", shown, printable_text(e.what(), 2000)), e.file(),
-                  e.line(), e.condition());
+      // `e.what()` is qconform's own message, its names already escaped: not escaped twice.
+      throw Error(ErrorKind::input, fmt::format("arm `{}`: {}", shown, e.what()), e.file(), e.line(), e.condition());
     }
   }
   for (const AbsentBackend& a : absent_arm_backends()) {

@@ -190,45 +190,22 @@ mode_t default_file_mode() {
 }  // namespace
 
 std::string printable_text(std::string_view text, size_t max_bytes) {
-  std::string out;
-  size_t i = 0;
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const auto cont = [&](size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) {
-    return k < text.size() && byte(k) >= lo && byte(k) <= hi;
-  };
-  while (i < text.size()) {
-    if (out.size() >= max_bytes) {
-      out += "...";
-      break;
-    }
-    const unsigned c = byte(i);
-    size_t len = 0;  // length of a valid UTF-8 sequence starting at i, 0 if none (RFC 3629 table)
-    if (c >= 0x20 && c < 0x7F) {
-      len = 1;
-    } else if (c >= 0xC2 && c <= 0xDF) {
-      len = cont(i + 1) ? 2 : 0;
-    } else if (c == 0xE0) {
-      len = cont(i + 1, 0xA0) && cont(i + 2) ? 3 : 0;
-    } else if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) {
-      len = cont(i + 1) && cont(i + 2) ? 3 : 0;
-    } else if (c == 0xED) {
-      len = cont(i + 1, 0x80, 0x9F) && cont(i + 2) ? 3 : 0;
-    } else if (c == 0xF0) {
-      len = cont(i + 1, 0x90) && cont(i + 2) && cont(i + 3) ? 4 : 0;
-    } else if (c >= 0xF1 && c <= 0xF3) {
-      len = cont(i + 1) && cont(i + 2) && cont(i + 3) ? 4 : 0;
-    } else if (c == 0xF4) {
-      len = cont(i + 1, 0x80, 0x8F) && cont(i + 2) && cont(i + 3) ? 4 : 0;
-    }
-    if (len == 0) {
-      out += fmt::format("\\x{:02x}", c);
-      ++i;
-    } else {
-      out.append(text.substr(i, len));
-      i += len;
-    }
+  // One escaping rule for every name qconform prints: `qc::printable` (error.hpp). This adds the
+  // cut to `max_bytes`, at a token boundary (never inside an `\xNN` escape or a UTF-8 sequence).
+  const std::string escaped = printable(text);
+  if (escaped.size() <= max_bytes) return escaped;
+  size_t cut = 0;
+  while (cut < escaped.size()) {
+    const auto c = static_cast<unsigned char>(escaped[cut]);
+    const size_t len = c == '\\' ? (cut + 1 < escaped.size() && escaped[cut + 1] == 'x' ? 4 : 2)
+                       : c < 0x80 ? 1
+                       : c >= 0xF0 ? 4
+                       : c >= 0xE0 ? 3
+                                   : 2;
+    if (cut + len > max_bytes) break;
+    cut += len;
   }
-  return out;
+  return escaped.substr(0, cut) + "...";
 }
 
 int open_input(const std::string& path, uint64_t* size) {

@@ -139,6 +139,17 @@ TEST_F(HostileIo, InputsInsideAnOutputDirectoryAreRefused) {
   EXPECT_NO_THROW(check_inputs_outside_directory({{"--prompts", path("out/prompts.txt")}}, {"--out", path("new")}));
 }
 
+TEST(PrintableText, OneEscapingRuleAndCutsAtTokenBoundaries) {
+  EXPECT_EQ(printable_text("ok-name"), "ok-name");
+  EXPECT_EQ(printable_text("a\x1b[2Jb"), "a\\x1b[2Jb");
+  EXPECT_EQ(printable_text("a\x1b[2Jb"), printable("a\x1b[2Jb")) << "two escaping rules";
+  EXPECT_EQ(printable_text("\xc2\x85"), "\\xc2\\x85") << "a C1 control (NEL) is escaped";
+  // 100 escapes cut at 10 bytes: two whole escapes, never a partial one.
+  EXPECT_EQ(printable_text(std::string(100, '\x07'), 10), "\\x07\\x07...");
+  // A multi-byte character is never split.
+  EXPECT_EQ(printable_text("ab\xc3\xa9" "cd", 3), "ab...");
+}
+
 TEST(JsonDepth, LimitIsExactAndStringsDoNotCount) {
   const auto nested = [](size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); };
   EXPECT_NO_THROW(check_json_depth(nested(kMaxJsonDepth), "x"));
