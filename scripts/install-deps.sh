@@ -9,6 +9,7 @@ debian_packages=(
   libfmt-dev nlohmann-json3-dev libcli11-dev libssl-dev libhwy-dev
   libgtest-dev libgmock-dev libbenchmark-dev libboost-math-dev libeigen3-dev
   libdnnl-dev                      # oneDNN, the vendor int8 path on the CPU (optional in the build)
+  openmpi-bin libopenmpi-dev       # MPI: multi-rank verify/predict/replay and their tests (optional in the build)
   libjs-chart.js                   # charts inlined into report.html
   chromium                         # the report's browser test
   python3 python3-pip

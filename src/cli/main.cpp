@@ -10,8 +10,9 @@
 #include <map>
 
 #include "cli/cli.hpp"
-#include "qconform/version.hpp"
+#include "qconform/dist.hpp"
 #include "qconform/error.hpp"
+#include "qconform/version.hpp"
 
 namespace qc::cli {
 
@@ -23,6 +24,36 @@ std::vector<Verb>& verbs() {
 bool stderr_is_terminal() { return isatty(fileno(stderr)) != 0; }
 
 }  // namespace qc::cli
+
+namespace {
+
+// Runs the parsed verb. Under MPI an error that reached here on one rank cannot be known to the
+// others (they may wait in a collective), so it ends the whole job (MPI_Abort) with its exit code;
+// errors the ranks agreed on (qc::dist::run_shared) end each rank normally, rank 0 alone printing.
+int run_verb(const std::map<CLI::App*, qc::cli::VerbRunner>& runners) {
+  using namespace qc::cli;
+  const auto fail = [](int code) {
+    if (qc::dist::world().size > 1) qc::dist::abort_job(code);
+    return code;
+  };
+  try {
+    for (auto& [sub, run] : runners) {
+      if (sub->parsed()) return run();
+    }
+    return kExitBadInput;
+  } catch (const qc::dist::JobFailed& e) {
+    if (!e.message().empty()) std::fprintf(stderr, "qconform: error: %s\n", e.message().c_str());
+    return e.code();
+  } catch (const qc::Error& e) {
+    std::fprintf(stderr, "qconform: error: %s\n", e.what());
+    return fail(e.kind() == qc::ErrorKind::input ? kExitBadInput : kExitInternal);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qconform: internal error: %s\n", e.what());
+    return fail(kExitInternal);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace qc::cli;
@@ -56,15 +87,12 @@ int main(int argc, char** argv) {
   }
 
   try {
-    for (auto& [sub, run] : runners) {
-      if (sub->parsed()) return run();
-    }
-    return kExitBadInput;
+    qc::dist::init(&argc, &argv);
   } catch (const qc::Error& e) {
     std::fprintf(stderr, "qconform: error: %s\n", e.what());
     return e.kind() == qc::ErrorKind::input ? kExitBadInput : kExitInternal;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "qconform: internal error: %s\n", e.what());
-    return kExitInternal;
   }
+  const int code = run_verb(runners);
+  qc::dist::finalize();
+  return code;
 }
