@@ -255,7 +255,9 @@ OperandSet open_operands(const std::string& path, bool with_digest) {
 OperandSet load_operands(const std::string& path, bool with_digest) {
   if (is_index_path(path)) {
     OperandSet set = open_sharded(path, with_digest);
-    for (size_t i = 0; i < set.size(); ++i) set.layers.push_back(set.load(i));
+    std::vector<LayerOperands> layers;
+    for (size_t i = 0; i < set.size(); ++i) layers.push_back(set.load(i));
+    set.layers = std::move(layers);
     return set;
   }
   auto file = std::make_shared<SafetensorsFile>(read_safetensors(path));
