@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Multi-rank runs (ctest label `mpi`): merged results equal the single-process ones, faults fail the
-job with nothing merged, `--resume` finishes a killed job with the same result.
+"""Multi-rank runs (ctest label `mpi`): merged results equal the single-process ones (verify, predict,
+generate, replay), faults fail the job with nothing merged, `--resume` finishes a killed job with the
+same result.
 
 Usage: test_mpi.py QCONFORM_BINARY. Exits 77 (ctest: SKIPPED) with the reason when mpirun is absent
 or the binary was built without MPI. Runs as root in CI: Open MPI is told that is allowed.
@@ -181,6 +182,24 @@ def main():
           "a tampered stored result fails its digest check and is computed again")
     check(without_timings(tmp / "big-again.json") == without_timings(tmp / "big-single.json"),
           "and the result is still the uninterrupted one")
+
+    # 5. generate and replay over many prompts: prompts shared over the ranks, outputs merged in
+    # prompt order, identical to one process (records, token sequences, printed text).
+    model = tmp / "model"
+    run([QC, "synth-model", "--config", "tiny", "--seed", "5", "--out", model, "--sequences", "7", "--length", "12"])
+    for mode in ("w8a8", "fp32"):
+        gen = ["generate", "--model", model, "--prompts", model / "tokens.jsonl", "--max-new", "8", "--mode", mode]
+        one = run([QC] + gen + ["--out", tmp / "g1.jsonl", "--tokens-out", tmp / "t1.jsonl"])
+        rep = ["replay", "--model", model, "--tokens", tmp / "t1.jsonl", "--mode", mode]
+        run([QC] + rep + ["--out", tmp / "r1.jsonl"])
+        for r in (2, 3):
+            many = run(mpirun(r) + [QC] + gen + ["--out", tmp / f"g{r}.jsonl", "--tokens-out", tmp / f"t{r}.jsonl"])
+            same = all((tmp / f"{x}{r}.jsonl").read_bytes() == (tmp / f"{x}1.jsonl").read_bytes() for x in "gt")
+            check(same and many.stdout == one.stdout,
+                  f"generate {mode} on {r} ranks: records, sequences and text identical to one process (7 prompts)")
+            run(mpirun(r) + [QC] + rep + ["--out", tmp / f"r{r}.jsonl"])
+            check((tmp / f"r{r}.jsonl").read_bytes() == (tmp / "r1.jsonl").read_bytes(),
+                  f"replay {mode} on {r} ranks: records identical to one process")
 
     shutil.rmtree(tmp)
     if failures:
