@@ -12,8 +12,8 @@ namespace fs = std::filesystem;
 ShardIndex read_shard_index_file(const std::string& index_path) {
   ShardIndex ix;
   ix.path = index_path;
-  ix.dir = fs::path(index_path).parent_path().string();
-  if (ix.dir.empty()) ix.dir = ".";
+  const fs::path parent = fs::path(index_path).parent_path();
+  ix.dir = parent.empty() ? fs::path(".").string() : parent.string();
   try {
     ix.json = nlohmann::json::parse(read_file(ix.path));
   } catch (const nlohmann::json::exception& e) {
