@@ -22,6 +22,7 @@ struct GenerateArgs {
   std::string prompts, out, tokens_out, manifest;
   int64_t max_new = 256;
   bool compare = false;
+  bool gpu_per_rank = false;
 };
 
 VerbRunner setup_generate(CLI::App& app) {
@@ -36,11 +37,13 @@ VerbRunner setup_generate(CLI::App& app) {
   app.add_option("--max-new", a->max_new, "maximum generated tokens per prompt")->check(CLI::PositiveNumber);
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)");
   add_manifest_option(app, a->manifest);
+  add_gpu_per_rank_option(app, a->gpu_per_rank);
   app.add_option("--tokens-out", a->tokens_out, "write each full sequence as {\"prompt\": id, \"tokens\": [...]} (input of `replay --tokens`)");
   add_mode_options(app, a->run, /*with_mode=*/true);
   app.add_flag("--compare-prefill-decode", a->compare,
                "re-score each generated sequence with one prefill pass; report where prefill and decode disagree");
   return [a] {
+    if (a->gpu_per_rank) use_gpu_of_local_rank();
     preflight(a->run);
     const Model model = load_model(a->run.model);
     std::optional<Tokenizer> tok;

@@ -20,6 +20,7 @@ namespace {
 struct ReplayArgs {
   ModelRunArgs run;
   std::string tokens, out, manifest;
+  bool gpu_per_rank = false;
 };
 
 VerbRunner setup_replay(CLI::App& app) {
@@ -32,7 +33,9 @@ VerbRunner setup_replay(CLI::App& app) {
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)")->required();
   add_mode_options(app, a->run, /*with_mode=*/true);
   add_manifest_option(app, a->manifest);
+  add_gpu_per_rank_option(app, a->gpu_per_rank);
   return [a] {
+    if (a->gpu_per_rank) use_gpu_of_local_rank();
     preflight(a->run);
     const Model model = load_model(a->run.model);
     std::string tok_sha;

@@ -157,8 +157,9 @@ VerbRunner setup_verify(CLI::App& app) {
                            names);
     const std::map<size_t, nlohmann::json> resumed = broadcast_done(world.root() ? resume.load() : std::map<size_t, nlohmann::json>{});
     const std::vector<size_t> todo = remaining(set.size(), resumed);
+    const std::vector<double> all_costs = layer_costs(set);
     std::vector<double> cost;
-    for (size_t i : todo) cost.push_back(layer_costs(set)[i]);
+    for (size_t i : todo) cost.push_back(all_costs[i]);
     Progress progress("verify");
     const auto started = std::chrono::steady_clock::now();
     std::string reference;

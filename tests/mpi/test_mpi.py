@@ -30,8 +30,8 @@ def skip(reason):
     sys.exit(77)
 
 
-def run(args, check=True, **kw):
-    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=ENV, **kw)
+def run(args, check=True, env=None, **kw):
+    p = subprocess.run([str(a) for a in args], capture_output=True, text=True, env=env or ENV, **kw)
     if check and p.returncode != 0:
         raise SystemExit(f"FAILED: {' '.join(map(str, args))} exited {p.returncode}\n{p.stdout}\n{p.stderr}")
     return p
@@ -139,6 +139,14 @@ def main():
     check(re.search(r"rank \d of 2, layer \d+ `[^`]+`: .*shard .*expected sha256:", p.stderr) is not None,
           f"the error names the rank, the layer and the reason: {p.stderr.strip()[:300]}")
     check(not out.exists() and not list(tmp.glob("bad.json*")), "no merged output is written")
+
+    # An error on one rank outside the shared work (here its GPU assignment) ends the job at once
+    # (MPI_Abort) with the rank's exit code: no rank waits forever, nothing is written.
+    out = tmp / "gpu.json"
+    p = run(mpirun(2) + [QC, "verify", ops, "--arms", ARMS, "--gpu-per-rank", "--json", out], check=False,
+            timeout=120, env=dict(ENV, CUDA_VISIBLE_DEVICES="3"))
+    check(p.returncode == 2 and "local rank 1 of 2" in p.stderr and not out.exists(),
+          f"--gpu-per-rank with one visible GPU for 2 ranks: exit 2 naming local rank 1, no output ({p.returncode})")
 
     # 4. A rank killed mid-run (SIGKILL) ends the job with no merged output; --resume finishes it
     # with the same result as a run that was never interrupted.
