@@ -218,6 +218,14 @@ VerbRunner setup_verify(CLI::App& app) {
     fmt::print("A: {}\nB: {}\nreference: {}\n\n", result.record_a.kernel, result.record_b.kernel, result.reference);
     print_table(result, o->per_layer);
     if (o->timings) print_timings(result);
+    if (o->timings && world.size > 1) {
+      // The balance of the work sharing: each rank's layers and the wall time of its share.
+      for (size_t r = 0; r < shared.rank_info.size(); ++r) {
+        const nlohmann::json& info = shared.rank_info[r];
+        fmt::print("  rank {:<3} {:>5} layers  {:>8.2f} s\n", r, info.value("layers", 0),
+                   info.value("wall_seconds", 0.0));
+      }
+    }
     if (!o->json.empty()) {
       nlohmann::json j = to_json(result);
       j["schema_version"] = 1;
