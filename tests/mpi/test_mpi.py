@@ -209,6 +209,19 @@ def main():
             check((tmp / f"r{r}.jsonl").read_bytes() == (tmp / "r1.jsonl").read_bytes(),
                   f"replay {mode} on {r} ranks: records identical to one process")
 
+    # 6. capture --shard-size: the captured operands as a sharded set predict, on 2 ranks, to the
+    # same layers as the single captured file.
+    cap = tmp / "cap"
+    cap.mkdir()
+    capture = ["capture", "--model", model, "--prompts", model / "tokens.jsonl"]
+    run([QC] + capture + ["--shard-size", "64K", "--out", cap / "cap.index.json"])
+    run([QC] + capture + ["--out", cap / "cap.safetensors"])
+    run(mpirun(2) + [QC, "predict", cap / "cap.index.json", "--out", cap / "p-sharded.json", "--quiet"])
+    run([QC, "predict", cap / "cap.safetensors", "--out", cap / "p-file.json", "--quiet"])
+    a, b = (json.loads((cap / f).read_text()) for f in ("p-sharded.json", "p-file.json"))
+    check(len(list(cap.glob("cap-*.safetensors"))) > 1 and a["layers"] == b["layers"],
+          "capture --shard-size: the sharded capture predicts (2 ranks) to the single file's layers")
+
     shutil.rmtree(tmp)
     if failures:
         print(f"{len(failures)} check(s) failed")
