@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Multi-rank runs (ctest label `mpi`): merged results equal the single-process ones (verify, predict,
-generate, replay), faults fail the job with nothing merged, `--resume` finishes a killed job with the
+generate, replay, conform), faults fail the job with nothing merged, `--resume` finishes a killed job with the
 same result.
 
 Usage: test_mpi.py QCONFORM_BINARY. Exits 77 (ctest: SKIPPED) with the reason when mpirun is absent
@@ -221,6 +221,27 @@ def main():
     a, b = (json.loads((cap / f).read_text()) for f in ("p-sharded.json", "p-file.json"))
     check(len(list(cap.glob("cap-*.safetensors"))) > 1 and a["layers"] == b["layers"],
           "capture --shard-size: the sharded capture predicts (2 ranks) to the single file's layers")
+
+    # 7. conform with its predict, verify and model-run phases shared over 3 ranks: the same results
+    # (the run's timestamp, verify's timings and the manifests' host records aside) and the same
+    # files as one process writing to the same directory.
+    def conform(prefix):
+        run(prefix + [QC, "conform", "--synthetic-config", "tiny", "--max-new", "12", "--out", "cf"], cwd=tmp)
+        moved = tmp / f"cf-{len(prefix)}"
+        (tmp / "cf").rename(moved)
+        doc = json.loads((moved / "results.json").read_text())
+        doc.pop("created")
+        doc["verify"].pop("seconds")
+        doc["verify"].pop("wall_seconds")
+        doc["manifests"].pop("files")
+        return moved, doc
+    one_dir, one = conform([])
+    many_dir, many = conform(mpirun(3))
+    check(one == many, "conform on 3 ranks: results.json equal to one process (timestamp, timings, manifest files aside)")
+    files = ["predictions.json", "operands.safetensors"] + [f"{v}.{t}.jsonl" for v in ("generate", "replay")
+                                                           for t in ("A", "B")] + ["generate.pow2.A.jsonl"]
+    check(all((one_dir / f).read_bytes() == (many_dir / f).read_bytes() for f in files),
+          "conform on 3 ranks: predictions, operands, generations and replays byte-identical")
 
     shutil.rmtree(tmp)
     if failures:
