@@ -223,7 +223,7 @@ def main():
           "capture --shard-size: the sharded capture predicts (2 ranks) to the single file's layers")
 
     # 7. conform with its predict, verify and model-run phases shared over 3 ranks: the same results
-    # (the run's timestamp, verify's timings and the manifests' host records aside) and the same
+    # (the run's timestamp, verify's timings and the manifests' creation times aside) and the same
     # files as one process writing to the same directory.
     def conform(prefix):
         run(prefix + [QC, "conform", "--synthetic-config", "tiny", "--max-new", "12", "--out", "cf"], cwd=tmp)
@@ -237,7 +237,7 @@ def main():
         return moved, doc
     one_dir, one = conform([])
     many_dir, many = conform(mpirun(3))
-    check(one == many, "conform on 3 ranks: results.json equal to one process (timestamp, timings, manifest files aside)")
+    check(one == many, "conform on 3 ranks: results.json equal to one process (timestamps, timings aside)")
     files = ["predictions.json", "operands.safetensors"] + [f"{v}.{t}.jsonl" for v in ("generate", "replay")
                                                            for t in ("A", "B")] + ["generate.pow2.A.jsonl"]
     check(all((one_dir / f).read_bytes() == (many_dir / f).read_bytes() for f in files),
