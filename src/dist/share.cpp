@@ -57,6 +57,10 @@ Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& c
 
   Outcome out;
   std::string in_progress;
+  if (w.size == 1) {  // no transport: errors propagate as they are, exactly as without MPI
+    work(mine, out, in_progress);
+    return {std::move(out.results), {std::move(out.rank_info)}};
+  }
   try {
     work(mine, out, in_progress);
   } catch (const Error& e) {
@@ -69,13 +73,6 @@ Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& c
     out.input_error = false;
   }
   if (out.failed) out.item = in_progress;
-  if (w.size == 1) {  // no transport: the outcome is the result (errors keep their own message)
-    if (out.failed) {
-      if (out.input_error) QC_FAIL_INPUT("{}", out.reason);
-      QC_FAIL("{}", out.reason);
-    }
-    return {std::move(out.results), {std::move(out.rank_info)}};
-  }
 
   const std::vector<std::string> all = gather(outcome_json(out).dump());
   std::string verdict;  // rank 0's decision, sent to every rank: "" when every rank succeeded
