@@ -21,6 +21,7 @@ build_packages=(
 test_packages=(
   clang libclang-rt-dev            # libFuzzer target
   libgtest-dev libgmock-dev libbenchmark-dev
+  openmpi-bin libopenmpi-dev       # MPI: multi-rank verify/predict/replay and their tests (optional in the build)
   chromium                         # the report's browser test
   python3 python3-pip python3-dev  # the peer tests and the nanobind extension (headers)
 )

@@ -38,7 +38,7 @@ int64_t parse_dim(std::string_view text, std::string_view spec) {
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   QC_INPUT(ec == std::errc() && ptr == text.data() + text.size() && v > 0,
-           "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, tiny or MxNxK with positive integers", spec);
+           "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, llama3-70b, tiny or MxNxK with positive integers", spec);
   return v;
 }
 
@@ -103,27 +103,56 @@ ShapeSpec parse_shapes(std::string_view spec) {
     out.layers = decoder_layers({2048, 6144, 28, 16, 8, 128});
   } else if (spec == "qwen3-8b") {
     out.layers = decoder_layers({4096, 12288, 36, 32, 8, 128});
+  } else if (spec == "llama3-70b") {
+    out.layers = decoder_layers({8192, 28672, 80, 64, 8, 128});
   } else if (spec == "tiny") {
     out.layers = decoder_layers({256, 768, 2, 4, 2, 64});
   } else {
     const size_t x1 = spec.find('x'), x2 = spec.find('x', x1 == std::string_view::npos ? x1 : x1 + 1);
     QC_INPUT(x1 != std::string_view::npos && x2 != std::string_view::npos,
-             "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, tiny or MxNxK (e.g. 512x4096x4096)", spec);
+             "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, llama3-70b, tiny or MxNxK (e.g. 512x4096x4096)", spec);
     out.m_override = parse_dim(spec.substr(0, x1), spec);
     out.layers.push_back({"layer0", parse_dim(spec.substr(x1 + 1, x2 - x1 - 1), spec), parse_dim(spec.substr(x2 + 1), spec)});
   }
   return out;
 }
 
-std::vector<LayerOperands> synth_operands(const SynthOptions& options) {
-  const ShapeSpec spec = parse_shapes(options.shapes);
-  const int64_t m = spec.m_override > 0 ? spec.m_override : options.m;
+namespace {
+
+ShapeSpec checked_spec(const SynthOptions& options, int64_t& m) {
+  ShapeSpec spec = parse_shapes(options.shapes);
+  m = spec.m_override > 0 ? spec.m_override : options.m;
   QC_INPUT(m > 0, "--m: expected a positive number of rows, found {}", m);
+  QC_INPUT(options.max_layers >= 0, "--layers: expected a non-negative count, found {}", options.max_layers);
+  if (options.max_layers > 0 && static_cast<size_t>(options.max_layers) < spec.layers.size()) {
+    spec.layers.resize(static_cast<size_t>(options.max_layers));
+  }
   act_quantizer(options.act_quantizer);  // validates the name before any work
+  return spec;
+}
+
+}  // namespace
+
+std::vector<LayerOperands> synth_operands(const SynthOptions& options) {
+  int64_t m = 0;
+  const ShapeSpec spec = checked_spec(options, m);
   std::vector<LayerOperands> layers(spec.layers.size());
   parallel_for(static_cast<int64_t>(layers.size()), options.threads,
                [&](int64_t i) { layers[i] = synth_layer(spec.layers[i], static_cast<size_t>(i), m, options); });
   return layers;
+}
+
+void synth_operands_each(const SynthOptions& options, const std::function<void(LayerOperands)>& sink) {
+  int64_t m = 0;
+  const ShapeSpec spec = checked_spec(options, m);
+  const size_t batch = static_cast<size_t>(resolve_threads(options.threads));
+  for (size_t first = 0; first < spec.layers.size(); first += batch) {
+    std::vector<LayerOperands> layers(std::min(batch, spec.layers.size() - first));
+    parallel_for(static_cast<int64_t>(layers.size()), options.threads, [&](int64_t i) {
+      layers[i] = synth_layer(spec.layers[first + i], first + static_cast<size_t>(i), m, options);
+    });
+    for (LayerOperands& l : layers) sink(std::move(l));
+  }
 }
 
 }  // namespace qc

@@ -1,5 +1,5 @@
 // qconform's command line: builds one CLI11 subcommand per registered verb and maps errors to
-// exit codes (1 = an arm failed while it ran, 2 = bad usage or input, 3 = internal error).
+// exit codes (2 = bad usage or input, 3 = internal error).
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -11,8 +11,9 @@
 
 #include "arms/plugin/plugin_arm.hpp"
 #include "cli/cli.hpp"
-#include "qconform/version.hpp"
+#include "qconform/dist.hpp"
 #include "qconform/error.hpp"
+#include "qconform/version.hpp"
 
 namespace qc::cli {
 
@@ -24,6 +25,42 @@ std::vector<Verb>& verbs() {
 bool stderr_is_terminal() { return isatty(fileno(stderr)) != 0; }
 
 }  // namespace qc::cli
+
+namespace {
+
+// Runs the parsed verb. Under MPI an error that reached here on one rank cannot be known to the
+// others (they may wait in a collective), so it ends the whole job (MPI_Abort) with its exit code;
+// errors the ranks agreed on (qc::dist::run_shared) end each rank normally, rank 0 alone printing.
+int run_verb(const std::map<CLI::App*, qc::cli::VerbRunner>& runners) {
+  using namespace qc::cli;
+  const auto fail = [](int code) {
+    if (qc::dist::world().size > 1) qc::dist::abort_job(code);
+    return code;
+  };
+  try {
+    for (auto& [sub, run] : runners) {
+      if (sub->parsed()) return run();
+    }
+    return kExitBadInput;
+  } catch (const qc::dist::JobFailed& e) {
+    if (!e.message().empty()) std::fprintf(stderr, "qconform: error: %s\n", e.message().c_str());
+    return e.code();
+  } catch (const qc::Error& e) {
+    if (e.kind() == qc::ErrorKind::arm_failure) {
+      // An arm that crashed, hung, exited or wrote into its inputs: a failed check of that arm
+      // (exit 1), reported before any verdict could be printed.
+      std::fprintf(stderr, "qconform: arm failed: %s\n", e.what());
+      return fail(kExitCheckFailed);
+    }
+    std::fprintf(stderr, "qconform: error: %s\n", e.what());
+    return fail(e.kind() == qc::ErrorKind::input ? kExitBadInput : kExitInternal);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qconform: internal error: %s\n", e.what());
+    return fail(kExitInternal);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace qc::cli;
@@ -70,21 +107,12 @@ int main(int argc, char** argv) {
     for (const CLI::Option* option : arm_timeout_options) {
       if (option->count() > 0) qc::set_plugin_call_timeout(arm_timeout);
     }
-    for (auto& [sub, run] : runners) {
-      if (sub->parsed()) return run();
-    }
-    return kExitBadInput;
+    qc::dist::init(&argc, &argv);
   } catch (const qc::Error& e) {
-    if (e.kind() == qc::ErrorKind::arm_failure) {
-      // An arm that crashed, hung, exited or wrote into its inputs: a failed check of that arm
-      // (exit 1), reported before any verdict could be printed.
-      std::fprintf(stderr, "qconform: arm failed: %s\n", e.what());
-      return kExitCheckFailed;
-    }
     std::fprintf(stderr, "qconform: error: %s\n", e.what());
     return e.kind() == qc::ErrorKind::input ? kExitBadInput : kExitInternal;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "qconform: internal error: %s\n", e.what());
-    return kExitInternal;
   }
+  const int code = run_verb(runners);
+  qc::dist::finalize();
+  return code;
 }
