@@ -48,10 +48,16 @@ fi
 #    CA certificates; nothing else. The host's CA bundle and pip settings are copied in because
 #    they describe this network (a proxy's certificate), not the project's needs.
 t=$(date +%s)
-rm -rf --one-file-system "$dir"
-mmdebstrap --quiet --variant=minbase --include=make,ca-certificates "$suite" "$dir" \
-  "deb $mirror $suite main" "deb $mirror $suite-updates main" \
-  "deb http://deb.debian.org/debian-security $suite-security main"
+# A mirror caught mid-sync fails `apt-get update` now and then (seen once here): up to three tries.
+for try in 1 2 3; do
+  rm -rf --one-file-system "$dir"
+  mmdebstrap --quiet --variant=minbase --include=make,ca-certificates "$suite" "$dir" \
+    "deb $mirror $suite main" "deb $mirror $suite-updates main" \
+    "deb http://deb.debian.org/debian-security $suite-security main" && break
+  ((try < 3)) || { log "mmdebstrap failed 3 times"; exit 1; }
+  log "mmdebstrap failed (try $try); again in 30 s"
+  sleep 30
+done
 [[ -f /etc/ssl/certs/ca-certificates.crt ]] && cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
 [[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$dir/etc/pip.conf"
 cp /etc/resolv.conf "$dir/etc/resolv.conf"
