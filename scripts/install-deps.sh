@@ -39,8 +39,14 @@ if ((${#missing[@]})); then
   sudo=""
   [[ $(id -u) -ne 0 ]] && sudo="sudo"
   echo "install-deps: apt-get install ${missing[*]}" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  # A mirror caught mid-sync fails now and then: up to three tries before giving up.
+  for try in 1 2 3; do
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >&2 && break
+    ((try < 3)) || { echo "install-deps: apt-get failed 3 times" >&2; exit 1; }
+    echo "install-deps: apt-get failed (try $try); again in 30 s" >&2
+    sleep 30
+  done
 fi
 
 [[ $group == test ]] || exit 0
