@@ -177,10 +177,8 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
       ScaledMmArgs args;
       args.a = a.get(), args.w = w.get(), args.sa = sa.get(), args.sw = sw.get(), args.bias = bias.get();
       args.y = y.get(), args.acc = acc.get(), args.m = m, args.n = n, args.k = k;
-      args.formula = e.kind == EpilogueKind::vllm_triton  ? EpilogueFormula::vllm_triton
-                     : e.kind == EpilogueKind::sglang_sm89 ? EpilogueFormula::sglang_sm89
-                                                           : EpilogueFormula::vllm_cutlass;
-      args.bias_add = e.bias_mode == BiasMode::fma ? BiasAdd::fma : BiasAdd::muladd;
+      args.formula = formula::instance_kind(e.kind, m, n);
+      args.bias_mode = e.bias_mode;
       args.tile = tile;
       QC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.size() * 2));  // poison: every element must be written
       QC_CUDA_CHECK(cudaMemset(acc.get(), 0xFF, acc.size() * 4));
