@@ -26,8 +26,9 @@
 // in host compilations it takes `f32_to_bf16` from numerics.hpp, the host's one fp32 -> bf16.
 // CUDA compiles it as C++17: keep it free of C++20.
 //
-// Adding a formula: a kind below, its body in `apply`, its case in `visit_instance`, and its row
-// in the table of `src/epilogue/epilogue.cpp` (docs/architecture.md, "Adding a formula").
+// Adding a formula: a kind below (with its `kind_name` and `scale_order`), its body in `apply`, its
+// case in `visit_instance`, and its row in the table of `src/epilogue/epilogue.cpp`: two places
+// (docs/architecture.md, "Adding a formula").
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,7 @@
 #include <cuda_bf16.h>
 
 #include <cmath>
+#include <cstring>
 #define QC_FORMULA_FN __host__ __device__ __forceinline__
 #else
 #include <cmath>
@@ -120,6 +122,11 @@ QC_FORMULA_FN uint16_t bf16_rn(float x) {
 QC_FORMULA_FN float bf16_value(uint16_t b) {
 #if defined(__CUDA_ARCH__)
   return __uint_as_float(uint32_t{b} << 16);
+#elif defined(__CUDACC__)
+  const uint32_t u = uint32_t{b} << 16;  // nvcc's host pass (the kernels never call it there)
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
 #else
   return bf16_to_f32(b);
 #endif
@@ -155,6 +162,17 @@ constexpr const char* kind_name(EpilogueKind kind) {
     case EpilogueKind::sglang_sm89: return "sglang-sm89";
     case EpilogueKind::sglang_sm90: return "sglang-sm90";
     case EpilogueKind::exact: return "exact";
+  }
+  return "?";
+}
+// The order of the two scale products of an instance kind, as kernel identities print it.
+constexpr const char* scale_order(EpilogueKind kind) {
+  switch (kind) {
+    case EpilogueKind::vllm_cutlass: return "sw first, then sa";
+    case EpilogueKind::vllm_triton: return "sa first, then sw";
+    case EpilogueKind::sglang_sm89: return "sw * sa first";
+    case EpilogueKind::sglang_sm90: return "sw first, then sa; sa first under swap-AB";
+    case EpilogueKind::exact: return "exact product";
   }
   return "?";
 }

@@ -309,10 +309,14 @@ void register_cuda_arms() {
         if (variant == "cublaslt-int8") return std::make_unique<cuda::CublasLtInt8Arm>();
         if (variant == "cublaslt-fp8") return std::make_unique<cuda::CublasLtFp8Arm>(false);
         if (variant == "cublaslt-fp8-fastacc") return std::make_unique<cuda::CublasLtFp8Arm>(true);
+        std::string formulas;  // the epilogues with a kernel instance, from the formula table
+        for (const Epilogue& e : all_epilogues()) {
+          if (e.kind == EpilogueKind::exact) continue;
+          formulas += (formulas.empty() ? "" : ", ") + std::string(e.name);
+        }
         QC_FAIL_INPUT(
-            "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> (vllm-cutlass, vllm-cutlass-fma, vllm-cutlass-muladd, "
-            "vllm-triton, sglang-sm89, sglang-sm90), cublaslt-int8, cublaslt-fp8 or cublaslt-fp8-fastacc",
-            variant);
+            "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> ({}), cublaslt-int8, cublaslt-fp8 or cublaslt-fp8-fastacc",
+            variant, formulas);
       }});
 }
 

@@ -101,9 +101,10 @@ std::string launch_f32_scale_to_bf16(const float* d, const float* sa, const floa
   });
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return std::string("error: launch: ") + cudaGetErrorString(err);
+  // The identity names the scaling order of the instance (the `fp8-scaled` row: sa first, then sw).
   char buf[128];
-  std::snprintf(buf, sizeof buf, "qc::f32_scale_to_bf16_kernel<%s> grid=%d block=%d", formula::kind_name(formula), grid,
-                kThreads);
+  std::snprintf(buf, sizeof buf, "qc::f32_scale_to_bf16_kernel (%s) grid=%d block=%d", formula::scale_order(formula),
+                grid, kThreads);
   return buf;
 }
 
