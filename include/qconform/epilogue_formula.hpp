@@ -13,6 +13,7 @@
 //   fma_rn(a, b, c)  std::fma(a, b, c)                          __fmaf_rn(a, b, c)
 //   to_f32_rn(acc)   static_cast<float>(acc) (x86 cvtsi2ss)     __int2float_rn / __ll2float_rn
 //   bf16_rn(x)       qc::f32_to_bf16(x) (numerics.hpp)          __float2bfloat16_rn(x)
+//   bf16_value(b)    qc::bf16_to_f32(b) (exact widening)        __uint_as_float(b << 16)
 //
 // The host's `*` and `+` round once only because the project compiles with -ffp-contract=off
 // (CMakeLists.txt, `qconform_flags`); `tests/unit/test_epilogue.cpp` (`EpilogueFormulaText.*`)
@@ -20,7 +21,7 @@
 // production-epilogues.md, and checks that every row of the formula table dispatches to it. The
 // GPU tests (`tests/gpu/test_cuda_arms.cpp`) check that the device compilation equals the host one
 // bit for bit. NaN inputs are outside this contract (the tile entry points reject non-finite
-// scales and biases): the host keeps a NaN's payload, the device returns its canonical NaN.
+// scales and biases): the host keeps a NaN's payload, the device may return a canonical NaN.
 //
 // Under nvcc this header includes nothing of the project (no fmt, no JSON), only <cuda_bf16.h>;
 // in host compilations it takes `f32_to_bf16` from numerics.hpp, the host's one fp32 -> bf16.
