@@ -115,11 +115,11 @@ void bench_gemm(int m, int n, int k) {
   const double t_pipe = median_ms([&](int i) {
     plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr);
     launch_int32_scaled_epilogue(acc.get(), sa.get(), sw.get(), nullptr, y_lt.get(), m, n,
-                                 EpilogueFormula::vllm_cutlass, BiasAdd::none, nullptr);
+                                 EpilogueKind::vllm_cutlass, BiasMode::muladd, nullptr);
   });
   const double t_epi = median_ms([&](int) {
     launch_int32_scaled_epilogue(acc.get(), sa.get(), sw.get(), nullptr, y_lt.get(), m, n,
-                                 EpilogueFormula::vllm_cutlass, BiasAdd::none, nullptr);
+                                 EpilogueKind::vllm_cutlass, BiasMode::muladd, nullptr);
   });
 
   std::vector<MmTile> tiles = {MmTile::automatic};
@@ -136,7 +136,7 @@ void bench_gemm(int m, int n, int k) {
     ScaledMmArgs args;
     args.sa = sa.get(), args.sw = sw.get(), args.y = y_ours.get();
     args.m = m, args.n = n, args.k = k;
-    args.formula = EpilogueFormula::vllm_cutlass;
+    args.formula = EpilogueKind::vllm_cutlass;
     args.tile = tile;
     std::string id;
     const double t = median_ms([&](int i) {
@@ -152,7 +152,7 @@ void bench_gemm(int m, int n, int k) {
     launch_int8_scaled_mm(args, nullptr);
     plan.run(as[0].get(), ws[0].get(), acc.get(), nullptr, nullptr, nullptr);
     launch_int32_scaled_epilogue(acc.get(), sa.get(), sw.get(), nullptr, y_lt.get(), m, n,
-                                 EpilogueFormula::vllm_cutlass, BiasAdd::none, nullptr);
+                                 EpilogueKind::vllm_cutlass, BiasMode::muladd, nullptr);
     QC_CUDA_CHECK(cudaDeviceSynchronize());
     const auto ya = y_ours.to_host(), yb = y_lt.to_host();
     size_t diff = 0;
@@ -164,7 +164,7 @@ void bench_gemm(int m, int n, int k) {
   const double t_pipe2 = median_ms([&](int i) {
     plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr);
     launch_int32_scaled_epilogue(acc.get(), sa.get(), sw.get(), nullptr, y_lt.get(), m, n,
-                                 EpilogueFormula::vllm_cutlass, BiasAdd::none, nullptr);
+                                 EpilogueKind::vllm_cutlass, BiasMode::muladd, nullptr);
   });
   std::printf("  cuBLASLt pipeline timed again: %.4f ms (first %.4f ms)\n", t_pipe2, t_pipe);
 }

@@ -48,10 +48,16 @@ fi
 #    CA certificates; nothing else. The host's CA bundle and pip settings are copied in because
 #    they describe this network (a proxy's certificate), not the project's needs.
 t=$(date +%s)
-rm -rf --one-file-system "$dir"
-mmdebstrap --quiet --variant=minbase --include=make,ca-certificates "$suite" "$dir" \
-  "deb $mirror $suite main" "deb $mirror $suite-updates main" \
-  "deb http://deb.debian.org/debian-security $suite-security main"
+# A mirror caught mid-sync fails `apt-get update` now and then (seen once here): up to three tries.
+for try in 1 2 3; do
+  rm -rf --one-file-system "$dir"
+  mmdebstrap --quiet --variant=minbase --include=make,ca-certificates "$suite" "$dir" \
+    "deb $mirror $suite main" "deb $mirror $suite-updates main" \
+    "deb http://deb.debian.org/debian-security $suite-security main" && break
+  ((try < 3)) || { log "mmdebstrap failed 3 times"; exit 1; }
+  log "mmdebstrap failed (try $try); again in 30 s"
+  sleep 30
+done
 [[ -f /etc/ssl/certs/ca-certificates.crt ]] && cp /etc/ssl/certs/ca-certificates.crt "$dir/etc/ssl/certs/ca-certificates.crt"
 [[ -f /etc/pip.conf ]] && cp /etc/pip.conf "$dir/etc/pip.conf"
 cp /etc/resolv.conf "$dir/etc/resolv.conf"
@@ -62,10 +68,21 @@ mkdir -p "$dir/src/qconform"
 git archive HEAD | tar -x -C "$dir/src/qconform"
 if [[ -d ../shared ]]; then cp -r ../shared "$dir/src/shared"; fi
 
-for m in proc sys dev dev/pts; do
+for m in proc sys; do
   mount --rbind "/$m" "$dir/$m" && mounted+=("$dir/$m")
 done
-mount -t tmpfs tmpfs "$dir/dev/shm" 2>/dev/null && mounted+=("$dir/dev/shm") || true
+# A /dev of the chroot's own (not a bind of this machine's): a test that replaced a device node
+# there (qconform's hostile-input suite checks that it does not) must not reach the host's.
+mount -t tmpfs -o mode=755 tmpfs "$dir/dev" && mounted+=("$dir/dev")
+for node in "null c 1 3" "zero c 1 5" "full c 1 7" "random c 1 8" "urandom c 1 9" "tty c 5 0"; do
+  set -- $node
+  mknod -m 666 "$dir/dev/$1" "$2" "$3" "$4"
+done
+mkdir -p "$dir/dev/pts" "$dir/dev/shm"
+mount -t devpts -o newinstance,ptmxmode=0666 devpts "$dir/dev/pts" && mounted+=("$dir/dev/pts")
+ln -sf pts/ptmx "$dir/dev/ptmx"
+mount -t tmpfs -o mode=1777 tmpfs "$dir/dev/shm" && mounted+=("$dir/dev/shm")
+ln -sf /proc/self/fd "$dir/dev/fd"
 
 # 3. The README's commands, each timed, in a login shell with a plain environment.
 status=0

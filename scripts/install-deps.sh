@@ -21,6 +21,7 @@ build_packages=(
 test_packages=(
   clang libclang-rt-dev            # libFuzzer target
   libgtest-dev libgmock-dev libbenchmark-dev
+  openmpi-bin libopenmpi-dev       # MPI: multi-rank verify/predict/replay and their tests (optional in the build)
   chromium                         # the report's browser test
   python3 python3-pip python3-dev  # the peer tests and the nanobind extension (headers)
 )
@@ -38,8 +39,14 @@ if ((${#missing[@]})); then
   sudo=""
   [[ $(id -u) -ne 0 ]] && sudo="sudo"
   echo "install-deps: apt-get install ${missing[*]}" >&2
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
+  # A mirror caught mid-sync fails now and then: up to three tries before giving up.
+  for try in 1 2 3; do
+    $sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+      "${missing[@]}" >&2 && break
+    ((try < 3)) || { echo "install-deps: apt-get failed 3 times" >&2; exit 1; }
+    echo "install-deps: apt-get failed (try $try); again in 30 s" >&2
+    sleep 30
+  done
 fi
 
 [[ $group == test ]] || exit 0

@@ -34,7 +34,7 @@ inline constexpr int64_t kFp32ExactIntLimit = int64_t{1} << 24;
 
 // Exact int32 accumulators (SIMD, Highway runtime dispatch, multi-threaded). Requires the
 // no-overflow proof K·2^14 < 2^31, i.e. K <= kAccumMaxKInt32 (QC_CHECK otherwise).
-// `threads = 0` means std::thread::hardware_concurrency().
+// `threads = 0` means every hardware thread, or this process's share of them (qc::hardware_threads).
 void exact_accumulate_i32(const int8_t* a, const int8_t* w, AccumShape s, int32_t* acc, int threads = 0);
 
 // Exact int64 accumulators for any K: K is split into blocks below the int32 proof, each block

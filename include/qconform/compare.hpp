@@ -70,5 +70,10 @@ std::string describe(const DiffElement& d);
 
 void to_json(nlohmann::json& j, const Comparison& c);
 void to_json(nlohmann::json& j, const DiffElement& d);
+// The inverses (lossless: the values of a DiffElement are read back from its bit patterns, so
+// non-finite values, which JSON cannot hold, survive): how the ranks of an MPI job send per-layer
+// results to rank 0. nlohmann::json errors on malformed input.
+void from_json(const nlohmann::json& j, Comparison& c);
+void from_json(const nlohmann::json& j, DiffElement& d);
 
 }  // namespace qc

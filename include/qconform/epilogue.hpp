@@ -2,14 +2,15 @@
 // output, `y = f(acc, sa, sw, bias)`, one per production engine path, plus `exact`, the
 // correctly rounded result.
 //
-// One `Epilogue` object drives the CPU emulation and (later) selects the CUDA template instance,
-// so the set is a fixed table: `all_epilogues()` enumerates it, `(kind, bias_mode)` identifies an
+// One `Epilogue` object drives the CPU emulation and selects the CUDA template instance, so the
+// set is a fixed table: `all_epilogues()` enumerates it, `(kind, bias_mode)` identifies an
 // instance. Formulas are in `../shared/reference/production-epilogues.md`; the rounding points,
 // bias behaviour and the power-of-two argument are written up in `docs/epilogues.md`.
 //
-// Every fp32 operation here is explicit: `a * b` rounds once (the project compiles with
-// `-ffp-contract=off`), an FMA appears only as `std::fma` where the formula says so, and
-// `f32(acc)` converts an int32 or int64 accumulator to fp32 with one round-to-nearest-even.
+// The fp32 arithmetic itself is `formula::apply` in `epilogue_formula.hpp`, the one text the CPU
+// and the CUDA kernels compile: every `apply` below dispatches to it (`exact` excepted, which is
+// integer arithmetic and host-only). `f32(acc)` converts an int32 or int64 accumulator to fp32
+// with one round-to-nearest-even; an FMA appears only where the formula says so.
 #pragma once
 
 #include <cstdint>
@@ -18,19 +19,9 @@
 #include <string_view>
 
 #include "qconform/accum.hpp"
+#include "qconform/epilogue_formula.hpp"  // EpilogueKind, BiasMode and the arithmetic (host and device)
 
 namespace qc {
-
-enum class EpilogueKind { vllm_cutlass, vllm_triton, sglang_sm89, sglang_sm90, exact };
-
-// How the formula adds a bias (stored as bf16, one per output column n).
-enum class BiasMode {
-  fma,         // `bf16(fma(sa, t, f32(bias)))`: CUTLASS `multiply_add` contracted into one FMA
-  muladd,      // `bf16(rn32(rn32(product) + f32(bias)))`: product rounded to fp32, then an fp32 add
-  after_bf16,  // `bf16(rn32(f32(bf16(product)) + f32(bias)))`: bias added after a bf16 rounding
-  exact,       // the bias joins the exact real sum that is rounded once
-  refuse,      // ambiguous for this name: `apply` with a bias throws QC_INPUT (pick a suffixed name)
-};
 
 struct Epilogue {
   std::string_view name;     // "vllm-cutlass", "vllm-cutlass-fma", ..., "exact"
@@ -68,8 +59,14 @@ struct Epilogue {
 
 // The epilogue named `name`; QC_INPUT error listing the valid names when unknown.
 const Epilogue& epilogue(std::string_view name);
-// Every epilogue, in a fixed order (the registry the arms and CUDA instances enumerate).
+// Every epilogue over an integer accumulator, in a fixed order (the registry the INT8 arms and
+// CUDA instances enumerate).
 std::span<const Epilogue> all_epilogues();
+// The FP8 scaled epilogue, `fp8-scaled`: the row of the same table that scales the fp32 result `d`
+// of an FP8 GEMM, `bf16(rn32(rn32(d * sa) * sw))` (the Triton order). The FP8 sweep applies it on
+// the host (`apply_epilogue` over `const float*`), the cuBLASLt FP8 arms on the device when
+// cuBLASLt cannot scale itself. Not in `all_epilogues()`: no INT8 arm is named after it.
+const Epilogue& fp8_epilogue();
 
 // Whole tile, row-major: y[m,n] = apply(acc[m,n], sa[m], sw[n], bias[n], M, N).
 // `bias` may be null. Validates first (QC_INPUT): every `sa`, `sw` finite and > 0, every bias
@@ -77,6 +74,10 @@ std::span<const Epilogue> all_epilogues();
 void apply_epilogue(const Epilogue& e, const int32_t* acc, const float* sa, const float* sw,
                     const uint16_t* bias, int64_t M, int64_t N, uint16_t* y_bf16, int threads = 0);
 void apply_epilogue(const Epilogue& e, const int64_t* acc, const float* sa, const float* sw,
+                    const uint16_t* bias, int64_t M, int64_t N, uint16_t* y_bf16, int threads = 0);
+// The same over an fp32 accumulator (an FP8 GEMM's result; `fp8_epilogue()`): `f32(acc)` is the
+// value itself. QC_INPUT for `exact`, whose integer arithmetic needs an integer accumulator.
+void apply_epilogue(const Epilogue& e, const float* acc, const float* sa, const float* sw,
                     const uint16_t* bias, int64_t M, int64_t N, uint16_t* y_bf16, int threads = 0);
 // Rows [row0, row0 + rows) of a layer of `layer_m` x N exact accumulators (either width) into
 // y_bf16[rows, N]; `acc` and `sa` are the whole layer's. A formula that dispatches on the layer's

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,11 @@ PredictionSet predict(const std::vector<LayerOperands>& layers, const std::strin
                       const std::string& operands_sha256, int threads = 0,
                       const std::function<void(size_t, size_t)>& progress = {});
 nlohmann::json to_json(const PredictionSet& p);
+// One layer's prediction, and its JSON (one entry of the file's `layers`; read back losslessly,
+// nlohmann::json errors on malformed input): the unit the ranks of an MPI job compute.
+LayerPrediction predict_layer(const LayerOperands& ops, int threads = 0);
+nlohmann::json to_json(const LayerPrediction& l);
+LayerPrediction layer_prediction_from_json(const nlohmann::json& j);
 PredictionSet prediction_set_from_json(const nlohmann::json& j, const std::string& file_for_errors);
 
 // ---- scale regimes ----------------------------------------------------------------------------
@@ -122,6 +128,50 @@ VerifyResult verify_layers(Arm& a, Arm& b, const std::vector<LayerOperands>& lay
                            const VerifyOptions& options,
                            const std::function<void(size_t, size_t, const std::string&)>& progress = {});
 nlohmann::json to_json(const VerifyResult& r);
+
+// ---- verification in parts (the ranks of an MPI job, `verify --resume`) ---------------------------
+//
+// verify_layers = verify_layer_runs over every layer, then merge_verifications. The parts can be
+// computed anywhere, in any order and in several processes: merged in layer order they give the
+// same result, since every check is a function of the per-layer runs in layer order.
+
+// What verify found in one layer: its runs and whether its pinned prediction still holds.
+struct LayerVerification {
+  std::string name;
+  std::vector<LayerRun> runs;
+  std::string stale;             // "" when the pinned prediction equals the exact statistics, else both
+  RunRecord record_a, record_b;  // as the arms reported them in the layer's first run
+};
+// Lossless: layer_verification_from_json(to_json(v)) == v, field for field.
+nlohmann::json to_json(const LayerVerification& v);
+LayerVerification layer_verification_from_json(const nlohmann::json& j, const std::string& where);
+
+// Loads layer `i` (a view into a mapped file, or a shard mapped for it and unmapped when the
+// returned operands are dropped).
+using LayerLoader = std::function<LayerOperands(size_t)>;
+
+struct VerifySelection {
+  bool only = false;                  // false: every layer
+  std::vector<size_t> layers;         // when `only`: the layer indices to run, ascending
+  std::function<void(size_t)> started;                              // before layer i loads
+  std::function<void(size_t, const LayerVerification&)> done;       // once layer i's runs are complete
+};
+
+struct VerifiedLayers {
+  std::map<size_t, LayerVerification> layers;  // by layer index
+  std::string reference;                       // reference_description
+  std::vector<std::pair<std::string, double>> seconds;
+  double wall_seconds = 0;
+};
+
+VerifiedLayers verify_layer_runs(Arm& a, Arm& b, size_t layer_count, const LayerLoader& load,
+                                 const PredictionSet& predictions, const VerifyOptions& options,
+                                 const VerifySelection& selection = {},
+                                 const std::function<void(size_t, size_t, const std::string&)>& progress = {});
+// The checks C2-C6 over every layer's verification, `layers` in layer order (one per prediction).
+VerifyResult merge_verifications(const ArmInfo& a, const ArmInfo& b, const std::string& reference,
+                                 std::vector<LayerVerification> layers, const PredictionSet& predictions,
+                                 const VerifyOptions& options);
 
 // A layer's operands restricted to its first `m` rows (a view, no copy).
 LayerOperands first_rows(const LayerOperands& ops, int64_t m);

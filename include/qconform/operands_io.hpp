@@ -1,9 +1,10 @@
-// Operand files: safetensors with keys `<layer>.a_q` i8 [M,K], `<layer>.a_scale` f32 [M] (or
+// Operand files: safetensors (one file, or shards named by an index, docs/formats.md) with keys `<layer>.a_q` i8 [M,K], `<layer>.a_scale` f32 [M] (or
 // [M,1]), `<layer>.w_q` i8 [N,K], `<layer>.w_scale` f32 [N] (or [N,1]), optional `<layer>.bias`
 // bf16 [N]. `__metadata__` records the source; its key `layers` (comma-separated) fixes the layer
 // order, otherwise layers are ordered naturally (numbers compared as numbers).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,21 +13,67 @@
 
 namespace qc {
 
-struct OperandSet {
-  std::string path;
-  std::string sha256;  // "sha256:<hex>" of the whole file
-  std::map<std::string, std::string> metadata;
-  std::vector<LayerOperands> layers;  // views into the memory-mapped file
+struct LayerHeader {
+  std::string name;
+  int64_t m = 0, n = 0, k = 0;
 };
 
+struct OperandSet {
+  std::string path;
+  std::string sha256;  // "sha256:<hex>" of the whole file, or of a sharded set's index
+  std::map<std::string, std::string> metadata;
+  std::vector<LayerOperands> layers;  // every layer, views into mapped files (empty when opened lazily)
+  std::vector<LayerHeader> headers;   // every layer's name and shape, in order
+  std::function<LayerOperands(size_t)> loader;  // open_operands on a sharded set: maps layer i's shard
+
+  size_t size() const { return headers.size(); }
+  // Layer i: a view of `layers`, or its shard mapped for it (unmapped when the result is dropped).
+  LayerOperands load(size_t i) const;
+};
+
+// A path ending in `.json` is the index of a sharded set (docs/formats.md): every shard's header
+// is validated against the index up front; each shard's digest is checked against the index the
+// first time a layer of it is loaded. Otherwise one safetensors file.
+//
 // Strict: unknown keys, missing parts, wrong dtypes or ranks, shape mismatches between a_q and
 // w_q, non-finite or non-positive scales are input errors naming the file, the key and what was
-// expected. `with_digest = false` skips hashing the file.
+// expected. `with_digest = false` skips hashing the file (the index).
 OperandSet load_operands(const std::string& path, bool with_digest = true);
+// The same checks, but a sharded set's layers stay on disk until `load(i)` maps them, so that
+// what is resident is bounded by the layers in use, whatever the set's size. A single file is
+// mapped whole, as by load_operands.
+OperandSet open_operands(const std::string& path, bool with_digest = true);
 
 // Writes atomically (temporary file, then rename).
 void save_operands(const std::string& path, const std::vector<LayerOperands>& layers,
                    std::map<std::string, std::string> metadata);
+
+// The bytes a layer takes in an operand file.
+int64_t operand_bytes(const LayerOperands& ops);
+
+// Writes a sharded operand set layer by layer: shards `<stem>-00001.safetensors`, ... of at most
+// `shard_bytes` of tensor data (a larger layer gets a shard of its own) beside the index
+// `<stem>.index.json`, which is written last, with every shard's digest.
+class ShardedOperandWriter {
+ public:
+  ShardedOperandWriter(std::string index_path, std::map<std::string, std::string> metadata, int64_t shard_bytes);
+  void add(LayerOperands layer);
+  // Writes the last shard and the index; returns the index's path.
+  std::string finish();
+  size_t shard_count() const { return shards_.size(); }
+
+ private:
+  void flush();
+  std::string index_path_, stem_;
+  std::map<std::string, std::string> metadata_;
+  int64_t shard_bytes_;
+  std::vector<LayerOperands> pending_;
+  int64_t pending_bytes_ = 0, total_bytes_ = 0;
+  std::vector<std::pair<std::string, std::string>> shards_;  // name, digest
+  std::map<std::string, std::string> weight_map_;
+  std::string order_;
+  bool finished_ = false;
+};
 
 // Natural order: "layers.2.q" < "layers.10.q".
 bool natural_less(const std::string& a, const std::string& b);

@@ -12,9 +12,19 @@
 
 namespace qc {
 
-inline int resolve_threads(int threads) {
-  return threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+// What `threads = 0` means: every hardware thread, unless the process was given a share of them
+// (`set_thread_share`: the ranks of an MPI job on one host split its cores, qc::dist::init).
+inline std::atomic<int>& thread_share() {
+  static std::atomic<int> share{0};
+  return share;
 }
+inline void set_thread_share(int threads) { thread_share() = threads; }
+inline int hardware_threads() {
+  const int share = thread_share();
+  return share > 0 ? share : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+inline int resolve_threads(int threads) { return threads > 0 ? threads : hardware_threads(); }
 
 template <class Fn>
 void parallel_for(int64_t count, int threads, Fn&& fn) {

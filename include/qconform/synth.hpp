@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,7 +18,8 @@ struct LayerShape {
   int64_t n = 0, k = 0;
 };
 
-// Presets: "qwen3-1.7b" (196 layers), "qwen3-8b" (252), "tiny" (2 blocks of a 256-wide model,
+// Presets: "qwen3-1.7b" (196 layers), "qwen3-8b" (252), "llama3-70b" (560; hidden 8192,
+// intermediate 28672, 80 blocks, 64 query / 8 KV heads of 128), "tiny" (2 blocks of a 256-wide model,
 // for tests), or "MxNxK" (one layer named "layer0"; M then overrides `m`).
 struct ShapeSpec {
   std::vector<LayerShape> layers;
@@ -34,12 +36,16 @@ struct SynthOptions {
   double outlier_gain = 30.0;        // their magnitude relative to the other channels
   double weight_sigma = 0.02;        // Gaussian weight standard deviation
   std::string act_quantizer = "vllm";
+  int64_t max_layers = 0;            // > 0: only the first layers of the preset
   int threads = 0;
 };
 
 // Deterministic across machines: a counter-based generator (splitmix64) and Irwin–Hall normals
 // from integer arithmetic only, so the same seed gives the same bytes everywhere.
 std::vector<LayerOperands> synth_operands(const SynthOptions& options);
+// The same layers, handed to `sink` one at a time in order (a few generated at once, one per
+// thread), so that a set larger than memory can be written shard by shard.
+void synth_operands_each(const SynthOptions& options, const std::function<void(LayerOperands)>& sink);
 
 // splitmix64, the generator behind everything synthetic in qconform.
 inline uint64_t splitmix64(uint64_t& state) {

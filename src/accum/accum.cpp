@@ -37,7 +37,7 @@ int resolve_threads(int threads, AccumShape s) {
   QC_CHECK(threads >= 0, "threads must be >= 0 (0 = all hardware threads), got {}", threads);
   if (threads > 0) return threads;
   if (s.m * s.n * std::max<int64_t>(s.k, 1) < (int64_t{1} << 22)) return 1;
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return hardware_threads();
 }
 
 // Range statistics, in fixed blocks of rows / weight columns on `threads` workers, merged in block

@@ -4,11 +4,13 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 
 #include "qconform/arm.hpp"
 #include "qconform/boundary.hpp"
+#include "qconform/dist.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/layer_checks.hpp"
@@ -155,19 +157,43 @@ RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::st
   RunFiles f;
   const nlohmann::json extra = {{"pow2", pow2}, {"act_quantizer", o.act_quantizer}};
   std::string text = format_header(verb, LinearMode::w8a8, arm, lm.model, lm.tokenizer_path, lm.tokenizer_sha256, extra) + "\n";
+  // Prompts are shared over the ranks of an MPI job (one process: all of them); rank 0 merges the
+  // records in prompt order and writes the files; every rank receives the generated sequences
+  // (the replays force them).
+  std::vector<size_t> items;
+  std::vector<double> cost;
   for (size_t i = 0; i < lm.prompts.size(); ++i) {
-    decoder.reset();
-    if (verb == "generate") {
-      const GenerateResult g = generate_greedy(decoder, lm.prompts[i].tokens, o.max_new, lm.prompts[i].prompt);
-      text += records_jsonl(g.records);
-      f.sequences.push_back(g.tokens);
-    } else {
-      text += records_jsonl(replay(decoder, (*forced)[i], lm.prompts[i].prompt));
+    items.push_back(i);
+    const size_t forced_len = forced ? (*forced)[i].size() : lm.prompts[i].tokens.size() + static_cast<size_t>(o.max_new);
+    cost.push_back(static_cast<double>(forced_len));
+  }
+  const dist::Shared shared = dist::run_shared(items, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
+                                                                std::string& in_progress) {
+    for (size_t i : mine) {
+      in_progress = fmt::format("{} {} prompt {}", tag, arm, lm.prompts[i].prompt.dump());
+      decoder.reset();
+      if (verb == "generate") {
+        const GenerateResult g = generate_greedy(decoder, lm.prompts[i].tokens, o.max_new, lm.prompts[i].prompt);
+        out.results[i] = {{"jsonl", records_jsonl(g.records)}, {"tokens", g.tokens}};
+      } else {
+        out.results[i] = {{"jsonl", records_jsonl(replay(decoder, (*forced)[i], lm.prompts[i].prompt))}};
+      }
+    }
+  });
+  nlohmann::json sequences = nlohmann::json::array();
+  for (const auto& [i, r] : shared.results) {
+    text += r.at("jsonl").get<std::string>();
+    if (verb == "generate") sequences.push_back(r.at("tokens"));
+  }
+  if (verb == "generate") {
+    for (const auto& t : nlohmann::json::parse(dist::broadcast(sequences.dump()))) {
+      f.sequences.push_back(t.get<std::vector<int32_t>>());
     }
   }
+  f.record = linear.last_record();
+  if (!dist::world().root()) return f;
   f.jsonl = fmt::format("{}/{}.jsonl", dir, tag);
   write_file_atomic(f.jsonl, text);
-  f.record = linear.last_record();
   std::vector<std::pair<std::string, std::string>> inputs = lm.inputs;
   inputs.insert(inputs.end(), extra_inputs.begin(), extra_inputs.end());
   Manifest m = make_manifest(verb, arm, f.record, inputs,
@@ -207,17 +233,21 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   auto arm_b = make_arm(o.arm_b);
   QC_INPUT(o.arm_a != o.arm_b, "--arms {},{}: expected two different arms (the treatment)", o.arm_a, o.arm_b);
 
+  // Under MPI (docs/distributed.md) the layers of predict and verify and the prompts of the model
+  // runs are shared over the ranks; rank 0 alone runs the rest and writes every file (other ranks
+  // return an outcome without results).
+  const bool root = dist::world().root();
   step("model and prompts");
   const LoadedModel lm = load_model_and_prompts(o, dir);
 
   // C1 on each arm.
   step("C1 boundary suite");
-  const BoundaryResult boundary_a = run_boundary(*arm_a);
-  const BoundaryResult boundary_b = run_boundary(*arm_b);
+  const BoundaryResult boundary_a = root ? run_boundary(*arm_a) : BoundaryResult{};
+  const BoundaryResult boundary_b = root ? run_boundary(*arm_b) : BoundaryResult{};
   // Exit 0 means checked: an arm that ran no probe of a mandatory C1 family (an unavailable
   // device, a plugin refusing every probe) leaves nothing to compare (docs/hostile-inputs.md).
   for (const BoundaryResult* b : {&boundary_a, &boundary_b}) {
-    QC_INPUT(b->checked(), "C1 for arm `{}`: nothing to check: no probe of {} ran through the arm ({})",
+    QC_INPUT(!root || b->checked(), "C1 for arm `{}`: nothing to check: no probe of {} ran through the arm ({})",
              printable_text(b->arm.label), fmt::join(b->families_not_run, ", "), b->c1.summary);
   }
   CheckResult c1 = boundary_a.c1;
@@ -232,23 +262,50 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   const std::vector<LayerOperands> captured =
       capture_operands(lm.model, w8a8_options(o, lm.model, o.arm_a, false), prompt_tokens).layers;
   const std::string ops_path = dir + "/operands.safetensors";
-  save_operands(ops_path, captured, {{"source", "qconform conform capture"}, {"model", lm.description}});
-  const OperandSet ops = load_operands(ops_path);
-  {
+  // Every rank captured the same operands (the capture is deterministic); rank 0 writes them and
+  // tells the others their digest.
+  OperandSet ops;
+  if (root) {
+    save_operands(ops_path, captured, {{"source", "qconform conform capture"}, {"model", lm.description}});
+    ops = load_operands(ops_path);
     std::vector<std::pair<std::string, std::string>> inputs = lm.inputs;
     inputs.emplace_back("operands", ops_path);
     write_manifest(dir + "/capture.manifest.json",
                    make_manifest("capture", o.arm_a, std::nullopt, inputs, {{"act_quantizer", o.act_quantizer}}));
+  } else {
+    ops.path = ops_path;
+    ops.layers = captured;
   }
+  ops.sha256 = dist::broadcast(ops.sha256);
 
   // C2: predictions pinned before any comparison.
   step("C2 predict and pin");
-  const PredictionSet predictions = predict(ops.layers, ops.path, ops.sha256);
+  std::vector<size_t> items;
+  std::vector<double> cost;
+  for (size_t i = 0; i < ops.layers.size(); ++i) {
+    const LayerOperands& l = ops.layers[i];
+    items.push_back(i);
+    cost.push_back(static_cast<double>(l.m) * static_cast<double>(l.n) * static_cast<double>(l.k));
+  }
+  const dist::Shared predicted = dist::run_shared(
+      items, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out, std::string& in_progress) {
+        for (size_t i : mine) {
+          in_progress = fmt::format("predict layer {} `{}`", i, ops.layers[i].name);
+          out.results[i] = to_json(predict_layer(ops.layers[i]));
+        }
+      });
+  PredictionSet predictions;
+  predictions.operands_path = ops.path;
+  predictions.operands_sha256 = ops.sha256;
+  for (const auto& [i, l] : predicted.results) predictions.layers.push_back(layer_prediction_from_json(l));
   const std::string predictions_path = dir + "/predictions.json";
-  const std::string predictions_text = to_json(predictions).dump(1) + "\n";
-  write_file_atomic(predictions_path, predictions_text);
+  const std::string predictions_text = dist::broadcast(to_json(predictions).dump(1) + "\n");
+  predictions = prediction_set_from_json(nlohmann::json::parse(predictions_text), "predictions from rank 0");
   const std::string pin = "sha256:" + sha256_hex(std::string_view(predictions_text));
-  QC_CHECK(sha256_file(predictions_path) == pin, "the predictions file changed after it was pinned");
+  if (root) {
+    write_file_atomic(predictions_path, predictions_text);
+    QC_CHECK(sha256_file(predictions_path) == pin, "the predictions file changed after it was pinned");
+  }
 
   // C2–C6 at layer level.
   step("C2-C6 verify");
@@ -259,7 +316,40 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
     if (m < captured_m) vo.m_sweep.push_back(m);
   }
   if (!vo.m_sweep.empty()) vo.m_sweep.push_back(captured_m);
-  const VerifyResult verify = verify_layers(*arm_a, *arm_b, ops.layers, predictions, vo);
+  std::string reference;
+  const dist::Shared verified = dist::run_shared(
+      items, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out, std::string& in_progress) {
+        VerifySelection selection;
+        selection.only = true;
+        selection.layers = mine;
+        selection.started = [&](size_t i) { in_progress = fmt::format("verify layer {} `{}`", i, ops.layers[i].name); };
+        selection.done = [&](size_t i, const LayerVerification& v) { out.results[i] = to_json(v); };
+        const VerifiedLayers part = verify_layer_runs(
+            *arm_a, *arm_b, ops.layers.size(), [&](size_t i) { return ops.layers[i]; }, predictions, vo, selection);
+        reference = part.reference;
+        nlohmann::json seconds = nlohmann::json::array();
+        for (const auto& [phase, sec] : part.seconds) seconds.push_back({phase, sec});
+        out.rank_info = {{"seconds", seconds}, {"wall_seconds", part.wall_seconds}};
+      });
+  VerifyResult verify;
+  if (root) {
+    std::vector<LayerVerification> layers;
+    for (const auto& [i, j] : verified.results) layers.push_back(layer_verification_from_json(j, "rank results"));
+    if (reference.empty()) reference = reference_description(resolve_reference(vo.reference));
+    verify = merge_verifications(arm_a->info(), arm_b->info(), reference, std::move(layers), predictions, vo);
+    for (const nlohmann::json& info : verified.rank_info) {  // timings: every rank's phases added up
+      for (const auto& p : info.at("seconds")) {
+        const std::string phase = p.at(0).get<std::string>();
+        auto it = std::find_if(verify.seconds.begin(), verify.seconds.end(), [&](const auto& x) { return x.first == phase; });
+        if (it == verify.seconds.end()) {
+          verify.seconds.emplace_back(phase, p.at(1).get<double>());
+        } else {
+          it->second += p.at(1).get<double>();
+        }
+      }
+      verify.wall_seconds = std::max(verify.wall_seconds, info.at("wall_seconds").get<double>());
+    }
+  }
 
   // Token level: free-running generations, teacher-forced replays of A's sequences, and the
   // power-of-two probe end to end.
@@ -273,6 +363,8 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   step("generate (power-of-two probe)");
   const RunFiles pow_a = run_model(o, lm, dir, o.arm_a, "generate", true, nullptr, "generate.pow2.A", {});
   const RunFiles pow_b = run_model(o, lm, dir, o.arm_b, "generate", true, nullptr, "generate.pow2.B", {});
+
+  if (!root) return {};
 
   // C0: the replay runs must differ only in the arm.
   step("C0 identity contract");

@@ -115,6 +115,7 @@ HWY_AFTER_NAMESPACE();
 #include "qconform/arm.hpp"
 #include "qconform/compare.hpp"
 #include "qconform/cuda.hpp"
+#include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "qconform/limits.hpp"
 #include "qconform/numerics.hpp"
@@ -291,14 +292,10 @@ void fp8_gemm_exact_fast(const uint8_t* a, const uint8_t* w, AccumShape s, float
 
 std::vector<uint16_t> fp8_epilogue_bf16(const float* d, const std::vector<float>& a_scale,
                                         const std::vector<float>& w_scale) {
-  const size_t m = a_scale.size(), n = w_scale.size();
-  std::vector<uint16_t> y(m * n);
-  for (size_t i = 0; i < m; ++i) {
-    for (size_t j = 0; j < n; ++j) {
-      const float t = d[i * n + j] * a_scale[i];  // rn32 (no contraction: -ffp-contract=off)
-      y[i * n + j] = f32_to_bf16(t * w_scale[j]);
-    }
-  }
+  // The `fp8-scaled` row of the formula table (epilogue.hpp), the text the CUDA FP8 arms run too.
+  std::vector<uint16_t> y(a_scale.size() * w_scale.size());
+  apply_epilogue(fp8_epilogue(), d, a_scale.data(), w_scale.data(), nullptr, static_cast<int64_t>(a_scale.size()),
+                 static_cast<int64_t>(w_scale.size()), y.data());
   return y;
 }
 
@@ -461,7 +458,7 @@ SweepResult run_sweep(const SweepOptions& o) {
         break;
       }
     }
-    record["epilogue"] = "bf16(rn32(rn32(d*sa)*sw))";
+    record["epilogue"] = std::string(fp8_epilogue().formula);
     return fp8_epilogue_bf16(d.data(), ops.a_scale, ops.w_scale);
   };
 

@@ -41,7 +41,7 @@ int64_t parse_dim(std::string_view text, std::string_view spec) {
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   QC_INPUT(ec == std::errc() && ptr == text.data() + text.size() && v > 0,
-           "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, tiny or MxNxK with positive integers", spec);
+           "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, llama3-70b, tiny or MxNxK with positive integers", spec);
   return v;
 }
 
@@ -106,22 +106,30 @@ ShapeSpec parse_shapes(std::string_view spec) {
     out.layers = decoder_layers({2048, 6144, 28, 16, 8, 128});
   } else if (spec == "qwen3-8b") {
     out.layers = decoder_layers({4096, 12288, 36, 32, 8, 128});
+  } else if (spec == "llama3-70b") {
+    out.layers = decoder_layers({8192, 28672, 80, 64, 8, 128});
   } else if (spec == "tiny") {
     out.layers = decoder_layers({256, 768, 2, 4, 2, 64});
   } else {
     const size_t x1 = spec.find('x'), x2 = spec.find('x', x1 == std::string_view::npos ? x1 : x1 + 1);
     QC_INPUT(x1 != std::string_view::npos && x2 != std::string_view::npos,
-             "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, tiny or MxNxK (e.g. 512x4096x4096)", spec);
+             "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, llama3-70b, tiny or MxNxK (e.g. 512x4096x4096)", spec);
     out.m_override = parse_dim(spec.substr(0, x1), spec);
     out.layers.push_back({"layer0", parse_dim(spec.substr(x1 + 1, x2 - x1 - 1), spec), parse_dim(spec.substr(x2 + 1), spec)});
   }
   return out;
 }
 
-std::vector<LayerOperands> synth_operands(const SynthOptions& options) {
-  const ShapeSpec spec = parse_shapes(options.shapes);
-  const int64_t m = spec.m_override > 0 ? spec.m_override : options.m;
+namespace {
+
+ShapeSpec checked_spec(const SynthOptions& options, int64_t& m) {
+  ShapeSpec spec = parse_shapes(options.shapes);
+  m = spec.m_override > 0 ? spec.m_override : options.m;
   QC_INPUT(m > 0, "--m: expected a positive number of rows, found {}", m);
+  QC_INPUT(options.max_layers >= 0, "--layers: expected a non-negative count, found {}", options.max_layers);
+  if (options.max_layers > 0 && static_cast<size_t>(options.max_layers) < spec.layers.size()) {
+    spec.layers.resize(static_cast<size_t>(options.max_layers));
+  }
   act_quantizer(options.act_quantizer);  // validates the name before any work
   // NaN fails every comparison: each parameter is checked for what it must be, not for what it must not.
   QC_INPUT(options.outlier_fraction >= 0.0 && options.outlier_fraction <= 1.0,
@@ -131,22 +139,51 @@ std::vector<LayerOperands> synth_operands(const SynthOptions& options) {
   QC_INPUT(options.weight_sigma > 0.0 && std::isfinite(options.weight_sigma),
            "weight sigma: expected a finite standard deviation > 0, found {}", options.weight_sigma);
   QC_INPUT(options.threads >= 0, "--threads: expected 0 (all cores) or a positive count, found {}", options.threads);
-  // Memory before allocating: every layer's operands are held until written, plus one fp32
-  // activation and weight matrix per worker while a layer is generated.
-  double held = 0, transient = 0;
+  return spec;
+}
+
+// Memory before allocating: the operands of the layers held at once (every layer for
+// `synth_operands`, one for the streaming `synth_operands_each`), plus one fp32 activation and
+// weight matrix per worker while a layer is generated.
+void check_synth_memory(const SynthOptions& options, const ShapeSpec& spec, int64_t m, bool all_layers_held) {
+  double held = 0, largest = 0, transient = 0;
   for (const LayerShape& l : spec.layers) {
     const double md = static_cast<double>(m), nd = static_cast<double>(l.n), kd = static_cast<double>(l.k);
-    held += md * kd + nd * kd + 4 * md + 6 * nd;
+    const double bytes = md * kd + nd * kd + 4 * md + 6 * nd;
+    held += bytes;
+    largest = std::max(largest, bytes);
     transient = std::max(transient, 4 * (md * kd + nd * kd));
   }
   const unsigned workers = std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(),
                                                           static_cast<unsigned>(spec.layers.size())));
-  check_memory_estimate(held + workers * transient,
+  check_memory_estimate((all_layers_held ? held : workers * largest) + workers * transient,
                         fmt::format("--shapes {} --m {} ({} layers)", options.shapes, m, spec.layers.size()));
+}
+
+}  // namespace
+
+std::vector<LayerOperands> synth_operands(const SynthOptions& options) {
+  int64_t m = 0;
+  const ShapeSpec spec = checked_spec(options, m);
+  check_synth_memory(options, spec, m, /*all_layers_held=*/true);
   std::vector<LayerOperands> layers(spec.layers.size());
   parallel_for(static_cast<int64_t>(layers.size()), options.threads,
                [&](int64_t i) { layers[i] = synth_layer(spec.layers[i], static_cast<size_t>(i), m, options); });
   return layers;
+}
+
+void synth_operands_each(const SynthOptions& options, const std::function<void(LayerOperands)>& sink) {
+  int64_t m = 0;
+  const ShapeSpec spec = checked_spec(options, m);
+  check_synth_memory(options, spec, m, /*all_layers_held=*/false);
+  const size_t batch = static_cast<size_t>(resolve_threads(options.threads));
+  for (size_t first = 0; first < spec.layers.size(); first += batch) {
+    std::vector<LayerOperands> layers(std::min(batch, spec.layers.size() - first));
+    parallel_for(static_cast<int64_t>(layers.size()), options.threads, [&](int64_t i) {
+      layers[i] = synth_layer(spec.layers[first + i], first + static_cast<size_t>(i), m, options);
+    });
+    for (LayerOperands& l : layers) sink(std::move(l));
+  }
 }
 
 }  // namespace qc

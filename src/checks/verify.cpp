@@ -342,32 +342,34 @@ bool VerifyResult::all_passed() const {
   return std::none_of(checks.begin(), checks.end(), [](const CheckResult& c) { return c.verdict == Verdict::fail; });
 }
 
-VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperands>& layers,
-                           const PredictionSet& predictions, const VerifyOptions& options,
-                           const std::function<void(size_t, size_t, const std::string&)>& progress) {
+VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, const LayerLoader& load,
+                                 const PredictionSet& predictions, const VerifyOptions& options,
+                                 const VerifySelection& selection,
+                                 const std::function<void(size_t, size_t, const std::string&)>& progress) {
   const auto started = std::chrono::steady_clock::now();
-  VerifyResult result;
-  result.arm_a = arm_a.info();
-  result.arm_b = arm_b.info();
-  const Epilogue* formula_a = declared(result.arm_a);
-  const Epilogue* formula_b = declared(result.arm_b);
+  VerifiedLayers result;
+  const ArmInfo info_a = arm_a.info(), info_b = arm_b.info();
+  const Epilogue* formula_a = declared(info_a);
+  const Epilogue* formula_b = declared(info_b);
   const VerifyReference reference = resolve_reference(options.reference);
   result.reference = reference_description(reference);
-  QC_INPUT(predictions.layers.size() == layers.size(),
+  QC_INPUT(predictions.layers.size() == layer_count,
            "predictions cover {} layers but the operands have {}: expected the predictions made from these operands",
-           predictions.layers.size(), layers.size());
-
-  // C2 part one: the pinned predictions must be the exact statistics of these operands.
-  int64_t stale_predictions = 0;
-  std::vector<std::string> stale_first;
+           predictions.layers.size(), layer_count);
+  std::vector<size_t> selected = selection.layers;
+  if (!selection.only) {
+    selected.resize(layer_count);
+    for (size_t i = 0; i < layer_count; ++i) selected[i] = i;
+  }
 
   const size_t m_count = options.m_sweep.empty() ? 1 : options.m_sweep.size();
-  const size_t total_steps = layers.size() * m_count * options.modes.size();
+  const size_t total_steps = selected.size() * m_count * options.modes.size();
   size_t step = 0;
   // The run whose element pass is in flight, and how it is folded into the result once done.
   struct PendingRun {
     LayerRun run;
-    bool counts_in_total = false, a_has_acc = false, b_has_acc = false;
+    size_t layer = 0;
+    bool last_of_layer = false, a_has_acc = false, b_has_acc = false;
     std::future<std::pair<ElementPass, double>> pass;
   };
   std::optional<PendingRun> pending;
@@ -394,24 +396,28 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
       run.pow2_excluded = t.pow2_excluded;
       run.pow2_violations = t.pow2_violations;
       run.pow2_first = t.pow2_first;
-    } else if (pending->counts_in_total) {
-      result.total_real.merge(run.cmp, options.compare.max_listed);
     }
-    result.runs.push_back(std::move(run));
+    LayerVerification& layer = result.layers[pending->layer];
+    layer.runs.push_back(std::move(run));
+    if (pending->last_of_layer && selection.done) selection.done(pending->layer, layer);
     pending.reset();
   };
 
-  for (size_t li = 0; li < layers.size(); ++li) {
-    const LayerOperands& full = layers[li];
+  for (const size_t li : selected) {
+    QC_CHECK(li < layer_count, "verify: layer index {} of {}", li, layer_count);
+    if (selection.started) selection.started(li);
+    const LayerOperands full = load(li);
     const LayerPrediction& pred = predictions.layers[li];
+    LayerVerification& layer = result.layers[li];
+    layer.name = full.name;
     QC_INPUT(pred.name == full.name && pred.stats.shape.m == full.m && pred.stats.shape.n == full.n &&
                  pred.stats.shape.k == full.k,
              "predictions layer {} is `{}` {}x{}x{}, operands layer is `{}` {}x{}x{}: expected the same layers in order", li,
              pred.name, pred.stats.shape.m, pred.stats.shape.n, pred.stats.shape.k, full.name, full.m, full.n, full.k);
     const std::vector<int64_t> ms = options.m_sweep.empty() ? std::vector<int64_t>{full.m} : options.m_sweep;
-    const int64_t m_total = *std::max_element(ms.begin(), ms.end());  // the runs C6's totals count
     std::future<RangeStats> stats;  // C2: the exact statistics of the whole layer, computed beside the arms
-    for (int64_t m : ms) {
+    for (size_t msi = 0; msi < ms.size(); ++msi) {
+      const int64_t m = ms[msi];
       const LayerOperands rows = first_rows(full, m);
       const auto exact = std::make_shared<const ExactAccumulators>(
           timed(result.seconds, "reference accumulation", [&] { return exact_acc(rows, reference, options.threads); }));
@@ -447,8 +453,8 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
         run.operands_identical = after_a.empty() && after_b.empty();
         if (!after_a.empty()) run.operands_note = "arm A modified its operands: " + after_a;
         if (after_a.empty() && !after_b.empty()) run.operands_note = "arm B modified its operands: " + after_b;
-        if (result.record_a.arm.empty()) result.record_a = out_a.record;
-        if (result.record_b.arm.empty()) result.record_b = out_b.record;
+        if (layer.record_a.arm.empty()) layer.record_a = out_a.record;
+        if (layer.record_b.arm.empty()) layer.record_b = out_b.record;
         for (const ArmOutput* out : {&out_a, &out_b}) {
           QC_INPUT(static_cast<int64_t>(out->y.size()) == ops.m * ops.n,
                    "arm {} returned {} outputs for layer `{}`, expected {}x{}", out->record.arm, out->y.size(), ops.name,
@@ -470,7 +476,8 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
         }
         // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
         finish_pending();
-        PendingRun next{std::move(run), m == m_total, out_a.acc.has_value(), out_b.acc.has_value(), {}};
+        const bool last_of_layer = msi + 1 == ms.size() && mi + 1 == options.modes.size();
+        PendingRun next{std::move(run), li, last_of_layer, out_a.acc.has_value(), out_b.acc.has_value(), {}};
         const std::string label = m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m);
         next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops, label, mode,
                                                     a = std::move(out_a), b = std::move(out_b)] {
@@ -491,18 +498,57 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
     const bool fresh_safe = fresh.max_abs_acc <= kFp32ExactIntLimit && fresh.int32_overflow_count == 0;
     if (fresh.max_abs_acc != pred.stats.max_abs_acc || fresh.count_above_2p24 != pred.stats.count_above_2p24 ||
         fresh.int32_overflow_count != pred.stats.int32_overflow_count || fresh_safe != pred.safe) {
-      ++stale_predictions;
-      if (stale_first.size() < 5) {
-        stale_first.push_back(fmt::format("{}: predicted max|acc| {} ({} above 2^24, safe {}), exact {} ({} above 2^24, "
-                                          "safe {})",
-                                          full.name, pred.stats.max_abs_acc, pred.stats.count_above_2p24, pred.safe,
-                                          fresh.max_abs_acc, fresh.count_above_2p24, fresh_safe));
-      }
+      layer.stale = fmt::format("{}: predicted max|acc| {} ({} above 2^24, safe {}), exact {} ({} above 2^24, safe {})",
+                                full.name, pred.stats.max_abs_acc, pred.stats.count_above_2p24, pred.safe,
+                                fresh.max_abs_acc, fresh.count_above_2p24, fresh_safe);
     }
   }
 
   finish_pending();
   result.wall_seconds = seconds_since(started);
+  return result;
+}
+
+VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperands>& layers,
+                           const PredictionSet& predictions, const VerifyOptions& options,
+                           const std::function<void(size_t, size_t, const std::string&)>& progress) {
+  VerifiedLayers done = verify_layer_runs(
+      arm_a, arm_b, layers.size(), [&](size_t i) { return layers[i]; }, predictions, options, {}, progress);
+  std::vector<LayerVerification> all;
+  for (auto& [index, layer] : done.layers) all.push_back(std::move(layer));
+  VerifyResult result = merge_verifications(arm_a.info(), arm_b.info(), done.reference, std::move(all), predictions, options);
+  result.seconds = std::move(done.seconds);
+  result.wall_seconds = done.wall_seconds;
+  return result;
+}
+
+VerifyResult merge_verifications(const ArmInfo& arm_a, const ArmInfo& arm_b, const std::string& reference,
+                                 std::vector<LayerVerification> layers, const PredictionSet& predictions,
+                                 const VerifyOptions& options) {
+  QC_CHECK(layers.size() == predictions.layers.size(), "merge_verifications: {} layers, {} predictions", layers.size(),
+           predictions.layers.size());
+  VerifyResult result;
+  result.arm_a = arm_a;
+  result.arm_b = arm_b;
+  result.reference = reference;
+  int64_t stale_predictions = 0;
+  std::vector<std::string> stale_first;
+  for (LayerVerification& layer : layers) {
+    QC_CHECK(!layer.runs.empty(), "merge_verifications: layer `{}` has no runs", layer.name);
+    if (result.record_a.arm.empty()) result.record_a = layer.record_a;
+    if (result.record_b.arm.empty()) result.record_b = layer.record_b;
+    if (!layer.stale.empty()) {
+      ++stale_predictions;
+      if (stale_first.size() < 5) stale_first.push_back(layer.stale);
+    }
+    // C6's totals count the real-scale runs of the largest row count of each layer.
+    int64_t m_total = 0;
+    for (const LayerRun& r : layer.runs) m_total = std::max(m_total, r.m);
+    for (LayerRun& r : layer.runs) {
+      if (r.mode == ScaleMode::real && r.m == m_total) result.total_real.merge(r.cmp, options.compare.max_listed);
+      result.runs.push_back(std::move(r));
+    }
+  }
 
   // ---- the checks over all runs ----
   CheckResult c2 = make_check("C2", "range prediction", Verdict::pass);
@@ -693,6 +739,72 @@ nlohmann::json to_json(const VerifyResult& r) {
           {"seconds", seconds},
           {"wall_seconds", r.wall_seconds},
           {"runs", runs}};
+}
+
+nlohmann::json to_json(const LayerVerification& v) {
+  nlohmann::json runs = nlohmann::json::array();
+  for (const LayerRun& x : v.runs) {
+    runs.push_back({{"layer", x.layer},
+                    {"m", x.m},
+                    {"n", x.n},
+                    {"k", x.k},
+                    {"scales", scale_mode_name(x.mode)},
+                    {"safe", x.safe},
+                    {"int32_overflow", x.int32_overflow},
+                    {"cmp", x.cmp},
+                    {"operands_identical", x.operands_identical},
+                    {"operands_note", x.operands_note},
+                    {"acc_mismatch", {x.acc_mismatch_a, x.acc_mismatch_b}},
+                    {"acc_first_mismatch", x.acc_first_mismatch},
+                    {"prediction_held", x.prediction_held},
+                    {"pow2_excluded", x.pow2_excluded},
+                    {"pow2_violations", x.pow2_violations},
+                    {"pow2_first", x.pow2_first},
+                    {"pow2_not_commutable", x.pow2_not_commutable},
+                    {"formula_mismatch", {x.formula_mismatch_a, x.formula_mismatch_b}},
+                    {"predicted_diff", x.predicted_diff},
+                    {"predicted_equals_observed", x.predicted_equals_observed}});
+  }
+  return {{"name", v.name}, {"stale", v.stale}, {"record_a", v.record_a}, {"record_b", v.record_b}, {"runs", runs}};
+}
+
+LayerVerification layer_verification_from_json(const nlohmann::json& j, const std::string& where) {
+  try {
+    LayerVerification v;
+    v.name = j.at("name").get<std::string>();
+    v.stale = j.at("stale").get<std::string>();
+    v.record_a = j.at("record_a").get<RunRecord>();
+    v.record_b = j.at("record_b").get<RunRecord>();
+    for (const auto& x : j.at("runs")) {
+      LayerRun r;
+      r.layer = x.at("layer").get<std::string>();
+      r.m = x.at("m").get<int64_t>();
+      r.n = x.at("n").get<int64_t>();
+      r.k = x.at("k").get<int64_t>();
+      r.mode = scale_mode_from_name(x.at("scales").get<std::string>());
+      r.safe = x.at("safe").get<bool>();
+      r.int32_overflow = x.at("int32_overflow").get<bool>();
+      r.cmp = x.at("cmp").get<Comparison>();
+      r.operands_identical = x.at("operands_identical").get<bool>();
+      r.operands_note = x.at("operands_note").get<std::string>();
+      r.acc_mismatch_a = x.at("acc_mismatch").at(0).get<int64_t>();
+      r.acc_mismatch_b = x.at("acc_mismatch").at(1).get<int64_t>();
+      r.acc_first_mismatch = x.at("acc_first_mismatch").get<std::vector<std::string>>();
+      r.prediction_held = x.at("prediction_held").get<bool>();
+      r.pow2_excluded = x.at("pow2_excluded").get<int64_t>();
+      r.pow2_violations = x.at("pow2_violations").get<int64_t>();
+      r.pow2_first = x.at("pow2_first").get<std::vector<DiffElement>>();
+      r.pow2_not_commutable = x.at("pow2_not_commutable").get<bool>();
+      r.formula_mismatch_a = x.at("formula_mismatch").at(0).get<int64_t>();
+      r.formula_mismatch_b = x.at("formula_mismatch").at(1).get<int64_t>();
+      r.predicted_diff = x.at("predicted_diff").get<int64_t>();
+      r.predicted_equals_observed = x.at("predicted_equals_observed").get<bool>();
+      v.runs.push_back(std::move(r));
+    }
+    return v;
+  } catch (const nlohmann::json::exception& e) {
+    QC_FAIL_INPUT("{}: not a valid per-layer verify result: {}", where, e.what());
+  }
 }
 
 }  // namespace qc

@@ -45,4 +45,20 @@ inline std::vector<int64_t> parse_positive_list(const std::string& option, const
   return out;
 }
 
+// `--shard-size 2G`: a positive byte count with an optional K, M, G or T suffix (powers of 1024).
+inline int64_t parse_byte_size(const std::string& option, const std::string& text) {
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  const std::string_view suffix(ptr, static_cast<size_t>(text.data() + text.size() - ptr));
+  int shift = -1;
+  if (suffix.empty() || suffix == "B") shift = 0;
+  if (suffix == "K" || suffix == "KiB") shift = 10;
+  if (suffix == "M" || suffix == "MiB") shift = 20;
+  if (suffix == "G" || suffix == "GiB") shift = 30;
+  if (suffix == "T" || suffix == "TiB") shift = 40;
+  QC_INPUT(ec == std::errc() && v > 0 && shift >= 0 && v <= (INT64_MAX >> shift),
+           "{} `{}`: expected a positive size in bytes, optionally with K, M, G or T (e.g. 2G)", option, text);
+  return v << shift;
+}
+
 }  // namespace qc::cli

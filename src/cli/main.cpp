@@ -1,5 +1,5 @@
 // qconform's command line: builds one CLI11 subcommand per registered verb and maps errors to
-// exit codes (1 = an arm failed while it ran, 2 = bad usage or input, 3 = internal error).
+// exit codes (2 = bad usage or input, 3 = internal error).
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -7,19 +7,20 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <system_error>
 #include <map>
 #include <new>
+#include <system_error>
 
 #include "arms/plugin/plugin_arm.hpp"
 #include "cli/cli.hpp"
-#include "qconform/version.hpp"
+#include "qconform/dist.hpp"
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
+#include "qconform/version.hpp"
 
 namespace qc::cli {
 
@@ -37,6 +38,8 @@ namespace {
 // checked, so an exit during a run becomes exit 3 with a message.
 std::atomic<bool> g_verb_running{false};
 
+}  // namespace
+
 void refuse_exit_during_run() {
   if (!g_verb_running.load()) return;
   std::fflush(stdout);
@@ -46,9 +49,72 @@ void refuse_exit_during_run() {
   std::_Exit(kExitInternal);
 }
 
-}  // namespace
+// Runs one verb with `g_verb_running` set (cleared on return and while an exception unwinds).
+int run_marked(const VerbRunner& run) {
+  struct Running {
+    Running() { g_verb_running = true; }
+    ~Running() { g_verb_running = false; }
+  } running;
+  return run();
+}
 
 }  // namespace qc::cli
+
+namespace {
+
+// Runs the parsed verb. Under MPI an error that reached here on one rank cannot be known to the
+// others (they may wait in a collective), so it ends the whole job (MPI_Abort) with its exit code;
+// errors the ranks agreed on (qc::dist::run_shared) end each rank normally, rank 0 alone printing.
+int run_verb(const std::map<CLI::App*, qc::cli::VerbRunner>& runners) {
+  using namespace qc::cli;
+  const auto fail = [](int code) {
+    if (qc::dist::world().size > 1) qc::dist::abort_job(code);
+    return code;
+  };
+  try {
+    for (auto& [sub, run] : runners) {
+      if (!sub->parsed()) continue;
+      const int rc = run_marked(run);
+      // A verdict nobody could read is no verdict: stdout that cannot be written (a full disk,
+      // `> /dev/full`, a closed pipe) is an error, not exit 0.
+      if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+        std::fprintf(stderr, "qconform: error: writing the results to stdout failed: %s\n", std::strerror(errno));
+        return fail(kExitBadInput);
+      }
+      return rc;
+    }
+    return kExitBadInput;
+  } catch (const qc::dist::JobFailed& e) {
+    if (!e.message().empty()) std::fprintf(stderr, "qconform: error: %s\n", e.message().c_str());
+    return e.code();
+  } catch (const qc::Error& e) {
+    if (e.kind() == qc::ErrorKind::arm_failure) {
+      // An arm that crashed, hung, exited or wrote into its inputs: a failed check of that arm
+      // (exit 1), reported before any verdict could be printed.
+      std::fprintf(stderr, "qconform: arm failed: %s\n", e.what());
+      return fail(kExitCheckFailed);
+    }
+    std::fprintf(stderr, "qconform: error: %s\n", e.what());
+    return fail(e.kind() == qc::ErrorKind::input ? kExitBadInput : kExitInternal);
+  } catch (const std::system_error& e) {
+    // fmt::print throws when stdout cannot be written; any other system error is unexpected.
+    if (!std::ferror(stdout)) {
+      std::fprintf(stderr, "qconform: internal error: %s\n", e.what());
+      return fail(kExitInternal);
+    }
+    std::fprintf(stderr, "qconform: error: writing the results to stdout failed: %s\n", e.what());
+    return fail(kExitBadInput);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "qconform: error: out of memory (std::bad_alloc): the input asks for more memory than this "
+                         "machine could give; reduce the sizes (docs/hostile-inputs.md)\n");
+    return fail(kExitBadInput);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "qconform: internal error: %s\n", e.what());
+    return fail(kExitInternal);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace qc::cli;
@@ -99,48 +165,12 @@ int main(int argc, char** argv) {
     for (const CLI::Option* option : arm_timeout_options) {
       if (option->count() > 0) qc::set_plugin_call_timeout(arm_timeout);
     }
-    for (auto& [sub, run] : runners) {
-      if (!sub->parsed()) continue;
-      struct Running {  // cleared on return and while an exception unwinds
-        Running() { g_verb_running = true; }
-        ~Running() { g_verb_running = false; }
-      };
-      const int rc = [&] {
-        Running running;
-        return run();
-      }();
-      // A verdict nobody could read is no verdict: stdout that cannot be written (a full disk,
-      // `> /dev/full`, a closed pipe) is an error, not exit 0.
-      if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
-        std::fprintf(stderr, "qconform: error: writing the results to stdout failed: %s\n", std::strerror(errno));
-        return kExitBadInput;
-      }
-      return rc;
-    }
-    return kExitBadInput;
+    qc::dist::init(&argc, &argv);
   } catch (const qc::Error& e) {
-    if (e.kind() == qc::ErrorKind::arm_failure) {
-      // An arm that crashed, hung, exited or wrote into its inputs: a failed check of that arm
-      // (exit 1), reported before any verdict could be printed.
-      std::fprintf(stderr, "qconform: arm failed: %s\n", e.what());
-      return kExitCheckFailed;
-    }
     std::fprintf(stderr, "qconform: error: %s\n", e.what());
     return e.kind() == qc::ErrorKind::input ? kExitBadInput : kExitInternal;
-  } catch (const std::system_error& e) {
-    // fmt::print throws when stdout cannot be written; any other system error is unexpected.
-    if (!std::ferror(stdout)) {
-      std::fprintf(stderr, "qconform: internal error: %s\n", e.what());
-      return kExitInternal;
-    }
-    std::fprintf(stderr, "qconform: error: writing the results to stdout failed: %s\n", e.what());
-    return kExitBadInput;
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "qconform: error: out of memory (std::bad_alloc): the input asks for more memory than this "
-                         "machine could give; reduce the sizes (docs/hostile-inputs.md)\n");
-    return kExitBadInput;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "qconform: internal error: %s\n", e.what());
-    return kExitInternal;
   }
+  const int code = run_verb(runners);
+  qc::dist::finalize();
+  return code;
 }

@@ -9,6 +9,7 @@
 #include "qconform/error.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/model.hpp"
+#include "qconform/shard_index.hpp"
 
 namespace qc::cli {
 
@@ -26,6 +27,19 @@ inline void add_model_inputs(std::vector<PathUse>& inputs, const std::string& op
     for (const auto& [role, file] : model_files(model)) inputs.push_back({option + " (" + role + ")", file});
   } catch (const Error&) {
     // An unreadable model is reported, with its own message, when it is loaded.
+  }
+}
+
+// An operand set: the file, or a sharded set's index and every shard it names.
+inline void add_operand_inputs(std::vector<PathUse>& inputs, const std::string& option, const std::string& path) {
+  if (path.empty()) return;
+  inputs.push_back({option, path});
+  if (path.size() < 11 || path.compare(path.size() - 11, 11, ".index.json") != 0) return;
+  try {
+    const ShardIndex ix = read_shard_index_file(path);
+    for (const std::string& shard : ix.shards) inputs.push_back({option + " (shard)", ix.dir + "/" + shard});
+  } catch (const Error&) {
+    // A malformed index is reported, with its own message, when the set is opened.
   }
 }
 

@@ -7,6 +7,8 @@
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
+#include "cli/distributed.hpp"
+#include "cli/lists.hpp"
 #include "cli/model_run.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
@@ -22,6 +24,7 @@ struct CaptureArgs {
   ModelRunArgs run;
   std::string prompts, out, manifest;
   int64_t max_tokens = 0;
+  std::string shard_size;  // --shard-size: write a sharded set
 };
 
 VerbRunner setup_capture(CLI::App& app) {
@@ -35,7 +38,9 @@ VerbRunner setup_capture(CLI::App& app) {
       ->check(CLI::ExistingFile);
   app.add_option("--max-tokens", a->max_tokens, "keep only the first N tokens of each prompt (default: all)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--out", a->out, "operand file to write (safetensors, atomically)")->required();
+  app.add_option("--out", a->out, "operand file to write (safetensors, atomically; with --shard-size, NAME.index.json)")
+      ->required();
+  add_shard_size_option(app, a->shard_size);
   add_mode_options(app, a->run, /*with_mode=*/false);
   add_manifest_option(app, a->manifest);
   return [a] {
@@ -71,7 +76,13 @@ VerbRunner setup_capture(CLI::App& app) {
         {"rows_per_prompt", fmt::format("{}", fmt::join(c.rows_per_prompt, ","))},
         {"rows", "prefill rows of every prompt, concatenated per layer in prompt order"},
     };
-    save_operands(a->out, c.layers, meta);
+    if (a->shard_size.empty()) {
+      save_operands(a->out, c.layers, meta);
+    } else {
+      ShardedOperandWriter writer(a->out, meta, parse_byte_size("--shard-size", a->shard_size));
+      for (const LayerOperands& l : c.layers) writer.add(l);
+      writer.finish();
+    }
     auto inputs = model_inputs(a->run.model, a->run.tokenizer);
     inputs.emplace_back("prompts", a->prompts);
     inputs.emplace_back("operands", a->out);

@@ -5,6 +5,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
+#include "qconform/dist.hpp"
 #include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "qconform/check.hpp"
@@ -50,6 +51,7 @@ VerbRunner setup_conform(CLI::App& app) {
     const ConformOutcome outcome =
         run_conform(*o, [&](int i, int n, const std::string& what) { progress.update(static_cast<size_t>(i), static_cast<size_t>(n), what); });
     progress.finish();
+    if (!dist::world().root()) return kExitOk;  // rank 0 reports and writes
     const auto& r = outcome.results;
     fmt::print("qconform conform: {} vs {} on {}\n\n", o->arm_a, o->arm_b, r["model"].get<std::string>());
     fmt::print("{:<4}{:<26}{:<22}{}\n", "", "check", "verdict", "evidence");

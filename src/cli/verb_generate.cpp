@@ -7,6 +7,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
+#include "cli/distributed.hpp"
 #include "cli/model_run.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
@@ -22,6 +23,7 @@ struct GenerateArgs {
   std::string prompts, out, tokens_out, manifest;
   int64_t max_new = 256;
   bool compare = false;
+  bool gpu_per_rank = false;
 };
 
 VerbRunner setup_generate(CLI::App& app) {
@@ -36,6 +38,7 @@ VerbRunner setup_generate(CLI::App& app) {
   app.add_option("--max-new", a->max_new, "maximum generated tokens per prompt")->check(CLI::PositiveNumber);
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)");
   add_manifest_option(app, a->manifest);
+  add_gpu_per_rank_option(app, a->gpu_per_rank);
   app.add_option("--tokens-out", a->tokens_out, "write each full sequence as {\"prompt\": id, \"tokens\": [...]} (input of `replay --tokens`)");
   add_mode_options(app, a->run, /*with_mode=*/true);
   app.add_flag("--compare-prefill-decode", a->compare,
@@ -49,6 +52,7 @@ VerbRunner setup_generate(CLI::App& app) {
     check_output_paths(paths_in, {{"--out", a->out},
                                 {"--tokens-out", a->tokens_out},
                                 {"--manifest", manifest_path(a->manifest, a->out)}});
+    if (a->gpu_per_rank) use_gpu_of_local_rank();
     preflight(a->run);
     const Model model = load_model(a->run.model);
     std::optional<Tokenizer> tok;
@@ -66,27 +70,55 @@ VerbRunner setup_generate(CLI::App& app) {
     int64_t generated = 0;
     double seconds = 0;
     PrefillDecodeComparison total;
-    for (const Prompt& p : prompts) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const GenerateResult g = generate_greedy(decoder, p.tokens, a->max_new, p.id);
-      seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      generated += static_cast<int64_t>(g.records.size());
-      if (tok) {
-        fmt::print("[prompt {}] {}\n", p.id.dump(), tok->decode(g.tokens));
-      } else {
-        fmt::print("[prompt {}] {}\n", p.id.dump(), fmt::join(g.tokens, " "));
+    // Under MPI the prompts are shared over the ranks; rank 0 prints and writes them in prompt order.
+    std::vector<size_t> items;
+    std::vector<double> cost;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      items.push_back(i);
+      cost.push_back(static_cast<double>(prompts[i].tokens.size() + static_cast<size_t>(a->max_new)));
+    }
+    const dist::Shared shared = dist::run_shared(items, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
+                                                                   std::string& in_progress) {
+      for (size_t i : mine) {
+        const Prompt& p = prompts[i];
+        in_progress = fmt::format("prompt {}", p.id.dump());
+        const auto t0 = std::chrono::steady_clock::now();
+        const GenerateResult g = generate_greedy(decoder, p.tokens, a->max_new, p.id);
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::string text = tok ? fmt::format("[prompt {}] {}\n", p.id.dump(), tok->decode(g.tokens))
+                               : fmt::format("[prompt {}] {}\n", p.id.dump(), fmt::join(g.tokens, " "));
+        std::string lines;
+        for (const PositionRecord& r : g.records) lines += format_record(r) + "\n";
+        nlohmann::json result = {{"text", std::move(text)},
+                                 {"jsonl", std::move(lines)},
+                                 {"tokens", nlohmann::json{{"prompt", p.id}, {"tokens", g.tokens}}.dump() + "\n"},
+                                 {"generated", g.records.size()},
+                                 {"seconds", sec}};
+        if (a->compare) {
+          const PrefillDecodeComparison c = compare_prefill_decode(decoder, g);
+          result["compare"] = {{"positions", c.positions}, {"top1_disagreements", c.top1_disagreements},
+                               {"bitwise_different", c.bitwise_different}, {"max_abs_diff", c.max_abs_diff},
+                               {"disagreeing_positions", c.disagreeing_positions}};
+        }
+        out.results[i] = std::move(result);
       }
-      for (const PositionRecord& r : g.records) jsonl += format_record(r) + "\n";
-      tokens_jsonl += nlohmann::json{{"prompt", p.id}, {"tokens", g.tokens}}.dump() + "\n";
+    });
+    if (!dist::world().root()) return kExitOk;
+    for (const auto& [i, r] : shared.results) {
+      fmt::print("{}", r.at("text").get<std::string>());
+      generated += r.at("generated").get<int64_t>();
+      seconds += r.at("seconds").get<double>();
+      jsonl += r.at("jsonl").get<std::string>();
+      tokens_jsonl += r.at("tokens").get<std::string>();
       if (a->compare) {
-        const PrefillDecodeComparison c = compare_prefill_decode(decoder, g);
-        total.positions += c.positions;
-        total.top1_disagreements += c.top1_disagreements;
-        total.bitwise_different += c.bitwise_different;
-        total.max_abs_diff = std::max(total.max_abs_diff, c.max_abs_diff);
-        if (c.top1_disagreements > 0) {
-          fmt::print("  prompt {}: prefill and decode top-1 disagree at positions {}\n", p.id.dump(),
-                     fmt::join(c.disagreeing_positions, ", "));
+        const nlohmann::json& c = r.at("compare");
+        total.positions += c.at("positions").get<int64_t>();
+        total.top1_disagreements += c.at("top1_disagreements").get<int64_t>();
+        total.bitwise_different += c.at("bitwise_different").get<int64_t>();
+        total.max_abs_diff = std::max(total.max_abs_diff, c.at("max_abs_diff").get<double>());
+        if (c.at("top1_disagreements").get<int64_t>() > 0) {
+          fmt::print("  prompt {}: prefill and decode top-1 disagree at positions {}\n", prompts[i].id.dump(),
+                     fmt::join(c.at("disagreeing_positions").get<std::vector<int64_t>>(), ", "));
         }
       }
     }

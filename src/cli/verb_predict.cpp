@@ -6,6 +6,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
+#include "cli/distributed.hpp"
 #include "cli/progress.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/layer_checks.hpp"
@@ -19,16 +20,17 @@ VerbRunner setup_predict(CLI::App& app) {
   auto ops_path = std::make_shared<std::string>();
   auto out = std::make_shared<std::string>();
   auto quiet = std::make_shared<bool>(false);
-  app.add_option("operands", *ops_path, "operands file (safetensors)")->required();
+  app.add_option("operands", *ops_path, "operands file (safetensors, or the index of a sharded set)")->required();
   app.add_option("--out", *out, "predictions file to write (JSON)")->required();
   app.add_flag("--quiet", *quiet, "print only the summary and the pin");
   return [=] {
-    check_output_paths({{"OPS", *ops_path}}, {{"--out", *out}});
-    const OperandSet set = load_operands(*ops_path);
-    Progress progress("predict");
-    const PredictionSet p = predict(set.layers, set.path, set.sha256, 0,
-                                    [&](size_t i, size_t n) { progress.update(i, n, set.layers[i - 1].name); });
-    progress.finish();
+    std::vector<PathUse> paths_in;
+    add_operand_inputs(paths_in, "OPS", *ops_path);
+    check_output_paths(paths_in, {{"--out", *out}});
+    const OperandSet set = open_operands(*ops_path);
+    // Under MPI the layers are shared over the ranks; rank 0 merges them in layer order and writes.
+    const PredictionSet p = predict_shared(set, /*everywhere=*/false, "predict");
+    if (!dist::world().root()) return kExitOk;
     const std::string text = to_json(p).dump(1) + "\n";
     write_file_atomic(*out, text);
     if (!*quiet) fmt::print("{:<40} {:>16} {:>12} {:>9} {:>8} {:>14} {}\n", "layer", "MxNxK", "max|acc|", "headroom",

@@ -7,6 +7,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
+#include "cli/distributed.hpp"
 #include "cli/model_run.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
@@ -20,6 +21,7 @@ namespace {
 struct ReplayArgs {
   ModelRunArgs run;
   std::string tokens, out, manifest;
+  bool gpu_per_rank = false;
 };
 
 VerbRunner setup_replay(CLI::App& app) {
@@ -32,6 +34,7 @@ VerbRunner setup_replay(CLI::App& app) {
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)")->required();
   add_mode_options(app, a->run, /*with_mode=*/true);
   add_manifest_option(app, a->manifest);
+  add_gpu_per_rank_option(app, a->gpu_per_rank);
   return [a] {
     std::vector<PathUse> paths_in;
     add_model_inputs(paths_in, "--model", a->run.model);
@@ -39,6 +42,7 @@ VerbRunner setup_replay(CLI::App& app) {
     paths_in.push_back({"--tokens", a->tokens});
     add_arm_inputs(paths_in, "--arm", a->run.arm);
     check_output_paths(paths_in, {{"--out", a->out}, {"--manifest", manifest_path(a->manifest, a->out)}});
+    if (a->gpu_per_rank) use_gpu_of_local_rank();
     preflight(a->run);
     const Model model = load_model(a->run.model);
     std::string tok_sha;
@@ -51,12 +55,29 @@ VerbRunner setup_replay(CLI::App& app) {
     std::string jsonl = format_header("replay", run.mode, run.arm_label, model, a->run.tokenizer, tok_sha, extra) + "\n";
     int64_t positions = 0, agree = 0;
     const auto t0 = std::chrono::steady_clock::now();
-    for (const TokenSequence& s : seqs) {
-      for (const PositionRecord& r : replay(decoder, s.tokens, s.prompt)) {
-        jsonl += format_record(r) + "\n";
-        ++positions;
-        agree += r.top1_id == r.token;
+    // Under MPI the sequences are shared over the ranks by length; rank 0 merges them in order.
+    std::vector<size_t> items;
+    std::vector<double> cost;
+    for (size_t i = 0; i < seqs.size(); ++i) items.push_back(i), cost.push_back(static_cast<double>(seqs[i].tokens.size()));
+    const dist::Shared shared = dist::run_shared(items, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
+                                                                   std::string& in_progress) {
+      for (size_t i : mine) {
+        in_progress = fmt::format("sequence {} (prompt {})", i, seqs[i].prompt.dump());
+        std::string lines;
+        int64_t n = 0, same = 0;
+        for (const PositionRecord& r : replay(decoder, seqs[i].tokens, seqs[i].prompt)) {
+          lines += format_record(r) + "\n";
+          ++n;
+          same += r.top1_id == r.token;
+        }
+        out.results[i] = {{"jsonl", std::move(lines)}, {"positions", n}, {"agree", same}};
       }
+    });
+    if (!dist::world().root()) return kExitOk;
+    for (const auto& [i, r] : shared.results) {
+      jsonl += r.at("jsonl").get<std::string>();
+      positions += r.at("positions").get<int64_t>();
+      agree += r.at("agree").get<int64_t>();
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     write_file_atomic(a->out, jsonl);

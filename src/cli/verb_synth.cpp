@@ -3,9 +3,12 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <optional>
 
 #include "cli/cli.hpp"
 #include "qconform/fileio.hpp"
+#include "cli/distributed.hpp"
+#include "cli/lists.hpp"
 #include "qconform/operands_io.hpp"
 #include "qconform/sha256.hpp"
 #include "qconform/synth.hpp"
@@ -16,7 +19,7 @@ namespace {
 VerbRunner setup_synth(CLI::App& app) {
   auto o = std::make_shared<SynthOptions>();
   auto out = std::make_shared<std::string>();
-  app.add_option("--shapes", o->shapes, "qwen3-1.7b, qwen3-8b, tiny, or MxNxK")->capture_default_str();
+  app.add_option("--shapes", o->shapes, "qwen3-1.7b, qwen3-8b, llama3-70b, tiny, or MxNxK")->capture_default_str();
   app.add_option("--m", o->m, "rows (tokens) per layer; ignored for MxNxK")->capture_default_str();
   app.add_option("--seed", o->seed, "seed of the deterministic generator")
       ->capture_default_str()
@@ -30,23 +33,44 @@ VerbRunner setup_synth(CLI::App& app) {
   app.add_option("--outlier-gain", o->outlier_gain, "outlier channel magnitude relative to the others")
       ->capture_default_str()
       ->check(finite_in(0x1p-126, 3.4e38));
-  app.add_option("--out", *out, "output operands file (safetensors)")->required();
-  return [o, out] {
+  app.add_option("--layers", o->max_layers, "write only the first N layers of the preset (0: all)");
+  auto shard_size = std::make_shared<std::string>();
+  add_shard_size_option(app, *shard_size);
+  app.add_option("--out", *out, "output operands file (safetensors; with --shard-size, the index NAME.index.json)")
+      ->required();
+  return [o, out, shard_size] {
     check_output_paths({}, {{"--out", *out}});
     const auto start = std::chrono::steady_clock::now();
-    const std::vector<LayerOperands> layers = synth_operands(*o);
-    save_operands(*out, layers,
-                  {{"source", "qconform synth"},
-                   {"shapes", o->shapes},
-                   {"m", std::to_string(layers.front().m)},
-                   {"seed", std::to_string(o->seed)},
-                   {"act_quantizer", o->act_quantizer},
-                   {"weight_quantizer", "compressed-tensors absmax/127.5 half-even"}});
-    int64_t macs = 0;
-    for (const LayerOperands& l : layers) macs += l.m * l.n * l.k;
+    int64_t macs = 0, m = 0;
+    size_t count = 0;
+    const auto metadata = [&](int64_t rows) {
+      return std::map<std::string, std::string>{{"source", "qconform synth"},
+                                                {"shapes", o->shapes},
+                                                {"m", std::to_string(rows)},
+                                                {"seed", std::to_string(o->seed)},
+                                                {"act_quantizer", o->act_quantizer},
+                                                {"weight_quantizer", "compressed-tensors absmax/127.5 half-even"}};
+    };
+    std::string shards;
+    if (shard_size->empty()) {
+      const std::vector<LayerOperands> layers = synth_operands(*o);
+      save_operands(*out, layers, metadata(layers.front().m));
+      for (const LayerOperands& l : layers) macs += l.m * l.n * l.k;
+      count = layers.size(), m = layers.front().m;
+    } else {
+      // Layer by layer into shards: what is in memory is one shard and the layers being made.
+      std::optional<ShardedOperandWriter> writer;
+      synth_operands_each(*o, [&](LayerOperands l) {
+        if (!writer) writer.emplace(*out, metadata(l.m), parse_byte_size("--shard-size", *shard_size));
+        macs += l.m * l.n * l.k, m = l.m, ++count;
+        writer->add(std::move(l));
+      });
+      writer->finish();
+      shards = fmt::format(" in {} shards", writer->shard_count());
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    fmt::print("wrote {} layers ({} M, {:.3f} T multiply-adds) to {} in {:.1f} s\n{}\n", layers.size(),
-               layers.front().m, static_cast<double>(macs) * 1e-12, *out, seconds, sha256_file(*out));
+    fmt::print("wrote {} layers ({} M, {:.3f} T multiply-adds) to {}{} in {:.1f} s\n{}\n", count, m,
+               static_cast<double>(macs) * 1e-12, *out, shards, seconds, sha256_file(*out));
     return kExitOk;
   };
 }

@@ -2,9 +2,12 @@
 // the checks C2–C6. A pin that does not match the predictions file is refused before any arm runs.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
+#include "cli/distributed.hpp"
 #include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "cli/run_manifest.hpp"
@@ -78,10 +81,11 @@ VerbRunner setup_verify(CLI::App& app) {
     std::string operands, arms, predictions, pin, scales = "real,pow2-channel,pow2-layer", m_sweep, json, manifest,
         reference = "auto";
     int64_t tolerance = 1;
-    bool per_layer = false, timings = false;
+    bool per_layer = false, timings = false, gpu_per_rank = false;
+    std::string resume;
   };
   auto o = std::make_shared<Options>();
-  app.add_option("operands", o->operands, "operands file (safetensors)")->required();
+  app.add_option("operands", o->operands, "operands file (safetensors, or the index of a sharded set)")->required();
   app.add_option("--arms", o->arms, "the two arms, A,B (see `qconform arms`)")->required();
   app.add_option("--predictions", o->predictions, "pinned predictions from `qconform predict` (else computed now)");
   app.add_option("--pin", o->pin, "SHA-256 of the predictions file, as `predict` printed it");
@@ -94,10 +98,17 @@ VerbRunner setup_verify(CLI::App& app) {
       ->capture_default_str();
   app.add_flag("--timings", o->timings, "print where the time went (arms, reference side, checks), in wall seconds");
   app.add_option("--json", o->json, "write the results as JSON");
+  app.add_option("--resume", o->resume,
+                 "keep each completed layer's result in this directory and skip the layers a previous run completed "
+                 "there (digest-checked)");
+  add_gpu_per_rank_option(app, o->gpu_per_rank);
   add_manifest_option(app, o->manifest);
   return [o] {
+    if (o->gpu_per_rank) use_gpu_of_local_rank();
+    const dist::World& world = dist::world();
     const auto [label_a, label_b] = parse_pair("--arms", o->arms);
-    std::vector<PathUse> paths_in = {{"OPS", o->operands}, {"--predictions", o->predictions}};
+    std::vector<PathUse> paths_in = {{"--predictions", o->predictions}};
+    add_operand_inputs(paths_in, "OPS", o->operands);
     add_arm_inputs(paths_in, "--arms", label_a);
     add_arm_inputs(paths_in, "--arms", label_b);
     check_output_paths(paths_in, {{"--json", o->json}, {"--manifest", manifest_path(o->manifest, o->json)}});
@@ -124,29 +135,98 @@ VerbRunner setup_verify(CLI::App& app) {
     } else {
       QC_INPUT(o->pin.empty(), "--pin given without --predictions");
     }
-    const OperandSet set = load_operands(o->operands);
+    const OperandSet set = open_operands(o->operands);
     if (!o->predictions.empty()) {
       QC_INPUT(predictions.operands_sha256 == set.sha256,
                "{}: field `operands.sha256`: expected {} (the digest of {}), found {}: predictions were made from other "
                "operands",
                o->predictions, set.sha256, o->operands, predictions.operands_sha256);
     } else {
-      Progress progress("predict");
-      predictions = predict(set.layers, set.path, set.sha256, 0, [&](size_t i, size_t n) { progress.update(i, n); });
+      predictions = predict_shared(set, /*everywhere=*/true, "predict");
     }
 
     auto arm_a = make_arm(label_a);
     auto arm_b = make_arm(label_b);
+    // Layers are shared over the ranks (one rank: all of them) by work; a layer a previous run
+    // completed in --resume DIR is not run again.
+    std::vector<std::string> names;
+    for (const LayerHeader& h : set.headers) names.push_back(h.name);
+    const ResumeDir resume(o->resume,
+                           {{"operands", set.sha256}, {"predictions", predictions_digest.empty() ? "computed" : predictions_digest},
+                            {"arms", {label_a, label_b}}, {"scales", o->scales}, {"m_sweep", o->m_sweep},
+                            {"kind", "qconform-verify"}},
+                           names);
+    const std::map<size_t, nlohmann::json> resumed = broadcast_done(world.root() ? resume.load() : std::map<size_t, nlohmann::json>{});
+    const std::vector<size_t> todo = remaining(set.size(), resumed);
+    const std::vector<double> all_costs = layer_costs(set);
+    std::vector<double> cost;
+    for (size_t i : todo) cost.push_back(all_costs[i]);
     Progress progress("verify");
-    const VerifyResult result =
-        verify_layers(*arm_a, *arm_b, set.layers, predictions, options,
-                      [&](size_t i, size_t n, const std::string& item) { progress.update(i, n, item); });
+    const auto started = std::chrono::steady_clock::now();
+    std::string reference;
+    const dist::Shared shared = dist::run_shared(todo, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
+                                                                  std::string& in_progress) {
+      VerifySelection selection;
+      selection.only = true;
+      selection.layers = mine;
+      selection.started = [&](size_t i) { in_progress = fmt::format("layer {} `{}`", i, names[i]); };
+      selection.done = [&](size_t i, const LayerVerification& v) {
+        nlohmann::json j = to_json(v);
+        resume.store(i, j);
+        out.results[i] = std::move(j);
+      };
+      const VerifiedLayers part = verify_layer_runs(
+          *arm_a, *arm_b, set.size(), [&](size_t i) { return set.load(i); }, predictions, options, selection,
+          [&](size_t i, size_t n, const std::string& item) {
+            if (world.root()) progress.update(i, n, item);
+          });
+      reference = part.reference;
+      nlohmann::json seconds = nlohmann::json::array();
+      for (const auto& [phase, sec] : part.seconds) seconds.push_back({phase, sec});
+      out.rank_info = {{"seconds", seconds}, {"wall_seconds", part.wall_seconds}, {"layers", mine.size()}};
+    });
     progress.finish();
-    fmt::print("verify {} vs {} on {} ({} layers, {})\n", label_a, label_b, o->operands, set.layers.size(),
-               set.sha256);
+    if (!world.root()) return kExitOk;  // rank 0 merges, reports and writes
+
+    std::vector<LayerVerification> layers;
+    for (size_t i = 0; i < set.size(); ++i) {
+      const bool was_resumed = resumed.count(i) != 0;
+      const nlohmann::json& j = was_resumed ? resumed.at(i) : shared.results.at(i);
+      layers.push_back(layer_verification_from_json(j, was_resumed ? o->resume : "rank results"));
+    }
+    if (reference.empty()) reference = reference_description(resolve_reference(options.reference));
+    VerifyResult result = merge_verifications(arm_a->info(), arm_b->info(), reference, std::move(layers), predictions, options);
+    // Timings: every rank's phases added up (CPU-side seconds of the whole job); wall: the job's.
+    for (const nlohmann::json& info : shared.rank_info) {
+      if (!info.contains("seconds")) continue;
+      for (const auto& p : info["seconds"]) {
+        const std::string phase = p.at(0).get<std::string>();
+        const double sec = p.at(1).get<double>();
+        auto it = std::find_if(result.seconds.begin(), result.seconds.end(), [&](const auto& x) { return x.first == phase; });
+        if (it == result.seconds.end()) {
+          result.seconds.emplace_back(phase, sec);
+        } else {
+          it->second += sec;
+        }
+      }
+    }
+    result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    fmt::print("verify {} vs {} on {} ({} layers, {})\n", label_a, label_b, o->operands, set.size(), set.sha256);
+    if (world.size > 1 || !resumed.empty()) {
+      fmt::print("{} layers run on {} rank{} ({}){}\n", todo.size(), world.size, world.size == 1 ? "" : "s",
+                 dist::description(), resumed.empty() ? "" : fmt::format(", {} resumed from {}", resumed.size(), o->resume));
+    }
     fmt::print("A: {}\nB: {}\nreference: {}\n\n", result.record_a.kernel, result.record_b.kernel, result.reference);
     print_table(result, o->per_layer);
     if (o->timings) print_timings(result);
+    if (o->timings && world.size > 1) {
+      // The balance of the work sharing: each rank's layers and the wall time of its share.
+      for (size_t r = 0; r < shared.rank_info.size(); ++r) {
+        const nlohmann::json& info = shared.rank_info[r];
+        fmt::print("  rank {:<3} {:>5} layers  {:>8.2f} s\n", r, info.value("layers", 0),
+                   info.value("wall_seconds", 0.0));
+      }
+    }
     if (!o->json.empty()) {
       nlohmann::json j = to_json(result);
       j["schema_version"] = 1;

@@ -200,4 +200,47 @@ void to_json(nlohmann::json& j, const Comparison& c) {
        {"first", c.first}};
 }
 
+namespace {
+
+uint16_t bits_from_hex(const nlohmann::json& j) {
+  const std::string s = j.get<std::string>();
+  size_t used = 0;
+  const unsigned long v = std::stoul(s, &used, 16);
+  QC_INPUT(used == s.size() && v <= 0xFFFF, "expected a 16-bit pattern such as 0x3f80, found `{}`", s);
+  return static_cast<uint16_t>(v);
+}
+
+}  // namespace
+
+void from_json(const nlohmann::json& j, DiffElement& d) {
+  d.layer = j.at("layer").get<std::string>();
+  d.row = j.at("row").get<int64_t>();
+  d.col = j.at("col").get<int64_t>();
+  d.a_bits = bits_from_hex(j.at("a_bits"));
+  d.b_bits = bits_from_hex(j.at("b_bits"));
+  d.a = bf16_to_f32(d.a_bits);
+  d.b = bf16_to_f32(d.b_bits);
+  d.ulp = j.at("ulp").get<int64_t>();
+}
+
+void from_json(const nlohmann::json& j, Comparison& c) {
+  c = Comparison{};
+  c.total = j.at("total").get<int64_t>();
+  c.bitwise_diff = j.at("bitwise_diff").get<int64_t>();
+  c.signed_zero_diff = j.at("signed_zero_diff").get<int64_t>();
+  c.nan_a = j.at("nan").at(0).get<int64_t>(), c.nan_b = j.at("nan").at(1).get<int64_t>();
+  c.inf_a = j.at("inf").at(0).get<int64_t>(), c.inf_b = j.at("inf").at(1).get<int64_t>();
+  c.subnormal_a = j.at("subnormal").at(0).get<int64_t>(), c.subnormal_b = j.at("subnormal").at(1).get<int64_t>();
+  c.nonfinite_pairs = j.at("nonfinite_pairs").get<int64_t>();
+  c.nonfinite_diff = j.at("nonfinite_diff").get<int64_t>();
+  c.finite_pairs = j.at("finite_pairs").get<int64_t>();
+  for (const auto& [distance, n] : j.at("ulp_histogram").items()) c.ulp_histogram[std::stoll(distance)] = n.get<int64_t>();
+  c.max_ulp = j.at("max_ulp").get<int64_t>();
+  c.max_rel = j.at("max_rel").get<double>();
+  c.near_zero = j.at("near_zero").get<int64_t>();
+  c.near_zero_diff = j.at("near_zero_diff").get<int64_t>();
+  c.near_zero_max_abs = j.at("near_zero_max_abs").get<double>();
+  c.first = j.at("first").get<std::vector<DiffElement>>();
+}
+
 }  // namespace qc

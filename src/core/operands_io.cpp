@@ -4,11 +4,17 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
+#include <mutex>
 #include <set>
 
+#include <nlohmann/json.hpp>
+
 #include "qconform/error.hpp"
+#include "qconform/fileio.hpp"
 #include "qconform/safetensors.hpp"
 #include "qconform/sha256.hpp"
+#include "qconform/shard_index.hpp"
 
 namespace qc {
 
@@ -70,15 +76,14 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
-OperandSet load_operands(const std::string& path, bool with_digest) {
-  auto file = std::make_shared<SafetensorsFile>(read_safetensors(path));
-  OperandSet set;
-  set.path = path;
-  set.metadata = file->metadata;
-  if (with_digest) set.sha256 = sha256_file(path);
+namespace {
 
+// The layer names of `keys` (each `<layer>.<part>`), in the order of the metadata `layers` when
+// it is set, else in natural order.
+std::vector<std::string> layer_order(const std::vector<std::string>& keys, const std::map<std::string, std::string>& metadata,
+                                     const std::string& path) {
   std::set<std::string> prefixes;
-  for (const auto& [key, tensor] : file->tensors) {
+  for (const std::string& key : keys) {
     bool known = false;
     for (std::string_view part : kParts) {
       if (ends_with(key, part)) {
@@ -92,7 +97,7 @@ OperandSet load_operands(const std::string& path, bool with_digest) {
   QC_INPUT(!prefixes.empty(), "{}: no layers found (expected keys `<layer>.a_q`, `<layer>.w_q`, ...)", path);
 
   std::vector<std::string> order;
-  if (auto it = set.metadata.find("layers"); it != set.metadata.end() && !it->second.empty()) {
+  if (auto it = metadata.find("layers"); it != metadata.end() && !it->second.empty()) {
     std::string_view rest = it->second;
     while (!rest.empty()) {
       const size_t comma = rest.find(',');
@@ -107,39 +112,165 @@ OperandSet load_operands(const std::string& path, bool with_digest) {
     order.assign(prefixes.begin(), prefixes.end());
     std::sort(order.begin(), order.end(), natural_less);
   }
+  return order;
+}
 
-  for (const std::string& name : order) {
-    const Tensor& a_q = expect(*file, name + ".a_q", DType::i8, 2, 2);
-    const Tensor& w_q = expect(*file, name + ".w_q", DType::i8, 2, 2);
-    const Tensor& a_scale = expect(*file, name + ".a_scale", DType::f32, 1, 2);
-    const Tensor& w_scale = expect(*file, name + ".w_scale", DType::f32, 1, 2);
-    LayerOperands ops;
-    ops.name = name;
-    ops.source = path;
-    ops.m = a_q.dim(0);
-    ops.k = a_q.dim(1);
-    ops.n = w_q.dim(0);
-    QC_INPUT(w_q.dim(1) == ops.k, "{}: layer `{}`: a_q is {} but w_q is {}: expected the same K (columns)", path, name,
-             shape_string(a_q.shape()), shape_string(w_q.shape()));
-    QC_INPUT(vector_length(*file, name + ".a_scale", a_scale) == ops.m,
-             "{}: layer `{}`, tensor `a_scale`: expected {} entries (rows of a_q), found shape {}", path, name, ops.m,
-             shape_string(a_scale.shape()));
-    QC_INPUT(vector_length(*file, name + ".w_scale", w_scale) == ops.n,
-             "{}: layer `{}`, tensor `w_scale`: expected {} entries (rows of w_q), found shape {}", path, name, ops.n,
-             shape_string(w_scale.shape()));
-    ops.a_q = a_q.span<int8_t>();
-    ops.w_q = w_q.span<int8_t>();
-    ops.a_scale = a_scale.span<float>();
-    ops.w_scale = w_scale.span<float>();
-    if (file->contains(name + ".bias")) {
-      const Tensor& bias = expect(*file, name + ".bias", DType::bf16, 1, 1);
-      QC_INPUT(bias.dim(0) == ops.n, "{}: layer `{}`, tensor `bias`: expected {} entries, found {}", path, name, ops.n,
-               bias.dim(0));
-      ops.bias = bias.span<uint16_t>();
+// Layer `name` of `file`, validated; its views keep `file` (and so its mapping) alive.
+LayerOperands layer_of(const std::shared_ptr<SafetensorsFile>& file, const std::string& name, const std::string& path) {
+  const Tensor& a_q = expect(*file, name + ".a_q", DType::i8, 2, 2);
+  const Tensor& w_q = expect(*file, name + ".w_q", DType::i8, 2, 2);
+  const Tensor& a_scale = expect(*file, name + ".a_scale", DType::f32, 1, 2);
+  const Tensor& w_scale = expect(*file, name + ".w_scale", DType::f32, 1, 2);
+  LayerOperands ops;
+  ops.name = name;
+  ops.source = path;
+  ops.m = a_q.dim(0);
+  ops.k = a_q.dim(1);
+  ops.n = w_q.dim(0);
+  QC_INPUT(w_q.dim(1) == ops.k, "{}: layer `{}`: a_q is {} but w_q is {}: expected the same K (columns)", path, name,
+           shape_string(a_q.shape()), shape_string(w_q.shape()));
+  QC_INPUT(vector_length(*file, name + ".a_scale", a_scale) == ops.m,
+           "{}: layer `{}`, tensor `a_scale`: expected {} entries (rows of a_q), found shape {}", path, name, ops.m,
+           shape_string(a_scale.shape()));
+  QC_INPUT(vector_length(*file, name + ".w_scale", w_scale) == ops.n,
+           "{}: layer `{}`, tensor `w_scale`: expected {} entries (rows of w_q), found shape {}", path, name, ops.n,
+           shape_string(w_scale.shape()));
+  ops.a_q = a_q.span<int8_t>();
+  ops.w_q = w_q.span<int8_t>();
+  ops.a_scale = a_scale.span<float>();
+  ops.w_scale = w_scale.span<float>();
+  if (file->contains(name + ".bias")) {
+    const Tensor& bias = expect(*file, name + ".bias", DType::bf16, 1, 1);
+    QC_INPUT(bias.dim(0) == ops.n, "{}: layer `{}`, tensor `bias`: expected {} entries, found {}", path, name, ops.n,
+             bias.dim(0));
+    ops.bias = bias.span<uint16_t>();
+  }
+  ops.keepalive = file;
+  ops.validate();
+  return ops;
+}
+
+bool is_index_path(const std::string& path) { return ends_with(path, ".json"); }
+
+// A sharded set: the index, validated against every shard's header; layers are mapped on demand.
+OperandSet open_sharded(const std::string& path, bool with_digest) {
+  const ShardIndex ix = read_shard_index_file(path);
+  const nlohmann::json& j = ix.json;
+  QC_INPUT(j.contains("metadata") && j["metadata"].is_object() && j["metadata"].value("format", "") == "qconform-operands",
+           "{}: field `metadata.format`: expected \"qconform-operands\" (an operand index written by --shard-size), found {}",
+           path, j.contains("metadata") && j["metadata"].is_object() && j["metadata"].contains("format")
+                     ? j["metadata"]["format"].dump() : "nothing");
+  QC_INPUT(j.contains("shards") && j["shards"].is_object(),
+           "{}: field `shards`: expected an object mapping every shard file to its digest \"sha256:<hex>\", found {}",
+           path, j.contains("shards") ? j["shards"].dump().substr(0, 80) : "nothing");
+  auto digests = std::make_shared<std::map<std::string, std::string>>();
+  for (const auto& [shard, digest] : j["shards"].items()) {
+    QC_INPUT(ix.shards.count(shard), "{}: field `shards.{}`: expected only shards that `weight_map` names, found this one too",
+             path, shard);
+    QC_INPUT(digest.is_string() && digest.get<std::string>().size() == 71 && digest.get<std::string>().rfind("sha256:", 0) == 0,
+             "{}: field `shards.{}`: expected \"sha256:<64 hex>\", found {}", path, shard, digest.dump());
+    (*digests)[shard] = digest.get<std::string>();
+  }
+  for (const std::string& shard : ix.shards) {
+    QC_INPUT(digests->count(shard), "{}: field `shards`: expected the digest of shard `{}`, found none", path, shard);
+  }
+
+  OperandSet set;
+  set.path = path;
+  for (const auto& [key, value] : j["metadata"].items()) {
+    if (value.is_string()) set.metadata[key] = value.get<std::string>();
+  }
+  if (with_digest) set.sha256 = sha256_file(path);
+  std::vector<std::string> keys;
+  for (const auto& [tensor, shard] : ix.weight_map) keys.push_back(tensor);
+  const std::vector<std::string> order = layer_order(keys, set.metadata, path);
+
+  // Every layer in one shard, and every shard holding exactly the tensors the index maps to it.
+  auto shard_of = std::make_shared<std::vector<std::string>>();
+  std::map<std::string, std::vector<size_t>> layers_of_shard;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const std::string& shard = ix.weight_map.at(order[i] + ".a_q");
+    for (std::string_view part : kParts) {
+      const auto it = ix.weight_map.find(order[i] + std::string(part));
+      QC_INPUT(it == ix.weight_map.end() || it->second == shard,
+               "{}: layer `{}`: expected all its tensors in one shard, found `{}` in {} and `{}` in {}", path, order[i],
+               order[i] + ".a_q", shard, it->first, it->second);
     }
-    ops.keepalive = file;
-    ops.validate();
-    set.layers.push_back(std::move(ops));
+    shard_of->push_back(shard);
+    layers_of_shard[shard].push_back(i);
+  }
+  set.headers.resize(order.size());
+  for (const std::string& shard : ix.shards) {
+    const std::string shard_path = (std::filesystem::path(ix.dir) / shard).string();
+    auto file = std::make_shared<SafetensorsFile>(read_safetensors(shard_path));  // the header only is read
+    for (const auto& [tensor, t] : file->tensors) {
+      const auto it = ix.weight_map.find(tensor);
+      QC_INPUT(it != ix.weight_map.end() && it->second == shard, "{}: tensor `{}`: the index maps it to {}, found it in {}",
+               path, tensor, it == ix.weight_map.end() ? std::string("nothing") : it->second, shard);
+    }
+    for (size_t i : layers_of_shard[shard]) {
+      const LayerOperands ops = layer_of(file, order[i], shard_path);
+      set.headers[i] = {ops.name, ops.m, ops.n, ops.k};
+    }
+  }  // the shard is unmapped here
+
+  // A layer maps its shard; the shard's digest is checked against the index the first time it is
+  // mapped in this process (so each rank checks the shards it reads, once).
+  struct Checked {
+    std::mutex mutex;
+    std::set<std::string> shards;
+  };
+  auto checked = std::make_shared<Checked>();
+  const std::string dir = ix.dir;
+  set.loader = [path, dir, order, shard_of, digests, checked](size_t i) {
+    const std::string& shard = shard_of->at(i);
+    const std::string shard_path = (std::filesystem::path(dir) / shard).string();
+    {
+      std::lock_guard lock(checked->mutex);
+      if (!checked->shards.count(shard)) {
+        const std::string found = sha256_file(shard_path);
+        QC_INPUT(found == digests->at(shard),
+                 "{}: shard `{}` (layer `{}`): expected {} (field `shards.{}` of the index), found {}: the shard changed "
+                 "after the index was written",
+                 path, shard, order[i], digests->at(shard), shard, found);
+        checked->shards.insert(shard);
+      }
+    }
+    return layer_of(std::make_shared<SafetensorsFile>(read_safetensors(shard_path)), order[i], shard_path);
+  };
+  return set;
+}
+
+}  // namespace
+
+LayerOperands OperandSet::load(size_t i) const {
+  QC_CHECK(i < size(), "OperandSet::load: layer {} of {}", i, size());
+  return layers.empty() ? loader(i) : layers[i];
+}
+
+OperandSet open_operands(const std::string& path, bool with_digest) {
+  return is_index_path(path) ? open_sharded(path, with_digest) : load_operands(path, with_digest);
+}
+
+OperandSet load_operands(const std::string& path, bool with_digest) {
+  if (is_index_path(path)) {
+    OperandSet set = open_sharded(path, with_digest);
+    std::vector<LayerOperands> layers;
+    for (size_t i = 0; i < set.size(); ++i) layers.push_back(set.load(i));
+    set.layers = std::move(layers);
+    return set;
+  }
+  auto file = std::make_shared<SafetensorsFile>(read_safetensors(path));
+  OperandSet set;
+  set.path = path;
+  set.metadata = file->metadata;
+  if (with_digest) set.sha256 = sha256_file(path);
+  std::vector<std::string> keys;
+  for (const auto& [key, tensor] : file->tensors) keys.push_back(key);
+  for (const std::string& name : layer_order(keys, set.metadata, path)) {
+    set.layers.push_back(layer_of(file, name, path));
+    const LayerOperands& ops = set.layers.back();
+    set.headers.push_back({ops.name, ops.m, ops.n, ops.k});
   }
   return set;
 }
@@ -168,6 +299,66 @@ void save_operands(const std::string& path, const std::vector<LayerOperands>& la
   }
   metadata["layers"] = order;
   write_safetensors(path, tensors, metadata);
+}
+
+int64_t operand_bytes(const LayerOperands& ops) {
+  return ops.m * ops.k + 4 * ops.m + ops.n * ops.k + 4 * ops.n + (ops.has_bias() ? 2 * ops.n : 0);
+}
+
+ShardedOperandWriter::ShardedOperandWriter(std::string index_path, std::map<std::string, std::string> metadata,
+                                           int64_t shard_bytes)
+    : index_path_(std::move(index_path)), metadata_(std::move(metadata)), shard_bytes_(shard_bytes) {
+  QC_INPUT(ends_with(index_path_, ".index.json"),
+           "{}: expected the name of a sharded operand set to end in .index.json (its shards are written beside it)",
+           index_path_);
+  QC_INPUT(shard_bytes_ > 0, "--shard-size: expected a positive size, found {}", shard_bytes_);
+  stem_ = std::filesystem::path(index_path_).filename().string();
+  stem_.resize(stem_.size() - std::string_view(".index.json").size());
+}
+
+void ShardedOperandWriter::add(LayerOperands layer) {
+  QC_INPUT(!finished_, "{}: a layer added after the index was written", index_path_);
+  const int64_t bytes = operand_bytes(layer);
+  if (!pending_.empty() && pending_bytes_ + bytes > shard_bytes_) flush();
+  pending_bytes_ += bytes;
+  pending_.push_back(std::move(layer));
+}
+
+void ShardedOperandWriter::flush() {
+  if (pending_.empty()) return;
+  const std::string shard = fmt::format("{}-{:05}.safetensors", stem_, shards_.size() + 1);
+  const std::filesystem::path dir = std::filesystem::path(index_path_).parent_path();
+  const std::string shard_path = (dir / shard).string();
+  std::map<std::string, std::string> metadata = metadata_;
+  metadata["index"] = std::filesystem::path(index_path_).filename().string();
+  save_operands(shard_path, pending_, metadata);
+  shards_.emplace_back(shard, sha256_file(shard_path));
+  for (const LayerOperands& l : pending_) {
+    for (std::string_view part : kParts) {
+      if (part == ".bias" && !l.has_bias()) continue;
+      weight_map_[l.name + std::string(part)] = shard;
+    }
+    order_ += (order_.empty() ? "" : ",") + l.name;
+    total_bytes_ += operand_bytes(l);
+  }
+  pending_.clear();
+  pending_bytes_ = 0;
+}
+
+std::string ShardedOperandWriter::finish() {
+  flush();
+  QC_INPUT(!shards_.empty(), "{}: no layers to write", index_path_);
+  nlohmann::json metadata = nlohmann::json::object();
+  for (const auto& [k, v] : metadata_) metadata[k] = v;
+  metadata["format"] = "qconform-operands";
+  metadata["layers"] = order_;
+  metadata["total_size"] = total_bytes_;
+  nlohmann::json shards = nlohmann::json::object();
+  for (const auto& [name, digest] : shards_) shards[name] = digest;
+  const nlohmann::json index = {{"metadata", metadata}, {"weight_map", weight_map_}, {"shards", shards}};
+  write_file_atomic(index_path_, index.dump(1) + "\n");  // last: the set exists once its index does
+  finished_ = true;
+  return index_path_;
 }
 
 }  // namespace qc

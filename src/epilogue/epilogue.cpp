@@ -1,8 +1,10 @@
-// The epilogue formulas of include/qconform/epilogue.hpp: the fp32 formulas of the production
-// engines and `exact`, the correctly rounded bf16 of acc·sa·sw (+ bias) in integer arithmetic.
+// The epilogues of include/qconform/epilogue.hpp: the formula table, the tile loops, and `exact`,
+// the correctly rounded bf16 of acc·sa·sw (+ bias) in integer arithmetic. The fp32 formulas of the
+// production engines are not here: they are `formula::apply` in include/qconform/epilogue_formula.hpp,
+// the text the CUDA kernels compile too; this file only dispatches to it.
 //
-// Compiled with `-ffp-contract=off` (project flags): every `*` and `+` on floats below rounds
-// once to fp32, and the only fused operation is the explicit `std::fma` of `vllm-cutlass-fma`.
+// Compiled with `-ffp-contract=off` (project flags): every `*` and `+` on floats rounds once to
+// fp32 (in `formula::apply` as in the fp64 fast path of `exact` below).
 #include "qconform/epilogue.hpp"
 
 #include <algorithm>
@@ -20,33 +22,6 @@ namespace qc {
 namespace {
 
 using u128 = unsigned __int128;
-
-// int64 -> fp32 with one round-to-nearest-even (x86-64 `cvtsi2ss` under the default MXCSR
-// rounding mode, which is what C++ conversion compiles to). Private so that it cannot collide with
-// the `i64_to_f32` numerics.hpp will gain.
-inline float acc_to_f32(int64_t v) { return static_cast<float>(v); }
-
-// ---------------------------------------------------------------------------------------------
-// The fp32 formulas. `sa_first` selects the product order: false = weight scale first
-// (`rn32(sa * rn32(f32(acc) * sw))`, CUTLASS), true = activation scale first (Triton).
-inline float product_cutlass(int64_t acc, float sa, float sw) {
-  const float t = acc_to_f32(acc) * sw;  // rn32
-  return sa * t;                         // rn32
-}
-inline float product_triton(int64_t acc, float sa, float sw) {
-  const float t = acc_to_f32(acc) * sa;  // rn32
-  return t * sw;                         // rn32
-}
-inline float product_sglang_sm89(int64_t acc, float sa, float sw) {
-  const float s = sw * sa;         // rn32: the two scales first
-  return acc_to_f32(acc) * s;      // rn32
-}
-
-// SGLang's Hopper dispatch swaps A and B for small M (see production-epilogues.md): the swapped
-// kernel multiplies by the (former) activation scale first, i.e. the Triton order.
-inline bool sglang_sm90_swaps(int64_t m_rows, int64_t n_cols) {
-  return m_rows <= 16 || (m_rows <= 64 && n_cols > 1280);
-}
 
 // ---------------------------------------------------------------------------------------------
 // `exact`: values as sign · integer · 2^exp, summed exactly, rounded once.
@@ -233,48 +208,11 @@ namespace {
       e.name, e.name, e.name);
 }
 
-// The formula body, specialised per kind so that the whole-tile loop does not re-dispatch.
-template <EpilogueKind K>
-inline uint16_t apply_kind(const Epilogue& e, int64_t acc, float sa, float sw, const uint16_t* bias, bool swap) {
-  if constexpr (K == EpilogueKind::exact) {
-    return exact_bf16(acc, sa, sw, bias ? std::optional<uint16_t>(*bias) : std::nullopt);
-  } else {
-    if constexpr (K == EpilogueKind::vllm_triton) {
-      const float p = product_triton(acc, sa, sw);
-      if (bias == nullptr) return f32_to_bf16(p);
-      const float rounded = bf16_to_f32(f32_to_bf16(p));  // first bf16 rounding
-      return f32_to_bf16(rounded + bf16_to_f32(*bias));   // rn32 add, second bf16 rounding
-    } else if constexpr (K == EpilogueKind::sglang_sm89) {
-      const float p = product_sglang_sm89(acc, sa, sw);
-      if (bias == nullptr) return f32_to_bf16(p);
-      return f32_to_bf16(p + bf16_to_f32(*bias));  // muladd: rn32 product, rn32 add
-    } else {
-      // vllm_cutlass and sglang_sm90 (the CUTLASS tree; sm90 swaps to the Triton order).
-      const bool triton_order = K == EpilogueKind::sglang_sm90 && swap;
-      if (bias == nullptr) {
-        return f32_to_bf16(triton_order ? product_triton(acc, sa, sw) : product_cutlass(acc, sa, sw));
-      }
-      if (e.bias_mode == BiasMode::refuse) refuse_bias(e);
-      const float t = acc_to_f32(acc) * sw;  // rn32
-      if (e.bias_mode == BiasMode::fma) return f32_to_bf16(std::fma(sa, t, bf16_to_f32(*bias)));
-      return f32_to_bf16(sa * t + bf16_to_f32(*bias));  // muladd: two fp32 roundings (no contraction)
-    }
-  }
-}
-
-inline uint16_t apply_dispatch(const Epilogue& e, int64_t acc, float sa, float sw, const uint16_t* bias,
-                               bool swap) {
-  switch (e.kind) {
-    case EpilogueKind::vllm_cutlass: return apply_kind<EpilogueKind::vllm_cutlass>(e, acc, sa, sw, bias, swap);
-    case EpilogueKind::vllm_triton: return apply_kind<EpilogueKind::vllm_triton>(e, acc, sa, sw, bias, swap);
-    case EpilogueKind::sglang_sm89: return apply_kind<EpilogueKind::sglang_sm89>(e, acc, sa, sw, bias, swap);
-    case EpilogueKind::sglang_sm90: return apply_kind<EpilogueKind::sglang_sm90>(e, acc, sa, sw, bias, swap);
-    case EpilogueKind::exact: return apply_kind<EpilogueKind::exact>(e, acc, sa, sw, bias, swap);
-  }
-  QC_FAIL("unknown EpilogueKind {}", static_cast<int>(e.kind));
-}
-
-constexpr std::array<Epilogue, 7> kEpilogues{{
+// The formula table: one row per named epilogue. The first `kIntegerRows` take an integer
+// accumulator and are what `all_epilogues()` (and so every INT8 arm family) enumerates; the FP8
+// scaled epilogue follows. Adding a formula: its row here, its body in epilogue_formula.hpp.
+constexpr size_t kIntegerRows = 7;
+constexpr std::array<Epilogue, kIntegerRows + 1> kEpilogues{{
     {"vllm-cutlass", EpilogueKind::vllm_cutlass, BiasMode::refuse,
      "bf16(rn32(sa * rn32(f32(acc) * sw))); with a bias: refused (ambiguous, use -fma or -muladd)",
      "vLLM CUTLASS c3x/c2x ScaledEpilogue (CutlassInt8ScaledMMLinearKernel)"},
@@ -297,7 +235,43 @@ constexpr std::array<Epilogue, 7> kEpilogues{{
     {"exact", EpilogueKind::exact, BiasMode::exact,
      "bf16_RNE(acc * sa * sw (+ bias)) of the real number, rounded once",
      "qconform reference: exact integer arithmetic (128-bit significand product, aligned sum with sticky)"},
+    // FP8: the fp32 GEMM result `d` scaled in the Triton order (the same body as `vllm-triton`).
+    {"fp8-scaled", EpilogueKind::vllm_triton, BiasMode::refuse, "bf16(rn32(rn32(d*sa)*sw))",
+     "qconform FP8 path: the fp32 result of an FP8 e4m3 GEMM (CPU emulation or cuBLASLt) scaled per token, "
+     "then per channel"},
 }};
+
+// Rows [m0, m1) of a tile through formula body `K` (resolved: `sglang_sm90` already mapped).
+template <EpilogueKind K, typename Acc>
+void formula_rows(const Acc* acc, const float* sa, const float* sw, const uint16_t* bias, BiasMode mode, int64_t m0,
+                  int64_t m1, int64_t N, uint16_t* y) {
+  for (int64_t m = m0; m < m1; ++m) {
+    const Acc* a = acc + m * N;
+    uint16_t* out = y + m * N;
+    const float s = sa[m];
+    if (bias == nullptr) {
+      for (int64_t n = 0; n < N; ++n) out[n] = formula::apply<K>(a[n], s, sw[n], mode, false, 0.0f);
+    } else {
+      for (int64_t n = 0; n < N; ++n) {
+        out[n] = formula::apply<K>(a[n], s, sw[n], mode, true, formula::bf16_value(bias[n]));
+      }
+    }
+  }
+}
+
+// Rows [m0, m1) of a tile through `exact` (integer arithmetic, host-only).
+template <typename Acc>
+void exact_rows(const Acc* acc, const float* sa, const float* sw, const uint16_t* bias, int64_t m0, int64_t m1,
+                int64_t N, uint16_t* y) {
+  for (int64_t m = m0; m < m1; ++m) {
+    const Acc* a = acc + m * N;
+    uint16_t* out = y + m * N;
+    for (int64_t n = 0; n < N; ++n) {
+      out[n] = exact_bf16(static_cast<int64_t>(a[n]), sa[m], sw[n],
+                          bias ? std::optional<uint16_t>(bias[n]) : std::nullopt);
+    }
+  }
+}
 
 template <typename Acc>
 // `layer_m`: the M a shape-dispatching formula sees (the whole layer's when M rows are a block of it).
@@ -322,16 +296,20 @@ void apply_tile(const Epilogue& e, const Acc* acc, const float* sa, const float*
                e.name, n, bias[n]);
     }
   }
-  const bool swap = e.kind == EpilogueKind::sglang_sm90 && sglang_sm90_swaps(layer_m, N);
+  const EpilogueKind kind = formula::instance_kind(e.kind, layer_m, N);
+  if constexpr (std::is_floating_point_v<Acc>) {
+    QC_INPUT(kind != EpilogueKind::exact,
+             "epilogue `{}`: the exact formula needs an integer accumulator, found an fp32 one", e.name);
+  }
+  QC_CHECK(kind == EpilogueKind::exact || formula::has_body(kind), "epilogue `{}`: kind {} has no formula body",
+           e.name, static_cast<int>(kind));
   auto rows = [&](int64_t m0, int64_t m1) {
-    for (int64_t m = m0; m < m1; ++m) {
-      const Acc* a = acc + m * N;
-      uint16_t* out = y + m * N;
-      const float s = sa[m];
-      for (int64_t n = 0; n < N; ++n) {
-        out[n] = apply_dispatch(e, static_cast<int64_t>(a[n]), s, sw[n], bias ? bias + n : nullptr, swap);
-      }
+    if constexpr (std::is_integral_v<Acc>) {
+      if (kind == EpilogueKind::exact) return exact_rows(acc, sa, sw, bias, m0, m1, N, y);
     }
+    formula::visit_instance(kind, [&](auto k) {
+      formula_rows<decltype(k)::value>(acc, sa, sw, bias, e.bias_mode, m0, m1, N, y);
+    });
   };
   // Below ~64K elements a thread costs more than it saves.
   const int t = static_cast<int>(std::min<int64_t>({resolve_threads(threads), M, std::max<int64_t>(1, M * N / 65536)}));
@@ -344,8 +322,12 @@ void apply_tile(const Epilogue& e, const Acc* acc, const float* sa, const float*
 uint16_t Epilogue::apply(int64_t acc, float sa, float sw, std::optional<uint16_t> bias_bf16, int64_t m_rows,
                          int64_t n_cols) const {
   if (bias_bf16 && bias_mode == BiasMode::refuse) refuse_bias(*this);
-  const bool swap = kind == EpilogueKind::sglang_sm90 && sglang_sm90_swaps(m_rows, n_cols);
-  return apply_dispatch(*this, acc, sa, sw, bias_bf16 ? &*bias_bf16 : nullptr, swap);
+  if (kind == EpilogueKind::exact) return exact_bf16(acc, sa, sw, bias_bf16);
+  const EpilogueKind k = formula::instance_kind(kind, m_rows, n_cols);
+  const float bias = bias_bf16 ? formula::bf16_value(*bias_bf16) : 0.0f;
+  return formula::visit_instance(k, [&](auto kc) {
+    return formula::apply<decltype(kc)::value>(acc, sa, sw, bias_mode, bias_bf16.has_value(), bias);
+  });
 }
 
 std::string_view Epilogue::pow2_class(bool has_bias) const {
@@ -361,19 +343,21 @@ std::string_view Epilogue::pow2_class(bool has_bias) const {
   return "";
 }
 
+std::span<const Epilogue> all_epilogues() { return std::span<const Epilogue>(kEpilogues).first(kIntegerRows); }
+
+const Epilogue& fp8_epilogue() { return kEpilogues[kIntegerRows]; }
+
 const Epilogue& epilogue(std::string_view name) {
-  for (const Epilogue& e : kEpilogues) {
+  for (const Epilogue& e : all_epilogues()) {
     if (e.name == name) return e;
   }
   std::string valid;
-  for (const Epilogue& e : kEpilogues) {
+  for (const Epilogue& e : all_epilogues()) {
     if (!valid.empty()) valid += ", ";
     valid += e.name;
   }
   QC_FAIL_INPUT("unknown epilogue `{}`: expected one of {}", name, valid);
 }
-
-std::span<const Epilogue> all_epilogues() { return kEpilogues; }
 
 void apply_epilogue(const Epilogue& e, const int32_t* acc, const float* sa, const float* sw, const uint16_t* bias,
                     int64_t M, int64_t N, uint16_t* y_bf16, int threads) {
@@ -381,6 +365,11 @@ void apply_epilogue(const Epilogue& e, const int32_t* acc, const float* sa, cons
 }
 
 void apply_epilogue(const Epilogue& e, const int64_t* acc, const float* sa, const float* sw, const uint16_t* bias,
+                    int64_t M, int64_t N, uint16_t* y_bf16, int threads) {
+  apply_tile(e, acc, sa, sw, bias, M, N, y_bf16, threads, M);
+}
+
+void apply_epilogue(const Epilogue& e, const float* acc, const float* sa, const float* sw, const uint16_t* bias,
                     int64_t M, int64_t N, uint16_t* y_bf16, int threads) {
   apply_tile(e, acc, sa, sw, bias, M, N, y_bf16, threads, M);
 }

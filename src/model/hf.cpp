@@ -23,6 +23,7 @@
 #include "qconform/model.hpp"
 #include "qconform/numerics.hpp"
 #include "qconform/safetensors.hpp"
+#include "qconform/shard_index.hpp"
 #include "qconform/sha256.hpp"
 
 namespace qc {
@@ -477,36 +478,8 @@ Model with_rope_style(const Model& model, RopeStyle style) {
   return m;
 }
 
-// `model.safetensors.index.json`, the layout `save_pretrained` writes for large models: every
-// tensor mapped to a shard file in the same directory.
-struct ShardIndex {
-  std::string path;
-  std::map<std::string, std::string> weight_map;  // tensor -> shard file name
-  std::set<std::string> shards;                   // sorted: the identity does not depend on the index's order
-};
-
 ShardIndex read_shard_index(const std::string& dir) {
-  ShardIndex ix;
-  ix.path = (fs::path(dir) / "model.safetensors.index.json").string();
-  const nlohmann::json j = parse_json(read_file(ix.path), ix.path);
-  QC_INPUT(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object() && !j["weight_map"].empty(),
-           "{}: field `weight_map`: expected an object mapping tensor names to shard files, found {}", ix.path,
-           j.is_object() && j.contains("weight_map") ? j["weight_map"].dump().substr(0, 80) : "none");
-  for (const auto& [tensor, shard] : j["weight_map"].items()) {
-    QC_INPUT(shard.is_string(), "{}: field `weight_map.{}`: expected a shard file name, found {}", ix.path, tensor,
-             shard.dump());
-    const std::string name = shard.get<std::string>();
-    QC_INPUT(!name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
-                 name.find('\\') == std::string::npos,
-             "{}: field `weight_map.{}`: expected a file name in {}, found `{}`", ix.path, tensor, dir, name);
-    ix.weight_map.emplace(tensor, name);
-    ix.shards.insert(name);
-  }
-  for (const std::string& shard : ix.shards) {
-    QC_INPUT(fs::exists(fs::path(dir) / shard), "{}: shard `{}`: expected the file {}, found none", ix.path, shard,
-             (fs::path(dir) / shard).string());
-  }
-  return ix;
+  return read_shard_index_file((fs::path(dir) / "model.safetensors.index.json").string());
 }
 
 // The files holding a Hugging Face directory's weights, as (role, path): `model.safetensors`, or

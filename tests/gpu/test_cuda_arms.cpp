@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -16,9 +17,11 @@
 #include "qconform/cuda.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
 
 #ifdef QC_WITH_CUDA
 #include "arms/cuda/cuda_common.hpp"
+#include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
 #endif
 
@@ -177,10 +180,8 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
       ScaledMmArgs args;
       args.a = a.get(), args.w = w.get(), args.sa = sa.get(), args.sw = sw.get(), args.bias = bias.get();
       args.y = y.get(), args.acc = acc.get(), args.m = m, args.n = n, args.k = k;
-      args.formula = e.kind == EpilogueKind::vllm_triton  ? EpilogueFormula::vllm_triton
-                     : e.kind == EpilogueKind::sglang_sm89 ? EpilogueFormula::sglang_sm89
-                                                           : EpilogueFormula::vllm_cutlass;
-      args.bias_add = e.bias_mode == BiasMode::fma ? BiasAdd::fma : BiasAdd::muladd;
+      args.formula = formula::instance_kind(e.kind, m, n);
+      args.bias_mode = e.bias_mode;
       args.tile = tile;
       QC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.size() * 2));  // poison: every element must be written
       QC_CUDA_CHECK(cudaMemset(acc.get(), 0xFF, acc.size() * 4));
@@ -198,6 +199,71 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
     }
   }
   }
+#else
+  GTEST_SKIP() << "this build has no CUDA";
+#endif
+}
+
+// The separate epilogue kernels against the CPU rows they instantiate, without a GEMM in front:
+// every row with a formula body (and `sglang-sm90` on both sides of its swap-AB rule), with and
+// without a bias where the row takes one, on int32 accumulators; and the `fp8-scaled` row on
+// fp32 GEMM results (the cuBLASLt FP8 arms' scale kernel). Device and host compile the same
+// `formula::apply` text: the outputs must be identical bit for bit.
+TEST(CudaKernels, ScaledEpilogueKernelsEqualTheirRows) {
+#ifdef QC_WITH_CUDA
+  using namespace cuda_kernels;
+  const int64_t n = 1040;
+  for (int64_t m : {int64_t{16}, int64_t{333}}) {
+    std::mt19937_64 rng(4711 + m);
+    std::uniform_int_distribution<int32_t> dacc(-(1 << 26), 1 << 26);
+    std::uniform_real_distribution<float> dscale(0.5f, 2.0f);
+    std::vector<int32_t> acc(static_cast<size_t>(m * n));
+    std::vector<float> d(acc.size()), sa(static_cast<size_t>(m)), sw(static_cast<size_t>(n));
+    std::vector<uint16_t> bias(static_cast<size_t>(n));
+    for (size_t i = 0; i < acc.size(); ++i) {
+      acc[i] = dacc(rng);
+      d[i] = static_cast<float>(acc[i]) * 0x1p-7f + static_cast<float>(i % 5) * 0x1p-9f;
+    }
+    for (auto& v : sa) v = dscale(rng) * 0x1p-9f;
+    for (auto& v : sw) v = dscale(rng) * 0x1p-11f;
+    for (auto& v : bias) v = f32_to_bf16(dscale(rng) * (rng() % 2 ? 1.0f : -1.0f));
+    cuda::DeviceBuffer<int32_t> dacc_dev{std::span<const int32_t>(acc)};
+    cuda::DeviceBuffer<float> d_dev{std::span<const float>(d)};
+    cuda::DeviceBuffer<float> sa_dev{std::span<const float>(sa)}, sw_dev{std::span<const float>(sw)};
+    cuda::DeviceBuffer<uint16_t> bias_dev{std::span<const uint16_t>(bias)}, y(acc.size());
+    for (const Epilogue& e : all_epilogues()) {
+      if (e.kind == EpilogueKind::exact) continue;
+      for (bool with_bias : {false, true}) {
+        if (with_bias && !e.accepts_bias()) continue;
+        QC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.size() * 2));  // poison: every element must be written
+        const std::string id = launch_int32_scaled_epilogue(
+            dacc_dev.get(), sa_dev.get(), sw_dev.get(), with_bias ? bias_dev.get() : nullptr, y.get(), static_cast<int>(m),
+            static_cast<int>(n), formula::instance_kind(e.kind, m, n), e.bias_mode, nullptr);
+        ASSERT_EQ(id.rfind("error:", 0), std::string::npos) << id;
+        QC_CUDA_CHECK(cudaDeviceSynchronize());
+        std::vector<uint16_t> want(acc.size());
+        apply_epilogue(e, acc.data(), sa.data(), sw.data(), with_bias ? bias.data() : nullptr, m, n, want.data());
+        const std::string dy = gpu_test::diff_report(y.to_host(), want, n, "int32 epilogue kernel vs Epilogue row");
+        EXPECT_TRUE(dy.empty()) << e.name << " bias=" << with_bias << " M=" << m << " " << id << " " << dy;
+      }
+    }
+    const Epilogue& fp8 = fp8_epilogue();
+    QC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.size() * 2));
+    const std::string id = launch_f32_scale_to_bf16(d_dev.get(), sa_dev.get(), sw_dev.get(), y.get(), static_cast<int>(m),
+                                                    static_cast<int>(n), fp8.kind, nullptr);
+    ASSERT_EQ(id.rfind("error:", 0), std::string::npos) << id;
+    QC_CUDA_CHECK(cudaDeviceSynchronize());
+    std::vector<uint16_t> want(d.size());
+    apply_epilogue(fp8, d.data(), sa.data(), sw.data(), nullptr, m, n, want.data());
+    const std::string dy = gpu_test::diff_report(y.to_host(), want, n, "fp32 scale kernel vs fp8-scaled row");
+    EXPECT_TRUE(dy.empty()) << "M=" << m << " " << id << " " << dy;
+  }
+  // A kind without a body, or a bias for a formula that refuses one, is refused at launch.
+  cuda::DeviceBuffer<uint16_t> y1(16);
+  EXPECT_EQ(launch_int32_scaled_epilogue(nullptr, nullptr, nullptr, nullptr, y1.get(), 1, 16, EpilogueKind::exact,
+                                         BiasMode::exact, nullptr)
+                .rfind("error:", 0),
+            0u);
 #else
   GTEST_SKIP() << "this build has no CUDA";
 #endif

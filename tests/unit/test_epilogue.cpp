@@ -14,6 +14,7 @@
 #include <limits>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "qconform/epilogue.hpp"
@@ -637,4 +638,212 @@ TEST(EpilogueTile, MatchesPerElementApplyAndValidates) {
     sw2[7] = bad;
     EXPECT_THROW(qc::apply_epilogue(E("exact"), acc.data(), sa.data(), sw2.data(), nullptr, M, N, y.data()), qc::Error);
   }
+}
+
+// ---- One formula text for host and device (include/qconform/epilogue_formula.hpp) ---------------
+//
+// The CUDA kernels instantiate `qc::formula::apply`; these tests pin that same text on the CPU:
+// its host primitives round once each, read symbolically it is the formula of
+// production-epilogues.md for every row of the table, and every row's public entry points
+// (`Epilogue::apply`, the int32 / int64 / fp32 tiles) return exactly what it returns.
+
+namespace symbolic {
+
+// A formula read back as text: each primitive prints the notation of production-epilogues.md.
+struct Sym {
+  std::string s;
+};
+struct SymAcc {  // an integer accumulator
+  std::string name;
+};
+Sym mul_rn(const Sym& a, const Sym& b) { return {"rn32(" + a.s + " * " + b.s + ")"}; }
+Sym add_rn(const Sym& a, const Sym& b) { return {"rn32(" + a.s + " + " + b.s + ")"}; }
+Sym fma_rn(const Sym& a, const Sym& b, const Sym& c) { return {"fma(" + a.s + ", " + b.s + ", " + c.s + ")"}; }
+Sym to_f32_rn(const SymAcc& acc) { return {"f32(" + acc.name + ")"}; }
+Sym to_f32_rn(const Sym& d) { return d; }  // an fp32 accumulator enters unchanged (the header's float overload)
+Sym bf16_rn(const Sym& x) { return {"bf16(" + x.s + ")"}; }
+Sym bf16_value(const Sym& x) { return {"f32(" + x.s + ")"}; }
+
+// The row's formula read through `formula::apply` of its instance kind for an m x n GEMM.
+template <typename Acc>
+std::string read(const qc::Epilogue& e, Acc acc, bool has_bias, int64_t m, int64_t n) {
+  return qc::formula::visit_instance(qc::formula::instance_kind(e.kind, m, n), [&](auto k) {
+    return qc::formula::apply<decltype(k)::value>(acc, Sym{"sa"}, Sym{"sw"}, e.bias_mode, has_bias, Sym{"f32(bias)"}).s;
+  });
+}
+
+}  // namespace symbolic
+
+// The host primitives are the operations the header's table promises: products and sums round
+// once (no contraction into an FMA: this TU, like the library, builds with -ffp-contract=off), the
+// FMA rounds once, int -> fp32 and fp32 -> bf16 round to nearest even.
+TEST(EpilogueFormulaText, HostPrimitivesRoundOnce) {
+  namespace f = qc::formula;
+  volatile float va = 1.0f + 0x1p-12f, vc = -(1.0f + 0x1p-11f);
+  const float a = va, c = vc;
+  // a*a = 1 + 2^-11 + 2^-24: a tie at fp32 precision, rounded to even (down); fused, 2^-24 survives.
+  EXPECT_EQ(bits32(f::add_rn(f::mul_rn(a, a), c)), bits32(0.0f)) << "mul_rn + add_rn contracted into an FMA";
+  EXPECT_EQ(bits32(f::fma_rn(a, a, c)), bits32(0x1p-24f));
+  volatile int64_t v64 = (int64_t{1} << 24) + 1, w64 = (int64_t{1} << 24) + 3;
+  volatile int32_t v32 = (1 << 24) + 1, w32 = (1 << 24) + 3;
+  EXPECT_EQ(f::to_f32_rn(static_cast<int64_t>(v64)), 0x1p24f);               // tie -> even
+  EXPECT_EQ(f::to_f32_rn(static_cast<int64_t>(w64)), 0x1p24f + 4.0f);        // tie -> even (up)
+  EXPECT_EQ(f::to_f32_rn(static_cast<int32_t>(v32)), 0x1p24f);
+  EXPECT_EQ(f::to_f32_rn(static_cast<int32_t>(w32)), 0x1p24f + 4.0f);
+  EXPECT_EQ(f::to_f32_rn(-3.25f), -3.25f);
+  for (float x : {1.0f, 0x1.01p0f, 0x1.03p0f, -0x1.FFp127f, 0x1p-140f, -0.0f}) {
+    EXPECT_EQ(f::bf16_rn(x), ref_bf16(x)) << std::hexfloat << x;
+    EXPECT_EQ(bits32(f::bf16_value(f::bf16_rn(x))), bits32(bf(ref_bf16(x)))) << std::hexfloat << x;
+  }
+}
+
+// Read symbolically, the shared `apply` is the formula production-epilogues.md gives for each row
+// (the expected strings below are transcribed from that document, not from the code), and the
+// human-readable `formula` of each row states the same body.
+TEST(EpilogueFormulaText, ReadsAsTheReferenceFormulas) {
+  using symbolic::read;
+  using symbolic::SymAcc;
+  using symbolic::Sym;
+  const std::string cutlass = "bf16(rn32(sa * rn32(f32(acc) * sw)))";
+  const std::string triton = "bf16(rn32(rn32(f32(acc) * sa) * sw))";
+  const std::string sm89 = "bf16(rn32(f32(acc) * rn32(sw * sa)))";
+  struct Case {
+    const char* row;
+    bool bias;
+    int64_t m, n;
+    std::string want;
+  };
+  const Case cases[] = {
+      {"vllm-cutlass", false, 512, 4096, cutlass},
+      {"vllm-cutlass-fma", false, 512, 4096, cutlass},
+      {"vllm-cutlass-fma", true, 512, 4096, "bf16(fma(sa, rn32(f32(acc) * sw), f32(bias)))"},
+      {"vllm-cutlass-muladd", false, 512, 4096, cutlass},
+      {"vllm-cutlass-muladd", true, 512, 4096, "bf16(rn32(rn32(sa * rn32(f32(acc) * sw)) + f32(bias)))"},
+      {"vllm-triton", false, 512, 4096, triton},
+      {"vllm-triton", true, 512, 4096, "bf16(rn32(f32(bf16(rn32(rn32(f32(acc) * sa) * sw))) + f32(bias)))"},
+      {"sglang-sm89", false, 512, 4096, sm89},
+      {"sglang-sm89", true, 512, 4096, "bf16(rn32(rn32(f32(acc) * rn32(sw * sa)) + f32(bias)))"},
+      {"sglang-sm90", false, 512, 4096, cutlass},
+      {"sglang-sm90", false, 65, 100000, cutlass},
+      {"sglang-sm90", false, 64, 1281, triton},  // swap-AB
+      {"sglang-sm90", false, 16, 64, triton},    // swap-AB
+  };
+  for (const Case& c : cases) {
+    const qc::Epilogue& e = E(c.row);
+    EXPECT_EQ(read(e, SymAcc{"acc"}, c.bias, c.m, c.n), c.want) << c.row << " bias=" << c.bias << " M=" << c.m << " N=" << c.n;
+    if (!c.bias) {
+      EXPECT_NE(std::string(e.formula).find(c.want), std::string::npos) << c.row << ": " << e.formula;
+    }
+  }
+  // FP8: the fp32 GEMM result `d` in the Triton order; the row's text spells it without spaces.
+  const qc::Epilogue& fp8 = qc::fp8_epilogue();
+  EXPECT_EQ(fp8.name, "fp8-scaled");
+  EXPECT_EQ(read(fp8, Sym{"d"}, false, 512, 4096), "bf16(rn32(rn32(d * sa) * sw))");
+  std::string compact = read(fp8, Sym{"d"}, false, 512, 4096);
+  std::erase(compact, ' ');
+  EXPECT_EQ(compact, fp8.formula);
+  EXPECT_FALSE(fp8.accepts_bias());
+  // Every row but `exact` has a body in the shared text; `exact` (integer arithmetic) is host-only.
+  for (const qc::Epilogue& e : qc::all_epilogues()) {
+    EXPECT_EQ(qc::formula::has_body(qc::formula::instance_kind(e.kind, 512, 4096)), e.kind != qc::EpilogueKind::exact)
+        << e.name;
+  }
+}
+
+// Every row of the formula table (the seven INT8 epilogues and `fp8-scaled`), through each public
+// entry point, returns what the shared `formula::apply` of its resolved kind returns, called
+// directly: the CPU evaluates the very text the CUDA kernels instantiate. The cases sit near bf16
+// midpoints, where the bodies disagree (counted below), so equality picks out the body.
+TEST(EpilogueFormulaText, EveryRowDispatchesToTheSharedApply) {
+  namespace f = qc::formula;
+  std::vector<const qc::Epilogue*> rows;
+  for (const qc::Epilogue& e : qc::all_epilogues()) rows.push_back(&e);
+  rows.push_back(&qc::fp8_epilogue());
+  auto direct = [](const qc::Epilogue& e, auto acc, float sa, float sw, std::optional<uint16_t> b, int64_t m,
+                   int64_t n) -> uint16_t {
+    return f::visit_instance(f::instance_kind(e.kind, m, n), [&](auto k) {
+      return f::apply<decltype(k)::value>(acc, sa, sw, e.bias_mode, b.has_value(), b ? bf(*b) : 0.0f);
+    });
+  };
+
+  // One tile, M x N, shaped so that `sglang-sm90` swaps (M <= 16) in one call and not in another.
+  for (int64_t M : {int64_t{16}, int64_t{96}}) {
+    const int64_t N = 96;
+    std::mt19937_64 rng(20261201 + M);
+    std::vector<float> sa(M), sw(N);
+    for (auto& s : sa) s = rand_float(rng, -10, -3);
+    for (auto& s : sw) s = rand_float(rng, -10, -5);
+    std::vector<uint16_t> bias(N);
+    for (auto& b : bias) b = ref_bf16(rand_float(rng, -6, 2) * (rng() % 2 ? 1.0f : -1.0f));
+    std::vector<int32_t> acc(static_cast<size_t>(M * N));
+    std::vector<int64_t> acc64(acc.size());
+    std::vector<float> d(acc.size());
+    std::uniform_int_distribution<int64_t> dacc(-(int64_t{1} << 22), int64_t{1} << 22);
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        const size_t i = static_cast<size_t>(m * N + n);
+        const bool near = (m + n) % 3 != 0;
+        acc[i] = static_cast<int32_t>(near ? acc_near_midpoint(rng, sa[m], sw[n], (m + n) % 2 ? bf(bias[n]) : 0.0f,
+                                                               int64_t{1} << 22)
+                                           : dacc(rng));
+        acc64[i] = static_cast<int64_t>(acc[i]) * 512 + (n % 2 ? 1 : -1);  // beyond int32, off the power of two
+        d[i] = static_cast<float>(acc[i]) + static_cast<float>(n % 8) * 0.125f;  // an fp32 accumulator
+      }
+    }
+    int differ_cut_tri = 0, differ_cut_sm89 = 0, differ_fma_muladd = 0, differ_tri_bias = 0;
+    for (const qc::Epilogue* e : rows) {
+      if (e->kind == qc::EpilogueKind::exact) continue;  // integer arithmetic, pinned against Boost rationals above
+      for (bool with_bias : {false, true}) {
+        if (with_bias && !e->accepts_bias()) continue;
+        const uint16_t* bp = with_bias ? bias.data() : nullptr;
+        std::vector<uint16_t> y32(acc.size()), y64(acc.size()), yf(acc.size());
+        qc::apply_epilogue(*e, acc.data(), sa.data(), sw.data(), bp, M, N, y32.data(), 2);
+        qc::apply_epilogue(*e, acc64.data(), sa.data(), sw.data(), bp, M, N, y64.data(), 1);
+        qc::apply_epilogue(*e, d.data(), sa.data(), sw.data(), bp, M, N, yf.data(), 2);
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t n = 0; n < N; ++n) {
+            const size_t i = static_cast<size_t>(m * N + n);
+            const auto b = with_bias ? std::optional<uint16_t>(bias[n]) : std::nullopt;
+            const std::string at = fmt::format("{} bias={} M={} [{},{}] {}", e->name, with_bias, M, m, n,
+                                               desc(acc[i], sa[m], sw[n]));
+            const uint16_t want = direct(*e, acc[i], sa[m], sw[n], b, M, N);
+            ASSERT_EQ(y32[i], want) << "int32 tile " << at << ": " << hex16(y32[i]) << " vs " << hex16(want);
+            ASSERT_EQ(e->apply(acc[i], sa[m], sw[n], b, M, N), want) << "Epilogue::apply " << at;
+            const uint16_t want64 = direct(*e, acc64[i], sa[m], sw[n], b, M, N);
+            ASSERT_EQ(y64[i], want64) << "int64 tile " << at << ": " << hex16(y64[i]) << " vs " << hex16(want64);
+            ASSERT_EQ(e->apply(acc64[i], sa[m], sw[n], b, M, N), want64) << "Epilogue::apply int64 " << at;
+            const uint16_t wantf = direct(*e, d[i], sa[m], sw[n], b, M, N);
+            ASSERT_EQ(yf[i], wantf) << "fp32 tile d=" << std::hexfloat << d[i] << " " << at << ": " << hex16(yf[i])
+                                    << " vs " << hex16(wantf);
+          }
+        }
+      }
+    }
+    // The cases separate the bodies (else the equalities above could not tell them apart).
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        const size_t i = static_cast<size_t>(m * N + n);
+        const uint16_t c = E("vllm-cutlass").apply(acc[i], sa[m], sw[n], std::nullopt, M, N);
+        differ_cut_tri += c != E("vllm-triton").apply(acc[i], sa[m], sw[n], std::nullopt, M, N);
+        differ_cut_sm89 += c != E("sglang-sm89").apply(acc[i], sa[m], sw[n], std::nullopt, M, N);
+        const uint16_t fma = E("vllm-cutlass-fma").apply(acc[i], sa[m], sw[n], bias[n], M, N);
+        const uint16_t mad = E("vllm-cutlass-muladd").apply(acc[i], sa[m], sw[n], bias[n], M, N);
+        differ_fma_muladd += fma != mad;
+        differ_tri_bias += E("vllm-triton").apply(acc[i], sa[m], sw[n], bias[n], M, N) != mad;
+      }
+    }
+    std::printf("[epilogue] M=%lld: cases where bodies differ: cutlass/triton %d, cutlass/sm89 %d, fma/muladd %d, "
+                "triton-bias/muladd %d of %lld\n",
+                static_cast<long long>(M), differ_cut_tri, differ_cut_sm89, differ_fma_muladd, differ_tri_bias,
+                static_cast<long long>(M * N));
+    EXPECT_GT(differ_cut_tri, 0);
+    EXPECT_GT(differ_cut_sm89, 0);
+    EXPECT_GT(differ_fma_muladd, 0);
+    EXPECT_GT(differ_tri_bias, 0);
+  }
+  // `exact` has no fp32 body: an fp32 accumulator is refused, not truncated.
+  std::vector<float> d1{1.5f};
+  std::vector<float> one{1.0f};
+  std::vector<uint16_t> y1(1);
+  EXPECT_THROW(qc::apply_epilogue(E("exact"), d1.data(), one.data(), one.data(), nullptr, 1, 1, y1.data()), qc::Error);
 }

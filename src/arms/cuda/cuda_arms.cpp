@@ -18,47 +18,23 @@
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
 #include "qconform/accum.hpp"
 #include "qconform/arm.hpp"
+#include "qconform/epilogue.hpp"
 #include "qconform/numerics.hpp"
 #include "qconform/version.hpp"
 
 namespace qc {
 namespace cuda {
 
-using cuda_kernels::BiasAdd;
-using cuda_kernels::EpilogueFormula;
-
-EpilogueFormula formula_for(const Epilogue& e, int64_t m_rows, int64_t n_cols) {
-  switch (e.kind) {
-    case EpilogueKind::vllm_cutlass: return EpilogueFormula::vllm_cutlass;
-    case EpilogueKind::vllm_triton: return EpilogueFormula::vllm_triton;
-    case EpilogueKind::sglang_sm89: return EpilogueFormula::sglang_sm89;
-    case EpilogueKind::sglang_sm90:
-      // SGLang's Hopper dispatch swaps A and B for small M, which gives the Triton order
-      // (production-epilogues.md); tests/gpu checks this against `Epilogue::apply` on both sides
-      // of the boundary.
-      return (m_rows <= 16 || (m_rows <= 64 && n_cols > 1280)) ? EpilogueFormula::vllm_triton
-                                                                : EpilogueFormula::vllm_cutlass;
-    case EpilogueKind::exact: break;
-  }
-  QC_FAIL_INPUT("epilogue `{}` has no CUDA kernel instance (the exact formula is CPU-only: use cpu:exact)", e.name);
-}
-
-BiasAdd bias_add_for(const Epilogue& e, bool has_bias) {
-  if (!has_bias) return BiasAdd::none;
-  switch (e.bias_mode) {
-    case BiasMode::fma: return BiasAdd::fma;
-    case BiasMode::muladd: return BiasAdd::muladd;
-    case BiasMode::after_bf16: return BiasAdd::muladd;  // the Triton instance adds after its bf16 rounding
-    case BiasMode::refuse:
-    case BiasMode::exact: break;
-  }
-  QC_FAIL_INPUT(
-      "epilogue `{}`: a bias is ambiguous for this formula (CUTLASS `multiply_add` may or may not be contracted "
-      "into an FMA); use the `-fma` or `-muladd` variant of the arm",
-      e.name);
-}
-
 namespace {
+
+// A bias reaches the device only for formulas that take one (the kernels' `formula::apply` cannot
+// throw): the same refusal as the CPU's `apply_epilogue`, named after the arm's variants.
+void require_bias_accepted(const Epilogue& e, bool has_bias) {
+  QC_INPUT(!has_bias || e.accepts_bias(),
+           "epilogue `{}`: a bias is ambiguous for this formula (CUTLASS `multiply_add` may or may not be contracted "
+           "into an FMA); use the `-fma` or `-muladd` variant of the arm",
+           e.name);
+}
 
 // `int32_accumulator`: the INT8 arms accumulate in INT32, which is exact only while K * 2^14 < 2^31;
 // beyond that they refuse the shape instead of wrapping silently (C1's overflow probe).
@@ -122,7 +98,8 @@ struct DeviceLayer {
 class MmaArm final : public Arm {
  public:
   explicit MmaArm(const Epilogue& e) : epilogue_(e) {
-    (void)formula_for(e, 512, 4096);  // rejects `exact` at creation
+    QC_INPUT(e.kind != EpilogueKind::exact,
+             "epilogue `{}` has no CUDA kernel instance (the exact formula is CPU-only: use cpu:exact)", e.name);
   }
   ArmInfo info() const override {
     ArmInfo i;
@@ -138,7 +115,7 @@ class MmaArm final : public Arm {
   ArmOutput run(const LayerOperands& ops) override {
     const ArmInfo i = info();
     check_shape(i.label, ops, /*int32_accumulator=*/true);
-    const BiasAdd bias_add = bias_add_for(epilogue_, ops.has_bias());
+    require_bias_accepted(epilogue_, ops.has_bias());
     require_device(i.label);
     std::lock_guard lock(d_.mu);
     d_.upload(ops);
@@ -147,13 +124,14 @@ class MmaArm final : public Arm {
     args.bias = ops.has_bias() ? d_.bias.get() : nullptr;
     args.y = d_.y.get(), args.acc = d_.acc.get();
     args.m = static_cast<int>(ops.m), args.n = static_cast<int>(ops.n), args.k = static_cast<int>(ops.k);
-    args.formula = formula_for(epilogue_, ops.m, ops.n);
-    args.bias_add = bias_add;
+    // `sglang-sm90` runs the CUTLASS or (swap-AB shapes) the Triton instance: the rule the CPU uses.
+    args.formula = formula::instance_kind(epilogue_.kind, ops.m, ops.n);
+    args.bias_mode = epilogue_.bias_mode;
     std::string kernel = checked_launch(cuda_kernels::launch_int8_scaled_mm(args, nullptr), i.label.c_str());
     QC_CUDA_CHECK(cudaDeviceSynchronize());
     ArmOutput out = d_.download(ops);
     out.record = cuda_record(i, std::move(kernel), fmt::format("qconform {} CUDA kernels", version()));
-    out.record.extra["formula_instance"] = cuda_kernels::formula_name(args.formula);
+    out.record.extra["formula_instance"] = formula::kind_name(args.formula);
     return out;
   }
 
@@ -194,7 +172,7 @@ class CublasLtInt8Arm final : public Arm {
     const ArmInfo i = info();
     check_shape(i.label, ops, /*int32_accumulator=*/true);
     const Epilogue& e = epilogue(i.epilogue);
-    const BiasAdd bias_add = bias_add_for(e, ops.has_bias());
+    require_bias_accepted(e, ops.has_bias());
     require_device(i.label);
     const int m = static_cast<int>(ops.m), n = static_cast<int>(ops.n), k = static_cast<int>(ops.k);
     CublasLtGemm& plan = plans_.get(CublasLtGemm::Kind::int8_s32, m, n, k, false);
@@ -206,7 +184,7 @@ class CublasLtInt8Arm final : public Arm {
     std::string epi = checked_launch(
         cuda_kernels::launch_int32_scaled_epilogue(acc, d_.sa.get(), d_.sw.get(),
                                                    ops.has_bias() ? d_.bias.get() : nullptr, d_.y.get(), m,
-                                                   n, formula_for(e, m, n), bias_add, nullptr),
+                                                   n, formula::instance_kind(e.kind, m, n), e.bias_mode, nullptr),
         i.label.c_str());
     QC_CUDA_CHECK(cudaDeviceSynchronize());
     ArmOutput out = d_.download(ops);
@@ -282,13 +260,15 @@ class CublasLtFp8Arm final : public Arm {
       vec.run(a.get(), w.get(), y.get(), sa.get(), sw.get(), nullptr);
       kernel = vec.identity();
     } else {
-      // No outer-vector-scaled algorithm: fp32 GEMM, then our scale kernel (sa first, then sw).
+      // No outer-vector-scaled algorithm: fp32 GEMM, then our scale kernel through the `fp8-scaled`
+      // row (the formula the FP8 sweep applies on the host).
       CublasLtGemm& f32 = plans_.get(CublasLtGemm::Kind::fp8_f32, m, n, k, fast_);
       QC_INPUT(f32.ok(), "arm {}: layer `{}`: {}; {}", i.label, ops.name, vec.error(), f32.error());
       DeviceBuffer<float> d(mn);
       f32.run(a.get(), w.get(), d.get(), nullptr, nullptr, nullptr);
       kernel = f32.identity() + " + " +
-               checked_launch(cuda_kernels::launch_f32_scale_to_bf16(d.get(), sa.get(), sw.get(), y.get(), m, n, nullptr),
+               checked_launch(cuda_kernels::launch_f32_scale_to_bf16(d.get(), sa.get(), sw.get(), y.get(), m, n,
+                                                                    fp8_epilogue().kind, nullptr),
                               i.label.c_str()) +
                " (outer-vector scaling unavailable: " + vec.error() + ")";
       QC_CUDA_CHECK(cudaDeviceSynchronize());
@@ -329,10 +309,14 @@ void register_cuda_arms() {
         if (variant == "cublaslt-int8") return std::make_unique<cuda::CublasLtInt8Arm>();
         if (variant == "cublaslt-fp8") return std::make_unique<cuda::CublasLtFp8Arm>(false);
         if (variant == "cublaslt-fp8-fastacc") return std::make_unique<cuda::CublasLtFp8Arm>(true);
+        std::string formulas;  // the epilogues with a kernel instance, from the formula table
+        for (const Epilogue& e : all_epilogues()) {
+          if (e.kind == EpilogueKind::exact) continue;
+          formulas += (formulas.empty() ? "" : ", ") + std::string(e.name);
+        }
         QC_FAIL_INPUT(
-            "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> (vllm-cutlass, vllm-cutlass-fma, vllm-cutlass-muladd, "
-            "vllm-triton, sglang-sm89, sglang-sm90), cublaslt-int8, cublaslt-fp8 or cublaslt-fp8-fastacc",
-            variant);
+            "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> ({}), cublaslt-int8, cublaslt-fp8 or cublaslt-fp8-fastacc",
+            variant, formulas);
       }});
 }
 

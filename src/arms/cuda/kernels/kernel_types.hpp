@@ -1,16 +1,13 @@
 // Plain types shared by the CUDA launchers (.cpp, compiled by the host compiler) and the kernels
-// (.cu, compiled by nvcc). No project headers here: the .cu files stay independent of fmt/json.
+// (.cu, compiled by nvcc). The only project header is the epilogue formula text, which under nvcc
+// includes nothing else of the project: the .cu files stay independent of fmt/json.
 #pragma once
 
 #include <cstdint>
 
-namespace qc::cuda_kernels {
+#include "qconform/epilogue_formula.hpp"  // EpilogueKind, BiasMode, formula::apply
 
-// Which production formula a kernel instance computes (one template instance per formula).
-enum class EpilogueFormula : int { vllm_cutlass = 0, vllm_triton = 1, sglang_sm89 = 2 };
-// How a bf16 bias enters the formula: not at all, fused multiply-add, or multiply then add. For
-// `vllm_triton` any value other than `none` means "after the bf16 rounding" (its only form).
-enum class BiasAdd : int { none = 0, fma = 1, muladd = 2 };
+namespace qc::cuda_kernels {
 
 // Tile configurations of the tensor-core kernel; `automatic` picks by shape.
 // `wg*`: the sm_90a wgmma + TMA kernel (sm90_int8_scaled_mm_wgmma.cu), 128 x BN tiles.
@@ -19,22 +16,17 @@ enum class MmTile : int {
   wg128x128 = 7, wg128x256 = 8
 };
 
-inline const char* formula_name(EpilogueFormula f) {
-  switch (f) {
-    case EpilogueFormula::vllm_cutlass: return "vllm-cutlass";
-    case EpilogueFormula::vllm_triton: return "vllm-triton";
-    case EpilogueFormula::sglang_sm89: return "sglang-sm89";
-  }
-  return "?";
+// Why a launcher cannot run formula `kind` with this bias (nullptr when it can): a kernel
+// instance exists only for the kinds `formula::apply` has a body for (`sglang_sm90` is resolved
+// by `formula::instance_kind` first; `exact` is CPU-only), and a bias only where the formula
+// takes one. The host arms refuse both earlier with QC_INPUT errors; this guards direct callers.
+inline const char* launch_formula_error(EpilogueKind kind, BiasMode mode, bool has_bias) {
+  if (!formula::has_body(kind)) return "no kernel instance for this formula kind";
+  if (has_bias && (mode == BiasMode::refuse || mode == BiasMode::exact)) return "a bias for a formula that refuses one";
+  return nullptr;
 }
-inline const char* bias_name(BiasAdd b) {
-  switch (b) {
-    case BiasAdd::none: return "none";
-    case BiasAdd::fma: return "fma";
-    case BiasAdd::muladd: return "muladd";
-  }
-  return "?";
-}
+// The `bias=` part of a kernel identity: how the bias entered, or `none`.
+inline const char* bias_label(BiasMode mode, bool has_bias) { return has_bias ? formula::bias_mode_name(mode) : "none"; }
 
 }  // namespace qc::cuda_kernels
 

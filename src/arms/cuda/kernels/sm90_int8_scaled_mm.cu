@@ -11,8 +11,9 @@
 // copies into an XOR-swizzled shared-memory layout (conflict-free `ldmatrix`), STAGES deep;
 // warps compute m16n8k32 s8·s8→s32 `mma.sync` tiles. For decode shapes (small M) warps also split
 // the K slice (WARPS_K > 1) and their int32 partial sums are added through shared memory, which is
-// exact in any order. The epilogue (`epilogue_formulas.cuh`) runs on the int32 registers; the
-// formula is a template parameter, so one instance exists per declared formula.
+// exact in any order. The epilogue (`formula::apply` of include/qconform/epilogue_formula.hpp, the
+// text the CPU emulation compiles too) runs on the int32 registers; the formula kind is a template
+// parameter, so one instance exists per formula body.
 //
 // Test: `make test-gpu` (tests/gpu/test_cuda_arms.cpp compares every instance with the CPU
 // emulation of its formula bit for bit); benchmark: `build/bench/bench_cuda_scaled_mm`.
@@ -21,7 +22,6 @@
 
 #include <cstdio>
 
-#include "epilogue_formulas.cuh"
 
 namespace qc::cuda_kernels {
 namespace {
@@ -80,7 +80,7 @@ struct Config {
   static_assert(kNt % 2 == 0, "B fragments are loaded two n8 tiles at a time");
 };
 
-template <int BM, int BN, int WARPS_M, int WARPS_N, int WARPS_K, int STAGES, EpilogueFormula F>
+template <int BM, int BN, int WARPS_M, int WARPS_N, int WARPS_K, int STAGES, EpilogueKind F>
 __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N * WARPS_K, 1)
     int8_scaled_mm_kernel(ScaledMmArgs args) {
   using C = Config<BM, BN, WARPS_M, WARPS_N, WARPS_K, STAGES>;
@@ -211,7 +211,8 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N * WARPS_K, 1)
   // Epilogue on registers. Fragment c0,c1: row g, cols 2t, 2t+1; c2,c3: row g+8.
   const int g = lane >> 2;
   const int t = lane & 3;
-  const BiasAdd bias_add = args.bias_add;
+  const bool has_bias = args.bias != nullptr;
+  const BiasMode bias_mode = args.bias_mode;
 #pragma unroll
   for (int j = 0; j < C::kNt; ++j) {
     const int col = n0 + wn * C::kWarpN + j * 8 + t * 2;
@@ -219,9 +220,9 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N * WARPS_K, 1)
     const float sw0 = args.sw[col];
     const float sw1 = args.sw[col + 1];
     float b0 = 0.0f, b1 = 0.0f;
-    if (bias_add != BiasAdd::none) {
-      b0 = bf16_bits_to_f32(args.bias[col]);
-      b1 = bf16_bits_to_f32(args.bias[col + 1]);
+    if (has_bias) {
+      b0 = formula::bf16_value(args.bias[col]);
+      b1 = formula::bf16_value(args.bias[col + 1]);
     }
 #pragma unroll
     for (int i = 0; i < C::kMt; ++i) {
@@ -232,8 +233,8 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N * WARPS_K, 1)
         const float sa = args.sa[row];
         const int32_t v0 = acc[i][j][2 * h];
         const int32_t v1 = acc[i][j][2 * h + 1];
-        const uint32_t lo = apply_epilogue<F>(v0, sa, sw0, bias_add, b0);
-        const uint32_t hi = apply_epilogue<F>(v1, sa, sw1, bias_add, b1);
+        const uint32_t lo = formula::apply<F>(v0, sa, sw0, bias_mode, has_bias, b0);
+        const uint32_t hi = formula::apply<F>(v1, sa, sw1, bias_mode, has_bias, b1);
         const int64_t off = static_cast<int64_t>(row) * N + col;
         *reinterpret_cast<uint32_t*>(args.y + off) = lo | (hi << 16);
         if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
@@ -242,7 +243,7 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N * WARPS_K, 1)
   }
 }
 
-template <int BM, int BN, int WARPS_M, int WARPS_N, int WARPS_K, int STAGES, EpilogueFormula F>
+template <int BM, int BN, int WARPS_M, int WARPS_N, int WARPS_K, int STAGES, EpilogueKind F>
 std::string launch_config(const ScaledMmArgs& args, cudaStream_t stream) {
   using C = Config<BM, BN, WARPS_M, WARPS_N, WARPS_K, STAGES>;
   auto kernel = int8_scaled_mm_kernel<BM, BN, WARPS_M, WARPS_N, WARPS_K, STAGES, F>;
@@ -260,12 +261,12 @@ std::string launch_config(const ScaledMmArgs& args, cudaStream_t stream) {
   std::snprintf(buf, sizeof buf,
                 "qc::int8_scaled_mm_kernel<BM=%d,BN=%d,warps=%dx%dx%d,stages=%d,%s> mma.sync.m16n8k32.s8 "
                 "grid=%d block=%d smem=%d bias=%s",
-                BM, BN, WARPS_M, WARPS_N, WARPS_K, STAGES, formula_name(F), tiles, C::kThreads, C::kSmemBytes,
-                bias_name(args.bias_add));
+                BM, BN, WARPS_M, WARPS_N, WARPS_K, STAGES, formula::kind_name(F), tiles, C::kThreads, C::kSmemBytes,
+                bias_label(args.bias_mode, args.bias != nullptr));
   return buf;
 }
 
-template <EpilogueFormula F>
+template <EpilogueKind F>
 std::string launch_formula(const ScaledMmArgs& args, MmTile tile, cudaStream_t stream) {
   switch (tile) {
     case MmTile::m128n256: return launch_config<128, 256, 2, 4, 1, 3, F>(args, stream);
@@ -298,6 +299,8 @@ MmTile select_tile(int m, int n, int k) {
 }
 
 std::string launch_int8_scaled_mm(const ScaledMmArgs& args, cudaStream_t stream) {
+  if (const char* why = launch_formula_error(args.formula, args.bias_mode, args.bias != nullptr))
+    return std::string("error: launch_int8_scaled_mm: ") + why;
   MmTile tile = args.tile == MmTile::automatic ? select_tile(args.m, args.n, args.k) : args.tile;
   std::string note;
   if (tile == MmTile::wg128x128 || tile == MmTile::wg128x256) {
@@ -310,13 +313,8 @@ std::string launch_int8_scaled_mm(const ScaledMmArgs& args, cudaStream_t stream)
            id.substr(13) + ")";
     tile = tile == MmTile::wg128x256 ? MmTile::m128n256 : MmTile::m128n128;
   }
-  std::string id;
-  switch (args.formula) {
-    case EpilogueFormula::vllm_cutlass: id = launch_formula<EpilogueFormula::vllm_cutlass>(args, tile, stream); break;
-    case EpilogueFormula::vllm_triton: id = launch_formula<EpilogueFormula::vllm_triton>(args, tile, stream); break;
-    case EpilogueFormula::sglang_sm89: id = launch_formula<EpilogueFormula::sglang_sm89>(args, tile, stream); break;
-    default: return "error: unknown formula";
-  }
+  const std::string id = formula::visit_instance(
+      args.formula, [&](auto kind) { return launch_formula<decltype(kind)::value>(args, tile, stream); });
   return id.rfind("error:", 0) == 0 ? id : id + note;
 }
 

@@ -15,12 +15,14 @@ struct ScaledMmArgs {
   const int8_t* w = nullptr;     // [n,k] row-major, i.e. Wᵀ column-major (device)
   const float* sa = nullptr;     // [m] per-token scale
   const float* sw = nullptr;     // [n] per-channel scale
-  const uint16_t* bias = nullptr;  // [n] bf16 bits, nullptr when bias_add == none
+  const uint16_t* bias = nullptr;  // [n] bf16 bits, nullptr for no bias
   uint16_t* y = nullptr;         // [m,n] bf16 bits out
   int32_t* acc = nullptr;        // [m,n] INT32 accumulator out, nullptr to skip
   int m = 0, n = 0, k = 0;       // m >= 1; n, k multiples of 16 (the launcher's caller checks)
-  EpilogueFormula formula = EpilogueFormula::vllm_cutlass;
-  BiasAdd bias_add = BiasAdd::none;
+  // The formula instance (`formula::instance_kind` of the declared epilogue for this m, n) and
+  // how it adds a bias (read only when `bias` is set).
+  EpilogueKind formula = EpilogueKind::vllm_cutlass;
+  BiasMode bias_mode = BiasMode::muladd;
   MmTile tile = MmTile::automatic;
 };
 

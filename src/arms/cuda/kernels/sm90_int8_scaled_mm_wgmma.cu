@@ -18,9 +18,10 @@
 // before it through an `empty` mbarrier. The producer runs ahead into the next tile while the
 // consumers are in the epilogue. `setmaxnreg` moves registers from the producer to the
 // consumers (BN/2 int32 accumulators per thread). The epilogue runs on the int32 registers with
-// the same device formulas as the mma.sync kernel (`epilogue_formulas.cuh`: `__fmul_rn`,
-// `__fmaf_rn` only where declared, bf16 round-to-nearest-even); the formula is a template
-// parameter, so one instance exists per declared formula.
+// the same formula text as the mma.sync kernel and the CPU emulation (`formula::apply` of
+// include/qconform/epilogue_formula.hpp: `__fmul_rn`, `__fmaf_rn` only where declared, bf16
+// round-to-nearest-even); the formula kind is a template parameter, so one instance exists per
+// formula body.
 //
 // The wgmma code exists only in an sm_90a compilation (`__CUDA_ARCH_FEAT_SM90_ALL`); in any other
 // compilation the kernel body is empty and the entry point answers "unavailable: ..." (decided at
@@ -41,7 +42,6 @@
 #include <cstdio>
 #include <mutex>
 
-#include "epilogue_formulas.cuh"
 
 namespace qc::cuda_kernels {
 namespace {
@@ -214,7 +214,7 @@ __global__ void wgmma_probe_kernel(int* flag) {
 #endif
 }
 
-template <int BN, int STAGES, EpilogueFormula F>
+template <int BN, int STAGES, EpilogueKind F>
 __global__ void __launch_bounds__(kThreads, 1)
     int8_scaled_mm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                                 ScaledMmArgs args) {
@@ -322,7 +322,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int g = lane >> 2;
     const int t = lane & 3;
     const int row0 = m0 + cw * 64 + (warp & 3) * 16 + g;
-    const BiasAdd bias_add = args.bias_add;
+    const bool has_bias = args.bias != nullptr;
+    const BiasMode bias_mode = args.bias_mode;
     float sa[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) sa[h] = row0 + 8 * h < M ? args.sa[row0 + 8 * h] : 0.0f;
@@ -341,8 +342,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         const bool in = col < N;  // N is a multiple of 16, so col + 1 < N too
         swc[u] = in ? *reinterpret_cast<const float2*>(args.sw + col) : make_float2(0.0f, 0.0f);
         bc[u] = make_float2(0.0f, 0.0f);
-        if (in && bias_add != BiasAdd::none)
-          bc[u] = make_float2(bf16_bits_to_f32(args.bias[col]), bf16_bits_to_f32(args.bias[col + 1]));
+        if (in && has_bias)
+          bc[u] = make_float2(formula::bf16_value(args.bias[col]), formula::bf16_value(args.bias[col + 1]));
       }
 #pragma unroll
       for (int u = 0; u < kChunk; ++u) {
@@ -355,8 +356,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           if (row >= M) continue;
           const int32_t v0 = acc[4 * j + 2 * h];
           const int32_t v1 = acc[4 * j + 2 * h + 1];
-          const uint32_t lo = apply_epilogue<F>(v0, sa[h], swc[u].x, bias_add, bc[u].x);
-          const uint32_t hi = apply_epilogue<F>(v1, sa[h], swc[u].y, bias_add, bc[u].y);
+          const uint32_t lo = formula::apply<F>(v0, sa[h], swc[u].x, bias_mode, has_bias, bc[u].x);
+          const uint32_t hi = formula::apply<F>(v1, sa[h], swc[u].y, bias_mode, has_bias, bc[u].y);
           const int64_t off = static_cast<int64_t>(row) * N + col;
           *reinterpret_cast<uint32_t*>(args.y + off) = lo | (hi << 16);
           if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
@@ -448,7 +449,7 @@ bool make_map(EncodeTiledFn encode, CUtensorMap* map, const int8_t* ptr, int row
   return true;
 }
 
-template <int BN, int STAGES, EpilogueFormula F>
+template <int BN, int STAGES, EpilogueKind F>
 std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   using C = WgConfig<BN, STAGES>;
   std::string why;
@@ -484,19 +485,17 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
                 "qc::int8_scaled_mm_wgmma_kernel<BM=%d,BN=%d,stages=%d,%s> wgmma.m64n%dk32.s8 sm_90a, "
                 "TMA 128B-swizzle, "
                 "1 producer + 2 consumer warpgroups, persistent grid=%d over %d tiles block=%d smem=%d bias=%s",
-                kBM, BN, STAGES, formula_name(F), BN, grid, tiles, kThreads, C::kSmemBytes, bias_name(args.bias_add));
+                kBM, BN, STAGES, formula::kind_name(F), BN, grid, tiles, kThreads, C::kSmemBytes,
+                bias_label(args.bias_mode, args.bias != nullptr));
   return buf;
 }
 
 template <int BN, int STAGES>
 std::string launch_wgmma_tile(const ScaledMmArgs& args, cudaStream_t stream) {
-  using EF = EpilogueFormula;
-  switch (args.formula) {
-    case EF::vllm_cutlass: return launch_wgmma_config<BN, STAGES, EF::vllm_cutlass>(args, stream);
-    case EF::vllm_triton: return launch_wgmma_config<BN, STAGES, EF::vllm_triton>(args, stream);
-    case EF::sglang_sm89: return launch_wgmma_config<BN, STAGES, EF::sglang_sm89>(args, stream);
-  }
-  return "error: unknown formula";
+  if (const char* why = launch_formula_error(args.formula, args.bias_mode, args.bias != nullptr))
+    return std::string("error: launch_int8_scaled_mm_wgmma: ") + why;
+  return formula::visit_instance(
+      args.formula, [&](auto kind) { return launch_wgmma_config<BN, STAGES, decltype(kind)::value>(args, stream); });
 }
 
 }  // namespace

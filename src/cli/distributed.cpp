@@ -1,0 +1,152 @@
+#include "cli/distributed.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "cli/progress.hpp"
+#include "qconform/error.hpp"
+#include "qconform/limits.hpp"
+#include "qconform/fileio.hpp"
+#include "qconform/sha256.hpp"
+
+namespace qc::cli {
+
+namespace fs = std::filesystem;
+
+std::vector<double> layer_costs(const OperandSet& set) {
+  std::vector<double> cost;
+  for (const LayerHeader& h : set.headers) cost.push_back(static_cast<double>(h.m) * static_cast<double>(h.n) * static_cast<double>(h.k));
+  return cost;
+}
+
+std::vector<size_t> remaining(size_t count, const std::map<size_t, nlohmann::json>& done) {
+  std::vector<size_t> left;
+  for (size_t i = 0; i < count; ++i) {
+    if (!done.count(i)) left.push_back(i);
+  }
+  return left;
+}
+
+PredictionSet predict_shared(const OperandSet& set, bool everywhere, const std::string& progress_label) {
+  const std::vector<size_t> items = remaining(set.size(), {});
+  const std::vector<double> cost = layer_costs(set);
+  Progress progress(progress_label);
+  size_t completed = 0;
+  const dist::Shared shared = dist::run_shared(items, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
+                                                               std::string& in_progress) {
+    for (size_t i : mine) {
+      in_progress = fmt::format("layer {} `{}`", i, set.headers[i].name);
+      out.results[i] = to_json(predict_layer(set.load(i)));
+      if (dist::world().root()) progress.update(++completed, mine.size(), set.headers[i].name);
+    }
+  });
+  progress.finish();
+  std::string text;
+  PredictionSet p;
+  p.operands_path = set.path;
+  p.operands_sha256 = set.sha256;
+  if (dist::world().root()) {
+    for (size_t i = 0; i < set.size(); ++i) p.layers.push_back(layer_prediction_from_json(shared.results.at(i)));
+    text = to_json(p).dump();
+  }
+  if (!everywhere || dist::world().size == 1) return p;
+  text = dist::broadcast(text);
+  return prediction_set_from_json(nlohmann::json::parse(text), "predictions from rank 0");
+}
+
+void add_gpu_per_rank_option(CLI::App& app, bool& flag) {
+  app.add_flag("--gpu-per-rank", flag,
+               "under MPI: each rank uses the GPU of its rank on its host (local rank i takes device i)");
+}
+
+void use_gpu_of_local_rank() {
+  const dist::World& w = dist::world();
+  std::vector<std::string> devices;
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr && *visible != '\0') {
+    std::string_view rest = visible;
+    while (!rest.empty()) {
+      const size_t comma = rest.find(',');
+      devices.emplace_back(rest.substr(0, comma));
+      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    }
+    QC_INPUT(static_cast<size_t>(w.local_rank) < devices.size(),
+             "--gpu-per-rank: local rank {} of {} on this host, but CUDA_VISIBLE_DEVICES={} names {} devices: expected "
+             "one GPU per rank",
+             w.local_rank, w.local_size, visible, devices.size());
+    setenv("CUDA_VISIBLE_DEVICES", devices[static_cast<size_t>(w.local_rank)].c_str(), 1);
+  } else {
+    setenv("CUDA_VISIBLE_DEVICES", std::to_string(w.local_rank).c_str(), 1);
+  }
+}
+
+ResumeDir::ResumeDir(std::string dir, const nlohmann::json& identity, std::vector<std::string> names)
+    : dir_(std::move(dir)), identity_("sha256:" + sha256_hex(std::string_view(identity.dump()))), names_(std::move(names)) {
+  if (!enabled()) return;
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  QC_INPUT(!ec && fs::is_directory(dir_), "--resume {}: expected a directory (or a path where one can be made), {}", dir_,
+           ec ? ec.message() : "found a file");
+}
+
+std::string ResumeDir::path_of(size_t index) const { return (fs::path(dir_) / fmt::format("layer-{:05}.json", index)).string(); }
+
+std::map<size_t, nlohmann::json> ResumeDir::load() const {
+  std::map<size_t, nlohmann::json> done;
+  if (!enabled()) return done;
+  for (size_t i = 0; i < names_.size(); ++i) {
+    const std::string path = path_of(i);
+    if (!fs::exists(path)) continue;
+    nlohmann::json j;
+    try {
+      // Bounded nesting, and a FIFO or device in the directory is refused without blocking.
+      j = parse_json(read_file(path), path);
+    } catch (const Error& e) {
+      fmt::print(stderr, "qconform: --resume: {} is not valid JSON ({}); layer {} is computed again\n", path, e.what(), i);
+      continue;
+    }
+    const std::string run = j.value("run", "");
+    QC_INPUT(run == identity_,
+             "{}: field `run`: expected {} (this run's operands, predictions, arms and options), found {}: the directory "
+             "holds results of another run; use a fresh --resume directory",
+             path, identity_, run.empty() ? "nothing" : run);
+    QC_INPUT(j.value("index", static_cast<size_t>(-1)) == i && j.value("layer", "") == names_[i],
+             "{}: fields `index`, `layer`: expected {} `{}`, found {} `{}`", path, i, names_[i],
+             j.contains("index") ? j["index"].dump() : "nothing", j.value("layer", ""));
+    const std::string want = j.value("sha256", "");
+    const std::string got = j.contains("result") ? "sha256:" + sha256_hex(std::string_view(j["result"].dump())) : "";
+    if (want != got) {
+      fmt::print(stderr, "qconform: --resume: {}: field `sha256`: expected {}, the result's digest is {}; layer {} is "
+                         "computed again\n", path, want, got, i);
+      continue;
+    }
+    done[i] = j["result"];
+  }
+  return done;
+}
+
+void ResumeDir::store(size_t index, const nlohmann::json& result) const {
+  if (!enabled()) return;
+  const nlohmann::json j = {{"kind", "qconform-layer-result"},
+                            {"schema_version", 1},
+                            {"run", identity_},
+                            {"index", index},
+                            {"layer", names_.at(index)},
+                            {"sha256", "sha256:" + sha256_hex(std::string_view(result.dump()))},
+                            {"result", result}};
+  write_file_atomic(path_of(index), j.dump() + "\n");
+}
+
+std::map<size_t, nlohmann::json> broadcast_done(const std::map<size_t, nlohmann::json>& on_root) {
+  if (dist::world().size == 1) return on_root;
+  nlohmann::json indices = nlohmann::json::array();
+  for (const auto& [i, r] : on_root) indices.push_back(i);
+  const nlohmann::json all = nlohmann::json::parse(dist::broadcast(indices.dump()));
+  if (dist::world().root()) return on_root;
+  std::map<size_t, nlohmann::json> done;
+  for (const auto& i : all) done[i.get<size_t>()] = nullptr;  // other ranks need only which layers are done
+  return done;
+}
+
+}  // namespace qc::cli

@@ -1,0 +1,65 @@
+// What the verbs share when they run as the ranks of an MPI job (docs/distributed.md): the work of
+// a layer, predictions computed over the ranks, the GPU of a rank, and `--resume DIR`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "qconform/dist.hpp"
+#include "qconform/layer_checks.hpp"
+#include "qconform/operands_io.hpp"
+
+namespace qc::cli {
+
+// `--shard-size SIZE` of synth and capture: write a sharded operand set (docs/formats.md).
+inline void add_shard_size_option(CLI::App& app, std::string& size) {
+  app.add_option("--shard-size", size,
+                 "write a sharded set: shards of at most SIZE bytes (e.g. 2G) beside the index given as --out "
+                 "NAME.index.json, read layer by layer");
+}
+
+// The work of each layer: m·n·k multiply-adds (every arm and the reference scale with it).
+std::vector<double> layer_costs(const OperandSet& set);
+
+// C2's predictions of every layer, the layers shared over the ranks; every rank receives the
+// whole set when `everywhere` (verify needs it), else rank 0 alone (others get an empty set).
+PredictionSet predict_shared(const OperandSet& set, bool everywhere, const std::string& progress_label);
+
+// `--gpu-per-rank`: this rank uses the GPU of its rank on the host (the local_rank-th of
+// CUDA_VISIBLE_DEVICES when set, else device local_rank), by narrowing CUDA_VISIBLE_DEVICES before
+// anything touches CUDA.
+void add_gpu_per_rank_option(CLI::App& app, bool& flag);
+void use_gpu_of_local_rank();
+
+// `--resume DIR`: every completed layer's result is written to DIR (atomically, with the digest
+// of its result and the identity of the run); a rerun reads them back, checks both, and skips
+// those layers. The files are read by rank 0 and written by the rank that computed the layer (DIR
+// must be shared by the hosts of a multi-host job).
+class ResumeDir {
+ public:
+  // `identity`: everything that determines the per-layer results (operand and prediction digests,
+  // arms, options); `names`: the operands' layer names, in order.
+  ResumeDir(std::string dir, const nlohmann::json& identity, std::vector<std::string> names);
+  bool enabled() const { return !dir_.empty(); }
+  // Rank 0: the stored results that pass every check (by layer index); a file written by another
+  // run is an input error; one whose digest does not match is reported and recomputed.
+  std::map<size_t, nlohmann::json> load() const;
+  void store(size_t index, const nlohmann::json& result) const;
+
+ private:
+  std::string path_of(size_t index) const;
+  std::string dir_, identity_;
+  std::vector<std::string> names_;
+};
+
+// The indices of `count` items not in `done`, and the layers' costs for them, for run_shared.
+std::vector<size_t> remaining(size_t count, const std::map<size_t, nlohmann::json>& done);
+
+// rank 0's set of resumed layer indices, known to every rank.
+std::map<size_t, nlohmann::json> broadcast_done(const std::map<size_t, nlohmann::json>& on_root);
+
+}  // namespace qc::cli

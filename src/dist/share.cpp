@@ -1,0 +1,105 @@
+// Work sharing over the ranks of a job: the balanced assignment, and the gather of per-item
+// results (or of the first error) at rank 0.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "qconform/dist.hpp"
+#include "qconform/error.hpp"
+
+namespace qc::dist {
+
+std::vector<int> assign_by_work(const std::vector<double>& cost, int ranks) {
+  QC_CHECK(ranks >= 1, "assign_by_work: expected at least one rank, got {}", ranks);
+  std::vector<size_t> order(cost.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
+  std::vector<double> load(static_cast<size_t>(ranks), 0.0);
+  std::vector<int> owner(cost.size(), 0);
+  for (size_t item : order) {
+    const auto least = std::min_element(load.begin(), load.end());  // the first (lowest rank) among equals
+    owner[item] = static_cast<int>(least - load.begin());
+    *least += cost[item];
+  }
+  return owner;
+}
+
+std::vector<size_t> owned_by(const std::vector<int>& owner, int rank) {
+  std::vector<size_t> mine;
+  for (size_t i = 0; i < owner.size(); ++i) {
+    if (owner[i] == rank) mine.push_back(i);
+  }
+  return mine;
+}
+
+namespace {
+
+nlohmann::json outcome_json(const Outcome& o) {
+  nlohmann::json results = nlohmann::json::array();
+  for (const auto& [index, r] : o.results) results.push_back({{"index", index}, {"result", r}});
+  return {{"failed", o.failed},
+          {"item", o.item},
+          {"reason", o.reason},
+          {"input_error", o.input_error},
+          {"rank_info", o.rank_info},
+          {"results", std::move(results)}};
+}
+
+}  // namespace
+
+Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& cost, const ItemWork& work) {
+  QC_CHECK(items.size() == cost.size(), "run_shared: {} items but {} costs", items.size(), cost.size());
+  const World& w = world();
+  const std::vector<int> owner = assign_by_work(cost, w.size);
+  std::vector<size_t> mine;
+  for (size_t i : owned_by(owner, w.rank)) mine.push_back(items[i]);
+
+  Outcome out;
+  std::string in_progress;
+  if (w.size == 1) {  // no transport: errors propagate as they are, exactly as without MPI
+    work(mine, out, in_progress);
+    return {std::move(out.results), {std::move(out.rank_info)}};
+  }
+  try {
+    work(mine, out, in_progress);
+  } catch (const Error& e) {
+    out.failed = true;
+    out.reason = e.what();
+    out.input_error = e.kind() == ErrorKind::input;
+  } catch (const std::exception& e) {
+    out.failed = true;
+    out.reason = fmt::format("internal error: {}", e.what());
+    out.input_error = false;
+  }
+  if (out.failed) out.item = in_progress;
+
+  const std::vector<std::string> all = gather(outcome_json(out).dump());
+  std::string verdict;  // rank 0's decision, sent to every rank: "" when every rank succeeded
+  Shared merged;
+  if (w.root()) {
+    for (size_t r = 0; r < all.size() && verdict.empty(); ++r) {
+      const nlohmann::json o = nlohmann::json::parse(all[r]);
+      if (o.at("failed").get<bool>()) {
+        const std::string item = o.at("item").get<std::string>();
+        verdict = nlohmann::json{{"input_error", o.at("input_error").get<bool>()},
+                                 {"message", fmt::format("rank {} of {}{}: {}", r, w.size,
+                                                         item.empty() ? "" : fmt::format(", {}", item),
+                                                         o.at("reason").get<std::string>())}}
+                      .dump();
+        break;
+      }
+      for (const auto& x : o.at("results")) merged.results[x.at("index").get<size_t>()] = x.at("result");
+      merged.rank_info.push_back(o.at("rank_info"));
+    }
+  }
+  verdict = broadcast(verdict);
+  if (!verdict.empty()) {
+    const nlohmann::json v = nlohmann::json::parse(verdict);
+    const int code = v.at("input_error").get<bool>() ? 2 : 3;
+    throw JobFailed(code, w.root() ? v.at("message").get<std::string>() : std::string());
+  }
+  return merged;
+}
+
+}  // namespace qc::dist
