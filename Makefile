@@ -8,7 +8,7 @@ FUZZ_SECONDS ?= 60
 LAUNCHER   := $(if $(shell command -v ccache),-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 CMAKE_ARGS ?=
 
-.PHONY: all deps deps-build configure build demo test test-unit test-peer test-asan test-fuzz test-gpu bench clean
+.PHONY: all deps deps-build build demo test test-unit test-peer test-asan test-fuzz test-gpu bench clean
 
 all: build
 
