@@ -11,6 +11,7 @@
 #include <fstream>
 #include <numeric>
 
+#include "temp_dir.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/dist.hpp"
 #include "qconform/error.hpp"
@@ -25,22 +26,9 @@ using namespace qc;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "qc-dist-XXXXXX").string();
-    const char* made = ::mkdtemp(pattern.data());
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
+// The shared temporary directory of the unit tests (temp_dir.hpp), named for this file.
+struct TempDir : qc::test::TempDir {
+  TempDir() : qc::test::TempDir("dist") {}
 };
 
 std::vector<LayerOperands> tiny_layers() {

@@ -19,6 +19,7 @@
 #include <map>
 #include <random>
 
+#include "temp_dir.hpp"
 #include "qconform/fileio.hpp"
 #include "qconform/safetensors.hpp"
 #include "qconform/sha256.hpp"
@@ -29,28 +30,9 @@ using qc::Tensor;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "qc-st-XXXXXX").string();
-    const char* made = ::mkdtemp(pattern.data());
-    if (made == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = made;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  fs::path path_;
+// The shared temporary directory of the unit tests (temp_dir.hpp), named for this file.
+struct TempDir : qc::test::TempDir {
+  TempDir() : qc::test::TempDir("st") {}
 };
 
 std::string u64le(uint64_t n) {
