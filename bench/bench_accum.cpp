@@ -25,7 +25,7 @@
 #endif
 #include <hwy/targets.h>
 
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/error.hpp"
 
 namespace {

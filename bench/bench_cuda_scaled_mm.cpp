@@ -29,7 +29,7 @@ int main() {
 #include "arms/cuda/kernels/sm90_compare_bf16.cuh"
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
-#include "qconform/cuda.hpp"
+#include "arms/cuda/cuda.hpp"
 
 namespace {
 

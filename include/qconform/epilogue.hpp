@@ -18,7 +18,7 @@
 #include <span>
 #include <string_view>
 
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/epilogue_formula.hpp"  // EpilogueKind, BiasMode and the arithmetic (host and device)
 
 namespace qc {

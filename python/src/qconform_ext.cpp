@@ -37,19 +37,19 @@
 #include <string>
 #include <vector>
 
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
-#include "qconform/boundary.hpp"
+#include "checks/boundary.hpp"
 #include "qconform/compare.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
-#include "qconform/layer_checks.hpp"
+#include "checks/verify.hpp"
 #include "qconform/operands.hpp"
-#include "qconform/operands_io.hpp"
-#include "qconform/quantize.hpp"
-#include "qconform/synth.hpp"
-#include "qconform/transfer.hpp"
-#include "qconform/version.hpp"
+#include "core/operands_io.hpp"
+#include "epilogue/quantize.hpp"
+#include "checks/synth.hpp"
+#include "stats/transfer.hpp"
+#include "core/version.hpp"
 
 namespace nb = nanobind;
 using namespace nb::literals;

@@ -3,7 +3,7 @@
 //
 // a [M,K] row-major int8, w [N,K] row-major int8 (Wᵀ as column-major), acc [M,N] row-major.
 // Test: ./build-accum/tests/qconform_unit_tests --gtest_filter='Accum*'
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +13,7 @@
 
 #include "accum/accum_kernels.hpp"
 #include "qconform/error.hpp"
-#include "qconform/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace qc {
 namespace {

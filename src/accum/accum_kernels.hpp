@@ -1,5 +1,5 @@
 // Internal interface of the exact INT8 accumulator kernels (src/accum/accum_kernels.cpp) and the
-// tiny worker pool they share. Not part of the public API: include/qconform/accum.hpp is.
+// tiny worker pool they share. Not part of the public API: include/qconform/accumulation.hpp is.
 #pragma once
 
 #include <atomic>

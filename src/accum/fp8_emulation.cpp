@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "qconform/error.hpp"
-#include "qconform/fp8_gemm.hpp"
+#include "accum/fp8_emulation.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace qc {
 

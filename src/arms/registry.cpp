@@ -8,7 +8,7 @@
 #include "arms/backends.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
+#include "core/fileio.hpp"
 
 namespace qc {
 

@@ -1,5 +1,5 @@
 // C1: the arithmetic preconditions of the alibi, run through the arm itself.
-#include "qconform/boundary.hpp"
+#include "checks/boundary.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,12 +11,12 @@
 #include <optional>
 #include <set>
 
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/synth.hpp"
-#include "qconform/version.hpp"
+#include "checks/synth.hpp"
+#include "core/version.hpp"
 
 #ifdef QC_WITH_ONEDNN
 #include <dnnl.h>

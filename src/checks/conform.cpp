@@ -1,6 +1,6 @@
 // The conformance procedure end to end (C0 -> C7). Each stage writes its artefact into the output
 // directory atomically; results.json and report.html come last.
-#include "qconform/conform.hpp"
+#include "checks/conform.hpp"
 
 #include <fmt/format.h>
 
@@ -9,20 +9,20 @@
 #include <map>
 
 #include "qconform/arm.hpp"
-#include "qconform/boundary.hpp"
-#include "qconform/dist.hpp"
+#include "checks/boundary.hpp"
+#include "dist/dist.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/layer_checks.hpp"
+#include "core/fileio.hpp"
+#include "checks/verify.hpp"
 #include "qconform/manifest.hpp"
-#include "qconform/model.hpp"
-#include "qconform/operands_io.hpp"
+#include "model/model.hpp"
+#include "core/operands_io.hpp"
 #include "qconform/report.hpp"
-#include "qconform/sha256.hpp"
-#include "qconform/synth.hpp"
-#include "qconform/tokenizer.hpp"
-#include "qconform/transfer.hpp"
-#include "qconform/version.hpp"
+#include "core/sha256.hpp"
+#include "checks/synth.hpp"
+#include "model/tokenizer.hpp"
+#include "stats/transfer.hpp"
+#include "core/version.hpp"
 
 namespace qc {
 

@@ -1,12 +1,12 @@
-#include "qconform/mutant_matrix.hpp"
+#include "checks/mutant_matrix.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "qconform/boundary.hpp"
-#include "qconform/layer_checks.hpp"
-#include "qconform/synth.hpp"
+#include "checks/boundary.hpp"
+#include "checks/verify.hpp"
+#include "checks/synth.hpp"
 
 namespace qc {
 

@@ -5,8 +5,8 @@
 #include <type_traits>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/layer_checks.hpp"
+#include "core/fileio.hpp"
+#include "checks/verify.hpp"
 
 namespace qc {
 

@@ -111,17 +111,17 @@ HWY_AFTER_NAMESPACE();
 #include <limits>
 #include <memory>
 
-#include "qconform/version.hpp"
+#include "core/version.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/compare.hpp"
-#include "qconform/cuda.hpp"
+#include "arms/cuda/cuda.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
-#include "qconform/limits.hpp"
+#include "core/limits.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/parallel.hpp"
-#include "qconform/sweep.hpp"
-#include "qconform/synth.hpp"
+#include "core/parallel.hpp"
+#include "checks/sweep.hpp"
+#include "checks/synth.hpp"
 
 namespace qc {
 

@@ -1,4 +1,4 @@
-#include "qconform/synth.hpp"
+#include "checks/synth.hpp"
 
 #include <fmt/format.h>
 
@@ -8,10 +8,10 @@
 #include <thread>
 
 #include "qconform/error.hpp"
-#include "qconform/limits.hpp"
+#include "core/limits.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/parallel.hpp"
-#include "qconform/quantize.hpp"
+#include "core/parallel.hpp"
+#include "epilogue/quantize.hpp"
 
 namespace qc {
 

@@ -12,12 +12,12 @@
 #include <memory>
 #include <optional>
 
-#include "qconform/cuda.hpp"
+#include "arms/cuda/cuda.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
-#include "qconform/layer_checks.hpp"
+#include "checks/verify.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace qc {
 

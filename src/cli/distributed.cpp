@@ -7,9 +7,9 @@
 
 #include "cli/progress.hpp"
 #include "qconform/error.hpp"
-#include "qconform/limits.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/sha256.hpp"
+#include "core/limits.hpp"
+#include "core/fileio.hpp"
+#include "core/sha256.hpp"
 
 namespace qc::cli {
 

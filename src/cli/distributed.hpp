@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "qconform/dist.hpp"
-#include "qconform/layer_checks.hpp"
-#include "qconform/operands_io.hpp"
+#include "dist/dist.hpp"
+#include "checks/verify.hpp"
+#include "core/operands_io.hpp"
 
 namespace qc::cli {
 

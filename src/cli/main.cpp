@@ -17,10 +17,10 @@
 
 #include "arms/plugin/plugin_arm.hpp"
 #include "cli/cli.hpp"
-#include "qconform/dist.hpp"
+#include "dist/dist.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/version.hpp"
+#include "core/fileio.hpp"
+#include "core/version.hpp"
 
 namespace qc::cli {
 

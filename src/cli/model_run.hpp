@@ -12,9 +12,9 @@
 #include <CLI/CLI.hpp>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/model.hpp"
-#include "qconform/tokenizer.hpp"
+#include "core/fileio.hpp"
+#include "model/model.hpp"
+#include "model/tokenizer.hpp"
 
 namespace qc::cli {
 

@@ -7,9 +7,9 @@
 #include <vector>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/model.hpp"
-#include "qconform/shard_index.hpp"
+#include "core/fileio.hpp"
+#include "model/model.hpp"
+#include "core/shard_index.hpp"
 
 namespace qc::cli {
 

@@ -14,8 +14,8 @@
 
 #include "cli/paths.hpp"
 #include "qconform/manifest.hpp"
-#include "qconform/model.hpp"
-#include "qconform/version.hpp"
+#include "model/model.hpp"
+#include "core/version.hpp"
 
 namespace qc::cli {
 

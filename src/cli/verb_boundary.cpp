@@ -3,8 +3,8 @@
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
-#include "qconform/boundary.hpp"
-#include "qconform/fileio.hpp"
+#include "checks/boundary.hpp"
+#include "core/fileio.hpp"
 
 namespace qc::cli {
 namespace {

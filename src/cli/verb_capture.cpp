@@ -12,10 +12,10 @@
 #include "cli/model_run.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
-#include "qconform/model.hpp"
-#include "qconform/operands_io.hpp"
-#include "qconform/sha256.hpp"
-#include "qconform/tokenizer.hpp"
+#include "model/model.hpp"
+#include "core/operands_io.hpp"
+#include "core/sha256.hpp"
+#include "model/tokenizer.hpp"
 
 namespace qc::cli {
 namespace {

@@ -5,11 +5,11 @@
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
-#include "qconform/dist.hpp"
+#include "dist/dist.hpp"
 #include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "qconform/check.hpp"
-#include "qconform/conform.hpp"
+#include "checks/conform.hpp"
 #include "qconform/error.hpp"
 
 namespace qc::cli {

@@ -11,9 +11,9 @@
 #include "cli/model_run.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/model.hpp"
-#include "qconform/tokenizer.hpp"
+#include "core/fileio.hpp"
+#include "model/model.hpp"
+#include "model/tokenizer.hpp"
 
 namespace qc::cli {
 namespace {

@@ -9,10 +9,10 @@
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/npy.hpp"
-#include "qconform/safetensors.hpp"
-#include "qconform/sha256.hpp"
+#include "core/fileio.hpp"
+#include "core/npy.hpp"
+#include "core/safetensors.hpp"
+#include "core/sha256.hpp"
 
 namespace qc::cli {
 namespace {

@@ -7,8 +7,8 @@
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
 #include "qconform/error.hpp"
-#include "qconform/limits.hpp"
-#include "qconform/fileio.hpp"
+#include "core/limits.hpp"
+#include "core/fileio.hpp"
 #include "qconform/manifest.hpp"
 
 namespace qc::cli {

@@ -5,8 +5,8 @@
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/mutant_matrix.hpp"
+#include "core/fileio.hpp"
+#include "checks/mutant_matrix.hpp"
 
 namespace qc::cli {
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "cli/cli.hpp"
-#include "qconform/model.hpp"
+#include "model/model.hpp"
 
 namespace qc::cli {
 namespace {

@@ -8,10 +8,10 @@
 #include "cli/paths.hpp"
 #include "cli/distributed.hpp"
 #include "cli/progress.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/layer_checks.hpp"
-#include "qconform/operands_io.hpp"
-#include "qconform/sha256.hpp"
+#include "core/fileio.hpp"
+#include "checks/verify.hpp"
+#include "core/operands_io.hpp"
+#include "core/sha256.hpp"
 
 namespace qc::cli {
 namespace {

@@ -15,7 +15,7 @@
 #endif
 
 #include "cli/cli.hpp"
-#include "qconform/fileio.hpp"
+#include "core/fileio.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc::cli {

@@ -14,8 +14,8 @@
 #include "cli/progress.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/sweep.hpp"
+#include "core/fileio.hpp"
+#include "checks/sweep.hpp"
 
 namespace qc::cli {
 namespace {

@@ -6,12 +6,12 @@
 #include <optional>
 
 #include "cli/cli.hpp"
-#include "qconform/fileio.hpp"
+#include "core/fileio.hpp"
 #include "cli/distributed.hpp"
 #include "cli/lists.hpp"
-#include "qconform/operands_io.hpp"
-#include "qconform/sha256.hpp"
-#include "qconform/synth.hpp"
+#include "core/operands_io.hpp"
+#include "core/sha256.hpp"
+#include "checks/synth.hpp"
 
 namespace qc::cli {
 namespace {

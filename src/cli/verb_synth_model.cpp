@@ -6,8 +6,8 @@
 
 #include "cli/cli.hpp"
 #include "qconform/error.hpp"
-#include "qconform/model.hpp"
-#include "qconform/synth.hpp"
+#include "model/model.hpp"
+#include "checks/synth.hpp"
 
 namespace qc::cli {
 namespace {

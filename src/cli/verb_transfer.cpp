@@ -8,8 +8,8 @@
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/transfer.hpp"
+#include "core/fileio.hpp"
+#include "stats/transfer.hpp"
 
 namespace qc::cli {
 namespace {

@@ -12,11 +12,11 @@
 #include "cli/progress.hpp"
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
-#include "qconform/limits.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/layer_checks.hpp"
-#include "qconform/operands_io.hpp"
-#include "qconform/sha256.hpp"
+#include "core/limits.hpp"
+#include "core/fileio.hpp"
+#include "checks/verify.hpp"
+#include "core/operands_io.hpp"
+#include "core/sha256.hpp"
 
 namespace qc::cli {
 namespace {

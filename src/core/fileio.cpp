@@ -1,4 +1,4 @@
-#include "qconform/fileio.hpp"
+#include "core/fileio.hpp"
 
 #include <fcntl.h>
 #include <signal.h>

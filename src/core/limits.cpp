@@ -1,4 +1,4 @@
-#include "qconform/limits.hpp"
+#include "core/limits.hpp"
 
 #include <fmt/format.h>
 
@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
+#include "core/fileio.hpp"
 
 namespace qc {
 

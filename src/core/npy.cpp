@@ -1,4 +1,4 @@
-#include "qconform/npy.hpp"
+#include "core/npy.hpp"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
+#include "core/fileio.hpp"
 
 namespace qc {
 

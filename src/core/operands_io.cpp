@@ -1,4 +1,4 @@
-#include "qconform/operands_io.hpp"
+#include "core/operands_io.hpp"
 
 #include <fmt/format.h>
 
@@ -11,10 +11,10 @@
 #include <nlohmann/json.hpp>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/safetensors.hpp"
-#include "qconform/sha256.hpp"
-#include "qconform/shard_index.hpp"
+#include "core/fileio.hpp"
+#include "core/safetensors.hpp"
+#include "core/sha256.hpp"
+#include "core/shard_index.hpp"
 
 namespace qc {
 

@@ -1,4 +1,4 @@
-#include "qconform/safetensors.hpp"
+#include "core/safetensors.hpp"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -8,8 +8,8 @@
 #include <set>
 
 #include "qconform/error.hpp"
-#include "qconform/limits.hpp"
-#include "qconform/fileio.hpp"  // MappedFile, AtomicFileWriter, printable_text
+#include "core/limits.hpp"
+#include "core/fileio.hpp"  // MappedFile, AtomicFileWriter, printable_text
 
 namespace qc {
 

@@ -1,4 +1,4 @@
-#include "qconform/sha256.hpp"
+#include "core/sha256.hpp"
 
 #include <fcntl.h>
 #include <openssl/evp.h>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
+#include "core/fileio.hpp"
 
 namespace qc {
 

@@ -1,10 +1,10 @@
-#include "qconform/shard_index.hpp"
+#include "core/shard_index.hpp"
 
 #include <filesystem>
 
 #include "qconform/error.hpp"
-#include "qconform/limits.hpp"
-#include "qconform/fileio.hpp"
+#include "core/limits.hpp"
+#include "core/fileio.hpp"
 
 namespace qc {
 

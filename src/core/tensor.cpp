@@ -1,4 +1,4 @@
-#include "qconform/tensor.hpp"
+#include "core/tensor.hpp"
 
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-#include "qconform/version.hpp"
+#include "core/version.hpp"
 
 #include <fmt/format.h>
 

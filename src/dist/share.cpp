@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "qconform/dist.hpp"
+#include "dist/dist.hpp"
 #include "qconform/error.hpp"
 
 namespace qc::dist {

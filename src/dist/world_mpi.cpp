@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "qconform/dist.hpp"
+#include "dist/dist.hpp"
 #include "qconform/error.hpp"
-#include "qconform/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace qc::dist {
 

@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "qconform/dist.hpp"
+#include "dist/dist.hpp"
 #include "qconform/error.hpp"
 
 namespace qc::dist {

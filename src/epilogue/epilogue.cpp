@@ -16,7 +16,7 @@
 
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace qc {
 namespace {

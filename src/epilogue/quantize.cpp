@@ -1,6 +1,6 @@
-// Activation and weight quantizers of include/qconform/quantize.hpp. Compiled with
+// Activation and weight quantizers of src/epilogue/quantize.hpp. Compiled with
 // `-ffp-contract=off`: each `*` and `/` below is one IEEE fp32 rounding.
-#include "qconform/quantize.hpp"
+#include "epilogue/quantize.hpp"
 
 #include <algorithm>
 #include <cmath>

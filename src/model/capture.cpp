@@ -6,7 +6,7 @@
 #include <map>
 
 #include "qconform/error.hpp"
-#include "qconform/model.hpp"
+#include "model/model.hpp"
 
 namespace qc {
 

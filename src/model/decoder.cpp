@@ -8,8 +8,8 @@
 #include <cstring>
 
 #include "qconform/error.hpp"
-#include "qconform/model.hpp"
-#include "qconform/parallel.hpp"
+#include "model/model.hpp"
+#include "core/parallel.hpp"
 
 namespace qc {
 

@@ -7,11 +7,11 @@
 #include <map>
 #include <sstream>
 
-#include "qconform/version.hpp"
+#include "core/version.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/limits.hpp"
-#include "qconform/model.hpp"
+#include "core/fileio.hpp"
+#include "core/limits.hpp"
+#include "model/model.hpp"
 
 namespace qc {
 

@@ -18,13 +18,13 @@
 #include <unistd.h>
 
 #include "qconform/error.hpp"
-#include "qconform/limits.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/model.hpp"
+#include "core/limits.hpp"
+#include "core/fileio.hpp"
+#include "model/model.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/safetensors.hpp"
-#include "qconform/shard_index.hpp"
-#include "qconform/sha256.hpp"
+#include "core/safetensors.hpp"
+#include "core/shard_index.hpp"
+#include "core/sha256.hpp"
 
 namespace qc {
 

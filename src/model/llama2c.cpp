@@ -25,9 +25,9 @@
 #include <cerrno>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/model.hpp"
-#include "qconform/sha256.hpp"
+#include "core/fileio.hpp"
+#include "model/model.hpp"
+#include "core/sha256.hpp"
 
 namespace qc {
 

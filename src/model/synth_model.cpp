@@ -11,10 +11,10 @@
 #include <cmath>
 
 #include "qconform/error.hpp"
-#include "qconform/limits.hpp"
-#include "qconform/model.hpp"
+#include "core/limits.hpp"
+#include "model/model.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/synth.hpp"
+#include "checks/synth.hpp"
 
 namespace qc {
 

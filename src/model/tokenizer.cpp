@@ -1,14 +1,14 @@
 // The llama2.c tokenizer, after run.c's `build_tokenizer`, `encode` and `decode`
 // (github.com/karpathy/llama2.c, MIT).
-#include "qconform/tokenizer.hpp"
+#include "model/tokenizer.hpp"
 
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/sha256.hpp"
+#include "core/fileio.hpp"
+#include "core/sha256.hpp"
 
 namespace qc {
 

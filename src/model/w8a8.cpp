@@ -11,7 +11,7 @@
 #include <unordered_map>
 
 #include "qconform/error.hpp"
-#include "qconform/model.hpp"
+#include "model/model.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
+#include "core/fileio.hpp"
 
 namespace qc {
 

@@ -13,12 +13,12 @@
 #include <filesystem>
 #include <set>
 
-#include "qconform/boundary.hpp"
+#include "checks/boundary.hpp"
 #include "qconform/error.hpp"
-#include "qconform/limits.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/sha256.hpp"
-#include "qconform/version.hpp"
+#include "core/limits.hpp"
+#include "core/fileio.hpp"
+#include "core/sha256.hpp"
+#include "core/version.hpp"
 
 extern char** environ;
 

@@ -1,6 +1,6 @@
 // Binomial-deviance fits of prevalence versus depth, the constant-rate chi-square test and
 // Clopper–Pearson bounds (see fits.hpp for the definitions and docs/sweep.md for the method).
-#include "qconform/fits.hpp"
+#include "stats/fits.hpp"
 
 #include <boost/math/distributions/beta.hpp>
 #include <boost/math/distributions/chi_squared.hpp>

@@ -1,8 +1,8 @@
 // Ranking metrics, isotonic regression, Brier score, merged quantile bins and the cluster
-// bootstrap declared in include/qconform/stats.hpp. Definitions: docs/statistics.md.
+// bootstrap declared in src/stats/stats.hpp. Definitions: docs/statistics.md.
 // Test: ./build/tests/qconform_unit_tests --gtest_filter='Stats*' and
 //       QCONFORM_BUILD=$PWD/build python3 -m pytest -q tests/peer/test_stats_peer.py
-#include "qconform/stats.hpp"
+#include "stats/stats.hpp"
 
 #include <algorithm>
 #include <boost/math/special_functions/beta.hpp>

@@ -1,11 +1,11 @@
 // Token transfer analysis (check C7): JSONL reading and validation, sequence-level agreement,
 // teacher-forced flips versus the reference margin, calibration and held-out Brier scores.
-// Declared in include/qconform/transfer.hpp; estimators in stats.cpp; docs/statistics.md.
+// Declared in src/stats/transfer.hpp; estimators in stats.cpp; docs/statistics.md.
 // Test: ./build/tests/qconform_unit_tests --gtest_filter='Transfer*'
-#include "qconform/transfer.hpp"
+#include "stats/transfer.hpp"
 
-#include "qconform/fileio.hpp"
-#include "qconform/limits.hpp"
+#include "core/fileio.hpp"
+#include "core/limits.hpp"
 
 #include <algorithm>
 #include <cstdlib>

@@ -14,8 +14,8 @@
 #include <span>
 
 #include "qconform/error.hpp"
-#include "qconform/npy.hpp"
-#include "qconform/safetensors.hpp"
+#include "core/npy.hpp"
+#include "core/safetensors.hpp"
 
 namespace {
 

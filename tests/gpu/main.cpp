@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <string>
 
-#include "qconform/cuda.hpp"
+#include "arms/cuda/cuda.hpp"
 
 int main(int argc, char** argv) {
   std::string reason;

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "gpu_test_util.hpp"
-#include "qconform/accum.hpp"
-#include "qconform/cuda.hpp"
+#include "qconform/accumulation.hpp"
+#include "arms/cuda/cuda.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc {

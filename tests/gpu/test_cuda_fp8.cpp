@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "gpu_test_util.hpp"
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
-#include "qconform/cuda.hpp"
+#include "arms/cuda/cuda.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fp8_gemm.hpp"
+#include "accum/fp8_emulation.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc {

@@ -9,7 +9,7 @@
 
 #include "gpu_test_util.hpp"
 #include "qconform/arm.hpp"
-#include "qconform/layer_checks.hpp"
+#include "checks/verify.hpp"
 
 namespace qc {
 namespace {

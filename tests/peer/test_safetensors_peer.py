@@ -146,7 +146,7 @@ def pattern_bytes(k, st_name, itemsize):
     return v.tobytes()
 
 
-# The order of qc::kAllDTypes (include/qconform/tensor.hpp), which the pattern formula uses.
+# The order of qc::kAllDTypes (src/core/tensor.hpp), which the pattern formula uses.
 ALL_DTYPES_ORDER = ["U8", "I8", "I16", "I32", "I64", "F16", "BF16", "F32", "F64", "F8_E4M3", "F8_E5M2", "BOOL",
                     "U16", "U32", "U64"]
 SHORT = {"U8": "u8", "I8": "i8", "I16": "i16", "I32": "i32", "I64": "i64", "F16": "f16", "BF16": "bf16",

@@ -14,7 +14,7 @@
 
 #include "full_precision_json.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fits.hpp"
+#include "stats/fits.hpp"
 
 namespace {
 

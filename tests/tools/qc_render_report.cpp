@@ -9,7 +9,7 @@
 
 #include "report_sample.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
+#include "core/fileio.hpp"
 #include "qconform/report.hpp"
 
 int main(int argc, char** argv) {

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/npy.hpp"
-#include "qconform/safetensors.hpp"
-#include "qconform/sha256.hpp"
+#include "core/fileio.hpp"
+#include "core/npy.hpp"
+#include "core/safetensors.hpp"
+#include "core/sha256.hpp"
 
 namespace {
 

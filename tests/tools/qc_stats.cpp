@@ -16,7 +16,7 @@
 
 #include "full_precision_json.hpp"
 #include "qconform/error.hpp"
-#include "qconform/stats.hpp"
+#include "stats/stats.hpp"
 
 namespace {
 

@@ -17,12 +17,12 @@
 #include <vector>
 
 #include "qconform/arm.hpp"
-#include "qconform/layer_checks.hpp"
+#include "checks/verify.hpp"
 #include "qconform/manifest.hpp"
-#include "qconform/operands_io.hpp"
-#include "qconform/synth.hpp"
-#include "qconform/transfer.hpp"
-#include "qconform/version.hpp"
+#include "core/operands_io.hpp"
+#include "checks/synth.hpp"
+#include "stats/transfer.hpp"
+#include "core/version.hpp"
 
 namespace qc::test {
 

@@ -23,7 +23,7 @@
 #include <tuple>
 #include <vector>
 
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/error.hpp"
 
 namespace {

@@ -5,8 +5,8 @@
 #include <algorithm>
 
 #include "qconform/arm.hpp"
-#include "qconform/boundary.hpp"
-#include "qconform/mutant_matrix.hpp"
+#include "checks/boundary.hpp"
+#include "checks/mutant_matrix.hpp"
 
 namespace qc {
 namespace {

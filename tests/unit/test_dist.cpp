@@ -13,13 +13,13 @@
 
 #include "temp_dir.hpp"
 #include "qconform/arm.hpp"
-#include "qconform/dist.hpp"
+#include "dist/dist.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/layer_checks.hpp"
+#include "core/fileio.hpp"
+#include "checks/verify.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/operands_io.hpp"
-#include "qconform/synth.hpp"
+#include "core/operands_io.hpp"
+#include "checks/synth.hpp"
 
 namespace fs = std::filesystem;
 using namespace qc;

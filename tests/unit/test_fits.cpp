@@ -10,7 +10,7 @@
 #include <random>
 
 #include "qconform/error.hpp"
-#include "qconform/fits.hpp"
+#include "stats/fits.hpp"
 
 namespace st = qc::stats;
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "qconform/error.hpp"
-#include "qconform/fp8_gemm.hpp"
+#include "accum/fp8_emulation.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc {

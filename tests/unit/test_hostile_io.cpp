@@ -16,8 +16,8 @@
 #include <string>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/limits.hpp"
+#include "core/fileio.hpp"
+#include "core/limits.hpp"
 
 namespace qc {
 namespace {

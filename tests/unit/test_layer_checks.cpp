@@ -9,11 +9,11 @@
 #include "qconform/arm.hpp"
 #include "qconform/compare.hpp"
 #include "qconform/error.hpp"
-#include "qconform/layer_checks.hpp"
+#include "checks/verify.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/operands_io.hpp"
-#include "qconform/safetensors.hpp"
-#include "qconform/synth.hpp"
+#include "core/operands_io.hpp"
+#include "core/safetensors.hpp"
+#include "checks/synth.hpp"
 
 namespace qc {
 namespace {

@@ -10,9 +10,9 @@
 
 #include "qconform/arm.hpp"
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
+#include "core/fileio.hpp"
 #include "qconform/manifest.hpp"
-#include "qconform/synth.hpp"
+#include "checks/synth.hpp"
 
 namespace qc {
 namespace {

@@ -21,8 +21,8 @@
 #include <sstream>
 
 #include "qconform/error.hpp"
-#include "qconform/model.hpp"
-#include "qconform/tokenizer.hpp"
+#include "model/model.hpp"
+#include "model/tokenizer.hpp"
 
 namespace {
 

@@ -18,11 +18,11 @@
 #include <functional>
 
 #include "qconform/error.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/model.hpp"
+#include "core/fileio.hpp"
+#include "model/model.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/safetensors.hpp"
-#include "qconform/sha256.hpp"
+#include "core/safetensors.hpp"
+#include "core/sha256.hpp"
 
 namespace {
 

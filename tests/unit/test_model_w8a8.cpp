@@ -19,11 +19,11 @@
 
 #include "qconform/arm.hpp"
 #include "qconform/error.hpp"
-#include "qconform/layer_checks.hpp"
-#include "qconform/model.hpp"
+#include "checks/verify.hpp"
+#include "model/model.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/operands_io.hpp"
-#include "qconform/tokenizer.hpp"
+#include "core/operands_io.hpp"
+#include "model/tokenizer.hpp"
 
 namespace {
 

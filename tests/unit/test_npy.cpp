@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <initializer_list>
 
-#include "qconform/fileio.hpp"
-#include "qconform/npy.hpp"
+#include "core/fileio.hpp"
+#include "core/npy.hpp"
 
 namespace fs = std::filesystem;
 using qc::DType;

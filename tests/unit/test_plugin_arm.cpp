@@ -29,7 +29,7 @@
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "qconform/operands.hpp"
-#include "qconform/sha256.hpp"
+#include "core/sha256.hpp"
 
 namespace qc {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "qconform/error.hpp"
-#include "qconform/quantize.hpp"
+#include "epilogue/quantize.hpp"
 
 namespace {
 

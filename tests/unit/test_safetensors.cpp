@@ -20,9 +20,9 @@
 #include <random>
 
 #include "temp_dir.hpp"
-#include "qconform/fileio.hpp"
-#include "qconform/safetensors.hpp"
-#include "qconform/sha256.hpp"
+#include "core/fileio.hpp"
+#include "core/safetensors.hpp"
+#include "core/sha256.hpp"
 
 namespace fs = std::filesystem;
 using qc::DType;

@@ -1,4 +1,4 @@
-// Unit tests of include/qconform/stats.hpp against second implementations written differently
+// Unit tests of src/stats/stats.hpp against second implementations written differently
 // (brute-force pair counts, the min–max formula for isotonic regression, materialized bootstrap
 // resamples, closed-form Beta quantiles). The scikit-learn peers are in tests/peer/test_stats_peer.py.
 // Run: ./build/tests/qconform_unit_tests --gtest_filter='Stats*'
@@ -10,7 +10,7 @@
 #include <set>
 
 #include "qconform/error.hpp"
-#include "qconform/stats.hpp"
+#include "stats/stats.hpp"
 
 namespace st = qc::stats;
 

@@ -7,8 +7,8 @@
 
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/sweep.hpp"
-#include "qconform/synth.hpp"
+#include "checks/sweep.hpp"
+#include "checks/synth.hpp"
 
 namespace {
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <set>
 
-#include "qconform/tensor.hpp"
+#include "core/tensor.hpp"
 
 using qc::DType;
 using qc::Tensor;

@@ -11,7 +11,7 @@
 #include <map>
 
 #include "qconform/error.hpp"
-#include "qconform/tokenizer.hpp"
+#include "model/tokenizer.hpp"
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Unit tests of include/qconform/transfer.hpp: malformed JSONL names file and line; pairing
+// Unit tests of src/stats/transfer.hpp: malformed JSONL names file and line; pairing
 // errors; sequence-level agreement on fixtures; a synthetic replay with a known margin->flip law
 // p(flip | m) = exp(−m/0.5) is recovered (calibration bins within binomial error, AUC CI covers
 // the AUC computed by numerical integration).
@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "qconform/error.hpp"
-#include "qconform/stats.hpp"
-#include "qconform/transfer.hpp"
+#include "stats/stats.hpp"
+#include "stats/transfer.hpp"
 
 namespace tr = qc::transfer;
 namespace st = qc::stats;

@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include "arms/cpu/cpu_arms.hpp"
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
-#include "qconform/version.hpp"
+#include "core/version.hpp"
 
 namespace qc {
 

@@ -8,11 +8,11 @@
 #include <limits>
 
 #include "arms/cpu/cpu_arms.hpp"
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/parallel.hpp"
+#include "core/parallel.hpp"
 
 namespace qc {
 

@@ -1,11 +1,11 @@
-// The public GPU entry points of qconform/cuda.hpp: comparison, exact accumulation, raw FP8 GEMM.
+// The public GPU entry points of arms/cuda/cuda.hpp: comparison, exact accumulation, raw FP8 GEMM.
 #include <fmt/format.h>
 
 #include "arms/cuda/cublaslt_gemm.hpp"
 #include "arms/cuda/cuda_common.hpp"
 #include "arms/cuda/kernels/int64_exact_accum.cuh"
 #include "arms/cuda/kernels/sm90_compare_bf16.cuh"
-#include "qconform/cuda.hpp"
+#include "arms/cuda/cuda.hpp"
 
 namespace qc {
 

@@ -16,11 +16,11 @@
 #include "arms/cuda/cuda_common.hpp"
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/numerics.hpp"
-#include "qconform/version.hpp"
+#include "core/version.hpp"
 
 namespace qc {
 namespace cuda {

@@ -6,7 +6,7 @@
 #include <map>
 #include <mutex>
 
-#include "qconform/cuda.hpp"
+#include "arms/cuda/cuda.hpp"
 
 namespace qc {
 namespace cuda {

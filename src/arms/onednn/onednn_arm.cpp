@@ -16,7 +16,7 @@
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
-#include "qconform/version.hpp"
+#include "core/version.hpp"
 
 namespace qc {
 

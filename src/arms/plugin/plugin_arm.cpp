@@ -44,8 +44,8 @@
 #include "qconform/arm_abi.h"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
-#include "qconform/sha256.hpp"
-#include "qconform/version.hpp"
+#include "core/sha256.hpp"
+#include "core/version.hpp"
 
 extern char** environ;
 

@@ -1,6 +1,6 @@
 // Token transfer (check C7): from two arms' per-position JSONL records to sequence-level
 // agreement (free-running generations) or to teacher-forced flips and their dependence on the
-// reference arm's logit margin (`--replay`). Estimators: include/qconform/stats.hpp; definitions,
+// reference arm's logit margin (`--replay`). Estimators: src/stats/stats.hpp; definitions,
 // seeds and what is claimed: docs/statistics.md.
 //
 // JSONL record (one object per line, one line per position):
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "qconform/stats.hpp"
+#include "stats/stats.hpp"
 
 namespace qc::transfer {
 

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/error.hpp"
 

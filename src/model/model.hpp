@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "qconform/arm.hpp"
-#include "qconform/quantize.hpp"
+#include "epilogue/quantize.hpp"
 
 namespace qc {
 

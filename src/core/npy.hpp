@@ -21,7 +21,7 @@
 #include <string>
 #include <string_view>
 
-#include "qconform/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace qc {
 

@@ -21,8 +21,8 @@
 #include <string_view>
 #include <vector>
 
-#include "qconform/fits.hpp"
-#include "qconform/fp8_gemm.hpp"
+#include "stats/fits.hpp"
+#include "accum/fp8_emulation.hpp"
 
 namespace qc {
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/check.hpp"
 #include "qconform/compare.hpp"

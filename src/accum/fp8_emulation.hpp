@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <string>
 
-#include "qconform/accum.hpp"
+#include "qconform/accumulation.hpp"
 
 namespace qc {
 

@@ -30,7 +30,7 @@
 #include <utility>
 #include <vector>
 
-#include "qconform/tensor.hpp"
+#include "core/tensor.hpp"
 
 namespace qc {
 
