@@ -529,11 +529,7 @@ JoinResult join_manifest_json(const json& a, const json& b, const std::string& t
 
   // 5. The C0 verdict.
   CheckResult& c = r.c0;
-  c.id = "C0";
-  c.title = "identity contract";
-  c.points_to = "provenance, not arithmetic";
-  c.exclusions = {};
-  c.falsifiable = true;
+  c = make_check("C0", Verdict::not_applicable);
   const auto violations = r.violations();
   size_t equal = 0, rehashed = 0;
   json diffs = json::array();
