@@ -9,7 +9,7 @@
 #include <map>
 
 #include "qconform/arm.hpp"
-#include "checks/boundary.hpp"
+#include "checks/c1_boundary.hpp"
 #include "dist/dist.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"

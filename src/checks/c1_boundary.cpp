@@ -1,5 +1,5 @@
 // C1: the arithmetic preconditions of the alibi, run through the arm itself.
-#include "checks/boundary.hpp"
+#include "checks/c1_boundary.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
