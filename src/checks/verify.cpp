@@ -338,33 +338,50 @@ VerifyResult merge_verifications(const ArmInfo& arm_a, const ArmInfo& arm_b, con
   return result;
 }
 
+namespace {
+
+// One run as JSON, written once for both forms. The public form is an entry of `runs` in verify's
+// results (docs/results-schema.md); `lossless` adds the fields that make it read back exactly
+// (layer_verification_from_json): the per-layer form the ranks of an MPI job and `--resume` exchange.
+nlohmann::json run_json(const LayerRun& x, bool lossless) {
+  nlohmann::json j = {{"layer", x.layer},
+                      {"m", x.m},
+                      {"n", x.n},
+                      {"k", x.k},
+                      {"scales", scale_mode_name(x.mode)},
+                      {"safe", x.safe},
+                      {"bitwise_diff", x.cmp.bitwise_diff},
+                      {"total", x.cmp.total},
+                      {"max_ulp", x.cmp.max_ulp},
+                      {"max_rel", x.cmp.max_rel},
+                      {"ulp_histogram", nlohmann::json(x.cmp)["ulp_histogram"]},
+                      {"subnormal", {x.cmp.subnormal_a, x.cmp.subnormal_b}},
+                      {"nonfinite_pairs", x.cmp.nonfinite_pairs},
+                      {"operands_identical", x.operands_identical},
+                      {"acc_mismatch", {x.acc_mismatch_a, x.acc_mismatch_b}},
+                      {"prediction_held", x.prediction_held},
+                      {"pow2_excluded", x.pow2_excluded},
+                      {"pow2_violations", x.pow2_violations},
+                      {"pow2_not_commutable", x.pow2_not_commutable},
+                      {"formula_mismatch", {x.formula_mismatch_a, x.formula_mismatch_b}},
+                      {"predicted_diff", x.predicted_diff},
+                      {"predicted_equals_observed", x.predicted_equals_observed},
+                      {"first", x.cmp.first}};
+  if (lossless) {
+    j["int32_overflow"] = x.int32_overflow;
+    j["cmp"] = x.cmp;
+    j["operands_note"] = x.operands_note;
+    j["acc_first_mismatch"] = x.acc_first_mismatch;
+    j["pow2_first"] = x.pow2_first;
+  }
+  return j;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const VerifyResult& r) {
   nlohmann::json runs = nlohmann::json::array();
-  for (const LayerRun& x : r.runs) {
-    runs.push_back({{"layer", x.layer},
-                    {"m", x.m},
-                    {"n", x.n},
-                    {"k", x.k},
-                    {"scales", scale_mode_name(x.mode)},
-                    {"safe", x.safe},
-                    {"bitwise_diff", x.cmp.bitwise_diff},
-                    {"total", x.cmp.total},
-                    {"max_ulp", x.cmp.max_ulp},
-                    {"max_rel", x.cmp.max_rel},
-                    {"ulp_histogram", nlohmann::json(x.cmp)["ulp_histogram"]},
-                    {"subnormal", {x.cmp.subnormal_a, x.cmp.subnormal_b}},
-                    {"nonfinite_pairs", x.cmp.nonfinite_pairs},
-                    {"operands_identical", x.operands_identical},
-                    {"acc_mismatch", {x.acc_mismatch_a, x.acc_mismatch_b}},
-                    {"prediction_held", x.prediction_held},
-                    {"pow2_excluded", x.pow2_excluded},
-                    {"pow2_violations", x.pow2_violations},
-                    {"pow2_not_commutable", x.pow2_not_commutable},
-                    {"formula_mismatch", {x.formula_mismatch_a, x.formula_mismatch_b}},
-                    {"predicted_diff", x.predicted_diff},
-                    {"predicted_equals_observed", x.predicted_equals_observed},
-                    {"first", x.cmp.first}});
-  }
+  for (const LayerRun& x : r.runs) runs.push_back(run_json(x, /*lossless=*/false));
   const auto info = [](const ArmInfo& i, const RunRecord& rec) {
     return nlohmann::json{{"label", i.label},
                           {"description", i.description},
@@ -385,28 +402,7 @@ nlohmann::json to_json(const VerifyResult& r) {
 
 nlohmann::json to_json(const LayerVerification& v) {
   nlohmann::json runs = nlohmann::json::array();
-  for (const LayerRun& x : v.runs) {
-    runs.push_back({{"layer", x.layer},
-                    {"m", x.m},
-                    {"n", x.n},
-                    {"k", x.k},
-                    {"scales", scale_mode_name(x.mode)},
-                    {"safe", x.safe},
-                    {"int32_overflow", x.int32_overflow},
-                    {"cmp", x.cmp},
-                    {"operands_identical", x.operands_identical},
-                    {"operands_note", x.operands_note},
-                    {"acc_mismatch", {x.acc_mismatch_a, x.acc_mismatch_b}},
-                    {"acc_first_mismatch", x.acc_first_mismatch},
-                    {"prediction_held", x.prediction_held},
-                    {"pow2_excluded", x.pow2_excluded},
-                    {"pow2_violations", x.pow2_violations},
-                    {"pow2_first", x.pow2_first},
-                    {"pow2_not_commutable", x.pow2_not_commutable},
-                    {"formula_mismatch", {x.formula_mismatch_a, x.formula_mismatch_b}},
-                    {"predicted_diff", x.predicted_diff},
-                    {"predicted_equals_observed", x.predicted_equals_observed}});
-  }
+  for (const LayerRun& x : v.runs) runs.push_back(run_json(x, /*lossless=*/true));
   return {{"name", v.name}, {"stale", v.stale}, {"record_a", v.record_a}, {"record_b", v.record_b}, {"runs", runs}};
 }
 
