@@ -42,22 +42,40 @@ for side in before after; do
   echo "$side conform exit $?" >> "$d/exits.txt"
 done
 
-python3 - "$out" <<'PY' || status=1
+# The version each binary prints (`qconform <version>`) also appears inside values (an arm's library,
+# a manifest's platform, a JSONL header): it is replaced by <version> on both sides.
+python3 - "$out" "$("$before" --version | sed -n 's/^qconform //p')" "$("$after" --version | sed -n 's/^qconform //p')" <<'PY' || status=1
 import json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 # Fields that name the build or measure time; everything else must be identical.
 SKIP = {"qconform_version", "version", "seconds", "wall_seconds", "timings", "created", "created_at",
         "timestamp", "started", "finished", "elapsed_seconds", "duration_seconds"}
+versions = [v for v in sys.argv[2:4] if v]
+# A digest of a JSON/JSONL file this run wrote changes with the version inside the file (a join
+# lists it, a manifest records it as an input): it reads as the file's name on both sides, and the
+# file itself is compared on its own below.
+import hashlib
+digests = {}
+for side in ("before", "after"):
+    for p in (out / side).rglob("*.json*"):
+        if p.suffix in (".json", ".jsonl"):
+            digests[hashlib.sha256(p.read_bytes()).hexdigest()] = f"<sha256 of {p.relative_to(out / side)}>"
 def strip(x):
     if isinstance(x, dict):
-        # The digest of a JSON file this run wrote changes with the version string inside it; the
-        # file itself is compared on its own (every *.json below), without those fields.
-        names_json = isinstance(x.get("path"), str) and x["path"].endswith(".json")
+        # The digest of a file this run wrote (JSON, or a JSONL with a header) changes with the version
+        # string inside it; the file itself is compared on its own (every *.json and *.jsonl below),
+        # without those fields.
+        names_json = isinstance(x.get("path"), str) and x["path"].endswith((".json", ".jsonl"))
         return {k: strip(v) for k, v in x.items() if k not in SKIP and not (k == "sha256" and names_json)}
     if isinstance(x, list):
         return [strip(v) for v in x]
     if isinstance(x, str):
-        return x.replace(str(out / "before"), "<out>").replace(str(out / "after"), "<out>")
+        x = x.replace(str(out / "before"), "<out>").replace(str(out / "after"), "<out>")
+        for v in versions:
+            x = x.replace(v, "<version>")
+        if x.removeprefix("sha256:") in digests:
+            x = digests[x.removeprefix("sha256:")]
+        return x
     return x
 def first_diff(a, b, path="$"):
     if type(a) != type(b):
@@ -82,15 +100,19 @@ exits = [(out / s / "exits.txt").read_text().split("\n") for s in ("before", "af
 for x, y in zip(*exits):
     if x.split(" ", 1)[-1] != y.split(" ", 1)[-1]:
         print(f"DIFFER: {x} / {y}"); bad += 1
-files = sorted(p.relative_to(out / "before") for p in (out / "before").rglob("*.json"))
+def load(path):
+    if path.suffix == ".jsonl":
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return json.loads(path.read_text())
+files = sorted(p.relative_to(out / "before") for p in (out / "before").rglob("*.json*") if p.suffix in (".json", ".jsonl"))
 for rel in files:
     a, b = out / "before" / rel, out / "after" / rel
     if not b.exists():
         print(f"DIFFER: {rel} missing after"); bad += 1; continue
-    d = first_diff(strip(json.loads(a.read_text())), strip(json.loads(b.read_text())))
+    d = first_diff(strip(load(a)), strip(load(b)))
     print(f"{'IDENTICAL' if d is None else 'DIFFER'}: {rel}" + ("" if d is None else f" at {d}"))
     bad += d is not None
-print(f"compare-outputs: {len(files)} JSON files, {bad} differ")
+print(f"compare-outputs: {len(files)} JSON/JSONL files, {bad} differ")
 sys.exit(1 if bad else 0)
 PY
 exit $status

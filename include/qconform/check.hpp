@@ -1,4 +1,6 @@
-// The result of one conformance check (C0–C7): a verdict a kernel engineer can act on.
+// The result of one conformance check (C0–C7): a verdict a kernel engineer can act on, and the
+// check table, the one place that says what each check proves, what a violation points to and
+// under which exclusions its argument does not hold.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -12,6 +14,25 @@ namespace qc {
 enum class Verdict { pass, fail, not_applicable, outside_jurisdiction };
 std::string_view verdict_name(Verdict v);
 
+// One row of the check table. Every `CheckResult` is built from its row (`make_check`), so the CLI,
+// the JSON, the HTML report (which reads the JSON) and the generated table in docs/checks.md
+// (`qconform checks --markdown`) read the same words.
+struct CheckSpec {
+  std::string id;         // "C4"
+  std::string title;      // "accumulator equality"
+  std::string proves;     // what a pass establishes
+  std::string points_to;  // what a violation points to first
+  std::vector<std::string> exclusions;  // where the argument makes no claim
+  bool falsifiable = true;              // C0–C5; C6 and C7 are tolerance-based
+};
+
+// C0..C7, in order.
+const std::vector<CheckSpec>& check_table();
+// The row of `id`; an unknown id is an internal error.
+const CheckSpec& check_spec(std::string_view id);
+// The table as the Markdown section of docs/checks.md (between its `checks-table` markers).
+std::string check_table_markdown();
+
 struct CheckResult {
   std::string id;      // "C4"
   std::string title;   // "accumulator equality"
@@ -20,17 +41,12 @@ struct CheckResult {
   nlohmann::json evidence = nlohmann::json::object();  // counts, first offending coordinates, bit patterns
   std::string points_to;          // what a violation points to first
   std::vector<std::string> exclusions;
-  bool falsifiable = true;        // C1–C5; C6 and C7 are tolerance-based
+  bool falsifiable = true;        // C0–C5; C6 and C7 are tolerance-based
 };
 
-// A check with its id, title and initial verdict; the rest is filled in as evidence accumulates.
-inline CheckResult make_check(std::string id, std::string title, Verdict verdict) {
-  CheckResult c;
-  c.id = std::move(id);
-  c.title = std::move(title);
-  c.verdict = verdict;
-  return c;
-}
+// The check `id` with its row of the table (title, points_to, exclusions, falsifiable) and the
+// initial verdict; summary and evidence are filled in as evidence accumulates.
+CheckResult make_check(std::string_view id, Verdict verdict);
 
 void to_json(nlohmann::json& j, const CheckResult& r);
 

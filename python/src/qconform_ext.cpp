@@ -39,7 +39,7 @@
 
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
-#include "checks/boundary.hpp"
+#include "checks/c1_boundary.hpp"
 #include "qconform/compare.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"

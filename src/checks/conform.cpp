@@ -9,7 +9,9 @@
 #include <map>
 
 #include "qconform/arm.hpp"
-#include "checks/boundary.hpp"
+#include "checks/c1_boundary.hpp"
+#include "checks/c5_pow2.hpp"
+#include "checks/c7_transfer.hpp"
 #include "dist/dist.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
@@ -384,23 +386,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   transfer::TransferOptions tg;
   const transfer::TransferResult gen_t =
       transfer::analyze_transfer(transfer::read_transfer_jsonl(gen_a.jsonl), transfer::read_transfer_jsonl(gen_b.jsonl), tg);
-  CheckResult c7 = make_check("C7", "token transfer", Verdict::pass);
-  c7.falsifiable = false;
-  c7.points_to = "decision-boundary sensitivity of the model/workload";
-  c7.exclusions = {"greedy decoding", "the pinned prompts"};
-  const auto& rr = *replay_t.replay;
-  const auto& sr = *gen_t.sequence;
-  const std::string auc = rr.n_flips == 0 || rr.n_flips == rr.n_positions
-                              ? std::string("margin AUC undefined (one class only)")
-                              : fmt::format("margin AUC {:.3f} [{:.3f}, {:.3f}]", rr.auc, rr.auc_ci.lo, rr.auc_ci.hi);
-  c7.summary = fmt::format("teacher-forced flips {} of {} positions ({:.2f}%), {}; {} of {} free-running sequences "
-                           "identical",
-                           rr.n_flips, rr.n_positions, 100.0 * rr.flip_rate, auc, sr.n_identical, sr.n_prompts);
-  if (o.max_flip_rate >= 0 && rr.flip_rate > o.max_flip_rate) {
-    c7.verdict = Verdict::fail;
-    c7.summary += fmt::format(" — above the tolerance {:.4f}", o.max_flip_rate);
-  }
-  c7.evidence = {{"replay", transfer::to_json(replay_t)}, {"generate", transfer::to_json(gen_t)}};
+  const CheckResult c7 = c7_transfer(replay_t, gen_t, o.max_flip_rate);
 
   // The power-of-two probe end to end, as evidence for C5: the generated positions were not
   // captured and predicted, so bitwise identity is expected there but not required by a pin.
@@ -409,12 +395,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   const bool pow2_identical = body(pow_a.jsonl) == body(pow_b.jsonl);
   size_t pow2_same_sequences = 0;
   for (size_t i = 0; i < pow_a.sequences.size(); ++i) pow2_same_sequences += pow_a.sequences[i] == pow_b.sequences[i];
-  c5.evidence["end_to_end"] = {{"sequences", pow_a.sequences.size()},
-                               {"identical_sequences", pow2_same_sequences},
-                               {"records_bit_identical", pow2_identical}};
-  c5.summary += fmt::format("; end to end with power-of-two weight scales: {}/{} sequences identical, logits {}",
-                            pow2_same_sequences, pow_a.sequences.size(),
-                            pow2_identical ? "bit-identical" : "DIFFER (evidence only: those positions were not predicted)");
+  c5_add_end_to_end(c5, pow_a.sequences.size(), pow2_same_sequences, pow2_identical);
 
   std::vector<CheckResult> all{c0, c1};
   all.insert(all.end(), checks.begin(), checks.end());

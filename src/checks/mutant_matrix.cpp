@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "checks/boundary.hpp"
+#include "checks/c1_boundary.hpp"
 #include "checks/verify.hpp"
 #include "checks/synth.hpp"
 

@@ -1,18 +1,23 @@
-// Layer-level verification: both arms on identical operands under each scale regime, and the
-// checks C2–C6 over the runs.
+// Layer-level verification, the pipeline that feeds C2–C6: both arms on identical operands under
+// each scale regime (the run loop), the element pass of each run beside the next run's arms
+// (element_pass.cpp), and the merge of the per-layer runs into the checks, one file each:
+// c2_range.cpp, c3_shared_operands.cpp, c4_accumulator.cpp, c5_pow2.cpp, c6_tolerance.cpp.
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <bit>
-#include <cfloat>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <future>
 #include <memory>
 #include <optional>
 
 #include "arms/cuda/cuda.hpp"
+#include "checks/c2_range.hpp"
+#include "checks/c3_shared_operands.hpp"
+#include "checks/c4_accumulator.hpp"
+#include "checks/c5_pow2.hpp"
+#include "checks/c6_tolerance.hpp"
+#include "checks/element_pass.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "checks/verify.hpp"
@@ -23,222 +28,11 @@ namespace qc {
 
 namespace {
 
-// C3: a private copy of everything the arms receive, taken before arm A runs. After each arm the
-// operands are compared with it byte for byte (1 MiB chunks on every core), and the first changed
-// element is named with its coordinates, old and new value.
-class OperandSnapshot {
- public:
-  // `with_weights`: also the weights (verify checks them in the first run of each layer; the
-  // runs of other row counts and scale regimes share the same weight bytes).
-  OperandSnapshot(const LayerOperands& ops, bool with_weights, int threads)
-      : with_weights_(with_weights), threads_(threads) {
-    for (const Piece& p : pieces(ops)) copies_.emplace_back(p.bytes.begin(), p.bytes.end());
-  }
-
-  // "" when every operand byte is unchanged, else "w_q[12,345]: 5 (0x05) became 7 (0x07)".
-  std::string first_change(const LayerOperands& ops) const {
-    const std::vector<Piece> now = pieces(ops);
-    for (size_t p = 0; p < now.size(); ++p) {
-      const std::vector<std::byte>& was = copies_[p];
-      if (now[p].bytes.size() != was.size()) {
-        return fmt::format("{}: {} bytes became {}", now[p].name, was.size(), now[p].bytes.size());
-      }
-      constexpr size_t kChunk = size_t{1} << 20;
-      const int64_t chunks = static_cast<int64_t>((was.size() + kChunk - 1) / kChunk);
-      std::vector<char> differs(static_cast<size_t>(chunks), 0);
-      parallel_for(chunks, was.size() < 4 * kChunk ? 1 : threads_, [&](int64_t c) {
-        const size_t at = static_cast<size_t>(c) * kChunk, len = std::min(kChunk, was.size() - at);
-        differs[static_cast<size_t>(c)] = std::memcmp(now[p].bytes.data() + at, was.data() + at, len) != 0;
-      });
-      const auto hit = std::find(differs.begin(), differs.end(), 1);
-      if (hit == differs.end()) continue;
-      size_t byte = static_cast<size_t>(hit - differs.begin()) * kChunk;
-      while (now[p].bytes[byte] == was[byte]) ++byte;
-      return describe(now[p], byte / now[p].element_size, was);
-    }
-    return "";
-  }
-
- private:
-  enum class Kind { i8, f32, bf16 };
-  struct Piece {
-    const char* name;
-    std::span<const std::byte> bytes;
-    Kind kind;
-    size_t element_size;
-    int64_t cols;  // for coordinates; 0 for vectors
-  };
-  std::vector<Piece> pieces(const LayerOperands& ops) const {
-    std::vector<Piece> p = {{"a_q", std::as_bytes(ops.a_q), Kind::i8, 1, ops.k},
-                            {"a_scale", std::as_bytes(ops.a_scale), Kind::f32, 4, 0},
-                            {"w_scale", std::as_bytes(ops.w_scale), Kind::f32, 4, 0},
-                            {"bias", std::as_bytes(ops.bias), Kind::bf16, 2, 0}};
-    if (with_weights_) p.push_back({"w_q", std::as_bytes(ops.w_q), Kind::i8, 1, ops.k});
-    return p;
-  }
-  static std::string describe(const Piece& p, size_t element, const std::vector<std::byte>& was) {
-    const auto value = [&](const std::byte* at) {
-      switch (p.kind) {
-        case Kind::i8: return fmt::format("{} (0x{:02x})", static_cast<int8_t>(*at), static_cast<uint8_t>(*at));
-        case Kind::f32: {
-          uint32_t bits = 0;
-          std::memcpy(&bits, at, 4);
-          return fmt::format("{:.9g} (0x{:08x})", std::bit_cast<float>(bits), bits);
-        }
-        case Kind::bf16: {
-          uint16_t bits = 0;
-          std::memcpy(&bits, at, 2);
-          return fmt::format("{:.9g} (0x{:04x})", bf16_to_f32(bits), bits);
-        }
-      }
-      return std::string("?");
-    };
-    const size_t at = element * p.element_size;
-    const std::string where = p.cols > 0 ? fmt::format("{}[{},{}]", p.name, static_cast<int64_t>(element) / p.cols,
-                                                       static_cast<int64_t>(element) % p.cols)
-                                         : fmt::format("{}[{}]", p.name, element);
-    return fmt::format("{}: {} became {}", where, value(was.data() + at), value(p.bytes.data() + at));
-  }
-
-  bool with_weights_;
-  int threads_;
-  std::vector<std::vector<std::byte>> copies_;
-};
-
 // The exact accumulators of one (layer, rows) slice, on the host or on the GPU's CUDA cores.
 ExactAccumulators exact_acc(const LayerOperands& ops, VerifyReference where, int threads) {
   const AccumShape s{ops.m, ops.n, ops.k};
   return where == VerifyReference::gpu ? exact_accumulate_gpu(ops.a_q.data(), ops.w_q.data(), s)
                                        : exact_accumulate(ops.a_q.data(), ops.w_q.data(), s, threads);
-}
-
-// Rows [r0, r1) of the declared formula `e` on the exact accumulators, into `y` (serial: the
-// element pass runs blocks of rows on every core).
-void emulate_rows(const Epilogue& e, const ExactAccumulators& acc, const LayerOperands& ops, int64_t r0, int64_t r1,
-                  std::vector<uint16_t>& y) {
-  y.resize(static_cast<size_t>((r1 - r0) * ops.n));
-  apply_epilogue_rows(e, acc, ops.m, r0, r1 - r0, ops.a_scale.data(), ops.w_scale.data(),
-                      ops.has_bias() ? ops.bias.data() : nullptr, ops.n, y.data(), 1);
-}
-
-// Everything verify checks element by element, over a block of rows (blocks run in parallel and
-// merge in order, so the "first" lists keep the first offending elements).
-struct ElementTally {
-  int64_t acc_mismatch[2] = {0, 0}, formula_mismatch[2] = {0, 0};
-  int64_t safe_contradicted = 0, predicted_diff = 0, predicted_vs_observed = 0;
-  int64_t pow2_excluded = 0, pow2_violations = 0;
-  std::vector<std::string> acc_first;
-  std::vector<DiffElement> pow2_first;
-
-  void merge(const ElementTally& o, size_t max_listed) {
-    for (int s = 0; s < 2; ++s) {
-      acc_mismatch[s] += o.acc_mismatch[s];
-      formula_mismatch[s] += o.formula_mismatch[s];
-    }
-    safe_contradicted += o.safe_contradicted;
-    predicted_diff += o.predicted_diff;
-    predicted_vs_observed += o.predicted_vs_observed;
-    pow2_excluded += o.pow2_excluded;
-    pow2_violations += o.pow2_violations;
-    for (const auto& f : o.acc_first) {
-      if (acc_first.size() < 10) acc_first.push_back(f);
-    }
-    for (const auto& d : o.pow2_first) {
-      if (pow2_first.size() < max_listed) pow2_first.push_back(d);
-    }
-  }
-};
-
-// One pass over a run's elements, in blocks of rows on every core (merged in row order, so the
-// "first" lists keep the first offending elements): the declared formulas on the exact
-// accumulators, the comparison of A with B, and the element checks.
-struct ElementPass {
-  Comparison cmp;
-  ElementTally tally;
-};
-
-ElementPass element_pass(const LayerOperands& ops, const std::string& label, ScaleMode mode, bool safe,
-                         const ExactAccumulators& exact, const ArmOutput& out_a, const ArmOutput& out_b,
-                         const Epilogue* formula_a, const Epilogue* formula_b, const CompareOptions& compare,
-                         int threads) {
-  const int64_t rows = ops.m, cols = ops.n;
-  const size_t max_listed = compare.max_listed;
-  const double near_zero = near_zero_limit(out_a.y, compare);
-  const int64_t blocks = rows * cols < (int64_t{1} << 18) ? 1 : std::min<int64_t>(rows, 4 * resolve_threads(threads));
-  const int64_t per = (rows + blocks - 1) / blocks;
-  std::vector<ElementPass> parts(static_cast<size_t>(blocks));
-  const Epilogue* formulas[2] = {formula_a, formula_b};
-  parallel_for(blocks, threads, [&](int64_t k) {
-    const int64_t r0 = std::min(rows, k * per), r1 = std::min(rows, (k + 1) * per);
-    parts[k].cmp = compare_bf16_rows(out_a.y, out_b.y, r0, r1, cols, label, near_zero, max_listed);
-    ElementTally& t = parts[k].tally;
-    std::vector<uint16_t> pred[2];  // the declared formulas over these rows
-    for (int s = 0; s < 2; ++s) {
-      if (formulas[s]) emulate_rows(*formulas[s], exact, ops, r0, r1, pred[s]);
-    }
-    // Raw pointers and register counters: this loop is verify's hottest on the host.
-    const int32_t* acc[2] = {out_a.acc ? out_a.acc->data() : nullptr, out_b.acc ? out_b.acc->data() : nullptr};
-    const uint16_t* y[2] = {out_a.y.data(), out_b.y.data()};
-    const uint16_t* p[2] = {formula_a ? pred[0].data() : nullptr, formula_b ? pred[1].data() : nullptr};
-    const float* sa = ops.a_scale.data();
-    const float* sw = ops.w_scale.data();
-    int64_t acc_mismatch[2] = {0, 0}, formula_mismatch[2] = {0, 0}, safe_contradicted = 0, predicted_diff = 0;
-    int64_t predicted_vs_observed = 0, pow2_excluded = 0, pow2_violations = 0;
-    const auto pass = [&](const auto* exact_acc) {
-      for (int64_t row = r0; row < r1; ++row) {
-        for (int64_t col = 0; col < cols; ++col) {
-          const int64_t i = row * cols + col, j = i - r0 * cols;  // j: index into this block's formulas
-          const int64_t want = exact_acc[i];
-          for (int s = 0; s < 2; ++s) {
-            if (acc[s] != nullptr) {
-              const int64_t got = acc[s][i];
-              if (got != want) {
-                ++acc_mismatch[s];
-                if (t.acc_first.size() < 10) {
-                  t.acc_first.push_back(fmt::format("{} {}[{},{}]: acc {} (0x{:08x}), exact {}", s ? "B" : "A",
-                                                    ops.name, row, col, got, static_cast<uint32_t>(got), want));
-                }
-              }
-              safe_contradicted += safe && std::abs(got) > kFp32ExactIntLimit;
-            }
-            if (p[s] != nullptr) formula_mismatch[s] += p[s][j] != y[s][i];
-          }
-          const uint16_t x = y[0][i], z = y[1][i];
-          if (p[0] != nullptr && p[1] != nullptr) {
-            const bool predicted = p[0][j] != p[1][j];
-            predicted_diff += predicted;
-            predicted_vs_observed += predicted != (x != z);
-          }
-          if (mode == ScaleMode::real) continue;
-          if (!pow2_in_jurisdiction(want, sa[row], sw[col])) {
-            ++pow2_excluded;
-          } else if (x != z) {
-            ++pow2_violations;
-            if (t.pow2_first.size() < max_listed) {
-              const bool finite = bf16_is_finite(x) && bf16_is_finite(z);
-              t.pow2_first.push_back(DiffElement{ops.name, row, col, x, z, bf16_to_f32(x), bf16_to_f32(z),
-                                                 finite ? bf16_ulp_distance(x, z) : -1});
-            }
-          }
-        }
-      }
-    };
-    if (exact.wide()) {
-      pass(exact.i64.data());
-    } else {
-      pass(exact.i32.data());
-    }
-    for (int s = 0; s < 2; ++s) t.acc_mismatch[s] = acc_mismatch[s], t.formula_mismatch[s] = formula_mismatch[s];
-    t.safe_contradicted = safe_contradicted, t.predicted_diff = predicted_diff;
-    t.predicted_vs_observed = predicted_vs_observed, t.pow2_excluded = pow2_excluded;
-    t.pow2_violations = pow2_violations;
-  });
-  ElementPass total = std::move(parts[0]);
-  for (size_t k = 1; k < parts.size(); ++k) {
-    total.cmp.merge(parts[k].cmp, max_listed);
-    total.tally.merge(parts[k].tally, max_listed);
-  }
-  return total;
 }
 
 using PhaseSeconds = std::vector<std::pair<std::string, double>>;
@@ -463,17 +257,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
                    "arm {} returned an accumulator of {} elements for layer `{}`, expected {}x{}", out->record.arm,
                    out->acc->size(), ops.name, ops.m, ops.n);
         }
-        if (mode != ScaleMode::real) {
-          // Declared formulas must share a commutation class (docs/epilogues.md): bias after a bf16
-          // rounding has none, and `exact` rounds once where the fp32 formulas round twice.
-          if (formula_a && formula_b) {
-            const std::string_view ca = formula_a->pow2_class(ops.has_bias()), cb = formula_b->pow2_class(ops.has_bias());
-            run.pow2_not_commutable = ca.empty() || cb.empty() || ca != cb;
-          } else {
-            run.pow2_not_commutable = ops.has_bias() && ((formula_a && formula_a->bias_after_rounding()) ||
-                                                         (formula_b && formula_b->bias_after_rounding()));
-          }
-        }
+        if (mode != ScaleMode::real) run.pow2_not_commutable = c5_not_commutable(formula_a, formula_b, ops.has_bias());
         // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
         finish_pending();
         const bool last_of_layer = msi + 1 == ms.size() && mi + 1 == options.modes.size();
@@ -482,8 +266,15 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops, label, mode,
                                                     a = std::move(out_a), b = std::move(out_b)] {
           const auto t0 = std::chrono::steady_clock::now();
-          ElementPass pass = element_pass(ops, label, mode, pred.safe, *exact, a, b, formula_a, formula_b,
-                                          options.compare, options.threads);
+          ElementPass pass = element_pass(ElementContext{.ops = ops,
+                                                         .label = label,
+                                                         .mode = mode,
+                                                         .safe = pred.safe,
+                                                         .exact = *exact,
+                                                         .out = {&a, &b},
+                                                         .formula = {formula_a, formula_b},
+                                                         .compare = options.compare,
+                                                         .threads = options.threads});
           return std::pair(std::move(pass), seconds_since(t0));
         });
         pending = std::move(next);
@@ -495,13 +286,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
       return stats.valid() ? stats.get()
                            : exact_range_stats(full.a_q.data(), full.w_q.data(), {full.m, full.n, full.k}, options.threads);
     });
-    const bool fresh_safe = fresh.max_abs_acc <= kFp32ExactIntLimit && fresh.int32_overflow_count == 0;
-    if (fresh.max_abs_acc != pred.stats.max_abs_acc || fresh.count_above_2p24 != pred.stats.count_above_2p24 ||
-        fresh.int32_overflow_count != pred.stats.int32_overflow_count || fresh_safe != pred.safe) {
-      layer.stale = fmt::format("{}: predicted max|acc| {} ({} above 2^24, safe {}), exact {} ({} above 2^24, safe {})",
-                                full.name, pred.stats.max_abs_acc, pred.stats.count_above_2p24, pred.safe,
-                                fresh.max_abs_acc, fresh.count_above_2p24, fresh_safe);
-    }
+    layer.stale = c2_stale_prediction(full.name, pred, fresh);
   }
 
   finish_pending();
@@ -531,16 +316,12 @@ VerifyResult merge_verifications(const ArmInfo& arm_a, const ArmInfo& arm_b, con
   result.arm_a = arm_a;
   result.arm_b = arm_b;
   result.reference = reference;
-  int64_t stale_predictions = 0;
-  std::vector<std::string> stale_first;
+  std::vector<std::string> stale;  // C2: pinned predictions that are not the operands' exact statistics
   for (LayerVerification& layer : layers) {
     QC_CHECK(!layer.runs.empty(), "merge_verifications: layer `{}` has no runs", layer.name);
     if (result.record_a.arm.empty()) result.record_a = layer.record_a;
     if (result.record_b.arm.empty()) result.record_b = layer.record_b;
-    if (!layer.stale.empty()) {
-      ++stale_predictions;
-      if (stale_first.size() < 5) stale_first.push_back(layer.stale);
-    }
+    if (!layer.stale.empty()) stale.push_back(layer.stale);
     // C6's totals count the real-scale runs of the largest row count of each layer.
     int64_t m_total = 0;
     for (const LayerRun& r : layer.runs) m_total = std::max(m_total, r.m);
@@ -550,179 +331,57 @@ VerifyResult merge_verifications(const ArmInfo& arm_a, const ArmInfo& arm_b, con
     }
   }
 
-  // ---- the checks over all runs ----
-  CheckResult c2 = make_check("C2", "range prediction", Verdict::pass);
-  c2.points_to = "accumulator width / operand capture";
-  size_t safe_layers = 0;
-  for (const LayerPrediction& p : predictions.layers) safe_layers += p.safe;
-  int64_t held_violations = 0;
-  for (const LayerRun& r : result.runs) held_violations += !r.prediction_held;
-  if (stale_predictions || held_violations) c2.verdict = Verdict::fail;
-  c2.summary = fmt::format("{}/{} layers predicted safe (|acc| <= 2^24); pinned predictions {} the operands; {} runs "
-                           "contradicted by an arm's accumulator",
-                           safe_layers, predictions.layers.size(), stale_predictions ? "DO NOT match" : "match",
-                           held_violations);
-  c2.evidence = {{"safe_layers", safe_layers},
-                 {"layers", predictions.layers.size()},
-                 {"stale_predictions", stale_predictions},
-                 {"stale_first", stale_first},
-                 {"contradicted_runs", held_violations}};
-
-  CheckResult c3 = make_check("C3", "shared operands", Verdict::pass);
-  c3.points_to = "activation quantization upstream of the GEMM, or an arm writing into its inputs";
-  int64_t c3_bad = 0;
-  std::vector<std::string> c3_first;
-  for (const LayerRun& r : result.runs) {
-    if (!r.operands_identical) {
-      ++c3_bad;
-      if (c3_first.size() < 5) c3_first.push_back(fmt::format("{} m={} {}: {}", r.layer, r.m, scale_mode_name(r.mode), r.operands_note));
-    }
-  }
-  if (c3_bad) c3.verdict = Verdict::fail;
-  c3.summary = fmt::format("both arms received byte-identical operands (compared byte for byte with a copy taken "
-                           "before the arms ran) in {}/{} runs",
-                           result.runs.size() - c3_bad, result.runs.size());
-  c3.evidence = {{"runs", result.runs.size()}, {"modified", c3_bad}, {"first", c3_first}};
-
-  CheckResult c4 = make_check("C4", "accumulator equality", Verdict::not_applicable);
-  c4.points_to = "the accumulation stage: saturation, wraparound, dropped K tail, float accumulation";
-  c4.exclusions = {"layers whose exact accumulators leave INT32 (reported by C2)"};
-  int64_t c4_runs = 0, c4_mismatch = 0;
-  std::vector<std::string> c4_first;
-  int64_t c4_excluded = 0;
-  for (const LayerRun& r : result.runs) {
-    if (r.int32_overflow) {
-      ++c4_excluded;
-      continue;
-    }
-    for (int64_t mm : {r.acc_mismatch_a, r.acc_mismatch_b}) {
-      if (mm < 0) continue;
-      ++c4_runs;
-      c4_mismatch += mm;
-    }
-    for (const std::string& s : r.acc_first_mismatch) {
-      if (c4_first.size() < 10) c4_first.push_back(s);
-    }
-  }
-  if (c4_runs) c4.verdict = c4_mismatch ? Verdict::fail : Verdict::pass;
-  c4.summary = c4_runs ? fmt::format("{} exposed accumulators compared with the exact INT64 reference: {} elements differ",
-                                     c4_runs, c4_mismatch)
-                       : "neither arm exposes its accumulator";
-  c4.evidence = {{"compared", c4_runs}, {"mismatched_elements", c4_mismatch}, {"first", c4_first},
-                 {"excluded_runs_int32_overflow", c4_excluded}};
-
-  CheckResult c5 = make_check("C5", "power-of-two probe", Verdict::not_applicable);
-  c5.points_to = "epilogue structure beyond the two scale products: bias after rounding, FMA contraction, non-RNE rounding";
-  c5.exclusions = {"elements whose exact value or an exact intermediate is subnormal or overflows (counted; decided "
-                   "from exact values, so a NaN or inf from an arm is a violation)",
-                   "layers predicted unsafe by C2",
-                   "declared formulas outside one commutation class: bias after a bf16 rounding, or one rounding "
-                   "(exact) against two (fp32 then bf16)"};
-  int64_t c5_runs = 0, c5_violations = 0, c5_excluded = 0, c5_not_commutable = 0, c5_unsafe = 0;
-  std::vector<std::string> c5_first;
-  for (const LayerRun& r : result.runs) {
-    if (r.mode == ScaleMode::real) continue;
-    if (!r.safe) {
-      ++c5_unsafe;
-      continue;
-    }
-    if (r.pow2_not_commutable) {
-      ++c5_not_commutable;
-      continue;
-    }
-    ++c5_runs;
-    c5_excluded += r.pow2_excluded;
-    c5_violations += r.pow2_violations;
-    if (r.pow2_violations) {
-      for (const DiffElement& d : r.pow2_first) {
-        if (c5_first.size() < 10) c5_first.push_back(fmt::format("{} ({})", describe(d), scale_mode_name(r.mode)));
-      }
-    }
-  }
-  if (c5_runs) c5.verdict = c5_violations ? Verdict::fail : Verdict::pass;
-  c5.summary = c5_runs ? fmt::format("{} power-of-two runs in safe layers: {} elements differ bitwise ({} excluded as "
-                                     "subnormal/non-finite; {} runs not commutable; {} unsafe runs skipped)",
-                                     c5_runs, c5_violations, c5_excluded, c5_not_commutable, c5_unsafe)
-                       : "no power-of-two run in a safe, commutable layer";
-  c5.evidence = {{"runs", c5_runs},           {"violations", c5_violations}, {"excluded", c5_excluded},
-                 {"not_commutable_runs", c5_not_commutable}, {"unsafe_runs", c5_unsafe}, {"first", c5_first}};
-
-  CheckResult c6 = make_check("C6", "real-scale tolerance", Verdict::not_applicable);
-  c6.falsifiable = false;
-  c6.points_to = "extra rounding steps or reduced precision in the epilogue";
-  c6.exclusions = {"near-zero elements reported separately"};
-  const Comparison& t = result.total_real;
-  int64_t mismatch_formula = 0, predicted_set_wrong = 0, real_runs = 0;
-  for (const LayerRun& r : result.runs) {
-    mismatch_formula += std::max<int64_t>(0, r.formula_mismatch_a) + std::max<int64_t>(0, r.formula_mismatch_b);
-    predicted_set_wrong += !r.predicted_equals_observed;
-    if (r.mode == ScaleMode::real) ++real_runs;
-  }
-  if (real_runs) {
-    const int64_t beyond = t.beyond_ulps(options.tolerance_ulps);
-    const bool nonfinite_mismatch = t.nonfinite_diff > 0;
-    c6.verdict = (beyond || nonfinite_mismatch || mismatch_formula || predicted_set_wrong) ? Verdict::fail : Verdict::pass;
-    c6.summary = fmt::format("real scales: {} of {} elements differ ({:.2f} per million), max {} ulp (tolerance {}), {} "
-                             "beyond; declared formulas: {} outputs off their formula, predicted set {} observed",
-                             t.bitwise_diff, t.total, 1e6 * static_cast<double>(t.bitwise_diff) / std::max<int64_t>(t.total, 1),
-                             t.max_ulp, options.tolerance_ulps, beyond, mismatch_formula,
-                             predicted_set_wrong ? "!=" : "==");
-  }
-  // A layer whose exact accumulators leave INT32 (C2 predicted it) differs in any INT32 kernel
-  // that wraps or saturates: the difference is attributed to that overflow, not to the epilogue.
-  std::vector<std::string> overflow_layers;
-  for (const LayerRun& r : result.runs) {
-    const bool differs = r.cmp.bitwise_diff > 0 || r.formula_mismatch_a > 0 || r.formula_mismatch_b > 0;
-    if (r.int32_overflow && differs &&
-        std::find(overflow_layers.begin(), overflow_layers.end(), r.layer) == overflow_layers.end()) {
-      overflow_layers.push_back(r.layer);
-    }
-  }
-  if (c6.verdict == Verdict::fail && !overflow_layers.empty()) {
-    c6.points_to = fmt::format(
-        "the INT32 overflow C2 predicted in {} layer(s) ({}): their exact accumulators leave INT32, so an INT32 kernel "
-        "wraps or saturates there; not evidence against the epilogue",
-        overflow_layers.size(), fmt::join(overflow_layers.begin(),
-                                          overflow_layers.begin() + std::min<size_t>(overflow_layers.size(), 5), ", "));
-    c6.summary += fmt::format("; includes {} layer(s) with the INT32 overflow C2 predicted", overflow_layers.size());
-  }
-  c6.evidence = {{"comparison", t},
-                 {"int32_overflow_layers_with_differences", overflow_layers},
-                 {"tolerance_ulps", options.tolerance_ulps},
-                 {"formula_mismatches", mismatch_formula},
-                 {"runs_where_predicted_set_differs", predicted_set_wrong}};
-
-  result.checks = {c2, c3, c4, c5, c6};
+  // ---- the checks over all runs: one file each (src/checks/c<N>_*.cpp) ----
+  result.checks = {c2_range(result.runs, predictions, stale), c3_shared_operands(result.runs),
+                   c4_accumulator(result.runs), c5_pow2(result.runs),
+                   c6_tolerance(result.runs, result.total_real, options.tolerance_ulps)};
   return result;
 }
 
+namespace {
+
+// One run as JSON, written once for both forms. The public form is an entry of `runs` in verify's
+// results (docs/results-schema.md); `lossless` adds the fields that make it read back exactly
+// (layer_verification_from_json): the per-layer form the ranks of an MPI job and `--resume` exchange.
+nlohmann::json run_json(const LayerRun& x, bool lossless) {
+  nlohmann::json j = {{"layer", x.layer},
+                      {"m", x.m},
+                      {"n", x.n},
+                      {"k", x.k},
+                      {"scales", scale_mode_name(x.mode)},
+                      {"safe", x.safe},
+                      {"bitwise_diff", x.cmp.bitwise_diff},
+                      {"total", x.cmp.total},
+                      {"max_ulp", x.cmp.max_ulp},
+                      {"max_rel", x.cmp.max_rel},
+                      {"ulp_histogram", nlohmann::json(x.cmp)["ulp_histogram"]},
+                      {"subnormal", {x.cmp.subnormal_a, x.cmp.subnormal_b}},
+                      {"nonfinite_pairs", x.cmp.nonfinite_pairs},
+                      {"operands_identical", x.operands_identical},
+                      {"acc_mismatch", {x.acc_mismatch_a, x.acc_mismatch_b}},
+                      {"prediction_held", x.prediction_held},
+                      {"pow2_excluded", x.pow2_excluded},
+                      {"pow2_violations", x.pow2_violations},
+                      {"pow2_not_commutable", x.pow2_not_commutable},
+                      {"formula_mismatch", {x.formula_mismatch_a, x.formula_mismatch_b}},
+                      {"predicted_diff", x.predicted_diff},
+                      {"predicted_equals_observed", x.predicted_equals_observed},
+                      {"first", x.cmp.first}};
+  if (lossless) {
+    j["int32_overflow"] = x.int32_overflow;
+    j["cmp"] = x.cmp;
+    j["operands_note"] = x.operands_note;
+    j["acc_first_mismatch"] = x.acc_first_mismatch;
+    j["pow2_first"] = x.pow2_first;
+  }
+  return j;
+}
+
+}  // namespace
+
 nlohmann::json to_json(const VerifyResult& r) {
   nlohmann::json runs = nlohmann::json::array();
-  for (const LayerRun& x : r.runs) {
-    runs.push_back({{"layer", x.layer},
-                    {"m", x.m},
-                    {"n", x.n},
-                    {"k", x.k},
-                    {"scales", scale_mode_name(x.mode)},
-                    {"safe", x.safe},
-                    {"bitwise_diff", x.cmp.bitwise_diff},
-                    {"total", x.cmp.total},
-                    {"max_ulp", x.cmp.max_ulp},
-                    {"max_rel", x.cmp.max_rel},
-                    {"ulp_histogram", nlohmann::json(x.cmp)["ulp_histogram"]},
-                    {"subnormal", {x.cmp.subnormal_a, x.cmp.subnormal_b}},
-                    {"nonfinite_pairs", x.cmp.nonfinite_pairs},
-                    {"operands_identical", x.operands_identical},
-                    {"acc_mismatch", {x.acc_mismatch_a, x.acc_mismatch_b}},
-                    {"prediction_held", x.prediction_held},
-                    {"pow2_excluded", x.pow2_excluded},
-                    {"pow2_violations", x.pow2_violations},
-                    {"pow2_not_commutable", x.pow2_not_commutable},
-                    {"formula_mismatch", {x.formula_mismatch_a, x.formula_mismatch_b}},
-                    {"predicted_diff", x.predicted_diff},
-                    {"predicted_equals_observed", x.predicted_equals_observed},
-                    {"first", x.cmp.first}});
-  }
+  for (const LayerRun& x : r.runs) runs.push_back(run_json(x, /*lossless=*/false));
   const auto info = [](const ArmInfo& i, const RunRecord& rec) {
     return nlohmann::json{{"label", i.label},
                           {"description", i.description},
@@ -743,28 +402,7 @@ nlohmann::json to_json(const VerifyResult& r) {
 
 nlohmann::json to_json(const LayerVerification& v) {
   nlohmann::json runs = nlohmann::json::array();
-  for (const LayerRun& x : v.runs) {
-    runs.push_back({{"layer", x.layer},
-                    {"m", x.m},
-                    {"n", x.n},
-                    {"k", x.k},
-                    {"scales", scale_mode_name(x.mode)},
-                    {"safe", x.safe},
-                    {"int32_overflow", x.int32_overflow},
-                    {"cmp", x.cmp},
-                    {"operands_identical", x.operands_identical},
-                    {"operands_note", x.operands_note},
-                    {"acc_mismatch", {x.acc_mismatch_a, x.acc_mismatch_b}},
-                    {"acc_first_mismatch", x.acc_first_mismatch},
-                    {"prediction_held", x.prediction_held},
-                    {"pow2_excluded", x.pow2_excluded},
-                    {"pow2_violations", x.pow2_violations},
-                    {"pow2_first", x.pow2_first},
-                    {"pow2_not_commutable", x.pow2_not_commutable},
-                    {"formula_mismatch", {x.formula_mismatch_a, x.formula_mismatch_b}},
-                    {"predicted_diff", x.predicted_diff},
-                    {"predicted_equals_observed", x.predicted_equals_observed}});
-  }
+  for (const LayerRun& x : v.runs) runs.push_back(run_json(x, /*lossless=*/true));
   return {{"name", v.name}, {"stale", v.stale}, {"record_a", v.record_a}, {"record_b", v.record_b}, {"runs", runs}};
 }
 

@@ -1,6 +1,8 @@
 // The layer-level checks of the paper's Sections III and V: range prediction (C2), shared
 // operands (C3), accumulator equality (C4), the power-of-two probe (C5) and the real-scale
-// tolerance with the exact predicted difference set (C6).
+// tolerance with the exact predicted difference set (C6). This header is the pipeline that feeds
+// them (predict.cpp, verify.cpp, element_pass.cpp); each verdict is decided in its own file,
+// src/checks/c2_range.cpp … c6_tolerance.cpp.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -3,7 +3,7 @@
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
-#include "checks/boundary.hpp"
+#include "checks/c1_boundary.hpp"
 #include "core/fileio.hpp"
 
 namespace qc::cli {

@@ -13,7 +13,8 @@
 #include <filesystem>
 #include <set>
 
-#include "checks/boundary.hpp"
+#include "checks/c1_boundary.hpp"
+#include "checks/c0_identity.hpp"
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
@@ -527,48 +528,12 @@ JoinResult join_manifest_json(const json& a, const json& b, const std::string& t
     check_side(b, false);
   }
 
-  // 5. The C0 verdict.
-  CheckResult& c = r.c0;
-  c.id = "C0";
-  c.title = "identity contract";
-  c.points_to = "provenance, not arithmetic";
-  c.exclusions = {};
-  c.falsifiable = true;
-  const auto violations = r.violations();
-  size_t equal = 0, rehashed = 0;
-  json diffs = json::array();
-  for (const FieldResult& f : r.fields) {
-    equal += f.status == "equal";
-    rehashed += f.status == "rehashed";
-    if (f.status == "differs (treatment)") diffs.push_back({{"field", f.field}, {"a", f.a}, {"b", f.b}});
-  }
-  json viol = json::array();
-  for (const FieldResult* f : violations) {
-    viol.push_back({{"field", f->field}, {"status", f->status}, {"a", f->a}, {"b", f->b}, {"note", f->note}});
-  }
-  c.evidence = {{"treatment", treatment},
-                {"manifests", {r.name_a, r.name_b}},
-                {"fields_equal", equal},
-                {"inputs_rehashed", rehashed},
-                {"treatment_differences", diffs},
-                {"violations", viol}};
-  if (violations.empty()) {
-    c.verdict = Verdict::pass;
-    const std::string kernels =
-        treatment == "arm"
-            ? fmt::format(" ({} -> {}; kernel {} -> {})", str_at(a, "arm"), str_at(b, "arm"),
-                          str_at(sub(a, "treatment"), "kernel"), str_at(sub(b, "treatment"), "kernel"))
-            : "";
-    c.summary = fmt::format("the runs differ only in the declared treatment `{}`{}; {} fields equal, {} input "
-                            "files re-hashed",
-                            treatment, kernels, equal, rehashed);
-  } else {
-    c.verdict = Verdict::fail;
-    std::vector<std::string> names;
-    for (const FieldResult* f : violations) names.push_back(fmt::format("{} ({})", f->field, f->status));
-    c.summary = fmt::format("{} violation{} of the identity contract: {}", violations.size(),
-                            violations.size() == 1 ? "" : "s", fmt::join(names, ", "));
-  }
+  // 5. The C0 verdict (src/checks/c0_identity.cpp).
+  const std::string change =
+      treatment == "arm" ? fmt::format("{} -> {}; kernel {} -> {}", str_at(a, "arm"), str_at(b, "arm"),
+                                       str_at(sub(a, "treatment"), "kernel"), str_at(sub(b, "treatment"), "kernel"))
+                         : "";
+  r.c0 = c0_identity(r, change);
   return r;
 }
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "qconform/arm.hpp"
-#include "checks/boundary.hpp"
+#include "checks/c1_boundary.hpp"
 #include "checks/mutant_matrix.hpp"
 
 namespace qc {

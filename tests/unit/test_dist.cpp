@@ -126,6 +126,21 @@ TEST(Dist, VerificationMergedFromPartsEqualsOneRun) {
     all.push_back(layer_verification_from_json(sent.at(i), "test"));
     EXPECT_EQ(to_json(all.back()).dump(), sent.at(i).dump()) << "layer " << i << " does not survive its JSON";
   }
+  // One serializer: a run's lossless form is its public form (verify's `runs`) plus the fields that
+  // make it read back exactly.
+  const nlohmann::json public_runs = nlohmann::json::parse(to_json(whole)["runs"].dump());
+  size_t k = 0;
+  for (size_t i = 0; i < layers.size(); ++i) {
+    for (const nlohmann::json& lossless : sent.at(i).at("runs")) {
+      ASSERT_LT(k, public_runs.size());
+      for (const auto& [key, value] : public_runs[k].items()) {
+        ASSERT_TRUE(lossless.contains(key)) << "layer " << i << ": the lossless run lacks `" << key << "`";
+        EXPECT_EQ(lossless.at(key), value) << "layer " << i << " `" << key << "`";
+      }
+      ++k;
+    }
+  }
+  EXPECT_EQ(k, public_runs.size());
   const VerifyResult merged = merge_verifications(a->info(), b->info(), whole.reference, std::move(all), p, options);
   EXPECT_EQ(without_timings(to_json(merged)).dump(1), without_timings(to_json(whole)).dump(1));
 }

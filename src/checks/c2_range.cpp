@@ -1,0 +1,45 @@
+// C2, range prediction, at verify time (c2_range.hpp).
+#include "checks/c2_range.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "qconform/numerics.hpp"
+
+namespace qc {
+
+std::string c2_stale_prediction(const std::string& layer, const LayerPrediction& pinned, const RangeStats& fresh) {
+  const bool fresh_safe = fresh.max_abs_acc <= kFp32ExactIntLimit && fresh.int32_overflow_count == 0;
+  if (fresh.max_abs_acc == pinned.stats.max_abs_acc && fresh.count_above_2p24 == pinned.stats.count_above_2p24 &&
+      fresh.int32_overflow_count == pinned.stats.int32_overflow_count && fresh_safe == pinned.safe) {
+    return "";
+  }
+  return fmt::format("{}: predicted max|acc| {} ({} above 2^24, safe {}), exact {} ({} above 2^24, safe {})", layer,
+                     pinned.stats.max_abs_acc, pinned.stats.count_above_2p24, pinned.safe, fresh.max_abs_acc,
+                     fresh.count_above_2p24, fresh_safe);
+}
+
+CheckResult c2_range(const std::vector<LayerRun>& runs, const PredictionSet& predictions,
+                     const std::vector<std::string>& stale) {
+  CheckResult c2 = make_check("C2", Verdict::pass);
+  const int64_t stale_predictions = static_cast<int64_t>(stale.size());
+  const std::vector<std::string> stale_first(stale.begin(), stale.begin() + std::min<size_t>(stale.size(), 5));
+  size_t safe_layers = 0;
+  for (const LayerPrediction& p : predictions.layers) safe_layers += p.safe;
+  int64_t held_violations = 0;
+  for (const LayerRun& r : runs) held_violations += !r.prediction_held;
+  if (stale_predictions || held_violations) c2.verdict = Verdict::fail;
+  c2.summary = fmt::format("{}/{} layers predicted safe (|acc| <= 2^24); pinned predictions {} the operands; {} runs "
+                           "contradicted by an arm's accumulator",
+                           safe_layers, predictions.layers.size(), stale_predictions ? "DO NOT match" : "match",
+                           held_violations);
+  c2.evidence = {{"safe_layers", safe_layers},
+                 {"layers", predictions.layers.size()},
+                 {"stale_predictions", stale_predictions},
+                 {"stale_first", stale_first},
+                 {"contradicted_runs", held_violations}};
+  return c2;
+}
+
+}  // namespace qc

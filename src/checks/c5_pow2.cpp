@@ -1,0 +1,61 @@
+// C5, the power-of-two probe (c5_pow2.hpp).
+#include "checks/c5_pow2.hpp"
+
+#include <fmt/format.h>
+
+#include <string>
+#include <string_view>
+
+namespace qc {
+
+bool c5_not_commutable(const Epilogue* formula_a, const Epilogue* formula_b, bool has_bias) {
+  if (formula_a && formula_b) {
+    const std::string_view ca = formula_a->pow2_class(has_bias), cb = formula_b->pow2_class(has_bias);
+    return ca.empty() || cb.empty() || ca != cb;
+  }
+  return has_bias && ((formula_a && formula_a->bias_after_rounding()) || (formula_b && formula_b->bias_after_rounding()));
+}
+
+CheckResult c5_pow2(const std::vector<LayerRun>& runs) {
+  CheckResult c5 = make_check("C5", Verdict::not_applicable);
+  int64_t c5_runs = 0, c5_violations = 0, c5_excluded = 0, c5_not_commutable = 0, c5_unsafe = 0;
+  std::vector<std::string> c5_first;
+  for (const LayerRun& r : runs) {
+    if (r.mode == ScaleMode::real) continue;
+    if (!r.safe) {
+      ++c5_unsafe;
+      continue;
+    }
+    if (r.pow2_not_commutable) {
+      ++c5_not_commutable;
+      continue;
+    }
+    ++c5_runs;
+    c5_excluded += r.pow2_excluded;
+    c5_violations += r.pow2_violations;
+    if (r.pow2_violations) {
+      for (const DiffElement& d : r.pow2_first) {
+        if (c5_first.size() < 10) c5_first.push_back(fmt::format("{} ({})", describe(d), scale_mode_name(r.mode)));
+      }
+    }
+  }
+  if (c5_runs) c5.verdict = c5_violations ? Verdict::fail : Verdict::pass;
+  c5.summary = c5_runs ? fmt::format("{} power-of-two runs in safe layers: {} elements differ bitwise ({} excluded as "
+                                     "subnormal/non-finite; {} runs not commutable; {} unsafe runs skipped)",
+                                     c5_runs, c5_violations, c5_excluded, c5_not_commutable, c5_unsafe)
+                       : "no power-of-two run in a safe, commutable layer";
+  c5.evidence = {{"runs", c5_runs},           {"violations", c5_violations}, {"excluded", c5_excluded},
+                 {"not_commutable_runs", c5_not_commutable}, {"unsafe_runs", c5_unsafe}, {"first", c5_first}};
+  return c5;
+}
+
+void c5_add_end_to_end(CheckResult& c5, size_t sequences, size_t identical_sequences, bool records_bit_identical) {
+  c5.evidence["end_to_end"] = {{"sequences", sequences},
+                               {"identical_sequences", identical_sequences},
+                               {"records_bit_identical", records_bit_identical}};
+  c5.summary += fmt::format("; end to end with power-of-two weight scales: {}/{} sequences identical, logits {}",
+                            identical_sequences, sequences,
+                            records_bit_identical ? "bit-identical" : "DIFFER (evidence only: those positions were not predicted)");
+}
+
+}  // namespace qc

@@ -1,0 +1,52 @@
+// verify's element pass: one pass over a run's outputs, in blocks of rows on every core, that
+// applies the declared formulas to the exact accumulators, compares A with B, and gathers the
+// element-level evidence of C2 (a safe layer contradicted), C4 (exposed accumulators), C5
+// (power-of-two identity) and C6 (outputs off their declared formula, predicted set).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "checks/verify.hpp"
+#include "qconform/accumulation.hpp"
+#include "qconform/arm.hpp"
+#include "qconform/compare.hpp"
+#include "qconform/epilogue.hpp"
+#include "qconform/operands.hpp"
+
+namespace qc {
+
+// Everything one element pass reads: the run's operands and scale regime, the exact accumulators,
+// both arms' outputs and declared formulas (null: none declared), and the comparison options.
+struct ElementContext {
+  const LayerOperands& ops;
+  std::string label;  // the layer's name in diff listings ("q_proj@M=4" for a row-count sweep)
+  ScaleMode mode = ScaleMode::real;
+  bool safe = false;  // the pinned prediction
+  const ExactAccumulators& exact;
+  const ArmOutput* out[2] = {nullptr, nullptr};
+  const Epilogue* formula[2] = {nullptr, nullptr};
+  const CompareOptions& compare;
+  int threads = 0;
+};
+
+// The element-level counts; blocks merge in row order, so the "first" lists keep the first
+// offending elements.
+struct ElementTally {
+  int64_t acc_mismatch[2] = {0, 0}, formula_mismatch[2] = {0, 0};
+  int64_t safe_contradicted = 0, predicted_diff = 0, predicted_vs_observed = 0;
+  int64_t pow2_excluded = 0, pow2_violations = 0;
+  std::vector<std::string> acc_first;
+  std::vector<DiffElement> pow2_first;
+
+  void merge(const ElementTally& o, size_t max_listed);
+};
+
+struct ElementPass {
+  Comparison cmp;  // arm A vs arm B
+  ElementTally tally;
+};
+
+ElementPass element_pass(const ElementContext& run);
+
+}  // namespace qc
