@@ -107,15 +107,17 @@ void SumPanelF64(const float* af, int64_t M, int64_t K, const float* wp, const i
 
 // One row of outputs against one column panel, for a model with rounded terms. `av`, `ae`: the
 // row's K values and e(x) (zero codes: -4096); `wv`, `we`: the panel's [K][kFp8NR] values and
-// exponents. `out`: kFp8NR fp32 results.
-void StepPanel(const Fp8AccumModel& m, const float* HWY_RESTRICT av, const float* HWY_RESTRICT ae,
-               const float* HWY_RESTRICT wv, const float* HWY_RESTRICT we, int64_t K, float* HWY_RESTRICT out) {
+// exponents. `out`: kFp8NR fp32 results. All kFp8NR / lanes vectors advance through k together
+// (independent dependency chains side by side).
+template <int64_t kNV>
+HWY_INLINE void StepPanelImpl(const Fp8AccumModel& m, const double* HWY_RESTRICT av, const double* HWY_RESTRICT ae,
+                              const float* HWY_RESTRICT wv, const float* HWY_RESTRICT we, int64_t K,
+                              float* HWY_RESTRICT out) {
   const hn::ScalableTag<double> d;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Rebind<float, decltype(d)> df;
   using V = decltype(hn::Zero(d));
   constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(double));
-  static_assert(kFp8NR % kL == 0, "the panel width must be a whole number of vectors");
   const bool nearest_terms = m.term_rounding == AccumRounding::nearest_even;
   const bool nearest_result = m.result_rounding == AccumRounding::nearest_even;
   const bool sum_rule = m.alignment == AccumAlignment::exponent_sum;
@@ -137,50 +139,66 @@ void StepPanel(const Fp8AccumModel& m, const float* HWY_RESTRICT av, const float
     return hn::Mul(round_int(hn::Mul(x, pow2(hn::Sub(rbits, e))), nearest_result), pow2(hn::Sub(e, rbits)));
   };
   auto fp32_add = [&](V x, V y) { return hn::PromoteTo(d, hn::DemoteTo(df, hn::Add(x, y))); };
+  auto load_w = [&](const float* p) { return hn::PromoteTo(d, hn::LoadU(df, p)); };
   const V tbits = hn::Set(d, static_cast<double>(m.term_bits));
   const int64_t splits = m.splits;
   const int64_t len = K / splits;
-  for (int64_t lane0 = 0; lane0 < kFp8NR; lane0 += kL) {
-    V total = hn::Zero(d);
-    for (int64_t r = 0; r < splits; ++r) {
-      const int64_t r0 = r * len, r1 = r + 1 == splits ? K : (r + 1) * len;
-      V chain = hn::Zero(d), promoted = hn::Zero(d);
-      int64_t in_chain = 0;
-      for (int64_t s0 = r0; s0 < r1; s0 += m.step_k) {
-        const int64_t s1 = std::min<int64_t>(r1, s0 + m.step_k);
-        // E: the chain value's exponent (C = 0 gives -1023) and the products' alignment exponents.
-        V e = expo(chain);
-        for (int64_t k = s0; k < s1; ++k) {
-          if (sum_rule) {
-            const V ek = hn::Add(hn::Set(d, static_cast<double>(ae[k])), hn::PromoteTo(d, hn::LoadU(df, we + k * kFp8NR + lane0)));
-            e = hn::Max(e, ek);
-          } else {
-            const V p = hn::Mul(hn::Set(d, static_cast<double>(av[k])), hn::PromoteTo(d, hn::LoadU(df, wv + k * kFp8NR + lane0)));
-            e = hn::Max(e, expo(p));  // a zero product gives -1023: below every real exponent
-          }
-        }
-        e = hn::Max(e, floor_e);  // every term zero: any finite scale gives 0
-        const V up = pow2(hn::Sub(tbits, e));
-        V s = round_int(hn::Mul(chain, up), nearest_terms);
-        for (int64_t k = s0; k < s1; ++k) {
-          const V p = hn::Mul(hn::Set(d, static_cast<double>(av[k])), hn::PromoteTo(d, hn::LoadU(df, wv + k * kFp8NR + lane0)));
-          s = hn::Add(s, round_int(hn::Mul(p, up), nearest_terms));
-        }
-        chain = round_rel(hn::Mul(s, pow2(hn::Sub(e, tbits))));
-        if (m.promote_steps > 0 && ++in_chain == m.promote_steps) {
-          promoted = fp32_add(promoted, chain);
-          chain = hn::Zero(d);
-          in_chain = 0;
+  V total[kNV], chain[kNV], promoted[kNV], e[kNV], s[kNV], up[kNV];
+  for (int64_t v = 0; v < kNV; ++v) total[v] = hn::Zero(d);
+  for (int64_t r = 0; r < splits; ++r) {
+    const int64_t r0 = r * len, r1 = r + 1 == splits ? K : (r + 1) * len;
+    for (int64_t v = 0; v < kNV; ++v) chain[v] = promoted[v] = hn::Zero(d);
+    int64_t in_chain = 0;
+    for (int64_t s0 = r0; s0 < r1; s0 += m.step_k) {
+      const int64_t s1 = std::min<int64_t>(r1, s0 + m.step_k);
+      // E: the chain value's exponent (C = 0 gives -1023) and the products' alignment exponents.
+      for (int64_t v = 0; v < kNV; ++v) e[v] = expo(chain[v]);
+      for (int64_t k = s0; k < s1; ++k) {
+        if (sum_rule) {
+          const V ek = hn::Set(d, ae[k]);
+          for (int64_t v = 0; v < kNV; ++v) e[v] = hn::Max(e[v], hn::Add(ek, load_w(we + k * kFp8NR + v * kL)));
+        } else {
+          const V ak = hn::Set(d, av[k]);
+          for (int64_t v = 0; v < kNV; ++v) e[v] = hn::Max(e[v], expo(hn::Mul(ak, load_w(wv + k * kFp8NR + v * kL))));
         }
       }
-      if (m.promote_steps > 0) {
-        if (in_chain > 0) promoted = fp32_add(promoted, chain);
-        chain = promoted;
+      for (int64_t v = 0; v < kNV; ++v) {
+        e[v] = hn::Max(e[v], floor_e);  // every term zero: any finite scale gives 0
+        up[v] = pow2(hn::Sub(tbits, e[v]));
+        s[v] = round_int(hn::Mul(chain[v], up[v]), nearest_terms);
       }
-      total = fp32_add(total, chain);
+      for (int64_t k = s0; k < s1; ++k) {
+        const V ak = hn::Set(d, av[k]);
+        for (int64_t v = 0; v < kNV; ++v) {
+          const V p = hn::Mul(ak, load_w(wv + k * kFp8NR + v * kL));  // exact
+          s[v] = hn::Add(s[v], round_int(hn::Mul(p, up[v]), nearest_terms));
+        }
+      }
+      for (int64_t v = 0; v < kNV; ++v) chain[v] = round_rel(hn::Mul(s[v], pow2(hn::Sub(e[v], tbits))));
+      if (m.promote_steps > 0 && ++in_chain == m.promote_steps) {
+        for (int64_t v = 0; v < kNV; ++v) {
+          promoted[v] = fp32_add(promoted[v], chain[v]);
+          chain[v] = hn::Zero(d);
+        }
+        in_chain = 0;
+      }
     }
-    hn::StoreU(hn::DemoteTo(df, total), df, out + lane0);
+    for (int64_t v = 0; v < kNV; ++v) {
+      if (m.promote_steps > 0) {
+        if (in_chain > 0) promoted[v] = fp32_add(promoted[v], chain[v]);
+        chain[v] = promoted[v];
+      }
+      total[v] = fp32_add(total[v], chain[v]);
+    }
   }
+  for (int64_t v = 0; v < kNV; ++v) hn::StoreU(hn::DemoteTo(df, total[v]), df, out + v * kL);
+}
+
+void StepPanel(const Fp8AccumModel& m, const double* av, const double* ae, const float* wv, const float* we, int64_t K,
+               float* out) {
+  constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(double));
+  static_assert(kFp8NR % kL == 0, "the panel width must be a whole number of vectors");
+  StepPanelImpl<kFp8NR / kL>(m, av, ae, wv, we, K, out);
 }
 
 int64_t TargetOf() { return HWY_TARGET; }
@@ -237,34 +255,39 @@ void decode(const uint8_t* src, int64_t count, Fp8Format f, float* value, float*
   }
 }
 
-// w [N,K] -> panels [panel][k][kNR], zero-padded past N.
-std::vector<float> pack(const std::vector<float>& rows, int64_t n, int64_t k) {
-  const int64_t panels = (n + kNR - 1) / kNR;
-  std::vector<float> wp(static_cast<size_t>(panels * k * kNR), 0.0f);
-  for (int64_t j = 0; j < n; ++j) {
-    const int64_t p = j / kNR, c = j % kNR;
-    for (int64_t i = 0; i < k; ++i) wp[static_cast<size_t>((p * k + i) * kNR + c)] = rows[static_cast<size_t>(j * k + i)];
+// Panel p of w [N,K] -> [k][kNR] values (and exponents), zero-padded past N; reads kNR rows
+// of w, each sequentially.
+void pack_panel(const Fp8Gemm& g, int64_t p, float* value, float* exponent) {
+  const Tables& t = tables(g.w_format);
+  const int64_t k = g.s.k;
+  const int64_t cols = std::min(kNR, g.s.n - p * kNR);
+  for (int64_t c = 0; c < kNR; ++c) {
+    const uint8_t* row = g.w + (p * kNR + std::min(c, cols - 1)) * k;
+    const bool pad = c >= cols;
+    for (int64_t i = 0; i < k; ++i) {
+      const size_t at = static_cast<size_t>(i * kNR + c);
+      value[at] = pad ? 0.0f : t.value[row[i]];
+      if (exponent != nullptr) exponent[at] = pad ? 0.0f : t.exponent[row[i]];
+    }
   }
-  return wp;
 }
 
 template <typename T>
 void run_sum(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int threads) {
   const AccumShape s = g.s;
-  std::vector<float> af(static_cast<size_t>(s.m * s.k)), wrow(static_cast<size_t>(s.n * s.k));
+  std::vector<float> af(static_cast<size_t>(s.m * s.k));
   decode(g.a, s.m * s.k, g.a_format, af.data(), nullptr);
-  decode(g.w, s.n * s.k, g.w_format, wrow.data(), nullptr);
-  const std::vector<float> wp = pack(wrow, s.n, s.k);
   const int64_t panels = (s.n + kNR - 1) / kNR;
   const int64_t mpad = (s.m + kMR - 1) / kMR * kMR;
   parallel_for(panels, threads, [&](int64_t p) {
+    std::vector<float> panel(static_cast<size_t>(s.k * kNR));
+    pack_panel(g, p, panel.data(), nullptr);
     std::vector<T> part(static_cast<size_t>(mpad * kNR)), total(static_cast<size_t>(mpad * kNR), T{0});
-    const float* panel = wp.data() + p * s.k * kNR;
     const int64_t nranges = static_cast<int64_t>(bounds.size()) - 1;
     if constexpr (sizeof(T) == 4) {
-      HWY_DYNAMIC_DISPATCH(SumPanelF32)(af.data(), s.m, s.k, panel, bounds.data(), nranges, part.data(), total.data());
+      HWY_DYNAMIC_DISPATCH(SumPanelF32)(af.data(), s.m, s.k, panel.data(), bounds.data(), nranges, part.data(), total.data());
     } else {
-      HWY_DYNAMIC_DISPATCH(SumPanelF64)(af.data(), s.m, s.k, panel, bounds.data(), nranges, part.data(), total.data());
+      HWY_DYNAMIC_DISPATCH(SumPanelF64)(af.data(), s.m, s.k, panel.data(), bounds.data(), nranges, part.data(), total.data());
     }
     const int64_t cols = std::min(kNR, s.n - p * kNR);
     for (int64_t i = 0; i < s.m; ++i) {
@@ -290,20 +313,36 @@ void sum_panels(const Fp8Gemm& g, const std::vector<int64_t>& bounds, bool fp64,
 void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads) {
   const AccumShape s = g.s;
   if (s.m == 0 || s.n == 0) return;
-  std::vector<float> av(static_cast<size_t>(s.m * s.k)), ae(av.size());
-  std::vector<float> wv(static_cast<size_t>(s.n * s.k)), we(wv.size());
-  decode(g.a, s.m * s.k, g.a_format, av.data(), ae.data());
-  decode(g.w, s.n * s.k, g.w_format, wv.data(), we.data());
-  const std::vector<float> wvp = pack(wv, s.n, s.k), wep = pack(we, s.n, s.k);
+  const Tables& ta = tables(g.a_format);
+  std::vector<double> av(static_cast<size_t>(s.m * s.k)), ae(av.size());
+  for (size_t i = 0; i < av.size(); ++i) {
+    av[i] = ta.value[g.a[i]];
+    ae[i] = ta.exponent[g.a[i]];
+  }
   const int64_t panels = (s.n + kNR - 1) / kNR;
-  parallel_for(s.m * panels, threads, [&](int64_t job) {
-    const int64_t i = job / panels, p = job % panels;
+  // Threads over panels (each packs its own panel once, cache-local); a single panel is shared
+  // out by rows instead.
+  auto run_panel_rows = [&](int64_t p, const float* wv, const float* we, int64_t i0, int64_t i1) {
     float out[kNR];
-    HWY_DYNAMIC_DISPATCH(StepPanel)(m, av.data() + i * s.k, ae.data() + i * s.k, wvp.data() + p * s.k * kNR,
-                                    wep.data() + p * s.k * kNR, s.k, out);
     const int64_t cols = std::min(kNR, s.n - p * kNR);
-    for (int64_t j = 0; j < cols; ++j) d[i * s.n + p * kNR + j] = out[j];
-  });
+    for (int64_t i = i0; i < i1; ++i) {
+      HWY_DYNAMIC_DISPATCH(StepPanel)(m, av.data() + i * s.k, ae.data() + i * s.k, wv, we, s.k, out);
+      for (int64_t j = 0; j < cols; ++j) d[i * s.n + p * kNR + j] = out[j];
+    }
+  };
+  if (panels >= resolve_threads(threads) || s.m == 1) {
+    parallel_for(panels, threads, [&](int64_t p) {
+      std::vector<float> wv(static_cast<size_t>(s.k * kNR)), we(wv.size());
+      pack_panel(g, p, wv.data(), we.data());
+      run_panel_rows(p, wv.data(), we.data(), 0, s.m);
+    });
+  } else {
+    for (int64_t p = 0; p < panels; ++p) {
+      std::vector<float> wv(static_cast<size_t>(s.k * kNR)), we(wv.size());
+      pack_panel(g, p, wv.data(), we.data());
+      parallel_for(s.m, threads, [&](int64_t i) { run_panel_rows(p, wv.data(), we.data(), i, i + 1); });
+    }
+  }
 }
 
 const char* target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetOf)()); }
