@@ -13,6 +13,7 @@
 //   |acc| > 2^24 (2^24 itself is exact; 2^24+1 is the first integer that rounds).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -100,4 +101,231 @@ RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const Exa
 // and returns their range statistics.
 RangeStats exact_range_stats(const int8_t* a, const int8_t* w, AccumShape s, int threads = 0);
 
+}  // namespace qc
+
+// ================================================================================================
+// FP8 accumulation models: formula objects for the fp32 accumulator of an FP8 GEMM
+// ================================================================================================
+//
+// An FP8 GEMM `d[m,n] = Σ_k a[m,k]·w[n,k]` (a, w e4m3fn or e5m2 codes, d fp32, unscaled: the
+// per-token / per-channel scales are the epilogue's, applied after) is floating point, so its
+// result depends on how the hardware accumulates. An `Fp8AccumModel` states that exactly; the
+// text below is the one evaluation of a model, compiled for the host (the scalar reference,
+// `qc::fp8_model_reference` in src/accum/fp8_model.hpp) and for the device (the CUDA kernel
+// src/arms/cuda/kernels/fp8_accum_model.cu). The Highway evaluation (src/accum/fp8_model_kernels.cpp)
+// is written independently in fp64 lanes and must equal it bit for bit (tests/unit/
+// test_accumulation_model.cpp). Source of the Hopper instances: ../shared/reference/
+// fp8-accumulation.md (the MMA-Sim model, measured to reproduce cuBLASLt on the H200).
+//
+// The evaluation of one output, for K ranges r (split-K), chains, steps:
+//   for each split range (K cut into `splits` contiguous ranges, the last takes the remainder):
+//     promote_steps == 0: one chain over the range; the partial is the chain's C
+//     promote_steps  > 0: chains of `promote_steps` steps, each from C = 0; after each chain
+//                         D <- round(D + C, promote_bits, promote_rounding); the partial is D
+//     a chain: C = 0; for each step (the next `step_k` terms in K order; 0 = the whole range):
+//       E   = max(alignment exponent of every nonzero product, e(C) = floor(log2|C|) if C != 0)
+//       S   = round_to(C, 2^(E - term_bits)) + Σ round_to(a_i·b_i, 2^(E - term_bits))   (exact)
+//             (term_bits < 0: no rounding of the terms, S = C + Σ a_i·b_i exactly)
+//       C   = round(S, result_bits fraction bits relative to S's own exponent, result_rounding)
+//   d = the partials added in order into an fp32 total from 0 (round to nearest even)
+// The alignment exponent of a product is e(a) + e(b) (`exponent_sum`, the Hopper rule; e(x) =
+// floor(log2|x|) for normal x, the minimum normal exponent for a subnormal x, so it can be one
+// less than floor(log2|a·b|)) or floor(log2|a·b|) (`exact_exponent`). Zero products take no part.
+//
+// Arithmetic of the reference: every value is an exact integer in units of 2^-32 in a 128-bit
+// integer (the finest grid any FP8 product lies on: e5m2's smallest subnormal 2^-16, squared);
+// rounding only coarsens the grid, so nothing leaves it. |value| <= K · 57344² < 2^95 for
+// K < 2^63: no overflow. Results: fp32 values (result_bits and promote_bits <= 23), never
+// subnormal (|nonzero| >= 2^-32) and never overflowing (K · 2^31.6 < 2^128): fp32 saturation and
+// subnormals cannot occur in these models. Operands: NaN and infinity codes (e4m3fn S.1111.111;
+// e5m2 S.11111.xx) are input errors (the callers reject them, naming the coordinate); the
+// functions here take finite codes only (`fp8_code_finite`). -0.0 codes are zero products; a zero
+// sum is +0.
+//
+// CUDA compiles this section as C++17 (host and device, `__int128` in both); keep it free of
+// C++20 and of any project header.
+#if defined(__CUDACC__)
+#define QC_ACCUM_FN __host__ __device__ __forceinline__
+#else
+#define QC_ACCUM_FN inline
+#endif
+
+namespace qc {
+
+enum class Fp8Format : uint8_t { e4m3, e5m2 };  // OCP e4m3fn (bias 7, no inf) and e5m2 (bias 15)
+enum class AccumRounding : uint8_t { toward_zero, nearest_even };
+enum class AccumAlignment : uint8_t { exponent_sum, exact_exponent };
+
+// The parameters of a model (plain data: host and device). Names, printed formulas, the table
+// and validation live in src/accum/fp8_model.{hpp,cpp}.
+struct Fp8AccumModel {
+  int32_t step_k = 1;        // terms (products) per instruction step; 0 = the whole range in one step
+  int32_t term_bits = -1;    // fraction bits of the terms relative to E; -1 = terms exact
+  AccumRounding term_rounding = AccumRounding::toward_zero;
+  int32_t result_bits = 23;  // fraction bits of each step's result (1..23; 23 = an fp32 value)
+  AccumRounding result_rounding = AccumRounding::nearest_even;
+  AccumAlignment alignment = AccumAlignment::exponent_sum;
+  int32_t promote_steps = 0;  // steps per chain before promotion into the fp32 accumulator; 0 = never
+  int32_t promote_bits = 23;  // fraction bits of the promotion add's result (23 = an fp32 add)
+  AccumRounding promote_rounding = AccumRounding::nearest_even;
+  int32_t splits = 1;  // split-K ranges; partials added in order with fp32 round-to-nearest-even
+  // K order: ascending within every range (the only order modelled so far).
+};
+
+namespace accum_model {
+
+using Wide = __int128;  // units of 2^-32
+inline constexpr int kUnitExp = -32;
+
+// True for a finite code (e4m3fn: not S.1111.111; e5m2: exponent field != 31).
+QC_ACCUM_FN constexpr bool fp8_code_finite(uint8_t c, Fp8Format f) {
+  return f == Fp8Format::e4m3 ? (c & 0x7F) != 0x7F : ((c >> 2) & 0x1F) != 0x1F;
+}
+
+// The value of a finite code times 2^16 (an exact integer: the smallest subnormals are 2^-9 and
+// 2^-16). e4m3fn: S.EEEE.MMM, subnormal M·2^-9, normal (8+M)·2^(E-10); e5m2: S.EEEEE.MM,
+// subnormal M·2^-16, normal (4+M)·2^(E-17).
+QC_ACCUM_FN constexpr int64_t fp8_times_2p16(uint8_t c, Fp8Format f) {
+  int64_t mag = 0;
+  if (f == Fp8Format::e4m3) {
+    const int e = (c >> 3) & 0xF, m = c & 7;
+    mag = e == 0 ? int64_t{m} << 7 : int64_t{8 + m} << (e + 6);
+  } else {
+    const int e = (c >> 2) & 0x1F, m = c & 3;
+    mag = e == 0 ? int64_t{m} : int64_t{4 + m} << (e - 1);
+  }
+  return (c & 0x80) ? -mag : mag;
+}
+
+// e(x): floor(log2|x|) of a normal code, the minimum normal exponent (-6, -14) of a subnormal one.
+QC_ACCUM_FN constexpr int fp8_exponent(uint8_t c, Fp8Format f) {
+  if (f == Fp8Format::e4m3) {
+    const int e = (c >> 3) & 0xF;
+    return e == 0 ? -6 : e - 7;
+  }
+  const int e = (c >> 2) & 0x1F;
+  return e == 0 ? -14 : e - 15;
+}
+
+// Position of the highest set bit of x > 0.
+QC_ACCUM_FN int msb(Wide x) {
+  const uint64_t hi = static_cast<uint64_t>(static_cast<unsigned __int128>(x) >> 64);
+  const uint64_t lo = static_cast<uint64_t>(x);
+#if defined(__CUDA_ARCH__)
+  return hi ? 127 - __clzll(static_cast<long long>(hi)) : 63 - __clzll(static_cast<long long>(lo));
+#else
+  return hi ? 127 - __builtin_clzll(hi) : 63 - __builtin_clzll(lo);
+#endif
+}
+
+// x rounded to a multiple of 2^shift units (shift <= 0: x is on that grid already).
+QC_ACCUM_FN Wide round_to_grid(Wide x, int shift, AccumRounding r) {
+  if (shift <= 0 || x == 0) return x;
+  if (shift >= 126) shift = 126;  // every |x| here is < 2^95: the result is 0 or (RNE) still 0
+  const bool neg = x < 0;
+  const Wide u = neg ? -x : x;
+  Wide q = u >> shift;
+  if (r == AccumRounding::nearest_even) {
+    const Wide rem = u - (q << shift), half = Wide{1} << (shift - 1);
+    if (rem > half || (rem == half && (q & 1) != 0)) q += 1;
+  }
+  const Wide v = q << shift;
+  return neg ? -v : v;
+}
+
+// x rounded to `bits` fraction bits relative to its own exponent floor(log2|x|).
+QC_ACCUM_FN Wide round_relative(Wide x, int bits, AccumRounding r) {
+  if (x == 0) return 0;
+  return round_to_grid(x, msb(x < 0 ? -x : x) - bits, r);
+}
+
+// One instruction step: C and the products p[0..count) (units of 2^-32), with the products'
+// alignment exponents `pe` (ignored for zero products).
+QC_ACCUM_FN Wide step(const Fp8AccumModel& m, Wide c, const Wide* p, const int* pe, int count) {
+  Wide s = 0;
+  if (m.term_bits < 0) {
+    s = c;
+    for (int i = 0; i < count; ++i) s += p[i];
+  } else {
+    bool any = c != 0;
+    int e = any ? msb(c < 0 ? -c : c) + kUnitExp : 0;
+    for (int i = 0; i < count; ++i) {
+      if (p[i] == 0) continue;
+      e = any && e > pe[i] ? e : pe[i];
+      any = true;
+    }
+    if (!any) return 0;
+    const int shift = e - m.term_bits - kUnitExp;  // the grid 2^(E - term_bits) in units
+    s = round_to_grid(c, shift, m.term_rounding);
+    for (int i = 0; i < count; ++i) s += round_to_grid(p[i], shift, m.term_rounding);
+  }
+  return round_relative(s, m.result_bits, m.result_rounding);
+}
+
+// An exact fp32-representable value in units of 2^-32 -> float (exact).
+QC_ACCUM_FN float to_float(Wide x) {
+  if (x == 0) return 0.0f;
+  const bool neg = x < 0;
+  const Wide u = neg ? -x : x;
+  const int top = msb(u);
+  const int sh = top > 62 ? top - 62 : 0;  // <= 24 significant bits: the low bits shifted out are 0
+  const double v = ldexp(static_cast<double>(static_cast<int64_t>(u >> sh)), sh + kUnitExp);
+  return static_cast<float>(neg ? -v : v);
+}
+
+// The products of one step: a[k0..k1) · w[k0..k1) (finite codes), at most 64 per call.
+inline constexpr int kMaxStepChunk = 64;
+
+// The model's fp32 result for one output: `a`, `w` the K codes of its row and column.
+QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw,
+                           int64_t k) {
+  Wide total = 0;
+  const int64_t splits = m.splits < 1 ? 1 : m.splits;
+  const int64_t len = k / splits;
+  for (int64_t r = 0; r < splits; ++r) {
+    const int64_t r0 = r * len, r1 = r + 1 == splits ? k : (r + 1) * len;
+    const int64_t sk = m.step_k > 0 ? m.step_k : (r1 > r0 ? r1 - r0 : 1);
+    Wide chain = 0, promoted = 0;
+    int64_t steps_in_chain = 0;
+    for (int64_t s0 = r0; s0 < r1; s0 += sk) {
+      const int64_t s1 = s0 + sk < r1 ? s0 + sk : r1;
+      // A step longer than kMaxStepChunk products (step_k = 0, exact terms only: validated) is
+      // summed exactly in pieces, then rounded once: the same value as one step.
+      Wide p[kMaxStepChunk];
+      int pe[kMaxStepChunk];
+      if (m.term_bits < 0) {
+        Wide s = chain;
+        for (int64_t i = s0; i < s1; ++i) s += Wide{fp8_times_2p16(a[i], fa)} * fp8_times_2p16(w[i], fw);
+        chain = round_relative(s, m.result_bits, m.result_rounding);
+      } else {
+        const int count = static_cast<int>(s1 - s0);
+        for (int i = 0; i < count; ++i) {
+          p[i] = Wide{fp8_times_2p16(a[s0 + i], fa)} * fp8_times_2p16(w[s0 + i], fw);
+          if (p[i] == 0) {
+            pe[i] = 0;
+          } else if (m.alignment == AccumAlignment::exponent_sum) {
+            pe[i] = fp8_exponent(a[s0 + i], fa) + fp8_exponent(w[s0 + i], fw);
+          } else {
+            pe[i] = msb(p[i] < 0 ? -p[i] : p[i]) + kUnitExp;
+          }
+        }
+        chain = step(m, chain, p, pe, count);
+      }
+      if (m.promote_steps > 0 && ++steps_in_chain == m.promote_steps) {
+        promoted = round_relative(promoted + chain, m.promote_bits, m.promote_rounding);
+        chain = 0;
+        steps_in_chain = 0;
+      }
+    }
+    Wide partial = chain;
+    if (m.promote_steps > 0) {
+      if (steps_in_chain > 0) promoted = round_relative(promoted + chain, m.promote_bits, m.promote_rounding);
+      partial = promoted;
+    }
+    total = round_relative(total + partial, 23, AccumRounding::nearest_even);
+  }
+  return to_float(total);
+}
+
+}  // namespace accum_model
 }  // namespace qc

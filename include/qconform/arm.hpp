@@ -43,6 +43,9 @@ struct ArmInfo {
   bool exposes_accumulator = false;
   bool is_mutant = false;
   std::string breaks_stage;        // mutants: the stage they break ("accumulation", "epilogue", ...)
+  // FP8 arms: the name of the accumulation model the arm declares it follows (docs/accumulation.md,
+  // e.g. "hopper-fp8-promote4"); "" for INT8 arms. Non-empty marks the arm as FP8.
+  std::string accumulation_model;
 };
 
 class Arm {
@@ -52,6 +55,12 @@ class Arm {
   // Runs one layer. Throws qc::Error (input) for shapes the arm cannot take, naming the arm and
   // the constraint.
   virtual ArmOutput run(const LayerOperands& ops) = 0;
+  // FP8 arms: the unscaled fp32 GEMM result d [m,n] = Σ_k a[m,k]·w[n,k] of e4m3fn codes `a`
+  // [m,k] and `w` [n,k] (row-major), as `sweep` compares them (the scales are applied after, by
+  // the `fp8-scaled` epilogue), and the identity of what ran in `record`. The default (every
+  // INT8 arm) is an input error naming the arm. `threads`: CPU worker threads (0: all).
+  virtual std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                            nlohmann::json& record, int threads = 0);
 };
 
 // A backend owns one prefix of the namespace (`cpu`, `mutant`, ...).

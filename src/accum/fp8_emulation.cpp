@@ -1,4 +1,4 @@
-// CPU emulation of FP8 GEMM accumulation orders and the exact reference (see fp8_gemm.hpp).
+// CPU emulation of FP8 GEMM accumulation orders and the exact reference (see fp8_emulation.hpp).
 // Built with `-ffp-contract=off` and without fast-math (project flags): every `+` below is one
 // fp32 rounding, and no product is fused into an addition.
 #include <fmt/format.h>

@@ -16,6 +16,7 @@ namespace qc::detail {
 void register_builtin_arm_backends() {
   // Backends are added here as they land (cpu, mutant, onednn, plugin, cuda).
   register_cpu_arms();
+  register_fp8_alias_arms();
   register_mutant_arms();
 #ifdef QC_WITH_ONEDNN
   register_onednn_arms();

@@ -36,6 +36,12 @@ void from_json(const nlohmann::json& j, RunRecord& r) {
   r.extra = j.value("extra", nlohmann::json::object());
 }
 
+std::vector<float> Arm::fp8_accumulate(const uint8_t*, const uint8_t*, int64_t, int64_t, int64_t, nlohmann::json&, int) {
+  QC_FAIL_INPUT("arm `{}` is not an FP8 arm (it declares no accumulation model); FP8 arms: cpu:fp8-<model>, "
+                "cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc",
+                printable_text(info().label));
+}
+
 void register_arm_backend(ArmBackend backend) {
   for (const ArmBackend& b : backend_storage()) {
     QC_CHECK(b.prefix != backend.prefix, "arm backend `{}` registered twice", backend.prefix);

@@ -1,110 +1,15 @@
-// Divergence versus reduction depth (sweep.hpp): operands per (K, seed), the FP8 arms and their
-// fast CPU kernels, per-cell magnitude statistics, the fits, the JSON and the table.
-//
-// The FP8 kernels are compiled once per Highway target (the `foreach_target.h` pattern) and
-// selected at run time. Layouts: `af` [M,K] fp32 row-major (decoded e4m3), `wp` column panels of
-// kNR = 32 output channels, [panel][k][kNR] fp32 (decoded e4m3, zero-padded past N), outputs
-// [M,N] fp32. Each lane of a vector is one output (m, n); the lanes advance through k together,
-// so each dot product keeps exactly its declared order: a sequential fp32 sum per range (from
-// +0), the range sums then added in order into a total (from +0). Independent dot products run
-// side by side; nothing is reassociated. Built with `-ffp-contract=off` (no FMA contraction of
-// `Mul` + `Add`; the products are exact anyway: e4m3 has 4 significant bits, a product 8).
+// Divergence versus reduction depth (sweep.hpp): operands per (K, seed), per-cell magnitude
+// statistics, the fits, the JSON and the table. The arms of both formats come from the one arm
+// registry; the FP8 ones (those that declare an accumulation model: cpu:fp8-<model>, the `fp8:`
+// aliases, cuda:cublaslt-fp8[-fastacc]) are evaluated by src/accum/fp8_model*.cpp on the CPU.
 //
 // Build and test:
-//   cmake --build build-sweep -j2 --target qconform_unit_tests &&
-//   ./build-sweep/tests/qconform_unit_tests --gtest_filter='Sweep*'
-
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "checks/sweep.cpp"
-#include <hwy/foreach_target.h>  // IWYU pragma: keep
-
-#include <hwy/highway.h>
-
-#include <algorithm>
-#include <cstdint>
-
-HWY_BEFORE_NAMESPACE();
-namespace qc {
-namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
-
-inline constexpr int64_t kSweepNR = 32;  // output channels per packed panel
-inline constexpr int64_t kSweepMR = 4;   // rows per register tile
-inline constexpr int64_t kSweepKC = 1024;  // k per pass over the rows (the panel slice stays in L2)
-
-// Accumulates one column panel for all rows. `bounds` = {b0 = 0, b1, ..., b_r = K}: range j is
-// [b_j, b_{j+1}), summed sequentially from +0 in T into `part`, then `total` = `total` + `part`.
-// `part` and `total` are [Mpad][kSweepNR] with Mpad = M rounded up to kSweepMR; `total` starts 0.
-template <typename T>
-HWY_INLINE void PanelImpl(const float* HWY_RESTRICT af, int64_t M, int64_t K, const float* HWY_RESTRICT wp,
-                          const int64_t* bounds, int64_t nranges, T* HWY_RESTRICT part, T* HWY_RESTRICT total) {
-  const hn::ScalableTag<T> d;
-  constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(T));
-  static_assert(kSweepNR % kL == 0, "the panel width must be a whole number of vectors");
-  constexpr int64_t kNV = kSweepNR / kL;
-  using V = decltype(hn::Zero(d));
-  const int64_t mpad = (M + kSweepMR - 1) / kSweepMR * kSweepMR;
-  auto load_w = [&](const float* p) -> V {
-    if constexpr (sizeof(T) == 4) {
-      return hn::LoadU(d, p);
-    } else {
-      const hn::Rebind<float, decltype(d)> df;
-      return hn::PromoteTo(d, hn::LoadU(df, p));
-    }
-  };
-  for (int64_t r = 0; r < nranges; ++r) {
-    const int64_t k0 = bounds[r], k1 = bounds[r + 1];
-    for (int64_t kb = k0; kb < k1 || (kb == k0 && k0 == k1); kb += kSweepKC) {
-      const int64_t ke = std::min(k1, kb + kSweepKC);
-      const bool first = kb == k0;
-      for (int64_t m0 = 0; m0 < mpad; m0 += kSweepMR) {
-        const float* arow[kSweepMR];
-        for (int64_t i = 0; i < kSweepMR; ++i) arow[i] = af + std::min(m0 + i, M - 1) * K;
-        V acc[kSweepMR][kNV];
-        for (int64_t i = 0; i < kSweepMR; ++i) {
-          for (int64_t v = 0; v < kNV; ++v) {
-            acc[i][v] = first ? hn::Zero(d) : hn::LoadU(d, part + (m0 + i) * kSweepNR + v * kL);
-          }
-        }
-        for (int64_t k = kb; k < ke; ++k) {
-          V wv[kNV];
-          for (int64_t v = 0; v < kNV; ++v) wv[v] = load_w(wp + k * kSweepNR + v * kL);
-          for (int64_t i = 0; i < kSweepMR; ++i) {
-            const V av = hn::Set(d, static_cast<T>(arow[i][k]));
-            for (int64_t v = 0; v < kNV; ++v) acc[i][v] = hn::Add(acc[i][v], hn::Mul(av, wv[v]));
-          }
-        }
-        for (int64_t i = 0; i < kSweepMR; ++i) {
-          for (int64_t v = 0; v < kNV; ++v) hn::StoreU(acc[i][v], d, part + (m0 + i) * kSweepNR + v * kL);
-        }
-      }
-      if (k0 == k1) break;
-    }
-    for (int64_t i = 0; i < mpad * kSweepNR; i += kL) {
-      hn::StoreU(hn::Add(hn::LoadU(d, total + i), hn::LoadU(d, part + i)), d, total + i);
-    }
-  }
-}
-
-void PanelF32(const float* af, int64_t M, int64_t K, const float* wp, const int64_t* bounds, int64_t nranges,
-              float* part, float* total) {
-  PanelImpl<float>(af, M, K, wp, bounds, nranges, part, total);
-}
-void PanelF64(const float* af, int64_t M, int64_t K, const float* wp, const int64_t* bounds, int64_t nranges,
-              double* part, double* total) {
-  PanelImpl<double>(af, M, K, wp, bounds, nranges, part, total);
-}
-
-}  // namespace HWY_NAMESPACE
-}  // namespace qc
-HWY_AFTER_NAMESPACE();
-
-#if HWY_ONCE
+//   cmake --build build -j2 --target qconform_unit_tests &&
+//   ./build/tests/qconform_unit_tests --gtest_filter='Sweep*'
 
 #include <fmt/format.h>
 
 #include <array>
-#include <charconv>
 #include <thread>
 #include <chrono>
 #include <cmath>
@@ -125,63 +30,9 @@ HWY_AFTER_NAMESPACE();
 
 namespace qc {
 
-HWY_EXPORT(PanelF32);
-HWY_EXPORT(PanelF64);
-
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-constexpr int64_t kNR = HWY_NAMESPACE::kSweepNR;
-constexpr int64_t kMR = HWY_NAMESPACE::kSweepMR;
-
-// e4m3fn code -> fp32 (exact), NaN codes rejected with their coordinate.
-void decode_e4m3(const uint8_t* src, int64_t count, int64_t row_len, float* dst, const char* field) {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int b = 0; b < 256; ++b) t[static_cast<size_t>(b)] = e4m3fn_to_f32(static_cast<uint8_t>(b));
-    return t;
-  }();
-  for (int64_t i = 0; i < count; ++i) {
-    QC_INPUT((src[i] & 0x7F) != 0x7F, "fp8 GEMM: {}[{},{}] is a NaN encoding ({:#04x}); expected finite e4m3fn",
-             field, i / row_len, i % row_len, static_cast<unsigned>(src[i]));
-    dst[i] = table[src[i]];
-  }
-}
-
-// Runs the panel kernel in T over every panel (threads over panels) and writes fp32 outputs.
-template <typename T>
-void run_panels(const uint8_t* a, const uint8_t* w, AccumShape s, const std::vector<int64_t>& bounds, float* d,
-                int threads) {
-  if (s.m == 0 || s.n == 0) return;
-  std::vector<float> af(static_cast<size_t>(s.m * s.k));
-  decode_e4m3(a, s.m * s.k, std::max<int64_t>(s.k, 1), af.data(), "a");
-  const int64_t panels = (s.n + kNR - 1) / kNR;
-  std::vector<float> wrow(static_cast<size_t>(s.n * s.k));
-  decode_e4m3(w, s.n * s.k, std::max<int64_t>(s.k, 1), wrow.data(), "w");
-  std::vector<float> wp(static_cast<size_t>(panels * s.k * kNR), 0.0f);
-  for (int64_t n = 0; n < s.n; ++n) {
-    const int64_t p = n / kNR, j = n % kNR;
-    for (int64_t k = 0; k < s.k; ++k) wp[static_cast<size_t>((p * s.k + k) * kNR + j)] = wrow[static_cast<size_t>(n * s.k + k)];
-  }
-  const int64_t mpad = (s.m + kMR - 1) / kMR * kMR;
-  parallel_for(panels, threads, [&](int64_t p) {
-    std::vector<T> part(static_cast<size_t>(mpad * kNR)), total(static_cast<size_t>(mpad * kNR), T{0});
-    const float* panel = wp.data() + p * s.k * kNR;
-    const int64_t nranges = static_cast<int64_t>(bounds.size()) - 1;
-    if constexpr (sizeof(T) == 4) {
-      HWY_DYNAMIC_DISPATCH(PanelF32)(af.data(), s.m, s.k, panel, bounds.data(), nranges, part.data(), total.data());
-    } else {
-      HWY_DYNAMIC_DISPATCH(PanelF64)(af.data(), s.m, s.k, panel, bounds.data(), nranges, part.data(), total.data());
-    }
-    const int64_t cols = std::min(kNR, s.n - p * kNR);
-    for (int64_t m = 0; m < s.m; ++m) {
-      for (int64_t j = 0; j < cols; ++j) {
-        // fp64 -> fp32 is one round to nearest even (the exact path); fp32 -> fp32 is a copy.
-        d[m * s.n + p * kNR + j] = static_cast<float>(total[static_cast<size_t>(m * kNR + j)]);
-      }
-    }
-  });
-}
 
 uint64_t fp8_stream(uint64_t seed, int64_t m, int64_t n, int64_t k, uint64_t which) {
   uint64_t st = seed * 0xD1B54A32D192ED03ull ^ (static_cast<uint64_t>(k) << 20) ^ (static_cast<uint64_t>(n) << 40) ^
@@ -211,32 +62,6 @@ void quantize_rows_e4m3(const std::vector<float>& x, int64_t rows, int64_t cols,
       q[static_cast<size_t>(r * cols + c)] = f32_to_e4m3fn(x[static_cast<size_t>(r * cols + c)] / s, /*saturate=*/true);
     }
   }
-}
-
-std::vector<int64_t> range_bounds(const Fp8AccumSpec& spec, int64_t k) {
-  std::vector<int64_t> b{0};
-  switch (spec.order) {
-    case Fp8AccumOrder::sequential: b.push_back(k); break;
-    case Fp8AccumOrder::blocked:
-      for (int64_t k0 = spec.chunk; k0 < k; k0 += spec.chunk) b.push_back(k0);
-      b.push_back(k);
-      break;
-    case Fp8AccumOrder::split_k: {
-      const int64_t len = k / spec.splits;
-      for (int64_t p = 1; p < spec.splits; ++p) b.push_back(p * len);
-      b.push_back(k);
-      break;
-    }
-  }
-  return b;
-}
-
-int64_t parse_positive(std::string_view text, std::string_view label) {
-  int64_t v = 0;
-  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  QC_INPUT(ec == std::errc() && ptr == text.data() + text.size() && v > 0,
-           "--pair: FP8 arm `{}`: expected a positive integer after the last '-', found `{}`", label, text);
-  return v;
 }
 
 double median(std::vector<double> v) {
@@ -271,25 +96,6 @@ nlohmann::json nums(const std::vector<double>& v) {
 // FP8 arms
 // ------------------------------------------------------------------------------------------------
 
-void fp8_gemm_emulate_fast(const uint8_t* a, const uint8_t* w, AccumShape s, const Fp8AccumSpec& spec, float* d,
-                           int threads) {
-  validate_fp8_gemm(s, spec);
-  run_panels<float>(a, w, s, range_bounds(spec, s.k), d, threads);
-}
-
-void fp8_gemm_exact_fast(const uint8_t* a, const uint8_t* w, AccumShape s, float* d, int threads) {
-  // |partial sum| <= K · 448² < 2^17 · 2^17.62 and every partial sum is a multiple of 2^-18, so for
-  // K <= 2^17 it is an integer below 2^53 in units of 2^-18: fp64 adds are exact in any order.
-  static_assert(double{1 << 17} * 448.0 * 448.0 * 262144.0 < 0x1p53, "fp64 exactness bound");
-  if (s.k > (int64_t{1} << 17)) {
-    fp8_gemm_exact(a, w, s, d, threads);
-    return;
-  }
-  QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0, "fp8 exact GEMM: expected non-negative shape, found M={} N={} K={}", s.m,
-           s.n, s.k);
-  run_panels<double>(a, w, s, {0, s.k}, d, threads);
-}
-
 std::vector<uint16_t> fp8_epilogue_bf16(const float* d, const std::vector<float>& a_scale,
                                         const std::vector<float>& w_scale) {
   // The `fp8-scaled` row of the formula table (epilogue.hpp), the text the CUDA FP8 arms run too.
@@ -321,42 +127,7 @@ Fp8Operands synth_fp8_operands(int64_t m, int64_t n, int64_t k, uint64_t seed) {
   return o;
 }
 
-bool is_fp8_arm_label(std::string_view label) {
-  return label.starts_with("fp8:") || label == "cuda:cublaslt-fp8" || label == "cuda:cublaslt-fp8-fastacc";
-}
-
-Fp8ArmSpec parse_fp8_arm(std::string_view label) {
-  Fp8ArmSpec spec;
-  spec.label = std::string(label);
-  if (label == "cuda:cublaslt-fp8" || label == "cuda:cublaslt-fp8-fastacc") {
-#ifdef QC_WITH_CUDA
-    spec.kind = label.ends_with("fastacc") ? Fp8ArmSpec::Kind::cublaslt_fastacc : Fp8ArmSpec::Kind::cublaslt;
-    return spec;
-#else
-    QC_FAIL_INPUT("--pair: `{}` needs a CUDA build (this one has none: rebuild with -DQCONFORM_WITH_CUDA=ON); "
-                  "on the CPU use fp8:sequential, fp8:blocked-<chunk>, fp8:split-k-<splits> or fp8:exact",
-                  label);
-#endif
-  }
-  QC_INPUT(label.starts_with("fp8:"), "--pair: `{}` is not an FP8 arm", label);
-  const std::string_view v = label.substr(4);
-  if (v == "sequential") {
-    spec.accum.order = Fp8AccumOrder::sequential;
-  } else if (v == "exact") {
-    spec.kind = Fp8ArmSpec::Kind::exact;
-  } else if (v.starts_with("blocked-")) {
-    spec.accum.order = Fp8AccumOrder::blocked;
-    spec.accum.chunk = parse_positive(v.substr(8), label);
-  } else if (v.starts_with("split-k-")) {
-    spec.accum.order = Fp8AccumOrder::split_k;
-    spec.accum.splits = parse_positive(v.substr(8), label);
-  } else {
-    QC_FAIL_INPUT("--pair: unknown FP8 arm `{}`; expected fp8:sequential, fp8:blocked-<chunk>, fp8:split-k-<splits>, "
-                  "fp8:exact, cuda:cublaslt-fp8 or cuda:cublaslt-fp8-fastacc",
-                  label);
-  }
-  return spec;
-}
+bool is_fp8_arm(std::string_view label) { return !make_arm(label)->info().accumulation_model.empty(); }
 
 // ------------------------------------------------------------------------------------------------
 // Cells
@@ -398,13 +169,9 @@ SweepCell measure_cell(const std::vector<uint16_t>& a, const std::vector<uint16_
 // ------------------------------------------------------------------------------------------------
 
 SweepFormat sweep_pair_format(const std::string& arm_a, const std::string& arm_b) {
-  const bool fa = is_fp8_arm_label(arm_a), fb = is_fp8_arm_label(arm_b);
+  const bool fa = is_fp8_arm(arm_a), fb = is_fp8_arm(arm_b);
   QC_INPUT(fa == fb, "--pair: `{}` is {} but `{}` is {}; a sweep compares two arms of the same format", arm_a,
            fa ? "FP8" : "INT8", arm_b, fb ? "FP8" : "INT8");
-  if (fa) {
-    parse_fp8_arm(arm_a);
-    parse_fp8_arm(arm_b);
-  }
   return fa ? SweepFormat::fp8 : SweepFormat::int8;
 }
 
@@ -429,35 +196,10 @@ SweepResult run_sweep(const SweepOptions& o) {
   r.options = o;
   r.format = sweep_pair_format(o.arm_a, o.arm_b);
 
-  std::unique_ptr<Arm> int8_a, int8_b;
-  Fp8ArmSpec fp8_a, fp8_b;
-  if (r.format == SweepFormat::int8) {
-    int8_a = make_arm(o.arm_a);
-    int8_b = make_arm(o.arm_b);
-  } else {
-    fp8_a = parse_fp8_arm(o.arm_a);
-    fp8_b = parse_fp8_arm(o.arm_b);
-  }
-  auto run_fp8 = [&](const Fp8ArmSpec& spec, const Fp8Operands& ops, nlohmann::json& record) {
-    const AccumShape s{ops.m, ops.n, ops.k};
-    std::vector<float> d(static_cast<size_t>(ops.m * ops.n));
-    switch (spec.kind) {
-      case Fp8ArmSpec::Kind::emulate:
-        fp8_gemm_emulate_fast(ops.a.data(), ops.w.data(), s, spec.accum, d.data(), o.threads);
-        record = {{"arm", spec.label}, {"kernel", "cpu fp8 emulation, fp32 order " + spec.accum.name()}};
-        break;
-      case Fp8ArmSpec::Kind::exact:
-        fp8_gemm_exact_fast(ops.a.data(), ops.w.data(), s, d.data(), o.threads);
-        record = {{"arm", spec.label}, {"kernel", "cpu fp8 exact sum, rounded once to fp32"}};
-        break;
-      case Fp8ArmSpec::Kind::cublaslt:
-      case Fp8ArmSpec::Kind::cublaslt_fastacc: {
-        RunRecord rec;
-        d = fp8_gemm_cublaslt_f32(ops.a.data(), ops.w.data(), s, spec.kind == Fp8ArmSpec::Kind::cublaslt_fastacc, &rec);
-        record = rec;
-        break;
-      }
-    }
+  // One registry for every arm family: FP8 arms are those that declare an accumulation model.
+  std::unique_ptr<Arm> arm_a = make_arm(o.arm_a), arm_b = make_arm(o.arm_b);
+  auto run_fp8 = [&](Arm& arm, const Fp8Operands& ops, nlohmann::json& record) {
+    const std::vector<float> d = arm.fp8_accumulate(ops.a.data(), ops.w.data(), ops.m, ops.n, ops.k, record, o.threads);
     record["epilogue"] = std::string(fp8_epilogue().formula);
     return fp8_epilogue_bf16(d.data(), ops.a_scale, ops.w_scale);
   };
@@ -477,14 +219,14 @@ SweepResult run_sweep(const SweepOptions& o) {
         so.threads = o.threads;
         const std::vector<LayerOperands> layers = synth_operands(so);
         QC_CHECK(layers.size() == 1, "synth_operands({}) gave {} layers", so.shapes, layers.size());
-        ArmOutput oa = int8_a->run(layers[0]);
-        ArmOutput ob = int8_b->run(layers[0]);
+        ArmOutput oa = arm_a->run(layers[0]);
+        ArmOutput ob = arm_b->run(layers[0]);
         ya = std::move(oa.y), yb = std::move(ob.y);
         rec_a = oa.record, rec_b = ob.record;
       } else {
         const Fp8Operands ops = synth_fp8_operands(o.m, o.n, k, seed);
-        ya = run_fp8(fp8_a, ops, rec_a);
-        yb = run_fp8(fp8_b, ops, rec_b);
+        ya = run_fp8(*arm_a, ops, rec_a);
+        yb = run_fp8(*arm_b, ops, rec_b);
       }
       SweepCell cell = measure_cell(ya, yb, o.m, o.n);
       cell.k = k;
@@ -659,4 +401,3 @@ std::string format_sweep(const SweepResult& r) {
 
 }  // namespace qc
 
-#endif  // HWY_ONCE

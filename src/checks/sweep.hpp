@@ -6,10 +6,13 @@
 // Pairs:
 //   INT8  any two INT8 arms by label (`cpu:vllm-cutlass,cpu:vllm-triton`, `onednn:s8s8`, ...),
 //         operands from `synth_operands` with shapes "MxNxK" and the seed.
-//   FP8   CPU emulations of fp32 accumulation orders: `fp8:sequential`, `fp8:blocked-<chunk>`,
-//         `fp8:split-k-<splits>`, `fp8:exact` (exact sum rounded once); on CUDA builds
-//         `cuda:cublaslt-fp8` and `cuda:cublaslt-fp8-fastacc` (cuBLASLt's fp32 output). Every
-//         FP8 arm's fp32 result d goes through one epilogue: y = bf16(rn32(rn32(d·s_a)·s_w)).
+//   FP8   the arms that declare an accumulation model (docs/accumulation.md), all from the one
+//         arm registry: `cpu:fp8-<model>` (hopper-fp8-chain, hopper-fp8-promote4, exact,
+//         sequential, blocked-<chunk>, split-k-<splits>), the old labels `fp8:sequential`,
+//         `fp8:blocked-<chunk>`, `fp8:split-k-<splits>`, `fp8:exact` as aliases with their old
+//         records; on CUDA builds `cuda:cublaslt-fp8` and `cuda:cublaslt-fp8-fastacc`
+//         (cuBLASLt's fp32 output). Every FP8 arm's fp32 result d (`Arm::fp8_accumulate`) goes
+//         through one epilogue: y = bf16(rn32(rn32(d·s_a)·s_w)).
 //   A pair that mixes the formats is an input error.
 #pragma once
 
@@ -22,7 +25,7 @@
 #include <vector>
 
 #include "stats/fits.hpp"
-#include "accum/fp8_emulation.hpp"
+#include "qconform/accumulation.hpp"
 
 namespace qc {
 
@@ -39,26 +42,9 @@ struct Fp8Operands {
 };
 Fp8Operands synth_fp8_operands(int64_t m, int64_t n, int64_t k, uint64_t seed);
 
-// An FP8 arm: an accumulation order of the CPU emulation, the exact sum, or a cuBLASLt mode.
-struct Fp8ArmSpec {
-  enum class Kind { emulate, exact, cublaslt, cublaslt_fastacc } kind = Kind::emulate;
-  Fp8AccumSpec accum;  // for `emulate`
-  std::string label;
-};
-// Parses "fp8:sequential", "fp8:blocked-128", "fp8:split-k-4", "fp8:exact", "cuda:cublaslt-fp8",
-// "cuda:cublaslt-fp8-fastacc"; QC_INPUT otherwise (cuBLASLt labels also fail without CUDA).
-Fp8ArmSpec parse_fp8_arm(std::string_view label);
-bool is_fp8_arm_label(std::string_view label);
-
-// The fast CPU kernels behind the FP8 arms (vectorized across N with Highway, threads over column
-// panels), bit-identical to their named scalar references `fp8_gemm_emulate` and
-// `fp8_gemm_exact` (tests/unit/test_sweep.cpp): the order of additions within each dot product is
-// exactly the declared one; only independent dot products run side by side. `fp8_gemm_exact_fast`
-// accumulates in fp64, exact for K <= 2^17 (every partial sum is an integer multiple of 2^-18 below
-// 2^53·2^-18), then rounds once to fp32; larger K fall back to `fp8_gemm_exact`.
-void fp8_gemm_emulate_fast(const uint8_t* a, const uint8_t* w, AccumShape s, const Fp8AccumSpec& spec, float* d,
-                           int threads = 0);
-void fp8_gemm_exact_fast(const uint8_t* a, const uint8_t* w, AccumShape s, float* d, int threads = 0);
+// True when `label` names an FP8 arm (one that declares an accumulation model); QC_INPUT for an
+// unknown label (the registry's message).
+bool is_fp8_arm(std::string_view label);
 
 // y[m,n] = bf16(rn32(rn32(d[m,n]·a_scale[m])·w_scale[n])), every step round-to-nearest-even.
 std::vector<uint16_t> fp8_epilogue_bf16(const float* d, const std::vector<float>& a_scale,

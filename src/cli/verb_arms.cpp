@@ -15,8 +15,9 @@ VerbRunner setup_arms(CLI::App& app) {
       fmt::print("\n{}: {}\n", backend.prefix, backend.help);
       for (const std::string& variant : backend.variants()) {
         const ArmInfo info = make_arm(fmt::format("{}:{}", backend.prefix, variant))->info();
-        fmt::print("  {:<32} {}{}{}\n", info.label, info.description,
+        fmt::print("  {:<32} {}{}{}{}\n", info.label, info.description,
                    info.epilogue.empty() ? "" : fmt::format(" [epilogue {}]", info.epilogue),
+                   info.accumulation_model.empty() ? "" : fmt::format(" [accumulation {}]", info.accumulation_model),
                    info.exposes_accumulator ? " [exposes acc]" : "");
       }
     }

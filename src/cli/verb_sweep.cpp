@@ -27,7 +27,9 @@ VerbRunner setup_sweep(CLI::App& app) {
   auto json = std::make_shared<std::string>();
   app.add_option("--pair", *pair,
                  "two arms of one format, A,B: INT8 arm labels (cpu:vllm-cutlass,cpu:vllm-triton) or FP8 arms "
-                 "(fp8:sequential, fp8:blocked-<chunk>, fp8:split-k-<splits>, fp8:exact, cuda:cublaslt-fp8[-fastacc])")
+                 "(cpu:fp8-<model>: hopper-fp8-chain, hopper-fp8-promote4, exact, sequential, blocked-<chunk>, "
+                 "split-k-<splits>; the old aliases fp8:sequential, fp8:blocked-<chunk>, fp8:split-k-<splits>, "
+                 "fp8:exact; cuda:cublaslt-fp8[-fastacc]; docs/accumulation.md)")
       ->required();
   app.add_option("--k", *ks, "comma-separated reduction depths")->capture_default_str();
   app.add_option("--m", o->m, "rows (tokens)")->capture_default_str()->check(CLI::PositiveNumber);

@@ -22,6 +22,9 @@ TEST(Boundary, EveryCpuArmPassesC1) {
   for (const std::string& label : list_arms()) {
     if (label.rfind("cpu:", 0) != 0) continue;
     auto arm = make_arm(label);
+    // FP8 arms (cpu:fp8-<model>) take only int8 codes that are e4m3 values; the INT8 C1 probes
+    // are not theirs (an FP8 C1 that measures the model is issue #14 item 4).
+    if (!arm->info().accumulation_model.empty()) continue;
     const BoundaryResult r = run_boundary(*arm);
     EXPECT_EQ(r.c1.verdict, Verdict::pass) << label << ": " << r.c1.summary << "\n" << r.c1.evidence.dump(1);
     EXPECT_GE(r.cases.size(), 40u) << label;

@@ -7,6 +7,8 @@
 
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
+#include "accum/fp8_emulation.hpp"
+#include "accum/fp8_model.hpp"
 #include "checks/sweep.hpp"
 #include "checks/synth.hpp"
 
@@ -39,6 +41,21 @@ void expect_same_f32(const std::vector<float>& want, const std::vector<float>& g
 
 }  // namespace
 
+// The model a sweep order names (src/accum/fp8_model.hpp) and its fast evaluation: what the
+// `fp8:` arms run.
+std::string model_of(const qc::Fp8AccumSpec& spec) {
+  switch (spec.order) {
+    case qc::Fp8AccumOrder::sequential: return "sequential";
+    case qc::Fp8AccumOrder::blocked: return fmt::format("blocked-{}", spec.chunk);
+    case qc::Fp8AccumOrder::split_k: return fmt::format("split-k-{}", spec.splits);
+  }
+  return "?";
+}
+void model_fast(const std::string& model, const uint8_t* a, const uint8_t* w, qc::AccumShape s, float* d) {
+  qc::fp8_model_evaluate(qc::fp8_accumulation_model(model).model,
+                         qc::Fp8Gemm{a, qc::Fp8Format::e4m3, w, qc::Fp8Format::e4m3, s}, d, 2);
+}
+
 TEST(SweepFp8, FastKernelsAreBitIdenticalToReferences) {
   struct Case {
     int64_t m, n, k;
@@ -58,12 +75,12 @@ TEST(SweepFp8, FastKernelsAreBitIdenticalToReferences) {
       for (const auto& spec : specs) {
         std::vector<float> want(static_cast<size_t>(c.m * c.n)), got(want.size());
         qc::fp8_gemm_emulate(a.data(), w.data(), s, spec, want.data(), 1);
-        qc::fp8_gemm_emulate_fast(a.data(), w.data(), s, spec, got.data(), 2);
+        model_fast(model_of(spec), a.data(), w.data(), s, got.data());
         expect_same_f32(want, got, c.n, fmt::format("{}x{}x{} {} {}", c.m, c.n, c.k, kind ? "random" : "real", spec.name()));
       }
       std::vector<float> want(static_cast<size_t>(c.m * c.n)), got(want.size());
       qc::fp8_gemm_exact(a.data(), w.data(), s, want.data(), 1);
-      qc::fp8_gemm_exact_fast(a.data(), w.data(), s, got.data(), 2);
+      model_fast("exact", a.data(), w.data(), s, got.data());
       expect_same_f32(want, got, c.n, fmt::format("{}x{}x{} {} exact", c.m, c.n, c.k, kind ? "random" : "real"));
     }
   }
@@ -71,8 +88,8 @@ TEST(SweepFp8, FastKernelsAreBitIdenticalToReferences) {
   // comparison above proves little.
   const qc::Fp8Operands o = qc::synth_fp8_operands(16, 64, 8192, 1);
   std::vector<float> seq(16 * 64), ex(16 * 64);
-  qc::fp8_gemm_emulate_fast(o.a.data(), o.w.data(), {16, 64, 8192}, {}, seq.data());
-  qc::fp8_gemm_exact_fast(o.a.data(), o.w.data(), {16, 64, 8192}, ex.data());
+  model_fast("sequential", o.a.data(), o.w.data(), {16, 64, 8192}, seq.data());
+  model_fast("exact", o.a.data(), o.w.data(), {16, 64, 8192}, ex.data());
   int64_t differ = 0;
   for (size_t i = 0; i < seq.size(); ++i) differ += qc::f32_bits(seq[i]) != qc::f32_bits(ex[i]);
   EXPECT_GT(differ, 0);
@@ -81,7 +98,7 @@ TEST(SweepFp8, FastKernelsAreBitIdenticalToReferences) {
 TEST(SweepFp8, NaNCodesAreInputErrors) {
   std::vector<uint8_t> a{0x38, 0x7F}, w{0x38, 0x38};
   float d = 0;
-  EXPECT_THROW(qc::fp8_gemm_emulate_fast(a.data(), w.data(), {1, 1, 2}, {}, &d), qc::Error);
+  EXPECT_THROW(model_fast("sequential", a.data(), w.data(), {1, 1, 2}, &d), qc::Error);
 }
 
 TEST(SweepFp8, EpilogueMatchesFp64SecondImplementation) {
@@ -154,6 +171,23 @@ TEST(SweepRun, TinyFp8SweepAndPairErrors) {
   const qc::SweepResult r = qc::run_sweep(o);
   EXPECT_EQ(r.format, qc::SweepFormat::fp8);
   EXPECT_EQ(r.cells.size(), 6u);
+  // The old labels keep their old records (docs/sweep.md).
+  const nlohmann::json j = qc::to_json(r);
+  EXPECT_EQ(j["arms"]["a"]["kernel"], "cpu fp8 emulation, fp32 order sequential");
+  EXPECT_EQ(j["arms"]["b"]["kernel"], "cpu fp8 emulation, fp32 order split-k(4)");
+  EXPECT_FALSE(j["arms"]["a"].contains("accumulation_model"));
+  {
+    // The Hopper models through the registry: fast vs default accumulation differ at depth.
+    qc::SweepOptions h = o;
+    h.arm_a = "cpu:fp8-hopper-fp8-chain";
+    h.arm_b = "cpu:fp8-hopper-fp8-promote4";
+    h.ks = {4096};
+    h.seeds = 1;
+    const qc::SweepResult hr = qc::run_sweep(h);
+    EXPECT_EQ(hr.format, qc::SweepFormat::fp8);
+    EXPECT_GT(hr.rows[0].differing, 0);
+    EXPECT_EQ(qc::to_json(hr)["arms"]["a"]["accumulation_model"], "hopper-fp8-chain");
+  }
   o.arm_b = "cpu:vllm-cutlass";
   EXPECT_THROW(qc::run_sweep(o), qc::Error);  // mixed formats
   o.arm_b = "fp8:blocked-x";

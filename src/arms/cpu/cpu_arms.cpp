@@ -2,6 +2,7 @@
 // Every CPU arm shares the one accumulator, so two CPU arms differ only where their formulas do.
 #include <fmt/format.h>
 
+#include "accum/fp8_model.hpp"
 #include "arms/cpu/cpu_arms.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
@@ -62,13 +63,17 @@ RunRecord cpu_run_record(const ArmInfo& info, std::string kernel) {
 void register_cpu_arms() {
   register_arm_backend(ArmBackend{
       "cpu",
-      "exact INT8 accumulator + a named production epilogue, emulated bit for bit",
+      "exact INT8 accumulator + a named production epilogue, emulated bit for bit; fp8-<model>: an FP8 GEMM "
+      "under a declared accumulation model (also fp8-blocked-<chunk>, fp8-split-k-<splits>) + the fp8-scaled "
+      "epilogue",
       [] {
         std::vector<std::string> names;
         for (const Epilogue& e : all_epilogues()) names.emplace_back(e.name);
+        for (const NamedAccumModel& m : fp8_accumulation_models()) names.push_back("fp8-" + m.name);
         return names;
       },
       [](std::string_view variant) -> std::unique_ptr<Arm> {
+        if (variant.starts_with("fp8-")) return make_cpu_fp8_arm(variant.substr(4));
         return std::make_unique<CpuEpilogueArm>(epilogue(variant));
       }});
 }

@@ -58,7 +58,18 @@ ExactAccumulators exact_accumulate_gpu(const int8_t* a, const int8_t* w, AccumSh
 std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w_e4m3, AccumShape s, bool fast_accum,
                                          RunRecord* record = nullptr);
 
+// Any FP8 accumulation model (accumulation.hpp) evaluated on the GPU: d[m,n] as
+// `accum_model::evaluate` gives it, the same text the CPU reference compiles, bit for bit. `a`
+// [m,k] and `w` [n,k] FP8 codes of formats `fa`, `fw`; non-finite codes and invalid models are
+// input errors (the CPU's checks). `kernel` (optional) receives the kernel's identity.
+std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
+                                          Fp8Format fw, AccumShape s, std::string* kernel = nullptr);
+
 #ifndef QC_WITH_CUDA
+inline std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel&, const uint8_t*, Fp8Format, const uint8_t*,
+                                                 Fp8Format, AccumShape, std::string*) {
+  QC_FAIL_INPUT("fp8_model_evaluate_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
+}
 inline bool cuda_available(std::string* reason) {
   if (reason != nullptr) *reason = "this build has no CUDA (configured without nvcc or with QCONFORM_WITH_CUDA=OFF)";
   return false;

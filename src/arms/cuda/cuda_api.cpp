@@ -3,6 +3,8 @@
 
 #include "arms/cuda/cublaslt_gemm.hpp"
 #include "arms/cuda/cuda_common.hpp"
+#include "accum/fp8_model.hpp"
+#include "arms/cuda/kernels/fp8_accum_model.cuh"
 #include "arms/cuda/kernels/int64_exact_accum.cuh"
 #include "arms/cuda/kernels/sm90_compare_bf16.cuh"
 #include "arms/cuda/cuda.hpp"
@@ -93,6 +95,26 @@ std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w
     record->device = cuda::device_description();
     record->library = cuda::cublaslt_description();
   }
+  return d.to_host();
+}
+
+std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
+                                          Fp8Format fw, AccumShape s, std::string* kernel) {
+  validate_fp8_gemm(model, Fp8Gemm{a, fa, w, fw, s});  // the CPU's checks: finite codes, valid model
+  QC_INPUT(s.m <= INT32_MAX && s.n <= INT32_MAX, "fp8_model_evaluate_gpu: expected M, N in int32 range, found M={} N={}",
+           s.m, s.n);
+  if (s.m == 0 || s.n == 0) return {};
+  if (s.k == 0) return std::vector<float>(static_cast<size_t>(s.m * s.n), 0.0f);  // every sum is +0
+  cuda::require_device("fp8_model_evaluate_gpu");
+  cuda::DeviceBuffer<uint8_t> da(std::span<const uint8_t>(a, static_cast<size_t>(s.m * s.k)));
+  cuda::DeviceBuffer<uint8_t> dw(std::span<const uint8_t>(w, static_cast<size_t>(s.n * s.k)));
+  cuda::DeviceBuffer<float> d(static_cast<size_t>(s.m * s.n));
+  const std::string name = cuda::checked_launch(
+      cuda_kernels::launch_fp8_accum_model(model, da.get(), fa, dw.get(), fw, d.get(), static_cast<int>(s.m),
+                                           static_cast<int>(s.n), s.k, nullptr),
+      "fp8_model_evaluate_gpu");
+  QC_CUDA_CHECK(cudaDeviceSynchronize());
+  if (kernel != nullptr) *kernel = name;
   return d.to_host();
 }
 

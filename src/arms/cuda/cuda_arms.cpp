@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "arms/cuda/cublaslt_gemm.hpp"
+#include "arms/cuda/cuda.hpp"
 #include "arms/cuda/cuda_common.hpp"
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
@@ -239,7 +240,19 @@ class CublasLtFp8Arm final : public Arm {
         "re-encoded to e4m3 only when exact",
         fast_ ? "fast (CUBLASLT_MATMUL_DESC_FAST_ACCUM)" : "default");
     i.exposes_accumulator = false;
+    // The models measured to reproduce these paths bit for bit on the H200
+    // (../shared/reference/fp8-accumulation.md; scripts/fp8-model-check.py re-measures them).
+    i.accumulation_model = fast_ ? "hopper-fp8-chain" : "hopper-fp8-promote4";
     return i;
+  }
+  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                    nlohmann::json& record, int /*threads*/) override {
+    RunRecord rec;
+    std::vector<float> d = fp8_gemm_cublaslt_f32(a, w, {m, n, k}, fast_, &rec);
+    rec.arm = info().label;
+    rec.extra["accumulation_model"] = info().accumulation_model;
+    record = rec;
+    return d;
   }
   ArmOutput run(const LayerOperands& ops) override {
     const ArmInfo i = info();
@@ -278,6 +291,7 @@ class CublasLtFp8Arm final : public Arm {
     out.y = y.to_host();
     out.record = cuda_record(i, std::move(kernel), cublaslt_description());
     out.record.extra["operands"] = "int8 codes re-encoded to e4m3fn, exact (rejected otherwise)";
+    out.record.extra["accumulation_model"] = i.accumulation_model;
     return out;
   }
 

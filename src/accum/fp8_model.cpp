@@ -1,0 +1,239 @@
+// FP8 accumulation models: the table, the printed formulas, validation, the scalar reference and
+// the choice of fast evaluation (fp8_model.hpp). The model's arithmetic itself is
+// `accum_model::evaluate` in include/qconform/accumulation.hpp (the reference, host and device);
+// the fast kernels are src/accum/fp8_model_kernels.cpp.
+#include "accum/fp8_model.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "accum/fp8_model_kernels.hpp"
+#include "core/parallel.hpp"
+#include "qconform/error.hpp"
+
+namespace qc {
+
+namespace {
+
+constexpr Fp8AccumModel hopper(int32_t promote_steps) {
+  Fp8AccumModel m;
+  m.step_k = 32;
+  m.term_bits = 13;
+  m.term_rounding = AccumRounding::toward_zero;
+  m.result_bits = 13;
+  m.result_rounding = AccumRounding::toward_zero;
+  m.alignment = AccumAlignment::exponent_sum;
+  m.promote_steps = promote_steps;
+  return m;
+}
+
+// An fp32 sum of exact products: k = 1, each add one round to nearest even.
+constexpr Fp8AccumModel fp32_sum(int32_t promote_every, int32_t splits) {
+  Fp8AccumModel m;
+  m.step_k = 1;
+  m.term_bits = -1;
+  m.result_bits = 23;
+  m.result_rounding = AccumRounding::nearest_even;
+  m.promote_steps = promote_every;
+  m.splits = splits;
+  return m;
+}
+
+constexpr Fp8AccumModel exact_model() {
+  Fp8AccumModel m;
+  m.step_k = 0;
+  m.term_bits = -1;
+  m.result_bits = 23;
+  m.result_rounding = AccumRounding::nearest_even;
+  return m;
+}
+
+int64_t parse_count(std::string_view text, std::string_view name) {
+  int64_t v = 0;
+  const auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  QC_INPUT(ec == std::errc() && ptr == text.data() + text.size() && v > 0 && v <= (int64_t{1} << 30),
+           "accumulation model `{}`: expected a positive integer (at most 2^30) after the last '-', found `{}`", name,
+           text);
+  return v;
+}
+
+const char* rounding_tag(AccumRounding r) { return r == AccumRounding::toward_zero ? "rz" : "rn"; }
+
+}  // namespace
+
+const std::vector<NamedAccumModel>& fp8_accumulation_models() {
+  static const std::vector<NamedAccumModel> rows{
+      {"hopper-fp8-chain", hopper(0),
+       "Hopper FP8 wgmma (k = 32, 13 fraction bits, truncation) in one chain over K: cuBLASLt with "
+       "CUBLASLT_MATMUL_DESC_FAST_ACCUM (measured bit for bit on the H200, ../shared/reference/fp8-accumulation.md)"},
+      {"hopper-fp8-promote4", hopper(4),
+       "Hopper FP8 wgmma chains of 4 steps (128 products) from zero, each added to an fp32 accumulator (round to "
+       "nearest even): cuBLASLt's default FP8 path (measured bit for bit on the H200)"},
+      {"exact", exact_model(), "the exact sum, rounded once to fp32 (round to nearest even)"},
+      {"sequential", fp32_sum(0, 1), "sequential fp32 sum from +0: d = ((p0 + p1) + p2) + ..., each add rn32"},
+  };
+  return rows;
+}
+
+std::vector<std::string> fp8_accumulation_model_names() {
+  std::vector<std::string> names;
+  for (const NamedAccumModel& r : fp8_accumulation_models()) names.push_back(r.name);
+  names.emplace_back("blocked-<chunk>");
+  names.emplace_back("split-k-<splits>");
+  return names;
+}
+
+NamedAccumModel fp8_accumulation_model(std::string_view name) {
+  for (const NamedAccumModel& r : fp8_accumulation_models()) {
+    if (r.name == name) return r;
+  }
+  if (name.starts_with("blocked-")) {
+    const int64_t c = parse_count(name.substr(8), name);
+    return {std::string(name), fp32_sum(static_cast<int32_t>(c), 1),
+            fmt::format("fp32 sums of {} products from +0, each added to an fp32 total (promotion every {})", c, c)};
+  }
+  if (name.starts_with("split-k-")) {
+    const int64_t s = parse_count(name.substr(8), name);
+    return {std::string(name), fp32_sum(0, static_cast<int32_t>(s)),
+            fmt::format("K cut into {} ranges (the last takes the remainder), each an fp32 sum from +0, the "
+                        "partials added in order in fp32",
+                        s)};
+  }
+  std::string known;
+  for (const std::string& n : fp8_accumulation_model_names()) known += (known.empty() ? "" : ", ") + n;
+  QC_FAIL_INPUT("unknown accumulation model `{}`; expected one of: {}", name, known);
+}
+
+std::string accumulation_formula(const Fp8AccumModel& m) {
+  std::string step;
+  const std::string res = fmt::format("{}{}", rounding_tag(m.result_rounding), m.result_bits);
+  const std::string k = m.step_k > 0 ? fmt::format("{}", m.step_k) : std::string("K");
+  if (m.term_bits < 0) {
+    step = m.step_k == 1 ? fmt::format("C <- {}(C + a_k*b_k)", res)
+                         : fmt::format("C <- {}(C + sum_{{i<{}}} a_i*b_i) (exact terms)", res, k);
+  } else {
+    const std::string t = fmt::format("{}[E-{}]", rounding_tag(m.term_rounding), m.term_bits);
+    step = fmt::format("C <- {}({}(C) + sum_{{i<{}}} {}(a_i*b_i)), E = max({}, e(C))", res, t, k, t,
+                       m.alignment == AccumAlignment::exponent_sum ? "e(a_i)+e(b_i)" : "e(a_i*b_i)");
+  }
+  std::string chain = m.promote_steps > 0
+                          ? fmt::format("; chains of {} step(s) from C = 0, D <- {}{}(D + C) after each; range = D",
+                                        m.promote_steps, rounding_tag(m.promote_rounding), m.promote_bits)
+                          : std::string("; one chain from C = 0; range = C");
+  const std::string split = m.splits > 1 ? fmt::format("; K in {} ranges, d = rn23 sum of the ranges in order", m.splits)
+                                         : std::string("; d = range (K ascending)");
+  return step + chain + split;
+}
+
+void validate_accumulation_model(const Fp8AccumModel& m, std::string_view name) {
+  QC_INPUT(m.result_bits >= 1 && m.result_bits <= 23,
+           "accumulation model `{}`: result_bits: expected 1..23 (an fp32 accumulator), found {}", name, m.result_bits);
+  QC_INPUT(m.promote_bits >= 1 && m.promote_bits <= 23,
+           "accumulation model `{}`: promote_bits: expected 1..23 (an fp32 accumulator), found {}", name, m.promote_bits);
+  QC_INPUT(m.term_bits >= -1 && m.term_bits <= 40,
+           "accumulation model `{}`: term_bits: expected -1 (exact terms) or 0..40, found {}", name, m.term_bits);
+  QC_INPUT(m.step_k >= 0, "accumulation model `{}`: step_k: expected >= 0 (0: the whole range), found {}", name,
+           m.step_k);
+  QC_INPUT(m.term_bits < 0 || (m.step_k >= 1 && m.step_k <= accum_model::kMaxStepChunk),
+           "accumulation model `{}`: step_k: expected 1..{} with rounded terms (term_bits {}), found {}", name,
+           accum_model::kMaxStepChunk, m.term_bits, m.step_k);
+  QC_INPUT(m.promote_steps >= 0, "accumulation model `{}`: promote_steps: expected >= 0 (0: never), found {}", name,
+           m.promote_steps);
+  QC_INPUT(m.splits >= 1, "accumulation model `{}`: splits: expected >= 1, found {}", name, m.splits);
+}
+
+void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
+  validate_accumulation_model(m, "(unnamed)");
+  QC_INPUT(g.s.m >= 0 && g.s.n >= 0 && g.s.k >= 0, "fp8 GEMM: expected non-negative shape, found M={} N={} K={}",
+           g.s.m, g.s.n, g.s.k);
+  QC_INPUT(g.s.k < (int64_t{1} << 40), "fp8 GEMM: expected K < 2^40, found {}", g.s.k);
+  QC_INPUT(m.splits == 1 || m.splits <= g.s.k, "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}",
+           m.splits, g.s.k);
+  const struct {
+    const uint8_t* p;
+    Fp8Format f;
+    int64_t rows;
+    const char* field;
+  } ops[] = {{g.a, g.a_format, g.s.m, "a"}, {g.w, g.w_format, g.s.n, "w"}};
+  for (const auto& o : ops) {
+    for (int64_t i = 0; i < o.rows * g.s.k; ++i) {
+      QC_INPUT(accum_model::fp8_code_finite(o.p[i], o.f),
+               "fp8 GEMM: {}[{},{}] = {:#04x} is {} encoding; expected a finite {} value (the accumulation models "
+               "take finite operands only, docs/accumulation.md)",
+               o.field, i / g.s.k, i % g.s.k, static_cast<unsigned>(o.p[i]),
+               o.f == Fp8Format::e5m2 && (o.p[i] & 3) == 0 ? "an infinity" : "a NaN",
+               o.f == Fp8Format::e4m3 ? "e4m3fn" : "e5m2");
+    }
+  }
+}
+
+void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d) {
+  validate_fp8_gemm(m, g);
+  for (int64_t i = 0; i < g.s.m; ++i) {
+    for (int64_t j = 0; j < g.s.n; ++j) {
+      d[i * g.s.n + j] =
+          accum_model::evaluate(m, g.a + i * g.s.k, g.a_format, g.w + j * g.s.k, g.w_format, g.s.k);
+    }
+  }
+}
+
+Fp8FastPath fp8_fast_path(const Fp8AccumModel& m, const Fp8Gemm& g) {
+  const bool fp32_results = m.result_bits == 23 && m.result_rounding == AccumRounding::nearest_even;
+  const bool fp32_promotion = m.promote_bits == 23 && m.promote_rounding == AccumRounding::nearest_even;
+  if (m.term_bits >= 0 && fp32_promotion) return Fp8FastPath::steps_f64;
+  if (m.term_bits < 0 && m.step_k == 1 && fp32_results && fp32_promotion && (m.splits == 1 || m.promote_steps == 0)) {
+    return Fp8FastPath::fp32_sum;
+  }
+  // Exact in fp64: every partial sum is an integer multiple of 2^-18 below K·448²; K <= 2^17 keeps
+  // it below 2^53 units.
+  static_assert(double{1 << 17} * 448.0 * 448.0 * 262144.0 < 0x1p53, "fp64 exactness bound");
+  if (m.term_bits < 0 && m.step_k == 0 && fp32_results && m.splits == 1 && m.promote_steps == 0 &&
+      g.a_format == Fp8Format::e4m3 && g.w_format == Fp8Format::e4m3 && g.s.k <= (int64_t{1} << 17)) {
+    return Fp8FastPath::exact_f64;
+  }
+  return Fp8FastPath::reference;
+}
+
+const char* fast_path_name(Fp8FastPath p) {
+  switch (p) {
+    case Fp8FastPath::steps_f64: return "steps in fp64 lanes";
+    case Fp8FastPath::fp32_sum: return "fp32 sums in fp32 lanes";
+    case Fp8FastPath::exact_f64: return "exact sum in fp64 lanes";
+    case Fp8FastPath::reference: return "scalar reference (no fast path for this model)";
+  }
+  return "?";
+}
+
+void fp8_model_evaluate(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads) {
+  validate_fp8_gemm(m, g);
+  if (g.s.m == 0 || g.s.n == 0) return;
+  const int64_t k = g.s.k;
+  switch (fp8_fast_path(m, g)) {
+    case Fp8FastPath::steps_f64: fp8_kernels::step_panels(m, g, d, threads); return;
+    case Fp8FastPath::fp32_sum: {
+      std::vector<int64_t> b{0};
+      if (m.splits > 1) {
+        const int64_t len = k / m.splits;
+        for (int64_t p = 1; p < m.splits; ++p) b.push_back(p * len);
+      } else if (m.promote_steps > 0) {
+        for (int64_t k0 = m.promote_steps; k0 < k; k0 += m.promote_steps) b.push_back(k0);
+      }
+      b.push_back(k);
+      fp8_kernels::sum_panels(g, b, /*fp64=*/false, d, threads);
+      return;
+    }
+    case Fp8FastPath::exact_f64: fp8_kernels::sum_panels(g, {0, k}, /*fp64=*/true, d, threads); return;
+    case Fp8FastPath::reference:
+      parallel_for(g.s.m, threads, [&](int64_t i) {
+        for (int64_t j = 0; j < g.s.n; ++j) {
+          d[i * g.s.n + j] = accum_model::evaluate(m, g.a + i * k, g.a_format, g.w + j * k, g.w_format, k);
+        }
+      });
+      return;
+  }
+}
+
+std::string fp8_model_target() { return fp8_kernels::target_name(); }
+
+}  // namespace qc

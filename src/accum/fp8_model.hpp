@@ -1,0 +1,72 @@
+// FP8 accumulation models (include/qconform/accumulation.hpp, `Fp8AccumModel`): the named table,
+// the printed formulas, validation, the scalar reference and the fast evaluation that every
+// `cpu:fp8-<model>` arm, `sweep` and the GPU evaluation's tests use. docs/accumulation.md.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qconform/accumulation.hpp"
+
+namespace qc {
+
+// The operands of one FP8 GEMM: `a` [M,K] and `w` [N,K] row-major codes; d [M,N] fp32.
+struct Fp8Gemm {
+  const uint8_t* a = nullptr;
+  Fp8Format a_format = Fp8Format::e4m3;
+  const uint8_t* w = nullptr;
+  Fp8Format w_format = Fp8Format::e4m3;
+  AccumShape s{0, 0, 0};
+};
+
+struct NamedAccumModel {
+  std::string name;         // "hopper-fp8-chain", "blocked-128", ...
+  Fp8AccumModel model;
+  std::string description;  // where the model comes from
+};
+
+// The rows with a fixed name: hopper-fp8-chain, hopper-fp8-promote4, exact, sequential. The
+// parameterised families blocked-<chunk> (promotion every <chunk> products, fp32 sums) and
+// split-k-<splits> are made by `fp8_accumulation_model`.
+const std::vector<NamedAccumModel>& fp8_accumulation_models();
+// A model by name (a fixed row, blocked-<c> or split-k-<s>); QC_INPUT listing the names otherwise.
+NamedAccumModel fp8_accumulation_model(std::string_view name);
+// The names `qconform arms` lists (fixed rows, then "blocked-<chunk>", "split-k-<splits>").
+std::vector<std::string> fp8_accumulation_model_names();
+
+// The model in the notation of the epilogue formulas: rz13(x) = x truncated toward zero to 13
+// fraction bits relative to its own exponent, rn23 = round to nearest even (an fp32 rounding),
+// rz[E-13] = truncated to a multiple of 2^(E-13), e(x) the exponent.
+std::string accumulation_formula(const Fp8AccumModel& m);
+
+// QC_INPUT unless the parameters are evaluable: result_bits and promote_bits in 1..23, term_bits
+// -1 (exact) or 0..40 with step_k in 1..64, step_k >= 0, promote_steps >= 0, splits >= 1.
+void validate_accumulation_model(const Fp8AccumModel& m, std::string_view name);
+
+// QC_INPUT for a negative shape, splits > K (K > 0), or a NaN / infinity code (naming the
+// operand, its coordinate and the code): the models take finite FP8 values only.
+void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g);
+
+// The scalar reference: `accum_model::evaluate` (the header text) per output, one thread.
+void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d);
+
+// Which evaluation `fp8_model_evaluate` uses for a model and operands.
+enum class Fp8FastPath {
+  steps_f64,  // finite term_bits: Highway fp64 lanes, per-step sums exact integers
+  fp32_sum,   // exact terms, k = 1, fp32 results: Highway fp32 lanes (sequential / blocked / split-K)
+  exact_f64,  // one exact step over K (e4m3 x e4m3, K <= 2^17): Highway fp64 lanes, exact sums
+  reference,  // none of the above: the scalar reference on every thread
+};
+Fp8FastPath fp8_fast_path(const Fp8AccumModel& m, const Fp8Gemm& g);
+const char* fast_path_name(Fp8FastPath p);
+
+// The fast evaluation: bit-identical to `fp8_model_reference` (tests/unit/test_accumulation_model.cpp).
+// `threads` = 0: every hardware thread.
+void fp8_model_evaluate(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads = 0);
+
+// The Highway target the fast evaluation's dispatcher selects here.
+std::string fp8_model_target();
+
+}  // namespace qc

@@ -1,0 +1,352 @@
+// The fast evaluation of the FP8 accumulation models (fp8_model_kernels.hpp), compiled once per
+// Highway target (the `foreach_target.h` pattern) and selected at run time. Written from the model's
+// definition in include/qconform/accumulation.hpp, independently of its scalar text; tests/unit/
+// test_accumulation_model.cpp checks the two against each other bit for bit.
+//
+// Layouts: `af` [M,K] decoded operand values (fp32: FP8 values are fp32 values), `wp` column panels
+// of kNR = 32 output channels, [panel][k][kNR] (zero-padded past N), outputs [M,N] fp32. Each lane
+// of a vector is one output (m, n); the lanes advance through k together, so each dot product keeps
+// exactly its declared order; independent dot products run side by side; nothing is reassociated.
+// Built with `-ffp-contract=off` (no FMA contraction of `Mul` + `Add`).
+//
+// Two kernels:
+// - `SumPanel` (moved here from src/checks/sweep.cpp): exact products summed in T (fp32: one
+//   rounding per add, the fp32 sum models; fp64: exact sums while the bound of fp8_model.cpp holds).
+// - `StepPanel`: models with rounded terms. Per step and lane, E is the max alignment exponent
+//   (e(a)+e(b) from exponent tables, or the product's own fp64 exponent) and e(C); every term is
+//   rounded to an integer multiple of 2^(E - term_bits) by Trunc/Round(x · 2^(term_bits - E)), which
+//   is exact in fp64 (FP8 products have <= 8 significant bits, the scale is a power of two), and
+//   these integers are < 2^(term_bits + 2), so the (step_k + 1)-term sum is an exact fp64 integer
+//   (< 2^49 for term_bits <= 40, step_k <= 64). The step result is rounded relative to its own
+//   exponent the same way. A promotion or split-K add is an fp32 add of two fp32 values done in fp64
+//   and rounded once to fp32, which equals the fp32 add (p = 53 >= 2·24 + 2: double rounding of +
+//   is innocuous, Figueroa 1995).
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "accum/fp8_model_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "qconform/accumulation.hpp"
+
+HWY_BEFORE_NAMESPACE();
+namespace qc::fp8_kernels {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+inline constexpr int64_t kFp8NR = 32;    // output channels per packed panel
+inline constexpr int64_t kFp8MR = 4;     // rows per register tile (SumPanel)
+inline constexpr int64_t kFp8KC = 1024;  // k per pass over the rows (the panel slice stays in L2)
+
+// Accumulates one column panel for all rows. `bounds` = {b0 = 0, b1, ..., b_r = K}: range j is
+// [b_j, b_{j+1}), summed sequentially from +0 in T into `part`, then `total` = `total` + `part`.
+// `part` and `total` are [Mpad][kFp8NR] with Mpad = M rounded up to kFp8MR; `total` starts 0.
+template <typename T>
+HWY_INLINE void SumPanelImpl(const float* HWY_RESTRICT af, int64_t M, int64_t K, const float* HWY_RESTRICT wp,
+                             const int64_t* bounds, int64_t nranges, T* HWY_RESTRICT part, T* HWY_RESTRICT total) {
+  const hn::ScalableTag<T> d;
+  constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(T));
+  static_assert(kFp8NR % kL == 0, "the panel width must be a whole number of vectors");
+  constexpr int64_t kNV = kFp8NR / kL;
+  using V = decltype(hn::Zero(d));
+  const int64_t mpad = (M + kFp8MR - 1) / kFp8MR * kFp8MR;
+  auto load_w = [&](const float* p) -> V {
+    if constexpr (sizeof(T) == 4) {
+      return hn::LoadU(d, p);
+    } else {
+      const hn::Rebind<float, decltype(d)> df;
+      return hn::PromoteTo(d, hn::LoadU(df, p));
+    }
+  };
+  for (int64_t r = 0; r < nranges; ++r) {
+    const int64_t k0 = bounds[r], k1 = bounds[r + 1];
+    for (int64_t kb = k0; kb < k1 || (kb == k0 && k0 == k1); kb += kFp8KC) {
+      const int64_t ke = std::min(k1, kb + kFp8KC);
+      const bool first = kb == k0;
+      for (int64_t m0 = 0; m0 < mpad; m0 += kFp8MR) {
+        const float* arow[kFp8MR];
+        for (int64_t i = 0; i < kFp8MR; ++i) arow[i] = af + std::min(m0 + i, M - 1) * K;
+        V acc[kFp8MR][kNV];
+        for (int64_t i = 0; i < kFp8MR; ++i) {
+          for (int64_t v = 0; v < kNV; ++v) {
+            acc[i][v] = first ? hn::Zero(d) : hn::LoadU(d, part + (m0 + i) * kFp8NR + v * kL);
+          }
+        }
+        for (int64_t k = kb; k < ke; ++k) {
+          V wv[kNV];
+          for (int64_t v = 0; v < kNV; ++v) wv[v] = load_w(wp + k * kFp8NR + v * kL);
+          for (int64_t i = 0; i < kFp8MR; ++i) {
+            const V av = hn::Set(d, static_cast<T>(arow[i][k]));
+            for (int64_t v = 0; v < kNV; ++v) acc[i][v] = hn::Add(acc[i][v], hn::Mul(av, wv[v]));
+          }
+        }
+        for (int64_t i = 0; i < kFp8MR; ++i) {
+          for (int64_t v = 0; v < kNV; ++v) hn::StoreU(acc[i][v], d, part + (m0 + i) * kFp8NR + v * kL);
+        }
+      }
+      if (k0 == k1) break;
+    }
+    for (int64_t i = 0; i < mpad * kFp8NR; i += kL) {
+      hn::StoreU(hn::Add(hn::LoadU(d, total + i), hn::LoadU(d, part + i)), d, total + i);
+    }
+  }
+}
+
+void SumPanelF32(const float* af, int64_t M, int64_t K, const float* wp, const int64_t* bounds, int64_t nranges,
+                 float* part, float* total) {
+  SumPanelImpl<float>(af, M, K, wp, bounds, nranges, part, total);
+}
+void SumPanelF64(const float* af, int64_t M, int64_t K, const float* wp, const int64_t* bounds, int64_t nranges,
+                 double* part, double* total) {
+  SumPanelImpl<double>(af, M, K, wp, bounds, nranges, part, total);
+}
+
+// One row of outputs against one column panel, for a model with rounded terms. `av`, `ae`: the
+// row's K values and e(x) (zero codes: -4096); `wv`, `we`: the panel's [K][kFp8NR] values and
+// exponents. `out`: kFp8NR fp32 results. All kFp8NR / lanes vectors advance through k together
+// (independent dependency chains side by side).
+template <int64_t kNV>
+HWY_INLINE void StepPanelImpl(const Fp8AccumModel& m, const double* HWY_RESTRICT av, const double* HWY_RESTRICT ae,
+                              const float* HWY_RESTRICT wv, const float* HWY_RESTRICT we, int64_t K,
+                              float* HWY_RESTRICT out) {
+  const hn::ScalableTag<double> d;
+  const hn::RebindToSigned<decltype(d)> di;
+  const hn::Rebind<float, decltype(d)> df;
+  using V = decltype(hn::Zero(d));
+  constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(double));
+  const bool nearest_terms = m.term_rounding == AccumRounding::nearest_even;
+  const bool nearest_result = m.result_rounding == AccumRounding::nearest_even;
+  const bool sum_rule = m.alignment == AccumAlignment::exponent_sum;
+  // A floor for E and e(x) far below every real exponent (>= -32) that keeps every 2^(±(bits - e))
+  // below 2^1023 for bits <= 40: only all-zero lanes reach it, and 0 times a finite scale is 0.
+  const V floor_e = hn::Set(d, -900.0);
+  // 2^x for integer-valued x in [-1022, 1023].
+  auto pow2 = [&](V x) { return hn::BitCast(d, hn::ShiftLeft<52>(hn::Add(hn::ConvertTo(di, x), hn::Set(di, 1023)))); };
+  // floor(log2|x|) of a normal nonzero x (0 gives -1023).
+  auto expo = [&](V x) {
+    const auto bits = hn::And(hn::ShiftRight<52>(hn::BitCast(di, x)), hn::Set(di, 0x7FF));
+    return hn::ConvertTo(d, hn::Sub(bits, hn::Set(di, 1023)));
+  };
+  auto round_int = [&](V x, bool nearest) { return nearest ? hn::Round(x) : hn::Trunc(x); };
+  // x rounded to `bits` fraction bits relative to its own exponent (x exact in fp64).
+  const V rbits = hn::Set(d, static_cast<double>(m.result_bits));
+  auto round_rel = [&](V x) {
+    const V e = hn::Max(expo(x), floor_e);
+    return hn::Mul(round_int(hn::Mul(x, pow2(hn::Sub(rbits, e))), nearest_result), pow2(hn::Sub(e, rbits)));
+  };
+  auto fp32_add = [&](V x, V y) { return hn::PromoteTo(d, hn::DemoteTo(df, hn::Add(x, y))); };
+  auto load_w = [&](const float* p) { return hn::PromoteTo(d, hn::LoadU(df, p)); };
+  const V tbits = hn::Set(d, static_cast<double>(m.term_bits));
+  const int64_t splits = m.splits;
+  const int64_t len = K / splits;
+  V total[kNV], chain[kNV], promoted[kNV], e[kNV], s[kNV], up[kNV];
+  for (int64_t v = 0; v < kNV; ++v) total[v] = hn::Zero(d);
+  for (int64_t r = 0; r < splits; ++r) {
+    const int64_t r0 = r * len, r1 = r + 1 == splits ? K : (r + 1) * len;
+    for (int64_t v = 0; v < kNV; ++v) chain[v] = promoted[v] = hn::Zero(d);
+    int64_t in_chain = 0;
+    for (int64_t s0 = r0; s0 < r1; s0 += m.step_k) {
+      const int64_t s1 = std::min<int64_t>(r1, s0 + m.step_k);
+      // E: the chain value's exponent (C = 0 gives -1023) and the products' alignment exponents.
+      for (int64_t v = 0; v < kNV; ++v) e[v] = expo(chain[v]);
+      for (int64_t k = s0; k < s1; ++k) {
+        if (sum_rule) {
+          const V ek = hn::Set(d, ae[k]);
+          for (int64_t v = 0; v < kNV; ++v) e[v] = hn::Max(e[v], hn::Add(ek, load_w(we + k * kFp8NR + v * kL)));
+        } else {
+          const V ak = hn::Set(d, av[k]);
+          for (int64_t v = 0; v < kNV; ++v) e[v] = hn::Max(e[v], expo(hn::Mul(ak, load_w(wv + k * kFp8NR + v * kL))));
+        }
+      }
+      for (int64_t v = 0; v < kNV; ++v) {
+        e[v] = hn::Max(e[v], floor_e);  // every term zero: any finite scale gives 0
+        up[v] = pow2(hn::Sub(tbits, e[v]));
+        s[v] = round_int(hn::Mul(chain[v], up[v]), nearest_terms);
+      }
+      for (int64_t k = s0; k < s1; ++k) {
+        const V ak = hn::Set(d, av[k]);
+        for (int64_t v = 0; v < kNV; ++v) {
+          const V p = hn::Mul(ak, load_w(wv + k * kFp8NR + v * kL));  // exact
+          s[v] = hn::Add(s[v], round_int(hn::Mul(p, up[v]), nearest_terms));
+        }
+      }
+      for (int64_t v = 0; v < kNV; ++v) chain[v] = round_rel(hn::Mul(s[v], pow2(hn::Sub(e[v], tbits))));
+      if (m.promote_steps > 0 && ++in_chain == m.promote_steps) {
+        for (int64_t v = 0; v < kNV; ++v) {
+          promoted[v] = fp32_add(promoted[v], chain[v]);
+          chain[v] = hn::Zero(d);
+        }
+        in_chain = 0;
+      }
+    }
+    for (int64_t v = 0; v < kNV; ++v) {
+      if (m.promote_steps > 0) {
+        if (in_chain > 0) promoted[v] = fp32_add(promoted[v], chain[v]);
+        chain[v] = promoted[v];
+      }
+      total[v] = fp32_add(total[v], chain[v]);
+    }
+  }
+  for (int64_t v = 0; v < kNV; ++v) hn::StoreU(hn::DemoteTo(df, total[v]), df, out + v * kL);
+}
+
+void StepPanel(const Fp8AccumModel& m, const double* av, const double* ae, const float* wv, const float* we, int64_t K,
+               float* out) {
+  constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(double));
+  static_assert(kFp8NR % kL == 0, "the panel width must be a whole number of vectors");
+  StepPanelImpl<kFp8NR / kL>(m, av, ae, wv, we, K, out);
+}
+
+int64_t TargetOf() { return HWY_TARGET; }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace qc::fp8_kernels
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include <array>
+
+#include "accum/fp8_model_kernels.hpp"
+#include "core/parallel.hpp"
+#include "qconform/numerics.hpp"
+
+namespace qc::fp8_kernels {
+
+HWY_EXPORT(SumPanelF32);
+HWY_EXPORT(SumPanelF64);
+HWY_EXPORT(StepPanel);
+HWY_EXPORT(TargetOf);
+
+namespace {
+
+constexpr int64_t kNR = HWY_NAMESPACE::kFp8NR;
+constexpr int64_t kMR = HWY_NAMESPACE::kFp8MR;
+
+// code -> fp32 value (exact) and e(x) (zero codes: -4096, so that e(a)+e(b) of a zero product is
+// below every real exponent). Finite codes only (validated by the callers).
+struct Tables {
+  std::array<float, 256> value, exponent;
+};
+const Tables& tables(Fp8Format f) {
+  static const auto make = [](Fp8Format fmt) {
+    Tables t{};
+    for (int b = 0; b < 256; ++b) {
+      const auto c = static_cast<uint8_t>(b);
+      t.value[static_cast<size_t>(b)] = fmt == Fp8Format::e4m3 ? e4m3fn_to_f32(c) : e5m2_to_f32(c);
+      const bool zero = (c & 0x7F) == 0;
+      t.exponent[static_cast<size_t>(b)] = zero ? -4096.0f : static_cast<float>(accum_model::fp8_exponent(c, fmt));
+    }
+    return t;
+  };
+  static const Tables e4 = make(Fp8Format::e4m3), e5 = make(Fp8Format::e5m2);
+  return f == Fp8Format::e4m3 ? e4 : e5;
+}
+
+void decode(const uint8_t* src, int64_t count, Fp8Format f, float* value, float* exponent) {
+  const Tables& t = tables(f);
+  for (int64_t i = 0; i < count; ++i) {
+    value[i] = t.value[src[i]];
+    if (exponent != nullptr) exponent[i] = t.exponent[src[i]];
+  }
+}
+
+// Panel p of w [N,K] -> [k][kNR] values (and exponents), zero-padded past N; reads kNR rows
+// of w, each sequentially.
+void pack_panel(const Fp8Gemm& g, int64_t p, float* value, float* exponent) {
+  const Tables& t = tables(g.w_format);
+  const int64_t k = g.s.k;
+  const int64_t cols = std::min(kNR, g.s.n - p * kNR);
+  for (int64_t c = 0; c < kNR; ++c) {
+    const uint8_t* row = g.w + (p * kNR + std::min(c, cols - 1)) * k;
+    const bool pad = c >= cols;
+    for (int64_t i = 0; i < k; ++i) {
+      const size_t at = static_cast<size_t>(i * kNR + c);
+      value[at] = pad ? 0.0f : t.value[row[i]];
+      if (exponent != nullptr) exponent[at] = pad ? 0.0f : t.exponent[row[i]];
+    }
+  }
+}
+
+template <typename T>
+void run_sum(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int threads) {
+  const AccumShape s = g.s;
+  std::vector<float> af(static_cast<size_t>(s.m * s.k));
+  decode(g.a, s.m * s.k, g.a_format, af.data(), nullptr);
+  const int64_t panels = (s.n + kNR - 1) / kNR;
+  const int64_t mpad = (s.m + kMR - 1) / kMR * kMR;
+  parallel_for(panels, threads, [&](int64_t p) {
+    std::vector<float> panel(static_cast<size_t>(s.k * kNR));
+    pack_panel(g, p, panel.data(), nullptr);
+    std::vector<T> part(static_cast<size_t>(mpad * kNR)), total(static_cast<size_t>(mpad * kNR), T{0});
+    const int64_t nranges = static_cast<int64_t>(bounds.size()) - 1;
+    if constexpr (sizeof(T) == 4) {
+      HWY_DYNAMIC_DISPATCH(SumPanelF32)(af.data(), s.m, s.k, panel.data(), bounds.data(), nranges, part.data(), total.data());
+    } else {
+      HWY_DYNAMIC_DISPATCH(SumPanelF64)(af.data(), s.m, s.k, panel.data(), bounds.data(), nranges, part.data(), total.data());
+    }
+    const int64_t cols = std::min(kNR, s.n - p * kNR);
+    for (int64_t i = 0; i < s.m; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        // fp64 -> fp32 is one round to nearest even (the exact path); fp32 -> fp32 is a copy.
+        d[i * s.n + p * kNR + j] = static_cast<float>(total[static_cast<size_t>(i * kNR + j)]);
+      }
+    }
+  });
+}
+
+}  // namespace
+
+void sum_panels(const Fp8Gemm& g, const std::vector<int64_t>& bounds, bool fp64, float* d, int threads) {
+  if (g.s.m == 0 || g.s.n == 0) return;
+  if (fp64) {
+    run_sum<double>(g, bounds, d, threads);
+  } else {
+    run_sum<float>(g, bounds, d, threads);
+  }
+}
+
+void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads) {
+  const AccumShape s = g.s;
+  if (s.m == 0 || s.n == 0) return;
+  const Tables& ta = tables(g.a_format);
+  std::vector<double> av(static_cast<size_t>(s.m * s.k)), ae(av.size());
+  for (size_t i = 0; i < av.size(); ++i) {
+    av[i] = ta.value[g.a[i]];
+    ae[i] = ta.exponent[g.a[i]];
+  }
+  const int64_t panels = (s.n + kNR - 1) / kNR;
+  // Threads over panels (each packs its own panel once, cache-local); a single panel is shared
+  // out by rows instead.
+  auto run_panel_rows = [&](int64_t p, const float* wv, const float* we, int64_t i0, int64_t i1) {
+    float out[kNR];
+    const int64_t cols = std::min(kNR, s.n - p * kNR);
+    for (int64_t i = i0; i < i1; ++i) {
+      HWY_DYNAMIC_DISPATCH(StepPanel)(m, av.data() + i * s.k, ae.data() + i * s.k, wv, we, s.k, out);
+      for (int64_t j = 0; j < cols; ++j) d[i * s.n + p * kNR + j] = out[j];
+    }
+  };
+  if (panels >= resolve_threads(threads) || s.m == 1) {
+    parallel_for(panels, threads, [&](int64_t p) {
+      std::vector<float> wv(static_cast<size_t>(s.k * kNR)), we(wv.size());
+      pack_panel(g, p, wv.data(), we.data());
+      run_panel_rows(p, wv.data(), we.data(), 0, s.m);
+    });
+  } else {
+    for (int64_t p = 0; p < panels; ++p) {
+      std::vector<float> wv(static_cast<size_t>(s.k * kNR)), we(wv.size());
+      pack_panel(g, p, wv.data(), we.data());
+      parallel_for(s.m, threads, [&](int64_t i) { run_panel_rows(p, wv.data(), we.data(), i, i + 1); });
+    }
+  }
+}
+
+const char* target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetOf)()); }
+
+}  // namespace qc::fp8_kernels
+
+#endif  // HWY_ONCE

@@ -1,0 +1,131 @@
+// FP8 accumulation models on the GPU (src/arms/cuda/kernels/fp8_accum_model.cu): the device
+// compilation of include/qconform/accumulation.hpp equals the CPU fast evaluation bit for bit;
+// and the cuBLASLt FP8 arms equal the models they declare (hopper-fp8-promote4 for the default
+// path, hopper-fp8-chain for fast accumulation), with the other model differing, so the two paths
+// are told apart (../shared/reference/fp8-accumulation.md).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "accum/fp8_model.hpp"
+#include "arms/cuda/cuda.hpp"
+#include "qconform/arm.hpp"
+#include "qconform/numerics.hpp"
+
+namespace qc {
+namespace {
+
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+std::vector<uint8_t> finite_codes(std::mt19937_64& rng, int64_t count, Fp8Format f, bool subnormal_heavy) {
+  std::vector<uint8_t> v(static_cast<size_t>(count));
+  for (auto& c : v) {
+    do {
+      c = static_cast<uint8_t>(rng());
+      if (subnormal_heavy && (rng() & 1)) c &= f == Fp8Format::e4m3 ? 0x8F : 0x87;  // exponent field 0 or 1
+    } while (!accum_model::fp8_code_finite(c, f));
+  }
+  return v;
+}
+
+// e4m3 codes of randn·2 (the operands of the H200 measurement), round to nearest even, saturating.
+std::vector<uint8_t> randn_codes(std::mt19937_64& rng, int64_t count) {
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::vector<uint8_t> v(static_cast<size_t>(count));
+  for (auto& c : v) c = f32_to_e4m3fn(nd(rng), /*saturate=*/true);
+  return v;
+}
+
+int64_t count_differing(const std::vector<float>& x, const std::vector<float>& y, int64_t n, const std::string& what,
+                        int report) {
+  int64_t bad = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (f32_bits(x[i]) == f32_bits(y[i])) continue;
+    if (bad++ < report) {
+      ADD_FAILURE() << fmt::format("{}: d[{},{}]: {} ({:#010x}) vs {} ({:#010x})", what, static_cast<int64_t>(i) / n,
+                                   static_cast<int64_t>(i) % n, x[i], f32_bits(x[i]), y[i], f32_bits(y[i]));
+    }
+  }
+  return bad;
+}
+
+TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
+  std::vector<NamedAccumModel> models = fp8_accumulation_models();
+  models.push_back(fp8_accumulation_model("blocked-128"));
+  models.push_back(fp8_accumulation_model("split-k-3"));
+  NamedAccumModel rn = fp8_accumulation_model("hopper-fp8-promote4");
+  rn.name = "hopper-fp8-promote4 with rn terms and results, exact exponent";
+  rn.model.term_rounding = rn.model.result_rounding = AccumRounding::nearest_even;
+  rn.model.alignment = AccumAlignment::exact_exponent;
+  models.push_back(rn);
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1}, {7, 45, 33}, {16, 256, 1000}, {64, 1024, 4096}};
+  const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e5m2}};
+  std::mt19937_64 rng(1214);
+  int64_t outputs = 0;
+  for (const auto& sh : shapes) {
+    for (const auto& [fa, fw] : formats) {
+      for (bool sub : {false, true}) {
+        const auto a = finite_codes(rng, sh[0] * sh[2], fa, sub);
+        const auto w = finite_codes(rng, sh[1] * sh[2], fw, sub);
+        for (const NamedAccumModel& m : models) {
+          if (m.model.splits > sh[2]) continue;
+          const AccumShape s{sh[0], sh[1], sh[2]};
+          std::vector<float> cpu(static_cast<size_t>(s.m * s.n));
+          fp8_model_evaluate(m.model, Fp8Gemm{a.data(), fa, w.data(), fw, s}, cpu.data());
+          const std::vector<float> gpu = fp8_model_evaluate_gpu(m.model, a.data(), fa, w.data(), fw, s);
+          const std::string what = fmt::format("model {} ({}x{}, {}, M={} N={} K={}): cpu vs gpu", m.name,
+                                               fa == Fp8Format::e4m3 ? "e4m3" : "e5m2",
+                                               fw == Fp8Format::e4m3 ? "e4m3" : "e5m2",
+                                               sub ? "subnormal-heavy" : "uniform codes", s.m, s.n, s.k);
+          EXPECT_EQ(count_differing(cpu, gpu, s.n, what, 3), 0) << what;
+          outputs += static_cast<int64_t>(cpu.size());
+        }
+      }
+    }
+  }
+  std::printf("GPU evaluation == CPU evaluation on %lld outputs\n", static_cast<long long>(outputs));
+}
+
+// The declaration of each cuBLASLt FP8 arm, checked: 0 outputs off its model, and the other model
+// differs (so the check can fail). Shapes of the H200 measurement (M = N = 256, K up to 4096).
+TEST(CudaFp8Model, CublasLtArmsEqualTheirDeclaredModels) {
+  std::mt19937_64 rng(2412);
+  for (const int64_t k : {256, 1024, 4096}) {
+    const int64_t m = 256, n = 256;
+    const auto a = randn_codes(rng, m * k), w = randn_codes(rng, n * k);
+    for (const char* label : {"cuda:cublaslt-fp8", "cuda:cublaslt-fp8-fastacc"}) {
+      auto arm = make_arm(label);
+      const std::string declared = arm->info().accumulation_model;
+      const std::string other = declared == "hopper-fp8-chain" ? "hopper-fp8-promote4" : "hopper-fp8-chain";
+      nlohmann::json rec;
+      const std::vector<float> d = arm->fp8_accumulate(a.data(), w.data(), m, n, k, rec);
+      EXPECT_EQ(rec.at("extra").at("accumulation_model"), declared);
+      std::vector<float> want(d.size()), alt(d.size());
+      const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {m, n, k}};
+      fp8_model_evaluate(fp8_accumulation_model(declared).model, g, want.data());
+      fp8_model_evaluate(fp8_accumulation_model(other).model, g, alt.data());
+      const std::string what = fmt::format("{} (kernel {}) vs its model {} at M={} N={} K={}", label,
+                                           rec.value("kernel", ""), declared, m, n, k);
+      const int64_t off = count_differing(d, want, n, what, 3);
+      int64_t off_other = 0;
+      for (size_t i = 0; i < d.size(); ++i) off_other += f32_bits(d[i]) != f32_bits(alt[i]);
+      std::printf("%s K=%lld: %lld of %zu outputs off the declared model %s; %lld off %s\n", label,
+                  static_cast<long long>(k), static_cast<long long>(off), d.size(), declared.c_str(),
+                  static_cast<long long>(off_other), other.c_str());
+      EXPECT_EQ(off, 0) << what;
+      EXPECT_GT(off_other, 0) << label << ": the two models do not tell the paths apart at K=" << k;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qc

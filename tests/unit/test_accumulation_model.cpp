@@ -1,0 +1,443 @@
+// FP8 accumulation models (include/qconform/accumulation.hpp, src/accum/fp8_model.hpp): the fast
+// evaluation equals the scalar reference bit for bit on many shapes and operand distributions;
+// hand-derived cases from ../shared/reference/fp8-accumulation.md pin each rule of the Hopper
+// model; the fp32 models equal plain fp32 summation and the older independent emulation.
+//
+//   cmake --build build -j2 --target qconform_unit_tests &&
+//   ./build/tests/qconform_unit_tests --gtest_filter='AccumulationModel*'
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "accum/fp8_emulation.hpp"
+#include "accum/fp8_model.hpp"
+#include "qconform/arm.hpp"
+#include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
+
+namespace {
+
+using qc::AccumAlignment;
+using qc::AccumRounding;
+using qc::Fp8AccumModel;
+using qc::Fp8Format;
+using qc::Fp8Gemm;
+
+uint32_t bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+const char* fmt_name(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }
+
+bool finite_code(uint8_t c, Fp8Format f) { return qc::accum_model::fp8_code_finite(c, f); }
+
+enum class Dist { uniform, subnormal_heavy, cancellation, all_max };
+const char* dist_name(Dist d) {
+  switch (d) {
+    case Dist::uniform: return "uniform";
+    case Dist::subnormal_heavy: return "subnormal-heavy";
+    case Dist::cancellation: return "cancellation-heavy";
+    case Dist::all_max: return "all-max";
+  }
+  return "?";
+}
+
+// Random finite codes of format `f` for a [rows, k] operand.
+std::vector<uint8_t> codes(std::mt19937_64& rng, int64_t rows, int64_t k, Fp8Format f, Dist dist, bool is_w) {
+  std::vector<uint8_t> v(static_cast<size_t>(rows * k));
+  const uint8_t max_code = f == Fp8Format::e4m3 ? 0x7E : 0x7B;
+  const int mant_bits = f == Fp8Format::e4m3 ? 3 : 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t i = 0; i < k; ++i) {
+      uint8_t c = 0;
+      switch (dist) {
+        case Dist::uniform:
+          do c = static_cast<uint8_t>(rng()); while (!finite_code(c, f));
+          break;
+        case Dist::subnormal_heavy: {
+          // exponent field 0 (subnormal or zero) or 1 (the smallest normal binade)
+          const uint8_t e = static_cast<uint8_t>(rng() % 2);
+          c = static_cast<uint8_t>((e << mant_bits) | (rng() & ((1u << mant_bits) - 1)) | ((rng() & 1) << 7));
+          break;
+        }
+        case Dist::cancellation: {
+          // w: random magnitudes; a: +x on even k, -x on odd k (the same magnitude): sums cancel
+          // to small values, where the alignment to the largest term matters most.
+          if (is_w) {
+            do c = static_cast<uint8_t>(rng()); while (!finite_code(c, f));
+          } else {
+            const uint64_t pair = (static_cast<uint64_t>(r) * 1000003u + static_cast<uint64_t>(i / 2)) * 0x9E3779B97F4A7C15ull;
+            c = static_cast<uint8_t>((pair >> 40) % (max_code + 1));
+            if (i % 2) c |= 0x80;
+          }
+          break;
+        }
+        case Dist::all_max: c = static_cast<uint8_t>(max_code | ((rng() & 1) << 7)); break;
+      }
+      v[static_cast<size_t>(r * k + i)] = c;
+    }
+  }
+  return v;
+}
+
+std::vector<std::pair<std::string, Fp8AccumModel>> models_under_test() {
+  std::vector<std::pair<std::string, Fp8AccumModel>> v;
+  for (const auto& r : qc::fp8_accumulation_models()) v.emplace_back(r.name, r.model);
+  for (const char* n : {"blocked-7", "blocked-128", "split-k-3", "split-k-1"}) v.emplace_back(n, qc::fp8_accumulation_model(n).model);
+  Fp8AccumModel m = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  m.term_rounding = AccumRounding::nearest_even;
+  v.emplace_back("hopper terms rn", m);
+  m = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  m.result_rounding = AccumRounding::nearest_even;
+  m.alignment = AccumAlignment::exact_exponent;
+  v.emplace_back("hopper result rn, exact exponent", m);
+  m = qc::fp8_accumulation_model("hopper-fp8-promote4").model;
+  m.step_k = 16;
+  m.term_bits = 22;
+  m.result_bits = 20;
+  m.splits = 3;
+  v.emplace_back("k16 t22 r20 promote4 split3", m);
+  m = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  m.term_bits = 0;
+  m.result_bits = 1;
+  m.step_k = 64;
+  v.emplace_back("k64 t0 r1", m);
+  return v;
+}
+
+// Compares the fast evaluation with the reference on one case; reports the first mismatches.
+void expect_same(const std::string& model_name, const Fp8AccumModel& m, const Fp8Gemm& g, const std::string& what) {
+  std::vector<float> want(static_cast<size_t>(g.s.m * g.s.n)), got(want.size());
+  qc::fp8_model_reference(m, g, want.data());
+  qc::fp8_model_evaluate(m, g, got.data(), 2);
+  int reported = 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < g.s.m; ++i) {
+    for (int64_t j = 0; j < g.s.n; ++j) {
+      const size_t x = static_cast<size_t>(i * g.s.n + j);
+      if (bits(want[x]) == bits(got[x])) continue;
+      ++bad;
+      if (reported++ < 3) {
+        ADD_FAILURE() << fmt::format("model `{}` ({}, {}): d[{},{}]: reference {} ({:#010x}), fast {} ({:#010x})",
+                                     model_name, what, qc::fast_path_name(qc::fp8_fast_path(m, g)), i, j, want[x],
+                                     bits(want[x]), got[x], bits(got[x]));
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0) << model_name << " " << what;
+}
+
+TEST(AccumulationModel, FastEqualsReferenceOnRandomShapes) {
+  std::mt19937_64 rng(20261201);
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1}, {3, 37, 1}, {2, 33, 31}, {5, 40, 33}, {4, 64, 100},
+                                                   {3, 35, 257}, {2, 32, 520}};
+  const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e4m3},
+                                                      {Fp8Format::e4m3, Fp8Format::e5m2},
+                                                      {Fp8Format::e5m2, Fp8Format::e5m2}};
+  int64_t cases = 0;
+  for (const auto& [name, m] : models_under_test()) {
+    for (const auto& [fa, fw] : formats) {
+      for (Dist dist : {Dist::uniform, Dist::subnormal_heavy, Dist::cancellation, Dist::all_max}) {
+        for (const auto& sh : shapes) {
+          if (m.splits > sh[2]) continue;
+          const auto a = codes(rng, sh[0], sh[2], fa, dist, false);
+          const auto w = codes(rng, sh[1], sh[2], fw, dist, true);
+          const Fp8Gemm g{a.data(), fa, w.data(), fw, {sh[0], sh[1], sh[2]}};
+          expect_same(name, m, g,
+                      fmt::format("{} x {}, {}, M={} N={} K={}", fmt_name(fa), fmt_name(fw), dist_name(dist), sh[0],
+                                  sh[1], sh[2]));
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_GT(cases, 1000);
+}
+
+// Every fast path is exercised by the table (so the comparison above covers each kernel).
+TEST(AccumulationModel, FastPathsOfTheNamedModels) {
+  const uint8_t one = 0x38;
+  const Fp8Gemm g{&one, Fp8Format::e4m3, &one, Fp8Format::e4m3, {1, 1, 1}};
+  const Fp8Gemm g5{&one, Fp8Format::e5m2, &one, Fp8Format::e4m3, {1, 1, 1}};
+  EXPECT_EQ(qc::fp8_fast_path(qc::fp8_accumulation_model("hopper-fp8-chain").model, g), qc::Fp8FastPath::steps_f64);
+  EXPECT_EQ(qc::fp8_fast_path(qc::fp8_accumulation_model("hopper-fp8-promote4").model, g), qc::Fp8FastPath::steps_f64);
+  EXPECT_EQ(qc::fp8_fast_path(qc::fp8_accumulation_model("sequential").model, g), qc::Fp8FastPath::fp32_sum);
+  EXPECT_EQ(qc::fp8_fast_path(qc::fp8_accumulation_model("blocked-128").model, g), qc::Fp8FastPath::fp32_sum);
+  EXPECT_EQ(qc::fp8_fast_path(qc::fp8_accumulation_model("split-k-4").model, g), qc::Fp8FastPath::fp32_sum);
+  EXPECT_EQ(qc::fp8_fast_path(qc::fp8_accumulation_model("exact").model, g), qc::Fp8FastPath::exact_f64);
+  EXPECT_EQ(qc::fp8_fast_path(qc::fp8_accumulation_model("exact").model, g5), qc::Fp8FastPath::reference);
+}
+
+// ---- Hand-derived cases (fp8-accumulation.md, "The instruction") -------------------------------
+
+constexpr uint8_t kOne = 0x38;      // e4m3 1.0
+constexpr uint8_t kOneHalf = 0x3C;  // e4m3 1.5
+constexpr uint8_t k16 = 0x58;       // e4m3 16
+constexpr uint8_t k2m3 = 0x20;      // e4m3 2^-3
+constexpr uint8_t k2m6 = 0x08;      // e4m3 2^-6, the smallest normal
+constexpr uint8_t k2m7 = 0x04;      // e4m3 2^-7 (subnormal 4·2^-9)
+constexpr uint8_t k3x2m9 = 0x03;    // e4m3 3·2^-9 (subnormal)
+
+static_assert(qc::e4m3fn_to_f32(kOne) == 1.0f && qc::e4m3fn_to_f32(kOneHalf) == 1.5f && qc::e4m3fn_to_f32(k16) == 16.0f);
+static_assert(qc::e4m3fn_to_f32(k2m3) == 0x1p-3f && qc::e4m3fn_to_f32(k2m6) == 0x1p-6f);
+static_assert(qc::e4m3fn_to_f32(k2m7) == 0x1p-7f && qc::e4m3fn_to_f32(k3x2m9) == 3 * 0x1p-9f);
+
+// One output of model `name` over pairs (a_k, w_k), by the reference and the fast evaluation,
+// which must agree; returns the value.
+float eval1(const Fp8AccumModel& m, const std::vector<std::pair<uint8_t, uint8_t>>& terms, const std::string& what) {
+  std::vector<uint8_t> a, w;
+  for (const auto& [x, y] : terms) a.push_back(x), w.push_back(y);
+  const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {1, 1, static_cast<int64_t>(terms.size())}};
+  float r = 0, f = 0;
+  qc::fp8_model_reference(m, g, &r);
+  qc::fp8_model_evaluate(m, g, &f, 1);
+  EXPECT_EQ(bits(r), bits(f)) << what << ": reference " << r << ", fast " << f;
+  return r;
+}
+float eval1(const std::string& name, const std::vector<std::pair<uint8_t, uint8_t>>& terms) {
+  return eval1(qc::fp8_accumulation_model(name).model, terms, name);
+}
+
+// Step 3: a term below the grid 2^(E-13) is truncated toward zero (E = 0 from 1·1).
+TEST(AccumulationModel, TermsBelowTheGridAreTruncatedTowardZero) {
+  // 1 + 2^-14: the product 2^-7·2^-7 (two subnormals) lies below 2^-13 and vanishes.
+  EXPECT_EQ(eval1("hopper-fp8-chain", {{kOne, kOne}, {k2m7, k2m7}}), 1.0f);
+  EXPECT_EQ(eval1("exact", {{kOne, kOne}, {k2m7, k2m7}}), 1.0f + 0x1p-14f);
+  // 1 + 2^-13 (2^-7·2^-6) is on the grid and survives the terms' truncation.
+  EXPECT_EQ(eval1("hopper-fp8-chain", {{kOne, kOne}, {k2m7, k2m6}}), 1.0f + 0x1p-13f);
+  // 1 - 3·2^-15: the term -0.75·2^-13 truncates toward zero to 0 (not down to -2^-13).
+  EXPECT_EQ(eval1("hopper-fp8-chain", {{kOne, kOne}, {static_cast<uint8_t>(k3x2m9 | 0x80), k2m6}}), 1.0f);
+  EXPECT_EQ(eval1("exact", {{kOne, kOne}, {static_cast<uint8_t>(k3x2m9 | 0x80), k2m6}}), 1.0f - 3 * 0x1p-15f);
+}
+
+// Step 5: the step result is truncated toward zero to 13 fraction bits of its own exponent.
+TEST(AccumulationModel, StepResultIsTruncatedToThirteenFractionBits) {
+  // 1 + 1 + 2^-13 = 2 + 2^-13: 14 fraction bits relative to 2^1; truncated to 2.
+  EXPECT_EQ(eval1("hopper-fp8-chain", {{kOne, kOne}, {kOne, kOne}, {k2m7, k2m6}}), 2.0f);
+  const uint8_t m1 = kOne | 0x80;
+  EXPECT_EQ(eval1("hopper-fp8-chain", {{m1, kOne}, {m1, kOne}, {static_cast<uint8_t>(k2m7 | 0x80), k2m6}}), -2.0f);
+  EXPECT_EQ(eval1("exact", {{kOne, kOne}, {kOne, kOne}, {k2m7, k2m6}}), 2.0f + 0x1p-13f);
+}
+
+// Step 1: the alignment exponent is e(a)+e(b), one less than floor(log2|ab|) for 1.5·1.5 = 2.25.
+TEST(AccumulationModel, AlignmentExponentIsTheSumOfTheFactorExponents) {
+  // 2.25 + 2^-13 + 2^-13: with E = e(1.5)+e(1.5) = 0 both small terms are on the grid 2^-13 and the
+  // sum 2.25 + 2^-12 has 13 fraction bits relative to 2^1: kept.
+  const std::vector<std::pair<uint8_t, uint8_t>> t{{kOneHalf, kOneHalf}, {k2m7, k2m6}, {k2m7, k2m6}};
+  EXPECT_EQ(eval1("hopper-fp8-chain", t), 2.25f + 0x1p-12f);
+  // With E = floor(log2 2.25) = 1 the grid is 2^-12 and both 2^-13 terms vanish.
+  Fp8AccumModel m = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  m.alignment = AccumAlignment::exact_exponent;
+  EXPECT_EQ(eval1(m, t, "exact_exponent"), 2.25f);
+}
+
+// Step 2: C takes part in the alignment. K = 64: step 1 gives C = 256 (e(C) = 8, grid 2^-5);
+// step 2 adds 32 products 2^-3·2^-3 = 2^-6, each below that grid.
+std::vector<std::pair<uint8_t, uint8_t>> big_then_small(int small_steps) {
+  std::vector<std::pair<uint8_t, uint8_t>> t{{k16, k16}};
+  while (t.size() < 32) t.emplace_back(0, 0);
+  for (int i = 0; i < 32 * small_steps; ++i) t.emplace_back(k2m3, k2m3);
+  return t;
+}
+
+TEST(AccumulationModel, TheAccumulatorTakesPartInTheAlignment) {
+  EXPECT_EQ(eval1("hopper-fp8-chain", big_then_small(1)), 256.0f);  // each 2^-6 truncated against C
+  EXPECT_EQ(eval1("exact", big_then_small(1)), 256.5f);
+  // A fresh chain per step (promotion every step): step 2 starts from C = 0 and keeps its 0.5.
+  Fp8AccumModel m = qc::fp8_accumulation_model("hopper-fp8-promote4").model;
+  m.promote_steps = 1;
+  EXPECT_EQ(eval1(m, big_then_small(1), "promote every step"), 256.5f);
+}
+
+// Promotion every 4 steps: K = 160 (5 steps). Steps 2-4 are lost against C = 256 in the first
+// chain; step 5 opens a new chain from 0 (0.5), added in fp32: 256.5. Other intervals give other
+// values (1: 258, 2: 257.5, 3: 257, >= 5 or never: 256), so the value pins the interval.
+TEST(AccumulationModel, PromotionEveryFourSteps) {
+  const auto t = big_then_small(4);
+  EXPECT_EQ(eval1("hopper-fp8-promote4", t), 256.5f);
+  EXPECT_EQ(eval1("hopper-fp8-chain", t), 256.0f);
+  EXPECT_EQ(eval1("exact", t), 258.0f);
+  const float want[] = {258.0f, 257.5f, 257.0f, 256.5f, 256.0f, 256.0f};
+  for (int p = 1; p <= 6; ++p) {
+    Fp8AccumModel m = qc::fp8_accumulation_model("hopper-fp8-promote4").model;
+    m.promote_steps = p;
+    EXPECT_EQ(eval1(m, t, fmt::format("promote every {}", p)), want[p - 1]) << "promote every " << p;
+  }
+}
+
+// Subnormal operands take e(x) = -6 (the minimum normal exponent), not floor(log2|x|) = -9: the
+// product 2^-9·448 = 0.875 gets the alignment exponent -6 + 8 = 2 (grid 2^-11), so the term 2^-13
+// beside it is truncated away. Were e(2^-9) = -9, E would be -1 (grid 2^-14) and 2^-13 would stay,
+// as it does under the exact-exponent rule (E = floor(log2 0.875) = -1).
+TEST(AccumulationModel, SubnormalOperandsUseTheMinimumNormalExponent) {
+  static_assert(qc::e4m3fn_to_f32(0x7E) == 448.0f && qc::e4m3fn_to_f32(0x01) == 0x1p-9f);
+  const std::vector<std::pair<uint8_t, uint8_t>> t{{0x01, 0x7E}, {k2m7, k2m6}};
+  EXPECT_EQ(eval1("hopper-fp8-chain", t), 0.875f);
+  Fp8AccumModel m = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  m.alignment = AccumAlignment::exact_exponent;
+  EXPECT_EQ(eval1(m, t, "exact_exponent"), 0.875f + 0x1p-13f);
+  EXPECT_EQ(eval1("exact", t), 0.875f + 0x1p-13f);
+}
+
+// ---- The fp32 models are fp32 sums -------------------------------------------------------------
+
+TEST(AccumulationModel, SequentialModelIsPlainFp32Summation) {
+  std::mt19937_64 rng(7);
+  for (Fp8Format fa : {Fp8Format::e4m3, Fp8Format::e5m2}) {
+    const int64_t M = 3, N = 45, K = 777;
+    const auto a = codes(rng, M, K, fa, Dist::uniform, false);
+    const auto w = codes(rng, N, K, Fp8Format::e4m3, Dist::uniform, true);
+    const Fp8Gemm g{a.data(), fa, w.data(), Fp8Format::e4m3, {M, N, K}};
+    std::vector<float> ref(static_cast<size_t>(M * N)), fast(ref.size());
+    const Fp8AccumModel m = qc::fp8_accumulation_model("sequential").model;
+    qc::fp8_model_reference(m, g, ref.data());
+    qc::fp8_model_evaluate(m, g, fast.data());
+    for (int64_t i = 0; i < M; ++i) {
+      for (int64_t j = 0; j < N; ++j) {
+        float acc = 0.0f;
+        for (int64_t k = 0; k < K; ++k) {
+          const float x = fa == Fp8Format::e4m3 ? qc::e4m3fn_to_f32(a[static_cast<size_t>(i * K + k)])
+                                                : qc::e5m2_to_f32(a[static_cast<size_t>(i * K + k)]);
+          acc = acc + x * qc::e4m3fn_to_f32(w[static_cast<size_t>(j * K + k)]);  // product exact in fp32
+        }
+        const size_t x = static_cast<size_t>(i * N + j);
+        ASSERT_EQ(bits(ref[x]), bits(acc)) << fmt::format("{} d[{},{}]: model {} fp32 loop {}", fmt_name(fa), i, j, ref[x], acc);
+        ASSERT_EQ(bits(fast[x]), bits(acc)) << fmt::format("{} d[{},{}]: fast {} fp32 loop {}", fmt_name(fa), i, j, fast[x], acc);
+      }
+    }
+  }
+}
+
+// The sweep's old orders, re-expressed as models, equal the older scalar emulation
+// (src/accum/fp8_emulation.cpp, written before the models and independently of them).
+TEST(AccumulationModel, SweepOrdersEqualTheOlderEmulation) {
+  std::mt19937_64 rng(11);
+  const int64_t M = 4, N = 50, K = 1000;
+  const auto a = codes(rng, M, K, Fp8Format::e4m3, Dist::uniform, false);
+  const auto w = codes(rng, N, K, Fp8Format::e4m3, Dist::uniform, true);
+  const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {M, N, K}};
+  const struct {
+    const char* model;
+    qc::Fp8AccumSpec spec;
+    bool exact;
+  } rows[] = {{"sequential", {qc::Fp8AccumOrder::sequential, 128, 1}, false},
+              {"blocked-128", {qc::Fp8AccumOrder::blocked, 128, 1}, false},
+              {"blocked-7", {qc::Fp8AccumOrder::blocked, 7, 1}, false},
+              {"split-k-3", {qc::Fp8AccumOrder::split_k, 128, 3}, false},
+              {"exact", {}, true}};
+  for (const auto& r : rows) {
+    std::vector<float> old(static_cast<size_t>(M * N)), ref(old.size()), fast(old.size());
+    if (r.exact) {
+      qc::fp8_gemm_exact(a.data(), w.data(), {M, N, K}, old.data(), 1);
+    } else {
+      qc::fp8_gemm_emulate(a.data(), w.data(), {M, N, K}, r.spec, old.data(), 1);
+    }
+    const Fp8AccumModel m = qc::fp8_accumulation_model(r.model).model;
+    qc::fp8_model_reference(m, g, ref.data());
+    qc::fp8_model_evaluate(m, g, fast.data());
+    for (size_t x = 0; x < old.size(); ++x) {
+      ASSERT_EQ(bits(ref[x]), bits(old[x])) << r.model << " d[" << x / N << "," << x % N << "]: model " << ref[x]
+                                            << ", older emulation " << old[x];
+      ASSERT_EQ(bits(fast[x]), bits(old[x])) << r.model << " fast d[" << x / N << "," << x % N << "]";
+    }
+  }
+}
+
+// ---- Inputs and parameters ---------------------------------------------------------------------
+
+TEST(AccumulationModel, NonFiniteCodesAreInputErrorsNamingTheCoordinate) {
+  const Fp8AccumModel m = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  const auto expect_error = [&](std::vector<uint8_t> a, Fp8Format fa, std::vector<uint8_t> w, Fp8Format fw,
+                                const std::string& needle) {
+    float d[4] = {};
+    const Fp8Gemm g{a.data(), fa, w.data(), fw, {1, static_cast<int64_t>(w.size() / a.size()), static_cast<int64_t>(a.size())}};
+    for (int path = 0; path < 2; ++path) {
+      try {
+        if (path == 0) qc::fp8_model_reference(m, g, d);
+        else qc::fp8_model_evaluate(m, g, d);
+        ADD_FAILURE() << "no error for " << needle;
+      } catch (const qc::Error& e) {
+        EXPECT_EQ(e.kind(), qc::ErrorKind::input);
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+      }
+    }
+  };
+  expect_error({kOne, 0x7F}, Fp8Format::e4m3, {kOne, kOne}, Fp8Format::e4m3, "a[0,1] = 0x7f is a NaN encoding");
+  expect_error({kOne, kOne}, Fp8Format::e4m3, {0xFF, kOne}, Fp8Format::e4m3, "w[0,0] = 0xff is a NaN encoding");
+  expect_error({0x3C, 0x7C}, Fp8Format::e5m2, {kOne, kOne}, Fp8Format::e4m3, "a[0,1] = 0x7c is an infinity encoding");
+  expect_error({0x3C, 0x3C}, Fp8Format::e5m2, {0x7D, kOne}, Fp8Format::e5m2, "w[0,0] = 0x7d is a NaN encoding");
+  // e4m3fn has no infinity: 0x7C is 1.5·2^8 = 384, a finite value.
+  EXPECT_EQ(eval1("exact", {{0x7C, kOne}}), 384.0f);
+}
+
+TEST(AccumulationModel, ZeroAndNegativeZeroGivePositiveZero) {
+  for (const auto& r : qc::fp8_accumulation_models()) {
+    EXPECT_EQ(bits(eval1(r.name, {{0x80, kOne}, {0x00, 0x80}})), 0u) << r.name;
+    EXPECT_EQ(bits(eval1(r.name, {{kOne, kOne}, {0xB8, kOne}})), 0u) << r.name;  // 1 - 1
+  }
+}
+
+TEST(AccumulationModel, TableNamesFormulasAndValidation) {
+  for (const char* n : {"hopper-fp8-chain", "hopper-fp8-promote4", "exact", "sequential"}) {
+    const auto r = qc::fp8_accumulation_model(n);
+    EXPECT_EQ(r.name, n);
+    EXPECT_NO_THROW(qc::validate_accumulation_model(r.model, n));
+    EXPECT_FALSE(qc::accumulation_formula(r.model).empty());
+  }
+  const std::string chain = qc::accumulation_formula(qc::fp8_accumulation_model("hopper-fp8-chain").model);
+  EXPECT_NE(chain.find("rz13("), std::string::npos) << chain;
+  EXPECT_NE(chain.find("rz[E-13]"), std::string::npos) << chain;
+  EXPECT_NE(chain.find("e(a_i)+e(b_i)"), std::string::npos) << chain;
+  EXPECT_NE(qc::accumulation_formula(qc::fp8_accumulation_model("hopper-fp8-promote4").model).find("chains of 4"),
+            std::string::npos);
+  EXPECT_THROW(qc::fp8_accumulation_model("hopper"), qc::Error);
+  EXPECT_THROW(qc::fp8_accumulation_model("blocked-0"), qc::Error);
+  EXPECT_THROW(qc::fp8_accumulation_model("split-k-x"), qc::Error);
+  Fp8AccumModel bad = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  bad.result_bits = 24;
+  EXPECT_THROW(qc::validate_accumulation_model(bad, "bad"), qc::Error);
+  bad = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  bad.step_k = 0;  // rounded terms need a bounded step
+  EXPECT_THROW(qc::validate_accumulation_model(bad, "bad"), qc::Error);
+  // split-K beyond K
+  const uint8_t one = kOne;
+  float d = 0;
+  EXPECT_THROW(qc::fp8_model_evaluate(qc::fp8_accumulation_model("split-k-2").model,
+                                      Fp8Gemm{&one, Fp8Format::e4m3, &one, Fp8Format::e4m3, {1, 1, 1}}, &d),
+               qc::Error);
+}
+
+// The arms: cpu:fp8-<model> and the fp8: aliases come from the one registry and declare their model.
+TEST(AccumulationModel, CpuFp8ArmsDeclareTheirModel) {
+  for (const char* label : {"cpu:fp8-hopper-fp8-chain", "cpu:fp8-hopper-fp8-promote4", "cpu:fp8-exact",
+                            "cpu:fp8-blocked-128", "fp8:sequential", "fp8:blocked-4", "fp8:split-k-2", "fp8:exact"}) {
+    const auto arm = qc::make_arm(label);
+    EXPECT_EQ(arm->info().label, label);
+    EXPECT_FALSE(arm->info().accumulation_model.empty()) << label;
+  }
+  EXPECT_EQ(qc::make_arm("fp8:blocked-4")->info().accumulation_model, "blocked-4");
+  EXPECT_TRUE(qc::make_arm("cpu:vllm-cutlass")->info().accumulation_model.empty());
+  EXPECT_THROW(qc::make_arm("fp8:hopper-fp8-chain"), qc::Error);  // not an old label
+  EXPECT_THROW(qc::make_arm("cpu:fp8-nope"), qc::Error);
+  // The arm evaluates its model: d equals the model's evaluation.
+  std::mt19937_64 rng(3);
+  const auto a = codes(rng, 2, 96, Fp8Format::e4m3, Dist::uniform, false);
+  const auto w = codes(rng, 3, 96, Fp8Format::e4m3, Dist::uniform, true);
+  nlohmann::json rec;
+  const auto d = qc::make_arm("cpu:fp8-hopper-fp8-promote4")->fp8_accumulate(a.data(), w.data(), 2, 3, 96, rec);
+  std::vector<float> want(6);
+  qc::fp8_model_reference(qc::fp8_accumulation_model("hopper-fp8-promote4").model,
+                          Fp8Gemm{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {2, 3, 96}}, want.data());
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(bits(d[i]), bits(want[i])) << i;
+  EXPECT_EQ(rec.at("accumulation_model"), "hopper-fp8-promote4");
+  // INT8 arms refuse.
+  EXPECT_THROW(qc::make_arm("cpu:vllm-cutlass")->fp8_accumulate(a.data(), w.data(), 2, 3, 96, rec), qc::Error);
+}
+
+}  // namespace
