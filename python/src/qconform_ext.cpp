@@ -40,6 +40,7 @@
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "checks/boundary.hpp"
+#include "checks/identify.hpp"
 #include "qconform/compare.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
@@ -820,6 +821,23 @@ NB_MODULE(_qconform, m) {
         return json_to_py(j);
       },
       "arm"_a, "max_k"_a = 32768, "overflow_probe"_a = true);
+  m.def(
+      "identify",
+      [](qc::Arm& arm, uint64_t seed) {
+        qc::IdentifyOptions o;
+        o.seed = seed;
+        nlohmann::json j;
+        std::string text;
+        without_gil([&] {
+          const qc::IdentifyResult r = qc::identify(arm, o);
+          QC_INPUT(r.verdict != "not-supported", "{}", r.reason);
+          j = qc::to_json(r);
+          text = qc::describe(r);
+        });
+        j["printout"] = text;
+        return json_to_py(j);
+      },
+      "arm"_a, "seed"_a = qc::IdentifyOptions{}.seed);
   m.def(
       "transfer",
       [](const std::string& a_path, const std::string& b_path, bool replay, uint64_t seed, size_t bootstrap,

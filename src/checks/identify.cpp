@@ -33,6 +33,7 @@ constexpr int64_t kCols = 16;       // N of every probe (CUDA arms need N and K 
 constexpr int64_t kRowsPlain = 40;  // M of the probes without swap-AB (sglang_sm90_swaps is false)
 constexpr int64_t kRowsSwap = 8;    // M of the probes with swap-AB
 constexpr int kTries = 24;          // accumulators tried per element when designing
+constexpr int kPairTries = 4;       // accumulators built to separate a random pair of classes, per element
 constexpr size_t kMaxReps = 400;    // class representatives the design scores against
 
 struct Candidate {
@@ -165,6 +166,35 @@ int64_t try_acc(Rng& rng) {
     v = static_cast<int64_t>(mag);
   }
   return rng.below(4) == 0 ? -v : v;
+}
+
+// An accumulator on which points `a` and `b` give different outputs at (sa, sw, bias), if the
+// search finds one. Both are monotone step functions of acc; an output step of `a` (two adjacent
+// accumulators where `a` changes, found by bisection in a random binade) is rarely a step of `b`
+// at the same integer, unless the two agree there. This finds the rare differences random
+// accumulators miss: a conversion that rounds differently above 2^24, a product one ulp apart.
+std::optional<int64_t> separating_acc(const FormulaPoint& a, const FormulaPoint& b, float sa, float sw,
+                                      std::optional<uint16_t> bias, Rng& rng) {
+  for (int attempt = 0; attempt < 4; ++attempt) {
+    const int e = 3 + static_cast<int>(rng.below(23));
+    const int64_t sign = rng.below(4) == 0 ? -1 : 1;
+    int64_t lo = int64_t{1} << e, hi = int64_t{1} << (e + 1);
+    lo += rng.below(lo / 2);
+    const auto ya = [&](int64_t x) { return eval(a, sign * x, sa, sw, bias); };
+    if (ya(lo) == ya(hi)) continue;
+    while (hi - lo > 1) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if (ya(mid) == ya(lo)) {
+        lo = mid;
+      } else {
+        hi = mid;
+      }
+    }
+    for (int64_t x : {lo, hi}) {
+      if (eval(a, sign * x, sa, sw, bias) != eval(b, sign * x, sa, sw, bias)) return sign * x;
+    }
+  }
+  return std::nullopt;
 }
 
 // ---- the identification ---------------------------------------------------------------------------
@@ -333,17 +363,27 @@ ProbeSpec Identifier::design(int64_t m, bool with_bias, bool plain, int64_t* sco
     }
   }
   *score = 0;
-  std::vector<uint16_t> outs(reps.size());
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t n = 0; n < kCols; ++n) {
-      int64_t best = try_acc(rng_), best_score = -1;
-      for (int t = 0; t < kTries && reps.size() > 1; ++t) {
-        const int64_t acc = t == 0 ? best : try_acc(rng_);
+      const float sa = s.sa[static_cast<size_t>(i)], sw = s.sw[static_cast<size_t>(n)];
+      const std::optional<uint16_t> bias = with_bias ? std::optional<uint16_t>(s.bias[static_cast<size_t>(n)]) : std::nullopt;
+      // Accumulators to score: random ones, and ones built to separate a random pair of classes.
+      std::vector<int64_t> tries;
+      for (int t = 0; t < kTries; ++t) tries.push_back(try_acc(rng_));
+      for (int t = 0; t < kPairTries && reps.size() > 1; ++t) {
+        const Candidate* a = reps[static_cast<size_t>(rng_.below(static_cast<int64_t>(reps.size())))];
+        const Candidate* b = reps[static_cast<size_t>(rng_.below(static_cast<int64_t>(reps.size())))];
+        if (a != b) {
+          if (const auto acc = separating_acc(a->at(m, kCols), b->at(m, kCols), sa, sw, bias, rng_)) tries.push_back(*acc);
+        }
+      }
+      int64_t best = tries.front(), best_score = -1;
+      for (size_t t = 0; t < tries.size() && reps.size() > 1; ++t) {
+        const int64_t acc = tries[t];
         std::map<uint16_t, int64_t> groups;
         for (const Candidate* c : reps) {
           const FormulaPoint& p = c->at(m, kCols);
-          ++groups[eval(p, acc, s.sa[static_cast<size_t>(i)], s.sw[static_cast<size_t>(n)],
-                        with_bias ? std::optional<uint16_t>(s.bias[static_cast<size_t>(n)]) : std::nullopt)];
+          ++groups[eval(p, acc, sa, sw, bias)];
         }
         // Pairs of representatives this accumulator separates.
         const int64_t r = static_cast<int64_t>(reps.size());
