@@ -41,6 +41,7 @@ struct Candidate {
   bool dispatch = false;  // a named shape dispatch (`sglang-sm90`): `swapped` under swap-AB
   std::string notation, key, plain_key;
   bool alive = true;
+  bool plain_alive = true;  // explains every output of the observations without a bias
   int64_t mismatches = 0, compared = 0;
   const FormulaPoint& at(int64_t m, int64_t n) const {
     return dispatch && formula::sglang_sm90_swaps(m, n) ? swapped : main;
@@ -99,8 +100,10 @@ struct ProbeSpec {
 };
 
 // int8 operands whose exact accumulators are `target`: column n owns a block of `big` digits
-// against w = -128, and one last digit against w = 1 in the final 16 positions of K (inside the
-// last partial 64-wide K tile): acc = -128 * sum(block) + last, last = acc mod 128.
+// against w = -128, a first digit against w = 1 in the first 16 positions of K and a 1 against
+// w = 1 in the final 16 (inside the last partial 64-wide K tile): acc = first - 128 * sum(block)
+// + 1, first = (acc mod 128) - 1. The odd first digit makes a float accumulation round at every
+// step beyond 2^24; the last one makes a dropped K tail show.
 LayerOperands build_probe(const ProbeSpec& s, const std::string& name) {
   int64_t big = 1;
   std::vector<int64_t> blocks(s.target.size()), last(s.target.size());
@@ -110,14 +113,15 @@ LayerOperands build_probe(const ProbeSpec& s, const std::string& name) {
     blocks[e] = (last[e] - t) / 128;
     big = std::max<int64_t>(big, (std::llabs(blocks[e]) + 126) / 127);
   }
-  int64_t k = (kCols * big + kCols + 15) / 16 * 16;
+  int64_t k = kCols + kCols * big + kCols;
   while (k % 64 != 32) k += 16;
-  const int64_t tail0 = k - kCols;
+  const int64_t tail0 = k - kCols, block0 = kCols;
   OperandStorage st;
   st.a_q.assign(static_cast<size_t>(s.m * k), 0);
   st.w_q.assign(static_cast<size_t>(kCols * k), 0);
   for (int64_t n = 0; n < kCols; ++n) {
-    for (int64_t i = 0; i < big; ++i) st.w_q[static_cast<size_t>(n * k + n * big + i)] = -128;
+    for (int64_t i = 0; i < big; ++i) st.w_q[static_cast<size_t>(n * k + block0 + n * big + i)] = -128;
+    st.w_q[static_cast<size_t>(n * k + n)] = 1;
     st.w_q[static_cast<size_t>(n * k + tail0 + n)] = 1;
   }
   for (int64_t m = 0; m < s.m; ++m) {
@@ -126,11 +130,12 @@ LayerOperands build_probe(const ProbeSpec& s, const std::string& name) {
       int64_t rest = blocks[e];
       for (int64_t i = 0; i < big && rest != 0; ++i) {
         const int64_t d = rest > 0 ? std::min<int64_t>(rest, 127) : std::max<int64_t>(rest, -128);
-        st.a_q[static_cast<size_t>(m * k + n * big + i)] = static_cast<int8_t>(d);
+        st.a_q[static_cast<size_t>(m * k + block0 + n * big + i)] = static_cast<int8_t>(d);
         rest -= d;
       }
       QC_CHECK(rest == 0, "identify: probe digits for acc {} do not fit {} digits", s.target[e], big);
-      st.a_q[static_cast<size_t>(m * k + tail0 + n)] = static_cast<int8_t>(last[e]);
+      st.a_q[static_cast<size_t>(m * k + n)] = static_cast<int8_t>(last[e] - 1);
+      st.a_q[static_cast<size_t>(m * k + tail0 + n)] = 1;
     }
   }
   st.a_scale = s.sa;
@@ -313,10 +318,12 @@ int64_t Identifier::eliminate(const Observation& o) {
   for (Candidate& c : cands_) {
     // Every candidate is compared on the probes (the nearest ones of an unexplained arm come from
     // these counts); on the held-out sets only the survivors are.
-    if (o.heldout && !c.alive) continue;
+    const bool plain = o.bias.empty();
+    if (o.heldout && !c.alive && !(plain && c.plain_alive)) continue;
     const int64_t bad = disagreements(c, o);
     c.mismatches += bad;
     c.compared += o.size();
+    if (bad > 0 && plain) c.plain_alive = false;
     if (bad > 0 && c.alive) {
       c.alive = false;
       ++gone;
@@ -463,7 +470,15 @@ nlohmann::json Identifier::class_list() const {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [key, members] : classes) {
     nlohmann::json ms = nlohmann::json::array();
-    for (size_t i = 0; i < members.size() && i < 8; ++i) ms.push_back(members[i]->notation);
+    for (size_t i = 0; i < members.size() && i < 8; ++i) {
+      const Candidate& m = *members[i];
+      // Points whose notation is the same string differ only in an FMA flag with nothing to fuse.
+      ms.push_back(m.notation + (m.main.fma && !m.dispatch && formula_notation(m.main) == formula_notation(FormulaPoint{
+                                     m.main.conv, m.main.sa, m.main.sw, m.main.grouping, m.main.first, m.main.bias, false,
+                                     m.main.rounding, m.main.out})
+                                     ? "   [FMA flag: no add follows a multiply]"
+                                     : ""));
+    }
     auto it = named_by_key_.find(key);
     out.push_back({{"formula", members.front()->notation},
                    {"parameters", members.front()->dispatch ? nlohmann::json("shape dispatch") : describe_point(members.front()->main)},
@@ -496,6 +511,43 @@ void Identifier::describe_unexplained() {
       if (acc_first.size() < 3) acc_first.push_back(s);
     }
   }
+  // The bias-free behaviour on its own: a point that explains every output without a bias, and
+  // whether the arm's outputs with a bias are its outputs without one.
+  const Candidate* plain = nullptr;
+  for (const Candidate& c : cands_) {
+    if (c.plain_alive && !plain) plain = &c;
+  }
+  if (plain) {
+    auto it = named_by_key_.end();
+    for (auto i = named_by_key_.begin(); i != named_by_key_.end(); ++i) {
+      if (i->first.substr(0, i->first.find(" | ")) == plain->plain_key) it = i;
+    }
+    diag.push_back({{"kind", "without-bias"},
+                    {"summary", fmt::format("without a bias every output is explained by {}{}; the unexplained outputs come "
+                                            "with a bias",
+                                            plain->notation,
+                                            it == named_by_key_.end() ? std::string(" (no production formula of the table)")
+                                                                      : fmt::format(" (as {})", fmt::join(it->second, ", ")))},
+                    {"formula", plain->notation}});
+    int64_t biased = 0, ignored = 0;
+    for (const Observation& o : obs_) {
+      if (o.bias.empty() || o.refused) continue;
+      const FormulaPoint& p = plain->at(o.m, o.n);
+      for (int64_t i = 0; i < o.m; ++i) {
+        for (int64_t j = 0; j < o.n; ++j) {
+          const size_t e = static_cast<size_t>(i * o.n + j);
+          ++biased;
+          ignored += eval(p, o.acc[e], o.sa[i], o.sw[j], std::nullopt) == o.y[e];
+        }
+      }
+    }
+    if (biased > 0 && ignored == biased) {
+      diag.push_back({{"kind", "bias"},
+                      {"summary", fmt::format("with a bias, all {} outputs equal that formula WITHOUT the bias: the arm "
+                                              "ignores the bias it is given",
+                                              biased)}});
+    }
+  }
   if (acc_wrong > 0) {
     diag.push_back({{"kind", "accumulator"},
                     {"summary", fmt::format("accumulator fault: {} of {} exposed INT32 accumulators differ from the exact dot "
@@ -503,8 +555,28 @@ void Identifier::describe_unexplained() {
                                             acc_wrong, acc_exposed)},
                     {"first", acc_first}});
   }
-  for (size_t rank = 0; rank < order.size() && rank < 3; ++rank) {
-    const Candidate& c = *order[rank];
+  // The residuals are analysed against the formula the arm declares, when it declares a point of
+  // the space (a faulty kernel is best described against what it claims), else the nearest one.
+  std::vector<const Candidate*> analysed(order.begin(), order.begin() + std::min<size_t>(3, order.size()));
+  const Candidate* declared = nullptr;
+  if (!r_.arm.epilogue.empty()) {
+    try {
+      if (const auto p = row_point(epilogue(r_.arm.epilogue)); p && !row_swap_point(epilogue(r_.arm.epilogue))) {
+        for (const Candidate& c : cands_) {
+          if (!c.dispatch && c.main == *p) declared = &c;
+        }
+      }
+    } catch (const Error&) {
+      declared = nullptr;  // a declaration that is no formula (verify reports it); nothing to analyse against
+    }
+  }
+  if (declared && std::find(analysed.begin(), analysed.end(), declared) == analysed.end()) analysed.push_back(declared);
+  // A declared formula that refuses a bias the arm took explains nothing about those outputs.
+  const Candidate* primary =
+      declared && !(declared->refuses_bias() && bias_tested_ && !bias_refused_) ? declared : analysed.front();
+  for (size_t rank = 0; rank < analysed.size(); ++rank) {
+    const Candidate& c = *analysed[rank];
+    const bool is_primary = &c == primary;
     // Residual statistics over every observation the candidate explains or not, in its output's
     // ordered encoding (ulps of its output type).
     int64_t bad = 0, total = 0, bias_ignored = 0, other_column = 0, other_acc = 0, biased_bad = 0;
@@ -564,7 +636,7 @@ void Identifier::describe_unexplained() {
               max_acc_delta = std::max<int64_t>(max_acc_delta, std::llabs(hi - o.acc[e]));
             }
           }
-          if (rank == 0 && r_.unexplained.size() < 8) {
+          if (is_primary && r_.unexplained.size() < 8) {
             r_.unexplained.push_back(
                 {{"probe", o.id}, {"m", i}, {"n", j}, {"acc", o.acc[e]}, {"sa", fmt::format("{:a}", o.sa[i])},
                  {"sw", fmt::format("{:a}", o.sw[j])},
@@ -577,13 +649,15 @@ void Identifier::describe_unexplained() {
     nlohmann::json h = nlohmann::json::object();
     for (const auto& [d, count] : hist) h[d <= -4 ? "<=-4" : d >= 4 ? ">=4" : std::to_string(d)] = count;
     r_.nearest.push_back({{"formula", c.notation},
+                          {"role", &c == declared ? (rank < 3 ? "nearest, declared" : "declared") : "nearest"},
                           {"outputs", total},
                           {"unexplained", bad},
                           {"unexplained_per_million", total ? 1e6 * static_cast<double>(bad) / static_cast<double>(total) : 0.0},
                           {"ordered_difference_histogram", h}});
-    if (rank != 0 || bad == 0) continue;
+    if (!is_primary || bad == 0) continue;
     // What the residuals of the nearest candidate look like.
-    if (biased_bad > 0 && bias_ignored == biased_bad) {
+    const bool have_bias_diag = std::any_of(diag.begin(), diag.end(), [](const nlohmann::json& d) { return d["kind"] == "bias"; });
+    if (biased_bad > 0 && bias_ignored == biased_bad && !have_bias_diag) {
       diag.push_back({{"kind", "bias"},
                       {"summary", fmt::format("with a bias, all {} unexplained outputs equal the formula WITHOUT the bias: "
                                               "the arm ignores the bias it is given",
@@ -597,18 +671,18 @@ void Identifier::describe_unexplained() {
     }
     if (other_acc == bad && !(biased_bad > 0 && bias_ignored == biased_bad) && other_column != bad) {
       diag.push_back({{"kind", "accumulator"},
-                      {"summary", fmt::format("every unexplained output ({}) is what the nearest formula gives for another "
+                      {"summary", fmt::format("every unexplained output ({}) is what the {} gives for another "
                                               "accumulator (|acc' - acc| up to {}): the residuals look like an accumulator "
                                               "fault rather than an epilogue",
-                                              bad, max_acc_delta)}});
+                                              bad, declared ? "declared formula" : "nearest formula", max_acc_delta)}});
     }
-    if (diag.empty()) {
+    if (std::none_of(diag.begin(), diag.end(), [](const nlohmann::json& d) { return d["kind"] != "without-bias"; })) {
       const int64_t ones = (hist.count(1) ? hist[1] : 0) + (hist.count(-1) ? hist[-1] : 0);
       diag.push_back({{"kind", "epilogue"},
-                      {"summary", fmt::format("no formula of the space explains the outputs; the nearest differs in {} of {} "
+                      {"summary", fmt::format("no formula of the space explains the outputs; the {} differs in {} of {} "
                                               "outputs ({} of them by one ulp): epilogue arithmetic outside the space "
                                               "(another rounding step, precision or order), or a fault",
-                                              bad, total, ones)}});
+                                              declared ? "declared formula" : "nearest", bad, total, ones)}});
     }
   }
   r_.diagnosis = diag;
@@ -629,7 +703,20 @@ void Identifier::conclude() {
     for (const Candidate& c : cands_) all.insert(c.key);
     r_.candidates["classes"] = all.size();
   }
-  if (keys.size() == 1 && acc_wrong == 0) {
+  if (acc_wrong > 0) {
+    // The exposed accumulators are evidence about the arm's accumulation, not about which formula
+    // turns its outputs out: reported with every verdict, decided by the outputs alone.
+    std::vector<std::string> first;
+    int64_t exposed = 0;
+    for (const Observation& o : obs_) {
+      exposed += o.acc_exposed;
+      for (const std::string& f : o.acc_first) {
+        if (first.size() < 3) first.push_back(f);
+      }
+    }
+    r_.accumulator = {{"exposed", exposed}, {"differ", acc_wrong}, {"first", first}};
+  }
+  if (keys.size() == 1) {
     const Candidate* rep = nullptr;
     for (const Candidate& c : cands_) {
       if (c.alive && !rep) rep = &c;
@@ -643,7 +730,7 @@ void Identifier::conclude() {
                             r_.outputs);
     return;
   }
-  if (keys.size() > 1 && acc_wrong == 0) {
+  if (keys.size() > 1) {
     r_.verdict = "ambiguous";
     r_.matching = r_.outputs;
     r_.reason = fmt::format(
@@ -668,8 +755,7 @@ void Identifier::conclude() {
       break;
     }
   }
-  r_.reason = acc_wrong > 0 ? "the arm's exposed accumulators are not the exact dot products"
-                            : "no candidate of the formula space explains every output";
+  r_.reason = "no candidate of the formula space explains every output";
 }
 
 IdentifyResult Identifier::run() {
@@ -724,6 +810,7 @@ nlohmann::json to_json(const IdentifyResult& r) {
           {"nearest", r.nearest},
           {"unexplained", r.unexplained},
           {"diagnosis", r.diagnosis},
+          {"accumulator", r.accumulator},
           {"seconds", r.seconds}};
 }
 
@@ -738,6 +825,12 @@ std::string describe(const IdentifyResult& r) {
                      p["eliminated"].get<int64_t>(), p["candidates_left"].get<int64_t>(), p["classes_left"].get<size_t>());
   }
   s += fmt::format("  held-out: {} outputs\n\nverdict: {}\n", r.outputs, r.verdict);
+  if (!r.accumulator.empty()) {
+    s += fmt::format("WARNING: {} of {} exposed INT32 accumulators differ from the exact dot products (the outputs "
+                     "are judged on their own; C4 would fail):\n",
+                     r.accumulator["differ"].get<int64_t>(), r.accumulator["exposed"].get<int64_t>());
+    for (const auto& f : r.accumulator["first"]) s += fmt::format("  {}\n", f.get<std::string>());
+  }
   if (r.verdict == "identified") {
     s += fmt::format("formula: {}\n", r.formula);
     s += fmt::format("named:   {}\n", r.named.empty() ? std::string("none (not a production formula of the table)")
@@ -763,11 +856,13 @@ std::string describe(const IdentifyResult& r) {
     }
     s += "nearest candidates:\n";
     for (const auto& n : r.nearest) {
-      s += fmt::format("  {} unexplained of {} ({:.1f} per million), ordered differences {}: {}\n", n["unexplained"].get<int64_t>(),
+      s += fmt::format("  [{}] {} unexplained of {} ({:.1f} per million), ordered differences {}: {}\n",
+                       n["role"].get<std::string>(), n["unexplained"].get<int64_t>(),
                        n["outputs"].get<int64_t>(), n["unexplained_per_million"].get<double>(),
                        n["ordered_difference_histogram"].dump(), n["formula"].get<std::string>());
     }
-    s += "first unexplained outputs (nearest candidate):\n";
+    s += fmt::format("first unexplained outputs (against the {}):\n",
+                     r.arm.epilogue.empty() ? "nearest candidate" : "declared formula where it is a point, else the nearest");
     for (const auto& u : r.unexplained) {
       s += fmt::format("  {} [{},{}] acc={} sa={} sw={} bias={}: got {}, formula gives {}\n", u["probe"].get<std::string>(),
                        u["m"].get<int64_t>(), u["n"].get<int64_t>(), u["acc"].get<int64_t>(), u["sa"].get<std::string>(),

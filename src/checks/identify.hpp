@@ -33,6 +33,9 @@ struct IdentifyResult {
   nlohmann::json nearest;     // unexplained: the nearest candidates with residual statistics
   nlohmann::json unexplained; // unexplained: the first unexplained outputs (coordinates, values, bits)
   nlohmann::json diagnosis;   // what the residuals look like (accumulator, bias, scale, epilogue)
+  // Exposed INT32 accumulators that differ from the exact dot products ({exposed, differ, first});
+  // empty when none differ. Reported with any verdict; the verdict is decided by the outputs.
+  nlohmann::json accumulator = nlohmann::json::object();
   double seconds = 0;
 };
 

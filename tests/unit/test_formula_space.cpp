@@ -158,7 +158,7 @@ TEST(FormulaSpace, EveryNamedRowIsAPointBitForBit) {
 }
 
 TEST(FormulaSpace, PointEpilogueTileEqualsElements) {
-  const Epilogue& e = epilogue("bf16_rz(rn32(f32(bf16(rn32(rn32(f32_rz(acc) * bf16(sa)) * sw))) + f32(bias)))");
+  const Epilogue& e = epilogue("bf16_rz(rn32(f32(bf16_rz(rn32(rn32(f32_rz(acc) * bf16(sa)) * sw))) + f32(bias)))");
   Gen g{7};
   const int64_t M = 5, N = 9;
   std::vector<int32_t> acc32(M * N);
@@ -252,7 +252,9 @@ TEST(FormulaSpace, NewPrimitivesAgainstReferences) {
     const long double exact = static_cast<long double>(acc);
     EXPECT_LE(std::fabs(static_cast<long double>(rz)), std::fabs(exact)) << acc;
     EXPECT_GT(std::fabs(static_cast<long double>(std::nextafter(rz, acc < 0 ? -INFINITY : INFINITY))), std::fabs(exact)) << acc;
-    if (acc >= INT32_MIN && acc <= INT32_MAX) EXPECT_EQ(formula::to_f32_rz(static_cast<int32_t>(acc)), rz) << acc;
+    if (acc >= INT32_MIN && acc <= INT32_MAX) {
+      EXPECT_EQ(formula::to_f32_rz(static_cast<int32_t>(acc)), rz) << acc;
+    }
     // Straight to bf16: the correctly rounded bf16 of the integer (the exact formula with unit scales).
     EXPECT_EQ(f32_to_bf16(formula::to_narrow_rn(Precision::bf16, acc)), exact_bf16(acc, 1.0f, 1.0f, std::nullopt)) << acc;
     // Straight to fp16: below 2^24 the fp32 is exact, so one fp32 -> fp16 rounding is the reference.

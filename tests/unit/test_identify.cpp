@@ -26,7 +26,10 @@ bool has_diagnosis(const IdentifyResult& r, const std::string& kind) {
 
 TEST(Identify, EveryCpuArmIsItsDeclaredFormula) {
   for (const std::string& label : list_arms()) {
-    if (label.rfind("cpu:", 0) != 0 && label.rfind("onednn:", 0) != 0) continue;
+    // Every CPU arm; of the oneDNN family (where built) the default and one with a bias path: the
+    // others share its matmul and differ only in the epilogue the cpu arms already cover.
+    const bool onednn = label == "onednn:s8s8" || label == "onednn:s8s8-vllm-triton";
+    if (label.rfind("cpu:", 0) != 0 && !onednn) continue;
     auto arm = make_arm(label);
     const IdentifyResult r = identify(*arm);
     const std::string declared = arm->info().epilogue;
@@ -35,6 +38,11 @@ TEST(Identify, EveryCpuArmIsItsDeclaredFormula) {
         << label << " declares " << declared << ", identified " << r.formula << "\n" << describe(r);
     EXPECT_GT(r.outputs, 0) << label;
     EXPECT_EQ(r.matching, r.outputs) << label;
+    // The CPU arms expose the exact accumulator. (oneDNN's exposed s32 is rounded through fp32
+    // beyond 2^24 on this path: reported by identify as a finding, not asserted here.)
+    if (!onednn) {
+      EXPECT_TRUE(r.accumulator.empty()) << label << ": " << r.accumulator.dump();
+    }
     // The identified formula is a point whose class holds the declared row's point.
     if (declared != "sglang-sm90") {
       EXPECT_EQ(formula_class_key(parse_formula(r.formula)), formula_class_key(parse_formula(declared))) << label;
@@ -57,9 +65,10 @@ TEST(Identify, MutantsComeOutAsFaults) {
     }
     ASSERT_EQ(r.verdict, "unexplained") << label << "\n" << describe(r);
     EXPECT_FALSE(r.nearest.empty()) << label;
-    EXPECT_FALSE(r.unexplained.empty() && !has_diagnosis(r, "accumulator")) << label;
+    EXPECT_FALSE(r.diagnosis.empty()) << label;
     if (info.breaks_stage == "accumulation") {
       EXPECT_TRUE(has_diagnosis(r, "accumulator")) << label << "\n" << describe(r);
+      EXPECT_FALSE(r.accumulator.empty()) << label;
     } else if (label == "mutant:wrong-scale") {
       EXPECT_TRUE(has_diagnosis(r, "scale")) << describe(r);
     } else {
