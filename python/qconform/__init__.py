@@ -134,7 +134,9 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
     operands (``bias`` is ``None`` for layers without one) and returns ``y`` bf16 ``[M, N]``
     (uint16 bit patterns, ``ml_dtypes.bfloat16`` or ``torch.bfloat16``, on any device); with
     ``exposes_accumulator=True`` it returns ``(y, acc)`` with ``acc`` int32 ``[M, N]`` and check C4
-    compares it with the exact accumulator. Anything else raises :class:`InputError`.
+    compares it with the exact accumulator. Anything else raises :class:`InputError`. A callable
+    that cannot take some operands (a bias, a shape) refuses them by raising :class:`InputError`,
+    as the built-in arms do (``identify`` reads a refused bias as a kernel without one).
 
     Its run record names the kernel ``<module>.<qualname>`` of the callable, or ``name``; the
     label is ``name`` when it contains a ``:``, else ``python:<kernel>``. ``epilogue`` declares the

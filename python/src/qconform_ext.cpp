@@ -431,6 +431,15 @@ class PythonArm final : public qc::Arm {
     try {
       return run_with_gil(ops);
     } catch (nb::python_error& e) {
+      // A callable refuses operands it cannot take (a bias, a shape) as the built-in arms do, by
+      // raising `qconform.InputError`: that becomes the C++ input error the checks expect (identify
+      // reads a refused bias as "this kernel takes no bias").
+      if (PyErr_GivenExceptionMatches(e.type().ptr(), g_input_error)) {
+        const std::string what = nb::str(e.value()).c_str();
+        throw qc::Error(qc::ErrorKind::input,
+                        fmt::format("arm `{}` refuses layer `{}` ({}x{}x{}): {}", info_.label, ops.name, ops.m, ops.n, ops.k, what),
+                        __FILE__, __LINE__, "qconform.InputError raised by the callable");
+      }
       // Park the exception (see `reraise_pending`), with a note naming the arm and the layer.
       nb::object value = nb::borrow(e.value());
       if (nb::hasattr(value, "add_note")) {

@@ -571,9 +571,10 @@ void Identifier::describe_unexplained() {
     }
   }
   if (declared && std::find(analysed.begin(), analysed.end(), declared) == analysed.end()) analysed.push_back(declared);
-  // A declared formula that refuses a bias the arm took explains nothing about those outputs.
-  const Candidate* primary =
-      declared && !(declared->refuses_bias() && bias_tested_ && !bias_refused_) ? declared : analysed.front();
+  const Candidate* primary = declared ? declared : analysed.front();
+  // The first unexplained outputs: against the primary formula, or the nearest one where the
+  // primary has none (a declared formula that refuses the bias the arm took).
+  std::map<const Candidate*, nlohmann::json> firsts;
   for (size_t rank = 0; rank < analysed.size(); ++rank) {
     const Candidate& c = *analysed[rank];
     const bool is_primary = &c == primary;
@@ -636,8 +637,9 @@ void Identifier::describe_unexplained() {
               max_acc_delta = std::max<int64_t>(max_acc_delta, std::llabs(hi - o.acc[e]));
             }
           }
-          if (is_primary && r_.unexplained.size() < 8) {
-            r_.unexplained.push_back(
+          nlohmann::json& first = firsts[&c];
+          if (first.size() < 8) {
+            first.push_back(
                 {{"probe", o.id}, {"m", i}, {"n", j}, {"acc", o.acc[e]}, {"sa", fmt::format("{:a}", o.sa[i])},
                  {"sw", fmt::format("{:a}", o.sw[j])},
                  {"bias", o.bias.empty() ? std::string("none") : bits16(o.bias[j], Precision::bf16)},
@@ -686,6 +688,8 @@ void Identifier::describe_unexplained() {
     }
   }
   r_.diagnosis = diag;
+  r_.unexplained = firsts.count(primary) && !firsts[primary].empty() ? firsts[primary] : firsts[analysed.front()];
+  if (r_.unexplained.is_null()) r_.unexplained = nlohmann::json::array();
 }
 
 void Identifier::conclude() {
