@@ -29,6 +29,14 @@ struct Epilogue {
   BiasMode bias_mode;
   std::string_view formula;  // human-readable, rounding points explicit
   std::string_view source;   // engine and code path it models
+  // This row as a point of the formula space, in its notation (`qconform arms` prints it;
+  // src/epilogue/formula_space.hpp parses it), and, for a row that dispatches on the GEMM's shape
+  // (`sglang-sm90`), the point it computes under swap-AB. Tested: the named body and the point give
+  // the same bits (tests/unit/test_formula_space.cpp).
+  std::string_view point = {};
+  std::string_view swap_point = {};
+  // `kind == EpilogueKind::point`: the point this epilogue evaluates (a formula string's epilogue).
+  FormulaPoint space = {};
 
   // One output element (bf16 bit pattern). `bias_bf16` only when the layer has a bias; `m_rows`
   // and `n_cols` are the whole GEMM's M and N (only `sglang-sm90` reads them, for its swap-AB
@@ -57,7 +65,10 @@ struct Epilogue {
   std::string_view pow2_class(bool has_bias) const;
 };
 
-// The epilogue named `name`; QC_INPUT error listing the valid names when unknown.
+// The epilogue named `name`, or the epilogue of a formula string in the notation of the formula
+// space (`bf16(rn32(sa * rn32(f32(acc) * sw)))`, docs/identify.md): such an epilogue is created
+// once per distinct formula and lives as long as the program. QC_INPUT error listing the valid
+// names, or saying why the formula is not a point of the space, otherwise.
 const Epilogue& epilogue(std::string_view name);
 // Every epilogue over an integer accumulator, in a fixed order (the registry the INT8 arms and
 // CUDA instances enumerate).

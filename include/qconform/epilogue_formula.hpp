@@ -37,6 +37,7 @@
 
 #if defined(__CUDACC__)
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstring>
@@ -53,7 +54,9 @@ namespace qc {
 // Which formula body an epilogue evaluates. `sglang_sm90` has no body of its own: it is the
 // CUTLASS tree with the Triton order under swap-AB (`instance_kind`); `exact` is the correctly
 // rounded result in integer arithmetic, host-only (`qc::exact_bf16` in epilogue.hpp).
-enum class EpilogueKind { vllm_cutlass, vllm_triton, sglang_sm89, sglang_sm90, exact };
+// `point` is a point of the formula space (`FormulaPoint` below, `Epilogue::space`), evaluated by
+// `formula::apply_point`: the epilogue of a formula string (`qconform identify`, `verify --declare`).
+enum class EpilogueKind { vllm_cutlass, vllm_triton, sglang_sm89, sglang_sm90, exact, point };
 
 // How the formula adds a bias (stored as bf16, one per output column n).
 enum class BiasMode {
@@ -62,6 +65,51 @@ enum class BiasMode {
   after_bf16,  // `bf16(rn32(f32(bf16(product)) + f32(bias)))`: bias added after a bf16 rounding
   exact,       // the bias joins the exact real sum that is rounded once
   refuse,      // ambiguous for this name: `apply` with a bias throws QC_INPUT (pick a suffixed name)
+};
+
+// ---- The formula space (docs/identify.md) ----------------------------------------------------
+//
+// One point is one complete epilogue: how the accumulator is converted, the precision each scale is
+// cast to, the grouping of the two scale products and the precision the first product rounds to,
+// where a bias is added (and whether that add is contracted into the preceding multiply), and the
+// output rounding and type. Every named fp32 formula of the table is a point
+// (`Epilogue::point`); `formula::apply_point` is their one generic text.
+
+// int -> first working value: fp32 round-to-nearest-even, fp32 round-toward-zero, straight to bf16
+// or fp16 (one rounding each, RNE), or `exact` (no rounding until the output: the `exact` formula).
+enum class AccConversion { f32_rn, f32_rz, bf16_rn, f16_rn, exact };
+// A precision a scale is cast to or an intermediate rounds to (RNE); the output type (bf16, f16).
+enum class Precision { f32, bf16, f16 };
+// The order and grouping of the two scale products.
+enum class ScaleGrouping {
+  acc_sa_sw,     // (acc * sa) * sw             vllm-triton
+  acc_sw_sa,     // sa * (acc * sw)             vllm-cutlass
+  scales_first,  // acc * (sw * sa)             sglang-sm89
+};
+// Where a bias is added.
+enum class BiasPlacement {
+  none,           // the formula takes no bias: given one, it refuses (like `vllm-cutlass`)
+  before_output,  // an fp32 add before the output rounding (or fused, `FormulaPoint::fma`)
+  after_output,   // added after the output rounding: out(rn32(f32(out(y)) + f32(bias)))
+};
+enum class OutRounding { rn, rz };
+
+struct FormulaPoint {
+  AccConversion conv = AccConversion::f32_rn;
+  Precision sa = Precision::f32;     // the activation scale's cast
+  Precision sw = Precision::f32;     // the weight scale's cast
+  ScaleGrouping grouping = ScaleGrouping::acc_sw_sa;
+  Precision first = Precision::f32;  // the first product (acc*sa, acc*sw or sw*sa), rounded to fp32, then to this
+  BiasPlacement bias = BiasPlacement::none;
+  bool fma = false;                  // an add that follows a multiply is contracted into one FMA
+  OutRounding rounding = OutRounding::rn;
+  Precision out = Precision::bf16;   // bf16 or f16 (the bit pattern the epilogue returns)
+
+  constexpr bool operator==(const FormulaPoint& o) const {
+    return conv == o.conv && sa == o.sa && sw == o.sw && grouping == o.grouping && first == o.first &&
+           bias == o.bias && fma == o.fma && rounding == o.rounding && out == o.out;
+  }
+  constexpr bool operator!=(const FormulaPoint& o) const { return !(*this == o); }
 };
 
 namespace formula {
@@ -133,6 +181,134 @@ QC_FORMULA_FN float bf16_value(uint16_t b) {
 #endif
 }
 
+// ---- The primitives of the formula space (host: integer and bit arithmetic; device: intrinsics)
+//
+//   primitive            host                                        device
+//   to_f32_rz(acc)       RNE cast stepped toward zero when it grew   __int2float_rz / __ll2float_rz
+//   to_narrow_rn(p, acc) integer rounding to 8 / 11 significant bits  __int2bfloat16_rn, __int2half_rn (ll too)
+//   round_to(p, x)       f32_to_bf16 / f32_to_f16, widened back      __float2bfloat16_rn / __float2half_rn
+//   out_round(p, r, x)   f32_to_bf16(_rz) / f32_to_f16 (RZ: stepped) __float2bfloat16_rn/_rz, __float2half_rn/_rz
+//   widen_out(p, b)      exact                                       exact
+
+namespace detail {
+// |acc| rounded to `bits` significant bits, round half to even, as an exact float. For fp16 (`f16`)
+// anything at or above 65520 (the midpoint above the largest finite 65504) becomes inf.
+template <typename Acc>
+QC_FORMULA_FN float int_to_narrow_host(Acc acc, int bits, bool f16) {
+  const bool neg = acc < 0;
+  uint64_t u = neg ? uint64_t{0} - static_cast<uint64_t>(acc) : static_cast<uint64_t>(acc);
+  int width = 0;
+  for (uint64_t v = u; v != 0; v >>= 1) ++width;
+  int shift = width > bits ? width - bits : 0;
+  if (shift > 0) {
+    const uint64_t q = u >> shift, rem = u & ((uint64_t{1} << shift) - 1), half = uint64_t{1} << (shift - 1);
+    u = (rem > half || (rem == half && (q & 1u) != 0)) ? q + 1 : q;  // q + 1 may carry to 2^bits: still exact
+  }
+  float v = static_cast<float>(u);  // u < 2^(bits + 1): exact
+  for (int i = 0; i < shift; ++i) v *= 2.0f;
+  if (f16 && v > 65504.0f) v = INFINITY;
+  return neg ? -v : v;
+}
+// fp32 -> fp16 bit pattern, round toward zero: the RNE result stepped back when it grew in
+// magnitude (inf becomes the largest finite 0x7BFF); NaN stays the RNE NaN.
+QC_FORMULA_FN uint16_t f16_rz_host(float x, uint16_t rne, float rne_value) {
+  if (x != x) return rne;
+  if ((rne_value < 0 ? -rne_value : rne_value) > (x < 0 ? -x : x)) return static_cast<uint16_t>(rne - 1);
+  return rne;
+}
+}  // namespace detail
+
+// Integer accumulator -> fp32, round toward zero.
+QC_FORMULA_FN float to_f32_rz(int32_t acc) {
+#if defined(__CUDA_ARCH__)
+  return __int2float_rz(acc);
+#else
+  const float f = static_cast<float>(acc);
+  const double d = static_cast<double>(f), a = static_cast<double>(acc);  // both exact in fp64
+  return (d > a && a >= 0) || (d < a && a < 0) ? std::nextafter(f, 0.0f) : f;
+#endif
+}
+QC_FORMULA_FN float to_f32_rz(int64_t acc) {
+#if defined(__CUDA_ARCH__)
+  return __ll2float_rz(acc);
+#else
+  const float f = static_cast<float>(acc);
+  // |f| reaches 2^63 only by rounding up (INT64_MIN, exactly -2^63, excepted); below that, f is an
+  // integer that fits int64 and compares exactly.
+  bool grew;
+  if (f >= 0x1p63f || f <= -0x1p63f) {
+    grew = acc != INT64_MIN;
+  } else {
+    const int64_t fi = static_cast<int64_t>(f);
+    grew = acc >= 0 ? fi > acc : fi < acc;
+  }
+  return grew ? std::nextafter(f, 0.0f) : f;
+#endif
+}
+
+// Integer accumulator straight to bf16 or fp16 (one RNE rounding), as an exact float value.
+template <typename Acc>
+QC_FORMULA_FN float to_narrow_rn(Precision p, Acc acc) {
+#if defined(__CUDA_ARCH__)
+  if (p == Precision::bf16) return __bfloat162float(__ll2bfloat16_rn(static_cast<long long>(acc)));
+  return __half2float(__ll2half_rn(static_cast<long long>(acc)));
+#else
+  return detail::int_to_narrow_host(acc, p == Precision::bf16 ? 8 : 11, p == Precision::f16);
+#endif
+}
+
+// fp32 -> fp16 bit pattern, round to nearest even.
+QC_FORMULA_FN uint16_t f16_rn(float x) {
+#if defined(__CUDACC__)
+  return __half_as_ushort(__float2half_rn(x));
+#else
+  return f32_to_f16(x);
+#endif
+}
+QC_FORMULA_FN float f16_value(uint16_t b) {
+#if defined(__CUDACC__)
+  return __half2float(__ushort_as_half(b));
+#else
+  return f16_to_f32(b);
+#endif
+}
+
+// An fp32 value rounded (RNE) to precision `p` and widened back (exact).
+QC_FORMULA_FN float round_to(Precision p, float x) {
+  if (p == Precision::bf16) return bf16_value(bf16_rn(x));
+  if (p == Precision::f16) return f16_value(f16_rn(x));
+  return x;
+}
+
+// The output rounding: fp32 -> bf16 or fp16 bit pattern, RNE or RZ.
+QC_FORMULA_FN uint16_t out_round(Precision p, OutRounding r, float x) {
+  if (p == Precision::f16) {
+#if defined(__CUDACC__)
+    return __half_as_ushort(r == OutRounding::rz ? __float2half_rz(x) : __float2half_rn(x));
+#else
+    const uint16_t rne = f16_rn(x);
+    return r == OutRounding::rz ? detail::f16_rz_host(x, rne, f16_value(rne)) : rne;
+#endif
+  }
+  if (r == OutRounding::rn) return bf16_rn(x);
+#if defined(__CUDACC__)
+  return __bfloat16_as_ushort(__float2bfloat16_rz(x));
+#else
+  return f32_to_bf16_rz(x);
+#endif
+}
+// An output bit pattern widened back to fp32 (exact).
+QC_FORMULA_FN float widen_out(Precision p, uint16_t b) { return p == Precision::f16 ? f16_value(b) : bf16_value(b); }
+
+// The accumulator converted as `c` says (`exact` is not a conversion: host-only, `exact_bf16`).
+template <typename Acc>
+QC_FORMULA_FN float convert_acc(AccConversion c, Acc acc) {
+  if (c == AccConversion::f32_rz) return to_f32_rz(acc);
+  if (c == AccConversion::bf16_rn) return to_narrow_rn(Precision::bf16, acc);
+  if (c == AccConversion::f16_rn) return to_narrow_rn(Precision::f16, acc);
+  return to_f32_rn(acc);
+}
+
 // ---- Shape dispatch ---------------------------------------------------------------------------
 
 // SGLang's Hopper dispatch swaps A and B for small M (production-epilogues.md): the swapped kernel
@@ -163,6 +339,7 @@ constexpr const char* kind_name(EpilogueKind kind) {
     case EpilogueKind::sglang_sm89: return "sglang-sm89";
     case EpilogueKind::sglang_sm90: return "sglang-sm90";
     case EpilogueKind::exact: return "exact";
+    case EpilogueKind::point: return "point";
   }
   return "?";
 }
@@ -174,6 +351,7 @@ constexpr const char* scale_order(EpilogueKind kind) {
     case EpilogueKind::sglang_sm89: return "sw * sa first";
     case EpilogueKind::sglang_sm90: return "sw first, then sa; sa first under swap-AB";
     case EpilogueKind::exact: return "exact product";
+    case EpilogueKind::point: return "as the formula-space point says";
   }
   return "?";
 }
@@ -218,6 +396,47 @@ QC_FORMULA_FN auto apply(Acc acc, F sa, F sw, BiasMode bias_mode, bool has_bias,
     const F y = mul_rn(x, mul_rn(sw, sa));
     return bf16_rn(has_bias ? add_rn(y, bias) : y);
   }
+}
+
+// One output element of the formula-space point `p` (precondition: `p.conv != exact`, which is
+// host-only integer arithmetic; a bias given to a point with `BiasPlacement::none` is the caller's
+// to refuse, here it is ignored). The steps, in the order the point's notation prints them
+// (docs/identify.md):
+//   1. the accumulator converted (`p.conv`); each scale cast (`p.sa`, `p.sw`);
+//   2. the first product of `p.grouping`, rounded to fp32 and then to `p.first`;
+//   3. the second product, rounded to fp32, or fused with the bias add (`p.fma`, bias before the
+//      output) into one FMA;
+//   4. the bias: an fp32 add before the output rounding, or after it (the output rounded, widened,
+//      the bias added in fp32, rounded again);
+//   5. the output rounding `p.rounding` to `p.out`.
+// `Acc`, `F` are an integer accumulator and `float`; the formula-space printer and the class
+// computation instantiate them with symbolic types (src/epilogue/formula_space.cpp), so the
+// notation of a point and its equivalence class are read from this very text.
+template <typename Acc, typename F>
+QC_FORMULA_FN auto apply_point(const FormulaPoint& p, Acc acc, F sa_in, F sw_in, bool has_bias, F bias) {
+  const F x = convert_acc(p.conv, acc);
+  const F sa = round_to(p.sa, sa_in);
+  const F sw = round_to(p.sw, sw_in);
+  // The two operands of the last multiply, in the order the notation prints them.
+  F l = x, r = x;
+  if (p.grouping == ScaleGrouping::acc_sa_sw) {
+    l = round_to(p.first, mul_rn(x, sa));
+    r = sw;
+  } else if (p.grouping == ScaleGrouping::acc_sw_sa) {
+    l = sa;
+    r = round_to(p.first, mul_rn(x, sw));
+  } else {
+    l = x;
+    r = round_to(p.first, mul_rn(sw, sa));
+  }
+  const bool add_before = has_bias && p.bias == BiasPlacement::before_output;
+  if (add_before && p.fma) return out_round(p.out, p.rounding, fma_rn(l, r, bias));
+  const F y = mul_rn(l, r);
+  if (add_before) return out_round(p.out, p.rounding, add_rn(y, bias));
+  if (has_bias && p.bias == BiasPlacement::after_output) {
+    return out_round(p.out, p.rounding, add_rn(widen_out(p.out, out_round(p.out, p.rounding, y)), bias));
+  }
+  return out_round(p.out, p.rounding, y);
 }
 
 // Calls `fn(std::integral_constant<EpilogueKind, K>{})` with the instance kind `kind` as a

@@ -38,7 +38,7 @@ from ._qconform import Arm, ArmFailure, Error, InputError, InternalError, Python
 __all__ = [
     "Arm", "PythonArm", "Error", "InputError", "InternalError", "ArmFailure", "OperandList",
     "__version__", "arm", "arms", "apply_epilogue", "boundary", "compare", "epilogues",
-    "exact_accumulate", "load_operands", "predict", "quantize_activations", "run", "save_operands", "synth",
+    "exact_accumulate", "identify", "load_operands", "predict", "quantize_activations", "run", "save_operands", "synth",
     "transfer", "verify", "bf16_bits_to_float32", "float32_to_bf16_bits",
 ]
 
@@ -134,11 +134,14 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
     operands (``bias`` is ``None`` for layers without one) and returns ``y`` bf16 ``[M, N]``
     (uint16 bit patterns, ``ml_dtypes.bfloat16`` or ``torch.bfloat16``, on any device); with
     ``exposes_accumulator=True`` it returns ``(y, acc)`` with ``acc`` int32 ``[M, N]`` and check C4
-    compares it with the exact accumulator. Anything else raises :class:`InputError`.
+    compares it with the exact accumulator. Anything else raises :class:`InputError`. A callable
+    that cannot take some operands (a bias, a shape) refuses them by raising :class:`InputError`,
+    as the built-in arms do (``identify`` reads a refused bias as a kernel without one).
 
     Its run record names the kernel ``<module>.<qualname>`` of the callable, or ``name``; the
     label is ``name`` when it contains a ``:``, else ``python:<kernel>``. ``epilogue`` declares the
-    formula the callable implements (a name from :func:`epilogues`): verify then checks the output
+    formula the callable implements (a name from :func:`epilogues`, or a formula string of the formula
+    space such as :func:`identify` returns, docs/identify.md): verify then checks the output
     against it bit for bit and predicts the exact set of differences with the other arm.
     """
     if isinstance(spec, Arm):
@@ -267,6 +270,19 @@ def boundary(arm_spec: ArmSpec, *, max_k: int = 32768, overflow_probe: bool = Tr
     """C1, the arithmetic preconditions through the arm's own code path: the dict
     ``qconform boundary --json`` writes."""
     return _qconform.boundary(arm(arm_spec), int(max_k), bool(overflow_probe))
+
+
+def identify(arm_spec: ArmSpec, *, seed: Optional[int] = None) -> Dict[str, Any]:
+    """Which epilogue formula an INT8 arm (a label, an :class:`Arm` or any callable) computes:
+    designed probes through the arm over the formula space, then a held-out confirmation on
+    synthetic operands. Returns the dict ``qconform identify --json`` writes (``verdict``
+    ``identified`` / ``ambiguous`` / ``unexplained``, ``formula``, ``named``, ``explained``,
+    ``candidates``, ``probes``, ...) plus ``printout``, the text the CLI prints. The formula string
+    can be passed back as ``arm(fn, epilogue=formula)``; see docs/identify.md."""
+    a = arm(arm_spec)
+    if seed is None:
+        return _qconform.identify(a)
+    return _qconform.identify(a, int(seed))
 
 
 def transfer(a_jsonl: Union[str, "os.PathLike[str]"], b_jsonl: Union[str, "os.PathLike[str]"],

@@ -40,6 +40,7 @@
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "checks/c1_boundary.hpp"
+#include "checks/identify.hpp"
 #include "qconform/compare.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
@@ -430,6 +431,15 @@ class PythonArm final : public qc::Arm {
     try {
       return run_with_gil(ops);
     } catch (nb::python_error& e) {
+      // A callable refuses operands it cannot take (a bias, a shape) as the built-in arms do, by
+      // raising `qconform.InputError`: that becomes the C++ input error the checks expect (identify
+      // reads a refused bias as "this kernel takes no bias").
+      if (PyErr_GivenExceptionMatches(e.type().ptr(), g_input_error)) {
+        const std::string what = nb::str(e.value()).c_str();
+        throw qc::Error(qc::ErrorKind::input,
+                        fmt::format("arm `{}` refuses layer `{}` ({}x{}x{}): {}", info_.label, ops.name, ops.m, ops.n, ops.k, what),
+                        __FILE__, __LINE__, "qconform.InputError raised by the callable");
+      }
       // Park the exception (see `reraise_pending`), with a note naming the arm and the layer.
       nb::object value = nb::borrow(e.value());
       if (nb::hasattr(value, "add_note")) {
@@ -820,6 +830,23 @@ NB_MODULE(_qconform, m) {
         return json_to_py(j);
       },
       "arm"_a, "max_k"_a = 32768, "overflow_probe"_a = true);
+  m.def(
+      "identify",
+      [](qc::Arm& arm, uint64_t seed) {
+        qc::IdentifyOptions o;
+        o.seed = seed;
+        nlohmann::json j;
+        std::string text;
+        without_gil([&] {
+          const qc::IdentifyResult r = qc::identify(arm, o);
+          QC_INPUT(r.verdict != "not-supported", "{}", r.reason);
+          j = qc::to_json(r);
+          text = qc::describe(r);
+        });
+        j["printout"] = text;
+        return json_to_py(j);
+      },
+      "arm"_a, "seed"_a = qc::IdentifyOptions{}.seed);
   m.def(
       "transfer",
       [](const std::string& a_path, const std::string& b_path, bool replay, uint64_t seed, size_t bootstrap,

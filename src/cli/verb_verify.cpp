@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "arms/declared_arm.hpp"
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
 #include "cli/distributed.hpp"
@@ -83,6 +84,7 @@ VerbRunner setup_verify(CLI::App& app) {
     int64_t tolerance = 1;
     bool per_layer = false, timings = false, gpu_per_rank = false;
     std::string resume;
+    std::vector<std::string> declare;
   };
   auto o = std::make_shared<Options>();
   app.add_option("operands", o->operands, "operands file (safetensors, or the index of a sharded set)")->required();
@@ -101,6 +103,10 @@ VerbRunner setup_verify(CLI::App& app) {
   app.add_option("--resume", o->resume,
                  "keep each completed layer's result in this directory and skip the layers a previous run completed "
                  "there (digest-checked)");
+  app.add_option("--declare", o->declare,
+                 "declare the epilogue an arm computes, A=<formula> or B=<formula>: a name of `qconform arms` or a "
+                 "formula string of the formula space (what `qconform identify` prints); verify then checks that arm "
+                 "against it bit for bit and predicts the differences exactly (repeatable)");
   add_gpu_per_rank_option(app, o->gpu_per_rank);
   add_manifest_option(app, o->manifest);
   return [o] {
@@ -147,6 +153,13 @@ VerbRunner setup_verify(CLI::App& app) {
 
     auto arm_a = make_arm(label_a);
     auto arm_b = make_arm(label_b);
+    for (const std::string& d : o->declare) {
+      const size_t eq = d.find('=');
+      const std::string side = eq == std::string::npos ? "" : d.substr(0, eq);
+      QC_INPUT(side == "A" || side == "B", "--declare `{}`: expected A=<formula> or B=<formula>", d);
+      auto& arm = side == "A" ? arm_a : arm_b;
+      arm = declare_epilogue(std::move(arm), d.substr(eq + 1), fmt::format("--declare {}", side));
+    }
     // Layers are shared over the ranks (one rank: all of them) by work; a layer a previous run
     // completed in --resume DIR is not run again.
     std::vector<std::string> names;

@@ -11,12 +11,15 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <deque>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 #include "core/parallel.hpp"
+#include "epilogue/formula_space.hpp"
 
 namespace qc {
 namespace {
@@ -202,6 +205,8 @@ uint16_t detail::exact_bf16_integer(int64_t acc, float sa, float sw, std::option
 namespace {
 
 [[noreturn]] void refuse_bias(const Epilogue& e) {
+  QC_INPUT(e.kind != EpilogueKind::point, "epilogue `{}`: this formula takes no bias (write the bias term into the formula "
+                                          "to declare where it is added)", e.name);
   QC_FAIL_INPUT(
       "epilogue `{}`: a bias is ambiguous for this formula (CUTLASS `multiply_add` may or may not be "
       "contracted into an FMA); use `{}-fma` or `{}-muladd`",
@@ -211,30 +216,41 @@ namespace {
 // The formula table: one row per named epilogue. The first `kIntegerRows` take an integer
 // accumulator and are what `all_epilogues()` (and so every INT8 arm family) enumerates; the FP8
 // scaled epilogue follows. Adding a formula: its row here, its body in epilogue_formula.hpp.
+// Each integer row ends with its point of the formula space (docs/identify.md), in notation, and
+// `sglang-sm90` with the point it computes under swap-AB: tests/unit/test_formula_space.cpp checks
+// that body and point give the same bits. The FP8 row has none yet: the FP8 accumulation part of
+// the space comes with issue #14.
 constexpr size_t kIntegerRows = 7;
 constexpr std::array<Epilogue, kIntegerRows + 1> kEpilogues{{
     {"vllm-cutlass", EpilogueKind::vllm_cutlass, BiasMode::refuse,
      "bf16(rn32(sa * rn32(f32(acc) * sw))); with a bias: refused (ambiguous, use -fma or -muladd)",
-     "vLLM CUTLASS c3x/c2x ScaledEpilogue (CutlassInt8ScaledMMLinearKernel)"},
+     "vLLM CUTLASS c3x/c2x ScaledEpilogue (CutlassInt8ScaledMMLinearKernel)",
+     "bf16(rn32(sa * rn32(f32(acc) * sw)))"},
     {"vllm-cutlass-fma", EpilogueKind::vllm_cutlass, BiasMode::fma,
      "bf16(rn32(sa * rn32(f32(acc) * sw))); with a bias: bf16(fma(sa, rn32(f32(acc) * sw), f32(bias)))",
-     "vLLM CUTLASS ScaledEpilogueBias, multiply_add contracted into one FMA (nvcc default --fmad=true)"},
+     "vLLM CUTLASS ScaledEpilogueBias, multiply_add contracted into one FMA (nvcc default --fmad=true)",
+     "bf16(fma(sa, rn32(f32(acc) * sw), f32(bias)))"},
     {"vllm-cutlass-muladd", EpilogueKind::vllm_cutlass, BiasMode::muladd,
      "bf16(rn32(sa * rn32(f32(acc) * sw))); with a bias: bf16(rn32(rn32(sa * rn32(f32(acc) * sw)) + f32(bias)))",
-     "vLLM CUTLASS ScaledEpilogueBias, multiply_add not contracted (--fmad=false)"},
+     "vLLM CUTLASS ScaledEpilogueBias, multiply_add not contracted (--fmad=false)",
+     "bf16(rn32(rn32(sa * rn32(f32(acc) * sw)) + f32(bias)))"},
     {"vllm-triton", EpilogueKind::vllm_triton, BiasMode::after_bf16,
      "bf16(rn32(rn32(f32(acc) * sa) * sw)); with a bias: bf16(rn32(f32(bf16(...)) + f32(bias)))",
-     "vLLM triton_scaled_mm (TritonInt8ScaledMMLinearKernel)"},
+     "vLLM triton_scaled_mm (TritonInt8ScaledMMLinearKernel)",
+     "bf16(rn32(f32(bf16(rn32(rn32(f32(acc) * sa) * sw))) + f32(bias)))"},
     {"sglang-sm89", EpilogueKind::sglang_sm89, BiasMode::muladd,
      "bf16(rn32(f32(acc) * rn32(sw * sa))); with a bias: bf16(rn32(rn32(f32(acc) * rn32(sw * sa)) + f32(bias)))",
-     "SGLang sgl-kernel int8_scaled_mm, SM80/86/89 epilogue visitor"},
+     "SGLang sgl-kernel int8_scaled_mm, SM80/86/89 epilogue visitor",
+     "bf16(rn32(rn32(f32(acc) * rn32(sw * sa)) + f32(bias)))"},
     {"sglang-sm90", EpilogueKind::sglang_sm90, BiasMode::refuse,
      "bf16(rn32(sa * rn32(f32(acc) * sw))); swap-AB (M <= 16, or M <= 64 with N > 1280): "
      "bf16(rn32(rn32(f32(acc) * sa) * sw)); with a bias: refused (not modelled)",
-     "SGLang sgl-kernel int8_scaled_mm, SM90 CUTLASS path with small-M swap-AB dispatch"},
+     "SGLang sgl-kernel int8_scaled_mm, SM90 CUTLASS path with small-M swap-AB dispatch",
+     "bf16(rn32(sa * rn32(f32(acc) * sw)))", "bf16(rn32(rn32(f32(acc) * sa) * sw))"},
     {"exact", EpilogueKind::exact, BiasMode::exact,
      "bf16_RNE(acc * sa * sw (+ bias)) of the real number, rounded once",
-     "qconform reference: exact integer arithmetic (128-bit significand product, aligned sum with sticky)"},
+     "qconform reference: exact integer arithmetic (128-bit significand product, aligned sum with sticky)",
+     "bf16(acc * sa * sw + f32(bias))"},
     // FP8: the fp32 GEMM result `d` scaled in the Triton order (the same body as `vllm-triton`).
     {"fp8-scaled", EpilogueKind::vllm_triton, BiasMode::refuse, "bf16(rn32(rn32(d*sa)*sw))",
      "qconform FP8 path: the fp32 result of an FP8 e4m3 GEMM (CPU emulation or cuBLASLt) scaled per token, "
@@ -255,6 +271,19 @@ void formula_rows(const Acc* acc, const float* sa, const float* sw, const uint16
       for (int64_t n = 0; n < N; ++n) {
         out[n] = formula::apply<K>(a[n], s, sw[n], mode, true, formula::bf16_value(bias[n]));
       }
+    }
+  }
+}
+
+// Rows [m0, m1) of a tile through the formula-space point `p` (not `exact`).
+template <typename Acc>
+void point_rows(const FormulaPoint& p, const Acc* acc, const float* sa, const float* sw, const uint16_t* bias, int64_t m0,
+                int64_t m1, int64_t N, uint16_t* y) {
+  for (int64_t m = m0; m < m1; ++m) {
+    const Acc* a = acc + m * N;
+    uint16_t* out = y + m * N;
+    for (int64_t n = 0; n < N; ++n) {
+      out[n] = formula::apply_point(p, a[n], sa[m], sw[n], bias != nullptr, bias ? formula::bf16_value(bias[n]) : 0.0f);
     }
   }
 }
@@ -300,6 +329,21 @@ void apply_tile(const Epilogue& e, const Acc* acc, const float* sa, const float*
   if constexpr (std::is_floating_point_v<Acc>) {
     QC_INPUT(kind != EpilogueKind::exact,
              "epilogue `{}`: the exact formula needs an integer accumulator, found an fp32 one", e.name);
+    QC_INPUT(kind != EpilogueKind::point,
+             "epilogue `{}`: formula-space points take an integer accumulator (the FP8 part of the space is issue #14)",
+             e.name);
+  } else {
+    if (kind == EpilogueKind::point) {
+      const bool exact = e.space.conv == AccConversion::exact;
+      auto rows = [&](int64_t m0, int64_t m1) {
+        if (exact) return exact_rows(acc, sa, sw, bias, m0, m1, N, y);
+        point_rows(e.space, acc, sa, sw, bias, m0, m1, N, y);
+      };
+      const int t = static_cast<int>(std::min<int64_t>({resolve_threads(threads), M, std::max<int64_t>(1, M * N / 65536)}));
+      const int64_t chunk = (M + t - 1) / t;
+      parallel_for(t, t, [&](int64_t i) { rows(i * chunk, std::min(M, (i + 1) * chunk)); });
+      return;
+    }
   }
   QC_CHECK(kind == EpilogueKind::exact || formula::has_body(kind), "epilogue `{}`: kind {} has no formula body",
            e.name, static_cast<int>(kind));
@@ -323,6 +367,11 @@ uint16_t Epilogue::apply(int64_t acc, float sa, float sw, std::optional<uint16_t
                          int64_t n_cols) const {
   if (bias_bf16 && bias_mode == BiasMode::refuse) refuse_bias(*this);
   if (kind == EpilogueKind::exact) return exact_bf16(acc, sa, sw, bias_bf16);
+  if (kind == EpilogueKind::point) {
+    if (space.conv == AccConversion::exact) return exact_bf16(acc, sa, sw, bias_bf16);
+    return formula::apply_point(space, acc, sa, sw, bias_bf16.has_value(),
+                                bias_bf16 ? formula::bf16_value(*bias_bf16) : 0.0f);
+  }
   const EpilogueKind k = formula::instance_kind(kind, m_rows, n_cols);
   const float bias = bias_bf16 ? formula::bf16_value(*bias_bf16) : 0.0f;
   return formula::visit_instance(k, [&](auto kc) {
@@ -332,6 +381,23 @@ uint16_t Epilogue::apply(int64_t acc, float sa, float sw, std::optional<uint16_t
 
 std::string_view Epilogue::pow2_class(bool has_bias) const {
   if (kind == EpilogueKind::exact) return "exact";
+  if (kind == EpilogueKind::point) {
+    // A point shares a named class only where the proof of docs/epilogues.md carries over: the
+    // fp32 formulas (a weight scale cast to bf16 keeps a power of two), RNE to bf16. With a bias
+    // fused into the last multiply, the FMA's product is exact under a power-of-two `sw` when `sw`
+    // is its factor ((acc*sa)*sw: then it is an fp32 add, class product-then-add); otherwise it
+    // rounds acc*sa*2^k + bias once (class fma). Anything else claims no class.
+    const FormulaPoint& p = space;
+    if (p.conv == AccConversion::exact) return "exact";
+    if (p.conv != AccConversion::f32_rn || p.sa != Precision::f32 || p.sw == Precision::f16 || p.first != Precision::f32 ||
+        p.rounding != OutRounding::rn || p.out != Precision::bf16) {
+      return "";
+    }
+    if (!has_bias) return "scaled-product";
+    if (p.bias != BiasPlacement::before_output) return "";
+    if (!p.fma || p.grouping == ScaleGrouping::acc_sa_sw) return "product-then-add";
+    return "fma";
+  }
   if (!has_bias) return "scaled-product";
   switch (bias_mode) {
     case BiasMode::fma: return "fma";
@@ -347,16 +413,51 @@ std::span<const Epilogue> all_epilogues() { return std::span<const Epilogue>(kEp
 
 const Epilogue& fp8_epilogue() { return kEpilogues[kIntegerRows]; }
 
+namespace {
+
+// The epilogues of formula strings: one per distinct point, alive as long as the program (verify,
+// the arms and the Python binding hold plain references to epilogues).
+struct PointEpilogue {
+  std::string notation, source;
+  Epilogue e;
+};
+
+const Epilogue& point_epilogue(const FormulaPoint& p) {
+  static std::mutex mutex;
+  static std::deque<PointEpilogue> made;
+  const std::lock_guard<std::mutex> lock(mutex);
+  for (const PointEpilogue& x : made) {
+    if (x.e.space == p) return x.e;
+  }
+  PointEpilogue& x = made.emplace_back();
+  x.notation = formula_notation(p);
+  x.source = "a point of the formula space (docs/identify.md): " + point_summary(p);
+  BiasMode mode = BiasMode::refuse;
+  if (p.conv == AccConversion::exact) {
+    mode = BiasMode::exact;
+  } else if (p.bias == BiasPlacement::before_output) {
+    mode = p.fma ? BiasMode::fma : BiasMode::muladd;
+  } else if (p.bias == BiasPlacement::after_output) {
+    mode = BiasMode::after_bf16;
+  }
+  x.e = Epilogue{x.notation, EpilogueKind::point, mode, x.notation, x.source, x.notation, {}, p};
+  return x.e;
+}
+
+}  // namespace
+
 const Epilogue& epilogue(std::string_view name) {
   for (const Epilogue& e : all_epilogues()) {
     if (e.name == name) return e;
   }
+  if (looks_like_formula(name)) return point_epilogue(parse_formula(name));
   std::string valid;
   for (const Epilogue& e : all_epilogues()) {
     if (!valid.empty()) valid += ", ";
     valid += e.name;
   }
-  QC_FAIL_INPUT("unknown epilogue `{}`: expected one of {}", name, valid);
+  QC_FAIL_INPUT("unknown epilogue `{}`: expected one of {}, or a formula of the formula space such as `{}` "
+                "(docs/identify.md)", name, valid, formula_notation(FormulaPoint{}));
 }
 
 void apply_epilogue(const Epilogue& e, const int32_t* acc, const float* sa, const float* sw, const uint16_t* bias,

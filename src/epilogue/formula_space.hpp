@@ -1,0 +1,55 @@
+// The formula space of docs/identify.md as data: every point (`FormulaPoint`, the arithmetic is
+// `formula::apply_point` in qconform/epilogue_formula.hpp), its notation (the notation of
+// `qconform arms`, printed from that very text read symbolically) and the parser back from it, the
+// equivalence class of a point (the same text read with the simplifications that hold for every
+// operand in jurisdiction), and the point of each named row of the formula table.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "qconform/epilogue.hpp"
+
+namespace qc {
+
+// Every point of the space, in a fixed order: the product of conversion (fp32 RNE, fp32 RZ, bf16,
+// fp16) x activation-scale cast x weight-scale cast (fp32, bf16, fp16) x grouping (3) x precision of
+// the first product (fp32, bf16, fp16) x bias (none, before, after) x FMA contraction (off, on) x
+// output rounding (RNE, RZ) x output type (bf16, fp16), then the `exact` point.
+const std::vector<FormulaPoint>& formula_space();
+
+// The point's notation, e.g. `bf16(rn32(sa * rn32(f32(acc) * sw)))`: the formula with a bias when
+// the point takes one (drop the bias term for the formula without one).
+std::string formula_notation(const FormulaPoint& p);
+
+// The point a notation string denotes. Whitespace and the order of the operands of `*`, `+` and
+// the two factors of `fma` do not matter. Two points whose notation is the same string (an FMA
+// flag with no add to contract) parse to the one without the flag. QC_INPUT naming the column for
+// a syntax error, and saying what is not in the space otherwise.
+FormulaPoint parse_formula(std::string_view text);
+// True when `text` looks like a formula rather than a name (it has a parenthesis).
+bool looks_like_formula(std::string_view text);
+
+// The equivalence class of a point: two points with the same key give the same output for every
+// operand in jurisdiction (finite scales > 0, every intermediate zero or normal in its format, no
+// overflow). Computed by reading `apply_point` symbolically with exact-arithmetic rules: a product
+// whose operands' significands fit 24 bits is exact in fp32, a value already representable in a
+// format is unchanged by rounding to it, products of exact products reassociate, `*`, `+` and the
+// factors of `fma` commute, an FMA of an exact product is a rounded add. Keys are conservative:
+// equal keys prove equality; different keys do not prove a difference (identify looks for an
+// operand that shows one).
+std::string formula_class_key(const FormulaPoint& p);
+
+// The parameters of a point in words, for the printout and JSON.
+nlohmann::json describe_point(const FormulaPoint& p);
+std::string point_summary(const FormulaPoint& p);  // one line: "acc f32 RNE; sa fp32; sw fp32; ..."
+
+// The point of a named row (its `point` string parsed); nullopt for a row without one.
+std::optional<FormulaPoint> row_point(const Epilogue& e);
+std::optional<FormulaPoint> row_swap_point(const Epilogue& e);
+
+}  // namespace qc
