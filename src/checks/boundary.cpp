@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <xmmintrin.h>
 
 #include <cfloat>
 #include <cmath>
@@ -16,11 +15,7 @@
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 #include "checks/synth.hpp"
-#include "core/version.hpp"
-
-#ifdef QC_WITH_ONEDNN
-#include <dnnl.h>
-#endif
+#include "arms/environment.hpp"
 
 namespace qc {
 
@@ -562,22 +557,6 @@ class Suite {
 };
 
 }  // namespace
-
-nlohmann::json environment_stamp() {
-  const unsigned csr = _mm_getcsr();
-  nlohmann::json env = {{"cpu", cpu_description()},
-                        {"compiler", build_flags()},
-                        {"mxcsr", {{"ftz", (csr & 0x8000u) != 0}, {"daz", (csr & 0x0040u) != 0}}},
-                        {"qconform", version()},
-                        {"accumulator_target", accum_target_name()}};
-#ifdef QC_WITH_ONEDNN
-  const dnnl_version_t* v = dnnl_version();
-  env["onednn"] = fmt::format("{}.{}.{} ({})", v->major, v->minor, v->patch, v->hash);
-#else
-  env["onednn"] = "not in this build";
-#endif
-  return env;
-}
 
 BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options) { return Suite(arm, options).run(); }
 

@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <set>
 
-#include "checks/boundary.hpp"
+#include "arms/environment.hpp"
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
