@@ -47,7 +47,7 @@
 #include "qconform/operands.hpp"
 #include "core/operands_io.hpp"
 #include "epilogue/quantize.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 #include "stats/transfer.hpp"
 #include "core/version.hpp"
 

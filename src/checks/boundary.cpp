@@ -14,7 +14,7 @@
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 #include "arms/environment.hpp"
 
 namespace qc {

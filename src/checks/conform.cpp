@@ -19,7 +19,7 @@
 #include "core/operands_io.hpp"
 #include "qconform/report.hpp"
 #include "core/sha256.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 #include "model/tokenizer.hpp"
 #include "stats/transfer.hpp"
 #include "core/version.hpp"

@@ -6,7 +6,7 @@
 
 #include "checks/boundary.hpp"
 #include "checks/verify.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 namespace qc {
 

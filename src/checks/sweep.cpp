@@ -121,7 +121,7 @@ HWY_AFTER_NAMESPACE();
 #include "qconform/numerics.hpp"
 #include "core/parallel.hpp"
 #include "checks/sweep.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 namespace qc {
 

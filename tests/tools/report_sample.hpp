@@ -20,7 +20,7 @@
 #include "checks/verify.hpp"
 #include "qconform/manifest.hpp"
 #include "core/operands_io.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 #include "stats/transfer.hpp"
 #include "core/version.hpp"
 

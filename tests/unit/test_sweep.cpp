@@ -8,7 +8,7 @@
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 #include "checks/sweep.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 namespace {
 
