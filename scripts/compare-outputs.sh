@@ -2,7 +2,8 @@
 # Behaviour unchanged, proven: runs the same verbs with two qconform binaries (e.g. before and after
 # a restructuring) on the same inputs and compares every JSON output field for field, except the
 # fields that name the version or measure time. Exit 0 when everything is identical, 1 otherwise,
-# printing the first differing path of each file.
+# printing the first differing path of each file. A `kind` that BEFORE spelled the old way is read
+# under its new name (KIND_RENAMES below; the rule: docs/results-schema.md), the one intended change.
 #
 #   scripts/compare-outputs.sh BEFORE/qconform AFTER/qconform [OUTDIR]
 #   ARMS=cuda:mma-vllm-cutlass,cuda:mma-vllm-triton FP8_PAIR=cuda:cublaslt-fp8,cuda:cublaslt-fp8-fastacc \
@@ -48,14 +49,20 @@ out = pathlib.Path(sys.argv[1])
 # Fields that name the build or measure time; everything else must be identical.
 SKIP = {"qconform_version", "version", "seconds", "wall_seconds", "timings", "created", "created_at",
         "timestamp", "started", "finished", "elapsed_seconds", "duration_seconds"}
-def strip(x):
+# Kinds renamed to the rule `qconform-<name>` (docs/results-schema.md): old spelling -> new. Applied
+# to the `before` side only, so an `after` binary that still wrote an old spelling would differ.
+KIND_RENAMES = {"qconform.transfer": "qconform-transfer"}
+def strip(x, renames={}):
     if isinstance(x, dict):
         # The digest of a JSON file this run wrote changes with the version string inside it; the
         # file itself is compared on its own (every *.json below), without those fields.
         names_json = isinstance(x.get("path"), str) and x["path"].endswith(".json")
-        return {k: strip(v) for k, v in x.items() if k not in SKIP and not (k == "sha256" and names_json)}
+        out = {k: strip(v, renames) for k, v in x.items() if k not in SKIP and not (k == "sha256" and names_json)}
+        if isinstance(out.get("kind"), str) and out["kind"] in renames:
+            out["kind"] = renames[out["kind"]]
+        return out
     if isinstance(x, list):
-        return [strip(v) for v in x]
+        return [strip(v, renames) for v in x]
     if isinstance(x, str):
         return x.replace(str(out / "before"), "<out>").replace(str(out / "after"), "<out>")
     return x
@@ -87,7 +94,7 @@ for rel in files:
     a, b = out / "before" / rel, out / "after" / rel
     if not b.exists():
         print(f"DIFFER: {rel} missing after"); bad += 1; continue
-    d = first_diff(strip(json.loads(a.read_text())), strip(json.loads(b.read_text())))
+    d = first_diff(strip(json.loads(a.read_text()), KIND_RENAMES), strip(json.loads(b.read_text())))
     print(f"{'IDENTICAL' if d is None else 'DIFFER'}: {rel}" + ("" if d is None else f" at {d}"))
     bad += d is not None
 print(f"compare-outputs: {len(files)} JSON files, {bad} differ")

@@ -16,6 +16,7 @@
 #include "qconform/numerics.hpp"
 #include "synth/synth.hpp"
 #include "arms/environment.hpp"
+#include "core/results_json.hpp"
 
 namespace qc {
 
@@ -566,16 +567,15 @@ nlohmann::json to_json(const BoundaryResult& r) {
     cases.push_back({{"group", c.group}, {"id", c.id}, {"verdict", verdict_name(c.verdict)}, {"detail", c.detail},
                      {"evidence", c.evidence}});
   }
-  return {{"schema_version", 1},
-          {"kind", "qconform-boundary"},
-          {"arm", {{"label", r.arm.label}, {"epilogue", r.arm.epilogue}, {"record", r.record}}},
-          {"environment", r.environment},
-          {"conversion_mode", r.conversion_mode},
-          {"check", r.c1},
-          {"checked", r.checked()},
-          {"families", r.families},
-          {"families_not_run", r.families_not_run},
-          {"cases", cases}};
+  return results_envelope("boundary",
+                          {{"arm", {{"label", r.arm.label}, {"epilogue", r.arm.epilogue}, {"record", r.record}}},
+                           {"environment", r.environment},
+                           {"conversion_mode", r.conversion_mode},
+                           {"check", r.c1},
+                           {"checked", r.checked()},
+                           {"families", r.families},
+                           {"families_not_run", r.families_not_run},
+                           {"cases", cases}});
 }
 
 }  // namespace qc

@@ -19,6 +19,7 @@
 
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
+#include "core/results_json.hpp"
 #include "report/assets.hpp"
 
 namespace qc {
@@ -111,8 +112,8 @@ std::string badge(const std::string& verdict) {
 void validate(const json& r) {
   QC_INPUT(r.is_object(), "results: expected a JSON object, found {}", r.type_name());
   QC_INPUT(r.contains("schema_version") && r.at("schema_version").is_number_integer() &&
-               r.at("schema_version").get<int64_t>() == kResultsSchemaVersion,
-           "results field `schema_version`: expected {}, found {}", kResultsSchemaVersion,
+               r.at("schema_version").get<int64_t>() == kSchemaVersion,
+           "results field `schema_version`: expected {}, found {}", kSchemaVersion,
            r.contains("schema_version") ? r.at("schema_version").dump() : "nothing");
   const auto section = [&](const char* name, bool (json::*is)() const noexcept, const char* type) {
     if (r.contains(name) && !r.at(name).is_null()) {
@@ -126,6 +127,18 @@ void validate(const json& r) {
   section("transfer", &json::is_object, "an object (qconform transfer's JSON)");
   section("sweep", &json::is_object, "an object {x, series}");
   section("manifests", &json::is_object, "an object {files, join}");
+  // A `kind`, where present, must name the document it sits in; earlier releases' spellings are
+  // accepted (a results file keeps its sections as the verbs wrote them).
+  const auto kind = [&](const json& doc, const char* path, const char* name) {
+    if (!doc.is_object() || !doc.contains("kind")) return;
+    QC_INPUT(is_results_kind(doc.at("kind"), name), "results field `{}kind`: expected \"{}\", found {}", path,
+             results_kind(name), printable_text(doc.at("kind").dump(), 60));
+  };
+  kind(r, "", "results");
+  kind(sub(r, "predictions"), "predictions.", "predictions");
+  kind(sub(r, "verify"), "verify.", "verify");
+  kind(sub(r, "transfer"), "transfer.", "transfer");
+  kind(sub(r, "generation"), "generation.", "transfer");
   if (const json& runs = sub(sub(r, "verify"), "runs"); !runs.is_null()) {
     QC_INPUT(runs.is_array(), "results field `verify.runs`: expected an array, found {}", runs.type_name());
   }
@@ -643,7 +656,7 @@ std::string render_report(const json& results, const ReportOptions& options) {
   page.f("<h1>{}</h1>\n<p class=\"muted\">created {} &middot; qconform {} &middot; results schema {}</p>\n",
          html_escape(title), html_escape(str(results, "created").empty() ? "-" : str(results, "created")),
          html_escape(str(results, "project_version").empty() ? "-" : str(results, "project_version")),
-         kResultsSchemaVersion);
+         kSchemaVersion);
   if (checks.is_array() && !checks.empty()) {
     if (failed.empty()) {
       page.f("<div class=\"banner pass\">No check failed ({} passed of {}).</div>\n", passed, checks.size());
