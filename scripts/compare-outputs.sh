@@ -28,6 +28,8 @@ cmp -s "$out/ops.safetensors" "$out/ops-after.safetensors" || { echo "DIFFER: sy
 for side in before after; do
   q=${!side}
   d=$out/$side
+  # The version each binary stamps (`qconform <version>`), masked where a field carries it in a string.
+  "$q" --version | sed -n 's/^qconform //p' > "$d/version.txt"
   "$q" predict "$out/ops.safetensors" --out "$d/predictions.json" --quiet > "$d/predict.txt" 2>&1
   pin=$(sed -n 's/^pin: //p' "$d/predict.txt")
   "$q" verify "$out/ops.safetensors" --arms "$arms" --predictions "$d/predictions.json" --pin "$pin" \
@@ -44,7 +46,7 @@ for side in before after; do
 done
 
 python3 - "$out" <<'PY' || status=1
-import json, pathlib, sys
+import hashlib, json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 # Fields that name the build or measure time; everything else must be identical.
 SKIP = {"qconform_version", "version", "seconds", "wall_seconds", "timings", "created", "created_at",
@@ -52,18 +54,22 @@ SKIP = {"qconform_version", "version", "seconds", "wall_seconds", "timings", "cr
 # Kinds renamed to the rule `qconform-<name>` (docs/results-schema.md): old spelling -> new. Applied
 # to the `before` side only, so an `after` binary that still wrote an old spelling would differ.
 KIND_RENAMES = {"qconform.transfer": "qconform-transfer"}
-def strip(x, renames={}):
+def strip(x, renames={}, version=None, digests={}):
     if isinstance(x, dict):
         # The digest of a JSON file this run wrote changes with the version string inside it; the
         # file itself is compared on its own (every *.json below), without those fields.
-        names_json = isinstance(x.get("path"), str) and x["path"].endswith(".json")
-        out = {k: strip(v, renames) for k, v in x.items() if k not in SKIP and not (k == "sha256" and names_json)}
-        if isinstance(out.get("kind"), str) and out["kind"] in renames:
-            out["kind"] = renames[out["kind"]]
-        return out
+        names_json = isinstance(x.get("path"), str) and x["path"].endswith((".json", ".jsonl"))
+        kept = {k: strip(v, renames, version, digests) for k, v in x.items() if k not in SKIP and not (k == "sha256" and names_json)}
+        if isinstance(kept.get("kind"), str) and kept["kind"] in renames:
+            kept["kind"] = renames[kept["kind"]]
+        return kept
     if isinstance(x, list):
-        return [strip(v, renames) for v in x]
+        return [strip(v, renames, version, digests) for v in x]
     if isinstance(x, str):
+        if x in digests:
+            return digests[x]
+        if version and (x == version or x == "qconform " + version):
+            return x.replace(version, "<version>")
         return x.replace(str(out / "before"), "<out>").replace(str(out / "after"), "<out>")
     return x
 def first_diff(a, b, path="$"):
@@ -89,15 +95,26 @@ exits = [(out / s / "exits.txt").read_text().split("\n") for s in ("before", "af
 for x, y in zip(*exits):
     if x.split(" ", 1)[-1] != y.split(" ", 1)[-1]:
         print(f"DIFFER: {x} / {y}"); bad += 1
-files = sorted(p.relative_to(out / "before") for p in (out / "before").rglob("*.json"))
+versions = [(out / s / "version.txt").read_text().strip() for s in ("before", "after")]
+# A digest of a JSON/JSONL file this run wrote (wherever it appears, e.g. in join's field list)
+# stands for the file's name: the file changes with the version inside it and is compared on its
+# own below. Digests of other files (operands, ...) stay and must be equal.
+digests = [{"sha256:" + hashlib.sha256(p.read_bytes()).hexdigest(): f"<sha256 of {p.relative_to(out / s)}>"
+            for p in (out / s).rglob("*") if p.is_file() and p.suffix in (".json", ".jsonl")} for s in ("before", "after")]
+def load(path, side):
+    # A .jsonl file (generate/replay output, prompts) is compared as the list of its lines' JSON.
+    text = path.read_text()
+    doc = [json.loads(l) for l in text.splitlines() if l.strip()] if path.suffix == ".jsonl" else json.loads(text)
+    return strip(doc, KIND_RENAMES if side == 0 else {}, versions[side], digests[side])
+files = sorted(p.relative_to(out / "before") for p in (out / "before").rglob("*.json*") if p.suffix in (".json", ".jsonl"))
 for rel in files:
     a, b = out / "before" / rel, out / "after" / rel
     if not b.exists():
         print(f"DIFFER: {rel} missing after"); bad += 1; continue
-    d = first_diff(strip(json.loads(a.read_text()), KIND_RENAMES), strip(json.loads(b.read_text())))
+    d = first_diff(load(a, 0), load(b, 1))
     print(f"{'IDENTICAL' if d is None else 'DIFFER'}: {rel}" + ("" if d is None else f" at {d}"))
     bad += d is not None
-print(f"compare-outputs: {len(files)} JSON files, {bad} differ")
+print(f"compare-outputs: {len(files)} JSON/JSONL files, {bad} differ")
 sys.exit(1 if bad else 0)
 PY
 exit $status

@@ -1,5 +1,6 @@
 // The report's CSS and JavaScript are embedded at build time (cmake/embed_assets.cmake): the
 // embedded bytes must be the asset files' bytes, and the report must carry them verbatim.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>

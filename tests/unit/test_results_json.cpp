@@ -2,6 +2,7 @@
 // (`qconform-<name>`), old spellings accepted where documents are read back, and every writer
 // that goes through it. Expected kinds are written out by hand from docs/results-schema.md.
 // Run: ./build/tests/qconform_unit_tests --gtest_filter='ResultsJson*'
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
