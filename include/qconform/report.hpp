@@ -17,8 +17,6 @@
 
 namespace qc {
 
-inline constexpr int kResultsSchemaVersion = 1;
-
 struct ReportOptions {
   // Chart.js to inline; empty: `find_chartjs()`. A path that does not exist means no charts.
   std::string chartjs_path;
@@ -30,7 +28,8 @@ struct ReportOptions {
 std::string find_chartjs();
 
 // Renders the report. Throws `qc::Error` (input) when `results` is not a results object of
-// schema version 1 or a section has the wrong JSON type, naming the field.
+// schema version 1, a section has the wrong JSON type, or a `kind` names another document (the
+// spellings of earlier releases are accepted), naming the field.
 std::string render_report(const nlohmann::json& results, const ReportOptions& options = {});
 
 // `&`, `<`, `>`, `"`, `'` as character references: safe in element content and quoted attributes.

@@ -45,10 +45,11 @@
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "checks/verify.hpp"
+#include "checks/verify_results.hpp"
 #include "qconform/operands.hpp"
 #include "core/operands_io.hpp"
 #include "epilogue/quantize.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 #include "stats/transfer.hpp"
 #include "core/version.hpp"
 
@@ -502,17 +503,6 @@ class PythonArm final : public qc::Arm {
   qc::RunRecord record_;
 };
 
-// ---- JSON wrappers as the CLI writes them ---------------------------------------------------------
-
-nlohmann::json verify_json(const qc::VerifyResult& r, const OperandsIn& in) {
-  nlohmann::json j = qc::to_json(r);
-  j["schema_version"] = 1;
-  j["kind"] = "qconform-verify";
-  j["operands"] = {{"path", in.path}, {"sha256", in.sha256}};
-  j["predictions"] = {{"path", ""}, {"sha256", ""}, {"pinned", false}};
-  return j;
-}
-
 }  // namespace
 
 NB_MODULE(_qconform, m) {
@@ -812,7 +802,8 @@ NB_MODULE(_qconform, m) {
         nlohmann::json j;
         without_gil([&] {
           const qc::PredictionSet p = qc::predict(in.layers, in.path, in.sha256, threads);
-          j = verify_json(qc::verify_layers(a, b, in.layers, p, o), in);
+          // The document `qconform verify --json` writes; the predictions are computed here, never pinned.
+          j = qc::verify_results_json(qc::verify_layers(a, b, in.layers, p, o), {in.path, in.sha256, "", "", false});
         });
         return json_to_py(j);
       },

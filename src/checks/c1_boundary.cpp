@@ -3,7 +3,6 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <xmmintrin.h>
 
 #include <cfloat>
 #include <cmath>
@@ -15,12 +14,9 @@
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
-#include "checks/synth.hpp"
-#include "core/version.hpp"
-
-#ifdef QC_WITH_ONEDNN
-#include <dnnl.h>
-#endif
+#include "synth/synth.hpp"
+#include "arms/environment.hpp"
+#include "core/results_json.hpp"
 
 namespace qc {
 
@@ -559,22 +555,6 @@ class Suite {
 
 }  // namespace
 
-nlohmann::json environment_stamp() {
-  const unsigned csr = _mm_getcsr();
-  nlohmann::json env = {{"cpu", cpu_description()},
-                        {"compiler", build_flags()},
-                        {"mxcsr", {{"ftz", (csr & 0x8000u) != 0}, {"daz", (csr & 0x0040u) != 0}}},
-                        {"qconform", version()},
-                        {"accumulator_target", accum_target_name()}};
-#ifdef QC_WITH_ONEDNN
-  const dnnl_version_t* v = dnnl_version();
-  env["onednn"] = fmt::format("{}.{}.{} ({})", v->major, v->minor, v->patch, v->hash);
-#else
-  env["onednn"] = "not in this build";
-#endif
-  return env;
-}
-
 BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options) { return Suite(arm, options).run(); }
 
 nlohmann::json to_json(const BoundaryResult& r) {
@@ -583,16 +563,15 @@ nlohmann::json to_json(const BoundaryResult& r) {
     cases.push_back({{"group", c.group}, {"id", c.id}, {"verdict", verdict_name(c.verdict)}, {"detail", c.detail},
                      {"evidence", c.evidence}});
   }
-  return {{"schema_version", 1},
-          {"kind", "qconform-boundary"},
-          {"arm", {{"label", r.arm.label}, {"epilogue", r.arm.epilogue}, {"record", r.record}}},
-          {"environment", r.environment},
-          {"conversion_mode", r.conversion_mode},
-          {"check", r.c1},
-          {"checked", r.checked()},
-          {"families", r.families},
-          {"families_not_run", r.families_not_run},
-          {"cases", cases}};
+  return results_envelope("boundary",
+                          {{"arm", {{"label", r.arm.label}, {"epilogue", r.arm.epilogue}, {"record", r.record}}},
+                           {"environment", r.environment},
+                           {"conversion_mode", r.conversion_mode},
+                           {"check", r.c1},
+                           {"checked", r.checked()},
+                           {"families", r.families},
+                           {"families_not_run", r.families_not_run},
+                           {"cases", cases}});
 }
 
 }  // namespace qc

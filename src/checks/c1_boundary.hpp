@@ -46,7 +46,5 @@ struct BoundaryResult {
 
 BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options = {});
 nlohmann::json to_json(const BoundaryResult& r);
-// CPU model and ISA, compiler and flags, MXCSR FTZ/DAZ, library versions, project version.
-nlohmann::json environment_stamp();
 
 }  // namespace qc

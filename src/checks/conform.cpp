@@ -19,9 +19,10 @@
 #include "qconform/manifest.hpp"
 #include "model/model.hpp"
 #include "core/operands_io.hpp"
+#include "core/results_json.hpp"
 #include "qconform/report.hpp"
 #include "core/sha256.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 #include "model/tokenizer.hpp"
 #include "stats/transfer.hpp"
 #include "core/version.hpp"
@@ -407,9 +408,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
     manifest_files.push_back({{"path", path}, {"sha256", sha256_file(path)}, {"manifest", to_json(read_manifest(path))}});
   }
   nlohmann::json verify_json = to_json(verify);
-  nlohmann::json results = {
-      {"schema_version", kResultsSchemaVersion},
-      {"kind", "qconform-results"},
+  nlohmann::json results = results_envelope("results", {
       {"title", fmt::format("qconform: {} vs {}", o.arm_a, o.arm_b)},
       {"created", utc_now_iso8601()},
       {"project_version", version()},
@@ -424,7 +423,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
       {"manifests", {{"files", manifest_files}, {"join", to_json(join)}}},
       {"unverified", !join.verified()},
       {"allow_unverified", o.allow_unverified},
-  };
+  });
   ConformOutcome out;
   out.passed = std::none_of(all.begin(), all.end(), [](const CheckResult& c) { return c.verdict == Verdict::fail; });
   if (!join.verified() && o.allow_unverified) {

@@ -6,7 +6,8 @@
 
 #include "checks/c1_boundary.hpp"
 #include "checks/verify.hpp"
-#include "checks/synth.hpp"
+#include "core/results_json.hpp"
+#include "synth/synth.hpp"
 
 namespace qc {
 
@@ -97,12 +98,10 @@ nlohmann::json to_json(const MutantMatrix& m) {
   };
   nlohmann::json rows = nlohmann::json::array();
   for (const MutantRow& r : m.rows) rows.push_back(row_json(r));
-  return {{"schema_version", 1},
-          {"kind", "qconform-mutants"},
-          {"reference", m.reference},
-          {"control", row_json(m.control)},
-          {"mutants", rows},
-          {"all_caught_by_stage", m.all_caught_by_stage()}};
+  return results_envelope("mutants", {{"reference", m.reference},
+                                      {"control", row_json(m.control)},
+                                      {"mutants", rows},
+                                      {"all_caught_by_stage", m.all_caught_by_stage()}});
 }
 
 }  // namespace qc

@@ -6,6 +6,7 @@
 
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
+#include "core/results_json.hpp"
 #include "checks/verify.hpp"
 
 namespace qc {
@@ -90,16 +91,15 @@ nlohmann::json to_json(const PredictionSet& p) {
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerPrediction& l : p.layers) layers.push_back(to_json(l));
   const PredictionSummary sum = summarize(p);
-  return {{"schema_version", 1},
-          {"kind", "qconform-predictions"},
-          {"threshold", kFp32ExactIntLimit},
-          {"operands", {{"path", p.operands_path}, {"sha256", p.operands_sha256}}},
-          {"summary",
-           {{"layers", sum.layers},
-            {"safe", sum.safe},
-            {"proven_safe_by_bound", sum.proven_safe_by_bound},
-            {"min_headroom_bits", headroom_json(sum.min_headroom_bits)}}},
-          {"layers", layers}};
+  return results_envelope("predictions",
+                          {{"threshold", kFp32ExactIntLimit},
+                           {"operands", {{"path", p.operands_path}, {"sha256", p.operands_sha256}}},
+                           {"summary",
+                            {{"layers", sum.layers},
+                             {"safe", sum.safe},
+                             {"proven_safe_by_bound", sum.proven_safe_by_bound},
+                             {"min_headroom_bits", headroom_json(sum.min_headroom_bits)}}},
+                           {"layers", layers}});
 }
 
 namespace {
@@ -135,13 +135,7 @@ struct FieldReader {
 
 PredictionSet prediction_set_from_json(const nlohmann::json& j, const std::string& file) {
   const FieldReader r{file};
-  QC_INPUT(j.is_object(), "{}: expected a JSON object (a predictions file from `qconform predict`), found {}", file,
-           j.type_name());
-  QC_INPUT(j.value("kind", nlohmann::json()) == "qconform-predictions",
-           "{}: field `kind`: expected \"qconform-predictions\", found {}", file,
-           j.contains("kind") ? printable_text(j["kind"].dump(), 60) : "nothing");
-  QC_INPUT(j.value("schema_version", nlohmann::json()) == 1, "{}: field `schema_version`: expected 1, found {}", file,
-           j.contains("schema_version") ? printable_text(j["schema_version"].dump(), 60) : "nothing");
+  check_results_envelope(j, "predictions", file, "a predictions file from `qconform predict`");
   PredictionSet p;
   const nlohmann::json& operands = r.at(j, "", "operands");
   p.operands_path = r.get<std::string>(operands, "operands", "path", "a string");

@@ -26,7 +26,8 @@
 #include "qconform/numerics.hpp"
 #include "core/parallel.hpp"
 #include "checks/sweep.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
+#include "core/results_json.hpp"
 
 namespace qc {
 
@@ -288,9 +289,7 @@ SweepResult run_sweep(const SweepOptions& o) {
 
 nlohmann::json to_json(const SweepResult& r) {
   const SweepOptions& o = r.options;
-  nlohmann::json j;
-  j["schema_version"] = 1;
-  j["kind"] = "qconform-sweep";
+  nlohmann::json j = results_envelope("sweep");
   j["qconform_version"] = version();
   j["pair"] = {o.arm_a, o.arm_b};
   j["format"] = r.format == SweepFormat::int8 ? "int8" : "fp8";

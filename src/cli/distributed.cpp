@@ -9,6 +9,7 @@
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
+#include "core/results_json.hpp"
 #include "core/sha256.hpp"
 
 namespace qc::cli {
@@ -128,13 +129,12 @@ std::map<size_t, nlohmann::json> ResumeDir::load() const {
 
 void ResumeDir::store(size_t index, const nlohmann::json& result) const {
   if (!enabled()) return;
-  const nlohmann::json j = {{"kind", "qconform-layer-result"},
-                            {"schema_version", 1},
-                            {"run", identity_},
-                            {"index", index},
-                            {"layer", names_.at(index)},
-                            {"sha256", "sha256:" + sha256_hex(std::string_view(result.dump()))},
-                            {"result", result}};
+  const nlohmann::json j = results_envelope("layer-result",
+                                            {{"run", identity_},
+                                             {"index", index},
+                                             {"layer", names_.at(index)},
+                                             {"sha256", "sha256:" + sha256_hex(std::string_view(result.dump()))},
+                                             {"result", result}});
   write_file_atomic(path_of(index), j.dump() + "\n");
 }
 

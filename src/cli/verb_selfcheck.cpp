@@ -16,6 +16,7 @@
 
 #include "cli/cli.hpp"
 #include "core/fileio.hpp"
+#include "core/results_json.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc::cli {
@@ -152,8 +153,7 @@ VerbRunner setup_selfcheck(CLI::App& app) {
     }
     fmt::print("{} ({:.2f} s)\n", all ? "all numerics checks passed" : "NUMERICS CHECK FAILED", seconds);
     if (!json_path->empty()) {
-      nlohmann::json j;
-      j["schema_version"] = 1;
+      nlohmann::json j = results_envelope("selfcheck");
       j["verb"] = "selfcheck";
       j["pass"] = all;
       j["seconds"] = seconds;

@@ -11,7 +11,7 @@
 #include "cli/lists.hpp"
 #include "core/operands_io.hpp"
 #include "core/sha256.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 namespace qc::cli {
 namespace {

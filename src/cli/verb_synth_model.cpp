@@ -7,7 +7,7 @@
 #include "cli/cli.hpp"
 #include "qconform/error.hpp"
 #include "model/model.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 namespace qc::cli {
 namespace {

@@ -16,7 +16,9 @@
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
 #include "checks/verify.hpp"
+#include "checks/verify_results.hpp"
 #include "core/operands_io.hpp"
+#include "core/results_json.hpp"
 #include "core/sha256.hpp"
 
 namespace qc::cli {
@@ -167,7 +169,7 @@ VerbRunner setup_verify(CLI::App& app) {
     const ResumeDir resume(o->resume,
                            {{"operands", set.sha256}, {"predictions", predictions_digest.empty() ? "computed" : predictions_digest},
                             {"arms", {label_a, label_b}}, {"scales", o->scales}, {"m_sweep", o->m_sweep},
-                            {"kind", "qconform-verify"}},
+                            {"kind", results_kind("verify")}},
                            names);
     const std::map<size_t, nlohmann::json> resumed = broadcast_done(world.root() ? resume.load() : std::map<size_t, nlohmann::json>{});
     const std::vector<size_t> todo = remaining(set.size(), resumed);
@@ -241,12 +243,9 @@ VerbRunner setup_verify(CLI::App& app) {
       }
     }
     if (!o->json.empty()) {
-      nlohmann::json j = to_json(result);
-      j["schema_version"] = 1;
-      j["kind"] = "qconform-verify";
-      j["operands"] = {{"path", set.path}, {"sha256", set.sha256}};
-      j["predictions"] = {{"path", o->predictions}, {"sha256", predictions_digest.empty() ? "" : "sha256:" + predictions_digest},
-                          {"pinned", !o->predictions.empty()}};
+      const nlohmann::json j = verify_results_json(
+          result, {set.path, set.sha256, o->predictions, predictions_digest.empty() ? "" : "sha256:" + predictions_digest,
+                   !o->predictions.empty()});
       write_file_atomic(o->json, j.dump(1) + "\n");
     }
     std::vector<std::pair<std::string, std::string>> inputs = {{"operands", o->operands}};

@@ -14,7 +14,7 @@
 #include "core/limits.hpp"
 #include "model/model.hpp"
 #include "qconform/numerics.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 namespace qc {
 

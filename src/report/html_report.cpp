@@ -19,6 +19,8 @@
 
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
+#include "core/results_json.hpp"
+#include "report/assets.hpp"
 
 namespace qc {
 
@@ -110,8 +112,8 @@ std::string badge(const std::string& verdict) {
 void validate(const json& r) {
   QC_INPUT(r.is_object(), "results: expected a JSON object, found {}", r.type_name());
   QC_INPUT(r.contains("schema_version") && r.at("schema_version").is_number_integer() &&
-               r.at("schema_version").get<int64_t>() == kResultsSchemaVersion,
-           "results field `schema_version`: expected {}, found {}", kResultsSchemaVersion,
+               r.at("schema_version").get<int64_t>() == kSchemaVersion,
+           "results field `schema_version`: expected {}, found {}", kSchemaVersion,
            r.contains("schema_version") ? r.at("schema_version").dump() : "nothing");
   const auto section = [&](const char* name, bool (json::*is)() const noexcept, const char* type) {
     if (r.contains(name) && !r.at(name).is_null()) {
@@ -125,6 +127,18 @@ void validate(const json& r) {
   section("transfer", &json::is_object, "an object (qconform transfer's JSON)");
   section("sweep", &json::is_object, "an object {x, series}");
   section("manifests", &json::is_object, "an object {files, join}");
+  // A `kind`, where present, must name the document it sits in; earlier releases' spellings are
+  // accepted (a results file keeps its sections as the verbs wrote them).
+  const auto kind = [&](const json& doc, const char* path, const char* name) {
+    if (!doc.is_object() || !doc.contains("kind")) return;
+    QC_INPUT(is_results_kind(doc.at("kind"), name), "results field `{}kind`: expected \"{}\", found {}", path,
+             results_kind(name), printable_text(doc.at("kind").dump(), 60));
+  };
+  kind(r, "", "results");
+  kind(sub(r, "predictions"), "predictions.", "predictions");
+  kind(sub(r, "verify"), "verify.", "verify");
+  kind(sub(r, "transfer"), "transfer.", "transfer");
+  kind(sub(r, "generation"), "generation.", "transfer");
   if (const json& runs = sub(sub(r, "verify"), "runs"); !runs.is_null()) {
     QC_INPUT(runs.is_array(), "results field `verify.runs`: expected an array, found {}", runs.type_name());
   }
@@ -583,88 +597,6 @@ void transfer_section(Page& p, const json& results) {
   p.raw("</section>\n");
 }
 
-constexpr const char* kStyle = R"CSS(
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1b1b1b;background:#fafafa}
-main{max-width:1200px;margin:0 auto;padding:16px 24px 48px}
-h1{font-size:22px;margin:8px 0 4px} h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #ddd;padding-bottom:4px}
-h3{font-size:15px;margin:16px 0 6px}
-table{border-collapse:collapse;width:100%;background:#fff;margin:6px 0}
-th,td{border:1px solid #e0e0e0;padding:4px 8px;text-align:left;vertical-align:top}
-th{background:#f0f0f0;font-weight:600}
-code{font:12px/1.3 ui-monospace,Menlo,Consolas,monospace;word-break:break-all}
-pre{font:12px/1.3 ui-monospace,Menlo,Consolas,monospace;background:#f6f6f6;padding:8px;overflow:auto;max-height:360px}
-.verdict{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;font-size:12px;white-space:nowrap}
-.verdict.pass{background:#d7f3e3;color:#0b6b3a}.verdict.fail{background:#fde0dc;color:#a21b0c}
-.verdict.not-applicable{background:#ececec;color:#555}.verdict.outside-jurisdiction{background:#fff1cc;color:#7a5500}
-.verdict.unknown{background:#e8e0ff;color:#442c8a}
-tr.row-fail td{background:#fff6f5} tr.row-pass td:first-child{border-left:4px solid #2e9e62}
-tr.row-fail td:first-child{border-left:4px solid #c0321f}
-tr.row-outside-jurisdiction td:first-child{border-left:4px solid #d9a400}
-tr.row-not-applicable td:first-child{border-left:4px solid #aaa}
-td.nonzero{color:#a21b0c;font-weight:600}
-.muted{color:#777;font-size:12px} .note{background:#fff8e1;border:1px solid #f0d890;padding:8px 12px;border-radius:4px}
-.banner{padding:10px 14px;border-radius:4px;font-weight:600;margin:10px 0}
-.banner.pass{background:#d7f3e3;color:#0b6b3a}.banner.fail{background:#fde0dc;color:#a21b0c}
-.banner.unverified{background:#fff1cc;color:#7a5500}
-figure{margin:10px 0 4px;background:#fff;border:1px solid #e0e0e0;padding:8px}
-figcaption{color:#555;font-size:12px;margin-top:4px}
-.chart-box{position:relative;width:100%}
-details.data>summary{cursor:pointer;color:#0b57a4;margin:4px 0}
-ul{margin:0;padding-left:18px}
-#qc-js-errors{display:none}
-)CSS";
-
-// Builds each chart from its JSON spec, marks every canvas that drew non-blank pixels, and
-// records the outcome on <body> (`data-charts-status`, `data-charts-rendered`, `data-js-errors`)
-// and in the title, for people and for the headless browser test alike.
-constexpr const char* kDriver = R"JS(
-(function () {
-  'use strict';
-  var body = document.body, errors = [];
-  function showErrors() {
-    body.setAttribute('data-js-errors', String(errors.length));
-    if (errors.length) {
-      var box = document.getElementById('qc-js-errors');
-      box.style.display = 'block';
-      box.textContent = 'JavaScript errors while drawing the figures: ' + errors.join(' | ');
-    }
-  }
-  window.addEventListener('error', function (e) { errors.push(String(e.message)); showErrors(); });
-  var specs = JSON.parse(document.getElementById('qc-chart-specs').textContent);
-  body.setAttribute('data-charts-expected', String(specs.length));
-  if (typeof Chart === 'undefined') {
-    errors.push('Chart.js did not load'); showErrors();
-    body.setAttribute('data-charts-status', 'failed');
-    return;
-  }
-  function pow2Tick(value) { return Number.isInteger(value) ? '2^' + value : ''; }
-  var drawn = 0;
-  specs.forEach(function (spec) {
-    try {
-      var cfg = spec.config;
-      (spec.log2_axes || []).forEach(function (axis) {
-        cfg.options.scales = cfg.options.scales || {};
-        var s = cfg.options.scales[axis] = cfg.options.scales[axis] || {};
-        s.ticks = s.ticks || {};
-        s.ticks.callback = pow2Tick;
-      });
-      var canvas = document.getElementById(spec.id);
-      new Chart(canvas.getContext('2d'), cfg);
-      var w = canvas.width, h = canvas.height, px = canvas.getContext('2d').getImageData(0, 0, w, h).data, ink = 0;
-      for (var i = 3; i < px.length; i += 4) { if (px[i] !== 0) { ink++; } }
-      canvas.setAttribute('data-ink-pixels', String(ink));
-      if (w > 0 && h > 0 && ink > 0) { canvas.setAttribute('data-rendered', 'true'); drawn++; }
-    } catch (e) {
-      errors.push(spec.id + ': ' + e.message);
-    }
-  });
-  body.setAttribute('data-charts-rendered', String(drawn));
-  body.setAttribute('data-charts-status', drawn === specs.length && errors.length === 0 ? 'ok' : 'incomplete');
-  document.title = document.title + ' [charts ' + drawn + '/' + specs.length + ']';
-  showErrors();
-})();
-)JS";
-
 // Chart.js inlined into a <script>: the only sequences that could end the element or switch
 // the HTML parser into its escaped states are neutralised (neither occurs in the Debian build).
 std::string inline_script(const std::string& code) {
@@ -724,7 +656,7 @@ std::string render_report(const json& results, const ReportOptions& options) {
   page.f("<h1>{}</h1>\n<p class=\"muted\">created {} &middot; qconform {} &middot; results schema {}</p>\n",
          html_escape(title), html_escape(str(results, "created").empty() ? "-" : str(results, "created")),
          html_escape(str(results, "project_version").empty() ? "-" : str(results, "project_version")),
-         kResultsSchemaVersion);
+         kSchemaVersion);
   if (checks.is_array() && !checks.empty()) {
     if (failed.empty()) {
       page.f("<div class=\"banner pass\">No check failed ({} passed of {}).</div>\n", passed, checks.size());
@@ -758,7 +690,7 @@ std::string render_report(const json& results, const ReportOptions& options) {
           // No request may leave the file: scripts and styles inline only, images as data URLs.
           "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline'; "
           "style-src 'unsafe-inline'; img-src data:\">\n";
-  html += fmt::format("<title>{}</title>\n<style>{}</style>\n</head>\n", html_escape(title), kStyle);
+  html += fmt::format("<title>{}</title>\n<style>\n{}</style>\n</head>\n", html_escape(title), report_css());
   html += fmt::format("<body data-charts-expected=\"{}\" data-charts-status=\"{}\" data-js-errors=\"0\">\n<main>\n",
                       page.charts_json().size(), page.charts() ? "pending" : "omitted");
   html += page.text();
@@ -769,7 +701,7 @@ std::string render_report(const json& results, const ReportOptions& options) {
     html += "<script type=\"application/json\" id=\"qc-chart-specs\">" + json_for_script(page.charts_json()) +
             "</script>\n";
     html += "<script>\n" + inline_script(chartjs) + "\n</script>\n";
-    html += std::string("<script>") + kDriver + "</script>\n";
+    html += fmt::format("<script>\n{}</script>\n", report_js());
   }
   html += "</body></html>\n";
   return html;

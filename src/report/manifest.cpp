@@ -13,11 +13,12 @@
 #include <filesystem>
 #include <set>
 
-#include "checks/c1_boundary.hpp"
+#include "arms/environment.hpp"
 #include "checks/c0_identity.hpp"
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
+#include "core/results_json.hpp"
 #include "core/sha256.hpp"
 #include "core/version.hpp"
 
@@ -132,7 +133,8 @@ std::vector<Problem> validate(const json& j) {
       f && f->get<std::string>() != kManifestFormat) {
     out.push_back({"format", "malformed", "expected \"qconform-manifest\"", *f});
   }
-  if (const json* v = need("schema_version", &json::is_number_integer, "an integer"); v && v->get<int64_t>() != 1) {
+  if (const json* v = need("schema_version", &json::is_number_integer, "an integer");
+      v && v->get<int64_t>() != kManifestSchemaVersion) {
     out.push_back({"schema_version", "malformed", fmt::format("expected {}", kManifestSchemaVersion), *v});
   }
   if (const json* k = need("kind", &json::is_string, "a string"); k && !known_kind(k->get<std::string>())) {
@@ -547,14 +549,12 @@ json to_json(const JoinResult& r) {
     fields.push_back(
         {{"field", f.field}, {"status", f.status}, {"a", f.a}, {"b", f.b}, {"note", f.note}, {"violation", f.violation}});
   }
-  return {{"kind", "qconform-join"},
-          {"schema_version", 1},
-          {"treatment", r.treatment},
-          {"manifests", {r.name_a, r.name_b}},
-          {"verified", r.verified()},
-          {"violations", describe_violations(r)},
-          {"fields", fields},
-          {"check", r.c0}};
+  return results_envelope("join", {{"treatment", r.treatment},
+                                   {"manifests", {r.name_a, r.name_b}},
+                                   {"verified", r.verified()},
+                                   {"violations", describe_violations(r)},
+                                   {"fields", fields},
+                                   {"check", r.c0}});
 }
 
 std::vector<std::string> describe_violations(const JoinResult& r) {

@@ -6,6 +6,7 @@
 
 #include "core/fileio.hpp"
 #include "core/limits.hpp"
+#include "core/results_json.hpp"
 
 #include <algorithm>
 #include <cstdlib>
@@ -501,9 +502,7 @@ json opt_int(const std::optional<std::int64_t>& v) { return v ? json(*v) : json(
 
 json to_json(const TransferResult& r) {
   const TransferOptions& o = r.options;
-  json j;
-  j["schema_version"] = kSchemaVersion;
-  j["kind"] = "qconform.transfer";
+  json j = results_envelope("transfer");
   j["mode"] = o.replay ? "replay" : "generate";
   j["inputs"] = {{"a", {{"path", r.path_a}, {"role", "reference"}, {"records", r.records_a}, {"values", r.values_a},
                         {"headers", r.headers_a}}},

@@ -25,8 +25,6 @@
 
 namespace qc::transfer {
 
-inline constexpr int kSchemaVersion = 1;
-
 struct PositionRecord {
   std::size_t prompt = 0;  // index into `TransferFile::prompts`
   std::int64_t position = 0, token = 0, top1_id = 0, top2_id = 0;
@@ -137,7 +135,7 @@ struct TransferResult {
 // `options.replay`.
 TransferResult analyze_transfer(const TransferFile& a, const TransferFile& b, const TransferOptions& options);
 
-// Results JSON (`schema_version` 1); NaN becomes null.
+// Results JSON (kind `qconform-transfer`, docs/results-schema.md); NaN becomes null.
 nlohmann::json to_json(const TransferResult& result);
 
 // The human-readable summary printed by `qconform transfer`.

@@ -20,7 +20,8 @@
 #include "checks/verify.hpp"
 #include "qconform/manifest.hpp"
 #include "core/operands_io.hpp"
-#include "checks/synth.hpp"
+#include "core/results_json.hpp"
+#include "synth/synth.hpp"
 #include "stats/transfer.hpp"
 #include "core/version.hpp"
 
@@ -137,21 +138,21 @@ inline nlohmann::json build_sample_results(const std::string& workdir, const std
                            {{{"name", "INT8 W8A8 (sample)"}, {"points", int8}},
                             {{"name", "FP8 e4m3, fp32 accumulation (sample)"}, {"points", fp8}}}}};
 
-  return {{"schema_version", 1},
-          {"kind", "qconform-results"},
-          {"title", "qconform report (sample)"},
-          {"created", utc_now_iso8601()},
-          {"project_version", version()},
-          {"unverified", !join.verified()},
-          {"checks", checks},
-          {"arms", arms},
-          {"predictions", to_json(pred)},
-          {"verify", verify_json},
-          {"transfer", tj},
-          {"sweep", sweep},
-          {"manifests",
-           {{"files", {{{"path", pa}, {"manifest", to_json(ma)}}, {{"path", pb}, {"manifest", to_json(mb)}}}},
-            {"join", to_json(join)}}}};
+  return results_envelope(
+      "results",
+      {{"title", "qconform report (sample)"},
+       {"created", utc_now_iso8601()},
+       {"project_version", version()},
+       {"unverified", !join.verified()},
+       {"checks", checks},
+       {"arms", arms},
+       {"predictions", to_json(pred)},
+       {"verify", verify_json},
+       {"transfer", tj},
+       {"sweep", sweep},
+       {"manifests",
+        {{"files", {{{"path", pa}, {"manifest", to_json(ma)}}, {{"path", pb}, {"manifest", to_json(mb)}}}},
+         {"join", to_json(join)}}}});
 }
 
 }  // namespace qc::test

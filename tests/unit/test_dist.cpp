@@ -19,7 +19,7 @@
 #include "checks/verify.hpp"
 #include "qconform/numerics.hpp"
 #include "core/operands_io.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 namespace fs = std::filesystem;
 using namespace qc;

@@ -13,7 +13,7 @@
 #include "qconform/numerics.hpp"
 #include "core/operands_io.hpp"
 #include "core/safetensors.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 namespace qc {
 namespace {

@@ -12,7 +12,7 @@
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
 #include "qconform/manifest.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 namespace qc {
 namespace {

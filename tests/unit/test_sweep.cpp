@@ -10,7 +10,7 @@
 #include "accum/fp8_emulation.hpp"
 #include "accum/fp8_model.hpp"
 #include "checks/sweep.hpp"
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 namespace {
 

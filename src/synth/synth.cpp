@@ -1,4 +1,4 @@
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 
 #include <fmt/format.h>
 

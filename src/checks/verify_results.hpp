@@ -1,0 +1,26 @@
+// The document `qconform verify --json` writes and `qconform.verify()` returns: one builder for
+// the CLI (src/cli/verb_verify.cpp) and the Python binding (python/src/qconform_ext.cpp), so the
+// two cannot drift. Layout: docs/results-schema.md (`verify`), kind `qconform-verify`.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+#include "checks/verify.hpp"
+
+namespace qc {
+
+// Where the operands and the predictions of a verify run came from.
+struct VerifyInputs {
+  std::string operands_path, operands_sha256;
+  std::string predictions_path;    // "" when the predictions were computed in the run
+  std::string predictions_sha256;  // `sha256:<hex>` of the predictions file, "" when computed
+  bool predictions_pinned = false;  // true when a predictions file was given (`--predictions`)
+};
+
+// `to_json(result)` in the results envelope (`results_envelope("verify")`), with `operands` and
+// `predictions` as given.
+nlohmann::json verify_results_json(const VerifyResult& result, const VerifyInputs& inputs);
+
+}  // namespace qc
