@@ -18,7 +18,7 @@
 #include <optional>
 #include <set>
 
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 #include "epilogue/formula_space.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/epilogue.hpp"

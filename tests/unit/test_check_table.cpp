@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <string>
 
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 #include "checks/verify.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/check.hpp"

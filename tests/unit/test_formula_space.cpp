@@ -9,7 +9,7 @@
 #include <optional>
 #include <set>
 
-#include "checks/synth.hpp"
+#include "synth/synth.hpp"
 #include "epilogue/formula_space.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"

@@ -32,6 +32,11 @@ TEST(Identify, EveryCpuArmIsItsDeclaredFormula) {
     if (label.rfind("cpu:", 0) != 0 && !onednn) continue;
     auto arm = make_arm(label);
     const IdentifyResult r = identify(*arm);
+    if (!arm->info().accumulation_model.empty()) {
+      // cpu:fp8-<model>: the FP8 part of the formula space comes with issue #14; identify says so.
+      EXPECT_EQ(r.verdict, "not-supported") << label << "\n" << describe(r);
+      continue;
+    }
     const std::string declared = arm->info().epilogue;
     ASSERT_EQ(r.verdict, "identified") << label << "\n" << describe(r);
     EXPECT_NE(std::find(r.named.begin(), r.named.end(), declared), r.named.end())

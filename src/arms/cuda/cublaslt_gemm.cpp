@@ -94,23 +94,37 @@ void CublasLtGemm::run(const void* a, const void* w, void* out, const float* sa,
   }
 }
 
+long long CublasLtGemm::config(int attribute) const {
+  int32_t v = 0;  // every attribute read here is a 4-byte integer; the size must match exactly
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo_, static_cast<cublasLtMatmulAlgoConfigAttributes_t>(attribute), &v,
+                                           sizeof v, &written) != CUBLAS_STATUS_SUCCESS)
+    return -1;
+  return static_cast<long long>(v);
+}
+
+long long CublasLtGemm::split_k() const { return ok_ ? config(CUBLASLT_ALGO_CONFIG_SPLITK_NUM) : -1; }
+long long CublasLtGemm::reduction_scheme() const { return ok_ ? config(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) : -1; }
+
 std::string CublasLtGemm::identity() const {
   if (!ok_) return "cublasLtMatmul: no algorithm (" + error_ + ")";
-  auto get = [&](cublasLtMatmulAlgoConfigAttributes_t attr) -> long long {
-    int32_t v = 0;  // every attribute read here is a 4-byte integer; the size must match exactly
-    size_t written = 0;
-    if (cublasLtMatmulAlgoConfigGetAttribute(&algo_, attr, &v, sizeof v, &written) != CUBLAS_STATUS_SUCCESS) return -1;
-    return static_cast<long long>(v);
-  };
   const char* what = kind_ == Kind::int8_s32 ? "int8 TN s32 (CUBLAS_COMPUTE_32I)"
                      : kind_ == Kind::fp8_f32 ? "e4m3 TN f32 out (CUBLAS_COMPUTE_32F)"
                                               : "e4m3 TN bf16 out, A/B scale mode OUTER_VEC_32F (CUBLAS_COMPUTE_32F)";
   return fmt::format("cublasLtMatmul {}: heuristic algo id {} tile {} stages {} splitK {} reduction {} swizzle {} "
                      "fast_accum {} workspace {} B",
-                     what, get(CUBLASLT_ALGO_CONFIG_ID), get(CUBLASLT_ALGO_CONFIG_TILE_ID),
-                     get(CUBLASLT_ALGO_CONFIG_STAGES_ID), get(CUBLASLT_ALGO_CONFIG_SPLITK_NUM),
-                     get(CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME), get(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING),
-                     fast_accum_ ? 1 : 0, workspace_bytes_);
+                     what, config(CUBLASLT_ALGO_CONFIG_ID), config(CUBLASLT_ALGO_CONFIG_TILE_ID),
+                     config(CUBLASLT_ALGO_CONFIG_STAGES_ID), split_k(), reduction_scheme(),
+                     config(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING), fast_accum_ ? 1 : 0, workspace_bytes_);
+}
+
+std::string split_k_refusal(long long s, long long r, std::string_view model) {
+  if (s == 1 && r == 0) return {};
+  return fmt::format(
+      "no accumulation model claimed: cuBLASLt's heuristic chose split-K {} (reduction scheme {}) for this shape; "
+      "{} describes one pass over K, and how cuBLASLt partitions K and reduces the partials is not modelled "
+      "(measured on the H200: split-K runs are off the one-pass model; docs/accumulation.md)",
+      s, r, model);
 }
 
 }  // namespace qc::cuda

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 namespace qc::cuda {
 
@@ -34,8 +35,12 @@ class CublasLtGemm {
   void run(const void* a, const void* w, void* out, const float* sa, const float* sw, cudaStream_t stream);
   // "cublasLtMatmul int8 TN s32: algo 21 tile 20 stages 9 splitK 1 swizzle 0 fast_accum 0 workspace ..."
   std::string identity() const;
+  // The chosen algorithm's CUBLASLT_ALGO_CONFIG_SPLITK_NUM and _REDUCTION_SCHEME (-1 without one).
+  long long split_k() const;
+  long long reduction_scheme() const;
 
  private:
+  long long config(int attribute) const;
   Kind kind_;
   int m_, n_, k_;
   bool fast_accum_;
@@ -51,5 +56,10 @@ class CublasLtGemm {
 };
 
 cublasLtHandle_t cublaslt_handle();
+
+// Empty when a plan with this split-K count and reduction scheme (CublasLtGemm::split_k,
+// reduction_scheme) runs one pass over K, which is what the FP8 accumulation model `model`
+// describes; otherwise why the arm claims no model for this shape.
+std::string split_k_refusal(long long split_k, long long reduction_scheme, std::string_view model);
 
 }  // namespace qc::cuda

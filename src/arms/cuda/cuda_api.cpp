@@ -92,6 +92,8 @@ std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w
   QC_CUDA_CHECK(cudaDeviceSynchronize());
   if (record != nullptr) {
     record->kernel = plan.identity();
+    record->extra["split_k"] = plan.split_k();
+    record->extra["reduction_scheme"] = plan.reduction_scheme();
     record->device = cuda::device_description();
     record->library = cuda::cublaslt_description();
   }

@@ -232,6 +232,21 @@ std::vector<uint8_t> to_e4m3_exact(const std::string& arm, const LayerOperands& 
 class CublasLtFp8Arm final : public Arm {
  public:
   explicit CublasLtFp8Arm(bool fast) : fast_(fast) {}
+  // The model a run follows, or none with the reason: a split-K algorithm (chosen by cuBLASLt's
+  // heuristic for small M and large K) was measured off the one-pass models.
+  static void declare_model(nlohmann::json& extra, const std::string& model, long long split_k, long long reduction) {
+    extra["split_k"] = split_k;
+    extra["reduction_scheme"] = reduction;
+    const std::string refusal = split_k_refusal(split_k, reduction, model);
+    if (refusal.empty()) {
+      extra["accumulation_model"] = model;
+      extra.erase("accumulation_model_refused");
+    } else {
+      extra["accumulation_model"] = nullptr;
+      extra["accumulation_model_refused"] = refusal;
+    }
+  }
+
   ArmInfo info() const override {
     ArmInfo i;
     i.label = fast_ ? "cuda:cublaslt-fp8-fastacc" : "cuda:cublaslt-fp8";
@@ -250,7 +265,8 @@ class CublasLtFp8Arm final : public Arm {
     RunRecord rec;
     std::vector<float> d = fp8_gemm_cublaslt_f32(a, w, {m, n, k}, fast_, &rec);
     rec.arm = info().label;
-    rec.extra["accumulation_model"] = info().accumulation_model;
+    declare_model(rec.extra, info().accumulation_model, rec.extra.value("split_k", -1LL),
+                  rec.extra.value("reduction_scheme", -1LL));
     record = rec;
     return d;
   }
@@ -268,10 +284,13 @@ class CublasLtFp8Arm final : public Arm {
     const size_t mn = static_cast<size_t>(ops.m * ops.n);
     DeviceBuffer<uint16_t> y(mn);
     std::string kernel;
+    long long split_k = -1, reduction = -1;
     CublasLtGemm& vec = plans_.get(CublasLtGemm::Kind::fp8_bf16_vec, m, n, k, fast_);
     if (vec.ok()) {
       vec.run(a.get(), w.get(), y.get(), sa.get(), sw.get(), nullptr);
       kernel = vec.identity();
+      split_k = vec.split_k();
+      reduction = vec.reduction_scheme();
     } else {
       // No outer-vector-scaled algorithm: fp32 GEMM, then our scale kernel through the `fp8-scaled`
       // row (the formula the FP8 sweep applies on the host).
@@ -279,6 +298,8 @@ class CublasLtFp8Arm final : public Arm {
       QC_INPUT(f32.ok(), "arm {}: layer `{}`: {}; {}", i.label, ops.name, vec.error(), f32.error());
       DeviceBuffer<float> d(mn);
       f32.run(a.get(), w.get(), d.get(), nullptr, nullptr, nullptr);
+      split_k = f32.split_k();
+      reduction = f32.reduction_scheme();
       kernel = f32.identity() + " + " +
                checked_launch(cuda_kernels::launch_f32_scale_to_bf16(d.get(), sa.get(), sw.get(), y.get(), m, n,
                                                                     fp8_epilogue().kind, nullptr),
@@ -291,7 +312,7 @@ class CublasLtFp8Arm final : public Arm {
     out.y = y.to_host();
     out.record = cuda_record(i, std::move(kernel), cublaslt_description());
     out.record.extra["operands"] = "int8 codes re-encoded to e4m3fn, exact (rejected otherwise)";
-    out.record.extra["accumulation_model"] = i.accumulation_model;
+    declare_model(out.record.extra, i.accumulation_model, split_k, reduction);
     return out;
   }
 
