@@ -17,6 +17,7 @@
 #include <optional>
 #include <vector>
 
+#include "qconform/check.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
 #include "core/results_json.hpp"
@@ -261,10 +262,18 @@ void arms_section(Page& p, const json& results) {
   p.raw("</tbody></table></section>\n");
 }
 
+// A section heading for a check: its title from the check table (`qconform checks`), so the
+// report cannot name a check differently from the CLI, the JSON and docs/checks.md.
+std::string check_heading(std::string_view id) {
+  std::string title = check_spec(id).title;
+  if (!title.empty()) title[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(title[0])));
+  return fmt::format("{} ({})", title, id);
+}
+
 void manifests_section(Page& p, const json& results) {
   const json& m = sub(results, "manifests");
   if (!m.is_object()) return;
-  p.raw("<section id=\"identity\"><h2>Identity contract (C0)</h2>\n");
+  p.f("<section id=\"identity\"><h2>{}</h2>\n", html_escape(check_heading("C0")));
   if (const json& join = sub(m, "join"); join.is_object()) {
     const bool verified = join.contains("verified") && join.at("verified").is_boolean() && join.at("verified").get<bool>();
     p.f("<p>Treatment <code>{}</code>: {}</p>\n", html_escape(str(join, "treatment")),
@@ -318,8 +327,9 @@ void manifests_section(Page& p, const json& results) {
 void headroom_section(Page& p, const json& results) {
   const json& layers = sub(sub(results, "predictions"), "layers");
   if (!layers.is_array() || layers.empty()) return;
-  p.raw("<section id=\"headroom\"><h2>Accumulator headroom against 2<sup>24</sup> (C2)</h2>\n"
-        "<p>Every |acc| &le; 2<sup>24</sup> converts to fp32 exactly: below the red line the accumulator has its "
+  p.f("<section id=\"headroom\"><h2>{}: accumulator headroom against 2<sup>24</sup></h2>\n",
+      html_escape(check_heading("C2")));
+  p.raw("<p>Every |acc| &le; 2<sup>24</sup> converts to fp32 exactly: below the red line the accumulator has its "
         "alibi. Bars: the observed maximum per layer (log<sub>2</sub>); triangles: the data-independent bound "
         "127&middot;max<sub>n</sub>&Sigma;<sub>k</sub>|w|, a guarantee for every input.</p>\n");
   json labels = json::array(), observed = json::array(), bound = json::array(), line24 = json::array(),
@@ -500,7 +510,7 @@ void sweep_section(Page& p, const json& results) {
 void transfer_section(Page& p, const json& results) {
   const json& t = sub(results, "transfer");
   if (!t.is_object()) return;
-  p.raw("<section id=\"transfer\"><h2>Token transfer (C7)</h2>\n");
+  p.f("<section id=\"transfer\"><h2>{}</h2>\n", html_escape(check_heading("C7")));
   if (const json& seq = sub(t, "sequence"); seq.is_object()) {
     p.f("<p>Free-running generations: {} of {} prompts identical; mean tokens until the first divergence {}.</p>\n",
         fmt_num(num(seq, "identical")), fmt_num(num(seq, "prompts")), fmt_num(num(seq, "mean_tokens_until_divergence")));

@@ -4,10 +4,12 @@
 // tests/peer/test_report_browser.py.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <filesystem>
 #include <regex>
 
 #include "../tools/report_sample.hpp"
+#include "qconform/check.hpp"
 #include "qconform/error.hpp"
 #include "qconform/report.hpp"
 
@@ -104,6 +106,21 @@ TEST_F(ReportTest, SectionsAndFigures) {
   for (const char* id : {"id=\"verdicts\"", "id=\"arms\"", "id=\"identity\"", "id=\"headroom\"", "id=\"differences\"",
                          "id=\"sweep\"", "id=\"transfer\""}) {
     EXPECT_NE(html.find(id), std::string::npos) << id;
+  }
+}
+
+// The check sections are headed by the check table's titles (the words of `qconform checks`, the
+// JSON and docs/checks.md), not by text of their own.
+TEST_F(ReportTest, CheckSectionHeadingsComeFromTheCheckTable) {
+  ReportOptions o;
+  o.charts = false;
+  const std::string html = render_report(*results_, o);
+  for (const char* id : {"C0", "C2", "C7"}) {
+    std::string title = check_spec(id).title;
+    ASSERT_FALSE(title.empty()) << id;
+    title[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(title[0])));
+    EXPECT_NE(html.find(fmt::format("<h2>{} ({})", title, id)), std::string::npos)
+        << id << ": no heading `" << title << " (" << id << ")` in the report";
   }
 }
 
