@@ -400,6 +400,7 @@ nb::dict info_to_dict(const qc::ArmInfo& i) {
   d["exposes_accumulator"] = i.exposes_accumulator;
   d["is_mutant"] = i.is_mutant;
   d["breaks_stage"] = i.breaks_stage;
+  d["accumulation_model"] = i.accumulation_model;  // FP8 arms: the declared model (docs/accumulation.md); "" otherwise
   return d;
 }
 

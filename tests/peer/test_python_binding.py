@@ -131,6 +131,15 @@ def describe_first_diff(y, ref):
 
 # ---- the core on arrays ------------------------------------------------------------------------------
 
+def test_arm_info_names_the_declared_accumulation_model(qc):
+    # FP8 arms declare their accumulation model (docs/accumulation.md); INT8 arms declare none.
+    fp8 = [label for label in qc.arms() if label.startswith("cpu:fp8-")]
+    assert "cpu:fp8-hopper-fp8-chain" in fp8 and "cpu:fp8-hopper-fp8-promote4" in fp8, fp8
+    for label in fp8:
+        assert qc.arm(label).info["accumulation_model"] == label.removeprefix("cpu:fp8-")
+    assert qc.arm("cpu:vllm-cutlass").info["accumulation_model"] == ""
+
+
 def test_exact_accumulate_equals_numpy_int64(qc):
     rng = np.random.default_rng(1)
     for m, n, k in [(1, 1, 1), (3, 5, 7), (17, 33, 1000), (64, 48, 4096)]:
