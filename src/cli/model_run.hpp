@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "cli/paths.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
 #include "model/model.hpp"
@@ -22,6 +23,17 @@ struct ModelRunArgs {
   std::string model, tokenizer, mode = "fp32", arm, act_quantizer = "vllm";
   bool pow2 = false;
 };
+
+// The files a model run reads, for check_output_paths: the model (and its files), the tokenizer,
+// the verb's own input (`--prompts`, `--tokens`), a plugin arm.
+inline std::vector<PathUse> model_run_inputs(const ModelRunArgs& run, PathUse input) {
+  std::vector<PathUse> paths;
+  add_model_inputs(paths, "--model", run.model);
+  paths.push_back({"--tokenizer", run.tokenizer});
+  paths.push_back(std::move(input));
+  add_arm_inputs(paths, "--arm", run.arm);
+  return paths;
+}
 
 inline void add_model_option(CLI::App& app, ModelRunArgs& a) {
   app.add_option("--model", a.model,

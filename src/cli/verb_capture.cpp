@@ -44,11 +44,7 @@ VerbRunner setup_capture(CLI::App& app) {
   add_mode_options(app, a->run, /*with_mode=*/false);
   add_manifest_option(app, a->manifest);
   return [a] {
-    std::vector<PathUse> paths_in;
-    add_model_inputs(paths_in, "--model", a->run.model);
-    paths_in.push_back({"--tokenizer", a->run.tokenizer});
-    paths_in.push_back({"--prompts", a->prompts});
-    add_arm_inputs(paths_in, "--arm", a->run.arm);
+    const std::vector<PathUse> paths_in = model_run_inputs(a->run, {"--prompts", a->prompts});
     check_output_paths(paths_in, {{"--out", a->out}, {"--manifest", manifest_path(a->manifest, a->out)}});
     preflight(a->run);
     const Model model = load_model(a->run.model);

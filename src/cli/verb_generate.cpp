@@ -44,11 +44,7 @@ VerbRunner setup_generate(CLI::App& app) {
   app.add_flag("--compare-prefill-decode", a->compare,
                "re-score each generated sequence with one prefill pass; report where prefill and decode disagree");
   return [a] {
-    std::vector<PathUse> paths_in;
-    add_model_inputs(paths_in, "--model", a->run.model);
-    paths_in.push_back({"--tokenizer", a->run.tokenizer});
-    paths_in.push_back({"--prompts", a->prompts});
-    add_arm_inputs(paths_in, "--arm", a->run.arm);
+    const std::vector<PathUse> paths_in = model_run_inputs(a->run, {"--prompts", a->prompts});
     check_output_paths(paths_in, {{"--out", a->out},
                                 {"--tokens-out", a->tokens_out},
                                 {"--manifest", manifest_path(a->manifest, a->out)}});

@@ -36,11 +36,7 @@ VerbRunner setup_replay(CLI::App& app) {
   add_manifest_option(app, a->manifest);
   add_gpu_per_rank_option(app, a->gpu_per_rank);
   return [a] {
-    std::vector<PathUse> paths_in;
-    add_model_inputs(paths_in, "--model", a->run.model);
-    paths_in.push_back({"--tokenizer", a->run.tokenizer});
-    paths_in.push_back({"--tokens", a->tokens});
-    add_arm_inputs(paths_in, "--arm", a->run.arm);
+    const std::vector<PathUse> paths_in = model_run_inputs(a->run, {"--tokens", a->tokens});
     check_output_paths(paths_in, {{"--out", a->out}, {"--manifest", manifest_path(a->manifest, a->out)}});
     if (a->gpu_per_rank) use_gpu_of_local_rank();
     preflight(a->run);

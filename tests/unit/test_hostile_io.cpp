@@ -18,11 +18,13 @@
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
 #include "core/limits.hpp"
+#include "input_error.hpp"
 
 namespace qc {
 namespace {
 
 namespace fs = std::filesystem;
+using test::input_error;
 
 class HostileIo : public ::testing::Test {
  protected:
@@ -33,19 +35,6 @@ class HostileIo : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   void write(const std::string& name, const std::string& text) const { std::ofstream(path(name)) << text; }
-
-  // The message of the input error `f` throws; fails the test when it throws nothing or another kind.
-  template <class F>
-  static std::string input_error(F&& f) {
-    try {
-      f();
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::input) << e.what();
-      return e.what();
-    }
-    ADD_FAILURE() << "expected an input error, nothing was thrown";
-    return "";
-  }
 
   fs::path dir_;
   static inline int counter_ = 0;

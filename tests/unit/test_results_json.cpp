@@ -14,6 +14,7 @@
 #include "qconform/error.hpp"
 #include "qconform/report.hpp"
 #include "stats/transfer.hpp"
+#include "input_error.hpp"
 
 namespace qc {
 namespace {
@@ -22,18 +23,7 @@ using nlohmann::json;
 
 const std::string kTransferData = std::string(QC_SOURCE_DIR) + "/tests/data/transfer/";
 
-// The message of the input error `f` throws; a failure when it throws nothing or another kind.
-template <class F>
-std::string input_error(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::input) << e.what();
-    return e.what();
-  }
-  ADD_FAILURE() << "no error thrown";
-  return "";
-}
+using test::input_error;
 
 TEST(ResultsJson, KindRule) {
   EXPECT_EQ(kSchemaVersion, 1);
