@@ -5,6 +5,8 @@
 // existing commands and sweep JSON stay as they were (docs/sweep.md).
 #include <fmt/format.h>
 
+#include <array>
+
 #include "accum/fp8_model.hpp"
 #include "arms/cpu/cpu_arms.hpp"
 #include "qconform/arm.hpp"
@@ -15,23 +17,6 @@
 namespace qc {
 
 namespace {
-
-// int8 codes -> e4m3fn codes of the same value; QC_INPUT for a code e4m3fn cannot hold exactly
-// (the rule the cuBLASLt FP8 arms apply, so that both see the same operands).
-std::vector<uint8_t> to_e4m3_exact(const std::string& arm, const LayerOperands& ops, std::span<const int8_t> codes,
-                                   const char* field) {
-  std::vector<uint8_t> out(codes.size());
-  for (size_t i = 0; i < codes.size(); ++i) {
-    const uint8_t b = f32_to_e4m3fn(static_cast<float>(codes[i]), /*saturate=*/false);
-    QC_INPUT(e4m3fn_to_f32(b) == static_cast<float>(codes[i]),
-             "arm {}: layer `{}` ({}): {}[{},{}] = {} has no exact e4m3 encoding; the FP8 arms take int8 codes only "
-             "when every code is an e4m3 value (docs/accumulation.md)",
-             arm, ops.name, ops.source, field, static_cast<int64_t>(i) / ops.k, static_cast<int64_t>(i) % ops.k,
-             static_cast<int>(codes[i]));
-    out[i] = b;
-  }
-  return out;
-}
 
 class CpuFp8ModelArm final : public Arm {
  public:
@@ -54,8 +39,8 @@ class CpuFp8ModelArm final : public Arm {
   ArmOutput run(const LayerOperands& ops) override {
     ops.validate();
     QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", label_, ops.name);
-    const std::vector<uint8_t> a8 = to_e4m3_exact(label_, ops, ops.a_q, "a_q");
-    const std::vector<uint8_t> w8 = to_e4m3_exact(label_, ops, ops.w_q, "w_q");
+    const std::vector<uint8_t> a8 = int8_codes_to_e4m3(label_, ops, ops.a_q, "a_q");
+    const std::vector<uint8_t> w8 = int8_codes_to_e4m3(label_, ops, ops.w_q, "w_q");
     std::vector<float> d(static_cast<size_t>(ops.m * ops.n));
     const Fp8Gemm g{a8.data(), Fp8Format::e4m3, w8.data(), Fp8Format::e4m3, {ops.m, ops.n, ops.k}};
     fp8_model_evaluate(model_.model, g, d.data());
@@ -99,6 +84,31 @@ class CpuFp8ModelArm final : public Arm {
 };
 
 }  // namespace
+
+std::vector<uint8_t> int8_codes_to_e4m3(const std::string& arm, const LayerOperands& ops, std::span<const int8_t> codes,
+                                        const char* field) {
+  // int8 code -> e4m3fn byte with the same value, or -1 when e4m3 cannot represent it exactly.
+  static const std::array<int, 256> table = [] {
+    std::array<int, 256> t{};
+    for (int v = -128; v <= 127; ++v) {
+      const uint8_t b = f32_to_e4m3fn(static_cast<float>(v), /*saturate=*/false);
+      t[static_cast<uint8_t>(v)] = e4m3fn_to_f32(b) == static_cast<float>(v) ? b : -1;
+    }
+    return t;
+  }();
+  std::vector<uint8_t> out(codes.size());
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const int b = table[static_cast<uint8_t>(codes[i])];
+    QC_INPUT(b >= 0,
+             "arm {}: layer `{}` ({}): {}[{},{}] = {} has no exact e4m3 encoding; the FP8 arms take int8 codes only "
+             "when every code is an e4m3 value (|q| <= 16, even up to 32, multiples of 4 up to 64, of 8 up to 120), "
+             "so that both arms see the same operands (C3). See docs/gpu.md",
+             arm, ops.name, ops.source, field, static_cast<int64_t>(i) / ops.k, static_cast<int64_t>(i) % ops.k,
+             static_cast<int>(codes[i]));
+    out[i] = static_cast<uint8_t>(b);
+  }
+  return out;
+}
 
 std::unique_ptr<Arm> make_cpu_fp8_arm(std::string_view model) {
   return std::make_unique<CpuFp8ModelArm>(fmt::format("cpu:fp8-{}", model), fp8_accumulation_model(model), "");

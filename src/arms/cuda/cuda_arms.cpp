@@ -12,6 +12,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "arms/cpu/cpu_arms.hpp"  // int8_codes_to_e4m3: the one rule both FP8 arm families apply
 #include "arms/cuda/cublaslt_gemm.hpp"
 #include "arms/cuda/cuda.hpp"
 #include "arms/cuda/cuda_common.hpp"
@@ -198,36 +199,6 @@ class CublasLtInt8Arm final : public Arm {
   DeviceLayer d_;
 };
 
-// int8 code -> e4m3fn byte with the same value, or -1 when e4m3 cannot represent it exactly.
-const std::array<int, 256>& int8_to_e4m3_table() {
-  static const std::array<int, 256> table = [] {
-    std::array<int, 256> t{};
-    for (int v = -128; v <= 127; ++v) {
-      const uint8_t b = f32_to_e4m3fn(static_cast<float>(v), /*saturate=*/false);
-      t[static_cast<uint8_t>(v)] = e4m3fn_to_f32(b) == static_cast<float>(v) ? b : -1;
-    }
-    return t;
-  }();
-  return table;
-}
-
-std::vector<uint8_t> to_e4m3_exact(const std::string& arm, const LayerOperands& ops, std::span<const int8_t> codes,
-                                   const char* field, int64_t cols) {
-  const auto& table = int8_to_e4m3_table();
-  std::vector<uint8_t> out(codes.size());
-  for (size_t i = 0; i < codes.size(); ++i) {
-    const int b = table[static_cast<uint8_t>(codes[i])];
-    QC_INPUT(b >= 0,
-             "arm {}: layer `{}` ({}): {}[{},{}] = {} has no exact e4m3 encoding; the FP8 arms take int8 codes only "
-             "when every code is an e4m3 value (|q| <= 16, even up to 32, multiples of 4 up to 64, of 8 up to 120), "
-             "so that both arms see the same operands (C3). See docs/gpu.md",
-             arm, ops.name, ops.source, field, static_cast<int64_t>(i) / cols, static_cast<int64_t>(i) % cols,
-             static_cast<int>(codes[i]));
-    out[i] = static_cast<uint8_t>(b);
-  }
-  return out;
-}
-
 // `cuda:cublaslt-fp8[-fastacc]`: e4m3 operands, per-token / per-channel fp32 scales, bf16 out.
 class CublasLtFp8Arm final : public Arm {
  public:
@@ -275,8 +246,8 @@ class CublasLtFp8Arm final : public Arm {
     check_shape(i.label, ops, /*int32_accumulator=*/false);
     QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", i.label, ops.name);
     require_device(i.label);
-    const std::vector<uint8_t> a8 = to_e4m3_exact(i.label, ops, ops.a_q, "a_q", ops.k);
-    const std::vector<uint8_t> w8 = to_e4m3_exact(i.label, ops, ops.w_q, "w_q", ops.k);
+    const std::vector<uint8_t> a8 = int8_codes_to_e4m3(i.label, ops, ops.a_q, "a_q");
+    const std::vector<uint8_t> w8 = int8_codes_to_e4m3(i.label, ops, ops.w_q, "w_q");
     const int m = static_cast<int>(ops.m), n = static_cast<int>(ops.n), k = static_cast<int>(ops.k);
     DeviceBuffer<uint8_t> a{std::span<const uint8_t>(a8)};
     DeviceBuffer<uint8_t> w{std::span<const uint8_t>(w8)};
