@@ -1,4 +1,5 @@
-// The operands of one W8A8 linear layer: Y = bf16((A_q · W_qᵀ) ⊙ s_a ⊙ s_w (+ bias)).
+// The operands of one W8A8 linear layer: Y = bf16((A_q · W_qᵀ) ⊙ s_a ⊙ s_w (+ bias)), with INT8 codes
+// (the paper's W8A8) or OCP FP8 codes (W8A8-FP8: vLLM's dynamic FP8 path, compressed-tensors' FP8).
 #pragma once
 
 #include <cstdint>
@@ -9,22 +10,34 @@
 
 namespace qc {
 
+// The element type of `a_q` and `w_q`. An INT8 layer holds int8 codes; an FP8 layer holds OCP FP8
+// bit patterns (e4m3fn: bias 7, no infinity; e5m2: bias 15) in the same bytes. Both operands of a
+// layer are INT8, or both FP8 (e4m3 and e5m2 may be mixed, e.g. e5m2 activations × e4m3 weights).
+enum class ElementType : uint8_t { int8, e4m3, e5m2 };
+std::string_view element_type_name(ElementType t);  // "int8", "e4m3", "e5m2"
+
 // Borrowed views into bytes owned by `keepalive` (vectors or a memory-mapped file), so a layer
 // read from a safetensors file is never copied.
 struct LayerOperands {
   std::string name;
   int64_t m = 0, n = 0, k = 0;
-  std::span<const int8_t> a_q;      // [m,k] row-major
+  std::span<const int8_t> a_q;      // [m,k] row-major; FP8 bit patterns when a_type is e4m3/e5m2
   std::span<const float> a_scale;   // [m] per token
   std::span<const int8_t> w_q;      // [n,k] row-major (Wᵀ as column-major)
   std::span<const float> w_scale;   // [n] per output channel
   std::span<const uint16_t> bias;   // [n] bf16 bit patterns; empty when the layer has no bias
   std::string source;               // where the operands came from (file and key prefix, or "synth seed=...")
   std::shared_ptr<const void> keepalive;
+  ElementType a_type = ElementType::int8, w_type = ElementType::int8;
 
   bool has_bias() const { return !bias.empty(); }
-  // Sizes consistent with m, n, k; scales finite and > 0. QC_INPUT errors name `source`, the
-  // layer and the field.
+  bool fp8() const { return a_type != ElementType::int8; }
+  // The FP8 bit patterns of an FP8 layer (the same bytes as a_q, w_q).
+  std::span<const uint8_t> a_codes() const { return {reinterpret_cast<const uint8_t*>(a_q.data()), a_q.size()}; }
+  std::span<const uint8_t> w_codes() const { return {reinterpret_cast<const uint8_t*>(w_q.data()), w_q.size()}; }
+  // Sizes consistent with m, n, k; scales finite and > 0; both operands INT8 or both FP8, and every
+  // FP8 code finite (a NaN or e5m2 infinity code is an input error naming its coordinates). QC_INPUT
+  // errors name `source`, the layer and the field.
   void validate() const;
 };
 
@@ -35,6 +48,7 @@ struct OperandStorage {
   std::vector<int8_t> w_q;
   std::vector<float> w_scale;
   std::vector<uint16_t> bias;
+  ElementType a_type = ElementType::int8, w_type = ElementType::int8;
 };
 
 // Moves `storage` into a shared holder and returns operands viewing it.

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "qconform/accumulation.hpp"
 #include "qconform/error.hpp"
 
 namespace qc {
@@ -14,7 +15,29 @@ void check_scales(const LayerOperands& ops, std::span<const float> scales, const
              ops.source, ops.name, field, i, s);
   }
 }
+void check_codes(const LayerOperands& ops, std::span<const int8_t> codes, ElementType type, int64_t cols,
+                 const char* field) {
+  if (type == ElementType::int8) return;
+  const Fp8Format f = type == ElementType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const auto c = static_cast<uint8_t>(codes[i]);
+    QC_INPUT(accum_model::fp8_code_finite(c, f),
+             "{}: layer `{}`, field `{}`[{},{}]: expected a finite {} code, found 0x{:02x} ({}): FP8 operands must "
+             "be finite (a quantizer saturates; see docs/formats.md)",
+             ops.source, ops.name, field, static_cast<int64_t>(i) / cols, static_cast<int64_t>(i) % cols,
+             element_type_name(type), c, type == ElementType::e4m3 || (c & 3) ? "NaN" : "infinity");
+  }
+}
 }  // namespace
+
+std::string_view element_type_name(ElementType t) {
+  switch (t) {
+    case ElementType::int8: return "int8";
+    case ElementType::e4m3: return "e4m3";
+    case ElementType::e5m2: return "e5m2";
+  }
+  return "?";
+}
 
 void LayerOperands::validate() const {
   QC_INPUT(m > 0 && n > 0 && k > 0, "{}: layer `{}`: expected positive shape, found m={} n={} k={}", source, name, m,
@@ -31,6 +54,11 @@ void LayerOperands::validate() const {
            "{}: layer `{}`, field `bias`: expected {} elements, found {}", source, name, n, bias.size());
   check_scales(*this, a_scale, "a_scale");
   check_scales(*this, w_scale, "w_scale");
+  QC_INPUT((a_type == ElementType::int8) == (w_type == ElementType::int8),
+           "{}: layer `{}`: expected both operands INT8 or both FP8, found a_q {} and w_q {}", source, name,
+           element_type_name(a_type), element_type_name(w_type));
+  check_codes(*this, a_q, a_type, k, "a_q");
+  check_codes(*this, w_q, w_type, k, "w_q");
 }
 
 LayerOperands make_operands(std::string name, int64_t m, int64_t n, int64_t k, OperandStorage storage,
@@ -41,6 +69,8 @@ LayerOperands make_operands(std::string name, int64_t m, int64_t n, int64_t k, O
   ops.m = m;
   ops.n = n;
   ops.k = k;
+  ops.a_type = owner->a_type;
+  ops.w_type = owner->w_type;
   ops.a_q = owner->a_q;
   ops.a_scale = owner->a_scale;
   ops.w_q = owner->w_q;

@@ -40,6 +40,20 @@ const Tensor& expect(const SafetensorsFile& file, const std::string& key, DType 
   return t;
 }
 
+// An operand's codes: int8, or OCP FP8 (F8_E4M3, F8_E5M2) for an FP8 layer.
+ElementType code_type(const SafetensorsFile& file, const std::string& key) {
+  QC_INPUT(file.contains(key), "{}: tensor `{}` is missing (every layer needs a_q, a_scale, w_q, w_scale)", file.path,
+           key);
+  const DType d = file.at(key).dtype();
+  QC_INPUT(d == DType::i8 || d == DType::e4m3 || d == DType::e5m2,
+           "{}: tensor `{}`: expected dtype I8, F8_E4M3 or F8_E5M2, found {}", file.path, key, dtype_safetensors_name(d));
+  return d == DType::i8 ? ElementType::int8 : d == DType::e4m3 ? ElementType::e4m3 : ElementType::e5m2;
+}
+
+DType code_dtype(ElementType t) {
+  return t == ElementType::int8 ? DType::i8 : t == ElementType::e4m3 ? DType::e4m3 : DType::e5m2;
+}
+
 // A per-row vector stored as [R] or [R,1].
 int64_t vector_length(const SafetensorsFile& file, const std::string& key, const Tensor& t) {
   QC_INPUT(t.ndim() == 1 || t.dim(1) == 1, "{}: tensor `{}`: expected shape [R] or [R,1], found {}", file.path, key,
@@ -117,8 +131,9 @@ std::vector<std::string> layer_order(const std::vector<std::string>& keys, const
 
 // Layer `name` of `file`, validated; its views keep `file` (and so its mapping) alive.
 LayerOperands layer_of(const std::shared_ptr<SafetensorsFile>& file, const std::string& name, const std::string& path) {
-  const Tensor& a_q = expect(*file, name + ".a_q", DType::i8, 2, 2);
-  const Tensor& w_q = expect(*file, name + ".w_q", DType::i8, 2, 2);
+  const ElementType a_type = code_type(*file, name + ".a_q"), w_type = code_type(*file, name + ".w_q");
+  const Tensor& a_q = expect(*file, name + ".a_q", code_dtype(a_type), 2, 2);
+  const Tensor& w_q = expect(*file, name + ".w_q", code_dtype(w_type), 2, 2);
   const Tensor& a_scale = expect(*file, name + ".a_scale", DType::f32, 1, 2);
   const Tensor& w_scale = expect(*file, name + ".w_scale", DType::f32, 1, 2);
   LayerOperands ops;
@@ -135,6 +150,8 @@ LayerOperands layer_of(const std::shared_ptr<SafetensorsFile>& file, const std::
   QC_INPUT(vector_length(*file, name + ".w_scale", w_scale) == ops.n,
            "{}: layer `{}`, tensor `w_scale`: expected {} entries (rows of w_q), found shape {}", path, name, ops.n,
            shape_string(w_scale.shape()));
+  ops.a_type = a_type;
+  ops.w_type = w_type;
   ops.a_q = a_q.span<int8_t>();
   ops.w_q = w_q.span<int8_t>();
   ops.a_scale = a_scale.span<float>();
@@ -288,9 +305,9 @@ void save_operands(const std::string& path, const std::vector<LayerOperands>& la
     QC_INPUT(ops.name.find(',') == std::string::npos && !ops.name.empty(),
              "{}: layer name `{}`: expected a non-empty name without commas (the metadata `layers` lists names "
              "separated by commas)", path, ops.name);
-    tensors.emplace_back(ops.name + ".a_q", view(DType::i8, {ops.m, ops.k}, ops.a_q, ops));
+    tensors.emplace_back(ops.name + ".a_q", view(code_dtype(ops.a_type), {ops.m, ops.k}, ops.a_q, ops));
     tensors.emplace_back(ops.name + ".a_scale", view(DType::f32, {ops.m}, ops.a_scale, ops));
-    tensors.emplace_back(ops.name + ".w_q", view(DType::i8, {ops.n, ops.k}, ops.w_q, ops));
+    tensors.emplace_back(ops.name + ".w_q", view(code_dtype(ops.w_type), {ops.n, ops.k}, ops.w_q, ops));
     tensors.emplace_back(ops.name + ".w_scale", view(DType::f32, {ops.n}, ops.w_scale, ops));
     if (ops.has_bias()) {
       tensors.emplace_back(ops.name + ".bias", view(DType::bf16, {ops.n}, ops.bias, ops));

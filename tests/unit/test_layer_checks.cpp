@@ -81,6 +81,51 @@ TEST(Operands, RoundTripAndNaturalOrder) {
   EXPECT_FALSE(natural_less("model.layers.10.q", "model.layers.2.q"));
 }
 
+// FP8 layers: the element types travel through the file as F8_E4M3 / F8_E5M2 tensors, mixed
+// INT8/FP8 operands and non-finite FP8 codes are input errors naming the field and coordinates.
+TEST(Operands, Fp8LayersRoundTripAndNonFiniteCodesAreRefused) {
+  OperandStorage st;
+  st.a_q = {0x3C, static_cast<int8_t>(0xBC), 0x00, 0x01, 0x7B, 0x40};  // e5m2: 1, -1, 0, 2^-16, 57344, 2
+  st.w_q = {0x38, 0x30, static_cast<int8_t>(0xFE), 0x7E, 0x08, 0x01, 0x00, 0x10, 0x20};  // e4m3 codes
+  st.a_scale = {0.5f, 2.0f};
+  st.w_scale = {1.0f, 0.25f, 3.0f};
+  st.a_type = ElementType::e5m2;
+  st.w_type = ElementType::e4m3;
+  const LayerOperands ops = make_operands("fc", 2, 3, 3, st, "test");
+  ops.validate();
+  EXPECT_TRUE(ops.fp8());
+  const std::string path = temp_path("fp8.safetensors");
+  save_operands(path, {ops}, {});
+  const SafetensorsFile raw = read_safetensors(path);
+  EXPECT_EQ(raw.at("fc.a_q").dtype(), DType::e5m2);
+  EXPECT_EQ(raw.at("fc.w_q").dtype(), DType::e4m3);
+  const OperandSet set = load_operands(path);
+  ASSERT_EQ(set.layers.size(), 1u);
+  EXPECT_EQ(set.layers[0].a_type, ElementType::e5m2);
+  EXPECT_EQ(set.layers[0].w_type, ElementType::e4m3);
+  EXPECT_TRUE(std::equal(ops.w_q.begin(), ops.w_q.end(), set.layers[0].w_q.begin()));
+  std::filesystem::remove(path);
+
+  OperandStorage nan = st;
+  nan.w_q[4] = 0x7F;  // e4m3fn NaN at [1,1]
+  const auto expect_input_error = [](const LayerOperands& bad, const std::string& needle) {
+    try {
+      bad.validate();
+      ADD_FAILURE() << "no error; expected one containing " << needle;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::input);
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_input_error(make_operands("fc", 2, 3, 3, nan, "test"), "`w_q`[1,1]: expected a finite e4m3 code, found 0x7f (NaN)");
+  OperandStorage inf = st;
+  inf.a_q[5] = static_cast<int8_t>(0xFC);  // e5m2 -inf at [1,2]
+  expect_input_error(make_operands("fc", 2, 3, 3, inf, "test"), "`a_q`[1,2]: expected a finite e5m2 code, found 0xfc (infinity)");
+  OperandStorage mixed = st;
+  mixed.a_type = ElementType::int8;
+  expect_input_error(make_operands("fc", 2, 3, 3, mixed, "test"), "expected both operands INT8 or both FP8, found a_q int8 and w_q e4m3");
+}
+
 TEST(Operands, SynthIsDeterministic) {
   SynthOptions o;
   o.shapes = "4x64x96";
