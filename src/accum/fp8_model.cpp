@@ -6,11 +6,13 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <charconv>
 
 #include "accum/fp8_model_kernels.hpp"
 #include "core/parallel.hpp"
 #include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
 
 namespace qc {
 
@@ -235,5 +237,52 @@ void fp8_model_evaluate(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int 
 }
 
 std::string fp8_model_target() { return fp8_kernels::target_name(); }
+
+Fp8Format fp8_format(ElementType t) {
+  QC_CHECK(t != ElementType::int8, "fp8_format of an INT8 operand");
+  return t == ElementType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
+}
+
+Fp8LayerCodes fp8_layer_codes(const std::string& who, const LayerOperands& ops) {
+  Fp8LayerCodes c;
+  c.s = {ops.m, ops.n, ops.k};
+  if (ops.fp8()) {
+    c.a = ops.a_codes();
+    c.w = ops.w_codes();
+    c.a_format = fp8_format(ops.a_type);
+    c.w_format = fp8_format(ops.w_type);
+    c.description = fmt::format("{} x {} (FP8 layer)", element_type_name(ops.a_type), element_type_name(ops.w_type));
+    return c;
+  }
+  // int8 code -> e4m3fn byte with the same value, or -1 when e4m3 cannot represent it exactly.
+  static const std::array<int, 256> table = [] {
+    std::array<int, 256> t{};
+    for (int v = -128; v <= 127; ++v) {
+      const uint8_t b = f32_to_e4m3fn(static_cast<float>(v), /*saturate=*/false);
+      t[static_cast<uint8_t>(v)] = e4m3fn_to_f32(b) == static_cast<float>(v) ? b : -1;
+    }
+    return t;
+  }();
+  const auto encode = [&](std::span<const int8_t> codes, const char* field, std::vector<uint8_t>& out) {
+    out.resize(codes.size());
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const int b = table[static_cast<uint8_t>(codes[i])];
+      QC_INPUT(b >= 0,
+               "arm {}: layer `{}` ({}): {}[{},{}] = {} has no exact e4m3 encoding; the FP8 arms take an INT8 layer "
+               "only when every code is an e4m3 value (|q| <= 16, even up to 32, multiples of 4 up to 64, of 8 up to "
+               "120), so that both arms see the same operands (C3); give them an FP8 layer (`synth --element e4m3`, "
+               "docs/formats.md) otherwise",
+               who, ops.name, ops.source, field, static_cast<int64_t>(i) / ops.k, static_cast<int64_t>(i) % ops.k,
+               static_cast<int>(codes[i]));
+      out[i] = static_cast<uint8_t>(b);
+    }
+  };
+  encode(ops.a_q, "a_q", c.a_store);
+  encode(ops.w_q, "w_q", c.w_store);
+  c.a = c.a_store;
+  c.w = c.w_store;
+  c.description = "int8 codes re-encoded to e4m3fn, exact (rejected otherwise)";
+  return c;
+}
 
 }  // namespace qc

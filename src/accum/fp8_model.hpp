@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "qconform/accumulation.hpp"
+#include "qconform/operands.hpp"
 
 namespace qc {
 
@@ -20,6 +22,29 @@ struct Fp8Gemm {
   Fp8Format w_format = Fp8Format::e4m3;
   AccumShape s{0, 0, 0};
 };
+
+// The FP8 codes an FP8 arm (or an accumulation model) multiplies for one layer: an FP8 layer's own
+// codes and formats (borrowed), or, for an INT8 layer, its codes re-encoded as the e4m3fn codes of
+// the same values (stored here; taken only when every code is exact in e4m3, so that both sides of
+// a pair see equal operands).
+struct Fp8LayerCodes {
+  std::span<const uint8_t> a, w;
+  Fp8Format a_format = Fp8Format::e4m3, w_format = Fp8Format::e4m3;
+  std::vector<uint8_t> a_store, w_store;  // the re-encoded INT8 codes (a, w view them)
+  AccumShape s{0, 0, 0};
+  Fp8Gemm gemm() const { return {a.data(), a_format, w.data(), w_format, s}; }
+  // "e4m3 x e4m3 (FP8 layer)", "int8 codes re-encoded to e4m3fn, exact": for run records.
+  std::string description;
+  Fp8LayerCodes() = default;
+  Fp8LayerCodes(const Fp8LayerCodes&) = delete;  // a, w may view a_store, w_store: a copy would too
+  Fp8LayerCodes& operator=(const Fp8LayerCodes&) = delete;
+  Fp8LayerCodes(Fp8LayerCodes&&) = default;  // a moved vector keeps its buffer
+  Fp8LayerCodes& operator=(Fp8LayerCodes&&) = default;
+};
+// QC_INPUT naming `who` (the arm), the layer, the field, the coordinate and the code for an INT8
+// code with no exact e4m3 encoding.
+Fp8LayerCodes fp8_layer_codes(const std::string& who, const LayerOperands& ops);
+Fp8Format fp8_format(ElementType t);  // e4m3 or e5m2; QC_CHECK for int8
 
 struct NamedAccumModel {
   std::string name;         // "hopper-fp8-chain", "blocked-128", ...

@@ -17,6 +17,7 @@
 #include "checks/verify.hpp"
 #include "synth/synth.hpp"
 #include "qconform/arm.hpp"
+#include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 
@@ -462,6 +463,35 @@ TEST(AccumulationModel, CpuFp8ArmsDeclareTheirModel) {
   EXPECT_EQ(rec.at("accumulation_model"), "hopper-fp8-promote4");
   // INT8 arms refuse.
   EXPECT_THROW(qc::make_arm("cpu:vllm-cutlass")->fp8_accumulate(a.data(), w.data(), 2, 3, 96, rec), qc::Error);
+}
+
+// An FP8 layer (e5m2 activations x e4m3 weights) goes through a CPU FP8 arm's `run` as its own
+// codes: the output is the model's evaluation of those codes, then the fp8-scaled epilogue, bit
+// for bit; the record says what the arm took.
+TEST(AccumulationModel, CpuFp8ArmRunsAnFp8LayerOnItsOwnCodes) {
+  std::mt19937_64 rng(5);
+  const int64_t m = 3, n = 4, k = 160;
+  qc::OperandStorage st;
+  const auto a = codes(rng, m, k, Fp8Format::e5m2, Dist::uniform, false);
+  const auto w = codes(rng, n, k, Fp8Format::e4m3, Dist::uniform, true);
+  st.a_q.assign(a.begin(), a.end());
+  st.w_q.assign(w.begin(), w.end());
+  st.a_scale = {0.75f, 1.0f / 3.0f, 2.0f};
+  st.w_scale = {0.1f, 1.0f, 0.3f, 7.0f};
+  st.a_type = qc::ElementType::e5m2;
+  st.w_type = qc::ElementType::e4m3;
+  const qc::LayerOperands ops = qc::make_operands("fc", m, n, k, st, "test");
+  const qc::ArmOutput out = qc::make_arm("cpu:fp8-hopper-fp8-chain")->run(ops);
+  std::vector<float> d(static_cast<size_t>(m * n));
+  qc::fp8_model_reference(qc::fp8_accumulation_model("hopper-fp8-chain").model,
+                          Fp8Gemm{a.data(), Fp8Format::e5m2, w.data(), Fp8Format::e4m3, {m, n, k}}, d.data());
+  std::vector<uint16_t> want(d.size());
+  qc::apply_epilogue(qc::fp8_epilogue(), d.data(), st.a_scale.data(), st.w_scale.data(), nullptr, m, n, want.data());
+  ASSERT_EQ(out.y.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(out.y[i], want[i]) << fmt::format("[{},{}] got 0x{:04x} want 0x{:04x}", i / n, i % n, out.y[i], want[i]);
+  }
+  EXPECT_EQ(out.record.extra.at("operands"), "e5m2 x e4m3 (FP8 layer)");
 }
 
 }  // namespace

@@ -17,11 +17,6 @@ void register_mutant_arms();
 void register_fp8_alias_arms();
 // `cpu:fp8-<model>` (fp8_arms.cpp); QC_INPUT for an unknown model.
 std::unique_ptr<Arm> make_cpu_fp8_arm(std::string_view model);
-// INT8 codes re-encoded as the e4m3fn codes of the same values (the FP8 arms, CPU and CUDA, take
-// int8 operands only when every code is exact in e4m3, so both sides of a pair see equal operands);
-// QC_INPUT naming the arm, layer, field, coordinate and code otherwise.
-std::vector<uint8_t> int8_codes_to_e4m3(const std::string& arm, const LayerOperands& ops, std::span<const int8_t> codes,
-                                        const char* field);
 // The RunRecord of an arm that runs on this CPU inside qconform itself.
 RunRecord cpu_run_record(const ArmInfo& info, std::string kernel);
 

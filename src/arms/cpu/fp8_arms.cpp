@@ -29,7 +29,7 @@ class CpuFp8ModelArm final : public Arm {
   ArmInfo info() const override {
     ArmInfo i;
     i.label = label_;
-    i.description = fmt::format("FP8 e4m3 GEMM on the CPU, accumulation model {}: {}", model_.name,
+    i.description = fmt::format("FP8 GEMM on the CPU, accumulation model {}: {}", model_.name,
                                 accumulation_formula(model_.model));
     i.epilogue = std::string(fp8_epilogue().name);
     i.accumulation_model = model_.name;
@@ -39,10 +39,9 @@ class CpuFp8ModelArm final : public Arm {
   ArmOutput run(const LayerOperands& ops) override {
     ops.validate();
     QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", label_, ops.name);
-    const std::vector<uint8_t> a8 = int8_codes_to_e4m3(label_, ops, ops.a_q, "a_q");
-    const std::vector<uint8_t> w8 = int8_codes_to_e4m3(label_, ops, ops.w_q, "w_q");
+    const Fp8LayerCodes codes = fp8_layer_codes(label_, ops);
     std::vector<float> d(static_cast<size_t>(ops.m * ops.n));
-    const Fp8Gemm g{a8.data(), Fp8Format::e4m3, w8.data(), Fp8Format::e4m3, {ops.m, ops.n, ops.k}};
+    const Fp8Gemm g = codes.gemm();
     fp8_model_evaluate(model_.model, g, d.data());
     ArmOutput out;
     out.y.resize(d.size());
@@ -51,7 +50,7 @@ class CpuFp8ModelArm final : public Arm {
     out.record = cpu_run_record(info(), kernel(g));
     out.record.extra["accumulation_model"] = model_.name;
     out.record.extra["accumulation_formula"] = accumulation_formula(model_.model);
-    out.record.extra["operands"] = "int8 codes re-encoded to e4m3fn, exact (rejected otherwise)";
+    out.record.extra["operands"] = codes.description;
     return out;
   }
 
@@ -84,31 +83,6 @@ class CpuFp8ModelArm final : public Arm {
 };
 
 }  // namespace
-
-std::vector<uint8_t> int8_codes_to_e4m3(const std::string& arm, const LayerOperands& ops, std::span<const int8_t> codes,
-                                        const char* field) {
-  // int8 code -> e4m3fn byte with the same value, or -1 when e4m3 cannot represent it exactly.
-  static const std::array<int, 256> table = [] {
-    std::array<int, 256> t{};
-    for (int v = -128; v <= 127; ++v) {
-      const uint8_t b = f32_to_e4m3fn(static_cast<float>(v), /*saturate=*/false);
-      t[static_cast<uint8_t>(v)] = e4m3fn_to_f32(b) == static_cast<float>(v) ? b : -1;
-    }
-    return t;
-  }();
-  std::vector<uint8_t> out(codes.size());
-  for (size_t i = 0; i < codes.size(); ++i) {
-    const int b = table[static_cast<uint8_t>(codes[i])];
-    QC_INPUT(b >= 0,
-             "arm {}: layer `{}` ({}): {}[{},{}] = {} has no exact e4m3 encoding; the FP8 arms take int8 codes only "
-             "when every code is an e4m3 value (|q| <= 16, even up to 32, multiples of 4 up to 64, of 8 up to 120), "
-             "so that both arms see the same operands (C3). See docs/gpu.md",
-             arm, ops.name, ops.source, field, static_cast<int64_t>(i) / ops.k, static_cast<int64_t>(i) % ops.k,
-             static_cast<int>(codes[i]));
-    out[i] = static_cast<uint8_t>(b);
-  }
-  return out;
-}
 
 std::unique_ptr<Arm> make_cpu_fp8_arm(std::string_view model) {
   return std::make_unique<CpuFp8ModelArm>(fmt::format("cpu:fp8-{}", model), fp8_accumulation_model(model), "");

@@ -12,7 +12,7 @@
 #include <mutex>
 #include <tuple>
 
-#include "arms/cpu/cpu_arms.hpp"  // int8_codes_to_e4m3: the one rule both FP8 arm families apply
+#include "accum/fp8_model.hpp"  // fp8_layer_codes: the one rule both FP8 arm families apply
 #include "arms/cuda/cublaslt_gemm.hpp"
 #include "arms/cuda/cuda.hpp"
 #include "arms/cuda/cuda_common.hpp"
@@ -246,8 +246,11 @@ class CublasLtFp8Arm final : public Arm {
     check_shape(i.label, ops, /*int32_accumulator=*/false);
     QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", i.label, ops.name);
     require_device(i.label);
-    const std::vector<uint8_t> a8 = int8_codes_to_e4m3(i.label, ops, ops.a_q, "a_q");
-    const std::vector<uint8_t> w8 = int8_codes_to_e4m3(i.label, ops, ops.w_q, "w_q");
+    const Fp8LayerCodes codes = fp8_layer_codes(i.label, ops);
+    QC_INPUT(codes.a_format == Fp8Format::e4m3 && codes.w_format == Fp8Format::e4m3,
+             "arm {}: layer `{}`: expected e4m3 x e4m3 operands, found {} (e5m2 is not wired into this arm yet)",
+             i.label, ops.name, codes.description);
+    const std::vector<uint8_t> a8(codes.a.begin(), codes.a.end()), w8(codes.w.begin(), codes.w.end());
     const int m = static_cast<int>(ops.m), n = static_cast<int>(ops.n), k = static_cast<int>(ops.k);
     DeviceBuffer<uint8_t> a{std::span<const uint8_t>(a8)};
     DeviceBuffer<uint8_t> w{std::span<const uint8_t>(w8)};
@@ -282,7 +285,7 @@ class CublasLtFp8Arm final : public Arm {
     ArmOutput out;
     out.y = y.to_host();
     out.record = cuda_record(i, std::move(kernel), cublaslt_description());
-    out.record.extra["operands"] = "int8 codes re-encoded to e4m3fn, exact (rejected otherwise)";
+    out.record.extra["operands"] = codes.description;
     declare_model(out.record.extra, i.accumulation_model, split_k, reduction);
     return out;
   }
