@@ -83,12 +83,30 @@ std::vector<std::string> fp8_accumulation_model_names() {
   for (const NamedAccumModel& r : fp8_accumulation_models()) names.push_back(r.name);
   names.emplace_back("blocked-<chunk>");
   names.emplace_back("split-k-<splits>");
+  names.emplace_back("hopper-fp8-chain-splitk-<splits>");
+  names.emplace_back("hopper-fp8-promote4-splitk-<splits>");
   return names;
 }
 
 NamedAccumModel fp8_accumulation_model(std::string_view name) {
   for (const NamedAccumModel& r : fp8_accumulation_models()) {
     if (r.name == name) return r;
+  }
+  for (std::string_view base : {"hopper-fp8-chain", "hopper-fp8-promote4"}) {
+    const std::string prefix = fmt::format("{}-splitk-", base);
+    if (name.starts_with(prefix)) {
+      NamedAccumModel r = fp8_accumulation_model(base);
+      const int64_t s = parse_count(name.substr(prefix.size()), name);
+      r.name = std::string(name);
+      r.model.splits = static_cast<int32_t>(s);
+      r.model.split_granule = kCublasLtSplitGranule;
+      r.description = fmt::format(
+          "{} over each of {} contiguous K ranges of ceil(K/({}*{}))*{} (the last shorter), the partials added in "
+          "ascending order in fp32 (round to nearest even): cuBLASLt's split-K with reduction scheme COMPUTE_TYPE "
+          "(measured with designed probes on the H200, docs/accumulation.md \"Split-K\")",
+          base, s, kCublasLtSplitGranule, s, kCublasLtSplitGranule);
+      return r;
+    }
   }
   if (name.starts_with("blocked-")) {
     const int64_t c = parse_count(name.substr(8), name);
@@ -123,7 +141,10 @@ std::string accumulation_formula(const Fp8AccumModel& m) {
                           ? fmt::format("; chains of {} step(s) from C = 0, D <- {}{}(D + C) after each; range = D",
                                         m.promote_steps, rounding_tag(m.promote_rounding), m.promote_bits)
                           : std::string("; one chain from C = 0; range = C");
-  const std::string split = m.splits > 1 ? fmt::format("; K in {} ranges, d = rn23 sum of the ranges in order", m.splits)
+  const std::string ranges =
+      m.split_granule > 0 ? fmt::format(" of ceil(K/({}*{}))*{}", m.split_granule, m.splits, m.split_granule) : "";
+  const std::string split = m.splits > 1 ? fmt::format("; K in {} ranges{}, d = rn23 sum of the ranges in order",
+                                                       m.splits, ranges)
                                          : std::string("; d = range (K ascending)");
   return step + chain + split;
 }
@@ -143,6 +164,8 @@ void validate_accumulation_model(const Fp8AccumModel& m, std::string_view name) 
   QC_INPUT(m.promote_steps >= 0, "accumulation model `{}`: promote_steps: expected >= 0 (0: never), found {}", name,
            m.promote_steps);
   QC_INPUT(m.splits >= 1, "accumulation model `{}`: splits: expected >= 1, found {}", name, m.splits);
+  QC_INPUT(m.split_granule >= 0, "accumulation model `{}`: split_granule: expected >= 0, found {}", name,
+           m.split_granule);
 }
 
 void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
@@ -150,7 +173,7 @@ void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
   QC_INPUT(g.s.m >= 0 && g.s.n >= 0 && g.s.k >= 0, "fp8 GEMM: expected non-negative shape, found M={} N={} K={}",
            g.s.m, g.s.n, g.s.k);
   QC_INPUT(g.s.k < (int64_t{1} << 40), "fp8 GEMM: expected K < 2^40, found {}", g.s.k);
-  QC_INPUT(m.splits == 1 || m.splits <= g.s.k, "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}",
+  QC_INPUT(m.splits == 1 || m.split_granule > 0 || m.splits <= g.s.k, "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}",
            m.splits, g.s.k);
   const struct {
     const uint8_t* p;
@@ -216,8 +239,11 @@ void fp8_model_evaluate(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int 
     case Fp8FastPath::fp32_sum: {
       std::vector<int64_t> b{0};
       if (m.splits > 1) {
-        const int64_t len = k / m.splits;
-        for (int64_t p = 1; p < m.splits; ++p) b.push_back(p * len);
+        for (int64_t p = 1; p < m.splits; ++p) {
+          int64_t r0 = 0, r1 = 0;
+          accum_model::split_range(m, k, p, r0, r1);
+          if (r0 > b.back()) b.push_back(r0);  // an empty range adds nothing
+        }
       } else if (m.promote_steps > 0) {
         for (int64_t k0 = m.promote_steps; k0 < k; k0 += m.promote_steps) b.push_back(k0);
       }
@@ -283,6 +309,22 @@ Fp8LayerCodes fp8_layer_codes(const std::string& who, const LayerOperands& ops) 
   c.w = c.w_store;
   c.description = "int8 codes re-encoded to e4m3fn, exact (rejected otherwise)";
   return c;
+}
+
+std::string cublaslt_split_k_model(std::string_view model, long long split_k, long long reduction_scheme,
+                                   std::string& refusal) {
+  refusal.clear();
+  if (split_k == 1 && reduction_scheme == 0) return std::string(model);
+  constexpr long long kComputeType = 2;  // CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+  if (split_k > 1 && split_k <= (1 << 20) && reduction_scheme == kComputeType) {
+    return fmt::format("{}-splitk-{}", model, split_k);
+  }
+  refusal = fmt::format(
+      "no accumulation model claimed: cuBLASLt's heuristic chose split-K {} with reduction scheme {} for this shape; "
+      "only one pass (split-K 1, scheme 0) and split-K with the partials reduced in fp32 (scheme 2, COMPUTE_TYPE) "
+      "were measured on the H200 (docs/accumulation.md, \"Split-K\")",
+      split_k, reduction_scheme);
+  return {};
 }
 
 }  // namespace qc

@@ -142,11 +142,11 @@ HWY_INLINE void StepPanelImpl(const Fp8AccumModel& m, const double* HWY_RESTRICT
   auto load_w = [&](const float* p) { return hn::PromoteTo(d, hn::LoadU(df, p)); };
   const V tbits = hn::Set(d, static_cast<double>(m.term_bits));
   const int64_t splits = m.splits;
-  const int64_t len = K / splits;
   V total[kNV], chain[kNV], promoted[kNV], e[kNV], s[kNV], up[kNV];
   for (int64_t v = 0; v < kNV; ++v) total[v] = hn::Zero(d);
   for (int64_t r = 0; r < splits; ++r) {
-    const int64_t r0 = r * len, r1 = r + 1 == splits ? K : (r + 1) * len;
+    int64_t r0 = 0, r1 = 0;
+    accum_model::split_range(m, K, r, r0, r1);
     for (int64_t v = 0; v < kNV; ++v) chain[v] = promoted[v] = hn::Zero(d);
     int64_t in_chain = 0;
     for (int64_t s0 = r0; s0 < r1; s0 += m.step_k) {
