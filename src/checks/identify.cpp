@@ -589,14 +589,18 @@ std::optional<Operand> Identifier::find_separator(const Candidate& a, const Cand
   const FormulaPoint& pa = a.at(m, kCols);
   const FormulaPoint& pb = b.at(m, kCols);
   const int jbits = options_.jurisdiction_acc_bits;
-  const int acc_bits = inside ? std::min(jbits >= 31 ? 30 : jbits, kSeparationAccBits) : 40;
-  const int64_t acc_max = int64_t{1} << acc_bits;
   std::optional<Operand> best;
   std::vector<std::string> best_why;
   for (int t = 0; t < kSeparationTries; ++t) {
+    // Outside jurisdiction, the first half stays near it (the scales of the search inside, the
+    // accumulator up to 2^9 past the bound), so that the operand reported is as ordinary as can be;
+    // the second half goes anywhere.
+    const bool near = inside || t < kSeparationTries / 2;
+    const int acc_bits = inside ? std::min(jbits >= 31 ? 30 : jbits, kSeparationAccBits) : near ? std::min(jbits + 9, 40) : 40;
+    const int64_t acc_max = int64_t{1} << acc_bits;
     Operand o;
-    o.sa = inside ? rng_.scale(-24, 6) : rng_.scale(-150, 100);
-    o.sw = inside ? rng_.scale(-24, 6) : rng_.scale(-150, 100);
+    o.sa = near ? rng_.scale(-24, 6) : rng_.scale(-150, 100);
+    o.sw = near ? rng_.scale(-24, 6) : rng_.scale(-150, 100);
     if (bias_ok && rng_.below(2) == 0) {
       // A bias near the output's size puts the add's rounding in play.
       const double y = std::ldexp(1.0, static_cast<int>(rng_.below(acc_bits))) * o.sa * o.sw;
@@ -1144,7 +1148,7 @@ std::string describe(const IdentifyResult& r) {
     }
     s += fmt::format("held-out: {} of {} outputs explained\n", r.matching, r.outputs);
     if (!r.separation.empty()) {
-      s += fmt::format("separated after the designed probes ({} pairs of classes, by operands in jurisdiction):\n", r.separation.size());
+      s += fmt::format("separated after the designed probes ({} pair(s) of classes, by operands in jurisdiction):\n", r.separation.size());
       for (const auto& e : r.separation) s += fmt::format("  {}\n", e["summary"].get<std::string>());
     }
   } else if (r.verdict == "ambiguous") {

@@ -29,8 +29,16 @@ std::string formula_line(const char* side, const nlohmann::json& arm) {
                        named.empty() ? std::string() : fmt::format(" = {}", fmt::join(named, ", ")), f.value("provenance", ""),
                        f.value("declared", ""));
   }
-  return fmt::format("arm {} {}: identify says {}: {}; conform goes on without a declared formula for this arm", side, label,
-                     verdict, f.value("reason", ""));
+  std::string detail;
+  if (f.contains("survivors")) detail += fmt::format(" ({} classes left)", f["survivors"].size());
+  if (f.contains("diagnosis")) {
+    std::vector<std::string> kinds;
+    for (const auto& d : f["diagnosis"]) kinds.push_back(d.value("kind", std::string("?")));
+    detail += fmt::format(" (diagnosis: {})", fmt::join(kinds, ", "));
+  }
+  return fmt::format("arm {} {}: identify says {}: {}{}; conform goes on without a declared formula for this arm (details: "
+                     "results.json arms[].formula, or `qconform identify --arm {}`)",
+                     side, label, verdict, f.value("reason", ""), detail, label);
 }
 
 VerbRunner setup_conform(CLI::App& app) {

@@ -19,12 +19,13 @@
 namespace qc {
 namespace {
 
-std::string compile_undeclared_plugin(const test::TempDir& dir) {
-  const std::string out = dir.file("libundeclared_arm.so");
+// `fault`: built with -DUNDECLARED_FAULT (every seventh output's last bit flipped).
+std::string compile_undeclared_plugin(const test::TempDir& dir, bool fault = false) {
+  const std::string out = dir.file(fault ? "libundeclared_fault.so" : "libundeclared_arm.so");
   const std::string cmd = fmt::format(
-      "cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{0}/include' -I'{0}/examples/plugin' "
+      "cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{0}/include' -I'{0}/examples/plugin' {2} "
       "'{0}/tests/unit/plugins/undeclared_arm.c' -o '{1}' 2>&1",
-      QC_SOURCE_DIR, out);
+      QC_SOURCE_DIR, out, fault ? "-DUNDECLARED_FAULT" : "");
   return std::system(cmd.c_str()) == 0 ? out : std::string();
 }
 
@@ -88,6 +89,32 @@ TEST(ConformIdentify, AnUndeclaredArmIsIdentifiedAndItsFormulaDeclared) {
   EXPECT_EQ(b["formula"]["source"], "none") << b.dump(1);
   EXPECT_EQ(b["epilogue"], "");
   for (const auto& run : without.results["verify"]["runs"]) EXPECT_EQ(run["predicted_diff"].get<int64_t>(), -1) << run.dump();
+}
+
+TEST(ConformIdentify, AnUnexplainedArmIsReportedAndGoesOnUndeclared) {
+  test::TempDir dir("conform-unexplained");
+  const std::string so = compile_undeclared_plugin(dir, /*fault=*/true);
+  if (so.empty()) GTEST_SKIP() << "SKIPPED: no C compiler (`cc`) to build tests/unit/plugins/undeclared_arm.c";
+  ConformOptions o;
+  o.arm_a = "cpu:vllm-cutlass";
+  o.arm_b = "plugin-inproc:" + so;
+  o.synthetic_config = "tiny";
+  o.max_new = 4;
+  o.out_dir = dir.file("out");
+  const ConformOutcome out = run_conform(o);
+  const nlohmann::json& b = out.results.at("arms")[1];
+  const nlohmann::json& f = b.at("formula");
+  EXPECT_EQ(f["source"], "identify") << f.dump(1);
+  ASSERT_EQ(f["verdict"], "unexplained") << f.dump(1);
+  EXPECT_FALSE(f["diagnosis"].empty()) << f.dump(1);
+  EXPECT_EQ(f["declared"], "");
+  EXPECT_FALSE(f.contains("provenance"));
+  // Conform went on without a declaration for B, as before.
+  EXPECT_EQ(b["epilogue"], "");
+  for (const auto& run : out.results["verify"]["runs"]) EXPECT_EQ(run["predicted_diff"].get<int64_t>(), -1) << run.dump();
+  const std::string html = slurp(out.report_path);
+  EXPECT_NE(html.find(">unexplained</span>"), std::string::npos);
+  EXPECT_NE(html.find("conform went on without a declared formula for this arm"), std::string::npos);
 }
 
 }  // namespace
