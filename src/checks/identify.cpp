@@ -37,6 +37,7 @@ constexpr int kPairTries = 4;       // accumulators built to separate a random p
 constexpr size_t kMaxReps = 400;    // class representatives the design scores against
 constexpr int kSeparationTries = 4000;   // operands tried per pair of classes left after the probes
 constexpr int kSeparationRounds = 4;     // separation probes at most (each can leave new pairs)
+constexpr size_t kSeparationPairs = 64;  // pairs of classes searched per round
 constexpr int kSeparationAccBits = 28;   // |acc| a separation probe builds (K about 2^18)
 
 struct Candidate {
@@ -659,6 +660,7 @@ void Identifier::separate() {
     for (size_t i = 0; i < rv.size(); ++i) {
       for (size_t j = i + 1; j < rv.size() && (rv.size() <= 8 || i == 0); ++j) pairs.emplace_back(rv[i], rv[j]);
     }
+    if (pairs.size() > kSeparationPairs) pairs.resize(kSeparationPairs);  // the time bound; the next round sees the rest
     // Plan: in-jurisdiction separators, grouped by probe shape (M = 40, else the swap-AB M = 8) and bias.
     struct Planned {
       const Candidate *a, *b;
@@ -1031,18 +1033,18 @@ void Identifier::conclude() {
   if (keys.size() > 1) {
     r_.verdict = "ambiguous";
     r_.matching = r_.outputs;
-    int64_t outside = 0, none = 0;
+    int64_t outside = 0, none = 0, separation_probes = 0;
     for (const auto& e : r_.separation) {
       outside += e["separable"] != "none found" && e["separable"] != "in jurisdiction: probed";
       none += e["separable"] == "none found";
     }
+    for (const auto& p : r_.probes) separation_probes += p["id"].get<std::string>().rfind("separate", 0) == 0;
     r_.reason = fmt::format(
-        "{} classes agree on every probe and every held-out output: no operand in jurisdiction that a probe can build "
-        "separates them ({} probes, the last ones built from separating operands where the search found one); of the "
-        "pairs left, {} would be separated by an operand outside jurisdiction (below), {} by none the search found; "
-        "different class keys prove no difference, equal outputs on every operand tried prove no equality "
-        "(docs/identify.md, \"Ambiguous\")",
-        keys.size(), r_.probes.size(), outside, none);
+        "{} classes agree on every probe ({} designed, {} built from separating operands) and every held-out output, "
+        "and the search found no other operand in jurisdiction that separates them; of the pairs left, {} would be "
+        "separated by an operand outside jurisdiction (below), {} by none the search found (different class keys "
+        "prove no difference; equal outputs on every operand tried prove no equality: docs/identify.md, \"Verdicts\")",
+        keys.size(), static_cast<int64_t>(r_.probes.size()) - separation_probes, separation_probes, outside, none);
     return;
   }
   r_.verdict = "unexplained";
