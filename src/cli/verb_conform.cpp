@@ -10,6 +10,7 @@
 #include "cli/progress.hpp"
 #include "qconform/check.hpp"
 #include "checks/conform.hpp"
+#include "core/fileio.hpp"
 #include "qconform/error.hpp"
 
 namespace qc::cli {
@@ -17,7 +18,8 @@ namespace {
 
 // One line per arm: the formula it declares, the one identify found (with its provenance), or why none.
 std::string formula_line(const char* side, const nlohmann::json& arm) {
-  const std::string label = arm.value("label", std::string("?"));
+  // The label and the reasons come from the arm (a plugin's path and messages): escaped.
+  const std::string label = printable_text(arm.value("label", std::string("?")));
   const nlohmann::json f = arm.value("formula", nlohmann::json::object());
   const std::string source = f.value("source", std::string("none"));
   if (source == "declared") return fmt::format("arm {} {}: declares {} = {}", side, label, f.value("declared", ""), f.value("formula", ""));
@@ -38,7 +40,7 @@ std::string formula_line(const char* side, const nlohmann::json& arm) {
   }
   return fmt::format("arm {} {}: identify says {}: {}{}; conform goes on without a declared formula for this arm (details: "
                      "results.json arms[].formula, or `qconform identify --arm {}`)",
-                     side, label, verdict, f.value("reason", ""), detail, label);
+                     side, label, verdict, printable_text(f.value("reason", ""), 2000), detail, label);
 }
 
 VerbRunner setup_conform(CLI::App& app) {
