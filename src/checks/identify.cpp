@@ -589,7 +589,7 @@ std::optional<Operand> Identifier::find_separator(const Candidate& a, const Cand
                                                   std::vector<std::string>* why_outside) {
   const FormulaPoint& pa = a.at(m, kCols);
   const FormulaPoint& pb = b.at(m, kCols);
-  const int jbits = options_.jurisdiction_acc_bits;
+  const int jbits = std::clamp(options_.jurisdiction_acc_bits, 8, 31);
   std::optional<Operand> best;
   std::vector<std::string> best_why;
   for (int t = 0; t < kSeparationTries; ++t) {
@@ -646,7 +646,7 @@ void Identifier::separate() {
                           {"sw", fmt::format("{:a}", o.sw)},
                           {"bias", o.bias ? bits16(*o.bias, Precision::bf16) : std::string("none")}};
   };
-  for (int round = 0; round < kSeparationRounds; ++round) {
+  for (int round = 0; round <= kSeparationRounds; ++round) {
     std::map<std::string, const Candidate*> reps;
     for (const Candidate& c : cands_) {
       if (c.alive) reps.emplace(c.key, &c);
@@ -707,6 +707,21 @@ void Identifier::separate() {
             kSeparationTries * 2, kSeparationTries);
       }
       unresolved.push_back(std::move(e));
+    }
+    if (round == kSeparationRounds) {
+      // The rounds are spent: what is still separable in jurisdiction is reported, not probed.
+      for (const auto& [shape, list] : plan) {
+        for (const Planned& pl : list) {
+          unresolved.push_back({{"a", pl.a->notation},
+                                {"b", pl.b->notation},
+                                {"separable", "in jurisdiction, not probed"},
+                                {"operand", operand_json(pl.o)},
+                                {"summary", fmt::format("would separate in jurisdiction: acc={}, sa={:a}, sw={:a} (not probed: "
+                                                        "the {} separation rounds are spent)",
+                                                        pl.o.acc, pl.o.sa, pl.o.sw, kSeparationRounds)}});
+        }
+      }
+      plan.clear();
     }
     if (plan.empty()) {
       r_.separation = probed;
@@ -1033,18 +1048,19 @@ void Identifier::conclude() {
   if (keys.size() > 1) {
     r_.verdict = "ambiguous";
     r_.matching = r_.outputs;
-    int64_t outside = 0, none = 0, separation_probes = 0;
+    int64_t outside = 0, unprobed = 0, none = 0, separation_probes = 0;
     for (const auto& e : r_.separation) {
-      outside += e["separable"] != "none found" && e["separable"] != "in jurisdiction: probed";
+      outside += e["separable"] == "outside jurisdiction";
       none += e["separable"] == "none found";
+      unprobed += e["separable"] != "outside jurisdiction" && e["separable"] != "none found" && e["separable"] != "in jurisdiction: probed";
     }
     for (const auto& p : r_.probes) separation_probes += p["id"].get<std::string>().rfind("separate", 0) == 0;
     r_.reason = fmt::format(
-        "{} classes agree on every probe ({} designed, {} built from separating operands) and every held-out output, "
-        "and the search found no other operand in jurisdiction that separates them; of the pairs left, {} would be "
-        "separated by an operand outside jurisdiction (below), {} by none the search found (different class keys "
-        "prove no difference; equal outputs on every operand tried prove no equality: docs/identify.md, \"Verdicts\")",
-        keys.size(), static_cast<int64_t>(r_.probes.size()) - separation_probes, separation_probes, outside, none);
+        "{} classes agree on every probe ({} designed, {} built from separating operands) and every held-out output; "
+        "of the pairs left, {} would be separated by an operand outside jurisdiction, {} by an operand in jurisdiction "
+        "that no probe ran (below), {} by none the search found (different class keys prove no difference; equal "
+        "outputs on every operand tried prove no equality: docs/identify.md, \"Verdicts\")",
+        keys.size(), static_cast<int64_t>(r_.probes.size()) - separation_probes, separation_probes, outside, unprobed, none);
     return;
   }
   r_.verdict = "unexplained";
