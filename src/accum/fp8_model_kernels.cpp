@@ -201,6 +201,74 @@ void StepPanel(const Fp8AccumModel& m, const double* av, const double* ae, const
   StepPanelImpl<kFp8NR / kL>(m, av, ae, wv, we, K, out);
 }
 
+// e4m3fn codes -> their fp64 values (exact), `count` codes; finite codes only. Per lane:
+// magnitude bits 0EEEEMMM, x·2^9 = (8+M)·2^(E-1) (E >= 1) or M (E = 0), an integer < 2^18.
+void DecodeE4m3F64(const uint8_t* HWY_RESTRICT src, int64_t count, double* HWY_RESTRICT dst) {
+  const hn::ScalableTag<double> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<uint8_t, decltype(d)> du8;
+  const int64_t kL = static_cast<int64_t>(hn::Lanes(d));
+  const auto scale = hn::Set(d, 0x1p-9);
+  int64_t i = 0;
+  for (; i + kL <= count; i += kL) {
+    const auto c = hn::PromoteTo(di, hn::LoadU(du8, src + i));
+    const auto e = hn::And(hn::ShiftRight<3>(c), hn::Set(di, 15));
+    const auto m = hn::And(c, hn::Set(di, 7));
+    const auto normal = hn::Gt(e, hn::Zero(di));
+    const auto mant = hn::IfThenElse(normal, hn::Or(m, hn::Set(di, 8)), m);
+    const auto sh = hn::IfThenElseZero(normal, hn::Sub(e, hn::Set(di, 1)));
+    auto x = hn::Shl(mant, sh);
+    x = hn::IfThenElse(hn::Ne(hn::And(c, hn::Set(di, 0x80)), hn::Zero(di)), hn::Neg(x), x);
+    hn::StoreU(hn::Mul(hn::PromoteTo(d, x), scale), d, dst + i);
+  }
+  for (; i < count; ++i) {
+    const int c = src[i], e = (c >> 3) & 15, m = c & 7;
+    const double x = e > 0 ? static_cast<double>((8 + m) << (e - 1)) : static_cast<double>(m);
+    dst[i] = (c & 0x80 ? -x : x) * 0x1p-9;
+  }
+}
+
+// The exact sum of `exact_f64`: out[i][j] = sum_k a[i][k]·w[j][k] for i < M, j < nw, `a` [M][K]
+// and `w` [nw][K] fp64 values, out [M][ldo] fp64. Every product and every partial sum is exact
+// (the caller's bound), so any order gives the same value: lanes run along k (the operands' own
+// row-major layout, no transposition), a 4 x 4 register tile of outputs, a horizontal sum at the end.
+inline constexpr int64_t kExactTile = 4;
+void ExactDotRows(const double* HWY_RESTRICT a, int64_t M, const double* HWY_RESTRICT w, int64_t nw, int64_t K,
+                  double* HWY_RESTRICT out, int64_t ldo) {
+  const hn::ScalableTag<double> d;
+  using V = decltype(hn::Zero(d));
+  const int64_t kL = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t kv = K / kL * kL;
+  for (int64_t i0 = 0; i0 < M; i0 += kExactTile) {
+    const double* ar[kExactTile];
+    for (int64_t i = 0; i < kExactTile; ++i) ar[i] = a + std::min(i0 + i, M - 1) * K;
+    for (int64_t j0 = 0; j0 < nw; j0 += kExactTile) {
+      const double* wr[kExactTile];
+      for (int64_t j = 0; j < kExactTile; ++j) wr[j] = w + std::min(j0 + j, nw - 1) * K;
+      V acc[kExactTile][kExactTile];
+      for (auto& row : acc) {
+        for (auto& v : row) v = hn::Zero(d);
+      }
+      for (int64_t k = 0; k < kv; k += kL) {
+        V wv[kExactTile];
+        for (int64_t j = 0; j < kExactTile; ++j) wv[j] = hn::LoadU(d, wr[j] + k);
+        for (int64_t i = 0; i < kExactTile; ++i) {
+          const V av = hn::LoadU(d, ar[i] + k);
+          // MulAdd: the product is exact in fp64, so fused or not gives the same sum.
+          for (int64_t j = 0; j < kExactTile; ++j) acc[i][j] = hn::MulAdd(av, wv[j], acc[i][j]);
+        }
+      }
+      for (int64_t i = 0; i < kExactTile && i0 + i < M; ++i) {
+        for (int64_t j = 0; j < kExactTile && j0 + j < nw; ++j) {
+          double s = hn::GetLane(hn::SumOfLanes(d, acc[i][j]));
+          for (int64_t k = kv; k < K; ++k) s += ar[i][k] * wr[j][k];
+          out[(i0 + i) * ldo + j0 + j] = s;
+        }
+      }
+    }
+  }
+}
+
 int64_t TargetOf() { return HWY_TARGET; }
 
 }  // namespace HWY_NAMESPACE
@@ -210,6 +278,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 
 #include <array>
+#include <memory>
 
 #include "accum/fp8_model_kernels.hpp"
 #include "core/parallel.hpp"
@@ -221,6 +290,8 @@ HWY_EXPORT(SumPanelF32);
 HWY_EXPORT(SumPanelF64);
 HWY_EXPORT(StepPanel);
 HWY_EXPORT(TargetOf);
+HWY_EXPORT(DecodeE4m3F64);
+HWY_EXPORT(ExactDotRows);
 
 namespace {
 
@@ -343,6 +414,30 @@ void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads
       parallel_for(s.m, threads, [&](int64_t i) { run_panel_rows(p, wv.data(), we.data(), i, i + 1); });
     }
   }
+}
+
+void exact_e4m3(const Fp8Gemm& g, float* d, int threads) {
+  const AccumShape s = g.s;
+  if (s.m == 0 || s.n == 0) return;
+  const std::unique_ptr<double[]> av(new double[static_cast<size_t>(s.m * s.k)]);  // written in full below
+  HWY_DYNAMIC_DISPATCH(DecodeE4m3F64)(g.a, s.m * s.k, av.get());
+  // Blocks of w rows: each worker decodes its rows (contiguous, vectorized) and dots them with
+  // every row of a; kRows keeps the decoded block and a's rows in L2 for K up to a few thousand.
+  constexpr int64_t kRows = 8;
+  const int64_t blocks = (s.n + kRows - 1) / kRows;
+  parallel_for(blocks, threads, [&](int64_t b) {
+    const int64_t j0 = b * kRows, nw = std::min(kRows, s.n - j0);
+    // One buffer per worker thread (every element is written before it is read).
+    thread_local std::vector<double> wv, out;
+    wv.resize(static_cast<size_t>(std::max(wv.size(), static_cast<size_t>(kRows * s.k))));
+    out.resize(static_cast<size_t>(std::max(out.size(), static_cast<size_t>(s.m * kRows))));
+    HWY_DYNAMIC_DISPATCH(DecodeE4m3F64)(g.w + j0 * s.k, nw * s.k, wv.data());
+    HWY_DYNAMIC_DISPATCH(ExactDotRows)(av.get(), s.m, wv.data(), nw, s.k, out.data(), nw);
+    for (int64_t i = 0; i < s.m; ++i) {
+      // fp64 -> fp32: the one rounding (to nearest even) of the exact sum.
+      for (int64_t j = 0; j < nw; ++j) d[i * s.n + j0 + j] = static_cast<float>(out[static_cast<size_t>(i * nw + j)]);
+    }
+  });
 }
 
 const char* target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetOf)()); }

@@ -18,6 +18,10 @@ void sum_panels(const Fp8Gemm& g, const std::vector<int64_t>& bounds, bool fp64,
 // Models with finite term_bits (`Fp8FastPath::steps_f64`), in fp64 lanes.
 void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads);
 
+// The exact model on e4m3 x e4m3 operands with K <= 2^17 (`Fp8FastPath::exact_f64`): fp64 values,
+// every product and partial sum exact, lanes along k, rounded once to fp32.
+void exact_e4m3(const Fp8Gemm& g, float* d, int threads);
+
 const char* target_name();
 
 }  // namespace qc::fp8_kernels
