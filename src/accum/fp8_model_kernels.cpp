@@ -332,13 +332,19 @@ void pack_panel(const Fp8Gemm& g, int64_t p, float* value, float* exponent) {
   const Tables& t = tables(g.w_format);
   const int64_t k = g.s.k;
   const int64_t cols = std::min(kNR, g.s.n - p * kNR);
-  for (int64_t c = 0; c < kNR; ++c) {
-    const uint8_t* row = g.w + (p * kNR + std::min(c, cols - 1)) * k;
-    const bool pad = c >= cols;
-    for (int64_t i = 0; i < k; ++i) {
-      const size_t at = static_cast<size_t>(i * kNR + c);
-      value[at] = pad ? 0.0f : t.value[row[i]];
-      if (exponent != nullptr) exponent[at] = pad ? 0.0f : t.exponent[row[i]];
+  // In slices of kSlice k: a slice of the panel (kSlice·kNR floats per array) stays in L1 while
+  // the kNR rows write their columns into it (whole-K columns would miss the cache on every write).
+  constexpr int64_t kSlice = 64;
+  for (int64_t k0 = 0; k0 < k; k0 += kSlice) {
+    const int64_t k1 = std::min(k, k0 + kSlice);
+    for (int64_t c = 0; c < kNR; ++c) {
+      const uint8_t* row = g.w + (p * kNR + std::min(c, cols - 1)) * k;
+      const bool pad = c >= cols;
+      for (int64_t i = k0; i < k1; ++i) {
+        const size_t at = static_cast<size_t>(i * kNR + c);
+        value[at] = pad ? 0.0f : t.value[row[i]];
+        if (exponent != nullptr) exponent[at] = pad ? 0.0f : t.exponent[row[i]];
+      }
     }
   }
 }
@@ -351,7 +357,8 @@ void run_sum(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int
   const int64_t panels = (s.n + kNR - 1) / kNR;
   const int64_t mpad = (s.m + kMR - 1) / kMR * kMR;
   parallel_for(panels, threads, [&](int64_t p) {
-    std::vector<float> panel(static_cast<size_t>(s.k * kNR));
+    thread_local std::vector<float> panel;  // one per worker thread; pack_panel writes every element
+    panel.resize(std::max(panel.size(), static_cast<size_t>(s.k * kNR)));
     pack_panel(g, p, panel.data(), nullptr);
     std::vector<T> part(static_cast<size_t>(mpad * kNR)), total(static_cast<size_t>(mpad * kNR), T{0});
     const int64_t nranges = static_cast<int64_t>(bounds.size()) - 1;
@@ -403,7 +410,10 @@ void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads
   };
   if (panels >= resolve_threads(threads) || s.m == 1) {
     parallel_for(panels, threads, [&](int64_t p) {
-      std::vector<float> wv(static_cast<size_t>(s.k * kNR)), we(wv.size());
+      // One buffer pair per worker thread (pack_panel writes every element).
+      thread_local std::vector<float> wv, we;
+      wv.resize(std::max(wv.size(), static_cast<size_t>(s.k * kNR)));
+      we.resize(wv.size());
       pack_panel(g, p, wv.data(), we.data());
       run_panel_rows(p, wv.data(), we.data(), 0, s.m);
     });
