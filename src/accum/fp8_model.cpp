@@ -9,6 +9,7 @@
 #include <array>
 #include <charconv>
 
+#include "accum/fp8_model_fp64.hpp"
 #include "accum/fp8_model_kernels.hpp"
 #include "core/parallel.hpp"
 #include "qconform/error.hpp"
@@ -188,18 +189,12 @@ void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d) {
 }
 
 Fp8FastPath fp8_fast_path(const Fp8AccumModel& m, const Fp8Gemm& g) {
-  const bool fp32_results = m.result_bits == 23 && m.result_rounding == AccumRounding::nearest_even;
-  const bool fp32_promotion = m.promote_bits == 23 && m.promote_rounding == AccumRounding::nearest_even;
-  if (m.term_bits >= 0 && fp32_promotion) return Fp8FastPath::steps_f64;
-  if (m.term_bits < 0 && m.step_k == 1 && fp32_results && fp32_promotion && (m.splits == 1 || m.promote_steps == 0)) {
-    return Fp8FastPath::fp32_sum;
-  }
-  // Exact in fp64: every partial sum is an integer multiple of 2^-18 below K·448²; K <= 2^17 keeps
-  // it below 2^53 units.
-  static_assert(double{1 << 17} * 448.0 * 448.0 * 262144.0 < 0x1p53, "fp64 exactness bound");
-  if (m.term_bits < 0 && m.step_k == 0 && fp32_results && m.splits == 1 && m.promote_steps == 0 &&
-      g.a_format == Fp8Format::e4m3 && g.w_format == Fp8Format::e4m3 && g.s.k <= (int64_t{1} << 17)) {
-    return Fp8FastPath::exact_f64;
+  // One decision for the CPU lanes and the GPU's per-output evaluation (accum/fp8_model_fp64.hpp).
+  switch (accum_fp64::path_of(m, g.a_format, g.w_format, g.s.k)) {
+    case accum_fp64::Path::steps: return Fp8FastPath::steps_f64;
+    case accum_fp64::Path::fp32_sum: return Fp8FastPath::fp32_sum;
+    case accum_fp64::Path::exact: return Fp8FastPath::exact_f64;
+    case accum_fp64::Path::reference: return Fp8FastPath::reference;
   }
   return Fp8FastPath::reference;
 }

@@ -1,12 +1,23 @@
-// FP8 accumulation models on the GPU, for verify's reference side: one thread per output runs
-// `qc::accum_model::evaluate`, the very text of include/qconform/accumulation.hpp that the CPU's
-// scalar reference compiles (int128 units of 2^-32, no floating-point arithmetic before the final
-// exact conversion, so nothing here depends on --fmad or rounding modes).
+// FP8 accumulation models on the GPU, for verify's reference side. Two kernels, one thread per
+// output each, chosen by `accum_fp64::path_of` (the same decision as the CPU's fast paths):
+// - `fp8_accum_model_fp64_kernel` (every model with a fast path: the Hopper models, blocked-c,
+//   split-k-s, sequential, exact on e4m3): `accum_fp64::evaluate` (src/accum/fp8_model_fp64.hpp),
+//   fp64 arithmetic whose exactness is argued there and checked on the host against the reference
+//   (tests/unit/test_accumulation_model.cpp). `w` is first transposed on the device to [K][N]
+//   (`transpose_codes`, 32x32 tiles through shared memory) so that the 32 threads of a warp
+//   (32 consecutive n) read 32 consecutive bytes per k (one sector) and share one byte of `a`
+//   (a broadcast), instead of 32 rows K bytes apart. fp64 has full-rate hardware on sm_90; the
+//   128-bit integer arithmetic of the reference is emulated in many 32-bit instructions.
+// - `fp8_accum_model_kernel` (the rest, e.g. exact sums with e5m2 operands, results rounded to
+//   fewer than 23 bits with exact terms): `accum_model::evaluate`, the text of
+//   include/qconform/accumulation.hpp that the CPU's scalar reference compiles (int128 units of
+//   2^-32). Also run for every model when the caller asks for the reference kernel.
+// Nothing here depends on --fmad (the build passes --fmad=false; the fp64 path's products are
+// exact, its sums exact or explicitly rounded through fp32 conversions).
 //
-// Block 32x8: the 32 threads of a warp share one row of `a` (broadcast loads) and read 32 rows of
-// `w`. Simple, not fast: a tiled version is future work (docs/accumulation.md).
-//
-// Test: tests/gpu/test_cuda_fp8_model.cpp (equals the CPU fast evaluation bit for bit).
+// Test: tests/gpu/test_cuda_fp8_model.cpp (both kernels equal the CPU fast evaluation bit for bit).
+// Timing: bench/bench_fp8_model_gpu.cpp.
+#include "accum/fp8_model_fp64.hpp"
 #include "fp8_accum_model.cuh"
 
 namespace qc::cuda_kernels {
@@ -23,15 +34,62 @@ __global__ void __launch_bounds__(256) fp8_accum_model_kernel(Fp8AccumModel mode
       accum_model::evaluate(model, a + static_cast<int64_t>(m) * K, fa, w + static_cast<int64_t>(n) * K, fw, K);
 }
 
+// w [N][K] -> wt [K][N]; block 32x8, one 32x32 tile (n0.., k0..) per block.
+__global__ void __launch_bounds__(256) transpose_codes(const uint8_t* __restrict__ w, uint8_t* __restrict__ wt, int N,
+                                                       int64_t K) {
+  __shared__ uint8_t tile[32][33];
+  const int64_t k0 = static_cast<int64_t>(blockIdx.x) * 32;
+  const int n0 = blockIdx.y * 32;
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    const int n = n0 + j;
+    const int64_t k = k0 + threadIdx.x;
+    if (n < N && k < K) tile[j][threadIdx.x] = w[static_cast<int64_t>(n) * K + k];
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    const int64_t k = k0 + j;
+    const int n = n0 + threadIdx.x;
+    if (n < N && k < K) wt[k * N + n] = tile[threadIdx.x][j];
+  }
+}
+
+// Reads of the transposed `w` and of `a` through the read-only cache.
+struct LdgStrided {
+  const uint8_t* p;
+  int64_t stride;
+  __device__ __forceinline__ uint8_t operator()(int64_t i) const { return __ldg(p + i * stride); }
+};
+
+__global__ void __launch_bounds__(256) fp8_accum_model_fp64_kernel(Fp8AccumModel model, accum_fp64::Path path,
+                                                                   const uint8_t* __restrict__ a, Fp8Format fa,
+                                                                   const uint8_t* __restrict__ wt, Fp8Format fw,
+                                                                   float* __restrict__ d, int M, int N, int64_t K) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  const int m = blockIdx.y * blockDim.y + threadIdx.y;
+  if (m >= M || n >= N) return;
+  d[static_cast<int64_t>(m) * N + n] = accum_fp64::evaluate(model, path, LdgStrided{a + static_cast<int64_t>(m) * K, 1},
+                                                            fa, LdgStrided{wt + n, N}, fw, K);
+}
+
 }  // namespace
 
 std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
-                                   Fp8Format fw, float* d, int m, int n, int64_t k, cudaStream_t stream) {
+                                   Fp8Format fw, uint8_t* w_t, float* d, int m, int n, int64_t k, bool reference_kernel,
+                                   cudaStream_t stream) {
   if (m <= 0 || n <= 0) return "fp8_accum_model (empty)";
   const dim3 block(32, 8);
   const dim3 grid((n + 31) / 32, (m + 7) / 8);
-  fp8_accum_model_kernel<<<grid, block, 0, stream>>>(model, a, fa, w, fw, d, m, n, k);
-  return "qconform fp8_accum_model (accumulation.hpp evaluate, 1 thread per output, 32x8 blocks)";
+  const accum_fp64::Path path = accum_fp64::path_of(model, fa, fw, k);
+  if (reference_kernel || path == accum_fp64::Path::reference || k == 0) {
+    fp8_accum_model_kernel<<<grid, block, 0, stream>>>(model, a, fa, w, fw, d, m, n, k);
+    return "qconform fp8_accum_model (accumulation.hpp evaluate in int128, 1 thread per output, 32x8 blocks)";
+  }
+  const dim3 tgrid(static_cast<unsigned>((k + 31) / 32), (n + 31) / 32);
+  transpose_codes<<<tgrid, block, 0, stream>>>(w, w_t, n, k);
+  fp8_accum_model_fp64_kernel<<<grid, block, 0, stream>>>(model, path, a, fa, w_t, fw, d, m, n, k);
+  return path == accum_fp64::Path::steps ? "qconform fp8_accum_model_fp64 (steps in fp64, w transposed, 1 thread per output, 32x8 blocks)"
+         : path == accum_fp64::Path::fp32_sum ? "qconform fp8_accum_model_fp64 (fp32 sums, w transposed, 1 thread per output, 32x8 blocks)"
+                                              : "qconform fp8_accum_model_fp64 (exact sum in fp64, w transposed, 1 thread per output, 32x8 blocks)";
 }
 
 }  // namespace qc::cuda_kernels
