@@ -441,8 +441,9 @@ class PythonArm final : public qc::Arm {
                info_.label, info_.accumulation_model);
       info_.epilogue = fp8;
       record_.epilogue = fp8;
+    } else if (!info_.epilogue.empty()) {
+      (void)qc::epilogue(info_.epilogue);  // unknown names: InputError listing the valid ones
     }
-    if (!info_.epilogue.empty()) (void)qc::epilogue(info_.epilogue);  // unknown names: InputError listing the valid ones
   }
 
   qc::ArmInfo info() const override { return info_; }
@@ -476,7 +477,7 @@ class PythonArm final : public qc::Arm {
   // Runs `f` with the GIL; turns a `qconform.InputError` raised by the callable into the C++ input
   // error, and parks any other Python exception with a note naming the arm and `what`.
   template <class F>
-  auto guarded(const std::string& refused_what, const std::string& what, F&& f) {
+  auto guarded(const std::string& refused_what, const std::string& what, F&& f) -> decltype(f()) {
     nb::gil_scoped_acquire gil;
     try {
       return f();
