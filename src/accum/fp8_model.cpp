@@ -224,7 +224,7 @@ void fp8_model_evaluate(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int 
         for (int64_t k0 = m.promote_steps; k0 < k; k0 += m.promote_steps) b.push_back(k0);
       }
       b.push_back(k);
-      fp8_kernels::sum_panels(g, b, /*fp64=*/false, d, threads);
+      fp8_kernels::sum_panels(g, b, d, threads);
       return;
     }
     case Fp8FastPath::exact_f64: fp8_kernels::exact_e4m3(g, d, threads); return;

@@ -9,9 +9,11 @@
 // exactly its declared order; independent dot products run side by side; nothing is reassociated.
 // Built with `-ffp-contract=off` (no FMA contraction of `Mul` + `Add`).
 //
-// Two kernels:
-// - `SumPanel` (moved here from src/checks/sweep.cpp): exact products summed in T (fp32: one
-//   rounding per add, the fp32 sum models; fp64: exact sums while the bound of fp8_model.cpp holds).
+// Three kernels:
+// - `SumPanel` (moved here from src/checks/sweep.cpp): exact products summed in fp32, one rounding
+//   per add (the fp32 sum models).
+// - `ExactDotRows`: the exact model (e4m3 x e4m3, K <= 2^17): fp64 dot products along k on the
+//   row-major operands (every product and partial sum exact, so the order is free).
 // - `StepPanel`: models with rounded terms. Per step and lane, E is the max alignment exponent
 //   (e(a)+e(b) from exponent tables, or the product's own fp64 exponent) and e(C); every term is
 //   rounded to an integer multiple of 2^(E - term_bits) by Trunc/Round(x · 2^(term_bits - E)), which
@@ -99,10 +101,6 @@ HWY_INLINE void SumPanelImpl(const float* HWY_RESTRICT af, int64_t M, int64_t K,
 void SumPanelF32(const float* af, int64_t M, int64_t K, const float* wp, const int64_t* bounds, int64_t nranges,
                  float* part, float* total) {
   SumPanelImpl<float>(af, M, K, wp, bounds, nranges, part, total);
-}
-void SumPanelF64(const float* af, int64_t M, int64_t K, const float* wp, const int64_t* bounds, int64_t nranges,
-                 double* part, double* total) {
-  SumPanelImpl<double>(af, M, K, wp, bounds, nranges, part, total);
 }
 
 // One row of outputs against one column panel, for a model with rounded terms. `av`, `ae`: the
@@ -287,7 +285,6 @@ HWY_AFTER_NAMESPACE();
 namespace qc::fp8_kernels {
 
 HWY_EXPORT(SumPanelF32);
-HWY_EXPORT(SumPanelF64);
 HWY_EXPORT(StepPanel);
 HWY_EXPORT(TargetOf);
 HWY_EXPORT(DecodeE4m3F64);
@@ -349,7 +346,6 @@ void pack_panel(const Fp8Gemm& g, int64_t p, float* value, float* exponent) {
   }
 }
 
-template <typename T>
 void run_sum(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int threads) {
   const AccumShape s = g.s;
   std::vector<float> af(static_cast<size_t>(s.m * s.k));
@@ -360,18 +356,13 @@ void run_sum(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int
     thread_local std::vector<float> panel;  // one per worker thread; pack_panel writes every element
     panel.resize(std::max(panel.size(), static_cast<size_t>(s.k * kNR)));
     pack_panel(g, p, panel.data(), nullptr);
-    std::vector<T> part(static_cast<size_t>(mpad * kNR)), total(static_cast<size_t>(mpad * kNR), T{0});
+    std::vector<float> part(static_cast<size_t>(mpad * kNR)), total(static_cast<size_t>(mpad * kNR), 0.0f);
     const int64_t nranges = static_cast<int64_t>(bounds.size()) - 1;
-    if constexpr (sizeof(T) == 4) {
-      HWY_DYNAMIC_DISPATCH(SumPanelF32)(af.data(), s.m, s.k, panel.data(), bounds.data(), nranges, part.data(), total.data());
-    } else {
-      HWY_DYNAMIC_DISPATCH(SumPanelF64)(af.data(), s.m, s.k, panel.data(), bounds.data(), nranges, part.data(), total.data());
-    }
+    HWY_DYNAMIC_DISPATCH(SumPanelF32)(af.data(), s.m, s.k, panel.data(), bounds.data(), nranges, part.data(), total.data());
     const int64_t cols = std::min(kNR, s.n - p * kNR);
     for (int64_t i = 0; i < s.m; ++i) {
       for (int64_t j = 0; j < cols; ++j) {
-        // fp64 -> fp32 is one round to nearest even (the exact path); fp32 -> fp32 is a copy.
-        d[i * s.n + p * kNR + j] = static_cast<float>(total[static_cast<size_t>(i * kNR + j)]);
+        d[i * s.n + p * kNR + j] = total[static_cast<size_t>(i * kNR + j)];
       }
     }
   });
@@ -379,13 +370,9 @@ void run_sum(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int
 
 }  // namespace
 
-void sum_panels(const Fp8Gemm& g, const std::vector<int64_t>& bounds, bool fp64, float* d, int threads) {
+void sum_panels(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int threads) {
   if (g.s.m == 0 || g.s.n == 0) return;
-  if (fp64) {
-    run_sum<double>(g, bounds, d, threads);
-  } else {
-    run_sum<float>(g, bounds, d, threads);
-  }
+  run_sum(g, bounds, d, threads);
 }
 
 void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads) {

@@ -9,11 +9,10 @@
 
 namespace qc::fp8_kernels {
 
-// Exact-term sums in fp32 (`fp64 = false`: each range [bounds[j], bounds[j+1]) summed sequentially
-// from +0 in fp32, the range sums added in order into an fp32 total from +0) or in fp64 (exact
-// while every partial sum is an integer below 2^53 in units of the operands' product grid; the
-// total rounded once to fp32). Operands must be finite (validated by the caller).
-void sum_panels(const Fp8Gemm& g, const std::vector<int64_t>& bounds, bool fp64, float* d, int threads);
+// Exact-term sums in fp32: each range [bounds[j], bounds[j+1]) summed sequentially from +0 in fp32,
+// the range sums added in order into an fp32 total from +0. Operands must be finite (validated by
+// the caller).
+void sum_panels(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int threads);
 
 // Models with finite term_bits (`Fp8FastPath::steps_f64`), in fp64 lanes.
 void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads);
