@@ -108,9 +108,9 @@ QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, Path path, A a, Fp8Format fa,
       int e = any ? ilogb(chain) : 0;
       for (int64_t i = s0; i < s1; ++i) {
         const uint8_t ca = a(i), cw = w(i);
-        const double p = value(ca, fa) * value(cw, fw);
-        if (p == 0.0) continue;
-        const int pe = sum_rule ? accum_model::fp8_exponent(ca, fa) + accum_model::fp8_exponent(cw, fw) : ilogb(p);
+        if ((ca & 0x7F) == 0 || (cw & 0x7F) == 0) continue;  // a zero product (±0 codes, both formats)
+        const int pe = sum_rule ? accum_model::fp8_exponent(ca, fa) + accum_model::fp8_exponent(cw, fw)
+                                : ilogb(value(ca, fa) * value(cw, fw));
         e = any && e > pe ? e : pe;
         any = true;
       }
