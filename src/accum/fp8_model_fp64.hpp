@@ -67,15 +67,36 @@ QC_ACCUM_FN double round_rel(double x, int bits, bool nearest) {
 QC_ACCUM_FN double fp32_add(double x, double y) { return static_cast<double>(static_cast<float>(x + y)); }
 }  // namespace detail
 
-// The model's fp32 result for one output, `path` = path_of(m, fa, fw, k) != reference (the caller
-// runs accum_model::evaluate for `reference`). Equal to accum_model::evaluate bit for bit.
-template <class A, class W>
-QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, Path path, A a, Fp8Format fa, W w, Fp8Format fw, int64_t k) {
+// The model's fp32 results for a tile of TM x TN outputs: rows a[0..TM) and columns w[0..TN)
+// (accessors), out[r * TN + c]; `path` = path_of(m, fa, fw, k) != reference (the caller runs
+// accum_model::evaluate for `reference`). Each output is evaluated exactly as alone (its own
+// chain, steps, promotions); the tile only shares the decoding of a code among the outputs of its
+// row or column (on the GPU, decoding is most of the cost). Equal to accum_model::evaluate bit
+// for bit.
+template <int TM, int TN, class A, class W>
+QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel& m, Path path, const A* a, Fp8Format fa, const W* w, Fp8Format fw,
+                               int64_t k, float* out) {
   using detail::fp32_add;
+  double va[TM], vw[TN];
+  const auto load = [&](int64_t i) {
+    for (int r = 0; r < TM; ++r) va[r] = value(a[r](i), fa);
+    for (int c = 0; c < TN; ++c) vw[c] = value(w[c](i), fw);
+  };
   if (path == Path::exact) {
-    double s = 0.0;
-    for (int64_t i = 0; i < k; ++i) s += value(a(i), fa) * value(w(i), fw);  // exact products and sums
-    return static_cast<float>(s);
+    double s[TM][TN];
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) s[r][c] = 0.0;
+    }
+    for (int64_t i = 0; i < k; ++i) {
+      load(i);
+      for (int r = 0; r < TM; ++r) {
+        for (int c = 0; c < TN; ++c) s[r][c] += va[r] * vw[c];  // exact products and sums
+      }
+    }
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) out[r * TN + c] = static_cast<float>(s[r][c]);
+    }
+    return;
   }
   const int64_t splits = m.splits < 1 ? 1 : m.splits;
   const int64_t len = k / splits;
@@ -83,58 +104,126 @@ QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, Path path, A a, Fp8Format fa,
     // Ranges summed from +0 in fp32: the splits, or promotion chains of promote_steps products.
     const int64_t chunk = splits > 1 ? len : (m.promote_steps > 0 ? m.promote_steps : (k > 0 ? k : 1));
     const int64_t ranges = splits > 1 ? splits : (k + chunk - 1) / chunk;
-    float total = 0.0f;
-    for (int64_t r = 0; r < ranges; ++r) {
-      const int64_t r0 = r * chunk, r1 = r + 1 == ranges ? k : r0 + chunk;
-      float part = 0.0f;
-      for (int64_t i = r0; i < r1; ++i) part = part + static_cast<float>(value(a(i), fa) * value(w(i), fw));
-      total = total + part;
+    float total[TM][TN], part[TM][TN];
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) total[r][c] = 0.0f;
     }
-    return total;
+    for (int64_t g = 0; g < ranges; ++g) {
+      const int64_t r0 = g * chunk, r1 = g + 1 == ranges ? k : r0 + chunk;
+      for (int r = 0; r < TM; ++r) {
+        for (int c = 0; c < TN; ++c) part[r][c] = 0.0f;
+      }
+      for (int64_t i = r0; i < r1; ++i) {
+        load(i);
+        for (int r = 0; r < TM; ++r) {
+          for (int c = 0; c < TN; ++c) part[r][c] = part[r][c] + static_cast<float>(va[r] * vw[c]);
+        }
+      }
+      for (int r = 0; r < TM; ++r) {
+        for (int c = 0; c < TN; ++c) total[r][c] = total[r][c] + part[r][c];
+      }
+    }
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) out[r * TN + c] = total[r][c];
+    }
+    return;
   }
   // Path::steps
   const bool sum_rule = m.alignment == AccumAlignment::exponent_sum;
   const bool nearest_terms = m.term_rounding == AccumRounding::nearest_even;
   const bool nearest_result = m.result_rounding == AccumRounding::nearest_even;
-  double total = 0.0;
-  for (int64_t r = 0; r < splits; ++r) {
-    const int64_t r0 = r * len, r1 = r + 1 == splits ? k : (r + 1) * len;
-    double chain = 0.0, promoted = 0.0;
+  double total[TM][TN], chain[TM][TN], promoted[TM][TN], up[TM][TN], s[TM][TN];
+  int e[TM][TN];
+  bool any[TM][TN];
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) total[r][c] = 0.0;
+  }
+  for (int64_t g = 0; g < splits; ++g) {
+    const int64_t r0 = g * len, r1 = g + 1 == splits ? k : (g + 1) * len;
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) chain[r][c] = promoted[r][c] = 0.0;
+    }
     int64_t in_chain = 0;
     for (int64_t s0 = r0; s0 < r1; s0 += m.step_k) {
       const int64_t s1 = s0 + m.step_k < r1 ? s0 + m.step_k : r1;
       // E: the largest alignment exponent of the nonzero products and e(C) (C != 0).
-      bool any = chain != 0.0;
-      int e = any ? ilogb(chain) : 0;
-      for (int64_t i = s0; i < s1; ++i) {
-        const uint8_t ca = a(i), cw = w(i);
-        if ((ca & 0x7F) == 0 || (cw & 0x7F) == 0) continue;  // a zero product (±0 codes, both formats)
-        const int pe = sum_rule ? accum_model::fp8_exponent(ca, fa) + accum_model::fp8_exponent(cw, fw)
-                                : ilogb(value(ca, fa) * value(cw, fw));
-        e = any && e > pe ? e : pe;
-        any = true;
+      for (int r = 0; r < TM; ++r) {
+        for (int c = 0; c < TN; ++c) {
+          any[r][c] = chain[r][c] != 0.0;
+          e[r][c] = any[r][c] ? ilogb(chain[r][c]) : 0;
+        }
       }
-      if (!any) {
-        chain = 0.0;
-      } else {
-        const double up = ldexp(1.0, m.term_bits - e);
-        double s = detail::round_int(chain * up, nearest_terms);
-        for (int64_t i = s0; i < s1; ++i) s += detail::round_int(value(a(i), fa) * value(w(i), fw) * up, nearest_terms);
-        chain = detail::round_rel(ldexp(s, e - m.term_bits), m.result_bits, nearest_result);
+      for (int64_t i = s0; i < s1; ++i) {
+        uint8_t ca[TM], cw[TN];
+        int ea[TM], ew[TN];
+        for (int r = 0; r < TM; ++r) {
+          ca[r] = a[r](i);
+          ea[r] = accum_model::fp8_exponent(ca[r], fa);
+        }
+        for (int c = 0; c < TN; ++c) {
+          cw[c] = w[c](i);
+          ew[c] = accum_model::fp8_exponent(cw[c], fw);
+        }
+        for (int r = 0; r < TM; ++r) {
+          for (int c = 0; c < TN; ++c) {
+            if ((ca[r] & 0x7F) == 0 || (cw[c] & 0x7F) == 0) continue;  // a zero product (±0 codes, both formats)
+            const int pe = sum_rule ? ea[r] + ew[c] : ilogb(value(ca[r], fa) * value(cw[c], fw));
+            e[r][c] = any[r][c] && e[r][c] > pe ? e[r][c] : pe;
+            any[r][c] = true;
+          }
+        }
+      }
+      // Terms on the grid 2^(E - term_bits); an output with no term and C = 0 gets up = 0, so its
+      // sum and its step result are 0.
+      for (int r = 0; r < TM; ++r) {
+        for (int c = 0; c < TN; ++c) {
+          if (!any[r][c]) e[r][c] = 0;
+          up[r][c] = any[r][c] ? ldexp(1.0, m.term_bits - e[r][c]) : 0.0;
+          s[r][c] = detail::round_int(chain[r][c] * up[r][c], nearest_terms);
+        }
+      }
+      for (int64_t i = s0; i < s1; ++i) {
+        load(i);
+        for (int r = 0; r < TM; ++r) {
+          for (int c = 0; c < TN; ++c) s[r][c] += detail::round_int(va[r] * vw[c] * up[r][c], nearest_terms);
+        }
+      }
+      for (int r = 0; r < TM; ++r) {
+        for (int c = 0; c < TN; ++c) {
+          chain[r][c] = detail::round_rel(ldexp(s[r][c], e[r][c] - m.term_bits), m.result_bits, nearest_result);
+        }
       }
       if (m.promote_steps > 0 && ++in_chain == m.promote_steps) {
-        promoted = fp32_add(promoted, chain);
-        chain = 0.0;
+        for (int r = 0; r < TM; ++r) {
+          for (int c = 0; c < TN; ++c) {
+            promoted[r][c] = fp32_add(promoted[r][c], chain[r][c]);
+            chain[r][c] = 0.0;
+          }
+        }
         in_chain = 0;
       }
     }
-    if (m.promote_steps > 0) {
-      if (in_chain > 0) promoted = fp32_add(promoted, chain);
-      chain = promoted;
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) {
+        if (m.promote_steps > 0) {
+          if (in_chain > 0) promoted[r][c] = fp32_add(promoted[r][c], chain[r][c]);
+          chain[r][c] = promoted[r][c];
+        }
+        total[r][c] = fp32_add(total[r][c], chain[r][c]);
+      }
     }
-    total = fp32_add(total, chain);
   }
-  return static_cast<float>(total);
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) out[r * TN + c] = static_cast<float>(total[r][c]);
+  }
+}
+
+// One output (a 1 x 1 tile).
+template <class A, class W>
+QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, Path path, A a, Fp8Format fa, W w, Fp8Format fw, int64_t k) {
+  float d = 0.0f;
+  evaluate_tile<1, 1>(m, path, &a, fa, &w, fw, k, &d);
+  return d;
 }
 
 }  // namespace qc::accum_fp64

@@ -188,18 +188,35 @@ TEST(AccumulationModel, PerOutputFp64EvaluationEqualsReference) {
           }
           std::vector<float> want(static_cast<size_t>(M * N));
           qc::fp8_model_reference(m, Fp8Gemm{a.data(), fa, w.data(), fw, {M, N, K}}, want.data());
+          const auto check = [&](int64_t i, int64_t j, float got, const char* how) {
+            const float ref = want[static_cast<size_t>(i * N + j)];
+            ++outputs;
+            if (bits(got) == bits(ref)) return;
+            if (bad++ < 3) {
+              ADD_FAILURE() << fmt::format("model `{}` ({} x {}, {}, M={} N={} K={}): d[{},{}]: reference {} "
+                                           "({:#010x}), per-output fp64 {} {} ({:#010x})",
+                                           name, fmt_name(fa), fmt_name(fw), dist_name(dist), M, N, K, i, j, ref,
+                                           bits(ref), how, got, bits(got));
+            }
+          };
+          using qc::accum_fp64::Strided;
           for (int64_t i = 0; i < M; ++i) {
             for (int64_t j = 0; j < N; ++j) {
-              const float got = qc::accum_fp64::evaluate(m, path, qc::accum_fp64::Strided{a.data() + i * K, 1}, fa,
-                                                         qc::accum_fp64::Strided{wt.data() + j, N}, fw, K);
-              const float ref = want[static_cast<size_t>(i * N + j)];
-              ++outputs;
-              if (bits(got) == bits(ref)) continue;
-              if (bad++ < 3) {
-                ADD_FAILURE() << fmt::format("model `{}` ({} x {}, {}, M={} N={} K={}): d[{},{}]: reference {} "
-                                             "({:#010x}), per-output fp64 {} ({:#010x})",
-                                             name, fmt_name(fa), fmt_name(fw), dist_name(dist), M, N, K, i, j, ref,
-                                             bits(ref), got, bits(got));
+              check(i, j, qc::accum_fp64::evaluate(m, path, Strided{a.data() + i * K, 1}, fa, Strided{wt.data() + j, N},
+                                                   fw, K),
+                    "(one output)");
+            }
+          }
+          // 2 x 3 tiles (the GPU's register tiles), rows and columns past the edge clamped.
+          for (int64_t i0 = 0; i0 < M; i0 += 2) {
+            for (int64_t j0 = 0; j0 < N; j0 += 3) {
+              Strided ar[2], wc[3];
+              for (int64_t r = 0; r < 2; ++r) ar[r] = Strided{a.data() + std::min(i0 + r, M - 1) * K, 1};
+              for (int64_t c = 0; c < 3; ++c) wc[c] = Strided{wt.data() + std::min(j0 + c, N - 1), N};
+              float tile[6];
+              qc::accum_fp64::evaluate_tile<2, 3>(m, path, ar, fa, wc, fw, K, tile);
+              for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {
+                for (int64_t c = 0; c < 3 && j0 + c < N; ++c) check(i0 + r, j0 + c, tile[r * 3 + c], "(2x3 tile)");
               }
             }
           }
@@ -208,7 +225,7 @@ TEST(AccumulationModel, PerOutputFp64EvaluationEqualsReference) {
     }
   }
   EXPECT_EQ(bad, 0);
-  EXPECT_GT(outputs, 10000);
+  EXPECT_GT(outputs, 20000);
 }
 
 // Every fast path is exercised by the table (so the comparison above covers each kernel).
