@@ -64,9 +64,10 @@ struct LdgStrided {
 // Each thread a TM x TN register tile of outputs: rows m0 + 8r, columns n0 + 32c (so a warp still
 // reads 32 consecutive bytes of wt per column and k); a code is decoded once per tile row or
 // column instead of once per product. Rows and columns past the edge are clamped for reading and
-// not written.
-template <int TM, int TN>
-__global__ void __launch_bounds__(256) fp8_accum_model_fp64_kernel(Fp8AccumModel model, accum_fp64::Path path,
+// not written. The path is a template argument, so each kernel holds only its own arithmetic (and
+// registers).
+template <int TM, int TN, accum_fp64::Path kPath>
+__global__ void __launch_bounds__(256) fp8_accum_model_fp64_kernel(Fp8AccumModel model,
                                                                    const uint8_t* __restrict__ a, Fp8Format fa,
                                                                    const uint8_t* __restrict__ wt, Fp8Format fw,
                                                                    float* __restrict__ d, int M, int N, int64_t K) {
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(256) fp8_accum_model_fp64_kernel(Fp8AccumModel
   for (int r = 0; r < TM; ++r) ar[r] = LdgStrided{a + static_cast<int64_t>(min(m0 + 8 * r, M - 1)) * K, 1};
   for (int c = 0; c < TN; ++c) wc[c] = LdgStrided{wt + min(n0 + 32 * c, N - 1), N};
   float out[TM * TN];
-  accum_fp64::evaluate_tile<TM, TN>(model, path, ar, fa, wc, fw, K, out);
+  accum_fp64::evaluate_tile<TM, TN>(model, kPath, ar, fa, wc, fw, K, out);
   for (int r = 0; r < TM; ++r) {
     for (int c = 0; c < TN; ++c) {
       const int m = m0 + 8 * r, n = n0 + 32 * c;
@@ -86,12 +87,12 @@ __global__ void __launch_bounds__(256) fp8_accum_model_fp64_kernel(Fp8AccumModel
   }
 }
 
-template <int TM, int TN>
-void launch_fp64(const Fp8AccumModel& model, accum_fp64::Path path, const uint8_t* a, Fp8Format fa, const uint8_t* wt,
-                 Fp8Format fw, float* d, int m, int n, int64_t k, cudaStream_t stream) {
+template <int TM, int TN, accum_fp64::Path kPath>
+void launch_fp64(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* wt, Fp8Format fw, float* d,
+                 int m, int n, int64_t k, cudaStream_t stream) {
   const dim3 block(32, 8);
   const dim3 grid((n + 32 * TN - 1) / (32 * TN), (m + 8 * TM - 1) / (8 * TM));
-  fp8_accum_model_fp64_kernel<TM, TN><<<grid, block, 0, stream>>>(model, path, a, fa, wt, fw, d, m, n, k);
+  fp8_accum_model_fp64_kernel<TM, TN, kPath><<<grid, block, 0, stream>>>(model, a, fa, wt, fw, d, m, n, k);
 }
 
 }  // namespace
@@ -111,14 +112,17 @@ std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a,
   transpose_codes<<<tgrid, block, 0, stream>>>(w, w_t, n, k);
   // Register tiles: 2 x 4 outputs per thread for the stepped models (five fp64 values of state per
   // output), 4 x 4 for the plain sums.
-  if (path == accum_fp64::Path::steps) {
-    launch_fp64<2, 4>(model, path, a, fa, w_t, fw, d, m, n, k, stream);
+  using accum_fp64::Path;
+  if (path == Path::steps) {
+    launch_fp64<2, 4, Path::steps>(model, a, fa, w_t, fw, d, m, n, k, stream);
     return "qconform fp8_accum_model_fp64 (steps in fp64, w transposed, 2x4 outputs per thread, 32x8 threads)";
   }
-  launch_fp64<4, 4>(model, path, a, fa, w_t, fw, d, m, n, k, stream);
-  return path == accum_fp64::Path::fp32_sum
-             ? "qconform fp8_accum_model_fp64 (fp32 sums, w transposed, 4x4 outputs per thread, 32x8 threads)"
-             : "qconform fp8_accum_model_fp64 (exact sum in fp64, w transposed, 4x4 outputs per thread, 32x8 threads)";
+  if (path == Path::fp32_sum) {
+    launch_fp64<4, 4, Path::fp32_sum>(model, a, fa, w_t, fw, d, m, n, k, stream);
+    return "qconform fp8_accum_model_fp64 (fp32 sums, w transposed, 4x4 outputs per thread, 32x8 threads)";
+  }
+  launch_fp64<4, 4, Path::exact>(model, a, fa, w_t, fw, d, m, n, k, stream);
+  return "qconform fp8_accum_model_fp64 (exact sum in fp64, w transposed, 4x4 outputs per thread, 32x8 threads)";
 }
 
 }  // namespace qc::cuda_kernels
