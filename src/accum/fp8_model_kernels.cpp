@@ -103,14 +103,15 @@ void SumPanelF32(const float* af, int64_t M, int64_t K, const float* wp, const i
   SumPanelImpl<float>(af, M, K, wp, bounds, nranges, part, total);
 }
 
-// One row of outputs against one column panel, for a model with rounded terms. `av`, `ae`: the
-// row's K values and e(x) (zero codes: -4096); `wv`, `we`: the panel's [K][kFp8NR] values and
-// exponents. `out`: kFp8NR fp32 results. All kFp8NR / lanes vectors advance through k together
-// (independent dependency chains side by side).
-template <int64_t kNV>
-HWY_INLINE void StepPanelImpl(const Fp8AccumModel& m, const double* HWY_RESTRICT av, const double* HWY_RESTRICT ae,
+// kR rows of outputs against one column panel, for a model with rounded terms. `av[r]`, `ae[r]`:
+// row r's K values and e(x) (zero codes: -4096); `wv`, `we`: the panel's [K][kFp8NR] values and
+// exponents. `out[r]`: kFp8NR fp32 results of row r. All kR · kFp8NR / lanes vectors advance
+// through k together (independent dependency chains side by side), and each panel value loaded is
+// used by the kR rows (the panel streams from L2 once per kR rows).
+template <int64_t kNV, int64_t kR>
+HWY_INLINE void StepPanelImpl(const Fp8AccumModel& m, const double* const* av, const double* const* ae,
                               const float* HWY_RESTRICT wv, const float* HWY_RESTRICT we, int64_t K,
-                              float* HWY_RESTRICT out) {
+                              float* const* out) {
   const hn::ScalableTag<double> d;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Rebind<float, decltype(d)> df;
@@ -141,62 +142,89 @@ HWY_INLINE void StepPanelImpl(const Fp8AccumModel& m, const double* HWY_RESTRICT
   const V tbits = hn::Set(d, static_cast<double>(m.term_bits));
   const int64_t splits = m.splits;
   const int64_t len = K / splits;
-  V total[kNV], chain[kNV], promoted[kNV], e[kNV], s[kNV], up[kNV];
-  for (int64_t v = 0; v < kNV; ++v) total[v] = hn::Zero(d);
+  V total[kR][kNV], chain[kR][kNV], promoted[kR][kNV], e[kR][kNV], s[kR][kNV], up[kR][kNV];
+  for (int64_t q = 0; q < kR; ++q) {
+    for (int64_t v = 0; v < kNV; ++v) total[q][v] = hn::Zero(d);
+  }
   for (int64_t r = 0; r < splits; ++r) {
     const int64_t r0 = r * len, r1 = r + 1 == splits ? K : (r + 1) * len;
-    for (int64_t v = 0; v < kNV; ++v) chain[v] = promoted[v] = hn::Zero(d);
+    for (int64_t q = 0; q < kR; ++q) {
+      for (int64_t v = 0; v < kNV; ++v) chain[q][v] = promoted[q][v] = hn::Zero(d);
+    }
     int64_t in_chain = 0;
     for (int64_t s0 = r0; s0 < r1; s0 += m.step_k) {
       const int64_t s1 = std::min<int64_t>(r1, s0 + m.step_k);
       // E: the chain value's exponent (C = 0 gives -1023) and the products' alignment exponents.
-      for (int64_t v = 0; v < kNV; ++v) e[v] = expo(chain[v]);
-      for (int64_t k = s0; k < s1; ++k) {
-        if (sum_rule) {
-          const V ek = hn::Set(d, ae[k]);
-          for (int64_t v = 0; v < kNV; ++v) e[v] = hn::Max(e[v], hn::Add(ek, load_w(we + k * kFp8NR + v * kL)));
-        } else {
-          const V ak = hn::Set(d, av[k]);
-          for (int64_t v = 0; v < kNV; ++v) e[v] = hn::Max(e[v], expo(hn::Mul(ak, load_w(wv + k * kFp8NR + v * kL))));
-        }
-      }
-      for (int64_t v = 0; v < kNV; ++v) {
-        e[v] = hn::Max(e[v], floor_e);  // every term zero: any finite scale gives 0
-        up[v] = pow2(hn::Sub(tbits, e[v]));
-        s[v] = round_int(hn::Mul(chain[v], up[v]), nearest_terms);
+      for (int64_t q = 0; q < kR; ++q) {
+        for (int64_t v = 0; v < kNV; ++v) e[q][v] = expo(chain[q][v]);
       }
       for (int64_t k = s0; k < s1; ++k) {
-        const V ak = hn::Set(d, av[k]);
         for (int64_t v = 0; v < kNV; ++v) {
-          const V p = hn::Mul(ak, load_w(wv + k * kFp8NR + v * kL));  // exact
-          s[v] = hn::Add(s[v], round_int(hn::Mul(p, up[v]), nearest_terms));
+          if (sum_rule) {
+            const V wek = load_w(we + k * kFp8NR + v * kL);
+            for (int64_t q = 0; q < kR; ++q) e[q][v] = hn::Max(e[q][v], hn::Add(hn::Set(d, ae[q][k]), wek));
+          } else {
+            const V wvk = load_w(wv + k * kFp8NR + v * kL);
+            for (int64_t q = 0; q < kR; ++q) e[q][v] = hn::Max(e[q][v], expo(hn::Mul(hn::Set(d, av[q][k]), wvk)));
+          }
         }
       }
-      for (int64_t v = 0; v < kNV; ++v) chain[v] = round_rel(hn::Mul(s[v], pow2(hn::Sub(e[v], tbits))));
+      for (int64_t q = 0; q < kR; ++q) {
+        for (int64_t v = 0; v < kNV; ++v) {
+          e[q][v] = hn::Max(e[q][v], floor_e);  // every term zero: any finite scale gives 0
+          up[q][v] = pow2(hn::Sub(tbits, e[q][v]));
+          s[q][v] = round_int(hn::Mul(chain[q][v], up[q][v]), nearest_terms);
+        }
+      }
+      for (int64_t k = s0; k < s1; ++k) {
+        for (int64_t v = 0; v < kNV; ++v) {
+          const V wvk = load_w(wv + k * kFp8NR + v * kL);
+          for (int64_t q = 0; q < kR; ++q) {
+            const V p = hn::Mul(hn::Set(d, av[q][k]), wvk);  // exact
+            s[q][v] = hn::Add(s[q][v], round_int(hn::Mul(p, up[q][v]), nearest_terms));
+          }
+        }
+      }
+      for (int64_t q = 0; q < kR; ++q) {
+        for (int64_t v = 0; v < kNV; ++v) chain[q][v] = round_rel(hn::Mul(s[q][v], pow2(hn::Sub(e[q][v], tbits))));
+      }
       if (m.promote_steps > 0 && ++in_chain == m.promote_steps) {
-        for (int64_t v = 0; v < kNV; ++v) {
-          promoted[v] = fp32_add(promoted[v], chain[v]);
-          chain[v] = hn::Zero(d);
+        for (int64_t q = 0; q < kR; ++q) {
+          for (int64_t v = 0; v < kNV; ++v) {
+            promoted[q][v] = fp32_add(promoted[q][v], chain[q][v]);
+            chain[q][v] = hn::Zero(d);
+          }
         }
         in_chain = 0;
       }
     }
-    for (int64_t v = 0; v < kNV; ++v) {
-      if (m.promote_steps > 0) {
-        if (in_chain > 0) promoted[v] = fp32_add(promoted[v], chain[v]);
-        chain[v] = promoted[v];
+    for (int64_t q = 0; q < kR; ++q) {
+      for (int64_t v = 0; v < kNV; ++v) {
+        if (m.promote_steps > 0) {
+          if (in_chain > 0) promoted[q][v] = fp32_add(promoted[q][v], chain[q][v]);
+          chain[q][v] = promoted[q][v];
+        }
+        total[q][v] = fp32_add(total[q][v], chain[q][v]);
       }
-      total[v] = fp32_add(total[v], chain[v]);
     }
   }
-  for (int64_t v = 0; v < kNV; ++v) hn::StoreU(hn::DemoteTo(df, total[v]), df, out + v * kL);
+  for (int64_t q = 0; q < kR; ++q) {
+    for (int64_t v = 0; v < kNV; ++v) hn::StoreU(hn::DemoteTo(df, total[q][v]), df, out[q] + v * kL);
+  }
 }
 
-void StepPanel(const Fp8AccumModel& m, const double* av, const double* ae, const float* wv, const float* we, int64_t K,
-               float* out) {
+inline constexpr int64_t kStepRows = 2;  // rows per StepPanel call (StepPanel1: the odd last row)
+
+void StepPanel(const Fp8AccumModel& m, const double* const* av, const double* const* ae, const float* wv,
+               const float* we, int64_t K, float* const* out) {
   constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(double));
   static_assert(kFp8NR % kL == 0, "the panel width must be a whole number of vectors");
-  StepPanelImpl<kFp8NR / kL>(m, av, ae, wv, we, K, out);
+  StepPanelImpl<kFp8NR / kL, kStepRows>(m, av, ae, wv, we, K, out);
+}
+void StepPanel1(const Fp8AccumModel& m, const double* const* av, const double* const* ae, const float* wv,
+                const float* we, int64_t K, float* const* out) {
+  constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(double));
+  StepPanelImpl<kFp8NR / kL, 1>(m, av, ae, wv, we, K, out);
 }
 
 // e4m3fn codes -> their fp64 values (exact), `count` codes; finite codes only. Per lane:
@@ -286,6 +314,7 @@ namespace qc::fp8_kernels {
 
 HWY_EXPORT(SumPanelF32);
 HWY_EXPORT(StepPanel);
+HWY_EXPORT(StepPanel1);
 HWY_EXPORT(TargetOf);
 HWY_EXPORT(DecodeE4m3F64);
 HWY_EXPORT(ExactDotRows);
@@ -387,12 +416,29 @@ void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads
   const int64_t panels = (s.n + kNR - 1) / kNR;
   // Threads over panels (each packs its own panel once, cache-local); a single panel is shared
   // out by rows instead.
+  // Rows in groups of kStepRows (the panel is read once per group), an odd last row alone.
+  constexpr int64_t kRows = HWY_NAMESPACE::kStepRows;
   auto run_panel_rows = [&](int64_t p, const float* wv, const float* we, int64_t i0, int64_t i1) {
-    float out[kNR];
+    float out[kRows][kNR];
     const int64_t cols = std::min(kNR, s.n - p * kNR);
-    for (int64_t i = i0; i < i1; ++i) {
-      HWY_DYNAMIC_DISPATCH(StepPanel)(m, av.data() + i * s.k, ae.data() + i * s.k, wv, we, s.k, out);
-      for (int64_t j = 0; j < cols; ++j) d[i * s.n + p * kNR + j] = out[j];
+    for (int64_t i = i0; i < i1; i += kRows) {
+      const int64_t rows = std::min(kRows, i1 - i);
+      const double* ar[kRows];
+      const double* er[kRows];
+      float* outs[kRows];
+      for (int64_t q = 0; q < kRows; ++q) {
+        ar[q] = av.data() + (i + std::min(q, rows - 1)) * s.k;
+        er[q] = ae.data() + (i + std::min(q, rows - 1)) * s.k;
+        outs[q] = out[q];
+      }
+      if (rows == kRows) {
+        HWY_DYNAMIC_DISPATCH(StepPanel)(m, ar, er, wv, we, s.k, outs);
+      } else {
+        HWY_DYNAMIC_DISPATCH(StepPanel1)(m, ar, er, wv, we, s.k, outs);
+      }
+      for (int64_t q = 0; q < rows; ++q) {
+        for (int64_t j = 0; j < cols; ++j) d[(i + q) * s.n + p * kNR + j] = out[q][j];
+      }
     }
   };
   if (panels >= resolve_threads(threads) || s.m == 1) {
@@ -408,7 +454,9 @@ void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads
     for (int64_t p = 0; p < panels; ++p) {
       std::vector<float> wv(static_cast<size_t>(s.k * kNR)), we(wv.size());
       pack_panel(g, p, wv.data(), we.data());
-      parallel_for(s.m, threads, [&](int64_t i) { run_panel_rows(p, wv.data(), we.data(), i, i + 1); });
+      parallel_for((s.m + kRows - 1) / kRows, threads, [&](int64_t g) {
+        run_panel_rows(p, wv.data(), we.data(), g * kRows, std::min(s.m, (g + 1) * kRows));
+      });
     }
   }
 }
