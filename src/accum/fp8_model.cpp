@@ -9,6 +9,7 @@
 #include <array>
 #include <charconv>
 
+#include "accum/fp8_model_fp64.hpp"
 #include "accum/fp8_model_kernels.hpp"
 #include "core/parallel.hpp"
 #include "qconform/error.hpp"
@@ -182,7 +183,14 @@ void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
     const char* field;
   } ops[] = {{g.a, g.a_format, g.s.m, "a"}, {g.w, g.w_format, g.s.n, "w"}};
   for (const auto& o : ops) {
-    for (int64_t i = 0; i < o.rows * g.s.k; ++i) {
+    // A branch-free scan first (vectorized by the compiler: the fast evaluation's operands are
+    // checked at memory speed), the coordinate search only when some code is not finite.
+    const int64_t count = o.rows * g.s.k;
+    const uint8_t mask = o.f == Fp8Format::e4m3 ? 0x7F : 0x7C;  // e4m3fn NaN: S.1111.111; e5m2 S.11111.xx
+    uint8_t all_set = 0;
+    for (int64_t i = 0; i < count; ++i) all_set |= static_cast<uint8_t>((o.p[i] & mask) == mask);
+    if (all_set == 0) continue;
+    for (int64_t i = 0; i < count; ++i) {
       QC_INPUT(accum_model::fp8_code_finite(o.p[i], o.f),
                "fp8 GEMM: {}[{},{}] = {:#04x} is {} encoding; expected a finite {} value (the accumulation models "
                "take finite operands only, docs/accumulation.md)",
@@ -204,18 +212,12 @@ void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d) {
 }
 
 Fp8FastPath fp8_fast_path(const Fp8AccumModel& m, const Fp8Gemm& g) {
-  const bool fp32_results = m.result_bits == 23 && m.result_rounding == AccumRounding::nearest_even;
-  const bool fp32_promotion = m.promote_bits == 23 && m.promote_rounding == AccumRounding::nearest_even;
-  if (m.term_bits >= 0 && fp32_promotion) return Fp8FastPath::steps_f64;
-  if (m.term_bits < 0 && m.step_k == 1 && fp32_results && fp32_promotion && (m.splits == 1 || m.promote_steps == 0)) {
-    return Fp8FastPath::fp32_sum;
-  }
-  // Exact in fp64: every partial sum is an integer multiple of 2^-18 below K·448²; K <= 2^17 keeps
-  // it below 2^53 units.
-  static_assert(double{1 << 17} * 448.0 * 448.0 * 262144.0 < 0x1p53, "fp64 exactness bound");
-  if (m.term_bits < 0 && m.step_k == 0 && fp32_results && m.splits == 1 && m.promote_steps == 0 &&
-      g.a_format == Fp8Format::e4m3 && g.w_format == Fp8Format::e4m3 && g.s.k <= (int64_t{1} << 17)) {
-    return Fp8FastPath::exact_f64;
+  // One decision for the CPU lanes and the GPU's per-output evaluation (accum/fp8_model_fp64.hpp).
+  switch (accum_fp64::path_of(m, g.a_format, g.w_format, g.s.k)) {
+    case accum_fp64::Path::steps: return Fp8FastPath::steps_f64;
+    case accum_fp64::Path::fp32_sum: return Fp8FastPath::fp32_sum;
+    case accum_fp64::Path::exact: return Fp8FastPath::exact_f64;
+    case accum_fp64::Path::reference: return Fp8FastPath::reference;
   }
   return Fp8FastPath::reference;
 }
@@ -248,10 +250,10 @@ void fp8_model_evaluate(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int 
         for (int64_t k0 = m.promote_steps; k0 < k; k0 += m.promote_steps) b.push_back(k0);
       }
       b.push_back(k);
-      fp8_kernels::sum_panels(g, b, /*fp64=*/false, d, threads);
+      fp8_kernels::sum_panels(g, b, d, threads);
       return;
     }
-    case Fp8FastPath::exact_f64: fp8_kernels::sum_panels(g, {0, k}, /*fp64=*/true, d, threads); return;
+    case Fp8FastPath::exact_f64: fp8_kernels::exact_e4m3(g, d, threads); return;
     case Fp8FastPath::reference:
       parallel_for(g.s.m, threads, [&](int64_t i) {
         for (int64_t j = 0; j < g.s.n; ++j) {

@@ -82,13 +82,22 @@ TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
           const AccumShape s{sh[0], sh[1], sh[2]};
           std::vector<float> cpu(static_cast<size_t>(s.m * s.n));
           fp8_model_evaluate(m.model, Fp8Gemm{a.data(), fa, w.data(), fw, s}, cpu.data());
-          const std::vector<float> gpu = fp8_model_evaluate_gpu(m.model, a.data(), fa, w.data(), fw, s);
-          const std::string what = fmt::format("model {} ({}x{}, {}, M={} N={} K={}): cpu vs gpu", m.name,
-                                               fa == Fp8Format::e4m3 ? "e4m3" : "e5m2",
-                                               fw == Fp8Format::e4m3 ? "e4m3" : "e5m2",
-                                               sub ? "subnormal-heavy" : "uniform codes", s.m, s.n, s.k);
-          EXPECT_EQ(count_differing(cpu, gpu, s.n, what, 3), 0) << what;
-          outputs += static_cast<int64_t>(cpu.size());
+          // Both GPU kernels: the fp64 one (models with a fast path) and the int128 reference text.
+          for (bool reference_kernel : {false, true}) {
+            std::string kernel;
+            const std::vector<float> gpu =
+                fp8_model_evaluate_gpu(m.model, a.data(), fa, w.data(), fw, s, &kernel, reference_kernel);
+            const std::string what = fmt::format("model {} ({}x{}, {}, M={} N={} K={}): cpu vs gpu kernel `{}`",
+                                                 m.name, fa == Fp8Format::e4m3 ? "e4m3" : "e5m2",
+                                                 fw == Fp8Format::e4m3 ? "e4m3" : "e5m2",
+                                                 sub ? "subnormal-heavy" : "uniform codes", s.m, s.n, s.k, kernel);
+            EXPECT_EQ(count_differing(cpu, gpu, s.n, what, 3), 0) << what;
+            EXPECT_EQ(kernel.find("fp64") != std::string::npos,
+                      !reference_kernel && fp8_fast_path(m.model, Fp8Gemm{a.data(), fa, w.data(), fw, s}) !=
+                                               Fp8FastPath::reference)
+                << what;
+            outputs += static_cast<int64_t>(cpu.size());
+          }
         }
       }
     }

@@ -14,6 +14,7 @@
 
 #include "accum/fp8_emulation.hpp"
 #include "accum/fp8_model.hpp"
+#include "accum/fp8_model_fp64.hpp"
 #include "checks/verify.hpp"
 #include "synth/synth.hpp"
 #include "qconform/arm.hpp"
@@ -170,6 +171,70 @@ TEST(AccumulationModel, FastEqualsReferenceOnRandomShapes) {
     }
   }
   EXPECT_GT(cases, 1000);
+}
+
+// The per-output fp64 evaluation (accum/fp8_model_fp64.hpp: the text the GPU kernel compiles)
+// equals the reference bit for bit, reading `w` transposed ([K][N], stride N) as the kernel does.
+TEST(AccumulationModel, PerOutputFp64EvaluationEqualsReference) {
+  std::mt19937_64 rng(20261202);
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1}, {3, 5, 31}, {2, 7, 129}, {2, 3, 520}, {4, 16, 300}};
+  const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e5m2}};
+  int64_t outputs = 0, bad = 0;
+  for (const auto& [name, m] : models_under_test()) {
+    for (const auto& [fa, fw] : formats) {
+      for (Dist dist : {Dist::uniform, Dist::subnormal_heavy, Dist::cancellation, Dist::all_max}) {
+        for (const auto& sh : shapes) {
+          const int64_t M = sh[0], N = sh[1], K = sh[2];
+          const qc::accum_fp64::Path path = qc::accum_fp64::path_of(m, fa, fw, K);
+          if (m.splits > K || path == qc::accum_fp64::Path::reference) continue;
+          const auto a = codes(rng, M, K, fa, dist, false);
+          const auto w = codes(rng, N, K, fw, dist, true);
+          std::vector<uint8_t> wt(w.size());  // [K][N]
+          for (int64_t j = 0; j < N; ++j) {
+            for (int64_t k = 0; k < K; ++k) wt[static_cast<size_t>(k * N + j)] = w[static_cast<size_t>(j * K + k)];
+          }
+          std::vector<float> want(static_cast<size_t>(M * N));
+          qc::fp8_model_reference(m, Fp8Gemm{a.data(), fa, w.data(), fw, {M, N, K}}, want.data());
+          const auto check = [&](int64_t i, int64_t j, float got, const char* how) {
+            const float ref = want[static_cast<size_t>(i * N + j)];
+            ++outputs;
+            if (bits(got) == bits(ref)) return;
+            if (bad++ < 3) {
+              ADD_FAILURE() << fmt::format("model `{}` ({} x {}, {}, M={} N={} K={}): d[{},{}]: reference {} "
+                                           "({:#010x}), per-output fp64 {} {} ({:#010x})",
+                                           name, fmt_name(fa), fmt_name(fw), dist_name(dist), M, N, K, i, j, ref,
+                                           bits(ref), how, got, bits(got));
+            }
+          };
+          using qc::accum_fp64::Strided;
+          for (int64_t i = 0; i < M; ++i) {
+            for (int64_t j = 0; j < N; ++j) {
+              check(i, j, qc::accum_fp64::evaluate(m, path, Strided{a.data() + i * K, 1}, fa, Strided{wt.data() + j, N},
+                                                   fw, K),
+                    "(one output)");
+            }
+          }
+          // 2 x 3 tiles (the GPU's register tiles), rows and columns past the edge clamped.
+          for (int64_t i0 = 0; i0 < M; i0 += 2) {
+            for (int64_t j0 = 0; j0 < N; j0 += 3) {
+              Strided ar[2], wc[3];
+              for (int64_t r = 0; r < 2; ++r) ar[r] = Strided{a.data() + std::min(i0 + r, M - 1) * K, 1};
+              for (int64_t c = 0; c < 3; ++c) wc[c] = Strided{wt.data() + std::min(j0 + c, N - 1), N};
+              float tile[6];
+              qc::accum_fp64::evaluate_tile<2, 3>(m, path, ar, fa, wc, fw, K, tile);
+              for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {
+                for (int64_t c = 0; c < 3 && j0 + c < N; ++c) check(i0 + r, j0 + c, tile[r * 3 + c], "(2x3 tile)");
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(outputs, 20000);
 }
 
 // Every fast path is exercised by the table (so the comparison above covers each kernel).
