@@ -61,6 +61,8 @@ TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
   std::vector<NamedAccumModel> models = fp8_accumulation_models();
   models.push_back(fp8_accumulation_model("blocked-128"));
   models.push_back(fp8_accumulation_model("split-k-3"));
+  models.push_back(fp8_accumulation_model("hopper-fp8-chain-splitk-3"));
+  models.push_back(fp8_accumulation_model("hopper-fp8-promote4-splitk-6"));
   NamedAccumModel rn = fp8_accumulation_model("hopper-fp8-promote4");
   rn.name = "hopper-fp8-promote4 with rn terms and results, exact exponent";
   rn.model.term_rounding = rn.model.result_rounding = AccumRounding::nearest_even;
