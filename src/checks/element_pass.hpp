@@ -16,6 +16,18 @@
 
 namespace qc {
 
+// An FP8 run's reference side (both arms declare an accumulation model): per arm, its model's fp32
+// accumulators on the layer's codes and the model's outputs through the arm's declared epilogue
+// (empty when the arm's record refused its model on this run: `modelled` false), and the fp32
+// accumulator the arm exposed (`Arm::fp8_accumulate`; empty when it exposes none).
+struct Fp8RunReference {
+  std::string model[2];
+  bool modelled[2] = {true, true};
+  const std::vector<float>* d[2] = {nullptr, nullptr};  // the models' accumulators [m,n] (shared by the scale runs)
+  std::vector<uint16_t> y[2];                           // model + epilogue [m,n]
+  const std::vector<float>* arm_acc[2] = {nullptr, nullptr};  // the arms' exposed accumulators [m,n], or null
+};
+
 // Everything one element pass reads: the run's operands and scale regime, the exact accumulators,
 // both arms' outputs and declared formulas (null: none declared), and the comparison options.
 struct ElementContext {
@@ -28,6 +40,7 @@ struct ElementContext {
   const Epilogue* formula[2] = {nullptr, nullptr};
   const CompareOptions& compare;
   int threads = 0;
+  const Fp8RunReference* fp8 = nullptr;  // FP8 pairs: the models take the place of `exact` and `formula`
 };
 
 // The element-level counts; blocks merge in row order, so the "first" lists keep the first
@@ -38,6 +51,8 @@ struct ElementTally {
   int64_t pow2_excluded = 0, pow2_violations = 0;
   std::vector<std::string> acc_first;
   std::vector<DiffElement> pow2_first;
+  int64_t model_acc_diff = 0;            // FP8: the two models' accumulators differ
+  std::vector<std::string> model_first;  // FP8: outputs off their model, described
 
   void merge(const ElementTally& o, size_t max_listed);
 };
