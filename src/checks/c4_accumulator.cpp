@@ -32,6 +32,8 @@ CheckResult c4_fp8(const std::vector<LayerRun>& runs) {
     }
   }
   if (compared) c4.verdict = mismatch ? Verdict::fail : Verdict::pass;
+  c4.points_to = "the accumulation stage: the arm accumulates otherwise than its declared model (fraction bits, "
+                 "rounding, instruction k, promotion interval, K order)";
   c4.summary = compared ? fmt::format("{} exposed fp32 accumulators compared with each arm's declared accumulation "
                                       "model, bitwise: {} elements off their model",
                                       compared, mismatch)

@@ -40,9 +40,9 @@ CheckResult c6_fp8(const std::vector<LayerRun>& runs, const Comparison& t, int64
   if (any_modelled) c6.verdict = (off_model || sets_differ) ? Verdict::fail : Verdict::pass;
   c6.summary = fmt::format("real scales: {} of {} elements differ, max {} ulp (reported; no tolerance applies: the "
                            "models predict each value); {} outputs off their declared model + epilogue; predicted set "
-                           "{} observed in {} runs ({} elements predicted to differ)",
-                           t.bitwise_diff, t.total, t.max_ulp, off_model, sets_differ ? "!=" : "==", compared_runs,
-                           predicted);
+                           "{} observed set in {} of {} runs ({} elements predicted to differ)",
+                           t.bitwise_diff, t.total, t.max_ulp, off_model, sets_differ ? "!=" : "==",
+                           sets_differ ? sets_differ : compared_runs, compared_runs, predicted);
   if (!unmodelled.empty()) {
     c6.summary += fmt::format("; UNMODELLED runs (the arm's record refused its model; neither passed nor failed): {}",
                               fmt::join(unmodelled, "; "));

@@ -560,7 +560,15 @@ VerifyResult merge_verifications(const ArmInfo& arm_a, const ArmInfo& arm_b, con
   result.checks = {c2_range(result.runs, predictions, stale), c3_shared_operands(result.runs),
                    c4_accumulator(result.runs), c5_pow2(result.runs),
                    c6_tolerance(result.runs, result.total_real, options.tolerance_ulps)};
-  if (!result.runs.empty() && result.runs.front().fp8) fp8_stage(result);
+  if (!result.runs.empty() && result.runs.front().fp8) {
+    fp8_stage(result);
+    // Every failing check points to the stage the FP8 verdict names, with the arm and where.
+    for (CheckResult& c : result.checks) {
+      if (c.verdict == Verdict::fail && !result.stage.empty()) {
+        c.points_to = fmt::format("the {} stage: {}", result.stage, result.stage_detail);
+      }
+    }
+  }
   return result;
 }
 

@@ -23,6 +23,7 @@
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 #include "qconform/report.hpp"
+#include "synth/synth.hpp"
 #include "temp_dir.hpp"
 
 namespace qc {
