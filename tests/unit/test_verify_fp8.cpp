@@ -312,3 +312,107 @@ TEST(VerifyFp8, CliEndToEnd) {
 
 }  // namespace
 }  // namespace qc
+
+namespace qc {
+namespace {
+
+// sweep's "explained" column: the differing elements whose two values the declared models predict.
+// Counted independently here for each cell: the arms' outputs from `run`, the predictions from the
+// scalar reference of each declared model and the `fp8-scaled` epilogue.
+int64_t explained_by_scalar_models(const std::string& la, const std::string& lb, int64_t m, int64_t n, int64_t k,
+                                   uint64_t seed, int64_t* differing) {
+  const Fp8Operands o = synth_fp8_operands(m, n, k, seed);
+  OperandStorage s;
+  s.a_q.assign(o.a.begin(), o.a.end());
+  s.w_q.assign(o.w.begin(), o.w.end());
+  s.a_scale = o.a_scale;
+  s.w_scale = o.w_scale;
+  s.a_type = s.w_type = ElementType::e4m3;
+  const LayerOperands ops = make_operands("cell", m, n, k, std::move(s), "test");
+  std::vector<uint16_t> y[2], p[2];
+  int i = 0;
+  for (const std::string& label : {la, lb}) {
+    auto arm = make_arm(label);
+    y[i] = arm->run(ops).y;
+    std::vector<float> d(static_cast<size_t>(m * n));
+    fp8_model_reference(fp8_accumulation_model(arm->info().accumulation_model).model,
+                        Fp8Gemm{o.a.data(), Fp8Format::e4m3, o.w.data(), Fp8Format::e4m3, {m, n, k}}, d.data());
+    p[i] = fp8_epilogue_bf16(d.data(), o.a_scale, o.w_scale);
+    ++i;
+  }
+  int64_t explained = 0;
+  *differing = 0;
+  for (size_t j = 0; j < y[0].size(); ++j) {
+    if (y[0][j] == y[1][j]) continue;
+    ++*differing;
+    explained += y[0][j] == p[0][j] && y[1][j] == p[1][j];
+  }
+  return explained;
+}
+
+TEST(VerifyFp8, SweepExplainedColumnCountsWhatTheModelsPredict) {
+  for (const auto& [la, lb] : {std::pair<std::string, std::string>{"cpu:fp8-hopper-fp8-chain", "cpu:fp8-hopper-fp8-promote4"},
+                               std::pair<std::string, std::string>{"mutant:fp8-rne-steps", "cpu:fp8-hopper-fp8-promote4"}}) {
+    SweepOptions o;
+    o.arm_a = la;
+    o.arm_b = lb;
+    o.ks = {256, 2048};
+    o.m = 8;
+    o.n = 32;
+    o.seeds = 2;
+    const SweepResult r = run_sweep(o);
+    int64_t all_differing = 0, all_explained = 0;
+    for (const SweepCell& c : r.cells) {
+      int64_t differing = 0;
+      const int64_t want = explained_by_scalar_models(la, lb, o.m, o.n, c.k, c.seed, &differing);
+      EXPECT_EQ(c.differing, differing) << la << " K=" << c.k << " seed " << c.seed;
+      EXPECT_EQ(c.explained, want) << la << " K=" << c.k << " seed " << c.seed << ": " << c.explained_note;
+      all_differing += differing;
+      all_explained += want;
+    }
+    ASSERT_GT(all_differing, 0) << la;
+    if (la == "mutant:fp8-rne-steps") {
+      EXPECT_LT(all_explained, all_differing) << "the mutant is off its declared model: not every difference is explained";
+    } else {
+      EXPECT_EQ(all_explained, all_differing);
+    }
+    const nlohmann::json j = to_json(r);
+    EXPECT_TRUE(j["rows"][1].contains("explained_share")) << j["rows"][1].dump();
+    EXPECT_NE(format_sweep(r).find("explained"), std::string::npos);
+  }
+  // --no-explained: not computed, and said so.
+  SweepOptions o;
+  o.arm_a = "cpu:fp8-hopper-fp8-chain";
+  o.arm_b = "cpu:fp8-hopper-fp8-promote4";
+  o.ks = {1024};
+  o.m = 4;
+  o.n = 16;
+  o.seeds = 1;
+  o.explained = false;
+  const SweepResult r = run_sweep(o);
+  EXPECT_EQ(r.cells[0].explained, -1);
+  EXPECT_EQ(to_json(r)["rows"][0]["explained"], nullptr);
+  EXPECT_NE(format_sweep(r).find("not computed (--no-explained)"), std::string::npos);
+}
+
+// INT8 pairs: the declared formulas on the exact accumulators explain every difference of two arms
+// that follow them; an arm declaring none leaves the column empty, saying why.
+TEST(VerifyFp8, SweepExplainedColumnForInt8Pairs) {
+  SweepOptions o;
+  o.arm_a = "cpu:vllm-cutlass";
+  o.arm_b = "mutant:bf16-truncate";  // declares vllm-cutlass, truncates: its differences are not the formula's
+  o.ks = {4096};
+  o.m = 16;
+  o.n = 64;
+  o.seeds = 1;
+  const SweepResult r = run_sweep(o);
+  ASSERT_GT(r.cells[0].differing, 0);
+  EXPECT_GE(r.cells[0].explained, 0);
+  EXPECT_LT(r.cells[0].explained, r.cells[0].differing);
+  o.arm_b = "cpu:vllm-triton";
+  const SweepResult ok = run_sweep(o);
+  EXPECT_EQ(ok.cells[0].explained, ok.cells[0].differing) << ok.cells[0].explained_note;
+}
+
+}  // namespace
+}  // namespace qc
