@@ -416,3 +416,57 @@ TEST(VerifyFp8, SweepExplainedColumnForInt8Pairs) {
 
 }  // namespace
 }  // namespace qc
+
+namespace qc {
+namespace {
+
+// An e5m2 x e4m3 layer: the models and the outputs are compared as for e4m3; the fp32 accumulator
+// interface takes e4m3 codes only, so C4 compares nothing and says why. An M sweep runs the first rows.
+TEST(VerifyFp8, E5m2ActivationsAndAnMSweep) {
+  const int64_t m = 6, n = 24, k = 2048;
+  OperandStorage s;
+  uint64_t st = 77;
+  for (int64_t i = 0; i < m * k; ++i) {
+    uint8_t c = static_cast<uint8_t>(splitmix64(st));
+    if (((c >> 2) & 0x1F) >= 0x18) c &= 0x9F;  // keep the e5m2 exponent moderate (and finite)
+    s.a_q.push_back(static_cast<int8_t>(c));
+  }
+  const Fp8Operands w = synth_fp8_operands(1, n, k, 5);
+  s.w_q.assign(w.w.begin(), w.w.end());
+  for (int64_t i = 0; i < m; ++i) s.a_scale.push_back(0x1p-4f);
+  s.w_scale = w.w_scale;
+  s.a_type = ElementType::e5m2;
+  s.w_type = ElementType::e4m3;
+  const std::vector<LayerOperands> layers = {make_operands("e5m2xe4m3", m, n, k, std::move(s), "test")};
+  const PredictionSet predictions = predict(layers, "memory", "");
+  auto a = make_arm("cpu:fp8-hopper-fp8-chain");
+  auto b = make_arm("cpu:fp8-hopper-fp8-promote4");
+  VerifyOptions options = cpu_options();
+  options.m_sweep = {1, 6};
+  const VerifyResult r = verify_layers(*a, *b, layers, predictions, options);
+  ASSERT_EQ(r.runs.size(), 6u);
+  int64_t differ = 0;
+  for (const LayerRun& run : r.runs) {
+    EXPECT_EQ(run.formula_mismatch_a, 0);
+    EXPECT_EQ(run.formula_mismatch_b, 0);
+    EXPECT_EQ(run.acc_mismatch_a, -1);
+    EXPECT_NE(run.acc_note.find("e4m3 x e4m3"), std::string::npos) << run.acc_note;
+    EXPECT_TRUE(run.predicted_equals_observed);
+    differ += run.cmp.bitwise_diff;
+  }
+  EXPECT_EQ(r.runs[0].m, 1);
+  EXPECT_EQ(check(r, "C4").verdict, Verdict::not_applicable) << check(r, "C4").summary;
+  EXPECT_NE(check(r, "C4").summary.find("e4m3 x e4m3"), std::string::npos) << check(r, "C4").summary;
+  EXPECT_TRUE(r.all_passed());
+  // The predicted sets as the scalar references give them, run by run.
+  const Fp8AccumModel chain = fp8_accumulation_model("hopper-fp8-chain").model;
+  const Fp8AccumModel promote4 = fp8_accumulation_model("hopper-fp8-promote4").model;
+  for (const LayerRun& run : r.runs) {
+    const LayerOperands ops = apply_scale_mode(first_rows(layers[0], run.m), run.mode);
+    EXPECT_EQ(run.predicted_diff, scalar_prediction(ops, chain, promote4).outputs_differ) << run.m;
+  }
+  EXPECT_GT(differ, 0);
+}
+
+}  // namespace
+}  // namespace qc
