@@ -67,18 +67,18 @@ void pass_fp8_rows(const ElementContext& run, int64_t r0, int64_t r1, ElementPas
     for (int64_t col = 0; col < cols; ++col) {
       const int64_t i = row * cols + col;
       for (int s = 0; s < 2; ++s) {
-        if (!f.modelled[s]) continue;
-        const float dm = (*f.d[s])[i];
         const bool has_acc = f.arm_acc[s] != nullptr;
-        if (has_acc && f32_bits((*f.arm_acc[s])[i]) != f32_bits(dm)) {
+        if (has_acc && f32_bits((*f.arm_acc[s])[i]) != f32_bits((*f.acc_d[s])[i])) {
           ++t.acc_mismatch[s];
           if (t.acc_first.size() < 10) {
-            const float got = (*f.arm_acc[s])[i];
+            const float got = (*f.arm_acc[s])[i], want = (*f.acc_d[s])[i];
             t.acc_first.push_back(fmt::format("{} {}[{},{}]: fp32 accumulator {} (0x{:08x}), model {} gives {} (0x{:08x})",
-                                              s ? "B" : "A", ops.name, row, col, got, f32_bits(got), f.model[s], dm,
-                                              f32_bits(dm)));
+                                              s ? "B" : "A", ops.name, row, col, got, f32_bits(got), f.acc_model[s],
+                                              want, f32_bits(want)));
           }
         }
+        if (!f.modelled[s]) continue;
+        const float dm = (*f.d[s])[i];
         const uint16_t want = f.y[s][i], got = y[s][i];
         if (got != want) {
           ++t.formula_mismatch[s];

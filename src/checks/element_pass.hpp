@@ -16,16 +16,19 @@
 
 namespace qc {
 
-// An FP8 run's reference side (both arms declare an accumulation model): per arm, its model's fp32
-// accumulators on the layer's codes and the model's outputs through the arm's declared epilogue
-// (empty when the arm's record refused its model on this run: `modelled` false), and the fp32
-// accumulator the arm exposed (`Arm::fp8_accumulate`; empty when it exposes none).
+// An FP8 run's reference side (both arms declare an accumulation model): per arm, the fp32
+// accumulators of the model its run claims on the layer's codes and that model's outputs through the
+// arm's declared epilogue (`modelled` false, nothing compared, when the arm's record refused its
+// model on this run), and the fp32 accumulator the arm exposed (`Arm::fp8_accumulate`) with the
+// accumulators of the model that call claimed.
 struct Fp8RunReference {
   std::string model[2];
   bool modelled[2] = {true, true};
-  const std::vector<float>* d[2] = {nullptr, nullptr};  // the models' accumulators [m,n] (shared by the scale runs)
-  std::vector<uint16_t> y[2];                           // model + epilogue [m,n]
+  const std::vector<float>* d[2] = {nullptr, nullptr};        // the claimed models' accumulators [m,n]
+  std::vector<uint16_t> y[2];                                 // model + epilogue [m,n]
   const std::vector<float>* arm_acc[2] = {nullptr, nullptr};  // the arms' exposed accumulators [m,n], or null
+  std::string acc_model[2];                                   // the model the accumulator call claimed
+  const std::vector<float>* acc_d[2] = {nullptr, nullptr};    // its accumulators [m,n]
 };
 
 // Everything one element pass reads: the run's operands and scale regime, the exact accumulators,

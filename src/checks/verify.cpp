@@ -74,60 +74,79 @@ const Epilogue* declared(const ArmInfo& info) {
   return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue);
 }
 
-// The reference side of an FP8 pair for one (layer, rows): both arms' declared accumulation models
-// evaluated on the layer's codes (on the host, or on the GPU when verify's reference is the GPU), and
-// the fp32 accumulators the arms expose (`Arm::fp8_accumulate`, e4m3 x e4m3 codes only). The codes do
-// not depend on the scale regime, so one per (layer, rows) serves every scale run.
+// The model an FP8 arm's run claims: its record's `extra.accumulation_model` when that names one
+// (cuBLASLt names the split-K form of its declared model on such runs), "" when the record refuses
+// it, else the model the arm declares.
+std::string claimed_model(const nlohmann::json& extra, const std::string& declared) {
+  if (!accumulation_model_refusal(extra).empty()) return "";
+  if (extra.is_object() && extra.contains("accumulation_model") && extra["accumulation_model"].is_string()) {
+    return extra["accumulation_model"].get<std::string>();
+  }
+  return declared;
+}
+
+// The reference side of an FP8 pair for one (layer, rows): the layer's codes, the fp32 accumulators
+// of every model a run claims, evaluated once each (on the host, or on the GPU when verify's
+// reference is the GPU; the codes do not depend on the scale regime), and the fp32 accumulators the
+// arms expose (`Arm::fp8_accumulate`, e4m3 x e4m3 codes only) with the model that call claimed.
+// Only the run loop's thread adds models; the element passes read the vectors through pointers,
+// which stay valid (std::map nodes do not move).
 struct Fp8LayerReference {
-  std::string model[2];
-  std::vector<float> d[2];          // d[1] empty when both arms declare the same model (d[0] serves both)
-  std::vector<float> arm_acc[2];    // empty when `acc_note[s]` says why
+  Fp8LayerCodes codes;
+  std::map<std::string, std::vector<float>> d;  // by model name
+  std::vector<float> arm_acc[2];                // empty when `acc_note[s]` says why
+  std::string acc_model[2];                     // the model the accumulator call claimed
   bool has_acc[2] = {false, false};
   std::string acc_note[2];
-  const std::vector<float>& model_d(int s) const { return s == 1 && model[1] == model[0] ? d[0] : d[s]; }
-};
 
-Fp8LayerReference fp8_layer_reference(Arm* arms[2], const NamedAccumModel models[2], const LayerOperands& rows,
-                                      VerifyReference where, int threads, PhaseSeconds& seconds) {
-  Fp8LayerReference ref;
-  const Fp8LayerCodes codes = fp8_layer_codes("verify (the accumulation models' reference)", rows);
-  for (int s = 0; s < 2; ++s) {
-    ref.model[s] = models[s].name;
-    if (s == 1 && models[1].name == models[0].name) break;
-    ref.d[s] = timed(seconds, "reference accumulation (declared models)", [&] {
+  const std::vector<float>* model(const std::string& name, VerifyReference where, int threads, PhaseSeconds& seconds) {
+    if (const auto it = d.find(name); it != d.end()) return &it->second;
+    const NamedAccumModel named = fp8_accumulation_model(name);
+    std::vector<float> out = timed(seconds, "reference accumulation (declared models)", [&] {
       const Fp8Gemm g = codes.gemm();
       if (where == VerifyReference::gpu) {
-        return fp8_model_evaluate_gpu(models[s].model, g.a, g.a_format, g.w, g.w_format, g.s);
+        return fp8_model_evaluate_gpu(named.model, g.a, g.a_format, g.w, g.w_format, g.s);
       }
-      std::vector<float> d(static_cast<size_t>(rows.m * rows.n));
-      fp8_model_evaluate(models[s].model, g, d.data(), threads);
-      return d;
+      std::vector<float> v(static_cast<size_t>(g.s.m * g.s.n));
+      fp8_model_evaluate(named.model, g, v.data(), threads);
+      return v;
     });
+    return &d.emplace(name, std::move(out)).first->second;
   }
+};
+
+std::shared_ptr<Fp8LayerReference> fp8_layer_reference(Arm* arms[2], const ArmInfo infos[2], const LayerOperands& rows,
+                                                       int threads, PhaseSeconds& seconds) {
+  auto ref = std::make_shared<Fp8LayerReference>();
+  ref->codes = fp8_layer_codes("verify (the accumulation models' reference)", rows);
+  const Fp8LayerCodes& codes = ref->codes;
   for (int s = 0; s < 2; ++s) {
     if (codes.a_format != Fp8Format::e4m3 || codes.w_format != Fp8Format::e4m3) {
-      ref.acc_note[s] = fmt::format("the fp32 accumulator interface takes e4m3 x e4m3 codes; layer `{}` is {}",
-                                    rows.name, codes.description);
+      ref->acc_note[s] = fmt::format("the fp32 accumulator interface takes e4m3 x e4m3 codes; layer `{}` is {}",
+                                     rows.name, codes.description);
       continue;
     }
     nlohmann::json record;
     try {
-      ref.arm_acc[s] = timed(seconds, s ? "arm B fp32 accumulator" : "arm A fp32 accumulator", [&] {
+      ref->arm_acc[s] = timed(seconds, s ? "arm B fp32 accumulator" : "arm A fp32 accumulator", [&] {
         return arms[s]->fp8_accumulate(codes.a.data(), codes.w.data(), rows.m, rows.n, rows.k, record, threads);
       });
     } catch (const Error& e) {
-      ref.acc_note[s] = fmt::format("exposes no fp32 accumulator: {}", e.what());
+      ref->acc_note[s] = fmt::format("exposes no fp32 accumulator: {}", e.what());
       continue;
     }
-    QC_INPUT(static_cast<int64_t>(ref.arm_acc[s].size()) == rows.m * rows.n,
-             "arm {}: fp32 accumulator of {} elements for layer `{}`, expected {}x{}", arms[s]->info().label,
-             ref.arm_acc[s].size(), rows.name, rows.m, rows.n);
-    if (const std::string why = accumulation_model_refusal(record.value("extra", nlohmann::json::object())); !why.empty()) {
-      ref.acc_note[s] = "the accumulator call's record refused the model: " + why;
-      ref.arm_acc[s].clear();
+    QC_INPUT(static_cast<int64_t>(ref->arm_acc[s].size()) == rows.m * rows.n,
+             "arm {}: fp32 accumulator of {} elements for layer `{}`, expected {}x{}", infos[s].label,
+             ref->arm_acc[s].size(), rows.name, rows.m, rows.n);
+    // The call's record: a RunRecord (`extra` inside) or the CPU arms' flat object.
+    const nlohmann::json& extra = record.contains("extra") ? record["extra"] : record;
+    ref->acc_model[s] = claimed_model(extra, infos[s].accumulation_model);
+    if (ref->acc_model[s].empty()) {
+      ref->acc_note[s] = "the accumulator call's record refused the model: " + accumulation_model_refusal(extra);
+      ref->arm_acc[s].clear();
       continue;
     }
-    ref.has_acc[s] = true;
+    ref->has_acc[s] = true;
   }
   return ref;
 }
@@ -227,15 +246,15 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
            "--arms: `{}` is {} but `{}` is {}: verify compares two arms of the same format (an FP8 arm declares an "
            "accumulation model, docs/accumulation.md)",
            info_a.label, fp8 ? "FP8" : "INT8", info_b.label, fp8 ? "INT8" : "FP8");
-  NamedAccumModel models[2];
   Arm* arms[2] = {&arm_a, &arm_b};
+  const ArmInfo infos[2] = {info_a, info_b};
   if (fp8) {
-    models[0] = fp8_accumulation_model(info_a.accumulation_model);
-    models[1] = fp8_accumulation_model(info_b.accumulation_model);
+    for (const ArmInfo& i : infos) (void)fp8_accumulation_model(i.accumulation_model);  // a name it can evaluate
     result.reference = fmt::format(
-        "the declared accumulation models (A: {}, B: {}) evaluated on the layer's FP8 codes {}, then each arm's "
-        "declared epilogue (A: {}, B: {}) on the host",
-        models[0].name, models[1].name,
+        "the declared accumulation models (A: {}, B: {}; on a run whose record names another, such as cuBLASLt's "
+        "split-K form, that one) evaluated on the layer's FP8 codes {}, then each arm's declared epilogue (A: {}, "
+        "B: {}) on the host",
+        info_a.accumulation_model, info_b.accumulation_model,
         reference == VerifyReference::gpu ? "on " + cuda_device_description() + " (the models' CUDA evaluation)"
                                           : "on the host (Highway)",
         formula_a->name, formula_b->name);
@@ -258,7 +277,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     size_t layer = 0;
     bool last_of_layer = false, a_has_acc = false, b_has_acc = false;
     std::future<std::pair<ElementPass, double>> pass;
-    std::shared_ptr<const Fp8LayerReference> fp8;  // FP8 pairs: the models' reference of this (layer, rows)
+    std::shared_ptr<Fp8LayerReference> fp8;  // FP8 pairs: the models' reference of this (layer, rows)
   };
   std::optional<PendingRun> pending;
   const auto finish_pending = [&] {
@@ -277,8 +296,9 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
       // FP8: each count only where the arm claims its model on this run (else -1: unmodelled).
       const Fp8LayerReference& f = *pending->fp8;
       const bool modelled[2] = {run.unmodelled_a.empty(), run.unmodelled_b.empty()};
-      run.acc_mismatch_a = modelled[0] && f.has_acc[0] ? t.acc_mismatch[0] : -1;
-      run.acc_mismatch_b = modelled[1] && f.has_acc[1] ? t.acc_mismatch[1] : -1;
+      // The accumulator is compared with the model its own call claimed, whatever the run claimed.
+      run.acc_mismatch_a = f.has_acc[0] ? t.acc_mismatch[0] : -1;
+      run.acc_mismatch_b = f.has_acc[1] ? t.acc_mismatch[1] : -1;
       std::vector<std::string> notes;
       for (int s = 0; s < 2; ++s) {
         if (!f.acc_note[s].empty()) notes.push_back(fmt::format("{}: {}", s ? "B" : "A", f.acc_note[s]));
@@ -337,11 +357,8 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
       const int64_t m = ms[msi];
       const LayerOperands rows = first_rows(full, m);
       // FP8: the declared models (and the arms' exposed accumulators) on the codes; no integer reference.
-      std::shared_ptr<const Fp8LayerReference> fp8_ref;
-      if (fp8) {
-        fp8_ref = std::make_shared<const Fp8LayerReference>(
-            fp8_layer_reference(arms, models, rows, reference, options.threads, result.seconds));
-      }
+      std::shared_ptr<Fp8LayerReference> fp8_ref;
+      if (fp8) fp8_ref = fp8_layer_reference(arms, infos, rows, options.threads, result.seconds);
       const auto exact = std::make_shared<const ExactAccumulators>(
           fp8 ? ExactAccumulators{}
               : timed(result.seconds, "reference accumulation", [&] { return exact_acc(rows, reference, options.threads); }));
@@ -397,14 +414,20 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         if (fp8) {
           run.unmodelled_a = accumulation_model_refusal(out_a.record.extra);
           run.unmodelled_b = accumulation_model_refusal(out_b.record.extra);
+          run.model_a = claimed_model(out_a.record.extra, info_a.accumulation_model);
+          run.model_b = claimed_model(out_b.record.extra, info_b.accumulation_model);
           fp8_run = std::make_shared<Fp8RunReference>();
           for (int s = 0; s < 2; ++s) {
-            fp8_run->model[s] = fp8_ref->model[s];
-            fp8_run->d[s] = &fp8_ref->model_d(s);
-            fp8_run->arm_acc[s] = fp8_ref->has_acc[s] ? &fp8_ref->arm_acc[s] : nullptr;
+            const std::string& claimed = s ? run.model_b : run.model_a;
+            fp8_run->modelled[s] = !claimed.empty();
+            fp8_run->model[s] = claimed;
+            if (!claimed.empty()) fp8_run->d[s] = fp8_ref->model(claimed, reference, options.threads, result.seconds);
+            if (fp8_ref->has_acc[s]) {
+              fp8_run->arm_acc[s] = &fp8_ref->arm_acc[s];
+              fp8_run->acc_model[s] = fp8_ref->acc_model[s];
+              fp8_run->acc_d[s] = fp8_ref->model(fp8_ref->acc_model[s], reference, options.threads, result.seconds);
+            }
           }
-          fp8_run->modelled[0] = run.unmodelled_a.empty();
-          fp8_run->modelled[1] = run.unmodelled_b.empty();
         }
         // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
         finish_pending();
@@ -484,13 +507,15 @@ void fp8_stage(VerifyResult& r) {
   for (int s = 0; s < 2; ++s) {
     const ArmInfo& arm = s ? r.arm_b : r.arm_a;
     int64_t outputs_off = 0, acc_off = 0, acc_compared = 0;
-    std::string first_output, first_acc;
+    std::string first_output, first_acc, model;
     const std::string side = s ? "B" : "A";
     for (const LayerRun& x : r.runs) {
       const int64_t out = s ? x.formula_mismatch_b : x.formula_mismatch_a;
       const int64_t acc = s ? x.acc_mismatch_b : x.acc_mismatch_a;
       outputs_off += std::max<int64_t>(out, 0);
       acc_off += std::max<int64_t>(acc, 0);
+      const std::string& claimed = s ? x.model_b : x.model_a;
+      if (model.empty() && (out > 0 || acc > 0) && !claimed.empty()) model = claimed;
       acc_compared += acc >= 0;
       for (const std::string& f : x.model_first) {
         if (first_output.empty() && f.starts_with(side + " ")) first_output = f;
@@ -500,25 +525,30 @@ void fp8_stage(VerifyResult& r) {
       }
     }
     if (outputs_off == 0 && acc_off == 0) continue;
+    if (model.empty() || model == arm.accumulation_model) {
+      model = arm.accumulation_model;
+    } else {
+      model = fmt::format("{} (its record's form of the declared {})", model, arm.accumulation_model);
+    }
     if (acc_off > 0) {
       r.stage = "accumulation model";
       r.stage_detail = fmt::format(
           "arm {} ({}) is off its declared accumulation model {}: {} fp32 accumulator elements and {} outputs differ "
           "from the model; first accumulator: {}{}",
-          side, arm.label, arm.accumulation_model, acc_off, outputs_off, first_acc,
+          side, arm.label, model, acc_off, outputs_off, first_acc,
           first_output.empty() ? "" : "; first output: " + first_output);
     } else if (acc_compared > 0) {
       r.stage = "epilogue";
       r.stage_detail = fmt::format(
           "arm {} ({}): its fp32 accumulator follows its declared model {} bit for bit, but {} outputs are off the "
           "model + its declared epilogue; first: {}",
-          side, arm.label, arm.accumulation_model, outputs_off, first_output);
+          side, arm.label, model, outputs_off, first_output);
     } else {
       r.stage = "accumulation model";
       r.stage_detail = fmt::format(
           "arm {} ({}) is off its declared accumulation model {} + epilogue: {} outputs differ (it exposes no fp32 "
           "accumulator, so the epilogue is not ruled out); first: {}",
-          side, arm.label, arm.accumulation_model, outputs_off, first_output);
+          side, arm.label, model, outputs_off, first_output);
     }
     return;
   }
@@ -604,6 +634,7 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
   if (x.fp8) {
     const auto refused = [](const std::string& why) { return why.empty() ? nlohmann::json(nullptr) : nlohmann::json(why); };
     j["fp8"] = true;
+    j["models"] = {refused(x.model_a), refused(x.model_b)};
     j["unmodelled"] = {refused(x.unmodelled_a), refused(x.unmodelled_b)};
     j["model_acc_diff"] = x.model_acc_diff;
     j["model_first"] = x.model_first;
@@ -697,6 +728,8 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
       if (x.value("fp8", false)) {
         r.fp8 = true;
         const auto refused = [](const nlohmann::json& why) { return why.is_null() ? std::string() : why.get<std::string>(); };
+        r.model_a = refused(x.at("models").at(0));
+        r.model_b = refused(x.at("models").at(1));
         r.unmodelled_a = refused(x.at("unmodelled").at(0));
         r.unmodelled_b = refused(x.at("unmodelled").at(1));
         r.model_acc_diff = x.at("model_acc_diff").get<int64_t>();

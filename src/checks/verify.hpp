@@ -121,6 +121,7 @@ struct LayerRun {
   // `predicted_diff` the elements where model A + epilogue != model B + epilogue, and `pow2_violations`
   // the observed differences of a power-of-two run where the two models' accumulators are equal.
   bool fp8 = false;
+  std::string model_a, model_b;            // the model each arm's run claimed ("" when unmodelled)
   std::string unmodelled_a, unmodelled_b;  // non-empty: the arm's record refused its model on this run (why)
   int64_t model_acc_diff = -1;             // elements where the two models' fp32 accumulators differ bitwise
   std::vector<std::string> model_first;    // the first outputs off their model, described with bit patterns

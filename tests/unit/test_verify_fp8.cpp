@@ -246,7 +246,8 @@ TEST(VerifyFp8, RefusedModelIsReportedUnmodelled) {
   for (const LayerRun& run : r.runs) {
     EXPECT_EQ(run.unmodelled_b, "split-K 4 (reduction scheme 1): not modelled");
     EXPECT_EQ(run.formula_mismatch_b, -1);
-    EXPECT_EQ(run.acc_mismatch_b, -1);
+    EXPECT_EQ(run.model_b, "");
+    EXPECT_EQ(run.acc_mismatch_b, 0);  // its accumulator call claimed its model: that is still compared
     EXPECT_EQ(run.predicted_diff, -1);
     EXPECT_EQ(run.formula_mismatch_a, 0);
   }
@@ -254,6 +255,47 @@ TEST(VerifyFp8, RefusedModelIsReportedUnmodelled) {
   EXPECT_NE(check(r, "C6").summary.find("UNMODELLED"), std::string::npos) << check(r, "C6").summary;
   EXPECT_EQ(check(r, "C5").verdict, Verdict::not_applicable) << check(r, "C5").summary;
   EXPECT_NE(check(r, "C4").summary.find("unmodelled"), std::string::npos) << check(r, "C4").summary;
+}
+
+// An arm whose run records claim another model than the one it declares (cuBLASLt names the split-K
+// form of its model on such runs) is checked against the claimed model, and the run says which.
+class ClaimingArm final : public Arm {
+ public:
+  ClaimingArm() : inner_(make_arm("cpu:fp8-blocked-4")) {}
+  ArmInfo info() const override {
+    ArmInfo i = inner_->info();
+    i.label = "test:claims-blocked-4";
+    i.accumulation_model = "hopper-fp8-promote4";  // declared; each record claims blocked-4
+    return i;
+  }
+  ArmOutput run(const LayerOperands& ops) override { return inner_->run(ops); }
+  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                    nlohmann::json& record, int threads) override {
+    return inner_->fp8_accumulate(a, w, m, n, k, record, threads);
+  }
+
+ private:
+  std::unique_ptr<Arm> inner_;
+};
+
+TEST(VerifyFp8, TheModelARunClaimsIsTheReference) {
+  const std::vector<LayerOperands> layers = {fp8_layer("fp8.k2048", 4, 16, 2048, 21)};
+  const PredictionSet predictions = predict(layers, "memory", "");
+  auto a = make_arm("cpu:fp8-hopper-fp8-promote4");
+  ClaimingArm b;
+  const VerifyResult r = verify_layers(*a, b, layers, predictions, cpu_options());
+  EXPECT_TRUE(r.all_passed()) << r.stage_detail;
+  int64_t differ = 0;
+  for (const LayerRun& run : r.runs) {
+    EXPECT_EQ(run.model_a, "hopper-fp8-promote4");
+    EXPECT_EQ(run.model_b, "blocked-4");
+    EXPECT_EQ(run.formula_mismatch_b, 0);
+    EXPECT_EQ(run.acc_mismatch_b, 0);
+    EXPECT_TRUE(run.predicted_equals_observed);
+    differ += run.cmp.bitwise_diff;
+  }
+  EXPECT_GT(differ, 0) << "blocked-4 and hopper-fp8-promote4 should differ at K = 2048";
+  EXPECT_EQ(to_json(r)["runs"][0]["models"], nlohmann::json({"hopper-fp8-promote4", "blocked-4"}));
 }
 
 TEST(VerifyFp8, MixedPairIsAnInputError) {
