@@ -81,6 +81,7 @@ static const qc_arm_v1 kExampleArm = {
     QC_ARM_FLAG_WRITES_ACC,
     example_run,
     NULL,
+    NULL, /* accumulation_model: none, an INT8 arm */
 };
 
 QC_ARM_EXPORT const qc_arm_v1* qc_arm_v1_entry(void) { return &kExampleArm; }

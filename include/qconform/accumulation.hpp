@@ -118,7 +118,7 @@ RangeStats exact_range_stats(const int8_t* a, const int8_t* w, AccumShape s, int
 // fp8-accumulation.md (the MMA-Sim model, measured to reproduce cuBLASLt on the H200).
 //
 // The evaluation of one output, for K ranges r (split-K), chains, steps:
-//   for each split range (K cut into `splits` contiguous ranges, the last takes the remainder):
+//   for each split range (K cut into `splits` contiguous ranges by `split_range`):
 //     promote_steps == 0: one chain over the range; the partial is the chain's C
 //     promote_steps  > 0: chains of `promote_steps` steps, each from C = 0; after each chain
 //                         D <- round(D + C, promote_bits, promote_rounding); the partial is D
@@ -169,6 +169,10 @@ struct Fp8AccumModel {
   int32_t promote_bits = 23;  // fraction bits of the promotion add's result (23 = an fp32 add)
   AccumRounding promote_rounding = AccumRounding::nearest_even;
   int32_t splits = 1;  // split-K ranges; partials added in order with fp32 round-to-nearest-even
+  // How K is cut into `splits` ranges: 0 = ranges of floor(K/splits), the last taking the rest;
+  // g > 0 = ranges of ceil(K/(g·splits))·g, the last shorter, trailing ranges possibly empty
+  // (cuBLASLt's split-K, g = 128: measured on the H200, docs/accumulation.md "Split-K").
+  int32_t split_granule = 0;
   // K order: ascending within every range (the only order modelled so far).
 };
 
@@ -276,14 +280,29 @@ QC_ACCUM_FN float to_float(Wide x) {
 // The products of one step: a[k0..k1) · w[k0..k1) (finite codes), at most 64 per call.
 inline constexpr int kMaxStepChunk = 64;
 
+// Split range r of K: [r0, r1) (see Fp8AccumModel::split_granule; an empty range has r0 == r1).
+QC_ACCUM_FN void split_range(const Fp8AccumModel& m, int64_t k, int64_t r, int64_t& r0, int64_t& r1) {
+  const int64_t splits = m.splits < 1 ? 1 : m.splits;
+  if (m.split_granule > 0) {
+    const int64_t unit = int64_t{m.split_granule} * splits;
+    const int64_t len = (k + unit - 1) / unit * m.split_granule;
+    r0 = r * len < k ? r * len : k;
+    r1 = r + 1 == splits || (r + 1) * len >= k ? k : (r + 1) * len;
+  } else {
+    const int64_t len = k / splits;
+    r0 = r * len;
+    r1 = r + 1 == splits ? k : (r + 1) * len;
+  }
+}
+
 // The model's fp32 result for one output: `a`, `w` the K codes of its row and column.
 QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw,
                            int64_t k) {
   Wide total = 0;
   const int64_t splits = m.splits < 1 ? 1 : m.splits;
-  const int64_t len = k / splits;
   for (int64_t r = 0; r < splits; ++r) {
-    const int64_t r0 = r * len, r1 = r + 1 == splits ? k : (r + 1) * len;
+    int64_t r0 = 0, r1 = 0;
+    split_range(m, k, r, r0, r1);
     const int64_t sk = m.step_k > 0 ? m.step_k : (r1 > r0 ? r1 - r0 : 1);
     Wide chain = 0, promoted = 0;
     int64_t steps_in_chain = 0;

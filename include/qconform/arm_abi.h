@@ -8,9 +8,17 @@
  *
  * The library exports one function, `qc_arm_v1_entry` (see QC_ARM_V1_ENTRY_SYMBOL), returning
  * a pointer to a `qc_arm_v1` that stays valid until the library is unloaded. qconform checks
- * `abi_version == QC_ARM_ABI_VERSION`, `struct_size >= sizeof(qc_arm_v1)`, a non-empty `name`
+ * `abi_version == QC_ARM_ABI_VERSION`, `struct_size >= QC_ARM_V1_MIN_SIZE`, a non-empty `name`
  * and a non-NULL `run` before it calls anything else. Later versions only append fields to both
- * structs; `struct_size` tells each side how much the other knows. Full guide: docs/plugins.md.
+ * structs; `struct_size` tells each side how much the other knows (a plugin built against an
+ * older header, whose struct ends before a field, simply does not have it).
+ *
+ * FP8 plugins (appended fields, qconform 0.5+): a plugin that sets `accumulation_model` (a model
+ * name of docs/accumulation.md, e.g. "hopper-fp8-chain") is an FP8 arm. qconform then calls `run`
+ * with `args->d` non-NULL: `a_q` [m,k] and `w_q` [n,k] hold e4m3fn codes (bit patterns; read them
+ * as uint8_t), and the plugin writes d [m,n] fp32, the unscaled GEMM sum_k a[m,k]*w[n,k] as its
+ * kernel accumulates it; `a_scale`, `w_scale`, `bias`, `y` and `acc` are NULL on such a call
+ * (qconform applies the `fp8-scaled` epilogue itself). Full guide: docs/plugins.md.
  */
 #ifndef QCONFORM_ARM_ABI_H
 #define QCONFORM_ARM_ABI_H
@@ -45,6 +53,9 @@ typedef struct qc_arm_args_v1 {
   int* acc_written;     /* never NULL; set *acc_written = 1 after filling `acc`, else leave 0 */
   char* error;          /* on failure, a NUL-terminated message of at most error_size bytes */
   size_t error_size;
+  /* Appended (FP8 plugins); present when struct_size >= offsetof(qc_arm_args_v1, d) + sizeof(float*),
+   * which every qconform that calls an FP8 plugin passes. */
+  float* d; /* FP8 calls: [m,n] fp32 out, every element must be written; NULL on INT8 calls */
 } qc_arm_args_v1;
 
 typedef struct qc_arm_v1 {
@@ -57,7 +68,12 @@ typedef struct qc_arm_v1 {
    * message into args->error. Must not call exit() or abort(). */
   int (*run)(void* ctx, const qc_arm_args_v1* args);
   void* ctx; /* passed back to run() unchanged */
+  /* Appended (FP8 plugins); read only when struct_size covers it. */
+  const char* accumulation_model; /* the FP8 accumulation model the kernel follows, or NULL (an INT8 arm) */
 } qc_arm_v1;
+
+/* The size of the first qc_arm_v1 (up to `ctx`): the least `struct_size` qconform accepts. */
+#define QC_ARM_V1_MIN_SIZE (offsetof(qc_arm_v1, ctx) + sizeof(void*))
 
 typedef const qc_arm_v1* (*qc_arm_v1_entry_fn)(void);
 

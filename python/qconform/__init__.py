@@ -38,7 +38,7 @@ from ._qconform import Arm, ArmFailure, Error, InputError, InternalError, Python
 __all__ = [
     "Arm", "PythonArm", "Error", "InputError", "InternalError", "ArmFailure", "OperandList",
     "__version__", "arm", "arms", "apply_epilogue", "boundary", "compare", "epilogues",
-    "exact_accumulate", "identify", "load_operands", "predict", "quantize_activations", "run", "save_operands", "synth",
+    "exact_accumulate", "fp8_accumulate", "identify", "load_operands", "predict", "quantize_activations", "run", "save_operands", "synth",
     "transfer", "verify", "bf16_bits_to_float32", "float32_to_bf16_bits",
 ]
 
@@ -127,7 +127,8 @@ def _python_library() -> str:
 
 def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = None,
         exposes_accumulator: bool = False, description: Optional[str] = None,
-        device: Optional[str] = None, library: Optional[str] = None) -> Arm:
+        device: Optional[str] = None, library: Optional[str] = None,
+        accumulation_model: Optional[str] = None) -> Arm:
     """An :class:`Arm` from a label (``"cpu:vllm-cutlass"``), an existing arm, or a callable.
 
     A callable ``fn(a_q, a_scale, w_q, w_scale, bias) -> y`` receives read-only NumPy views of the
@@ -143,6 +144,18 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
     formula the callable implements (a name from :func:`epilogues`, or a formula string of the formula
     space such as :func:`identify` returns, docs/identify.md): verify then checks the output
     against it bit for bit and predicts the exact set of differences with the other arm.
+
+    With ``accumulation_model`` (a model name from docs/accumulation.md: ``"hopper-fp8-chain"``,
+    ``"hopper-fp8-promote4"``, ``"exact"``, ``"sequential"``, ``"blocked-<chunk>"``,
+    ``"split-k-<splits>"``) the callable is an *FP8* kernel that declares that model:
+    ``fn(a, w) -> d`` receives ``a`` uint8 ``[M, K]`` and ``w`` uint8 ``[N, K]``, the e4m3fn codes
+    (bit patterns; ``a.view(ml_dtypes.float8_e4m3fn)`` gives the values) of the unscaled GEMM, and
+    returns ``d`` float32 ``[M, N]`` = the GEMM as the kernel accumulates it, without scales
+    (NumPy or torch float32, any device). :func:`fp8_accumulate` calls it that way; :func:`run`
+    passes it the layer's codes (an INT8 layer's codes re-encoded exactly to e4m3, refused when
+    one has no e4m3 encoding) and applies the ``fp8-scaled`` epilogue to ``d``. The declaration is
+    the callable's claim, recorded in ``info["accumulation_model"]`` and in the run record; check it
+    with :func:`fp8_accumulate` against ``"cpu:fp8-<model>"``.
     """
     if isinstance(spec, Arm):
         return spec
@@ -159,7 +172,22 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
     return _qconform.python_arm(
         spec, to_host, label, kernel, epilogue or "", bool(exposes_accumulator),
         description or f"Python callable {kernel}",
-        device or f"python (host: {platform.machine()})", library or _python_library(), "")
+        device or f"python (host: {platform.machine()})", library or _python_library(), "",
+        accumulation_model or "")
+
+
+def fp8_accumulate(arm_spec: ArmSpec, a: ArrayLike, w: ArrayLike, *, threads: int = 0) -> Dict[str, Any]:
+    """An FP8 arm's unscaled GEMM ``d[m, n] = Σ_k a[m, k]·w[n, k]`` as the arm accumulates it.
+
+    ``a`` ``[M, K]`` and ``w`` ``[N, K]``: e4m3fn codes as uint8 bit patterns (or
+    ``ml_dtypes.float8_e4m3fn`` / ``torch.float8_e4m3fn`` arrays, read as their bytes); NaN codes
+    raise :class:`InputError` naming the coordinate. The arm is one that declares an accumulation
+    model: ``"cpu:fp8-<model>"``, ``"cuda:cublaslt-fp8"``, a plugin or a Python callable made with
+    ``arm(fn, accumulation_model=...)``; an INT8 arm raises :class:`InputError`. Returns
+    ``{"d": float32 [M, N], "record": dict}`` (the record names the arm, kernel and model).
+    ``sweep --pair`` compares two FP8 arms this way (docs/accumulation.md).
+    """
+    return arm(arm_spec).fp8_accumulate(to_host(a), to_host(w), threads)
 
 
 def run(arm_spec: ArmSpec, layer: Mapping[str, Any]) -> Dict[str, Any]:

@@ -4,7 +4,8 @@ The core reads CPU arrays through DLPack / the buffer protocol (nanobind), witho
 they are C-contiguous. What nanobind cannot see directly is reinterpreted here, still without a
 copy where the data is on the host:
 
-- ``ml_dtypes.bfloat16`` NumPy arrays become ``uint16`` views of the same bytes;
+- ``ml_dtypes.bfloat16`` NumPy arrays become ``uint16`` views of the same bytes, and
+  ``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2`` arrays (and the torch FP8 dtypes) ``uint8`` views;
 - ``torch.bfloat16`` tensors become ``int16`` views (the same bit patterns) and then NumPy arrays
   (``Tensor.numpy()`` shares memory for CPU tensors);
 - CUDA (or any non-CPU) tensors are copied to the host once: the core runs on the CPU.
@@ -30,6 +31,8 @@ def to_host(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         if x.dtype.name == "bfloat16":  # ml_dtypes.bfloat16 (or any bfloat16 extension dtype)
             return x.view(np.uint16)
+        if x.dtype.name in ("float8_e4m3fn", "float8_e5m2"):  # ml_dtypes FP8: the codes (bit patterns)
+            return x.view(np.uint8)
         return x
     if is_torch_tensor(x):
         import torch
@@ -39,6 +42,8 @@ def to_host(x: Any) -> Any:
             t = t.cpu()
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(np.uint16)
+        if t.dtype in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)):
+            return t.view(torch.uint8).numpy()
         if t.dtype in (torch.int8, torch.int32, torch.int64, torch.float32, torch.int16, torch.uint8,
                        torch.float64, torch.float16):
             return t.numpy()

@@ -46,6 +46,7 @@
 #include "qconform/error.hpp"
 #include "checks/verify.hpp"
 #include "checks/verify_results.hpp"
+#include "accum/fp8_model.hpp"
 #include "qconform/operands.hpp"
 #include "core/operands_io.hpp"
 #include "epilogue/quantize.hpp"
@@ -95,7 +96,7 @@ nb::object json_to_py(const nlohmann::json& j) {
 
 using AnyArray = nb::ndarray<nb::ro>;
 
-enum class Elem { i8, f32, bf16, i32, i64 };
+enum class Elem { i8, f32, bf16, i32, i64, u8 };
 
 const char* elem_name(Elem e) {
   switch (e) {
@@ -104,6 +105,7 @@ const char* elem_name(Elem e) {
     case Elem::bf16: return "bfloat16 (as uint16/int16 bit patterns, ml_dtypes.bfloat16 or torch.bfloat16)";
     case Elem::i32: return "int32";
     case Elem::i64: return "int64";
+    case Elem::u8: return "uint8 (FP8 codes; ml_dtypes.float8_e4m3fn or torch.float8_e4m3fn arrays are read as their bytes)";
   }
   return "?";
 }
@@ -135,6 +137,7 @@ bool elem_matches(Elem e, nb::dlpack::dtype d) {
     case Elem::bf16: return is(C::UInt, 16) || is(C::Int, 16) || is(C::Bfloat, 16);
     case Elem::i32: return is(C::Int, 32);
     case Elem::i64: return is(C::Int, 64);
+    case Elem::u8: return is(C::UInt, 8);
   }
   return false;
 }
@@ -423,30 +426,74 @@ class PythonArm final : public qc::Arm {
  public:
   PythonArm(nb::callable fn, nb::callable normalize, qc::ArmInfo info, qc::RunRecord record)
       : fn_(std::move(fn)), normalize_(std::move(normalize)), info_(std::move(info)), record_(std::move(record)) {
-    if (!info_.epilogue.empty()) (void)qc::epilogue(info_.epilogue);  // unknown names: InputError listing the valid ones
+    if (!info_.accumulation_model.empty()) {
+      // An FP8 callable: the model must be one qconform can evaluate (unknown names: InputError
+      // listing them); the output goes through the FP8 epilogue, as every FP8 arm's does.
+      (void)qc::fp8_accumulation_model(info_.accumulation_model);
+      const std::string fp8 = std::string(qc::fp8_epilogue().name);
+      QC_INPUT(info_.epilogue.empty() || info_.epilogue == fp8,
+               "arm `{}`: epilogue: an FP8 callable (accumulation_model=\"{}\") returns the unscaled fp32 GEMM and "
+               "qconform applies the `{}` epilogue; expected no epilogue or \"{}\", found \"{}\"",
+               info_.label, info_.accumulation_model, fp8, fp8, info_.epilogue);
+      QC_INPUT(!info_.exposes_accumulator,
+               "arm `{}`: exposes_accumulator=True: an FP8 callable (accumulation_model=\"{}\") has no INT32 "
+               "accumulator; expected exposes_accumulator=False",
+               info_.label, info_.accumulation_model);
+      info_.epilogue = fp8;
+      record_.epilogue = fp8;
+    } else if (!info_.epilogue.empty()) {
+      (void)qc::epilogue(info_.epilogue);  // unknown names: InputError listing the valid ones
+    }
   }
 
   qc::ArmInfo info() const override { return info_; }
 
   qc::ArmOutput run(const qc::LayerOperands& ops) override {
+    const std::string context = fmt::format("layer `{}` ({}x{}x{})", ops.name, ops.m, ops.n, ops.k);
+    return guarded(context, context, [&] { return info_.accumulation_model.empty() ? run_with_gil(ops) : run_fp8_with_gil(ops); });
+  }
+
+  // FP8 callables: d = fn(a, w), a [m,k] and w [n,k] e4m3 codes (uint8), d float32 [m,n].
+  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                    nlohmann::json& record, int /*threads*/) override {
+    if (info_.accumulation_model.empty()) return qc::Arm::fp8_accumulate(a, w, m, n, k, record, 0);  // the INT8 refusal
+    const std::string context = fmt::format("FP8 GEMM {}x{}x{}", m, n, k);
+    std::vector<float> d = guarded(context, context, [&] {
+      const size_t mm = static_cast<size_t>(m), nn = static_cast<size_t>(n), kk = static_cast<size_t>(k);
+      // Copies: the callable may keep its arguments; the caller's buffers are only borrowed.
+      nb::object av = numpy_from_vector(std::vector<uint8_t>(a, a + m * k), {mm, kk});
+      nb::object wv = numpy_from_vector(std::vector<uint8_t>(w, w + n * k), {nn, kk});
+      return call_fp8(av, wv, m, n, fmt::format("arm `{}` on an FP8 GEMM {}x{}x{}", info_.label, m, n, k));
+    });
+    record = {{"arm", info_.label},
+              {"kernel", record_.kernel},
+              {"accumulation_model", info_.accumulation_model},
+              {"accumulation_formula", qc::accumulation_formula(qc::fp8_accumulation_model(info_.accumulation_model).model)},
+              {"accumulation_model_declared_by", "the Python callable (its declaration, not a measurement)"}};
+    return d;
+  }
+
+ private:
+  // Runs `f` with the GIL; turns a `qconform.InputError` raised by the callable into the C++ input
+  // error, and parks any other Python exception with a note naming the arm and `what`.
+  template <class F>
+  auto guarded(const std::string& refused_what, const std::string& what, F&& f) -> decltype(f()) {
     nb::gil_scoped_acquire gil;
     try {
-      return run_with_gil(ops);
+      return f();
     } catch (nb::python_error& e) {
       // A callable refuses operands it cannot take (a bias, a shape) as the built-in arms do, by
       // raising `qconform.InputError`: that becomes the C++ input error the checks expect (identify
       // reads a refused bias as "this kernel takes no bias").
       if (PyErr_GivenExceptionMatches(e.type().ptr(), g_input_error)) {
-        const std::string what = nb::str(e.value()).c_str();
-        throw qc::Error(qc::ErrorKind::input,
-                        fmt::format("arm `{}` refuses layer `{}` ({}x{}x{}): {}", info_.label, ops.name, ops.m, ops.n, ops.k, what),
+        const std::string message = nb::str(e.value()).c_str();
+        throw qc::Error(qc::ErrorKind::input, fmt::format("arm `{}` refuses {}: {}", info_.label, refused_what, message),
                         __FILE__, __LINE__, "qconform.InputError raised by the callable");
       }
       // Park the exception (see `reraise_pending`), with a note naming the arm and the layer.
       nb::object value = nb::borrow(e.value());
       if (nb::hasattr(value, "add_note")) {
-        value.attr("add_note")(fmt::format("raised by the Python callable of qconform arm `{}` on layer `{}` ({}x{}x{})",
-                                           info_.label, ops.name, ops.m, ops.n, ops.k));
+        value.attr("add_note")(fmt::format("raised by the Python callable of qconform arm `{}` on {}", info_.label, what));
       }
       Py_XDECREF(g_pending_exception);
       g_pending_exception = value.release().ptr();
@@ -454,6 +501,40 @@ class PythonArm final : public qc::Arm {
     }
   }
 
+  // d = fn(a, w) checked: float32 [m, n].
+  std::vector<float> call_fp8(nb::handle a, nb::handle w, int64_t m, int64_t n, const std::string& who) {
+    nb::object result = fn_(a, w);
+    const std::string what = who + ": output d (the unscaled fp32 GEMM)";
+    const HostArray<float> d = host_array<float>(as_array(normalize_(result), what), what, Elem::f32, {2});
+    QC_INPUT(d.dim(0) == m && d.dim(1) == n, "{}: expected shape [{},{}] (M,N), found {}", what, m, n, shape_text(d.array));
+    return std::vector<float>(d.data.begin(), d.data.end());
+  }
+
+  // An FP8 callable on a layer: the layer's e4m3 codes (an FP8 layer's own, or an INT8 layer's
+  // codes re-encoded exactly, `fp8_layer_codes`), d = fn(a, w), then the FP8 epilogue.
+  qc::ArmOutput run_fp8_with_gil(const qc::LayerOperands& ops) {
+    ops.validate();
+    QC_INPUT(!ops.has_bias(), "arm `{}`: layer `{}`: the FP8 arms take no bias (not modelled)", info_.label, ops.name);
+    const qc::Fp8LayerCodes codes = qc::fp8_layer_codes(info_.label, ops);
+    QC_INPUT(codes.a_format == qc::Fp8Format::e4m3 && codes.w_format == qc::Fp8Format::e4m3,
+             "arm `{}`: layer `{}`: e5m2 operands: a Python FP8 callable receives e4m3 codes only", info_.label, ops.name);
+    const size_t m = static_cast<size_t>(ops.m), n = static_cast<size_t>(ops.n), k = static_cast<size_t>(ops.k);
+    nb::object av = numpy_from_vector(std::vector<uint8_t>(codes.a.begin(), codes.a.end()), {m, k});
+    nb::object wv = numpy_from_vector(std::vector<uint8_t>(codes.w.begin(), codes.w.end()), {n, k});
+    const std::vector<float> d = call_fp8(av, wv, ops.m, ops.n, fmt::format("arm `{}` on layer `{}`", info_.label, ops.name));
+    qc::ArmOutput out;
+    out.y.resize(d.size());
+    qc::apply_epilogue(qc::fp8_epilogue(), d.data(), ops.a_scale.data(), ops.w_scale.data(), nullptr, ops.m, ops.n,
+                       out.y.data());
+    out.record = record_;
+    out.record.arm = info_.label;
+    out.record.extra["accumulation_model"] = info_.accumulation_model;
+    out.record.extra["accumulation_model_declared_by"] = "the Python callable (its declaration, not a measurement)";
+    out.record.extra["operands"] = codes.description;
+    return out;
+  }
+
+ public:
   nb::callable callable() const { return fn_; }
 
  private:
@@ -698,6 +779,28 @@ NB_MODULE(_qconform, m) {
             return d;
           },
           "layer"_a)
+      .def(
+          "fp8_accumulate",
+          [](qc::Arm& arm, nb::handle a_obj, nb::handle w_obj, int threads) {
+            const HostArray<uint8_t> a = host_array<uint8_t>(as_array(a_obj, "a"), "a", Elem::u8, {2});
+            const HostArray<uint8_t> w = host_array<uint8_t>(as_array(w_obj, "w"), "w", Elem::u8, {2});
+            QC_INPUT(a.dim(1) == w.dim(1), "w: expected [N,K] with K = {} (the columns of a), found {}", a.dim(1),
+                     shape_text(w.array));
+            QC_INPUT(threads >= 0, "threads: expected 0 (all cores) or a positive count, found {}", threads);
+            const int64_t M = a.dim(0), N = w.dim(0), K = a.dim(1);
+            // The FP8 models take finite codes only: refuse a NaN code here, naming it, for every arm.
+            qc::validate_fp8_gemm(qc::Fp8AccumModel{}, qc::Fp8Gemm{a.data.data(), qc::Fp8Format::e4m3, w.data.data(),
+                                                                     qc::Fp8Format::e4m3, {M, N, K}});
+            nlohmann::json record;
+            std::vector<float> d = without_gil([&] { return arm.fp8_accumulate(a.data.data(), w.data.data(), M, N, K, record, threads); });
+            QC_INPUT(static_cast<int64_t>(d.size()) == M * N, "arm {} returned {} outputs, expected {}x{}", arm.info().label,
+                     d.size(), M, N);
+            nb::dict out;
+            out["d"] = numpy_from_vector(std::move(d), {static_cast<size_t>(M), static_cast<size_t>(N)});
+            out["record"] = json_to_py(record);
+            return out;
+          },
+          "a"_a, "w"_a, "threads"_a = 0)
       .def("__repr__", [](const qc::Arm& a) { return fmt::format("<qconform.Arm {}>", a.info().label); });
 
   nb::class_<PythonArm, qc::Arm>(m, "PythonArm", "An arm whose kernel is a Python callable.")
@@ -709,9 +812,11 @@ NB_MODULE(_qconform, m) {
       "python_arm",
       [](nb::callable fn, nb::callable normalize, const std::string& label, const std::string& kernel,
          const std::string& epilogue, bool exposes_accumulator, const std::string& description,
-         const std::string& device, const std::string& library, const std::string& build) {
+         const std::string& device, const std::string& library, const std::string& build,
+         const std::string& accumulation_model) {
         qc::ArmInfo info;
         info.label = label;
+        info.accumulation_model = accumulation_model;
         info.description = description;
         info.epilogue = epilogue;
         info.exposes_accumulator = exposes_accumulator;
@@ -725,7 +830,7 @@ NB_MODULE(_qconform, m) {
         return std::make_unique<PythonArm>(std::move(fn), std::move(normalize), std::move(info), std::move(record));
       },
       "fn"_a, "normalize"_a, "label"_a, "kernel"_a, "epilogue"_a, "exposes_accumulator"_a, "description"_a,
-      "device"_a, "library"_a, "build"_a);
+      "device"_a, "library"_a, "build"_a, "accumulation_model"_a = "");
 
   // ---- operands ----
   m.def(

@@ -9,6 +9,7 @@
 #include <array>
 #include <charconv>
 
+#include "accum/fp8_model_fp64.hpp"
 #include "accum/fp8_model_kernels.hpp"
 #include "core/parallel.hpp"
 #include "qconform/error.hpp"
@@ -83,12 +84,30 @@ std::vector<std::string> fp8_accumulation_model_names() {
   for (const NamedAccumModel& r : fp8_accumulation_models()) names.push_back(r.name);
   names.emplace_back("blocked-<chunk>");
   names.emplace_back("split-k-<splits>");
+  names.emplace_back("hopper-fp8-chain-splitk-<splits>");
+  names.emplace_back("hopper-fp8-promote4-splitk-<splits>");
   return names;
 }
 
 NamedAccumModel fp8_accumulation_model(std::string_view name) {
   for (const NamedAccumModel& r : fp8_accumulation_models()) {
     if (r.name == name) return r;
+  }
+  for (std::string_view base : {"hopper-fp8-chain", "hopper-fp8-promote4"}) {
+    const std::string prefix = fmt::format("{}-splitk-", base);
+    if (name.starts_with(prefix)) {
+      NamedAccumModel r = fp8_accumulation_model(base);
+      const int64_t s = parse_count(name.substr(prefix.size()), name);
+      r.name = std::string(name);
+      r.model.splits = static_cast<int32_t>(s);
+      r.model.split_granule = kCublasLtSplitGranule;
+      r.description = fmt::format(
+          "{} over each of {} contiguous K ranges of ceil(K/({}*{}))*{} (the last shorter), the partials added in "
+          "ascending order in fp32 (round to nearest even): cuBLASLt's split-K with reduction scheme COMPUTE_TYPE "
+          "(measured with designed probes on the H200, docs/accumulation.md \"Split-K\")",
+          base, s, kCublasLtSplitGranule, s, kCublasLtSplitGranule);
+      return r;
+    }
   }
   if (name.starts_with("blocked-")) {
     const int64_t c = parse_count(name.substr(8), name);
@@ -123,7 +142,10 @@ std::string accumulation_formula(const Fp8AccumModel& m) {
                           ? fmt::format("; chains of {} step(s) from C = 0, D <- {}{}(D + C) after each; range = D",
                                         m.promote_steps, rounding_tag(m.promote_rounding), m.promote_bits)
                           : std::string("; one chain from C = 0; range = C");
-  const std::string split = m.splits > 1 ? fmt::format("; K in {} ranges, d = rn23 sum of the ranges in order", m.splits)
+  const std::string ranges =
+      m.split_granule > 0 ? fmt::format(" of ceil(K/({}*{}))*{}", m.split_granule, m.splits, m.split_granule) : "";
+  const std::string split = m.splits > 1 ? fmt::format("; K in {} ranges{}, d = rn23 sum of the ranges in order",
+                                                       m.splits, ranges)
                                          : std::string("; d = range (K ascending)");
   return step + chain + split;
 }
@@ -143,6 +165,8 @@ void validate_accumulation_model(const Fp8AccumModel& m, std::string_view name) 
   QC_INPUT(m.promote_steps >= 0, "accumulation model `{}`: promote_steps: expected >= 0 (0: never), found {}", name,
            m.promote_steps);
   QC_INPUT(m.splits >= 1, "accumulation model `{}`: splits: expected >= 1, found {}", name, m.splits);
+  QC_INPUT(m.split_granule >= 0, "accumulation model `{}`: split_granule: expected >= 0, found {}", name,
+           m.split_granule);
 }
 
 void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
@@ -150,7 +174,7 @@ void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
   QC_INPUT(g.s.m >= 0 && g.s.n >= 0 && g.s.k >= 0, "fp8 GEMM: expected non-negative shape, found M={} N={} K={}",
            g.s.m, g.s.n, g.s.k);
   QC_INPUT(g.s.k < (int64_t{1} << 40), "fp8 GEMM: expected K < 2^40, found {}", g.s.k);
-  QC_INPUT(m.splits == 1 || m.splits <= g.s.k, "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}",
+  QC_INPUT(m.splits == 1 || m.split_granule > 0 || m.splits <= g.s.k, "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}",
            m.splits, g.s.k);
   const struct {
     const uint8_t* p;
@@ -159,7 +183,14 @@ void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
     const char* field;
   } ops[] = {{g.a, g.a_format, g.s.m, "a"}, {g.w, g.w_format, g.s.n, "w"}};
   for (const auto& o : ops) {
-    for (int64_t i = 0; i < o.rows * g.s.k; ++i) {
+    // A branch-free scan first (vectorized by the compiler: the fast evaluation's operands are
+    // checked at memory speed), the coordinate search only when some code is not finite.
+    const int64_t count = o.rows * g.s.k;
+    const uint8_t mask = o.f == Fp8Format::e4m3 ? 0x7F : 0x7C;  // e4m3fn NaN: S.1111.111; e5m2 S.11111.xx
+    uint8_t all_set = 0;
+    for (int64_t i = 0; i < count; ++i) all_set |= static_cast<uint8_t>((o.p[i] & mask) == mask);
+    if (all_set == 0) continue;
+    for (int64_t i = 0; i < count; ++i) {
       QC_INPUT(accum_model::fp8_code_finite(o.p[i], o.f),
                "fp8 GEMM: {}[{},{}] = {:#04x} is {} encoding; expected a finite {} value (the accumulation models "
                "take finite operands only, docs/accumulation.md)",
@@ -181,18 +212,12 @@ void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d) {
 }
 
 Fp8FastPath fp8_fast_path(const Fp8AccumModel& m, const Fp8Gemm& g) {
-  const bool fp32_results = m.result_bits == 23 && m.result_rounding == AccumRounding::nearest_even;
-  const bool fp32_promotion = m.promote_bits == 23 && m.promote_rounding == AccumRounding::nearest_even;
-  if (m.term_bits >= 0 && fp32_promotion) return Fp8FastPath::steps_f64;
-  if (m.term_bits < 0 && m.step_k == 1 && fp32_results && fp32_promotion && (m.splits == 1 || m.promote_steps == 0)) {
-    return Fp8FastPath::fp32_sum;
-  }
-  // Exact in fp64: every partial sum is an integer multiple of 2^-18 below K·448²; K <= 2^17 keeps
-  // it below 2^53 units.
-  static_assert(double{1 << 17} * 448.0 * 448.0 * 262144.0 < 0x1p53, "fp64 exactness bound");
-  if (m.term_bits < 0 && m.step_k == 0 && fp32_results && m.splits == 1 && m.promote_steps == 0 &&
-      g.a_format == Fp8Format::e4m3 && g.w_format == Fp8Format::e4m3 && g.s.k <= (int64_t{1} << 17)) {
-    return Fp8FastPath::exact_f64;
+  // One decision for the CPU lanes and the GPU's per-output evaluation (accum/fp8_model_fp64.hpp).
+  switch (accum_fp64::path_of(m, g.a_format, g.w_format, g.s.k)) {
+    case accum_fp64::Path::steps: return Fp8FastPath::steps_f64;
+    case accum_fp64::Path::fp32_sum: return Fp8FastPath::fp32_sum;
+    case accum_fp64::Path::exact: return Fp8FastPath::exact_f64;
+    case accum_fp64::Path::reference: return Fp8FastPath::reference;
   }
   return Fp8FastPath::reference;
 }
@@ -216,16 +241,19 @@ void fp8_model_evaluate(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int 
     case Fp8FastPath::fp32_sum: {
       std::vector<int64_t> b{0};
       if (m.splits > 1) {
-        const int64_t len = k / m.splits;
-        for (int64_t p = 1; p < m.splits; ++p) b.push_back(p * len);
+        for (int64_t p = 1; p < m.splits; ++p) {
+          int64_t r0 = 0, r1 = 0;
+          accum_model::split_range(m, k, p, r0, r1);
+          if (r0 > b.back()) b.push_back(r0);  // an empty range adds nothing
+        }
       } else if (m.promote_steps > 0) {
         for (int64_t k0 = m.promote_steps; k0 < k; k0 += m.promote_steps) b.push_back(k0);
       }
       b.push_back(k);
-      fp8_kernels::sum_panels(g, b, /*fp64=*/false, d, threads);
+      fp8_kernels::sum_panels(g, b, d, threads);
       return;
     }
-    case Fp8FastPath::exact_f64: fp8_kernels::sum_panels(g, {0, k}, /*fp64=*/true, d, threads); return;
+    case Fp8FastPath::exact_f64: fp8_kernels::exact_e4m3(g, d, threads); return;
     case Fp8FastPath::reference:
       parallel_for(g.s.m, threads, [&](int64_t i) {
         for (int64_t j = 0; j < g.s.n; ++j) {
@@ -283,6 +311,22 @@ Fp8LayerCodes fp8_layer_codes(const std::string& who, const LayerOperands& ops) 
   c.w = c.w_store;
   c.description = "int8 codes re-encoded to e4m3fn, exact (rejected otherwise)";
   return c;
+}
+
+std::string cublaslt_split_k_model(std::string_view model, long long split_k, long long reduction_scheme,
+                                   std::string& refusal) {
+  refusal.clear();
+  if (split_k == 1 && reduction_scheme == 0) return std::string(model);
+  constexpr long long kComputeType = 2;  // CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE
+  if (split_k > 1 && split_k <= (1 << 20) && reduction_scheme == kComputeType) {
+    return fmt::format("{}-splitk-{}", model, split_k);
+  }
+  refusal = fmt::format(
+      "no accumulation model claimed: cuBLASLt's heuristic chose split-K {} with reduction scheme {} for this shape; "
+      "only one pass (split-K 1, scheme 0) and split-K with the partials reduced in fp32 (scheme 2, COMPUTE_TYPE) "
+      "were measured on the H200 (docs/accumulation.md, \"Split-K\")",
+      split_k, reduction_scheme);
+  return {};
 }
 
 }  // namespace qc

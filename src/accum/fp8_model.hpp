@@ -52,12 +52,24 @@ struct NamedAccumModel {
   std::string description;  // where the model comes from
 };
 
+// cuBLASLt's split-K cuts K into ranges of whole multiples of this many products.
+inline constexpr int32_t kCublasLtSplitGranule = 128;
+
 // The rows with a fixed name: hopper-fp8-chain, hopper-fp8-promote4, exact, sequential. The
 // parameterised families blocked-<chunk> (promotion every <chunk> products, fp32 sums) and
-// split-k-<splits> are made by `fp8_accumulation_model`.
+// split-k-<splits>, and hopper-fp8-chain-splitk-<s> / hopper-fp8-promote4-splitk-<s> (the Hopper
+// models over cuBLASLt's split-K partition of K into s ranges) are made by `fp8_accumulation_model`.
 const std::vector<NamedAccumModel>& fp8_accumulation_models();
 // A model by name (a fixed row, blocked-<c> or split-k-<s>); QC_INPUT listing the names otherwise.
 NamedAccumModel fp8_accumulation_model(std::string_view name);
+// The model a cuBLASLt FP8 GEMM declared to follow `model` (hopper-fp8-chain or -promote4) follows in
+// a run whose algorithm has this split-K count and reduction scheme (CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+// _REDUCTION_SCHEME): `model` for one pass (1, scheme 0), `<model>-splitk-<s>` for split-K s with the
+// partials reduced in the compute type (scheme 2, CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE: measured);
+// empty, with `refusal` saying why, for anything else (not measured, so not claimed).
+std::string cublaslt_split_k_model(std::string_view model, long long split_k, long long reduction_scheme,
+                                   std::string& refusal);
+
 // The names `qconform arms` lists (fixed rows, then "blocked-<chunk>", "split-k-<splits>").
 std::vector<std::string> fp8_accumulation_model_names();
 

@@ -9,9 +9,11 @@
 // exactly its declared order; independent dot products run side by side; nothing is reassociated.
 // Built with `-ffp-contract=off` (no FMA contraction of `Mul` + `Add`).
 //
-// Two kernels:
-// - `SumPanel` (moved here from src/checks/sweep.cpp): exact products summed in T (fp32: one
-//   rounding per add, the fp32 sum models; fp64: exact sums while the bound of fp8_model.cpp holds).
+// Three kernels:
+// - `SumPanel` (moved here from src/checks/sweep.cpp): exact products summed in fp32, one rounding
+//   per add (the fp32 sum models).
+// - `ExactDotRows`: the exact model (e4m3 x e4m3, K <= 2^17): fp64 dot products along k on the
+//   row-major operands (every product and partial sum exact, so the order is free).
 // - `StepPanel`: models with rounded terms. Per step and lane, E is the max alignment exponent
 //   (e(a)+e(b) from exponent tables, or the product's own fp64 exponent) and e(C); every term is
 //   rounded to an integer multiple of 2^(E - term_bits) by Trunc/Round(x · 2^(term_bits - E)), which
@@ -100,19 +102,16 @@ void SumPanelF32(const float* af, int64_t M, int64_t K, const float* wp, const i
                  float* part, float* total) {
   SumPanelImpl<float>(af, M, K, wp, bounds, nranges, part, total);
 }
-void SumPanelF64(const float* af, int64_t M, int64_t K, const float* wp, const int64_t* bounds, int64_t nranges,
-                 double* part, double* total) {
-  SumPanelImpl<double>(af, M, K, wp, bounds, nranges, part, total);
-}
 
-// One row of outputs against one column panel, for a model with rounded terms. `av`, `ae`: the
-// row's K values and e(x) (zero codes: -4096); `wv`, `we`: the panel's [K][kFp8NR] values and
-// exponents. `out`: kFp8NR fp32 results. All kFp8NR / lanes vectors advance through k together
-// (independent dependency chains side by side).
-template <int64_t kNV>
-HWY_INLINE void StepPanelImpl(const Fp8AccumModel& m, const double* HWY_RESTRICT av, const double* HWY_RESTRICT ae,
+// kR rows of outputs against one column panel, for a model with rounded terms. `av[r]`, `ae[r]`:
+// row r's K values and e(x) (zero codes: -4096); `wv`, `we`: the panel's [K][kFp8NR] values and
+// exponents. `out[r]`: kFp8NR fp32 results of row r. All kR · kFp8NR / lanes vectors advance
+// through k together (independent dependency chains side by side), and each panel value loaded is
+// used by the kR rows (the panel streams from L2 once per kR rows).
+template <int64_t kNV, int64_t kR>
+HWY_INLINE void StepPanelImpl(const Fp8AccumModel& m, const double* const* av, const double* const* ae,
                               const float* HWY_RESTRICT wv, const float* HWY_RESTRICT we, int64_t K,
-                              float* HWY_RESTRICT out) {
+                              float* const* out) {
   const hn::ScalableTag<double> d;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::Rebind<float, decltype(d)> df;
@@ -142,63 +141,158 @@ HWY_INLINE void StepPanelImpl(const Fp8AccumModel& m, const double* HWY_RESTRICT
   auto load_w = [&](const float* p) { return hn::PromoteTo(d, hn::LoadU(df, p)); };
   const V tbits = hn::Set(d, static_cast<double>(m.term_bits));
   const int64_t splits = m.splits;
-  const int64_t len = K / splits;
-  V total[kNV], chain[kNV], promoted[kNV], e[kNV], s[kNV], up[kNV];
-  for (int64_t v = 0; v < kNV; ++v) total[v] = hn::Zero(d);
+  V total[kR][kNV], chain[kR][kNV], promoted[kR][kNV], e[kR][kNV], s[kR][kNV], up[kR][kNV];
+  for (int64_t q = 0; q < kR; ++q) {
+    for (int64_t v = 0; v < kNV; ++v) total[q][v] = hn::Zero(d);
+  }
   for (int64_t r = 0; r < splits; ++r) {
-    const int64_t r0 = r * len, r1 = r + 1 == splits ? K : (r + 1) * len;
-    for (int64_t v = 0; v < kNV; ++v) chain[v] = promoted[v] = hn::Zero(d);
+    int64_t r0 = 0, r1 = 0;
+    accum_model::split_range(m, K, r, r0, r1);
+    for (int64_t q = 0; q < kR; ++q) {
+      for (int64_t v = 0; v < kNV; ++v) chain[q][v] = promoted[q][v] = hn::Zero(d);
+    }
     int64_t in_chain = 0;
     for (int64_t s0 = r0; s0 < r1; s0 += m.step_k) {
       const int64_t s1 = std::min<int64_t>(r1, s0 + m.step_k);
       // E: the chain value's exponent (C = 0 gives -1023) and the products' alignment exponents.
-      for (int64_t v = 0; v < kNV; ++v) e[v] = expo(chain[v]);
-      for (int64_t k = s0; k < s1; ++k) {
-        if (sum_rule) {
-          const V ek = hn::Set(d, ae[k]);
-          for (int64_t v = 0; v < kNV; ++v) e[v] = hn::Max(e[v], hn::Add(ek, load_w(we + k * kFp8NR + v * kL)));
-        } else {
-          const V ak = hn::Set(d, av[k]);
-          for (int64_t v = 0; v < kNV; ++v) e[v] = hn::Max(e[v], expo(hn::Mul(ak, load_w(wv + k * kFp8NR + v * kL))));
-        }
-      }
-      for (int64_t v = 0; v < kNV; ++v) {
-        e[v] = hn::Max(e[v], floor_e);  // every term zero: any finite scale gives 0
-        up[v] = pow2(hn::Sub(tbits, e[v]));
-        s[v] = round_int(hn::Mul(chain[v], up[v]), nearest_terms);
+      for (int64_t q = 0; q < kR; ++q) {
+        for (int64_t v = 0; v < kNV; ++v) e[q][v] = expo(chain[q][v]);
       }
       for (int64_t k = s0; k < s1; ++k) {
-        const V ak = hn::Set(d, av[k]);
         for (int64_t v = 0; v < kNV; ++v) {
-          const V p = hn::Mul(ak, load_w(wv + k * kFp8NR + v * kL));  // exact
-          s[v] = hn::Add(s[v], round_int(hn::Mul(p, up[v]), nearest_terms));
+          if (sum_rule) {
+            const V wek = load_w(we + k * kFp8NR + v * kL);
+            for (int64_t q = 0; q < kR; ++q) e[q][v] = hn::Max(e[q][v], hn::Add(hn::Set(d, ae[q][k]), wek));
+          } else {
+            const V wvk = load_w(wv + k * kFp8NR + v * kL);
+            for (int64_t q = 0; q < kR; ++q) e[q][v] = hn::Max(e[q][v], expo(hn::Mul(hn::Set(d, av[q][k]), wvk)));
+          }
         }
       }
-      for (int64_t v = 0; v < kNV; ++v) chain[v] = round_rel(hn::Mul(s[v], pow2(hn::Sub(e[v], tbits))));
+      for (int64_t q = 0; q < kR; ++q) {
+        for (int64_t v = 0; v < kNV; ++v) {
+          e[q][v] = hn::Max(e[q][v], floor_e);  // every term zero: any finite scale gives 0
+          up[q][v] = pow2(hn::Sub(tbits, e[q][v]));
+          s[q][v] = round_int(hn::Mul(chain[q][v], up[q][v]), nearest_terms);
+        }
+      }
+      for (int64_t k = s0; k < s1; ++k) {
+        for (int64_t v = 0; v < kNV; ++v) {
+          const V wvk = load_w(wv + k * kFp8NR + v * kL);
+          for (int64_t q = 0; q < kR; ++q) {
+            const V p = hn::Mul(hn::Set(d, av[q][k]), wvk);  // exact
+            s[q][v] = hn::Add(s[q][v], round_int(hn::Mul(p, up[q][v]), nearest_terms));
+          }
+        }
+      }
+      for (int64_t q = 0; q < kR; ++q) {
+        for (int64_t v = 0; v < kNV; ++v) chain[q][v] = round_rel(hn::Mul(s[q][v], pow2(hn::Sub(e[q][v], tbits))));
+      }
       if (m.promote_steps > 0 && ++in_chain == m.promote_steps) {
-        for (int64_t v = 0; v < kNV; ++v) {
-          promoted[v] = fp32_add(promoted[v], chain[v]);
-          chain[v] = hn::Zero(d);
+        for (int64_t q = 0; q < kR; ++q) {
+          for (int64_t v = 0; v < kNV; ++v) {
+            promoted[q][v] = fp32_add(promoted[q][v], chain[q][v]);
+            chain[q][v] = hn::Zero(d);
+          }
         }
         in_chain = 0;
       }
     }
-    for (int64_t v = 0; v < kNV; ++v) {
-      if (m.promote_steps > 0) {
-        if (in_chain > 0) promoted[v] = fp32_add(promoted[v], chain[v]);
-        chain[v] = promoted[v];
+    for (int64_t q = 0; q < kR; ++q) {
+      for (int64_t v = 0; v < kNV; ++v) {
+        if (m.promote_steps > 0) {
+          if (in_chain > 0) promoted[q][v] = fp32_add(promoted[q][v], chain[q][v]);
+          chain[q][v] = promoted[q][v];
+        }
+        total[q][v] = fp32_add(total[q][v], chain[q][v]);
       }
-      total[v] = fp32_add(total[v], chain[v]);
     }
   }
-  for (int64_t v = 0; v < kNV; ++v) hn::StoreU(hn::DemoteTo(df, total[v]), df, out + v * kL);
+  for (int64_t q = 0; q < kR; ++q) {
+    for (int64_t v = 0; v < kNV; ++v) hn::StoreU(hn::DemoteTo(df, total[q][v]), df, out[q] + v * kL);
+  }
 }
 
-void StepPanel(const Fp8AccumModel& m, const double* av, const double* ae, const float* wv, const float* we, int64_t K,
-               float* out) {
+inline constexpr int64_t kStepRows = 2;  // rows per StepPanel call (StepPanel1: the odd last row)
+
+void StepPanel(const Fp8AccumModel& m, const double* const* av, const double* const* ae, const float* wv,
+               const float* we, int64_t K, float* const* out) {
   constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(double));
   static_assert(kFp8NR % kL == 0, "the panel width must be a whole number of vectors");
-  StepPanelImpl<kFp8NR / kL>(m, av, ae, wv, we, K, out);
+  StepPanelImpl<kFp8NR / kL, kStepRows>(m, av, ae, wv, we, K, out);
+}
+void StepPanel1(const Fp8AccumModel& m, const double* const* av, const double* const* ae, const float* wv,
+                const float* we, int64_t K, float* const* out) {
+  constexpr int64_t kL = static_cast<int64_t>(HWY_LANES(double));
+  StepPanelImpl<kFp8NR / kL, 1>(m, av, ae, wv, we, K, out);
+}
+
+// e4m3fn codes -> their fp64 values (exact), `count` codes; finite codes only. Per lane:
+// magnitude bits 0EEEEMMM, x·2^9 = (8+M)·2^(E-1) (E >= 1) or M (E = 0), an integer < 2^18.
+void DecodeE4m3F64(const uint8_t* HWY_RESTRICT src, int64_t count, double* HWY_RESTRICT dst) {
+  const hn::ScalableTag<double> d;
+  const hn::Rebind<int32_t, decltype(d)> di;
+  const hn::Rebind<uint8_t, decltype(d)> du8;
+  const int64_t kL = static_cast<int64_t>(hn::Lanes(d));
+  const auto scale = hn::Set(d, 0x1p-9);
+  int64_t i = 0;
+  for (; i + kL <= count; i += kL) {
+    const auto c = hn::PromoteTo(di, hn::LoadU(du8, src + i));
+    const auto e = hn::And(hn::ShiftRight<3>(c), hn::Set(di, 15));
+    const auto m = hn::And(c, hn::Set(di, 7));
+    const auto normal = hn::Gt(e, hn::Zero(di));
+    const auto mant = hn::IfThenElse(normal, hn::Or(m, hn::Set(di, 8)), m);
+    const auto sh = hn::IfThenElseZero(normal, hn::Sub(e, hn::Set(di, 1)));
+    auto x = hn::Shl(mant, sh);
+    x = hn::IfThenElse(hn::Ne(hn::And(c, hn::Set(di, 0x80)), hn::Zero(di)), hn::Neg(x), x);
+    hn::StoreU(hn::Mul(hn::PromoteTo(d, x), scale), d, dst + i);
+  }
+  for (; i < count; ++i) {
+    const int c = src[i], e = (c >> 3) & 15, m = c & 7;
+    const double x = e > 0 ? static_cast<double>((8 + m) << (e - 1)) : static_cast<double>(m);
+    dst[i] = (c & 0x80 ? -x : x) * 0x1p-9;
+  }
+}
+
+// The exact sum of `exact_f64`: out[i][j] = sum_k a[i][k]·w[j][k] for i < M, j < nw, `a` [M][K]
+// and `w` [nw][K] fp64 values, out [M][ldo] fp64. Every product and every partial sum is exact
+// (the caller's bound), so any order gives the same value: lanes run along k (the operands' own
+// row-major layout, no transposition), a 4 x 4 register tile of outputs, a horizontal sum at the end.
+inline constexpr int64_t kExactTile = 4;
+void ExactDotRows(const double* HWY_RESTRICT a, int64_t M, const double* HWY_RESTRICT w, int64_t nw, int64_t K,
+                  double* HWY_RESTRICT out, int64_t ldo) {
+  const hn::ScalableTag<double> d;
+  using V = decltype(hn::Zero(d));
+  const int64_t kL = static_cast<int64_t>(hn::Lanes(d));
+  const int64_t kv = K / kL * kL;
+  for (int64_t i0 = 0; i0 < M; i0 += kExactTile) {
+    const double* ar[kExactTile];
+    for (int64_t i = 0; i < kExactTile; ++i) ar[i] = a + std::min(i0 + i, M - 1) * K;
+    for (int64_t j0 = 0; j0 < nw; j0 += kExactTile) {
+      const double* wr[kExactTile];
+      for (int64_t j = 0; j < kExactTile; ++j) wr[j] = w + std::min(j0 + j, nw - 1) * K;
+      V acc[kExactTile][kExactTile];
+      for (auto& row : acc) {
+        for (auto& v : row) v = hn::Zero(d);
+      }
+      for (int64_t k = 0; k < kv; k += kL) {
+        V wv[kExactTile];
+        for (int64_t j = 0; j < kExactTile; ++j) wv[j] = hn::LoadU(d, wr[j] + k);
+        for (int64_t i = 0; i < kExactTile; ++i) {
+          const V av = hn::LoadU(d, ar[i] + k);
+          // MulAdd: the product is exact in fp64, so fused or not gives the same sum.
+          for (int64_t j = 0; j < kExactTile; ++j) acc[i][j] = hn::MulAdd(av, wv[j], acc[i][j]);
+        }
+      }
+      for (int64_t i = 0; i < kExactTile && i0 + i < M; ++i) {
+        for (int64_t j = 0; j < kExactTile && j0 + j < nw; ++j) {
+          double s = hn::GetLane(hn::SumOfLanes(d, acc[i][j]));
+          for (int64_t k = kv; k < K; ++k) s += ar[i][k] * wr[j][k];
+          out[(i0 + i) * ldo + j0 + j] = s;
+        }
+      }
+    }
+  }
 }
 
 int64_t TargetOf() { return HWY_TARGET; }
@@ -210,6 +304,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 
 #include <array>
+#include <memory>
 
 #include "accum/fp8_model_kernels.hpp"
 #include "core/parallel.hpp"
@@ -218,9 +313,11 @@ HWY_AFTER_NAMESPACE();
 namespace qc::fp8_kernels {
 
 HWY_EXPORT(SumPanelF32);
-HWY_EXPORT(SumPanelF64);
 HWY_EXPORT(StepPanel);
+HWY_EXPORT(StepPanel1);
 HWY_EXPORT(TargetOf);
+HWY_EXPORT(DecodeE4m3F64);
+HWY_EXPORT(ExactDotRows);
 
 namespace {
 
@@ -261,18 +358,23 @@ void pack_panel(const Fp8Gemm& g, int64_t p, float* value, float* exponent) {
   const Tables& t = tables(g.w_format);
   const int64_t k = g.s.k;
   const int64_t cols = std::min(kNR, g.s.n - p * kNR);
-  for (int64_t c = 0; c < kNR; ++c) {
-    const uint8_t* row = g.w + (p * kNR + std::min(c, cols - 1)) * k;
-    const bool pad = c >= cols;
-    for (int64_t i = 0; i < k; ++i) {
-      const size_t at = static_cast<size_t>(i * kNR + c);
-      value[at] = pad ? 0.0f : t.value[row[i]];
-      if (exponent != nullptr) exponent[at] = pad ? 0.0f : t.exponent[row[i]];
+  // In slices of kSlice k: a slice of the panel (kSlice·kNR floats per array) stays in L1 while
+  // the kNR rows write their columns into it (whole-K columns would miss the cache on every write).
+  constexpr int64_t kSlice = 64;
+  for (int64_t k0 = 0; k0 < k; k0 += kSlice) {
+    const int64_t k1 = std::min(k, k0 + kSlice);
+    for (int64_t c = 0; c < kNR; ++c) {
+      const uint8_t* row = g.w + (p * kNR + std::min(c, cols - 1)) * k;
+      const bool pad = c >= cols;
+      for (int64_t i = k0; i < k1; ++i) {
+        const size_t at = static_cast<size_t>(i * kNR + c);
+        value[at] = pad ? 0.0f : t.value[row[i]];
+        if (exponent != nullptr) exponent[at] = pad ? 0.0f : t.exponent[row[i]];
+      }
     }
   }
 }
 
-template <typename T>
 void run_sum(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int threads) {
   const AccumShape s = g.s;
   std::vector<float> af(static_cast<size_t>(s.m * s.k));
@@ -280,20 +382,16 @@ void run_sum(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int
   const int64_t panels = (s.n + kNR - 1) / kNR;
   const int64_t mpad = (s.m + kMR - 1) / kMR * kMR;
   parallel_for(panels, threads, [&](int64_t p) {
-    std::vector<float> panel(static_cast<size_t>(s.k * kNR));
+    thread_local std::vector<float> panel;  // one per worker thread; pack_panel writes every element
+    panel.resize(std::max(panel.size(), static_cast<size_t>(s.k * kNR)));
     pack_panel(g, p, panel.data(), nullptr);
-    std::vector<T> part(static_cast<size_t>(mpad * kNR)), total(static_cast<size_t>(mpad * kNR), T{0});
+    std::vector<float> part(static_cast<size_t>(mpad * kNR)), total(static_cast<size_t>(mpad * kNR), 0.0f);
     const int64_t nranges = static_cast<int64_t>(bounds.size()) - 1;
-    if constexpr (sizeof(T) == 4) {
-      HWY_DYNAMIC_DISPATCH(SumPanelF32)(af.data(), s.m, s.k, panel.data(), bounds.data(), nranges, part.data(), total.data());
-    } else {
-      HWY_DYNAMIC_DISPATCH(SumPanelF64)(af.data(), s.m, s.k, panel.data(), bounds.data(), nranges, part.data(), total.data());
-    }
+    HWY_DYNAMIC_DISPATCH(SumPanelF32)(af.data(), s.m, s.k, panel.data(), bounds.data(), nranges, part.data(), total.data());
     const int64_t cols = std::min(kNR, s.n - p * kNR);
     for (int64_t i = 0; i < s.m; ++i) {
       for (int64_t j = 0; j < cols; ++j) {
-        // fp64 -> fp32 is one round to nearest even (the exact path); fp32 -> fp32 is a copy.
-        d[i * s.n + p * kNR + j] = static_cast<float>(total[static_cast<size_t>(i * kNR + j)]);
+        d[i * s.n + p * kNR + j] = total[static_cast<size_t>(i * kNR + j)];
       }
     }
   });
@@ -301,13 +399,9 @@ void run_sum(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int
 
 }  // namespace
 
-void sum_panels(const Fp8Gemm& g, const std::vector<int64_t>& bounds, bool fp64, float* d, int threads) {
+void sum_panels(const Fp8Gemm& g, const std::vector<int64_t>& bounds, float* d, int threads) {
   if (g.s.m == 0 || g.s.n == 0) return;
-  if (fp64) {
-    run_sum<double>(g, bounds, d, threads);
-  } else {
-    run_sum<float>(g, bounds, d, threads);
-  }
+  run_sum(g, bounds, d, threads);
 }
 
 void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads) {
@@ -322,17 +416,37 @@ void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads
   const int64_t panels = (s.n + kNR - 1) / kNR;
   // Threads over panels (each packs its own panel once, cache-local); a single panel is shared
   // out by rows instead.
+  // Rows in groups of kStepRows (the panel is read once per group), an odd last row alone.
+  constexpr int64_t kRows = HWY_NAMESPACE::kStepRows;
   auto run_panel_rows = [&](int64_t p, const float* wv, const float* we, int64_t i0, int64_t i1) {
-    float out[kNR];
+    float out[kRows][kNR];
     const int64_t cols = std::min(kNR, s.n - p * kNR);
-    for (int64_t i = i0; i < i1; ++i) {
-      HWY_DYNAMIC_DISPATCH(StepPanel)(m, av.data() + i * s.k, ae.data() + i * s.k, wv, we, s.k, out);
-      for (int64_t j = 0; j < cols; ++j) d[i * s.n + p * kNR + j] = out[j];
+    for (int64_t i = i0; i < i1; i += kRows) {
+      const int64_t rows = std::min(kRows, i1 - i);
+      const double* ar[kRows];
+      const double* er[kRows];
+      float* outs[kRows];
+      for (int64_t q = 0; q < kRows; ++q) {
+        ar[q] = av.data() + (i + std::min(q, rows - 1)) * s.k;
+        er[q] = ae.data() + (i + std::min(q, rows - 1)) * s.k;
+        outs[q] = out[q];
+      }
+      if (rows == kRows) {
+        HWY_DYNAMIC_DISPATCH(StepPanel)(m, ar, er, wv, we, s.k, outs);
+      } else {
+        HWY_DYNAMIC_DISPATCH(StepPanel1)(m, ar, er, wv, we, s.k, outs);
+      }
+      for (int64_t q = 0; q < rows; ++q) {
+        for (int64_t j = 0; j < cols; ++j) d[(i + q) * s.n + p * kNR + j] = out[q][j];
+      }
     }
   };
   if (panels >= resolve_threads(threads) || s.m == 1) {
     parallel_for(panels, threads, [&](int64_t p) {
-      std::vector<float> wv(static_cast<size_t>(s.k * kNR)), we(wv.size());
+      // One buffer pair per worker thread (pack_panel writes every element).
+      thread_local std::vector<float> wv, we;
+      wv.resize(std::max(wv.size(), static_cast<size_t>(s.k * kNR)));
+      we.resize(wv.size());
       pack_panel(g, p, wv.data(), we.data());
       run_panel_rows(p, wv.data(), we.data(), 0, s.m);
     });
@@ -340,9 +454,35 @@ void step_panels(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads
     for (int64_t p = 0; p < panels; ++p) {
       std::vector<float> wv(static_cast<size_t>(s.k * kNR)), we(wv.size());
       pack_panel(g, p, wv.data(), we.data());
-      parallel_for(s.m, threads, [&](int64_t i) { run_panel_rows(p, wv.data(), we.data(), i, i + 1); });
+      parallel_for((s.m + kRows - 1) / kRows, threads, [&](int64_t g) {
+        run_panel_rows(p, wv.data(), we.data(), g * kRows, std::min(s.m, (g + 1) * kRows));
+      });
     }
   }
+}
+
+void exact_e4m3(const Fp8Gemm& g, float* d, int threads) {
+  const AccumShape s = g.s;
+  if (s.m == 0 || s.n == 0) return;
+  const std::unique_ptr<double[]> av(new double[static_cast<size_t>(s.m * s.k)]);  // written in full below
+  HWY_DYNAMIC_DISPATCH(DecodeE4m3F64)(g.a, s.m * s.k, av.get());
+  // Blocks of w rows: each worker decodes its rows (contiguous, vectorized) and dots them with
+  // every row of a; kRows keeps the decoded block and a's rows in L2 for K up to a few thousand.
+  constexpr int64_t kRows = 8;
+  const int64_t blocks = (s.n + kRows - 1) / kRows;
+  parallel_for(blocks, threads, [&](int64_t b) {
+    const int64_t j0 = b * kRows, nw = std::min(kRows, s.n - j0);
+    // One buffer per worker thread (every element is written before it is read).
+    thread_local std::vector<double> wv, out;
+    wv.resize(static_cast<size_t>(std::max(wv.size(), static_cast<size_t>(kRows * s.k))));
+    out.resize(static_cast<size_t>(std::max(out.size(), static_cast<size_t>(s.m * kRows))));
+    HWY_DYNAMIC_DISPATCH(DecodeE4m3F64)(g.w + j0 * s.k, nw * s.k, wv.data());
+    HWY_DYNAMIC_DISPATCH(ExactDotRows)(av.get(), s.m, wv.data(), nw, s.k, out.data(), nw);
+    for (int64_t i = 0; i < s.m; ++i) {
+      // fp64 -> fp32: the one rounding (to nearest even) of the exact sum.
+      for (int64_t j = 0; j < nw; ++j) d[i * s.n + j0 + j] = static_cast<float>(out[static_cast<size_t>(i * nw + j)]);
+    }
+  });
 }
 
 const char* target_name() { return hwy::TargetName(HWY_DYNAMIC_DISPATCH(TargetOf)()); }

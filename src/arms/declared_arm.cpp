@@ -11,11 +11,12 @@ namespace {
 
 class DeclaredArm final : public Arm {
  public:
-  DeclaredArm(std::unique_ptr<Arm> arm, std::string epilogue) : arm_(std::move(arm)), epilogue_(std::move(epilogue)) {}
+  DeclaredArm(std::unique_ptr<Arm> arm, std::string epilogue, std::string provenance)
+      : arm_(std::move(arm)), epilogue_(std::move(epilogue)), provenance_(std::move(provenance)) {}
 
   ArmInfo info() const override {
     ArmInfo i = arm_->info();
-    i.description += fmt::format(" [epilogue declared by the user: {}]", epilogue_);
+    i.description += fmt::format(" [epilogue {}: {}]", provenance_, epilogue_);
     i.epilogue = epilogue_;
     return i;
   }
@@ -33,11 +34,13 @@ class DeclaredArm final : public Arm {
  private:
   std::unique_ptr<Arm> arm_;
   std::string epilogue_;
+  std::string provenance_;
 };
 
 }  // namespace
 
-std::unique_ptr<Arm> declare_epilogue(std::unique_ptr<Arm> arm, const std::string& formula, const std::string& what) {
+std::unique_ptr<Arm> declare_epilogue(std::unique_ptr<Arm> arm, const std::string& formula, const std::string& what,
+                                      const std::string& provenance) {
   std::string name;
   try {
     name = std::string(epilogue(formula).name);
@@ -45,7 +48,7 @@ std::unique_ptr<Arm> declare_epilogue(std::unique_ptr<Arm> arm, const std::strin
     if (e.kind() != ErrorKind::input) throw;
     QC_FAIL_INPUT("{}: {}", what, e.what());
   }
-  return std::make_unique<DeclaredArm>(std::move(arm), std::move(name));
+  return std::make_unique<DeclaredArm>(std::move(arm), std::move(name), provenance);
 }
 
 }  // namespace qc

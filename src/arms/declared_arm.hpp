@@ -11,7 +11,9 @@
 namespace qc {
 
 // `formula`: a name of the formula table or a formula string of the formula space (validated
-// here: QC_INPUT naming `what` otherwise).
-std::unique_ptr<Arm> declare_epilogue(std::unique_ptr<Arm> arm, const std::string& formula, const std::string& what);
+// here: QC_INPUT naming `what` otherwise). `provenance` says who declared it, in the arm's
+// description: " [epilogue <provenance>: <formula>]".
+std::unique_ptr<Arm> declare_epilogue(std::unique_ptr<Arm> arm, const std::string& formula, const std::string& what,
+                                      const std::string& provenance = "declared by the user");
 
 }  // namespace qc

@@ -9,7 +9,10 @@
 #include <map>
 
 #include "qconform/arm.hpp"
+#include "arms/declared_arm.hpp"
 #include "checks/c1_boundary.hpp"
+#include "checks/identify.hpp"
+#include "epilogue/formula_space.hpp"
 #include "checks/c5_pow2.hpp"
 #include "checks/c7_transfer.hpp"
 #include "dist/dist.hpp"
@@ -214,10 +217,49 @@ std::string body(const std::string& path) {
   return nl == std::string::npos ? std::string() : text.substr(nl + 1);
 }
 
+// What formula an arm declares, for results.json and the report: {source: "declared", declared,
+// formula (the point's notation where the row has one)}.
+nlohmann::json declared_formula(const ArmInfo& info) {
+  nlohmann::json f = {{"source", "declared"}, {"declared", info.epilogue}, {"formula", info.epilogue}};
+  try {
+    const Epilogue& e = epilogue(info.epilogue);
+    if (const auto p = row_point(e)) {
+      const auto sp = row_swap_point(e);
+      f["formula"] = sp ? fmt::format("{}; under swap-AB: {}", formula_notation(*p), formula_notation(*sp)) : formula_notation(*p);
+    }
+  } catch (const Error&) {
+    // A declaration outside the table (an FP8 arm's `fp8-scaled` has no point): its name is its formula.
+  }
+  return f;
+}
+
+// Identifies an arm that declares no epilogue (on rank 0; every rank receives the declaration) and
+// returns it declared, or unchanged when identify names no single class. `summary` receives what
+// results.json and the report show.
+std::unique_ptr<Arm> identify_undeclared(std::unique_ptr<Arm> arm, const std::string& side, nlohmann::json& summary) {
+  const bool root = dist::world().root();
+  std::string declaration;
+  if (root) {
+    try {
+      const IdentifyResult r = identify(*arm);
+      summary = identify_summary(r);
+      declaration = identified_declaration(r);
+    } catch (const Error& e) {
+      // An arm identify cannot probe (it refuses the probe operands) goes on undeclared, as before.
+      if (e.kind() != ErrorKind::input) throw;
+      summary = {{"source", "identify"}, {"verdict", "error"}, {"reason", e.what()}};
+    }
+  }
+  declaration = dist::broadcast(declaration);
+  if (declaration.empty()) return arm;
+  const std::string provenance = root ? summary.at("provenance").get<std::string>() : std::string("identified by qconform identify");
+  return declare_epilogue(std::move(arm), declaration, fmt::format("conform: the formula identified for arm {}", side), provenance);
+}
+
 }  // namespace
 
 ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int, int, const std::string&)>& progress) {
-  constexpr int kStages = 9;
+  constexpr int kStages = 10;
   int stage = 0;
   const auto step = [&](const std::string& what) {
     if (progress) progress(++stage, kStages, what);
@@ -235,6 +277,24 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   auto arm_a = make_arm(o.arm_a);
   auto arm_b = make_arm(o.arm_b);
   QC_INPUT(o.arm_a != o.arm_b, "--arms {},{}: expected two different arms (the treatment)", o.arm_a, o.arm_b);
+
+  // An arm that declares no formula (a plugin, a declared-nothing arm) is identified first: the
+  // identified formula is its declaration for C1 and C2-C6 (C6's predicted set), with its
+  // provenance in the results; `ambiguous` or `unexplained` is reported and the arm goes on
+  // undeclared (docs/identify.md, "conform").
+  step("identify undeclared arms");
+  nlohmann::json formulas[2];
+  std::unique_ptr<Arm>* arms[2] = {&arm_a, &arm_b};
+  for (int side = 0; side < 2; ++side) {
+    const ArmInfo info = (*arms[side])->info();
+    if (!info.epilogue.empty()) {
+      formulas[side] = declared_formula(info);
+    } else if (!o.identify) {
+      formulas[side] = {{"source", "none"}, {"reason", "declares no formula; not identified (--no-identify)"}};
+    } else {
+      *arms[side] = identify_undeclared(std::move(*arms[side]), side == 0 ? "A" : "B", formulas[side]);
+    }
+  }
 
   // Under MPI (docs/distributed.md) the layers of predict and verify and the prompts of the model
   // runs are shared over the ranks; rank 0 alone runs the rest and writes every file (other ranks
@@ -408,6 +468,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
     manifest_files.push_back({{"path", path}, {"sha256", sha256_file(path)}, {"manifest", to_json(read_manifest(path))}});
   }
   nlohmann::json verify_json = to_json(verify);
+  for (size_t side = 0; side < 2 && side < verify_json["arms"].size(); ++side) verify_json["arms"][side]["formula"] = formulas[side];
   nlohmann::json results = results_envelope("results", {
       {"title", fmt::format("qconform: {} vs {}", o.arm_a, o.arm_b)},
       {"created", utc_now_iso8601()},

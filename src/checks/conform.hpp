@@ -29,6 +29,9 @@ struct ConformOptions {
   bool allow_unverified = false;
   double max_flip_rate = -1;  // C7 tolerance; < 0: report only
   int64_t tolerance_ulps = 1; // C6
+  // Arms that declare no epilogue formula are identified first (`qconform identify`), and an
+  // identified formula is their declaration for the rest of conform (docs/identify.md).
+  bool identify = true;
 };
 
 struct ConformOutcome {

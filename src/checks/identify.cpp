@@ -35,6 +35,10 @@ constexpr int64_t kRowsSwap = 8;    // M of the probes with swap-AB
 constexpr int kTries = 24;          // accumulators tried per element when designing
 constexpr int kPairTries = 4;       // accumulators built to separate a random pair of classes, per element
 constexpr size_t kMaxReps = 400;    // class representatives the design scores against
+constexpr int kSeparationTries = 4000;   // operands tried per pair of classes left after the probes
+constexpr int kSeparationRounds = 4;     // separation probes at most (each can leave new pairs)
+constexpr size_t kSeparationPairs = 64;  // pairs of classes searched per round
+constexpr int kSeparationAccBits = 28;   // |acc| a separation probe builds (K about 2^18)
 
 struct Candidate {
   FormulaPoint main, swapped;
@@ -162,7 +166,8 @@ class Rng {
 
 // Accumulators worth trying: near powers of two (where conversions and roundings change step),
 // and random magnitudes from 2^3 to 2^25 (above 2^24 the fp32 conversion rounds).
-int64_t try_acc(Rng& rng) {
+// `limit` caps |acc| (`IdentifyOptions::probe_acc_bits`; the default draws never reach it).
+int64_t try_acc(Rng& rng, int64_t limit) {
   int64_t v;
   if (rng.below(3) == 0) {
     v = (int64_t{1} << (8 + rng.below(18))) + rng.below(7) - 3;
@@ -170,6 +175,7 @@ int64_t try_acc(Rng& rng) {
     const double mag = std::ldexp(1.0, 3 + static_cast<int>(rng.below(22))) * (1.0 + rng.uniform());
     v = static_cast<int64_t>(mag);
   }
+  v = std::min(v, limit);
   return rng.below(4) == 0 ? -v : v;
 }
 
@@ -178,13 +184,17 @@ int64_t try_acc(Rng& rng) {
 // accumulators where `a` changes, found by bisection in a random binade) is rarely a step of `b`
 // at the same integer, unless the two agree there. This finds the rare differences random
 // accumulators miss: a conversion that rounds differently above 2^24, a product one ulp apart.
+// `max_bits` bounds the binades searched (23 draws binades up to [2^25, 2^26]); `limit` caps |acc|.
 std::optional<int64_t> separating_acc(const FormulaPoint& a, const FormulaPoint& b, float sa, float sw,
-                                      std::optional<uint16_t> bias, Rng& rng) {
+                                      std::optional<uint16_t> bias, Rng& rng, int64_t limit = INT64_MAX,
+                                      int binades = 23) {
   for (int attempt = 0; attempt < 4; ++attempt) {
-    const int e = 3 + static_cast<int>(rng.below(23));
+    const int e = 3 + static_cast<int>(rng.below(binades));
     const int64_t sign = rng.below(4) == 0 ? -1 : 1;
     int64_t lo = int64_t{1} << e, hi = int64_t{1} << (e + 1);
     lo += rng.below(lo / 2);
+    hi = std::min(hi, limit);
+    lo = std::min(lo, hi);
     const auto ya = [&](int64_t x) { return eval(a, sign * x, sa, sw, bias); };
     if (ya(lo) == ya(hi)) continue;
     while (hi - lo > 1) {
@@ -200,6 +210,101 @@ std::optional<int64_t> separating_acc(const FormulaPoint& a, const FormulaPoint&
     }
   }
   return std::nullopt;
+}
+
+// ---- jurisdiction -----------------------------------------------------------------------------
+
+// `formula::apply_point` read once more, over floats that note every step leaving jurisdiction
+// (docs/identify.md, "What equivalent means": finite scales > 0, every intermediate zero or normal
+// in its own format, no overflow, the accumulator within the bound). The values are the float
+// arithmetic itself (`formula::` primitives), so the outputs are `eval`'s, bit for bit.
+namespace juris {
+
+struct Notes {
+  std::vector<std::string> list;
+  void add(std::string s) {
+    if (std::find(list.begin(), list.end(), s) == list.end()) list.push_back(std::move(s));
+  }
+};
+struct J {
+  float v = 0;
+  Notes* notes = nullptr;
+  uint16_t bits = 0;  // out_round's result: the output bit pattern
+};
+struct JAcc {
+  int64_t v = 0;
+  Notes* notes = nullptr;
+};
+
+const char* format_name(Precision p) { return p == Precision::bf16 ? "bf16" : p == Precision::f16 ? "fp16" : "fp32"; }
+double min_normal(Precision p) { return p == Precision::f16 ? 0x1p-14 : 0x1p-126; }
+
+// `r` is `what` rounded to format `p` from `in` (nonzero in, zero out: an underflow).
+J checked(float r, Precision p, Notes* n, const char* what, float in) {
+  if (!std::isfinite(r)) {
+    n->add(fmt::format("{} overflows {}", what, format_name(p)));
+  } else if (r == 0 && in != 0) {
+    n->add(fmt::format("{} underflows to zero in {}", what, format_name(p)));
+  } else if (r != 0 && std::fabs(static_cast<double>(r)) < min_normal(p)) {
+    n->add(fmt::format("{} is subnormal in {}", what, format_name(p)));
+  }
+  return J{r, n};
+}
+
+J convert_acc(AccConversion c, const JAcc& a) {
+  const Precision p = c == AccConversion::bf16_rn ? Precision::bf16 : c == AccConversion::f16_rn ? Precision::f16 : Precision::f32;
+  return checked(formula::convert_acc(c, a.v), p, a.notes, "the converted accumulator", a.v == 0 ? 0.0f : 1.0f);
+}
+J round_to(Precision p, const J& x) { return checked(formula::round_to(p, x.v), p, x.notes, "a cast or rounded intermediate", x.v); }
+J mul_rn(const J& a, const J& b) {
+  return checked(formula::mul_rn(a.v, b.v), Precision::f32, a.notes, "a product", a.v != 0 && b.v != 0 ? 1.0f : 0.0f);
+}
+J add_rn(const J& a, const J& b) { return checked(formula::add_rn(a.v, b.v), Precision::f32, a.notes, "a sum", 0.0f); }
+J fma_rn(const J& a, const J& b, const J& c) {
+  return checked(formula::fma_rn(a.v, b.v, c.v), Precision::f32, a.notes, "a fused multiply-add", 0.0f);
+}
+J out_round(Precision p, OutRounding r, const J& x) {
+  const uint16_t b = formula::out_round(p, r, x.v);
+  J o = checked(formula::widen_out(p, b), p, x.notes, "the output", x.v);
+  o.bits = b;
+  return o;
+}
+J widen_out(Precision, const J& x) { return x; }
+
+}  // namespace juris
+
+// An operand of one output element.
+struct Operand {
+  int64_t acc = 0;
+  float sa = 1, sw = 1;
+  std::optional<uint16_t> bias;
+};
+
+// Why `o` is outside jurisdiction for point `p` (empty: inside), `acc_bits` the accumulator bound.
+std::vector<std::string> outside_jurisdiction(const FormulaPoint& p, const Operand& o, int acc_bits) {
+  juris::Notes n;
+  const int64_t bound = acc_bits >= 31 ? int64_t{INT32_MAX} : int64_t{1} << acc_bits;
+  if (o.acc > bound || o.acc < -bound - (acc_bits >= 31 ? 1 : 0)) {
+    n.add(acc_bits >= 31 ? "the accumulator is beyond INT32" : fmt::format("|acc| is beyond 2^{}", acc_bits));
+  }
+  for (const auto& [v, name] : {std::pair{o.sa, "sa"}, std::pair{o.sw, "sw"}}) {
+    if (!(std::isfinite(v) && v > 0)) {
+      n.add(fmt::format("{} is not a finite scale > 0", name));
+    } else if (v < 0x1p-126f) {
+      n.add(fmt::format("{} is an fp32 subnormal", name));
+    }
+  }
+  if (o.bias && bf16_to_f32(*o.bias) != 0 && std::fabs(bf16_to_f32(*o.bias)) < 0x1p-126f) n.add("the bias is a bf16 subnormal");
+  if (p.conv == AccConversion::exact) {
+    const uint16_t y = exact_bf16(o.acc, o.sa, o.sw, o.bias);
+    juris::checked(bf16_to_f32(y), Precision::bf16, &n, "the output", o.acc == 0 ? 0.0f : 1.0f);
+    return n.list;
+  }
+  const juris::J y = formula::apply_point(p, juris::JAcc{o.acc, &n}, juris::J{o.sa, &n}, juris::J{o.sw, &n}, o.bias.has_value(),
+                                          juris::J{o.bias ? bf16_to_f32(*o.bias) : 0.0f, &n});
+  QC_CHECK(y.bits == eval(p, o.acc, o.sa, o.sw, o.bias), "identify: the jurisdiction reading of {} gives 0x{:04x}, the point 0x{:04x}",
+           formula_notation(p), y.bits, eval(p, o.acc, o.sa, o.sw, o.bias));
+  return n.list;
 }
 
 // ---- the identification ---------------------------------------------------------------------------
@@ -219,6 +324,13 @@ class Identifier {
   size_t alive_classes(bool plain) const;
   ProbeSpec design(int64_t m, bool with_bias, bool plain, int64_t* score);
   bool probe_round(int round, bool with_bias, bool plain);
+  // Runs one probe through the arm, eliminates by it and records it in `r_.probes`.
+  const Observation& run_probe(const ProbeSpec& spec, const std::string& id, int64_t score);
+  int64_t probe_limit() const { return int64_t{1} << std::clamp(options_.probe_acc_bits, 8, 40); }
+  // Several classes left after the probes: separating operands, probed where in jurisdiction.
+  void separate();
+  std::optional<Operand> find_separator(const Candidate& a, const Candidate& b, int64_t m, bool bias_ok, bool inside,
+                                        std::vector<std::string>* why_outside);
   void heldout();
   void conclude();
   void describe_unexplained();
@@ -376,12 +488,14 @@ ProbeSpec Identifier::design(int64_t m, bool with_bias, bool plain, int64_t* sco
       const std::optional<uint16_t> bias = with_bias ? std::optional<uint16_t>(s.bias[static_cast<size_t>(n)]) : std::nullopt;
       // Accumulators to score: random ones, and ones built to separate a random pair of classes.
       std::vector<int64_t> tries;
-      for (int t = 0; t < kTries; ++t) tries.push_back(try_acc(rng_));
+      for (int t = 0; t < kTries; ++t) tries.push_back(try_acc(rng_, probe_limit()));
       for (int t = 0; t < kPairTries && reps.size() > 1; ++t) {
         const Candidate* a = reps[static_cast<size_t>(rng_.below(static_cast<int64_t>(reps.size())))];
         const Candidate* b = reps[static_cast<size_t>(rng_.below(static_cast<int64_t>(reps.size())))];
         if (a != b) {
-          if (const auto acc = separating_acc(a->at(m, kCols), b->at(m, kCols), sa, sw, bias, rng_)) tries.push_back(*acc);
+          if (const auto acc = separating_acc(a->at(m, kCols), b->at(m, kCols), sa, sw, bias, rng_, probe_limit())) {
+            tries.push_back(*acc);
+          }
         }
       }
       int64_t best = tries.front(), best_score = -1;
@@ -415,22 +529,27 @@ bool Identifier::probe_round(int round, bool with_bias, bool plain) {
   int64_t score = 0;
   const ProbeSpec spec = design(m, with_bias, plain, &score);
   const std::string id = fmt::format("probe{}/M={}{}", round, m, with_bias ? "/bias" : "");
+  const Observation& o = run_probe(spec, id, score);
+  if (with_bias) {
+    bias_tested_ = true;
+    bias_refused_ = o.refused;
+  }
+  return r_.probes.back()["eliminated"].get<int64_t>() > 0;
+}
+
+const Observation& Identifier::run_probe(const ProbeSpec& spec, const std::string& id, int64_t score) {
   const size_t before_classes = alive_classes(false);
   int64_t before = 0;
   for (const Candidate& c : cands_) before += c.alive;
   Observation o = observe(build_probe(spec, id), id, false);
   const int64_t gone = eliminate(o);
-  if (with_bias) {
-    bias_tested_ = true;
-    bias_refused_ = o.refused;
-  }
   int64_t left = 0;
   for (const Candidate& c : cands_) left += c.alive;
   r_.probes.push_back({{"id", id},
                        {"m", o.m},
                        {"n", o.n},
                        {"k", o.k},
-                       {"bias", with_bias},
+                       {"bias", !spec.bias.empty()},
                        {"refused", o.refused},
                        {"elements", o.size()},
                        {"design_pairs_split", score},
@@ -440,7 +559,7 @@ bool Identifier::probe_round(int round, bool with_bias, bool plain) {
                        {"candidates_left", left},
                        {"classes_left", alive_classes(false)}});
   obs_.push_back(std::move(o));
-  return gone > 0;
+  return obs_.back();
 }
 
 void Identifier::heldout() {
@@ -460,6 +579,197 @@ void Identifier::heldout() {
       obs_.push_back(std::move(o));
     }
   }
+}
+
+// An operand on which candidates `a` and `b` give different outputs at shape (m, kCols). `inside`:
+// only operands in jurisdiction whose accumulator a probe can build (|acc| <= 2^kSeparationAccBits);
+// else anywhere (the accumulator up to 2^40, scales over the whole fp32 range, subnormals
+// included), preferring the operand that leaves jurisdiction in the fewest ways (`why_outside`).
+std::optional<Operand> Identifier::find_separator(const Candidate& a, const Candidate& b, int64_t m, bool bias_ok, bool inside,
+                                                  std::vector<std::string>* why_outside) {
+  const FormulaPoint& pa = a.at(m, kCols);
+  const FormulaPoint& pb = b.at(m, kCols);
+  const int jbits = std::clamp(options_.jurisdiction_acc_bits, 8, 31);
+  std::optional<Operand> best;
+  std::vector<std::string> best_why;
+  for (int t = 0; t < kSeparationTries; ++t) {
+    // Outside jurisdiction, the first half stays near it (the scales of the search inside, the
+    // accumulator up to 2^9 past the bound), so that the operand reported is as ordinary as can be;
+    // the second half goes anywhere.
+    const bool near = inside || t < kSeparationTries / 2;
+    const int acc_bits = inside ? std::min(jbits >= 31 ? 30 : jbits, kSeparationAccBits) : near ? std::min(jbits + 9, 40) : 40;
+    const int64_t acc_max = int64_t{1} << acc_bits;
+    Operand o;
+    o.sa = near ? rng_.scale(-24, 6) : rng_.scale(-150, 100);
+    o.sw = near ? rng_.scale(-24, 6) : rng_.scale(-150, 100);
+    if (bias_ok && rng_.below(2) == 0) {
+      // A bias near the output's size puts the add's rounding in play.
+      const double y = std::ldexp(1.0, static_cast<int>(rng_.below(acc_bits))) * o.sa * o.sw;
+      const float bv = static_cast<float>(std::ldexp(y * (1.0 + rng_.uniform()), -10 + static_cast<int>(rng_.below(14))));
+      o.bias = f32_to_bf16(rng_.below(3) == 0 ? -bv : bv);
+    }
+    if (rng_.below(3) == 0) {
+      o.acc = (int64_t{1} << (1 + rng_.below(acc_bits - 1))) + rng_.below(7) - 3;
+    } else {
+      o.acc = static_cast<int64_t>(std::ldexp(1.0, static_cast<int>(rng_.below(acc_bits))) * (1.0 + rng_.uniform()));
+    }
+    o.acc = std::min(o.acc, acc_max);
+    if (rng_.below(4) == 0) o.acc = -o.acc;
+    if (eval(pa, o.acc, o.sa, o.sw, o.bias) == eval(pb, o.acc, o.sa, o.sw, o.bias)) {
+      // Bisection on the output steps of `a` finds the rare accumulators where `b` steps elsewhere.
+      const auto acc = separating_acc(pa, pb, o.sa, o.sw, o.bias, rng_, acc_max, acc_bits - 3);
+      if (!acc) continue;
+      o.acc = *acc;
+    }
+    std::vector<std::string> why = outside_jurisdiction(pa, o, jbits);
+    for (std::string& w : outside_jurisdiction(pb, o, jbits)) {
+      if (std::find(why.begin(), why.end(), w) == why.end()) why.push_back(std::move(w));
+    }
+    if (inside && !why.empty()) continue;
+    if (!best || why.size() < best_why.size()) {
+      best = o;
+      best_why = why;
+      if (why.size() <= 1) break;
+    }
+  }
+  if (why_outside) *why_outside = best_why;
+  return best;
+}
+
+void Identifier::separate() {
+  std::vector<nlohmann::json> probed;
+  const bool bias_ok = bias_tested_ && !bias_refused_;
+  const auto bits_of = [](const FormulaPoint& p, uint16_t b) { return bits16(b, p.out); };
+  const auto operand_json = [](const Operand& o) {
+    return nlohmann::json{{"acc", o.acc},
+                          {"sa", fmt::format("{:a}", o.sa)},
+                          {"sw", fmt::format("{:a}", o.sw)},
+                          {"bias", o.bias ? bits16(*o.bias, Precision::bf16) : std::string("none")}};
+  };
+  for (int round = 0; round <= kSeparationRounds; ++round) {
+    std::map<std::string, const Candidate*> reps;
+    for (const Candidate& c : cands_) {
+      if (c.alive) reps.emplace(c.key, &c);
+    }
+    if (reps.size() <= 1) break;
+    std::vector<const Candidate*> rv;
+    for (const auto& [k, c] : reps) rv.push_back(c);
+    // Every pair when few classes are left; else each class against the first (a separator of
+    // those pairs eliminates all but one side of each).
+    std::vector<std::pair<const Candidate*, const Candidate*>> pairs;
+    for (size_t i = 0; i < rv.size(); ++i) {
+      for (size_t j = i + 1; j < rv.size() && (rv.size() <= 8 || i == 0); ++j) pairs.emplace_back(rv[i], rv[j]);
+    }
+    if (pairs.size() > kSeparationPairs) pairs.resize(kSeparationPairs);  // the time bound; the next round sees the rest
+    // Plan: in-jurisdiction separators, grouped by probe shape (M = 40, else the swap-AB M = 8) and bias.
+    struct Planned {
+      const Candidate *a, *b;
+      Operand o;
+    };
+    std::map<std::pair<int64_t, bool>, std::vector<Planned>> plan;
+    std::vector<nlohmann::json> unresolved;
+    for (const auto& [a, b] : pairs) {
+      std::optional<Operand> found;
+      int64_t m = kRowsPlain;
+      for (int64_t mm : {kRowsPlain, kRowsSwap}) {
+        found = find_separator(*a, *b, mm, bias_ok, /*inside=*/true, nullptr);
+        if (found) {
+          m = mm;
+          break;
+        }
+      }
+      if (found) {
+        plan[{m, found->bias.has_value()}].push_back({a, b, *found});
+        continue;
+      }
+      nlohmann::json e = {{"a", a->notation}, {"b", b->notation}};
+      std::vector<std::string> why;
+      const auto outside = find_separator(*a, *b, kRowsPlain, bias_ok, /*inside=*/false, &why);
+      if (outside) {
+        const uint16_t ya = eval(a->at(kRowsPlain, kCols), outside->acc, outside->sa, outside->sw, outside->bias);
+        const uint16_t yb = eval(b->at(kRowsPlain, kCols), outside->acc, outside->sa, outside->sw, outside->bias);
+        e["separable"] = why.empty() ? "in jurisdiction, beyond the probes' reach" : "outside jurisdiction";
+        e["operand"] = operand_json(*outside);
+        e["gives"] = {bits_of(a->at(kRowsPlain, kCols), ya), bits_of(b->at(kRowsPlain, kCols), yb)};
+        e["outside"] = why;
+        e["summary"] = fmt::format(
+            "would separate: acc={}, sa={:a}, sw={:a}, bias={} gives {} vs {}{}", outside->acc, outside->sa, outside->sw,
+            outside->bias ? bits16(*outside->bias, Precision::bf16) : std::string("none"), e["gives"][0].get<std::string>(),
+            e["gives"][1].get<std::string>(),
+            why.empty() ? fmt::format(" (in jurisdiction, but |acc| is beyond 2^{}, what a separation probe builds)", kSeparationAccBits)
+                        : fmt::format(" (outside jurisdiction: {})", fmt::join(why, "; ")));
+      } else {
+        e["separable"] = "none found";
+        e["summary"] = fmt::format(
+            "no operand of {} tried in jurisdiction and {} outside it (accumulators to 2^40, scales over the whole fp32 "
+            "range, subnormals, with and without a bias) separates them; their class keys differ, so equality is not "
+            "proved either",
+            kSeparationTries * 2, kSeparationTries);
+      }
+      unresolved.push_back(std::move(e));
+    }
+    if (round == kSeparationRounds) {
+      // The rounds are spent: what is still separable in jurisdiction is reported, not probed.
+      for (const auto& [shape, list] : plan) {
+        for (const Planned& pl : list) {
+          unresolved.push_back({{"a", pl.a->notation},
+                                {"b", pl.b->notation},
+                                {"separable", "in jurisdiction, not probed"},
+                                {"operand", operand_json(pl.o)},
+                                {"summary", fmt::format("would separate in jurisdiction: acc={}, sa={:a}, sw={:a} (not probed: "
+                                                        "the {} separation rounds are spent)",
+                                                        pl.o.acc, pl.o.sa, pl.o.sw, kSeparationRounds)}});
+        }
+      }
+      plan.clear();
+    }
+    if (plan.empty()) {
+      r_.separation = probed;
+      for (auto& e : unresolved) r_.separation.push_back(std::move(e));
+      return;
+    }
+    // One probe per group (and per M rows of separators): separator i on the diagonal element
+    // (i, i) with its own sa (row i), sw and bias (column i); every other accumulator is 0.
+    int serial = 0;
+    for (const auto& [shape, list] : plan) {
+      const auto [m, with_bias] = shape;
+      const size_t per_probe = static_cast<size_t>(std::min<int64_t>(m, kCols));
+      for (size_t first = 0; first < list.size(); first += per_probe) {
+        ProbeSpec spec;
+        spec.m = m;
+        spec.sa.assign(static_cast<size_t>(m), 0x1p-6f);
+        spec.sw.assign(kCols, 0x1p-8f);
+        if (with_bias) spec.bias.assign(kCols, f32_to_bf16(0.5f));
+        spec.target.assign(static_cast<size_t>(m * kCols), 0);
+        const size_t count = std::min(per_probe, list.size() - first);
+        for (size_t i = 0; i < count; ++i) {
+          const Operand& o = list[first + i].o;
+          spec.sa[i] = o.sa;
+          spec.sw[i] = o.sw;
+          if (with_bias) spec.bias[i] = *o.bias;
+          spec.target[i * kCols + i] = o.acc;
+        }
+        const std::string id = fmt::format("separate{}.{}/M={}{}", round, serial++, m, with_bias ? "/bias" : "");
+        run_probe(spec, id, static_cast<int64_t>(count));
+        for (size_t i = 0; i < count; ++i) {
+          const Planned& pl = list[first + i];
+          const FormulaPoint& pa = pl.a->at(m, kCols);
+          const FormulaPoint& pb = pl.b->at(m, kCols);
+          probed.push_back({{"a", pl.a->notation},
+                            {"b", pl.b->notation},
+                            {"separable", "in jurisdiction: probed"},
+                            {"probe", id},
+                            {"operand", operand_json(pl.o)},
+                            {"gives", {bits_of(pa, eval(pa, pl.o.acc, pl.o.sa, pl.o.sw, pl.o.bias)),
+                                       bits_of(pb, eval(pb, pl.o.acc, pl.o.sa, pl.o.sw, pl.o.bias))}},
+                            {"summary", fmt::format("separated in jurisdiction by acc={}, sa={:a}, sw={:a}: probed through "
+                                                    "the arm as element [{},{}] of {}",
+                                                    pl.o.acc, pl.o.sa, pl.o.sw, i, i, id)}});
+        }
+      }
+    }
+  }
+  r_.separation = probed;
 }
 
 nlohmann::json Identifier::class_list() const {
@@ -693,6 +1003,7 @@ void Identifier::describe_unexplained() {
 }
 
 void Identifier::conclude() {
+  if (alive_classes(false) > 1) separate();
   std::set<std::string> keys;
   for (const Candidate& c : cands_) {
     if (c.alive) keys.insert(c.key);
@@ -737,11 +1048,19 @@ void Identifier::conclude() {
   if (keys.size() > 1) {
     r_.verdict = "ambiguous";
     r_.matching = r_.outputs;
+    int64_t outside = 0, unprobed = 0, none = 0, separation_probes = 0;
+    for (const auto& e : r_.separation) {
+      outside += e["separable"] == "outside jurisdiction";
+      none += e["separable"] == "none found";
+      unprobed += e["separable"] != "outside jurisdiction" && e["separable"] != "none found" && e["separable"] != "in jurisdiction: probed";
+    }
+    for (const auto& p : r_.probes) separation_probes += p["id"].get<std::string>().rfind("separate", 0) == 0;
     r_.reason = fmt::format(
-        "{} classes agree on every probe and every held-out output: the designed probes found no accumulator, in "
-        "{} rounds of {} tries per element, on which their outputs differ; their class keys differ, so no proof of "
-        "equality either (docs/identify.md, \"Equivalent\")",
-        keys.size(), r_.probes.size(), kTries);
+        "{} classes agree on every probe ({} designed, {} built from separating operands) and every held-out output; "
+        "of the pairs left, {} would be separated by an operand outside jurisdiction, {} by an operand in jurisdiction "
+        "that no probe ran (below), {} by none the search found (different class keys prove no difference; equal "
+        "outputs on every operand tried prove no equality: docs/identify.md, \"Verdicts\")",
+        keys.size(), static_cast<int64_t>(r_.probes.size()) - separation_probes, separation_probes, outside, unprobed, none);
     return;
   }
   r_.verdict = "unexplained";
@@ -814,6 +1133,7 @@ nlohmann::json to_json(const IdentifyResult& r) {
           {"nearest", r.nearest},
           {"unexplained", r.unexplained},
           {"diagnosis", r.diagnosis},
+          {"separation", r.separation},
           {"accumulator", r.accumulator},
           {"seconds", r.seconds}};
 }
@@ -845,10 +1165,19 @@ std::string describe(const IdentifyResult& r) {
       for (const auto& f : cls["member_formulas"]) s += fmt::format("           {}\n", f.get<std::string>());
     }
     s += fmt::format("held-out: {} of {} outputs explained\n", r.matching, r.outputs);
+    if (!r.separation.empty()) {
+      s += fmt::format("separated after the designed probes ({} pair(s) of classes, by operands in jurisdiction):\n", r.separation.size());
+      for (const auto& e : r.separation) s += fmt::format("  {}\n", e["summary"].get<std::string>());
+    }
   } else if (r.verdict == "ambiguous") {
     s += r.reason + "\n";
     for (const auto& c : r.candidates["survivors"]) {
       s += fmt::format("  class ({} points): {}\n", c["members"].get<size_t>(), c["formula"].get<std::string>());
+    }
+    s += "pairs of classes:\n";
+    for (const auto& e : r.separation) {
+      s += fmt::format("  {}\n    vs {}\n    {}\n", e["a"].get<std::string>(), e["b"].get<std::string>(),
+                       e["summary"].get<std::string>());
     }
   } else {
     s += r.reason + "\n";
@@ -876,6 +1205,40 @@ std::string describe(const IdentifyResult& r) {
   }
   s += fmt::format("({:.1f} s)\n", r.seconds);
   return s;
+}
+
+std::string identified_declaration(const IdentifyResult& r) {
+  if (r.verdict != "identified") return "";
+  return r.named.empty() ? r.formula : r.named.front();
+}
+
+std::string identify_provenance(const IdentifyResult& r) {
+  return fmt::format("identified by qconform identify, {} probes, held-out {}/{}", r.probes.size(), r.matching, r.outputs);
+}
+
+nlohmann::json identify_summary(const IdentifyResult& r) {
+  nlohmann::json j = {{"source", "identify"},
+                      {"verdict", r.verdict},
+                      {"formula", r.formula},
+                      {"named", r.named},
+                      {"declared", identified_declaration(r)},
+                      {"probes", r.probes.size()},
+                      {"heldout", {{"outputs", r.outputs}, {"matching", r.matching}}},
+                      {"reason", r.reason},
+                      {"seconds", r.seconds}};
+  if (r.verdict == "identified") j["provenance"] = identify_provenance(r);
+  if (r.verdict == "ambiguous") {
+    nlohmann::json classes = nlohmann::json::array();
+    for (const auto& c : r.candidates["survivors"]) classes.push_back(c["formula"]);
+    j["survivors"] = classes;
+  }
+  if (!r.separation.empty()) j["separation"] = r.separation;
+  if (r.verdict == "unexplained") {
+    j["diagnosis"] = r.diagnosis;
+    if (!r.nearest.empty()) j["nearest"] = r.nearest[0];
+  }
+  if (!r.accumulator.empty()) j["accumulator"] = r.accumulator;
+  return j;
 }
 
 }  // namespace qc

@@ -18,6 +18,13 @@ struct IdentifyOptions {
   int max_rounds = 16;                 // designed probe rounds at most
   std::string heldout_shapes = "tiny";  // `synth` shapes of the held-out confirmation
   std::vector<int64_t> heldout_m = {8, 80};  // one swap-AB shape (M <= 16) and one without
+  // The designed probes keep |acc| <= 2^probe_acc_bits (26 covers every design of docs/identify.md;
+  // a test lowers it to leave classes that part only beyond it for the separation step).
+  int probe_acc_bits = 26;
+  // The jurisdiction's bound on the accumulator: |acc| <= 2^31 - 1 (INT32) by default. An arm whose
+  // K keeps every accumulator below 2^24 can be identified with 24: operands beyond the bound are
+  // then outside jurisdiction (docs/identify.md, "What equivalent means").
+  int jurisdiction_acc_bits = 31;
 };
 
 struct IdentifyResult {
@@ -33,6 +40,10 @@ struct IdentifyResult {
   nlohmann::json nearest;     // unexplained: the nearest candidates with residual statistics
   nlohmann::json unexplained; // unexplained: the first unexplained outputs (coordinates, values, bits)
   nlohmann::json diagnosis;   // what the residuals look like (accumulator, bias, scale, epilogue)
+  // Ambiguous (and any run where several classes survived the designed probes): per pair of
+  // surviving classes, the operand that separates them (probed through the arm when it is in
+  // jurisdiction, else the one outside it that would), or that the search found none.
+  nlohmann::json separation = nlohmann::json::array();
   // Exposed INT32 accumulators that differ from the exact dot products ({exposed, differ, first});
   // empty when none differ. Reported with any verdict; the verdict is decided by the outputs.
   nlohmann::json accumulator = nlohmann::json::object();
@@ -43,5 +54,16 @@ IdentifyResult identify(Arm& arm, const IdentifyOptions& options = {});
 nlohmann::json to_json(const IdentifyResult& r);
 // The printout a person reads.
 std::string describe(const IdentifyResult& r);
+
+// What a caller declares for an identified arm (conform, docs/identify.md "Using the answer"): the
+// table's name when the class holds a named row (a shape dispatch has no formula string), else
+// the formula string. "" unless the verdict is `identified`.
+std::string identified_declaration(const IdentifyResult& r);
+// One line of provenance: "identified by qconform identify, 6 probes, held-out 450560/450560".
+std::string identify_provenance(const IdentifyResult& r);
+// The identification in brief, for results.json and the report's arms section (conform):
+// {source: "identified", verdict, formula, named, declared, probes, heldout {outputs, matching},
+// provenance, reason, survivors (ambiguous), separation, diagnosis (unexplained)}.
+nlohmann::json identify_summary(const IdentifyResult& r);
 
 }  // namespace qc

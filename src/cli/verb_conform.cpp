@@ -10,10 +10,38 @@
 #include "cli/progress.hpp"
 #include "qconform/check.hpp"
 #include "checks/conform.hpp"
+#include "core/fileio.hpp"
 #include "qconform/error.hpp"
 
 namespace qc::cli {
 namespace {
+
+// One line per arm: the formula it declares, the one identify found (with its provenance), or why none.
+std::string formula_line(const char* side, const nlohmann::json& arm) {
+  // The label and the reasons come from the arm (a plugin's path and messages): escaped.
+  const std::string label = printable_text(arm.value("label", std::string("?")));
+  const nlohmann::json f = arm.value("formula", nlohmann::json::object());
+  const std::string source = f.value("source", std::string("none"));
+  if (source == "declared") return fmt::format("arm {} {}: declares {} = {}", side, label, f.value("declared", ""), f.value("formula", ""));
+  if (source == "none") return fmt::format("arm {} {}: no formula ({})", side, label, f.value("reason", std::string("declares none")));
+  const std::string verdict = f.value("verdict", std::string("?"));
+  if (verdict == "identified") {
+    const auto named = f.value("named", std::vector<std::string>{});
+    return fmt::format("arm {} {}: identified {}{} ({}); declared as `{}` for C1-C6", side, label, f.value("formula", ""),
+                       named.empty() ? std::string() : fmt::format(" = {}", fmt::join(named, ", ")), f.value("provenance", ""),
+                       f.value("declared", ""));
+  }
+  std::string detail;
+  if (f.contains("survivors")) detail += fmt::format(" ({} classes left)", f["survivors"].size());
+  if (f.contains("diagnosis")) {
+    std::vector<std::string> kinds;
+    for (const auto& d : f["diagnosis"]) kinds.push_back(d.value("kind", std::string("?")));
+    detail += fmt::format(" (diagnosis: {})", fmt::join(kinds, ", "));
+  }
+  return fmt::format("arm {} {}: identify says {}: {}{}; conform goes on without a declared formula for this arm (details: "
+                     "results.json arms[].formula, or `qconform identify --arm {}`)",
+                     side, label, verdict, printable_text(f.value("reason", ""), 2000), detail, label);
+}
 
 VerbRunner setup_conform(CLI::App& app) {
   auto o = std::make_shared<ConformOptions>();
@@ -38,6 +66,9 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (default: report)")
       ->check(finite_in(0, 1));
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");
+  app.add_flag("--identify,!--no-identify", o->identify,
+               "run `identify` on an arm that declares no formula; its identified formula is then its declaration for "
+               "C1-C6 (default on; --no-identify skips it)");
   return [=] {
     std::tie(o->arm_a, o->arm_b) = parse_pair("--arms", *arms);
     std::vector<PathUse> paths_in;
@@ -54,6 +85,8 @@ VerbRunner setup_conform(CLI::App& app) {
     if (!dist::world().root()) return kExitOk;  // rank 0 reports and writes
     const auto& r = outcome.results;
     fmt::print("qconform conform: {} vs {} on {}\n\n", o->arm_a, o->arm_b, r["model"].get<std::string>());
+    for (size_t side = 0; side < r["arms"].size(); ++side) fmt::print("{}\n", formula_line(side == 0 ? "A" : "B", r["arms"][side]));
+    fmt::print("\n");
     fmt::print("{:<4}{:<26}{:<22}{}\n", "", "check", "verdict", "evidence");
     for (const auto& c : r["checks"]) {
       fmt::print("{:<4}{:<26}{:<22}{}\n", c["id"].get<std::string>(), c["title"].get<std::string>(),

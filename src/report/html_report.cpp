@@ -238,12 +238,50 @@ void verdict_section(Page& p, const json& results) {
   p.raw("</tbody></table></section>\n");
 }
 
+// The arm's formula: declared, identified by `qconform identify` (conform runs it on arms that
+// declare none: verdict, probes, held-out figures), or none. `formula` is conform's summary
+// (docs/results-schema.md); without one (a verify results file) the declared epilogue speaks.
+std::string formula_cell(const json& a, const std::string& epilogue) {
+  const json& f = sub(a, "formula");
+  const std::string source = str(f, "source");
+  if (source.empty()) {
+    return epilogue.empty() ? "<span class=\"muted\">none declared</span>"
+                            : fmt::format("declared: <code>{}</code>", html_escape(epilogue));
+  }
+  if (source == "declared") {
+    const std::string name = str(f, "declared"), formula = str(f, "formula");
+    return fmt::format("declared: <code>{}</code>{}", html_escape(name),
+                       formula.empty() || formula == name ? std::string() : fmt::format("<div><code>{}</code></div>", html_escape(formula)));
+  }
+  if (source == "none") return fmt::format("<span class=\"muted\">none: {}</span>", html_escape(str(f, "reason")));
+  const std::string verdict = str(f, "verdict");
+  const json& heldout = sub(f, "heldout");
+  const auto count = [](const json& v) { return v.is_number_integer() ? std::to_string(v.get<int64_t>()) : std::string("?"); };
+  std::string cell = fmt::format("identified by <code>qconform identify</code>: {} &middot; {} probes &middot; held-out {}/{} explained",
+                                 fmt::format("<span class=\"verdict {}\">{}</span>",
+                                             verdict == "identified" ? "pass" : verdict == "unexplained" ? "fail" : "unknown",
+                                             html_escape(verdict)),
+                                 count(sub(f, "probes")), count(sub(heldout, "matching")), count(sub(heldout, "outputs")));
+  if (verdict == "identified") {
+    std::string named;
+    for (const json& n : sub(f, "named")) named += (named.empty() ? "" : ", ") + html_escape(n.is_string() ? n.get<std::string>() : n.dump());
+    cell += fmt::format("<div><code>{}</code>{}</div><div class=\"muted\">declared for C1&ndash;C6 as <code>{}</code></div>",
+                        html_escape(str(f, "formula")), named.empty() ? std::string(" (not a production formula of the table)") : " = " + named,
+                        html_escape(str(f, "declared")));
+    return cell;
+  }
+  cell += fmt::format("<div class=\"muted\">{}; conform went on without a declared formula for this arm</div>", html_escape(str(f, "reason")));
+  for (const json& c : sub(f, "survivors")) cell += fmt::format("<div>class: <code>{}</code></div>", html_escape(c.is_string() ? c.get<std::string>() : c.dump()));
+  for (const json& e : sub(f, "separation")) cell += fmt::format("<div class=\"muted\">{}</div>", html_escape(str(e, "summary")));
+  return cell;
+}
+
 void arms_section(Page& p, const json& results) {
   json arms = sub(results, "arms");
   if (!arms.is_array() || arms.empty()) arms = sub(sub(results, "verify"), "arms");
   if (!arms.is_array() || arms.empty()) return;
   p.raw("<section id=\"arms\"><h2>Arms and the kernel that actually ran</h2>\n"
-        "<table><thead><tr><th>arm</th><th>kernel (reported by the arm)</th><th>epilogue</th><th>device</th>"
+        "<table><thead><tr><th>arm</th><th>kernel (reported by the arm)</th><th>epilogue</th><th>formula</th><th>device</th>"
         "<th>library</th><th>build</th></tr></thead><tbody>\n");
   for (const json& a : arms) {
     const json& rec = sub(a, "record");
@@ -252,12 +290,12 @@ void arms_section(Page& p, const json& results) {
     const std::string kernel = str(rec, "kernel");
     std::string epilogue = str(rec, "epilogue");
     if (epilogue.empty()) epilogue = str(a, "epilogue");
-    p.f("<tr><td><code>{}</code><div class=\"muted\">{}</div></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
+    p.f("<tr><td><code>{}</code><div class=\"muted\">{}</div></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
         "<td>{}</td></tr>\n",
         html_escape(label), html_escape(str(a, "description")),
         kernel.empty() ? "<span class=\"verdict fail\">no kernel evidence</span>" : html_escape(kernel),
-        html_escape(epilogue.empty() ? "-" : epilogue), html_escape(str(rec, "device")), html_escape(str(rec, "library")),
-        html_escape(str(rec, "build")));
+        html_escape(epilogue.empty() ? "-" : epilogue), formula_cell(a, epilogue), html_escape(str(rec, "device")),
+        html_escape(str(rec, "library")), html_escape(str(rec, "build")));
   }
   p.raw("</tbody></table></section>\n");
 }

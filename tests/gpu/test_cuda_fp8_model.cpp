@@ -82,13 +82,22 @@ TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
           const AccumShape s{sh[0], sh[1], sh[2]};
           std::vector<float> cpu(static_cast<size_t>(s.m * s.n));
           fp8_model_evaluate(m.model, Fp8Gemm{a.data(), fa, w.data(), fw, s}, cpu.data());
-          const std::vector<float> gpu = fp8_model_evaluate_gpu(m.model, a.data(), fa, w.data(), fw, s);
-          const std::string what = fmt::format("model {} ({}x{}, {}, M={} N={} K={}): cpu vs gpu", m.name,
-                                               fa == Fp8Format::e4m3 ? "e4m3" : "e5m2",
-                                               fw == Fp8Format::e4m3 ? "e4m3" : "e5m2",
-                                               sub ? "subnormal-heavy" : "uniform codes", s.m, s.n, s.k);
-          EXPECT_EQ(count_differing(cpu, gpu, s.n, what, 3), 0) << what;
-          outputs += static_cast<int64_t>(cpu.size());
+          // Both GPU kernels: the fp64 one (models with a fast path) and the int128 reference text.
+          for (bool reference_kernel : {false, true}) {
+            std::string kernel;
+            const std::vector<float> gpu =
+                fp8_model_evaluate_gpu(m.model, a.data(), fa, w.data(), fw, s, &kernel, reference_kernel);
+            const std::string what = fmt::format("model {} ({}x{}, {}, M={} N={} K={}): cpu vs gpu kernel `{}`",
+                                                 m.name, fa == Fp8Format::e4m3 ? "e4m3" : "e5m2",
+                                                 fw == Fp8Format::e4m3 ? "e4m3" : "e5m2",
+                                                 sub ? "subnormal-heavy" : "uniform codes", s.m, s.n, s.k, kernel);
+            EXPECT_EQ(count_differing(cpu, gpu, s.n, what, 3), 0) << what;
+            EXPECT_EQ(kernel.find("fp64") != std::string::npos,
+                      !reference_kernel && fp8_fast_path(m.model, Fp8Gemm{a.data(), fa, w.data(), fw, s}) !=
+                                               Fp8FastPath::reference)
+                << what;
+            outputs += static_cast<int64_t>(cpu.size());
+          }
         }
       }
     }
@@ -96,61 +105,71 @@ TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
   std::printf("GPU evaluation == CPU evaluation on %lld outputs\n", static_cast<long long>(outputs));
 }
 
-// The declaration of each cuBLASLt FP8 arm, checked: 0 outputs off its model, and the other model
-// differs (so the check can fail). Shapes of the H200 measurement (M = N = 256, K up to 4096).
-// Each cuBLASLt FP8 arm claims its declared model only for runs where cuBLASLt makes one pass over K
-// (splitK 1); such a run must equal the model bit for bit. Where the heuristic chooses split-K (measured
-// on the H200 for small M and K >= 8192), the arm must claim nothing and say why; the shapes include
-// both, and the test needs at least one claimed run per arm. Nothing here assumes which algorithm
-// the heuristic picks: the expectation comes from the algorithm the arm reports it ran.
+// The declaration of each cuBLASLt FP8 arm, checked: 0 outputs off the model the run claims, and
+// the other Hopper model differs (so the check can fail). Each run claims the model of the algorithm
+// cuBLASLt reports it ran: the declared model for one pass over K (splitK 1), `<declared>-splitk-<s>`
+// where the heuristic chose split-K s with the partials reduced in fp32 (reduction scheme 2; measured
+// with designed probes, docs/accumulation.md "Split-K"), nothing (with the reason) for any other
+// algorithm. Such a claimed run must equal its model bit for bit. Nothing here assumes which
+// algorithm the heuristic picks; the split-K shapes (small M, K >= 8192) are where it did pick
+// split-K on the H200, and the test prints what it picked.
 TEST(CudaFp8Model, CublasLtArmsEqualTheirDeclaredModels) {
   std::mt19937_64 rng(2412);
-  std::map<std::string, int> claimed, refused;
+  std::map<std::string, int> claimed, claimed_split, refused;
   struct Shape { int64_t m, n, k; };
-  for (const Shape sh : {Shape{256, 256, 256}, Shape{256, 256, 1024}, Shape{256, 256, 4096}, Shape{1, 1024, 16384},
-                         Shape{16, 1024, 32768}}) {
+  for (const Shape sh : {Shape{256, 256, 256}, Shape{256, 256, 1024}, Shape{256, 256, 4096}, Shape{1, 1024, 8192},
+                         Shape{1, 1024, 16384}, Shape{16, 1024, 16384}, Shape{1, 4096, 8192}, Shape{16, 1024, 32768},
+                         Shape{1, 1024, 32768}, Shape{128, 1024, 16384}}) {
     const int64_t m = sh.m, n = sh.n, k = sh.k;
     const auto a = randn_codes(rng, m * k), w = randn_codes(rng, n * k);
     for (const char* label : {"cuda:cublaslt-fp8", "cuda:cublaslt-fp8-fastacc"}) {
       auto arm = make_arm(label);
       const std::string declared = arm->info().accumulation_model;
-      const std::string other = declared == "hopper-fp8-chain" ? "hopper-fp8-promote4" : "hopper-fp8-chain";
       nlohmann::json rec;
       const std::vector<float> d = arm->fp8_accumulate(a.data(), w.data(), m, n, k, rec);
       const nlohmann::json& extra = rec.at("extra");
-      std::vector<float> want(d.size()), alt(d.size());
-      const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {m, n, k}};
-      fp8_model_evaluate(fp8_accumulation_model(declared).model, g, want.data());
-      fp8_model_evaluate(fp8_accumulation_model(other).model, g, alt.data());
-      int64_t off = 0, off_other = 0;
-      for (size_t i = 0; i < d.size(); ++i) {
-        off += f32_bits(d[i]) != f32_bits(want[i]);
-        off_other += f32_bits(d[i]) != f32_bits(alt[i]);
-      }
       const long long split_k = extra.at("split_k").get<long long>();
-      std::printf("%s M=%lld N=%lld K=%lld splitK %lld: %s; %lld of %zu outputs off %s, %lld off %s\n", label,
-                  static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), split_k,
-                  extra.at("accumulation_model").is_null() ? "no model claimed" : "model claimed",
-                  static_cast<long long>(off), d.size(), declared.c_str(), static_cast<long long>(off_other),
-                  other.c_str());
+      const long long scheme = extra.at("reduction_scheme").get<long long>();
       if (extra.at("accumulation_model").is_null()) {
         ++refused[label];
-        EXPECT_NE(split_k, 1) << label << ": refused a model on a one-pass run: " << extra.dump();
+        std::printf("%s M=%lld N=%lld K=%lld splitK %lld scheme %lld: no model claimed\n", label,
+                    static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), split_k, scheme);
+        EXPECT_FALSE(split_k == 1 && scheme == 0) << label << ": refused a model on a one-pass run: " << extra.dump();
         EXPECT_NE(extra.value("accumulation_model_refused", "").find("split-K"), std::string::npos) << extra.dump();
         continue;
       }
-      ++claimed[label];
-      EXPECT_EQ(extra.at("accumulation_model"), declared);
-      EXPECT_EQ(split_k, 1) << extra.dump();
+      const std::string model = extra.at("accumulation_model").get<std::string>();
+      const std::string expected = split_k == 1 ? declared : fmt::format("{}-splitk-{}", declared, split_k);
+      EXPECT_EQ(model, expected) << extra.dump();
+      const std::string other_base = declared == "hopper-fp8-chain" ? "hopper-fp8-promote4" : "hopper-fp8-chain";
+      const std::string other = split_k == 1 ? other_base : fmt::format("{}-splitk-{}", other_base, split_k);
+      std::vector<float> want(d.size()), alt(d.size()), one_pass(d.size());
+      const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {m, n, k}};
+      fp8_model_evaluate(fp8_accumulation_model(model).model, g, want.data());
+      fp8_model_evaluate(fp8_accumulation_model(other).model, g, alt.data());
+      fp8_model_evaluate(fp8_accumulation_model(declared).model, g, one_pass.data());
+      int64_t off_other = 0, off_one_pass = 0;
+      for (size_t i = 0; i < d.size(); ++i) {
+        off_other += f32_bits(d[i]) != f32_bits(alt[i]);
+        off_one_pass += f32_bits(d[i]) != f32_bits(one_pass[i]);
+      }
       const std::string what = fmt::format("{} (kernel {}) vs its model {} at M={} N={} K={}", label,
-                                           rec.value("kernel", ""), declared, m, n, k);
-      EXPECT_EQ(count_differing(d, want, n, what, 3), 0) << what;
+                                           rec.value("kernel", ""), model, m, n, k);
+      const int64_t off = count_differing(d, want, n, what, 3);
+      std::printf("%s M=%lld N=%lld K=%lld splitK %lld scheme %lld: claims %s, %lld of %zu outputs off it; %lld off "
+                  "%s, %lld off the one-pass %s\n",
+                  label, static_cast<long long>(m), static_cast<long long>(n), static_cast<long long>(k), split_k,
+                  scheme, model.c_str(), static_cast<long long>(off), d.size(), static_cast<long long>(off_other),
+                  other.c_str(), static_cast<long long>(off_one_pass), declared.c_str());
+      EXPECT_EQ(off, 0) << what;
       EXPECT_GT(off_other, 0) << label << ": the two models do not tell the paths apart at K=" << k;
+      ++(split_k == 1 ? claimed : claimed_split)[label];
     }
   }
   for (const char* label : {"cuda:cublaslt-fp8", "cuda:cublaslt-fp8-fastacc"}) {
-    EXPECT_GT(claimed[label], 0) << label << " claimed its model on no shape (refused on " << refused[label] << ")";
-    std::printf("%s: model claimed on %d shapes, refused on %d\n", label, claimed[label], refused[label]);
+    EXPECT_GT(claimed[label], 0) << label << " claimed its one-pass model on no shape";
+    std::printf("%s: one-pass model claimed on %d shapes, split-K model on %d, none on %d\n", label, claimed[label],
+                claimed_split[label], refused[label]);
   }
 }
 

@@ -105,11 +105,26 @@ def sequential(a, w, fa, fw):
     return Fraction(float(acc))
 
 
+def cublaslt_split_k(a, w, fa, fw, promote, splits):
+    """cuBLASLt's split-K (docs/accumulation.md, "Split-K"): K in `splits` ranges of
+    ceil(K / (128 * splits)) * 128 products (the last shorter, trailing ones possibly empty), each
+    range one Hopper chain (or promoted chains), the partials added in ascending order in fp32."""
+    k = len(a)
+    size = -(-k // (128 * splits)) * 128
+    total = Fraction(0)
+    for r in range(splits):
+        r0, r1 = min(r * size, k), (k if r + 1 == splits else min((r + 1) * size, k))
+        total = rne_relative(total + hopper(a[r0:r1], w[r0:r1], fa, fw, promote), 23)
+    return total
+
+
 PEERS = {
     "hopper-fp8-chain": lambda a, w, fa, fw: hopper(a, w, fa, fw, None),
     "hopper-fp8-promote4": lambda a, w, fa, fw: hopper(a, w, fa, fw, 4),
     "exact": exact,
     "sequential": sequential,
+    "hopper-fp8-chain-splitk-3": lambda a, w, fa, fw: cublaslt_split_k(a, w, fa, fw, None, 3),
+    "hopper-fp8-promote4-splitk-2": lambda a, w, fa, fw: cublaslt_split_k(a, w, fa, fw, 4, 2),
 }
 
 
@@ -153,7 +168,7 @@ def make_cases(seed):
 @pytest.fixture(scope="module")
 def results():
     names = run([tool("qc_fp8_model"), "--names"]).stdout.split()
-    assert set(PEERS) <= set(names), names
+    assert {n for n in PEERS if "-splitk-" not in n} <= set(names), names
     cases = make_cases(20261201)
     lines = []
     for name in PEERS:

@@ -140,6 +140,105 @@ def test_arm_info_names_the_declared_accumulation_model(qc):
     assert qc.arm("cpu:vllm-cutlass").info["accumulation_model"] == ""
 
 
+# ---- FP8 callables that declare an accumulation model (docs/python.md, docs/accumulation.md) --------
+
+def e4m3_codes(rng, shape):
+    """e4m3fn codes (uint8) of N(0, 2²) values, rounded by ml_dtypes (not by qconform)."""
+    return (rng.standard_normal(shape) * 2).astype(np.float32).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+
+
+def exact_numpy(a, w):
+    """The `exact` model independently: e4m3 products and sums are exact in fp64 (multiples of
+    2^-18 below 2^35 for K <= 2^17, whatever order BLAS uses), then one RNE rounding to fp32."""
+    fa = a.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    fw = w.view(ml_dtypes.float8_e4m3fn).astype(np.float64)
+    return (fa @ fw.T).astype(np.float32)
+
+
+def sequential_numpy(a, w):
+    """The `sequential` model: d = ((p0 + p1) + p2) + ... in fp32 from +0 (products exact in fp32)."""
+    fa = a.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    fw = w.view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    d = np.zeros((a.shape[0], w.shape[0]), dtype=np.float32)
+    for k in range(a.shape[1]):
+        d = d + np.outer(fa[:, k], fw[:, k]).astype(np.float32)
+    return d
+
+
+def test_fp8_callables_declaring_a_model_equal_the_cpu_model_bit_for_bit(qc):
+    rng = np.random.default_rng(14)
+    fp8_epilogue = qc.arm("cpu:fp8-exact").info["epilogue"]
+    for model, fn, k in [("exact", exact_numpy, 2048), ("sequential", sequential_numpy, 256)]:
+        a, w = e4m3_codes(rng, (8, k)), e4m3_codes(rng, (24, k))
+        seen = []
+
+        def kernel(a_in, w_in, fn=fn, seen=seen):
+            seen.append((a_in.dtype, a_in.shape, w_in.dtype, w_in.shape))
+            return fn(a_in, w_in)
+
+        arm = qc.arm(kernel, accumulation_model=model, name=f"numpy:fp8-{model}")
+        assert arm.info["accumulation_model"] == model and arm.info["epilogue"] == fp8_epilogue, arm.info
+        got = qc.fp8_accumulate(arm, a, w)
+        want = qc.fp8_accumulate(f"cpu:fp8-{model}", a, w)["d"]
+        assert seen[-1] == (np.uint8, (8, k), np.uint8, (24, k)), seen
+        assert got["d"].dtype == np.float32 and got["d"].shape == (8, 24)
+        diff = np.argwhere(got["d"].view(np.uint32) != want.view(np.uint32))
+        assert diff.size == 0, (f"{model}: {len(diff)} outputs differ, first d{tuple(diff[0])}: callable "
+                                f"{got['d'][tuple(diff[0])]!r}, cpu:fp8-{model} {want[tuple(diff[0])]!r}")
+        assert got["record"]["accumulation_model"] == model and got["record"]["arm"] == f"numpy:fp8-{model}"
+        # The comparison can fail: the Hopper chain model differs from this one on these operands.
+        chain = qc.fp8_accumulate("cpu:fp8-hopper-fp8-chain", a, w)["d"]
+        assert not np.array_equal(chain.view(np.uint32), want.view(np.uint32)), model
+        # ml_dtypes FP8 arrays are read as their codes.
+        again = qc.fp8_accumulate(arm, a.view(ml_dtypes.float8_e4m3fn), w.view(ml_dtypes.float8_e4m3fn))["d"]
+        assert np.array_equal(again.view(np.uint32), want.view(np.uint32))
+
+    # run(): an INT8 layer whose codes are e4m3 values goes through the callable, then the FP8 epilogue.
+    layer = {"name": "fp8ish", "a_q": rng.integers(-16, 17, size=(5, 300), dtype=np.int8),
+             "a_scale": (rng.random(5, dtype=np.float32) * 0.02 + 1e-3).astype(np.float32),
+             "w_q": rng.integers(-16, 17, size=(7, 300), dtype=np.int8),
+             "w_scale": (rng.random(7, dtype=np.float32) * 0.002 + 1e-4).astype(np.float32)}
+    arm = qc.arm(exact_numpy, accumulation_model="exact")
+    out = qc.run(arm, layer)
+    ref = qc.run("cpu:fp8-exact", layer)
+    assert np.array_equal(out["y"], ref["y"]), describe_first_diff(out["y"], ref["y"])
+    assert out["record"]["extra"]["accumulation_model"] == "exact"
+    assert out["acc"] is None
+
+
+def test_fp8_callable_declarations_and_outputs_are_checked(qc):
+    rng = np.random.default_rng(15)
+    a, w = e4m3_codes(rng, (3, 64)), e4m3_codes(rng, (4, 64))
+    with pytest.raises(qc.InputError, match="unknown accumulation model `hopper-fp9`"):
+        qc.arm(exact_numpy, accumulation_model="hopper-fp9")
+    with pytest.raises(qc.InputError, match="epilogue"):
+        qc.arm(exact_numpy, accumulation_model="exact", epilogue="vllm-triton")
+    with pytest.raises(qc.InputError, match="exposes_accumulator"):
+        qc.arm(exact_numpy, accumulation_model="exact", exposes_accumulator=True)
+    wrong_dtype = qc.arm(lambda a, w: exact_numpy(a, w).astype(np.float64), accumulation_model="exact")
+    with pytest.raises(qc.InputError, match=r"output d .*expected dtype float32, found float64"):
+        qc.fp8_accumulate(wrong_dtype, a, w)
+    wrong_shape = qc.arm(lambda a, w: exact_numpy(a, w).T.copy(), accumulation_model="exact")
+    with pytest.raises(qc.InputError, match=r"expected shape \[3,4\]"):
+        qc.fp8_accumulate(wrong_shape, a, w)
+
+    def refuses(a, w):
+        raise qc.InputError("K must be a multiple of 128")
+
+    with pytest.raises(qc.InputError, match="refuses FP8 GEMM 3x4x64: K must be a multiple of 128"):
+        qc.fp8_accumulate(qc.arm(refuses, accumulation_model="exact"), a, w)
+    with pytest.raises(qc.InputError, match="not an FP8 arm"):
+        qc.fp8_accumulate("cpu:vllm-cutlass", a, w)
+    with pytest.raises(qc.InputError, match="not an FP8 arm"):
+        qc.fp8_accumulate(qc.arm(vllm_triton_numpy), a, w)
+    bad = a.copy()
+    bad[1, 2] = 0x7F  # e4m3fn NaN
+    with pytest.raises(qc.InputError, match=r"a\[1,2\] = 0x7f"):
+        qc.fp8_accumulate("cpu:fp8-exact", bad, w)
+    with pytest.raises(qc.InputError, match="expected dtype uint8"):
+        qc.fp8_accumulate("cpu:fp8-exact", a.astype(np.int8), w)
+
+
 def test_exact_accumulate_equals_numpy_int64(qc):
     rng = np.random.default_rng(1)
     for m, n, k in [(1, 1, 1), (3, 5, 7), (17, 33, 1000), (64, 48, 4096)]:

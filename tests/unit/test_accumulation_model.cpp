@@ -14,6 +14,7 @@
 
 #include "accum/fp8_emulation.hpp"
 #include "accum/fp8_model.hpp"
+#include "accum/fp8_model_fp64.hpp"
 #include "checks/verify.hpp"
 #include "synth/synth.hpp"
 #include "qconform/arm.hpp"
@@ -105,6 +106,15 @@ std::vector<std::pair<std::string, Fp8AccumModel>> models_under_test() {
   m.result_bits = 20;
   m.splits = 3;
   v.emplace_back("k16 t22 r20 promote4 split3", m);
+  m.split_granule = 5;  // uneven ranges of ceil(K/15)*5, trailing ones empty at small K
+  v.emplace_back("k16 t22 r20 promote4 split3 granule5", m);
+  for (const char* n : {"hopper-fp8-chain-splitk-3", "hopper-fp8-promote4-splitk-6"}) {
+    v.emplace_back(n, qc::fp8_accumulation_model(n).model);
+  }
+  m = qc::fp8_accumulation_model("sequential").model;
+  m.splits = 4;
+  m.split_granule = 3;
+  v.emplace_back("sequential split4 granule3", m);
   m = qc::fp8_accumulation_model("hopper-fp8-chain").model;
   m.term_bits = 0;
   m.result_bits = 1;
@@ -161,6 +171,70 @@ TEST(AccumulationModel, FastEqualsReferenceOnRandomShapes) {
     }
   }
   EXPECT_GT(cases, 1000);
+}
+
+// The per-output fp64 evaluation (accum/fp8_model_fp64.hpp: the text the GPU kernel compiles)
+// equals the reference bit for bit, reading `w` transposed ([K][N], stride N) as the kernel does.
+TEST(AccumulationModel, PerOutputFp64EvaluationEqualsReference) {
+  std::mt19937_64 rng(20261202);
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1}, {3, 5, 31}, {2, 7, 129}, {2, 3, 520}, {4, 16, 300}};
+  const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e5m2}};
+  int64_t outputs = 0, bad = 0;
+  for (const auto& [name, m] : models_under_test()) {
+    for (const auto& [fa, fw] : formats) {
+      for (Dist dist : {Dist::uniform, Dist::subnormal_heavy, Dist::cancellation, Dist::all_max}) {
+        for (const auto& sh : shapes) {
+          const int64_t M = sh[0], N = sh[1], K = sh[2];
+          const qc::accum_fp64::Path path = qc::accum_fp64::path_of(m, fa, fw, K);
+          if (m.splits > K || path == qc::accum_fp64::Path::reference) continue;
+          const auto a = codes(rng, M, K, fa, dist, false);
+          const auto w = codes(rng, N, K, fw, dist, true);
+          std::vector<uint8_t> wt(w.size());  // [K][N]
+          for (int64_t j = 0; j < N; ++j) {
+            for (int64_t k = 0; k < K; ++k) wt[static_cast<size_t>(k * N + j)] = w[static_cast<size_t>(j * K + k)];
+          }
+          std::vector<float> want(static_cast<size_t>(M * N));
+          qc::fp8_model_reference(m, Fp8Gemm{a.data(), fa, w.data(), fw, {M, N, K}}, want.data());
+          const auto check = [&](int64_t i, int64_t j, float got, const char* how) {
+            const float ref = want[static_cast<size_t>(i * N + j)];
+            ++outputs;
+            if (bits(got) == bits(ref)) return;
+            if (bad++ < 3) {
+              ADD_FAILURE() << fmt::format("model `{}` ({} x {}, {}, M={} N={} K={}): d[{},{}]: reference {} "
+                                           "({:#010x}), per-output fp64 {} {} ({:#010x})",
+                                           name, fmt_name(fa), fmt_name(fw), dist_name(dist), M, N, K, i, j, ref,
+                                           bits(ref), how, got, bits(got));
+            }
+          };
+          using qc::accum_fp64::Strided;
+          for (int64_t i = 0; i < M; ++i) {
+            for (int64_t j = 0; j < N; ++j) {
+              check(i, j, qc::accum_fp64::evaluate(m, path, Strided{a.data() + i * K, 1}, fa, Strided{wt.data() + j, N},
+                                                   fw, K),
+                    "(one output)");
+            }
+          }
+          // 2 x 3 tiles (the GPU's register tiles), rows and columns past the edge clamped.
+          for (int64_t i0 = 0; i0 < M; i0 += 2) {
+            for (int64_t j0 = 0; j0 < N; j0 += 3) {
+              Strided ar[2], wc[3];
+              for (int64_t r = 0; r < 2; ++r) ar[r] = Strided{a.data() + std::min(i0 + r, M - 1) * K, 1};
+              for (int64_t c = 0; c < 3; ++c) wc[c] = Strided{wt.data() + std::min(j0 + c, N - 1), N};
+              float tile[6];
+              qc::accum_fp64::evaluate_tile<2, 3>(m, path, ar, fa, wc, fw, K, tile);
+              for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {
+                for (int64_t c = 0; c < 3 && j0 + c < N; ++c) check(i0 + r, j0 + c, tile[r * 3 + c], "(2x3 tile)");
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(outputs, 20000);
 }
 
 // Every fast path is exercised by the table (so the comparison above covers each kernel).
@@ -414,6 +488,67 @@ TEST(AccumulationModel, TableNamesFormulasAndValidation) {
   EXPECT_THROW(qc::fp8_model_evaluate(qc::fp8_accumulation_model("split-k-2").model,
                                       Fp8Gemm{&one, Fp8Format::e4m3, &one, Fp8Format::e4m3, {1, 1, 1}}, &d),
                qc::Error);
+}
+
+// cuBLASLt's split-K, as measured on the H200 with designed probes (.carry-free restatement of
+// docs/accumulation.md "Split-K"): K cut into ranges of ceil(K/(128·s))·128, each range one Hopper
+// chain, the partials added in ascending order in fp32. The expectations below are derived by hand
+// from that description, not from the evaluation.
+TEST(AccumulationModel, CublasLtSplitKPartitionAndReductionOrder) {
+  int64_t r0 = 0, r1 = 0;
+  const Fp8AccumModel s3 = qc::fp8_accumulation_model("hopper-fp8-chain-splitk-3").model;
+  EXPECT_EQ(s3.splits, 3);
+  EXPECT_EQ(s3.split_granule, 128);
+  qc::accum_model::split_range(s3, 8192, 0, r0, r1);
+  EXPECT_EQ(r0, 0); EXPECT_EQ(r1, 2816);  // 22 tiles of 128
+  qc::accum_model::split_range(s3, 8192, 2, r0, r1);
+  EXPECT_EQ(r0, 5632); EXPECT_EQ(r1, 8192);
+  qc::accum_model::split_range(s3, 256, 2, r0, r1);  // 2 tiles over 3 ranges: the last is empty
+  EXPECT_EQ(r0, 256); EXPECT_EQ(r1, 256);
+  const Fp8AccumModel s6 = qc::fp8_accumulation_model("hopper-fp8-chain-splitk-6").model;
+  qc::accum_model::split_range(s6, 16384, 5, r0, r1);
+  EXPECT_EQ(r0, 14080); EXPECT_EQ(r1, 16384);
+  // The boundary probe: 256 at k-1 and 2^-6 at k (a = 1 everywhere). In one chain the small term is
+  // truncated away (13 bits below 2^8 is 2^-5); across a range boundary the fp32 add keeps it.
+  const int64_t K = 8192;
+  const auto probe = [&](const Fp8AccumModel& m, int64_t big_at, int64_t small_at) {
+    std::vector<uint8_t> a(K, kOne), w(K, 0);
+    w[big_at] = 0x78;    // 256
+    w[small_at] = 0x08;  // 2^-6
+    float d = 0;
+    qc::fp8_model_reference(m, Fp8Gemm{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {1, 1, K}}, &d);
+    return d;
+  };
+  EXPECT_EQ(probe(s3, 2815, 2816), 256.0f + 0x1p-6f);
+  EXPECT_EQ(probe(s3, 2814, 2815), 256.0f);
+  EXPECT_EQ(probe(s3, 5631, 5632), 256.0f + 0x1p-6f);
+  EXPECT_EQ(probe(s3, 0, 5000), 256.0f + 0x1p-6f);
+  EXPECT_EQ(probe(qc::fp8_accumulation_model("hopper-fp8-chain").model, 2815, 2816), 256.0f);
+  // The order probe: a partial of 2^24 in range p, 1 in each other range. In ascending fp32 order
+  // the ones before it add up exactly, the ones after are lost to ties-to-even: 0, 0, 2 for s = 3
+  // (the H200 gave these).
+  for (int p = 0; p < 3; ++p) {
+    std::vector<uint8_t> a(K, kOne), w(K, 0);
+    for (int q = 0; q < 3; ++q) {
+      const int64_t start = q * 2816;
+      if (q == p) {
+        for (int64_t i = start; i < start + 256; ++i) a[i] = w[i] = 0x78;  // 256 products of 2^16
+      } else {
+        w[start + 256] = kOne;
+      }
+    }
+    float d = 0;
+    qc::fp8_model_reference(s3, Fp8Gemm{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {1, 1, K}}, &d);
+    EXPECT_EQ(d - 0x1p24f, p == 2 ? 2.0f : 0.0f) << "partial 2^24 in range " << p;
+  }
+  // Which model a cuBLASLt run follows.
+  std::string why;
+  EXPECT_EQ(qc::cublaslt_split_k_model("hopper-fp8-chain", 1, 0, why), "hopper-fp8-chain");
+  EXPECT_EQ(qc::cublaslt_split_k_model("hopper-fp8-chain", 3, 2, why), "hopper-fp8-chain-splitk-3");
+  EXPECT_TRUE(why.empty());
+  EXPECT_EQ(qc::cublaslt_split_k_model("hopper-fp8-promote4", 4, 1, why), "");
+  EXPECT_NE(why.find("split-K 4 with reduction scheme 1"), std::string::npos) << why;
+  EXPECT_THROW(qc::fp8_accumulation_model("hopper-fp8-chain-splitk-0"), qc::Error);
 }
 
 // The arms: cpu:fp8-<model> and the fp8: aliases come from the one registry and declare their model.

@@ -169,5 +169,76 @@ TEST(Identify, FormulasOutsideTheTableAreIdentifiedExactly) {
   EXPECT_EQ(rb.matching, rb.outputs);
 }
 
+// Two classes that part only beyond 2^24: the accumulator converted to fp32 RNE or toward zero
+// (exact below 2^24). The arm converts toward zero, CUTLASS order, no bias.
+uint16_t rz_cutlass(int64_t acc, float sa, float sw, std::optional<float> bias) {
+  if (bias) throw Error(ErrorKind::input, "test arm takes no bias", __FILE__, __LINE__, "bias");
+  return f32_to_bf16(sa * (rz32(acc) * sw));
+}
+
+// The bits a separation entry says a formula gives ("0x3cb6 (0.0222)" -> 0x3cb6).
+uint16_t gives_bits(const nlohmann::json& g) { return static_cast<uint16_t>(std::stoul(g.get<std::string>().substr(0, 6), nullptr, 16)); }
+
+TEST(Identify, ClassesThatPartOnlyOutsideJurisdictionAreAmbiguousWithTheOperandThatWouldSeparateThem) {
+  HandArm<decltype(&rz_cutlass)> arm("test:rz-cutlass", &rz_cutlass);
+  IdentifyOptions o;
+  o.probe_acc_bits = 24;         // the designed probes stay at |acc| <= 2^24 ...
+  o.jurisdiction_acc_bits = 24;  // ... and so does the jurisdiction (a kernel whose K keeps acc below 2^24)
+  const IdentifyResult r = identify(arm, o);
+  ASSERT_EQ(r.verdict, "ambiguous") << describe(r);
+  EXPECT_EQ(r.matching, r.outputs);
+  // The arm's own formula is one of the classes left.
+  const std::string own = formula_class_key(parse_formula("bf16(rn32(sa * rn32(f32_rz(acc) * sw)))"));
+  bool own_left = false;
+  for (const auto& c : r.candidates["survivors"]) own_left |= c["key"] == own;
+  EXPECT_TRUE(own_left) << describe(r);
+  ASSERT_FALSE(r.separation.empty()) << describe(r);
+  for (const auto& e : r.separation) {
+    SCOPED_TRACE(e.dump());
+    // Every pair is separable, and only outside jurisdiction: by an accumulator beyond 2^24.
+    ASSERT_EQ(e["separable"], "outside jurisdiction");
+    const int64_t acc = e["operand"]["acc"].get<int64_t>();
+    EXPECT_GT(std::llabs(acc), int64_t{1} << 24);
+    EXPECT_NE(e["outside"].dump().find("2^24"), std::string::npos);
+    EXPECT_NE(e["summary"].get<std::string>().find("would separate: acc="), std::string::npos);
+    // Re-evaluated here: both formulas at the operand give the bits reported, and they differ.
+    const float sa = std::strtof(e["operand"]["sa"].get<std::string>().c_str(), nullptr);
+    const float sw = std::strtof(e["operand"]["sw"].get<std::string>().c_str(), nullptr);
+    ASSERT_EQ(e["operand"]["bias"], "none");
+    const uint16_t ya = formula::apply_point(parse_formula(e["a"].get<std::string>()), acc, sa, sw, false, 0.0f);
+    const uint16_t yb = formula::apply_point(parse_formula(e["b"].get<std::string>()), acc, sa, sw, false, 0.0f);
+    EXPECT_EQ(ya, gives_bits(e["gives"][0]));
+    EXPECT_EQ(yb, gives_bits(e["gives"][1]));
+    EXPECT_NE(ya, yb);
+  }
+  EXPECT_NE(describe(r).find("would separate: acc="), std::string::npos) << describe(r);
+}
+
+TEST(Identify, ASeparatingOperandInJurisdictionIsProbedThroughTheArm) {
+  // The same arm, the probes still capped at 2^24, the jurisdiction INT32 (the default): the
+  // operand that separates RNE from RZ is in jurisdiction, so identify builds a probe from it,
+  // runs it through the arm and names the arm's own class.
+  HandArm<decltype(&rz_cutlass)> arm("test:rz-cutlass", &rz_cutlass);
+  IdentifyOptions o;
+  o.probe_acc_bits = 24;
+  const IdentifyResult r = identify(arm, o);
+  ASSERT_EQ(r.verdict, "identified") << describe(r);
+  EXPECT_EQ(formula_class_key(parse_formula(r.formula)), formula_class_key(parse_formula("bf16(rn32(sa * rn32(f32_rz(acc) * sw)))")))
+      << describe(r);
+  EXPECT_EQ(r.matching, r.outputs);
+  ASSERT_FALSE(r.separation.empty()) << describe(r);
+  bool separation_probe = false;
+  for (const auto& p : r.probes) separation_probe |= p["id"].get<std::string>().rfind("separate", 0) == 0 && p["eliminated"].get<int64_t>() > 0;
+  EXPECT_TRUE(separation_probe) << describe(r);
+  for (const auto& e : r.separation) {
+    EXPECT_EQ(e["separable"], "in jurisdiction: probed") << e.dump();
+    EXPECT_GT(std::llabs(e["operand"]["acc"].get<int64_t>()), int64_t{1} << 24) << e.dump();
+  }
+  // Without the cap the designed probes alone separate them (no separation step needed).
+  const IdentifyResult d = identify(arm);
+  ASSERT_EQ(d.verdict, "identified") << describe(d);
+  EXPECT_EQ(d.formula, r.formula);
+}
+
 }  // namespace
 }  // namespace qc

@@ -24,10 +24,12 @@
 #include <thread>
 #include <vector>
 
+#include "accum/fp8_model.hpp"
 #include "arms/plugin/plugin_arm.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
 #include "qconform/operands.hpp"
 #include "core/sha256.hpp"
 
@@ -316,6 +318,129 @@ TEST(PluginArm, BrokenPluginsAreRejectedNamingPathAndField) {
       SCOPED_TRACE(b.id + " " + prefix);
       expect_input_error(prefix + so, needles, b.at_run);
     }
+  }
+}
+
+// An FP8 plugin (the appended `accumulation_model` field and `args->d`): a C kernel of the
+// `sequential` model (its own e4m3 decoding, an fp32 sum in k order) declares "sequential"; through
+// both modes it equals qconform's evaluation of that model bit for bit (and differs from the Hopper
+// chain model, so the comparison can fail), runs layers through the FP8 epilogue, and refuses
+// nothing an FP8 arm takes. A plugin built with the first qc_arm_v1 (struct_size QC_ARM_V1_MIN_SIZE)
+// still loads, as an INT8 arm; a bad model name or an FP8 plugin declaring an epilogue is refused.
+const char* kFp8PluginSource = R"(#include "qconform/arm_abi.h"
+#include <stdio.h>
+static float pow2(int e) { float v = 1.0f; for (; e > 0; --e) v *= 2.0f; for (; e < 0; ++e) v *= 0.5f; return v; }
+static float e4m3(uint8_t c) {
+  const int e = (c >> 3) & 15, m = c & 7;
+  const float v = e ? (float)(8 + m) * pow2(e - 10) : (float)m * pow2(-9);
+  return (c & 0x80) ? -v : v;
+}
+static int run(void* ctx, const qc_arm_args_v1* args) {
+  (void)ctx;
+  if (args->d == NULL) { snprintf(args->error, args->error_size, "an FP8 plugin got an INT8 call"); return 3; }
+  const uint8_t* a = (const uint8_t*)args->a_q;
+  const uint8_t* w = (const uint8_t*)args->w_q;
+  for (int64_t i = 0; i < args->m; ++i)
+    for (int64_t j = 0; j < args->n; ++j) {
+      float s = 0.0f;
+      for (int64_t k = 0; k < args->k; ++k) s = s + e4m3(a[i * args->k + k]) * e4m3(w[j * args->k + k]);
+      args->d[i * args->n + j] = s;
+    }
+  return 0;
+}
+static const qc_arm_v1 kArm = {QC_ARM_ABI_VERSION, sizeof(qc_arm_v1), "c-fp8-sequential", NULL, 0, run, NULL, MODEL};
+QC_ARM_EXPORT const qc_arm_v1* qc_arm_v1_entry(void) { return &kArm; }
+)";
+
+std::string fp8_plugin(const std::string& id, const std::string& model_literal) {
+  const fs::path src = scratch_dir() / "fp8_plugin.c";
+  std::ofstream(src) << kFp8PluginSource;
+  return compile_plugin("fp8_" + id, src.string(), fmt::format("-DMODEL='{}'", model_literal));
+}
+
+TEST(PluginArm, Fp8PluginDeclaresItsModelAndEqualsIt) {
+  const std::string so = fp8_plugin("sequential", "\"sequential\"");
+  REQUIRE_PLUGIN(so);
+  std::mt19937_64 rng(514);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int64_t m = 5, n = 9, k = 700;
+  std::vector<uint8_t> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k));
+  for (auto& c : a) c = f32_to_e4m3fn(nd(rng), true);
+  for (auto& c : w) c = f32_to_e4m3fn(nd(rng), true);
+  const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {m, n, k}};
+  std::vector<float> want(static_cast<size_t>(m * n)), chain(want.size());
+  fp8_model_evaluate(fp8_accumulation_model("sequential").model, g, want.data());
+  fp8_model_evaluate(fp8_accumulation_model("hopper-fp8-chain").model, g, chain.data());
+  EXPECT_NE(std::memcmp(want.data(), chain.data(), want.size() * sizeof(float)), 0) << "the models must differ here";
+  // An INT8 layer whose codes are e4m3 values (|q| <= 16): run() goes through the FP8 call.
+  LayerOperands lay = layer(3, 4, 64, false, 9, 0);
+  OperandStorage st;
+  std::mt19937 r(3);
+  for (int64_t i = 0; i < 3 * 64; ++i) st.a_q.push_back(static_cast<int8_t>(static_cast<int>(r() % 33) - 16));
+  for (int64_t i = 0; i < 4 * 64; ++i) st.w_q.push_back(static_cast<int8_t>(static_cast<int>(r() % 33) - 16));
+  st.a_scale = std::vector<float>(lay.a_scale.begin(), lay.a_scale.end());
+  st.w_scale = std::vector<float>(lay.w_scale.begin(), lay.w_scale.end());
+  lay = make_operands("fp8.layer", 3, 4, 64, std::move(st), "test");
+  const ArmOutput ref = make_arm("cpu:fp8-sequential")->run(lay);
+  for (const char* prefix : {"plugin:", "plugin-inproc:"}) {
+    SCOPED_TRACE(prefix);
+    auto arm = make_arm(prefix + so);
+    const ArmInfo info = arm->info();
+    EXPECT_EQ(info.accumulation_model, "sequential");
+    EXPECT_EQ(info.epilogue, fp8_epilogue().name);
+    EXPECT_FALSE(info.exposes_accumulator);
+    nlohmann::json rec;
+    const std::vector<float> got = arm->fp8_accumulate(a.data(), w.data(), m, n, k, rec);
+    ASSERT_EQ(got.size(), want.size());
+    int64_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      uint32_t x, y;
+      std::memcpy(&x, &got[i], 4);
+      std::memcpy(&y, &want[i], 4);
+      if (x != y && bad++ < 3) {
+        ADD_FAILURE() << fmt::format("d[{},{}]: plugin {} ({:#010x}), model sequential {} ({:#010x})", i / n, i % n,
+                                     got[i], x, want[i], y);
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(rec.at("accumulation_model"), "sequential");
+    EXPECT_EQ(rec.at("kernel"), "c-fp8-sequential");
+    const ArmOutput out = arm->run(lay);
+    EXPECT_EQ(count_y_mismatches(prefix, out.y, ref.y, 4), 0);
+    EXPECT_EQ(out.record.extra.at("accumulation_model"), "sequential");
+    EXPECT_FALSE(out.acc.has_value());
+  }
+}
+
+TEST(PluginArm, Fp8DeclarationsAreCheckedAndOldDescriptorsStillLoad) {
+  const std::string bad_model = fp8_plugin("badmodel", "\"hopper-fp9\"");
+  REQUIRE_PLUGIN(bad_model);
+  for (const char* prefix : {"plugin:", "plugin-inproc:"}) {
+    SCOPED_TRACE(prefix);
+    expect_input_error(prefix + bad_model, {"field `accumulation_model`", "hopper-fp9", fs::canonical(bad_model).string()});
+  }
+  // The first qc_arm_v1 (no accumulation_model field: struct_size stops before it) is an INT8 arm.
+  const std::string old = compile_plugin_source(
+      "old_descriptor", plugin_source("QC_ARM_ABI_VERSION, QC_ARM_V1_MIN_SIZE, \"old\", NULL, 0, bad_run, NULL", kFillRun));
+  REQUIRE_PLUGIN(old);
+  const std::string epi = compile_plugin_source(
+      "fp8_with_epilogue",
+      plugin_source("QC_ARM_ABI_VERSION, sizeof(qc_arm_v1), \"e\", \"vllm-triton\", 0, bad_run, NULL, \"exact\"", kFillRun));
+  REQUIRE_PLUGIN(epi);
+  for (const char* prefix : {"plugin:", "plugin-inproc:"}) {
+    SCOPED_TRACE(prefix);
+    auto arm = make_arm(prefix + old);
+    EXPECT_EQ(arm->info().accumulation_model, "");
+    EXPECT_EQ(arm->run(layer(2, 3, 4, false, 1)).y.size(), 6u);
+    nlohmann::json rec;
+    const uint8_t one = 0x38;
+    try {
+      (void)arm->fp8_accumulate(&one, &one, 1, 1, 1, rec);
+      ADD_FAILURE() << "an INT8 plugin took an FP8 call";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("not an FP8 arm"), std::string::npos) << e.what();
+    }
+    expect_input_error(prefix + epi, {"field `epilogue`", "expected NULL for an FP8 plugin"});
   }
 }
 

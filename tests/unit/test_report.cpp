@@ -9,6 +9,8 @@
 #include <regex>
 
 #include "../tools/report_sample.hpp"
+#include "checks/identify.hpp"
+#include "qconform/arm.hpp"
 #include "qconform/check.hpp"
 #include "qconform/error.hpp"
 #include "qconform/report.hpp"
@@ -173,6 +175,48 @@ TEST_F(ReportTest, SchemaErrorsNameTheField) {
   expect_error(json{{"schema_version", 1}, {"verify", {{"runs", 3}}}}, "verify.runs");
   expect_error(json{{"schema_version", 1}, {"sweep", {{"series", "x"}}}}, "sweep.series");
   EXPECT_THROW(render_report(json::array()), Error);
+}
+
+TEST_F(ReportTest, ArmsShowTheirFormulaDeclaredIdentifiedOrNone) {
+  json r = *results_;
+  ASSERT_TRUE(r["verify"]["arms"].is_array() && r["verify"]["arms"].size() == 2);
+  json arms = r["verify"]["arms"];
+  // Arm B as conform records an arm it identified: the summary of a real identify run.
+  auto triton = make_arm("cpu:vllm-triton");
+  const IdentifyResult id = identify(*triton);
+  ASSERT_EQ(id.verdict, "identified") << describe(id);
+  arms[1]["formula"] = identify_summary(id);
+  arms[0]["formula"] = {{"source", "declared"}, {"declared", "vllm-cutlass"}, {"formula", "bf16(rn32(sa * rn32(f32(acc) * sw)))"}};
+  r["arms"] = arms;
+  const std::string html = render_report(r);
+  const size_t at = html.find("<section id=\"arms\">");
+  ASSERT_NE(at, std::string::npos);
+  const std::string section = html.substr(at, html.find("</section>", at) - at);
+  EXPECT_NE(section.find("<th>formula</th>"), std::string::npos);
+  EXPECT_NE(section.find(html_escape(id.formula)), std::string::npos) << section;
+  EXPECT_NE(section.find(fmt::format("{} probes", id.probes.size())), std::string::npos) << section;
+  EXPECT_NE(section.find(fmt::format("held-out {}/{} explained", id.matching, id.outputs)), std::string::npos) << section;
+  EXPECT_NE(section.find("declared for C1&ndash;C6 as <code>vllm-triton</code>"), std::string::npos) << section;
+  EXPECT_NE(section.find("declared: <code>vllm-cutlass</code>"), std::string::npos) << section;
+
+  // An ambiguous identification: the classes and the operand that would separate them, and that
+  // conform went on undeclared; an arm with no formula at all says so.
+  arms[1]["formula"] = {{"source", "identify"},
+                        {"verdict", "ambiguous"},
+                        {"probes", 7},
+                        {"heldout", {{"outputs", 100}, {"matching", 100}}},
+                        {"reason", "2 classes agree <on every probe>"},
+                        {"survivors", {"bf16(rn32(sa * rn32(f32(acc) * sw)))", "bf16(rn32(sa * rn32(f32_rz(acc) * sw)))"}},
+                        {"separation", {{{"summary", "would separate: acc=16777219 gives 0x3c00 vs 0x3bff"}}}}};
+  arms[0]["formula"] = {{"source", "none"}, {"reason", "declares no formula; not identified (--no-identify)"}};
+  r["arms"] = arms;
+  const std::string html2 = render_report(r);
+  EXPECT_NE(html2.find("ambiguous</span>"), std::string::npos);
+  EXPECT_NE(html2.find("2 classes agree &lt;on every probe&gt;"), std::string::npos);
+  EXPECT_NE(html2.find("<code>bf16(rn32(sa * rn32(f32_rz(acc) * sw)))</code>"), std::string::npos);
+  EXPECT_NE(html2.find("would separate: acc=16777219 gives 0x3c00 vs 0x3bff"), std::string::npos);
+  EXPECT_NE(html2.find("without a declared formula for this arm"), std::string::npos);
+  EXPECT_NE(html2.find("none: declares no formula; not identified (--no-identify)"), std::string::npos);
 }
 
 }  // namespace

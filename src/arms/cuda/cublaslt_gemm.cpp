@@ -118,13 +118,4 @@ std::string CublasLtGemm::identity() const {
                      config(CUBLASLT_ALGO_CONFIG_CTA_SWIZZLING), fast_accum_ ? 1 : 0, workspace_bytes_);
 }
 
-std::string split_k_refusal(long long s, long long r, std::string_view model) {
-  if (s == 1 && r == 0) return {};
-  return fmt::format(
-      "no accumulation model claimed: cuBLASLt's heuristic chose split-K {} (reduction scheme {}) for this shape; "
-      "{} describes one pass over K, and how cuBLASLt partitions K and reduces the partials is not modelled "
-      "(measured on the H200: split-K runs are off the one-pass model; docs/accumulation.md)",
-      s, r, model);
-}
-
 }  // namespace qc::cuda

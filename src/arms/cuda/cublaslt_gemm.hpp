@@ -57,9 +57,4 @@ class CublasLtGemm {
 
 cublasLtHandle_t cublaslt_handle();
 
-// Empty when a plan with this split-K count and reduction scheme (CublasLtGemm::split_k,
-// reduction_scheme) runs one pass over K, which is what the FP8 accumulation model `model`
-// describes; otherwise why the arm claims no model for this shape.
-std::string split_k_refusal(long long split_k, long long reduction_scheme, std::string_view model);
-
 }  // namespace qc::cuda

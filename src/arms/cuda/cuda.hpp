@@ -61,13 +61,16 @@ std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w
 // Any FP8 accumulation model (accumulation.hpp) evaluated on the GPU: d[m,n] as
 // `accum_model::evaluate` gives it, the same text the CPU reference compiles, bit for bit. `a`
 // [m,k] and `w` [n,k] FP8 codes of formats `fa`, `fw`; non-finite codes and invalid models are
-// input errors (the CPU's checks). `kernel` (optional) receives the kernel's identity.
+// input errors (the CPU's checks). `kernel` (optional) receives the kernel's identity. Models with
+// a fast path run the fp64 per-output kernel (src/accum/fp8_model_fp64.hpp); `reference_kernel`
+// forces the int128 text of accumulation.hpp instead (the tests and the benchmark compare the two).
 std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
-                                          Fp8Format fw, AccumShape s, std::string* kernel = nullptr);
+                                          Fp8Format fw, AccumShape s, std::string* kernel = nullptr,
+                                          bool reference_kernel = false);
 
 #ifndef QC_WITH_CUDA
 inline std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel&, const uint8_t*, Fp8Format, const uint8_t*,
-                                                 Fp8Format, AccumShape, std::string*) {
+                                                 Fp8Format, AccumShape, std::string*, bool) {
   QC_FAIL_INPUT("fp8_model_evaluate_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
 }
 inline bool cuda_available(std::string* reason) {

@@ -101,7 +101,7 @@ std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w
 }
 
 std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
-                                          Fp8Format fw, AccumShape s, std::string* kernel) {
+                                          Fp8Format fw, AccumShape s, std::string* kernel, bool reference_kernel) {
   validate_fp8_gemm(model, Fp8Gemm{a, fa, w, fw, s});  // the CPU's checks: finite codes, valid model
   QC_INPUT(s.m <= INT32_MAX && s.n <= INT32_MAX, "fp8_model_evaluate_gpu: expected M, N in int32 range, found M={} N={}",
            s.m, s.n);
@@ -110,10 +110,11 @@ std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint
   cuda::require_device("fp8_model_evaluate_gpu");
   cuda::DeviceBuffer<uint8_t> da(std::span<const uint8_t>(a, static_cast<size_t>(s.m * s.k)));
   cuda::DeviceBuffer<uint8_t> dw(std::span<const uint8_t>(w, static_cast<size_t>(s.n * s.k)));
+  cuda::DeviceBuffer<uint8_t> dwt(static_cast<size_t>(s.n * s.k));  // w transposed by the fp64 kernel's pre-pass
   cuda::DeviceBuffer<float> d(static_cast<size_t>(s.m * s.n));
   const std::string name = cuda::checked_launch(
-      cuda_kernels::launch_fp8_accum_model(model, da.get(), fa, dw.get(), fw, d.get(), static_cast<int>(s.m),
-                                           static_cast<int>(s.n), s.k, nullptr),
+      cuda_kernels::launch_fp8_accum_model(model, da.get(), fa, dw.get(), fw, dwt.get(), d.get(), static_cast<int>(s.m),
+                                           static_cast<int>(s.n), s.k, reference_kernel, nullptr),
       "fp8_model_evaluate_gpu");
   QC_CUDA_CHECK(cudaDeviceSynchronize());
   if (kernel != nullptr) *kernel = name;

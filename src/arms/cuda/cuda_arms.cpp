@@ -205,12 +205,15 @@ class CublasLtFp8Arm final : public Arm {
   explicit CublasLtFp8Arm(bool fast) : fast_(fast) {}
   // The model a run follows, or none with the reason: a split-K algorithm (chosen by cuBLASLt's
   // heuristic for small M and large K) was measured off the one-pass models.
+  // The model this run follows: the declared one for one pass over K, its split-K form when
+  // cuBLASLt split K and reduced the partials in fp32 (measured), none otherwise (with the reason).
   static void declare_model(nlohmann::json& extra, const std::string& model, long long split_k, long long reduction) {
     extra["split_k"] = split_k;
     extra["reduction_scheme"] = reduction;
-    const std::string refusal = split_k_refusal(split_k, reduction, model);
+    std::string refusal;
+    const std::string followed = cublaslt_split_k_model(model, split_k, reduction, refusal);
     if (refusal.empty()) {
-      extra["accumulation_model"] = model;
+      extra["accumulation_model"] = followed;
       extra.erase("accumulation_model_refused");
     } else {
       extra["accumulation_model"] = nullptr;

@@ -39,6 +39,7 @@
 #include <system_error>
 #include <thread>
 
+#include "accum/fp8_model.hpp"
 #include "arms/plugin/plugin_protocol.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/arm_abi.h"
@@ -59,6 +60,9 @@ namespace proto = plugin_protocol;
 // The bf16 pattern `y` is filled with before `run`: a quiet NaN, so an element the plugin
 // forgets to write fails every check instead of passing as a plausible zero.
 constexpr uint16_t kUnwrittenBf16 = 0x7FC1;
+constexpr uint32_t kUnwrittenF32 = 0x7FC00001;  // FP8 calls: `d` before the plugin writes it (a NaN)
+// The descriptor's appended `accumulation_model` is read only when `struct_size` covers it.
+constexpr size_t kArmSizeWithModel = offsetof(qc_arm_v1, accumulation_model) + sizeof(const char*);
 constexpr size_t kErrorBufferSize = proto::kErrorBufferSize;
 constexpr size_t kMaxNameBytes = 1024;
 constexpr double kDefaultTimeoutSeconds = 600;
@@ -91,9 +95,9 @@ PluginFile resolve_plugin(std::string_view prefix, std::string_view given) {
 // The descriptor's fields as read from the library (by this process or by the worker).
 struct Descriptor {
   uint32_t abi_version = 0, struct_size = 0;
-  bool has_name = false, has_epilogue = false, has_run = false;
+  bool has_name = false, has_epilogue = false, has_run = false, has_model = false;
   uint64_t flags = 0;
-  std::string name, epilogue;
+  std::string name, epilogue, accumulation_model;
 };
 
 // Everything the library declares, checked before its `run` is ever called.
@@ -103,9 +107,9 @@ void validate(const std::string& path, const Descriptor& d) {
   QC_INPUT(d.abi_version == QC_ARM_ABI_VERSION,
            "plugin `{}`: field `abi_version`: expected {} (QC_ARM_ABI_VERSION of this qconform), found {}", p,
            QC_ARM_ABI_VERSION, d.abi_version);
-  QC_INPUT(d.struct_size >= sizeof(qc_arm_v1),
-           "plugin `{}`: field `struct_size`: expected >= {} (sizeof(qc_arm_v1)), found {}", p, sizeof(qc_arm_v1),
-           d.struct_size);
+  QC_INPUT(d.struct_size >= QC_ARM_V1_MIN_SIZE,
+           "plugin `{}`: field `struct_size`: expected >= {} (QC_ARM_V1_MIN_SIZE, the first qc_arm_v1), found {}", p,
+           QC_ARM_V1_MIN_SIZE, d.struct_size);
   QC_INPUT(d.has_name && !d.name.empty(),
            "plugin `{}`: field `name`: expected a non-empty kernel identity string, found {}", p,
            d.has_name ? "\"\"" : "NULL");
@@ -122,7 +126,20 @@ void validate(const std::string& path, const Descriptor& d) {
   QC_INPUT((d.flags & ~uint64_t{QC_ARM_FLAG_WRITES_ACC}) == 0,
            "plugin `{}`: field `flags`: expected only QC_ARM_FLAG_* bits (0x{:x}), found 0x{:x}", p,
            QC_ARM_FLAG_WRITES_ACC, d.flags);
-  if (d.has_epilogue) {
+  if (d.has_model) {
+    // An FP8 plugin: a model qconform can evaluate; qconform applies the FP8 epilogue itself and
+    // there is no INT32 accumulator.
+    try {
+      (void)fp8_accumulation_model(d.accumulation_model);
+    } catch (const Error& e) {
+      QC_FAIL_INPUT("plugin `{}`: field `accumulation_model`: {}", p, printable(e.what()));
+    }
+    QC_INPUT(!d.has_epilogue, "plugin `{}`: field `epilogue`: expected NULL for an FP8 plugin (accumulation_model "
+             "\"{}\": qconform applies the `{}` epilogue to its fp32 output), found \"{}\"", p,
+             printable(d.accumulation_model), fp8_epilogue().name, printable(d.epilogue));
+    QC_INPUT((d.flags & QC_ARM_FLAG_WRITES_ACC) == 0, "plugin `{}`: field `flags`: QC_ARM_FLAG_WRITES_ACC with "
+             "accumulation_model \"{}\": an FP8 plugin has no INT32 accumulator", p, printable(d.accumulation_model));
+  } else if (d.has_epilogue) {
     try {
       (void)qc::epilogue(d.epilogue);
     } catch (const Error& e) {
@@ -143,9 +160,72 @@ struct Loaded {
     i.description = fmt::format("plugin `{}` ({}), kernel `{}`, {}", printable(file.path), file.sha256,
                                 printable(d.name),
                                 isolated ? "isolated in a worker process" : "in-process (unprotected)");
-    i.epilogue = d.has_epilogue ? d.epilogue : "";
+    i.epilogue = d.has_model ? std::string(fp8_epilogue().name) : d.has_epilogue ? d.epilogue : "";
     i.exposes_accumulator = (d.flags & QC_ARM_FLAG_WRITES_ACC) != 0;
+    i.accumulation_model = d.has_model ? d.accumulation_model : "";
     return i;
+  }
+
+  nlohmann::json identity_extra() const {
+    nlohmann::json x = {{"plugin_path", file.path},
+                        {"plugin_sha256", file.sha256},
+                        {"abi_version", d.abi_version},
+                        {"flags", d.flags},
+                        {"isolation", isolated ? "process" : "none"}};
+    if (d.has_model) {
+      x["accumulation_model"] = d.accumulation_model;
+      x["accumulation_model_declared_by"] = "the plugin's descriptor (its declaration, not a measurement)";
+    }
+    return x;
+  }
+
+  // An FP8 call returned `rc`: the plugin's refusal is an input error naming the GEMM.
+  std::vector<float> finish_fp8(int64_t m, int64_t n, int64_t k, int rc, const char* error, const float* d0) const {
+    if (rc != 0) {
+      constexpr size_t kShown = 1024;
+      const std::string_view raw(error);
+      std::string message = error[0] != '\0' ? printable(raw.substr(0, kShown)) : "(the plugin wrote no message)";
+      if (raw.size() > kShown) message += fmt::format(" ... ({} more bytes)", raw.size() - kShown);
+      QC_FAIL_INPUT("plugin `{}` (kernel `{}`): run failed with code {} on an FP8 GEMM (m={} n={} k={}): {}",
+                    printable(file.path), printable(d.name), rc, m, n, k, message);
+    }
+    return std::vector<float>(d0, d0 + m * n);
+  }
+
+  // The record of an FP8 call (`Arm::fp8_accumulate`).
+  nlohmann::json fp8_record() const {
+    return {{"arm", label},
+            {"kernel", d.name},
+            {"accumulation_model", d.accumulation_model},
+            {"accumulation_formula", accumulation_formula(fp8_accumulation_model(d.accumulation_model).model)},
+            {"plugin", identity_extra()}};
+  }
+
+  // `run` of an FP8 plugin: the layer's e4m3 codes through `fp8` (the plugin's FP8 call), then the
+  // FP8 epilogue, as every FP8 arm does.
+  template <class Fp8Call>
+  ArmOutput run_fp8(const LayerOperands& ops, Fp8Call&& fp8) const {
+    ops.validate();
+    QC_INPUT(!ops.has_bias(), "arm `{}`: layer `{}`: the FP8 arms take no bias (not modelled)", printable(label),
+             printable(ops.name));
+    const Fp8LayerCodes codes = fp8_layer_codes(label, ops);
+    QC_INPUT(codes.a_format == Fp8Format::e4m3 && codes.w_format == Fp8Format::e4m3,
+             "arm `{}`: layer `{}`: e5m2 operands: the plugin ABI passes e4m3fn codes only", printable(label),
+             printable(ops.name));
+    const std::vector<float> gemm = fp8(codes.a.data(), codes.w.data(), ops.m, ops.n, ops.k);
+    ArmOutput out;
+    out.y.resize(gemm.size());
+    apply_epilogue(fp8_epilogue(), gemm.data(), ops.a_scale.data(), ops.w_scale.data(), nullptr, ops.m, ops.n,
+                   out.y.data());
+    out.record.arm = label;
+    out.record.kernel = d.name;
+    out.record.epilogue = std::string(fp8_epilogue().name);
+    out.record.device = cpu_description();
+    out.record.library = fmt::format("plugin {} {}", file.path, file.sha256);
+    out.record.build = build_flags();
+    out.record.extra = identity_extra();
+    out.record.extra["operands"] = codes.description;
+    return out;
   }
 
   // "arm `plugin:x.so` (kernel `k`) ... on layer `L` (m=.. n=.. k=..)": how every run-time
@@ -181,11 +261,7 @@ struct Loaded {
     out.record.device = cpu_description();
     out.record.library = fmt::format("plugin {} {}", file.path, file.sha256);
     out.record.build = build_flags();
-    out.record.extra = {{"plugin_path", file.path},
-                        {"plugin_sha256", file.sha256},
-                        {"abi_version", d.abi_version},
-                        {"flags", d.flags},
-                        {"isolation", isolated ? "process" : "none"}};
+    out.record.extra = identity_extra();
     return out;
   }
 };
@@ -218,7 +294,11 @@ class InprocPluginArm final : public Arm {
     Descriptor& d = lp_.d;
     d.abi_version = arm_->abi_version;
     d.struct_size = arm_->struct_size;
-    if (d.abi_version == QC_ARM_ABI_VERSION && d.struct_size >= sizeof(qc_arm_v1)) {
+    if (d.abi_version == QC_ARM_ABI_VERSION && d.struct_size >= QC_ARM_V1_MIN_SIZE) {
+      if (d.struct_size >= kArmSizeWithModel && arm_->accumulation_model != nullptr) {
+        d.has_model = true;
+        d.accumulation_model.assign(arm_->accumulation_model, strnlen(arm_->accumulation_model, proto::kMaxString));
+      }
       d.has_name = arm_->name != nullptr;
       d.has_epilogue = arm_->epilogue != nullptr;
       d.has_run = arm_->run != nullptr;
@@ -231,7 +311,20 @@ class InprocPluginArm final : public Arm {
 
   ArmInfo info() const override { return lp_.info(); }
 
+  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                    nlohmann::json& record, int threads) override {
+    if (!lp_.d.has_model) return Arm::fp8_accumulate(a, w, m, n, k, record, threads);  // the INT8 refusal
+    std::vector<float> d = call_fp8(a, w, m, n, k);
+    record = lp_.fp8_record();
+    return d;
+  }
+
   ArmOutput run(const LayerOperands& ops) override {
+    if (lp_.d.has_model) {
+      return lp_.run_fp8(ops, [&](const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
+        return call_fp8(a, w, m, n, k);
+      });
+    }
     ops.validate();
     const size_t count = static_cast<size_t>(ops.m * ops.n);
     std::vector<uint16_t> y(count, kUnwrittenBf16);
@@ -260,6 +353,28 @@ class InprocPluginArm final : public Arm {
   }
 
  private:
+  std::vector<float> call_fp8(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
+    float unwritten;
+    std::memcpy(&unwritten, &kUnwrittenF32, sizeof unwritten);
+    std::vector<float> d(static_cast<size_t>(m * n), unwritten);
+    std::vector<char> error(kErrorBufferSize, '\0');
+    int acc_written = 0;
+    qc_arm_args_v1 args{};
+    args.struct_size = sizeof(qc_arm_args_v1);
+    args.m = m;
+    args.n = n;
+    args.k = k;
+    args.a_q = reinterpret_cast<const int8_t*>(a);
+    args.w_q = reinterpret_cast<const int8_t*>(w);
+    args.acc_written = &acc_written;
+    args.error = error.data();
+    args.error_size = error.size();
+    args.d = d.data();
+    const int rc = arm_->run(arm_->ctx, &args);
+    error.back() = '\0';
+    return lp_.finish_fp8(m, n, k, rc, error.data(), d.data());
+  }
+
   Loaded lp_;
   std::shared_ptr<void> handle_;
   const qc_arm_v1* arm_ = nullptr;
@@ -404,6 +519,26 @@ struct Layout {
     y_bytes = 2 * m * n;
     acc_bytes = 4 * m * n;
     acc_written = 0;
+    guards[0] = round_up(64 + kErrorBufferSize, page);
+    error = guards[0] - kErrorBufferSize;
+    const auto place = [&](uint64_t start, uint64_t bytes, uint64_t& offset, uint64_t& guard) {
+      guard = start + round_up(std::max<uint64_t>(bytes, 1), page);
+      offset = (guard - bytes) / 64 * 64;
+    };
+    place(guards[0] + page, y_bytes, y, guards[1]);
+    place(guards[1] + page, acc_bytes, acc, guards[2]);
+    outputs_size = guards[2] + page;
+  }
+
+  // An FP8 call: inputs the codes `a` [m,k] and `w` [n,k]; the output `d` [m,n] fp32 takes the
+  // place of `y` (guarded the same way), no accumulator.
+  Layout(int64_t m64, int64_t n64, int64_t k64, size_t page) {
+    const uint64_t m = static_cast<uint64_t>(m64), n = static_cast<uint64_t>(n64), k = static_cast<uint64_t>(k64);
+    inputs.push_back({"a", 0, m * k, 1, k64});
+    inputs.push_back({"w", round_up(m * k, 64), n * k, 1, k64});
+    inputs_size = round_up(std::max<uint64_t>(inputs[1].offset + n * k, 1), page);
+    y_bytes = 4 * m * n;
+    acc_bytes = 0;
     guards[0] = round_up(64 + kErrorBufferSize, page);
     error = guards[0] - kErrorBufferSize;
     const auto place = [&](uint64_t start, uint64_t bytes, uint64_t& offset, uint64_t& guard) {
@@ -619,7 +754,20 @@ class IsolatedPluginArm final : public Arm {
 
   ArmInfo info() const override { return lp_.info(); }
 
+  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                    nlohmann::json& record, int threads) override {
+    if (!lp_.d.has_model) return Arm::fp8_accumulate(a, w, m, n, k, record, threads);  // the INT8 refusal
+    std::vector<float> d = call_fp8(a, w, m, n, k);
+    record = lp_.fp8_record();
+    return d;
+  }
+
   ArmOutput run(const LayerOperands& ops) override {
+    if (lp_.d.has_model) {
+      return lp_.run_fp8(ops, [&](const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
+        return call_fp8(a, w, m, n, k);
+      });
+    }
     ops.validate();
     std::lock_guard<std::mutex> lock(mutex_);  // one request in flight per worker
     if (!worker_) restart();
@@ -657,9 +805,62 @@ class IsolatedPluginArm final : public Arm {
     q.acc = lay.acc;
     q.acc_written = lay.acc_written;
     q.error = lay.error;
+    q.d = proto::kNone;
     std::copy(std::begin(lay.guards), std::end(lay.guards), std::begin(q.guards));
 
-    const std::string where = lp_.where(ops);
+    const int rc = exchange(q, lay, lp_.where(ops), "y");
+    std::vector<char> error(out.base + lay.error, out.base + lay.error + kErrorBufferSize);
+    error.back() = '\0';
+    int acc_written = 0;
+    std::memcpy(&acc_written, out.base + lay.acc_written, sizeof acc_written);
+    const auto* y0 = reinterpret_cast<const uint16_t*>(out.base + lay.y);
+    const auto* acc0 = reinterpret_cast<const int32_t*>(out.base + lay.acc);
+    const size_t count = static_cast<size_t>(ops.m * ops.n);
+    std::vector<int32_t> acc;
+    if (acc_written != 0) acc.assign(acc0, acc0 + count);
+    return lp_.finish(ops, rc, error.data(), acc_written, std::vector<uint16_t>(y0, y0 + count), std::move(acc));
+  }
+
+ private:
+  // One FP8 call: the codes into the operand mapping, `d` out of the output mapping.
+  std::vector<float> call_fp8(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!worker_) restart();
+    const Layout lay(m, n, k, page_size());
+    SharedBuffer& in = worker_->inputs();
+    SharedBuffer& out = worker_->outputs();
+    in.reserve(lay.inputs_size, "operands");
+    out.reserve(lay.outputs_size, "outputs");
+    std::memcpy(in.base + lay.inputs[0].offset, a, lay.inputs[0].bytes);
+    std::memcpy(in.base + lay.inputs[1].offset, w, lay.inputs[1].bytes);
+    std::fill_n(reinterpret_cast<uint32_t*>(out.base + lay.y), m * n, kUnwrittenF32);
+    std::memset(out.base + lay.acc_written, 0, sizeof(int));
+    std::memset(out.base + lay.error, 0, kErrorBufferSize);
+    proto::RunRequest q{};
+    q.h = {proto::kMagic, proto::MessageType::run};
+    q.m = m;
+    q.n = n;
+    q.k = k;
+    q.inputs_size = in.size;
+    q.outputs_size = out.size;
+    q.a_q = lay.inputs[0].offset;
+    q.w_q = lay.inputs[1].offset;
+    q.a_scale = q.w_scale = q.bias = q.y = q.acc = proto::kNone;
+    q.acc_written = lay.acc_written;
+    q.error = lay.error;
+    q.d = lay.y;
+    std::copy(std::begin(lay.guards), std::end(lay.guards), std::begin(q.guards));
+    const std::string where = fmt::format("arm `{}` (kernel `{}`) on an FP8 GEMM (m={} n={} k={})", printable(lp_.label),
+                                          printable(lp_.d.name), m, n, k);
+    const int rc = exchange(q, lay, where, "d");
+    std::vector<char> error(out.base + lay.error, out.base + lay.error + kErrorBufferSize);
+    error.back() = '\0';
+    return lp_.finish_fp8(m, n, k, rc, error.data(), reinterpret_cast<const float*>(out.base + lay.y));
+  }
+
+  // Sends `q` and waits for `run` to return: its return code, or the arm's failure (a time limit,
+  // a fault, the worker's end), named with `where`; `output` names the buffer at `lay.y`.
+  int exchange(const proto::RunRequest& q, const Layout& lay, const std::string& where, const char* output) {
     const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_));
     if (!worker_->send(&q, sizeof q)) fail(fmt::format("{} failed: {}", where, ended(std::chrono::milliseconds(1000))));
 
@@ -668,18 +869,7 @@ class IsolatedPluginArm final : public Arm {
     if (st == ReadStatus::ok && h.magic == proto::kMagic && h.type == proto::MessageType::done) {
       proto::Done d{};
       st = worker_->read(reinterpret_cast<char*>(&d) + sizeof h, sizeof d - sizeof h, deadline);
-      if (st == ReadStatus::ok) {
-        std::vector<char> error(out.base + lay.error, out.base + lay.error + kErrorBufferSize);
-        error.back() = '\0';
-        int acc_written = 0;
-        std::memcpy(&acc_written, out.base + lay.acc_written, sizeof acc_written);
-        const auto* y0 = reinterpret_cast<const uint16_t*>(out.base + lay.y);
-        const auto* acc0 = reinterpret_cast<const int32_t*>(out.base + lay.acc);
-        const size_t count = static_cast<size_t>(ops.m * ops.n);
-        std::vector<int32_t> acc;
-        if (acc_written != 0) acc.assign(acc0, acc0 + count);
-        return lp_.finish(ops, d.rc, error.data(), acc_written, std::vector<uint16_t>(y0, y0 + count), std::move(acc));
-      }
+      if (st == ReadStatus::ok) return d.rc;
     }
     if (st == ReadStatus::timeout) {
       worker_->kill_now();
@@ -697,7 +887,7 @@ class IsolatedPluginArm final : public Arm {
                            where, lay.describe_input(f.offset), how));
         }
         if (f.region == proto::FaultRegion::guard && f.guard_index < 3) {
-          static constexpr const char* kBuffers[3] = {"error", "y", "acc"};
+          const char* const kBuffers[3] = {"error", output, "acc"};
           const uint64_t end = f.guard_index == 0   ? lay.error + kErrorBufferSize
                                : f.guard_index == 1 ? lay.y + lay.y_bytes
                                                     : lay.acc + lay.acc_bytes;
@@ -716,7 +906,6 @@ class IsolatedPluginArm final : public Arm {
                      h.magic, static_cast<uint32_t>(h.type)));
   }
 
- private:
   static size_t page_size() {
     const long p = sysconf(_SC_PAGESIZE);
     return p > 0 ? static_cast<size_t>(p) : 4096;
@@ -777,7 +966,8 @@ class IsolatedPluginArm final : public Arm {
       proto::Hello hello{};
       Descriptor d;
       if (worker_->read(reinterpret_cast<char*>(&hello) + sizeof h, sizeof hello - sizeof h, deadline) == ReadStatus::ok &&
-          read_string(hello.name_size, d.name) && read_string(hello.epilogue_size, d.epilogue)) {
+          read_string(hello.name_size, d.name) && read_string(hello.epilogue_size, d.epilogue) &&
+          read_string(hello.model_size, d.accumulation_model)) {
         if (hello.protocol_version != proto::kProtocolVersion) worker_.reset();
         QC_INPUT(hello.protocol_version == proto::kProtocolVersion,
                  "isolated plugin arm: the worker `{}` speaks protocol {}, this qconform {} (a host from another "
@@ -788,11 +978,14 @@ class IsolatedPluginArm final : public Arm {
         d.has_name = hello.has_name != 0;
         d.has_epilogue = hello.has_epilogue != 0;
         d.has_run = hello.has_run != 0;
+        d.has_model = hello.has_model != 0;
         d.flags = hello.flags;
         if (!lp_.d.name.empty()) {
           // A restart: the library must still be the one first loaded.
-          if (d.name != lp_.d.name || d.flags != lp_.d.flags || d.epilogue != lp_.d.epilogue) worker_.reset();
-          QC_INPUT(d.name == lp_.d.name && d.flags == lp_.d.flags && d.epilogue == lp_.d.epilogue,
+          const bool same = d.name == lp_.d.name && d.flags == lp_.d.flags && d.epilogue == lp_.d.epilogue &&
+                            d.accumulation_model == lp_.d.accumulation_model;
+          if (!same) worker_.reset();
+          QC_INPUT(same,
                    "plugin `{}`: its descriptor changed since the arm was created", p);
           return;
         }

@@ -22,7 +22,7 @@
 
 namespace qc::plugin_protocol {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;  // 2: FP8 plugins (Hello's model, RunRequest::d)
 inline constexpr uint32_t kMagic = 0x51435048;  // "QCPH"
 inline constexpr int kSocketFd = 3;
 inline constexpr int kInputsFd = 4;
@@ -59,6 +59,9 @@ struct Hello {
   uint64_t flags;
   uint64_t name_size;      // bytes of `name` that follow (no NUL)
   uint64_t epilogue_size;  // bytes of `epilogue` that follow
+  uint32_t has_model;      // `accumulation_model` present (struct_size covers it) and non-NULL
+  uint32_t reserved;
+  uint64_t model_size;     // bytes of `accumulation_model` that follow the epilogue
 };
 
 enum class LoadFailure : uint32_t { dlopen = 1, no_symbol = 2, entry_null = 3, protocol = 4 };
@@ -81,6 +84,8 @@ struct RunRequest {
   uint64_t a_q, a_scale, w_q, w_scale, bias;   // offsets into the inputs (bias: kNone when absent)
   uint64_t y, acc, acc_written, error;         // offsets into the outputs (acc: kNone when not wanted)
   uint64_t guards[3];                          // offsets of the inaccessible pages (one page each)
+  uint64_t d;  // FP8 calls: offset of d [m,n] fp32 in the outputs (a_q, w_q: the codes; the other
+               // operands and y, acc: kNone); kNone on INT8 calls
 };
 
 struct Done {

@@ -173,8 +173,13 @@ void send_hello(const qc_arm_v1* arm) {
   h.protocol_version = proto::kProtocolVersion;
   h.abi_version = arm->abi_version;
   h.struct_size = arm->struct_size;
-  std::string name, epilogue;
-  if (arm->abi_version == QC_ARM_ABI_VERSION && arm->struct_size >= sizeof(qc_arm_v1)) {
+  std::string name, epilogue, model;
+  if (arm->abi_version == QC_ARM_ABI_VERSION && arm->struct_size >= QC_ARM_V1_MIN_SIZE) {
+    if (arm->struct_size >= offsetof(qc_arm_v1, accumulation_model) + sizeof(const char*) &&
+        arm->accumulation_model != nullptr) {
+      h.has_model = 1;
+      model.assign(arm->accumulation_model, strnlen(arm->accumulation_model, proto::kMaxString));
+    }
     h.has_name = arm->name != nullptr;
     h.has_epilogue = arm->epilogue != nullptr;
     h.has_run = arm->run != nullptr;
@@ -184,8 +189,9 @@ void send_hello(const qc_arm_v1* arm) {
   }
   h.name_size = name.size();
   h.epilogue_size = epilogue.size();
+  h.model_size = model.size();
   if (!write_all(&h, sizeof h) || !write_all(name.data(), name.size()) ||
-      !write_all(epilogue.data(), epilogue.size())) {
+      !write_all(epilogue.data(), epilogue.size()) || !write_all(model.data(), model.size())) {
     _exit(0);  // the parent is gone
   }
 }
@@ -234,10 +240,15 @@ void serve(const qc_arm_v1* arm) {
       if (g_guards[g] != 0) mprotect(reinterpret_cast<void*>(g_guards[g]), g_page, PROT_READ | PROT_WRITE);
     }
     const uint64_t in = inputs.size, out = outputs.size;
-    if (!within(q.a_q, m * k, in) || !within(q.a_scale, 4 * m, in) || !within(q.w_q, n * k, in) ||
+    const bool fp8 = q.d != proto::kNone;  // an FP8 call: codes in, d out
+    if (fp8 && (!within(q.a_q, m * k, in) || !within(q.w_q, n * k, in) || !within(q.d, 4 * m * n, out) ||
+                !within(q.acc_written, sizeof(int), out) || !within(q.error, proto::kErrorBufferSize, out))) {
+      protocol_failure("offsets outside the mappings");
+    }
+    if (!fp8 && (!within(q.a_q, m * k, in) || !within(q.a_scale, 4 * m, in) || !within(q.w_q, n * k, in) ||
         !within(q.w_scale, 4 * n, in) || (q.bias != proto::kNone && !within(q.bias, 2 * n, in)) ||
         !within(q.y, 2 * m * n, out) || (q.acc != proto::kNone && !within(q.acc, 4 * m * n, out)) ||
-        !within(q.acc_written, sizeof(int), out) || !within(q.error, proto::kErrorBufferSize, out)) {
+        !within(q.acc_written, sizeof(int), out) || !within(q.error, proto::kErrorBufferSize, out))) {
       protocol_failure("offsets outside the mappings");
     }
     for (int g = 0; g < 3; ++g) {
@@ -254,12 +265,16 @@ void serve(const qc_arm_v1* arm) {
     args.n = q.n;
     args.k = q.k;
     args.a_q = reinterpret_cast<const int8_t*>(inputs.at(q.a_q));
-    args.a_scale = reinterpret_cast<const float*>(inputs.at(q.a_scale));
     args.w_q = reinterpret_cast<const int8_t*>(inputs.at(q.w_q));
-    args.w_scale = reinterpret_cast<const float*>(inputs.at(q.w_scale));
-    args.bias = q.bias == proto::kNone ? nullptr : reinterpret_cast<const uint16_t*>(inputs.at(q.bias));
-    args.y = reinterpret_cast<uint16_t*>(outputs.at(q.y));
-    args.acc = q.acc == proto::kNone ? nullptr : reinterpret_cast<int32_t*>(outputs.at(q.acc));
+    if (fp8) {
+      args.d = reinterpret_cast<float*>(outputs.at(q.d));
+    } else {
+      args.a_scale = reinterpret_cast<const float*>(inputs.at(q.a_scale));
+      args.w_scale = reinterpret_cast<const float*>(inputs.at(q.w_scale));
+      args.bias = q.bias == proto::kNone ? nullptr : reinterpret_cast<const uint16_t*>(inputs.at(q.bias));
+      args.y = reinterpret_cast<uint16_t*>(outputs.at(q.y));
+      args.acc = q.acc == proto::kNone ? nullptr : reinterpret_cast<int32_t*>(outputs.at(q.acc));
+    }
     args.acc_written = reinterpret_cast<int*>(outputs.at(q.acc_written));
     args.error = outputs.at(q.error);
     args.error_size = proto::kErrorBufferSize;
@@ -291,7 +306,7 @@ int main(int argc, char** argv) {
   const qc_arm_v1* arm = load(argv[2]);
   send_hello(arm);
   // The parent stops here when it refuses the descriptor; `run` is called only on a Run request.
-  if (arm->abi_version != QC_ARM_ABI_VERSION || arm->struct_size < sizeof(qc_arm_v1) || arm->run == nullptr) {
+  if (arm->abi_version != QC_ARM_ABI_VERSION || arm->struct_size < QC_ARM_V1_MIN_SIZE || arm->run == nullptr) {
     proto::RunRequest q{};
     while (read_all(&q, sizeof q)) protocol_failure("a run request for a descriptor the parent must refuse");
     return 0;

@@ -1,0 +1,121 @@
+// `conform` identifies an arm that declares no formula before anything else, and the identified
+// formula is that arm's declaration for the rest of conform (C6's predicted set); `--no-identify`
+// (ConformOptions::identify = false) leaves it undeclared. The arm is a plugin with the example
+// arm's arithmetic (`vllm-triton`) and no declared formula (tests/unit/plugins/undeclared_arm.c),
+// compiled here.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "checks/conform.hpp"
+#include "qconform/arm.hpp"
+#include "qconform/report.hpp"
+#include "temp_dir.hpp"
+
+namespace qc {
+namespace {
+
+// `fault`: built with -DUNDECLARED_FAULT (every seventh output's last bit flipped).
+std::string compile_undeclared_plugin(const test::TempDir& dir, bool fault = false) {
+  const std::string out = dir.file(fault ? "libundeclared_fault.so" : "libundeclared_arm.so");
+  const std::string cmd = fmt::format(
+      "cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{0}/include' -I'{0}/examples/plugin' {2} "
+      "'{0}/tests/unit/plugins/undeclared_arm.c' -o '{1}' 2>&1",
+      QC_SOURCE_DIR, out, fault ? "-DUNDECLARED_FAULT" : "");
+  return std::system(cmd.c_str()) == 0 ? out : std::string();
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST(ConformIdentify, AnUndeclaredArmIsIdentifiedAndItsFormulaDeclared) {
+  test::TempDir dir("conform-identify");
+  const std::string so = compile_undeclared_plugin(dir);
+  if (so.empty()) GTEST_SKIP() << "SKIPPED: no C compiler (`cc`) to build tests/unit/plugins/undeclared_arm.c";
+  const std::string label = "plugin-inproc:" + so;
+  ASSERT_TRUE(make_arm(label)->info().epilogue.empty()) << "the test plugin must declare no formula";
+
+  ConformOptions o;
+  o.arm_a = "cpu:vllm-cutlass";
+  o.arm_b = label;
+  o.synthetic_config = "tiny";
+  o.max_new = 4;
+  o.out_dir = dir.file("identify");
+  const ConformOutcome with = run_conform(o);
+  const nlohmann::json& arms = with.results.at("arms");
+  ASSERT_EQ(arms.size(), 2u);
+  // Arm A declares its formula; arm B is identified as the arithmetic the plugin runs.
+  EXPECT_EQ(arms[0]["formula"]["source"], "declared") << arms[0].dump(1);
+  EXPECT_EQ(arms[0]["formula"]["declared"], "vllm-cutlass");
+  const nlohmann::json& f = arms[1].at("formula");
+  ASSERT_EQ(f["verdict"], "identified") << f.dump(1);
+  EXPECT_EQ(f["declared"], "vllm-triton") << f.dump(1);
+  EXPECT_GT(f["heldout"]["outputs"].get<int64_t>(), 0);
+  EXPECT_EQ(f["heldout"]["matching"], f["heldout"]["outputs"]);
+  EXPECT_EQ(f["provenance"], fmt::format("identified by qconform identify, {} probes, held-out {}/{}", f["probes"].get<int64_t>(),
+                                         f["heldout"]["matching"].get<int64_t>(), f["heldout"]["outputs"].get<int64_t>()));
+  // ... and declared for the rest of conform: verify ran it as vllm-triton, checked it against that
+  // formula and predicted the differences with A exactly (predicted_diff is -1 when an arm declares
+  // nothing).
+  EXPECT_EQ(arms[1]["epilogue"], "vllm-triton");
+  EXPECT_NE(arms[1]["description"].get<std::string>().find(f["provenance"].get<std::string>()), std::string::npos);
+  int64_t runs = 0;
+  for (const auto& run : with.results["verify"]["runs"]) {
+    ++runs;
+    EXPECT_GE(run["predicted_diff"].get<int64_t>(), 0) << run.dump();
+    EXPECT_EQ(run["formula_mismatch"], nlohmann::json::array({0, 0})) << run.dump();
+    EXPECT_TRUE(run["predicted_equals_observed"].get<bool>()) << run.dump();
+  }
+  EXPECT_GT(runs, 0);
+  EXPECT_TRUE(with.passed);
+  // The report shows the identified formula.
+  const std::string html = slurp(with.report_path);
+  EXPECT_NE(html.find(html_escape(f["formula"].get<std::string>())), std::string::npos);
+  EXPECT_NE(html.find("identified by <code>qconform identify</code>"), std::string::npos);
+
+  // --no-identify: the arm goes on undeclared, as before.
+  o.identify = false;
+  o.out_dir = dir.file("no-identify");
+  const ConformOutcome without = run_conform(o);
+  const nlohmann::json& b = without.results.at("arms")[1];
+  EXPECT_EQ(b["formula"]["source"], "none") << b.dump(1);
+  EXPECT_EQ(b["epilogue"], "");
+  for (const auto& run : without.results["verify"]["runs"]) EXPECT_EQ(run["predicted_diff"].get<int64_t>(), -1) << run.dump();
+}
+
+TEST(ConformIdentify, AnUnexplainedArmIsReportedAndGoesOnUndeclared) {
+  test::TempDir dir("conform-unexplained");
+  const std::string so = compile_undeclared_plugin(dir, /*fault=*/true);
+  if (so.empty()) GTEST_SKIP() << "SKIPPED: no C compiler (`cc`) to build tests/unit/plugins/undeclared_arm.c";
+  ConformOptions o;
+  o.arm_a = "cpu:vllm-cutlass";
+  o.arm_b = "plugin-inproc:" + so;
+  o.synthetic_config = "tiny";
+  o.max_new = 4;
+  o.out_dir = dir.file("out");
+  const ConformOutcome out = run_conform(o);
+  const nlohmann::json& b = out.results.at("arms")[1];
+  const nlohmann::json& f = b.at("formula");
+  EXPECT_EQ(f["source"], "identify") << f.dump(1);
+  ASSERT_EQ(f["verdict"], "unexplained") << f.dump(1);
+  EXPECT_FALSE(f["diagnosis"].empty()) << f.dump(1);
+  EXPECT_EQ(f["declared"], "");
+  EXPECT_FALSE(f.contains("provenance"));
+  // Conform went on without a declaration for B, as before.
+  EXPECT_EQ(b["epilogue"], "");
+  for (const auto& run : out.results["verify"]["runs"]) EXPECT_EQ(run["predicted_diff"].get<int64_t>(), -1) << run.dump();
+  const std::string html = slurp(out.report_path);
+  EXPECT_NE(html.find(">unexplained</span>"), std::string::npos);
+  EXPECT_NE(html.find("conform went on without a declared formula for this arm"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace qc
