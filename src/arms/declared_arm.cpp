@@ -25,6 +25,11 @@ class DeclaredArm final : public Arm {
     out.record.epilogue = epilogue_;
     return out;
   }
+  // An FP8 arm keeps its accumulation model and its fp32 accumulator (verify compares it with the model).
+  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                    nlohmann::json& record, int threads) override {
+    return arm_->fp8_accumulate(a, w, m, n, k, record, threads);
+  }
 
  private:
   std::unique_ptr<Arm> arm_;

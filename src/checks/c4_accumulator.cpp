@@ -2,10 +2,53 @@
 #include "checks/c4_accumulator.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
 
 namespace qc {
 
+namespace {
+
+// FP8: each exposed fp32 accumulator against the arm's declared model, bitwise; runs where the arm's
+// record refused its model are unmodelled, neither passed nor failed.
+CheckResult c4_fp8(const std::vector<LayerRun>& runs) {
+  CheckResult c4 = make_check("C4", Verdict::not_applicable);
+  int64_t compared = 0, mismatch = 0, unmodelled = 0;
+  std::vector<std::string> first, notes;
+  for (const LayerRun& r : runs) {
+    for (const auto& [mm, refused] : {std::pair{r.acc_mismatch_a, &r.unmodelled_a}, std::pair{r.acc_mismatch_b, &r.unmodelled_b}}) {
+      if (!refused->empty()) ++unmodelled;
+      if (mm < 0) continue;
+      ++compared;
+      mismatch += mm;
+    }
+    for (const std::string& s : r.acc_first_mismatch) {
+      if (first.size() < 10) first.push_back(s);
+    }
+    if (!r.acc_note.empty() && notes.size() < 2 &&
+        std::find(notes.begin(), notes.end(), r.acc_note) == notes.end()) {
+      notes.push_back(r.acc_note);
+    }
+  }
+  if (compared) c4.verdict = mismatch ? Verdict::fail : Verdict::pass;
+  c4.points_to = "the accumulation stage: the arm accumulates otherwise than its declared model (fraction bits, "
+                 "rounding, instruction k, promotion interval, K order)";
+  c4.summary = compared ? fmt::format("{} exposed fp32 accumulators compared with each arm's declared accumulation "
+                                      "model, bitwise: {} elements off their model",
+                                      compared, mismatch)
+                        : "no arm exposed an fp32 accumulator its model could be checked against";
+  if (unmodelled) c4.summary += fmt::format("; {} arm runs unmodelled (the arm's record refused its model)", unmodelled);
+  if (!notes.empty()) c4.summary += fmt::format(" ({})", fmt::join(notes, "; "));
+  c4.evidence = {{"compared", compared}, {"mismatched_elements", mismatch}, {"first", first},
+                 {"unmodelled_arm_runs", unmodelled}, {"reference", "declared accumulation models"}};
+  return c4;
+}
+
+}  // namespace
+
 CheckResult c4_accumulator(const std::vector<LayerRun>& runs) {
+  if (!runs.empty() && runs.front().fp8) return c4_fp8(runs);
   CheckResult c4 = make_check("C4", Verdict::not_applicable);
   int64_t c4_runs = 0, c4_mismatch = 0;
   std::vector<std::string> c4_first;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/parallel.hpp"
 #include "qconform/numerics.hpp"
@@ -24,6 +25,10 @@ void ElementTally::merge(const ElementTally& o, size_t max_listed) {
   for (const auto& f : o.acc_first) {
     if (acc_first.size() < 10) acc_first.push_back(f);
   }
+  model_acc_diff += o.model_acc_diff;
+  for (const auto& f : o.model_first) {
+    if (model_first.size() < 10) model_first.push_back(f);
+  }
   for (const auto& d : o.pow2_first) {
     if (pow2_first.size() < max_listed) pow2_first.push_back(d);
   }
@@ -40,6 +45,73 @@ void emulate_rows(const Epilogue& e, const ElementContext& run, int64_t r0, int6
                       ops.has_bias() ? ops.bias.data() : nullptr, ops.n, y.data(), 1);
 }
 
+uint32_t f32_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+// Rows [r0, r1) of an FP8 run: each arm against its model + epilogue (outputs and, when exposed, the
+// fp32 accumulator, bitwise), the predicted set (model A + epilogue != model B + epilogue) against the
+// observed one, and under power-of-two scales every observed difference where the models' accumulators
+// differ. An arm whose model was refused on this run is compared with nothing.
+void pass_fp8_rows(const ElementContext& run, int64_t r0, int64_t r1, ElementPass& part) {
+  const Fp8RunReference& f = *run.fp8;
+  const LayerOperands& ops = run.ops;
+  const int64_t cols = ops.n;
+  const size_t max_listed = run.compare.max_listed;
+  ElementTally& t = part.tally;
+  const uint16_t* y[2] = {run.out[0]->y.data(), run.out[1]->y.data()};
+  const bool both = f.modelled[0] && f.modelled[1];
+  for (int64_t row = r0; row < r1; ++row) {
+    for (int64_t col = 0; col < cols; ++col) {
+      const int64_t i = row * cols + col;
+      for (int s = 0; s < 2; ++s) {
+        const bool has_acc = f.arm_acc[s] != nullptr;
+        if (has_acc && f32_bits((*f.arm_acc[s])[i]) != f32_bits((*f.acc_d[s])[i])) {
+          ++t.acc_mismatch[s];
+          if (t.acc_first.size() < 10) {
+            const float got = (*f.arm_acc[s])[i], want = (*f.acc_d[s])[i];
+            t.acc_first.push_back(fmt::format("{} {}[{},{}]: fp32 accumulator {} (0x{:08x}), model {} gives {} (0x{:08x})",
+                                              s ? "B" : "A", ops.name, row, col, got, f32_bits(got), f.acc_model[s],
+                                              want, f32_bits(want)));
+          }
+        }
+        if (!f.modelled[s]) continue;
+        const float dm = (*f.d[s])[i];
+        const uint16_t want = f.y[s][i], got = y[s][i];
+        if (got != want) {
+          ++t.formula_mismatch[s];
+          if (t.model_first.size() < 10) {
+            t.model_first.push_back(fmt::format(
+                "{} {}[{},{}]: output {} (0x{:04x}), model {} + epilogue gives {} (0x{:04x}); model accumulator {} "
+                "(0x{:08x}){}",
+                s ? "B" : "A", ops.name, row, col, bf16_to_f32(got), got, f.model[s], bf16_to_f32(want), want, dm,
+                f32_bits(dm),
+                has_acc ? fmt::format(", arm accumulator {} (0x{:08x})", (*f.arm_acc[s])[i], f32_bits((*f.arm_acc[s])[i]))
+                        : std::string(", arm accumulator not exposed")));
+          }
+        }
+      }
+      if (!both) continue;
+      const uint16_t x = y[0][i], z = y[1][i];
+      const bool predicted = f.y[0][i] != f.y[1][i];
+      t.predicted_diff += predicted;
+      t.predicted_vs_observed += predicted != (x != z);
+      const bool acc_differs = f32_bits((*f.d[0])[i]) != f32_bits((*f.d[1])[i]);
+      t.model_acc_diff += acc_differs;
+      if (run.mode == ScaleMode::real || x == z || acc_differs) continue;
+      // Power-of-two scales: a difference where the two models' accumulators agree came from neither model.
+      ++t.pow2_violations;
+      if (t.pow2_first.size() < max_listed) {
+        const bool finite = bf16_is_finite(x) && bf16_is_finite(z);
+        t.pow2_first.push_back(DiffElement{ops.name, row, col, x, z, bf16_to_f32(x), bf16_to_f32(z),
+                                           finite ? bf16_ulp_distance(x, z) : -1});
+      }
+    }
+  }
+}
+
 // Rows [r0, r1) of one run: the comparison of A with B, and the element checks.
 ElementPass pass_rows(const ElementContext& run, int64_t r0, int64_t r1, double near_zero) {
   const LayerOperands& ops = run.ops;
@@ -47,6 +119,10 @@ ElementPass pass_rows(const ElementContext& run, int64_t r0, int64_t r1, double 
   const size_t max_listed = run.compare.max_listed;
   ElementPass part;
   part.cmp = compare_bf16_rows(run.out[0]->y, run.out[1]->y, r0, r1, cols, run.label, near_zero, max_listed);
+  if (run.fp8 != nullptr) {
+    pass_fp8_rows(run, r0, r1, part);
+    return part;
+  }
   ElementTally& t = part.tally;
   std::vector<uint16_t> pred[2];  // the declared formulas over these rows
   for (int s = 0; s < 2; ++s) {

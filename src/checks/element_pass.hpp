@@ -16,6 +16,21 @@
 
 namespace qc {
 
+// An FP8 run's reference side (both arms declare an accumulation model): per arm, the fp32
+// accumulators of the model its run claims on the layer's codes and that model's outputs through the
+// arm's declared epilogue (`modelled` false, nothing compared, when the arm's record refused its
+// model on this run), and the fp32 accumulator the arm exposed (`Arm::fp8_accumulate`) with the
+// accumulators of the model that call claimed.
+struct Fp8RunReference {
+  std::string model[2];
+  bool modelled[2] = {true, true};
+  const std::vector<float>* d[2] = {nullptr, nullptr};        // the claimed models' accumulators [m,n]
+  std::vector<uint16_t> y[2];                                 // model + epilogue [m,n]
+  const std::vector<float>* arm_acc[2] = {nullptr, nullptr};  // the arms' exposed accumulators [m,n], or null
+  std::string acc_model[2];                                   // the model the accumulator call claimed
+  const std::vector<float>* acc_d[2] = {nullptr, nullptr};    // its accumulators [m,n]
+};
+
 // Everything one element pass reads: the run's operands and scale regime, the exact accumulators,
 // both arms' outputs and declared formulas (null: none declared), and the comparison options.
 struct ElementContext {
@@ -28,6 +43,7 @@ struct ElementContext {
   const Epilogue* formula[2] = {nullptr, nullptr};
   const CompareOptions& compare;
   int threads = 0;
+  const Fp8RunReference* fp8 = nullptr;  // FP8 pairs: the models take the place of `exact` and `formula`
 };
 
 // The element-level counts; blocks merge in row order, so the "first" lists keep the first
@@ -38,6 +54,8 @@ struct ElementTally {
   int64_t pow2_excluded = 0, pow2_violations = 0;
   std::vector<std::string> acc_first;
   std::vector<DiffElement> pow2_first;
+  int64_t model_acc_diff = 0;            // FP8: the two models' accumulators differ
+  std::vector<std::string> model_first;  // FP8: outputs off their model, described
 
   void merge(const ElementTally& o, size_t max_listed);
 };

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 #include "checks/c1_boundary.hpp"
+#include "checks/sweep.hpp"
 #include "checks/verify.hpp"
 #include "core/results_json.hpp"
 #include "synth/synth.hpp"
@@ -32,16 +34,47 @@ std::vector<LayerOperands> matrix_operands() {
   return layers;
 }
 
+// The FP8 layers an FP8 mutant faces: realistic e4m3 operands (the sweep's), K deep enough that the
+// declared models' roundings matter.
+std::vector<LayerOperands> fp8_matrix_operands() {
+  std::vector<LayerOperands> layers;
+  uint64_t seed = 2026;
+  for (const auto& [m, n, k] : {std::array<int64_t, 3>{16, 64, 1024}, std::array<int64_t, 3>{8, 32, 4096}}) {
+    const Fp8Operands o = synth_fp8_operands(m, n, k, seed++);
+    OperandStorage s;
+    s.a_q.assign(o.a.begin(), o.a.end());
+    s.w_q.assign(o.w.begin(), o.w.end());
+    s.a_scale = o.a_scale;
+    s.w_scale = o.w_scale;
+    s.a_type = s.w_type = ElementType::e4m3;
+    layers.push_back(make_operands(fmt::format("fp8.k{}", k), m, n, k, std::move(s), "mutant matrix: FP8 operands"));
+  }
+  return layers;
+}
+
 MutantRow evaluate(const std::string& reference, const std::string& label, const std::vector<LayerOperands>& layers,
                    const PredictionSet& predictions) {
   MutantRow row;
   auto arm = make_arm(label);
-  auto ref = make_arm(reference);
   row.arm = arm->info();
-  row.checks.push_back(run_boundary(*arm).c1);
-  VerifyOptions options;
-  const VerifyResult v = verify_layers(*ref, *arm, layers, predictions, options);
-  row.checks.insert(row.checks.end(), v.checks.begin(), v.checks.end());
+  if (!row.arm.accumulation_model.empty()) {
+    // FP8: against the CPU arm of the model it declares, on FP8 operands.
+    row.reference = "cpu:fp8-" + row.arm.accumulation_model;
+    auto ref = make_arm(row.reference);
+    CheckResult c1 = make_check("C1", Verdict::not_applicable);
+    c1.summary = "not applicable: the boundary probes are INT8's; an FP8 arm's C1 measures its accumulation model";
+    row.checks.push_back(std::move(c1));
+    const std::vector<LayerOperands> fp8_layers = fp8_matrix_operands();
+    const VerifyResult v = verify_layers(*ref, *arm, fp8_layers, predict(fp8_layers, "mutant matrix FP8 operands", ""),
+                                         VerifyOptions{});
+    row.checks.insert(row.checks.end(), v.checks.begin(), v.checks.end());
+  } else {
+    row.reference = reference;
+    auto ref = make_arm(reference);
+    row.checks.push_back(run_boundary(*arm).c1);
+    const VerifyResult v = verify_layers(*ref, *arm, layers, predictions, VerifyOptions{});
+    row.checks.insert(row.checks.end(), v.checks.begin(), v.checks.end());
+  }
   for (const CheckResult& c : row.checks) {
     if (c.verdict != Verdict::fail) continue;
     row.fired.push_back(c.id);
@@ -88,6 +121,7 @@ nlohmann::json to_json(const MutantMatrix& m) {
     nlohmann::json checks = nlohmann::json::object();
     for (const CheckResult& c : r.checks) checks[c.id] = c;
     return nlohmann::json{{"arm", r.arm.label},
+                          {"reference", r.reference},
                           {"breaks_stage", r.arm.breaks_stage},
                           {"description", r.arm.description},
                           {"fired", r.fired},

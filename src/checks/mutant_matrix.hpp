@@ -1,6 +1,8 @@
 // The detection matrix: every mutant arm through the boundary suite (C1) and the layer-level
 // checks (C2–C6) against the reference arm, with the check that fired and whether it is the
-// check for the stage the mutant breaks.
+// check for the stage the mutant breaks. An FP8 mutant (it declares an accumulation model) is
+// verified on FP8 operands against `cpu:fp8-<its declared model>` instead; its C1 is not
+// applicable (the boundary probes are INT8's).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@ namespace qc {
 
 struct MutantRow {
   ArmInfo arm;
+  std::string reference;                 // the correct arm it was verified against
   std::vector<CheckResult> checks;       // C1..C6
   std::vector<std::string> fired;        // ids of checks with verdict fail
   std::vector<std::string> stage_checks; // the checks responsible for the stage it breaks

@@ -25,7 +25,9 @@
 #include "core/limits.hpp"
 #include "qconform/numerics.hpp"
 #include "core/parallel.hpp"
+#include "accum/fp8_model.hpp"
 #include "checks/sweep.hpp"
+#include "checks/verify.hpp"
 #include "synth/synth.hpp"
 #include "core/results_json.hpp"
 
@@ -199,6 +201,36 @@ SweepResult run_sweep(const SweepOptions& o) {
 
   // One registry for every arm family: FP8 arms are those that declare an accumulation model.
   std::unique_ptr<Arm> arm_a = make_arm(o.arm_a), arm_b = make_arm(o.arm_b);
+  const ArmInfo info[2] = {arm_a->info(), arm_b->info()};
+  std::string why_unexplained;  // "" when both arms declare a model (FP8) or a formula (INT8)
+  for (const ArmInfo& i : info) {
+    if (why_unexplained.empty() && i.accumulation_model.empty() && i.epilogue.empty()) {
+      why_unexplained = fmt::format("arm {} declares no formula", i.label);
+    }
+  }
+  const bool gpu_models = cuda_available(nullptr);
+  // FP8: a declared model's outputs on the cell's operands (fp32 d, then the `fp8-scaled` epilogue).
+  const auto fp8_model_outputs = [&](const ArmInfo& i, const Fp8Operands& ops) {
+    const NamedAccumModel model = fp8_accumulation_model(i.accumulation_model);
+    std::vector<float> d;
+    if (gpu_models) {
+      d = fp8_model_evaluate_gpu(model.model, ops.a.data(), Fp8Format::e4m3, ops.w.data(), Fp8Format::e4m3,
+                                 {ops.m, ops.n, ops.k});
+    } else {
+      d.resize(static_cast<size_t>(ops.m * ops.n));
+      fp8_model_evaluate(model.model, Fp8Gemm{ops.a.data(), Fp8Format::e4m3, ops.w.data(), Fp8Format::e4m3,
+                                              {ops.m, ops.n, ops.k}},
+                         d.data(), o.threads);
+    }
+    return fp8_epilogue_bf16(d.data(), ops.a_scale, ops.w_scale);
+  };
+  // The differing elements whose two values both predictions give.
+  const auto count_explained = [](const std::vector<uint16_t>& ya, const std::vector<uint16_t>& yb,
+                                  const std::vector<uint16_t>& pa, const std::vector<uint16_t>& pb) {
+    int64_t n = 0;
+    for (size_t i = 0; i < ya.size(); ++i) n += ya[i] != yb[i] && ya[i] == pa[i] && yb[i] == pb[i];
+    return n;
+  };
   auto run_fp8 = [&](Arm& arm, const Fp8Operands& ops, nlohmann::json& record) {
     const std::vector<float> d = arm.fp8_accumulate(ops.a.data(), ops.w.data(), ops.m, ops.n, ops.k, record, o.threads);
     record["epilogue"] = std::string(fp8_epilogue().formula);
@@ -212,6 +244,8 @@ SweepResult run_sweep(const SweepOptions& o) {
       const auto c0 = std::chrono::steady_clock::now();
       std::vector<uint16_t> ya, yb;
       nlohmann::json rec_a, rec_b;
+      int64_t explained = -1;
+      std::string explained_note = o.explained ? why_unexplained : "not computed (--no-explained)";
       if (r.format == SweepFormat::int8) {
         SynthOptions so;
         so.shapes = fmt::format("{}x{}x{}", o.m, o.n, k);
@@ -224,12 +258,35 @@ SweepResult run_sweep(const SweepOptions& o) {
         ArmOutput ob = arm_b->run(layers[0]);
         ya = std::move(oa.y), yb = std::move(ob.y);
         rec_a = oa.record, rec_b = ob.record;
+        if (explained_note.empty()) {  // both declared formulas on the exact accumulators
+          const LayerOperands& ops = layers[0];
+          const ExactAccumulators exact = exact_accumulate(ops.a_q.data(), ops.w_q.data(), {ops.m, ops.n, ops.k}, o.threads);
+          std::vector<uint16_t> p[2];
+          for (int s2 = 0; s2 < 2; ++s2) {
+            p[s2].resize(ya.size());
+            apply_epilogue_rows(epilogue(info[s2].epilogue), exact, ops.m, 0, ops.m, ops.a_scale.data(),
+                                ops.w_scale.data(), ops.has_bias() ? ops.bias.data() : nullptr, ops.n, p[s2].data(),
+                                o.threads);
+          }
+          explained = count_explained(ya, yb, p[0], p[1]);
+        }
       } else {
         const Fp8Operands ops = synth_fp8_operands(o.m, o.n, k, seed);
         ya = run_fp8(*arm_a, ops, rec_a);
         yb = run_fp8(*arm_b, ops, rec_b);
+        for (const nlohmann::json* rec : {&rec_a, &rec_b}) {  // a run that refused its model explains nothing
+          const std::string why = accumulation_model_refusal(rec->value("extra", nlohmann::json::object()));
+          if (explained_note.empty() && !why.empty()) {
+            explained_note = fmt::format("arm {} refused its model: {}", rec->value("arm", std::string("?")), why);
+          }
+        }
+        if (explained_note.empty()) {
+          explained = count_explained(ya, yb, fp8_model_outputs(info[0], ops), fp8_model_outputs(info[1], ops));
+        }
       }
       SweepCell cell = measure_cell(ya, yb, o.m, o.n);
+      cell.explained = explained;
+      cell.explained_note = explained_note;
       cell.k = k;
       cell.seed = seed;
       cell.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
@@ -252,6 +309,7 @@ SweepResult run_sweep(const SweepOptions& o) {
       const SweepCell& c = r.cells[i * static_cast<size_t>(o.seeds) + static_cast<size_t>(s)];
       row.differing += c.differing;
       row.total += c.total;
+      if (c.explained >= 0) row.explained += c.explained, row.explained_of += c.differing, ++row.explained_cells;
       ge2 += c.ge2ulp;
       share.push_back(c.share_ge2ulp());
       maxrel.push_back(c.measured ? c.max_rel : kNaN);
@@ -318,6 +376,8 @@ nlohmann::json to_json(const SweepResult& r) {
                      {"max_rel", num(c.measured ? c.max_rel : kNaN)},
                      {"median_rel", num(c.median_rel)},
                      {"max_ulp", c.max_ulp},
+                     {"explained", c.explained < 0 ? nlohmann::json(nullptr) : nlohmann::json(c.explained)},
+                     {"explained_note", c.explained_note},
                      {"seconds", c.seconds}});
     }
     j["rows"].push_back({{"k", w.k},
@@ -331,6 +391,10 @@ nlohmann::json to_json(const SweepResult& r) {
                          {"max_rel_max", w.max_rel_max},
                          {"median_rel_mean", num(w.median_rel_mean)},
                          {"max_ulp", w.max_ulp},
+                         {"explained", w.explained_cells ? nlohmann::json(w.explained) : nlohmann::json(nullptr)},
+                         {"explained_share", w.explained_of ? nlohmann::json(static_cast<double>(w.explained) /
+                                                                             static_cast<double>(w.explained_of))
+                                                            : nlohmann::json(nullptr)},
                          {"per_seed", per}});
   }
   nlohmann::json models = nlohmann::json::object();
@@ -365,17 +429,25 @@ std::string format_sweep(const SweepResult& r) {
   std::string out = fmt::format("sweep {} vs {} ({}), M={} N={}, {} seed(s), {:.1f} s\n", r.options.arm_a,
                                 r.options.arm_b, ppm ? "INT8" : "FP8", r.options.m, r.options.n, r.options.seeds,
                                 r.seconds);
-  out += fmt::format("{:>7} {:>9} {:>11} {:>23} {:>9} {:>10} {:>10} {:>10} {:>8}\n", "K", "differ",
+  out += fmt::format("{:>7} {:>9} {:>11} {:>23} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10}\n", "K", "differ",
                      fmt::format("prev {}", unit), fmt::format("{:.0f}% CI ({})", r.options.confidence * 100, unit),
-                     ">=2ulp", "max rel", "med rel", "maxrel/sd", "max ulp");
+                     ">=2ulp", "max rel", "med rel", "maxrel/sd", "max ulp", "explained");
   for (const SweepRow& w : r.rows) {
-    out += fmt::format("{:>7} {:>9} {:>11.4g} {:>23} {:>8.2f}% {:>10.3g} {:>10.3g} {:>10.3g} {:>8}\n", w.k, w.differing,
-                       w.prevalence * scale, fmt::format("[{:.4g}, {:.4g}]", w.ci.lower * scale, w.ci.upper * scale),
+    const std::string explained =
+        w.explained_of ? fmt::format("{:.2f}%", 100.0 * static_cast<double>(w.explained) / static_cast<double>(w.explained_of))
+                       : (w.explained_cells ? std::string("(none)") : std::string("-"));
+    out += fmt::format("{:>7} {:>9} {:>11.4g} {:>23} {:>8.2f}% {:>10.3g} {:>10.3g} {:>10.3g} {:>8} {:>10}\n", w.k,
+                       w.differing, w.prevalence * scale,
+                       fmt::format("[{:.4g}, {:.4g}]", w.ci.lower * scale, w.ci.upper * scale),
                        std::isfinite(w.share_ge2ulp_mean) ? w.share_ge2ulp_mean * 100 : 0.0, w.max_rel_max,
-                       w.median_rel_mean, w.max_rel_mean, w.max_ulp);
+                       w.median_rel_mean, w.max_rel_mean, w.max_ulp, explained);
   }
   out += "(>=2ulp: share of differing non-near-zero elements at >= 2 bf16 ulps, seed mean; max rel: over seeds; "
-         "med rel: median relative difference among differing elements, seed mean; maxrel/sd: seed mean of max rel)\n";
+         "med rel: median relative difference among differing elements, seed mean; maxrel/sd: seed mean of max rel; "
+         "explained: share of differing elements whose two values the arms' declared models predicted exactly)\n";
+  if (!r.cells.empty() && r.cells.front().explained < 0) {
+    out += fmt::format("explained: not computed: {}\n", r.cells.front().explained_note);
+  }
   out += fmt::format("\nfits of prevalence vs K (binomial deviance; held-out: leave one K out)\n{:<11} {:>14} {:>14} {:>14} {:>14}  {}\n",
                      "model", "param 1", "param 2", "deviance", "held-out", "");
   for (const stats::ModelFit& m : r.fits.models) {

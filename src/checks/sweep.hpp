@@ -65,6 +65,12 @@ struct SweepCell {
   double max_rel = 0;          // over `measured`
   double median_rel = 0;       // over `measured` (NaN when empty)
   double seconds = 0;          // wall time of both arms on this cell
+  // Of the `differing` elements, those whose two values the arms' declared models predicted exactly
+  // (arm A's output == A's model + epilogue and arm B's == B's); -1 when not both arms declare a model
+  // for this cell (an INT8 arm without a declared formula, an FP8 run whose record refused its model),
+  // `explained_note` then says why.
+  int64_t explained = -1;
+  std::string explained_note;
   double prevalence() const { return total ? static_cast<double>(differing) / static_cast<double>(total) : 0; }
   double share_ge2ulp() const;  // ge2ulp / measured (NaN when measured == 0)
 };
@@ -78,6 +84,11 @@ struct SweepOptions {
   uint64_t first_seed = 0;  // seeds first_seed .. first_seed + seeds − 1
   double confidence = 0.95;
   int threads = 0;
+  // The "explained" column: evaluate each arm's declared model (FP8: its accumulation model + the
+  // `fp8-scaled` epilogue, on the GPU when one is usable; INT8: its declared formula on the exact
+  // accumulators) and count the differing elements both models predicted. Costs one model evaluation
+  // per arm and cell; `sweep --no-explained` turns it off.
+  bool explained = true;
   // Called after every (K, seed) cell with (done, total, "K=... seed=...").
   std::function<void(size_t, size_t, const std::string&)> progress;
 };
@@ -91,6 +102,10 @@ struct SweepRow {
   double ge2ulp_of_all = 0;           // pooled ge2ulp / total
   double max_rel_mean = 0, max_rel_max = 0, median_rel_mean = 0;
   int64_t max_ulp = 0;
+  // Pooled over the seeds whose cells have an `explained` count: differing elements there, and of
+  // them the explained ones.
+  int64_t explained = 0, explained_of = 0;
+  int explained_cells = 0;  // seeds of this K with an `explained` count
 };
 
 struct SweepResult {

@@ -3,6 +3,7 @@
 // (element_pass.cpp), and the merge of the per-layer runs into the checks, one file each:
 // c2_range.cpp, c3_shared_operands.cpp, c4_accumulator.cpp, c5_pow2.cpp, c6_tolerance.cpp.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <optional>
 
+#include "accum/fp8_model.hpp"
 #include "arms/cuda/cuda.hpp"
 #include "checks/c2_range.hpp"
 #include "checks/c3_shared_operands.hpp"
@@ -62,17 +64,100 @@ auto timed(PhaseSeconds& seconds, std::string_view phase, Fn&& fn) {
   }
 }
 
-// The arm's declared formula (null: none). FP8 arms are refused here with what to run instead: their
-// verify (accumulation models as the predicted stage) is issue #14's, not written yet.
+// The arm's declared formula (null: none). An FP8 arm's is its declared epilogue over the fp32 GEMM
+// result; an FP8 arm that names none (cuBLASLt, which scales inside the library) is held to
+// `fp8-scaled`, the one FP8 epilogue (the FP8 sweep applies it to every FP8 arm too).
 const Epilogue* declared(const ArmInfo& info) {
-  QC_INPUT(info.accumulation_model.empty(),
-           "verify: arm `{}` is an FP8 arm (accumulation model {}); verify of FP8 pairs is not implemented yet "
-           "(issue #14). Measure an FP8 pair with `qconform sweep --pair A,B` (docs/sweep.md, docs/accumulation.md)",
-           info.label, info.accumulation_model);
+  if (!info.accumulation_model.empty()) {
+    return info.epilogue.empty() || info.epilogue == fp8_epilogue().name ? &fp8_epilogue() : &epilogue(info.epilogue);
+  }
   return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue);
 }
 
+// The model an FP8 arm's run claims: its record's `extra.accumulation_model` when that names one
+// (cuBLASLt names the split-K form of its declared model on such runs), "" when the record refuses
+// it, else the model the arm declares.
+std::string claimed_model(const nlohmann::json& extra, const std::string& declared) {
+  if (!accumulation_model_refusal(extra).empty()) return "";
+  if (extra.is_object() && extra.contains("accumulation_model") && extra["accumulation_model"].is_string()) {
+    return extra["accumulation_model"].get<std::string>();
+  }
+  return declared;
+}
+
+// The reference side of an FP8 pair for one (layer, rows): the layer's codes, the fp32 accumulators
+// of every model a run claims, evaluated once each (on the host, or on the GPU when verify's
+// reference is the GPU; the codes do not depend on the scale regime), and the fp32 accumulators the
+// arms expose (`Arm::fp8_accumulate`, e4m3 x e4m3 codes only) with the model that call claimed.
+// Only the run loop's thread adds models; the element passes read the vectors through pointers,
+// which stay valid (std::map nodes do not move).
+struct Fp8LayerReference {
+  Fp8LayerCodes codes;
+  std::map<std::string, std::vector<float>> d;  // by model name
+  std::vector<float> arm_acc[2];                // empty when `acc_note[s]` says why
+  std::string acc_model[2];                     // the model the accumulator call claimed
+  bool has_acc[2] = {false, false};
+  std::string acc_note[2];
+
+  const std::vector<float>* model(const std::string& name, VerifyReference where, int threads, PhaseSeconds& seconds) {
+    if (const auto it = d.find(name); it != d.end()) return &it->second;
+    const NamedAccumModel named = fp8_accumulation_model(name);
+    std::vector<float> out = timed(seconds, "reference accumulation (declared models)", [&] {
+      const Fp8Gemm g = codes.gemm();
+      if (where == VerifyReference::gpu) {
+        return fp8_model_evaluate_gpu(named.model, g.a, g.a_format, g.w, g.w_format, g.s);
+      }
+      std::vector<float> v(static_cast<size_t>(g.s.m * g.s.n));
+      fp8_model_evaluate(named.model, g, v.data(), threads);
+      return v;
+    });
+    return &d.emplace(name, std::move(out)).first->second;
+  }
+};
+
+std::shared_ptr<Fp8LayerReference> fp8_layer_reference(Arm* arms[2], const ArmInfo infos[2], const LayerOperands& rows,
+                                                       int threads, PhaseSeconds& seconds) {
+  auto ref = std::make_shared<Fp8LayerReference>();
+  ref->codes = fp8_layer_codes("verify (the accumulation models' reference)", rows);
+  const Fp8LayerCodes& codes = ref->codes;
+  for (int s = 0; s < 2; ++s) {
+    if (codes.a_format != Fp8Format::e4m3 || codes.w_format != Fp8Format::e4m3) {
+      ref->acc_note[s] = fmt::format("the fp32 accumulator interface takes e4m3 x e4m3 codes; layer `{}` is {}",
+                                     rows.name, codes.description);
+      continue;
+    }
+    nlohmann::json record;
+    try {
+      ref->arm_acc[s] = timed(seconds, s ? "arm B fp32 accumulator" : "arm A fp32 accumulator", [&] {
+        return arms[s]->fp8_accumulate(codes.a.data(), codes.w.data(), rows.m, rows.n, rows.k, record, threads);
+      });
+    } catch (const Error& e) {
+      ref->acc_note[s] = fmt::format("exposes no fp32 accumulator: {}", e.what());
+      continue;
+    }
+    QC_INPUT(static_cast<int64_t>(ref->arm_acc[s].size()) == rows.m * rows.n,
+             "arm {}: fp32 accumulator of {} elements for layer `{}`, expected {}x{}", infos[s].label,
+             ref->arm_acc[s].size(), rows.name, rows.m, rows.n);
+    // The call's record: a RunRecord (`extra` inside) or the CPU arms' flat object.
+    const nlohmann::json& extra = record.contains("extra") ? record["extra"] : record;
+    ref->acc_model[s] = claimed_model(extra, infos[s].accumulation_model);
+    if (ref->acc_model[s].empty()) {
+      ref->acc_note[s] = "the accumulator call's record refused the model: " + accumulation_model_refusal(extra);
+      ref->arm_acc[s].clear();
+      continue;
+    }
+    ref->has_acc[s] = true;
+  }
+  return ref;
+}
+
 }  // namespace
+
+std::string accumulation_model_refusal(const nlohmann::json& extra) {
+  if (!extra.is_object() || !extra.contains("accumulation_model_refused")) return "";
+  const nlohmann::json& why = extra["accumulation_model_refused"];
+  return why.is_string() ? why.get<std::string>() : why.dump();
+}
 
 VerifyReference verify_reference_from_name(std::string_view name) {
   if (name == "auto") return VerifyReference::automatic;
@@ -155,6 +240,25 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   const Epilogue* formula_b = declared(info_b);
   const VerifyReference reference = resolve_reference(options.reference);
   result.reference = reference_description(reference);
+  // An FP8 pair: both arms declare an accumulation model, and the reference is each arm's model.
+  const bool fp8 = !info_a.accumulation_model.empty();
+  QC_INPUT(fp8 == !info_b.accumulation_model.empty(),
+           "--arms: `{}` is {} but `{}` is {}: verify compares two arms of the same format (an FP8 arm declares an "
+           "accumulation model, docs/accumulation.md)",
+           info_a.label, fp8 ? "FP8" : "INT8", info_b.label, fp8 ? "INT8" : "FP8");
+  Arm* arms[2] = {&arm_a, &arm_b};
+  const ArmInfo infos[2] = {info_a, info_b};
+  if (fp8) {
+    for (const ArmInfo& i : infos) (void)fp8_accumulation_model(i.accumulation_model);  // a name it can evaluate
+    result.reference = fmt::format(
+        "the declared accumulation models (A: {}, B: {}; on a run whose record names another, such as cuBLASLt's "
+        "split-K form, that one) evaluated on the layer's FP8 codes {}, then each arm's declared epilogue (A: {}, "
+        "B: {}) on the host",
+        info_a.accumulation_model, info_b.accumulation_model,
+        reference == VerifyReference::gpu ? "on " + cuda_device_description() + " (the models' CUDA evaluation)"
+                                          : "on the host (Highway)",
+        formula_a->name, formula_b->name);
+  }
   QC_INPUT(predictions.layers.size() == layer_count,
            "predictions cover {} layers but the operands have {}: expected the predictions made from these operands",
            predictions.layers.size(), layer_count);
@@ -173,6 +277,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     size_t layer = 0;
     bool last_of_layer = false, a_has_acc = false, b_has_acc = false;
     std::future<std::pair<ElementPass, double>> pass;
+    std::shared_ptr<Fp8LayerReference> fp8;  // FP8 pairs: the models' reference of this (layer, rows)
   };
   std::optional<PendingRun> pending;
   const auto finish_pending = [&] {
@@ -187,6 +292,36 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     run.acc_mismatch_b = pending->b_has_acc ? t.acc_mismatch[1] : -1;
     run.acc_first_mismatch = t.acc_first;
     run.prediction_held = t.safe_contradicted == 0;
+    if (pending->fp8) {
+      // FP8: each count only where the arm claims its model on this run (else -1: unmodelled).
+      const Fp8LayerReference& f = *pending->fp8;
+      const bool modelled[2] = {run.unmodelled_a.empty(), run.unmodelled_b.empty()};
+      // The accumulator is compared with the model its own call claimed, whatever the run claimed.
+      run.acc_mismatch_a = f.has_acc[0] ? t.acc_mismatch[0] : -1;
+      run.acc_mismatch_b = f.has_acc[1] ? t.acc_mismatch[1] : -1;
+      std::vector<std::string> notes;
+      for (int s = 0; s < 2; ++s) {
+        if (!f.acc_note[s].empty()) notes.push_back(fmt::format("{}: {}", s ? "B" : "A", f.acc_note[s]));
+      }
+      run.acc_note = fmt::format("{}", fmt::join(notes, "; "));
+      run.formula_mismatch_a = modelled[0] ? t.formula_mismatch[0] : -1;
+      run.formula_mismatch_b = modelled[1] ? t.formula_mismatch[1] : -1;
+      run.model_first = t.model_first;
+      if (modelled[0] && modelled[1]) {
+        run.predicted_diff = t.predicted_diff;
+        run.predicted_equals_observed = t.predicted_vs_observed == 0;
+        run.model_acc_diff = t.model_acc_diff;
+        if (run.mode != ScaleMode::real) {
+          run.pow2_violations = t.pow2_violations;
+          run.pow2_first = t.pow2_first;
+        }
+      }
+      LayerVerification& layer = result.layers[pending->layer];
+      layer.runs.push_back(std::move(run));
+      if (pending->last_of_layer && selection.done) selection.done(pending->layer, layer);
+      pending.reset();
+      return;
+    }
     if (formula_a) run.formula_mismatch_a = t.formula_mismatch[0];
     if (formula_b) run.formula_mismatch_b = t.formula_mismatch[1];
     if (formula_a && formula_b) {
@@ -221,9 +356,13 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     for (size_t msi = 0; msi < ms.size(); ++msi) {
       const int64_t m = ms[msi];
       const LayerOperands rows = first_rows(full, m);
+      // FP8: the declared models (and the arms' exposed accumulators) on the codes; no integer reference.
+      std::shared_ptr<Fp8LayerReference> fp8_ref;
+      if (fp8) fp8_ref = fp8_layer_reference(arms, infos, rows, options.threads, result.seconds);
       const auto exact = std::make_shared<const ExactAccumulators>(
-          timed(result.seconds, "reference accumulation", [&] { return exact_acc(rows, reference, options.threads); }));
-      if (m == full.m) {
+          fp8 ? ExactAccumulators{}
+              : timed(result.seconds, "reference accumulation", [&] { return exact_acc(rows, reference, options.threads); }));
+      if (m == full.m && !fp8) {
         stats = std::async(std::launch::async, [exact, rows, threads = options.threads] {
           return range_stats(rows.a_q.data(), rows.w_q.data(), {rows.m, rows.n, rows.k}, *exact, threads);
         });
@@ -240,6 +379,11 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         run.mode = mode;
         run.safe = pred.safe;
         run.int32_overflow = pred.stats.int32_overflow_count > 0;
+        if (fp8) {  // C2's range has no meaning for a floating-point accumulation
+          run.fp8 = true;
+          run.safe = false;
+          run.int32_overflow = false;
+        }
 
         // C3: what each arm receives, compared byte for byte with a copy after each run.
         const bool first_run = m == ms.front() && mi == 0;
@@ -266,14 +410,42 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
                    out->acc->size(), ops.name, ops.m, ops.n);
         }
         if (mode != ScaleMode::real) run.pow2_not_commutable = c5_not_commutable(formula_a, formula_b, ops.has_bias());
+        std::shared_ptr<Fp8RunReference> fp8_run;
+        if (fp8) {
+          run.unmodelled_a = accumulation_model_refusal(out_a.record.extra);
+          run.unmodelled_b = accumulation_model_refusal(out_b.record.extra);
+          run.model_a = claimed_model(out_a.record.extra, info_a.accumulation_model);
+          run.model_b = claimed_model(out_b.record.extra, info_b.accumulation_model);
+          fp8_run = std::make_shared<Fp8RunReference>();
+          for (int s = 0; s < 2; ++s) {
+            const std::string& claimed = s ? run.model_b : run.model_a;
+            fp8_run->modelled[s] = !claimed.empty();
+            fp8_run->model[s] = claimed;
+            if (!claimed.empty()) fp8_run->d[s] = fp8_ref->model(claimed, reference, options.threads, result.seconds);
+            if (fp8_ref->has_acc[s]) {
+              fp8_run->arm_acc[s] = &fp8_ref->arm_acc[s];
+              fp8_run->acc_model[s] = fp8_ref->acc_model[s];
+              fp8_run->acc_d[s] = fp8_ref->model(fp8_ref->acc_model[s], reference, options.threads, result.seconds);
+            }
+          }
+        }
         // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
         finish_pending();
         const bool last_of_layer = msi + 1 == ms.size() && mi + 1 == options.modes.size();
-        PendingRun next{std::move(run), li, last_of_layer, out_a.acc.has_value(), out_b.acc.has_value(), {}};
+        PendingRun next{std::move(run), li, last_of_layer, out_a.acc.has_value(), out_b.acc.has_value(), {}, fp8_ref};
         const std::string label = m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m);
         next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops, label, mode,
-                                                    a = std::move(out_a), b = std::move(out_b)] {
+                                                    fp8_ref, fp8_run, a = std::move(out_a), b = std::move(out_b)] {
           const auto t0 = std::chrono::steady_clock::now();
+          if (fp8_run) {  // each modelled arm's model through its declared epilogue, under this run's scales
+            const Epilogue* formula[2] = {formula_a, formula_b};
+            for (int s = 0; s < 2; ++s) {
+              if (!fp8_run->modelled[s]) continue;
+              fp8_run->y[s].resize(static_cast<size_t>(ops.m * ops.n));
+              apply_epilogue(*formula[s], fp8_run->d[s]->data(), ops.a_scale.data(), ops.w_scale.data(), nullptr,
+                             ops.m, ops.n, fp8_run->y[s].data(), options.threads);
+            }
+          }
           ElementPass pass = element_pass(ElementContext{.ops = ops,
                                                          .label = label,
                                                          .mode = mode,
@@ -282,7 +454,8 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
                                                          .out = {&a, &b},
                                                          .formula = {formula_a, formula_b},
                                                          .compare = options.compare,
-                                                         .threads = options.threads});
+                                                         .threads = options.threads,
+                                                         .fp8 = fp8_run.get()});
           return std::pair(std::move(pass), seconds_since(t0));
         });
         pending = std::move(next);
@@ -290,6 +463,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     }
     // C2 part one: the pinned predictions must be the exact statistics of these operands, and
     // their `safe` verdicts must follow from them.
+    if (fp8) continue;  // no range statistics: C2 does not apply to a floating-point accumulation
     const RangeStats fresh = timed(result.seconds, "waiting for range statistics (C2)", [&] {
       return stats.valid() ? stats.get()
                            : exact_range_stats(full.a_q.data(), full.w_q.data(), {full.m, full.n, full.k}, options.threads);
@@ -314,6 +488,79 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
   result.wall_seconds = done.wall_seconds;
   return result;
 }
+
+namespace {
+
+// The stage an FP8 verdict names: the operands (C3), an arm's accumulation model (its outputs off
+// model + epilogue, and its exposed fp32 accumulator off the model, or no accumulator exposed to
+// clear it), or the epilogue (the accumulator on its model, the outputs off; or a power-of-two
+// difference where the models agree). "" when every check passed.
+void fp8_stage(VerifyResult& r) {
+  for (const LayerRun& x : r.runs) {
+    if (!x.operands_identical) {
+      r.stage = "operands";
+      r.stage_detail = fmt::format("C3: the arms did not receive identical operands ({} m={} {}): {}", x.layer, x.m,
+                                   scale_mode_name(x.mode), x.operands_note);
+      return;
+    }
+  }
+  for (int s = 0; s < 2; ++s) {
+    const ArmInfo& arm = s ? r.arm_b : r.arm_a;
+    int64_t outputs_off = 0, acc_off = 0, acc_compared = 0;
+    std::string first_output, first_acc, model;
+    const std::string side = s ? "B" : "A";
+    for (const LayerRun& x : r.runs) {
+      const int64_t out = s ? x.formula_mismatch_b : x.formula_mismatch_a;
+      const int64_t acc = s ? x.acc_mismatch_b : x.acc_mismatch_a;
+      outputs_off += std::max<int64_t>(out, 0);
+      acc_off += std::max<int64_t>(acc, 0);
+      const std::string& claimed = s ? x.model_b : x.model_a;
+      if (model.empty() && (out > 0 || acc > 0) && !claimed.empty()) model = claimed;
+      acc_compared += acc >= 0;
+      for (const std::string& f : x.model_first) {
+        if (first_output.empty() && f.starts_with(side + " ")) first_output = f;
+      }
+      for (const std::string& f : x.acc_first_mismatch) {
+        if (first_acc.empty() && f.starts_with(side + " ")) first_acc = f;
+      }
+    }
+    if (outputs_off == 0 && acc_off == 0) continue;
+    if (model.empty() || model == arm.accumulation_model) {
+      model = arm.accumulation_model;
+    } else {
+      model = fmt::format("{} (its record's form of the declared {})", model, arm.accumulation_model);
+    }
+    if (acc_off > 0) {
+      r.stage = "accumulation model";
+      r.stage_detail = fmt::format(
+          "arm {} ({}) is off its declared accumulation model {}: {} fp32 accumulator elements and {} outputs differ "
+          "from the model; first accumulator: {}{}",
+          side, arm.label, model, acc_off, outputs_off, first_acc,
+          first_output.empty() ? "" : "; first output: " + first_output);
+    } else if (acc_compared > 0) {
+      r.stage = "epilogue";
+      r.stage_detail = fmt::format(
+          "arm {} ({}): its fp32 accumulator follows its declared model {} bit for bit, but {} outputs are off the "
+          "model + its declared epilogue; first: {}",
+          side, arm.label, model, outputs_off, first_output);
+    } else {
+      r.stage = "accumulation model";
+      r.stage_detail = fmt::format(
+          "arm {} ({}) is off its declared accumulation model {} + epilogue: {} outputs differ (it exposes no fp32 "
+          "accumulator, so the epilogue is not ruled out); first: {}",
+          side, arm.label, model, outputs_off, first_output);
+    }
+    return;
+  }
+  for (const CheckResult& c : r.checks) {
+    if (c.verdict != Verdict::fail) continue;
+    r.stage = c.id == "C5" ? "epilogue" : "accumulation model";
+    r.stage_detail = fmt::format("{} failed: {}", c.id, c.summary);
+    return;
+  }
+}
+
+}  // namespace
 
 VerifyResult merge_verifications(const ArmInfo& arm_a, const ArmInfo& arm_b, const std::string& reference,
                                  std::vector<LayerVerification> layers, const PredictionSet& predictions,
@@ -343,6 +590,15 @@ VerifyResult merge_verifications(const ArmInfo& arm_a, const ArmInfo& arm_b, con
   result.checks = {c2_range(result.runs, predictions, stale), c3_shared_operands(result.runs),
                    c4_accumulator(result.runs), c5_pow2(result.runs),
                    c6_tolerance(result.runs, result.total_real, options.tolerance_ulps)};
+  if (!result.runs.empty() && result.runs.front().fp8) {
+    fp8_stage(result);
+    // Every failing check points to the stage the FP8 verdict names, with the arm and where.
+    for (CheckResult& c : result.checks) {
+      if (c.verdict == Verdict::fail && !result.stage.empty()) {
+        c.points_to = fmt::format("the {} stage: {}", result.stage, result.stage_detail);
+      }
+    }
+  }
   return result;
 }
 
@@ -375,6 +631,17 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
                       {"predicted_diff", x.predicted_diff},
                       {"predicted_equals_observed", x.predicted_equals_observed},
                       {"first", x.cmp.first}};
+  if (x.fp8) {
+    const auto refused = [](const std::string& why) { return why.empty() ? nlohmann::json(nullptr) : nlohmann::json(why); };
+    j["fp8"] = true;
+    j["models"] = {refused(x.model_a), refused(x.model_b)};
+    j["unmodelled"] = {refused(x.unmodelled_a), refused(x.unmodelled_b)};
+    j["model_acc_diff"] = x.model_acc_diff;
+    j["model_first"] = x.model_first;
+    j["acc_first"] = x.acc_first_mismatch;
+    j["acc_note"] = x.acc_note;
+    if (x.mode != ScaleMode::real) j["pow2_first"] = x.pow2_first;
+  }
   if (lossless) {
     j["int32_overflow"] = x.int32_overflow;
     j["cmp"] = x.cmp;
@@ -391,21 +658,34 @@ nlohmann::json to_json(const VerifyResult& r) {
   nlohmann::json runs = nlohmann::json::array();
   for (const LayerRun& x : r.runs) runs.push_back(run_json(x, /*lossless=*/false));
   const auto info = [](const ArmInfo& i, const RunRecord& rec) {
-    return nlohmann::json{{"label", i.label},
-                          {"description", i.description},
-                          {"epilogue", i.epilogue},
-                          {"exposes_accumulator", i.exposes_accumulator},
-                          {"record", rec}};
+    nlohmann::json j{{"label", i.label},
+                     {"description", i.description},
+                     {"epilogue", i.epilogue},
+                     {"exposes_accumulator", i.exposes_accumulator},
+                     {"record", rec}};
+    if (!i.accumulation_model.empty()) {  // FP8: what the arm declared, which the reference evaluated
+      j["accumulation_model"] = i.accumulation_model;
+      j["accumulation_formula"] = accumulation_formula(fp8_accumulation_model(i.accumulation_model).model);
+      j["declared_epilogue"] = std::string(declared(i)->name);
+    }
+    return j;
   };
   nlohmann::json seconds = nlohmann::json::array();
   for (const auto& [phase, s] : r.seconds) seconds.push_back({{"phase", phase}, {"seconds", s}});
-  return {{"arms", {info(r.arm_a, r.record_a), info(r.arm_b, r.record_b)}},
+  nlohmann::json j = {{"arms", {info(r.arm_a, r.record_a), info(r.arm_b, r.record_b)}},
           {"reference", r.reference},
           {"checks", r.checks},
           {"total_real", r.total_real},
           {"seconds", seconds},
           {"wall_seconds", r.wall_seconds},
           {"runs", runs}};
+  if (!r.arm_a.accumulation_model.empty()) {
+    j["fp8"] = {{"reference", "model"},
+                {"models", {r.arm_a.accumulation_model, r.arm_b.accumulation_model}},
+                {"stage", r.stage.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.stage)},
+                {"stage_detail", r.stage_detail}};
+  }
+  return j;
 }
 
 nlohmann::json to_json(const LayerVerification& v) {
@@ -445,6 +725,17 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
       r.formula_mismatch_b = x.at("formula_mismatch").at(1).get<int64_t>();
       r.predicted_diff = x.at("predicted_diff").get<int64_t>();
       r.predicted_equals_observed = x.at("predicted_equals_observed").get<bool>();
+      if (x.value("fp8", false)) {
+        r.fp8 = true;
+        const auto refused = [](const nlohmann::json& why) { return why.is_null() ? std::string() : why.get<std::string>(); };
+        r.model_a = refused(x.at("models").at(0));
+        r.model_b = refused(x.at("models").at(1));
+        r.unmodelled_a = refused(x.at("unmodelled").at(0));
+        r.unmodelled_b = refused(x.at("unmodelled").at(1));
+        r.model_acc_diff = x.at("model_acc_diff").get<int64_t>();
+        r.model_first = x.at("model_first").get<std::vector<std::string>>();
+        r.acc_note = x.at("acc_note").get<std::string>();
+      }
       v.runs.push_back(std::move(r));
     }
     return v;

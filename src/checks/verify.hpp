@@ -65,7 +65,8 @@ LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode);
 
 // ---- verification -------------------------------------------------------------------------------
 
-// Where verify computes its reference (the exact accumulators every check compares against).
+// Where verify computes its reference (the exact accumulators every check compares against; for an
+// FP8 pair, each arm's declared accumulation model on the layer's codes).
 // `gpu`: plain int64 multiply-adds on CUDA cores (never the tensor cores an arm may use); `automatic`:
 // gpu when a CUDA device is usable, else cpu. The checks and their results do not depend on it.
 enum class VerifyReference { automatic, cpu, gpu };
@@ -82,6 +83,11 @@ struct VerifyOptions {
   VerifyReference reference = VerifyReference::automatic;
   int threads = 0;
 };
+
+// The reason an FP8 arm's run record refuses its declared model (cuBLASLt's split-K:
+// `extra.accumulation_model` null and `extra.accumulation_model_refused`), "" when it claims it.
+// `extra` is a record's `extra` object (anything else: "").
+std::string accumulation_model_refusal(const nlohmann::json& extra);
 
 // One (layer, M, scale mode) run of both arms.
 struct LayerRun {
@@ -109,6 +115,17 @@ struct LayerRun {
   int64_t formula_mismatch_a = -1, formula_mismatch_b = -1;
   int64_t predicted_diff = -1;        // -1: not both arms declare a formula
   bool predicted_equals_observed = true;
+  // FP8 pairs (both arms declare an accumulation model, docs/accumulation.md): the reference is each
+  // arm's declared model on the layer's codes plus its declared epilogue, so `formula_mismatch` counts
+  // outputs off the arm's model + epilogue, `acc_mismatch` its exposed fp32 accumulator off its model,
+  // `predicted_diff` the elements where model A + epilogue != model B + epilogue, and `pow2_violations`
+  // the observed differences of a power-of-two run where the two models' accumulators are equal.
+  bool fp8 = false;
+  std::string model_a, model_b;            // the model each arm's run claimed ("" when unmodelled)
+  std::string unmodelled_a, unmodelled_b;  // non-empty: the arm's record refused its model on this run (why)
+  int64_t model_acc_diff = -1;             // elements where the two models' fp32 accumulators differ bitwise
+  std::vector<std::string> model_first;    // the first outputs off their model, described with bit patterns
+  std::string acc_note;                    // why an FP8 arm's accumulator was not compared ("" when it was)
 };
 
 struct VerifyResult {
@@ -118,6 +135,10 @@ struct VerifyResult {
   std::vector<LayerRun> runs;
   std::vector<CheckResult> checks;   // C2, C3, C4, C5, C6 in that order
   Comparison total_real;             // all real-scale runs merged
+  // FP8 pairs: the stage the verdict names ("" when every check passed): "operands", "accumulation
+  // model" (an arm off its declared model, its accumulator exposed and off too, or not exposed),
+  // "epilogue" (accumulator on its model, outputs off), and the sentence that says which arm and where.
+  std::string stage, stage_detail;
   // Wall seconds per phase (arm A, arm B, reference accumulation, ...), in first-seen order: where
   // verify spent its time (`verify --timings`). The element passes run on worker threads beside the
   // next run's arms, so the phases can add up to more than `wall_seconds`.

@@ -22,7 +22,10 @@ void print_row(const MutantRow& r) {
                                                  : r.caught          ? "caught, NOT by its stage check"
                                                                      : "SLIPPED THROUGH")
                                               : (r.fired.empty() ? "control: nothing fired" : "CONTROL FIRED");
-  fmt::print("{:<28} {:<13}{}  {}\n", r.arm.label, r.arm.is_mutant ? r.arm.breaks_stage : "(control)", cells, verdict);
+  const std::string against =
+      r.arm.accumulation_model.empty() ? "" : fmt::format(" (FP8: vs {} on FP8 operands)", r.reference);
+  fmt::print("{:<28} {:<13}{}  {}{}\n", r.arm.label, r.arm.is_mutant ? r.arm.breaks_stage : "(control)", cells, verdict,
+             against);
 }
 
 VerbRunner setup_mutants(CLI::App& app) {

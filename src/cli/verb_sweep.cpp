@@ -42,11 +42,16 @@ VerbRunner setup_sweep(CLI::App& app) {
   app.add_option("--threads", o->threads, "worker threads (0: all cores)")
       ->capture_default_str()
       ->check(non_negative_integer());
+  auto no_explained = std::make_shared<bool>(false);
+  app.add_flag("--no-explained", *no_explained,
+               "skip the explained column (each arm's declared model evaluated per cell: the share of differing "
+               "elements both models predicted)");
   auto manifest = std::make_shared<std::string>();
   add_manifest_option(app, *manifest);
   app.add_option("--json", *json, "write the results (schema_version 1, kind qconform-sweep) to this file");
   return [=] {
     SweepOptions opts = *o;
+    opts.explained = !*no_explained;
     std::tie(opts.arm_a, opts.arm_b) = parse_pair("--pair", *pair);
     std::vector<PathUse> paths_in;
     add_arm_inputs(paths_in, "--pair", opts.arm_a);

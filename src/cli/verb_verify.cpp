@@ -33,9 +33,10 @@ void print_table(const VerifyResult& r, bool per_layer) {
     for (const LayerRun& x : r.runs) {
       const auto acc = [](int64_t v) { return v < 0 ? std::string("-") : std::to_string(v); };
       fmt::print("{:<40} {:>5} {:>13} {:>6} {:>6} ({:>5.1f}) {:>6} {:>12} {:>6}\n", x.layer, x.m, scale_mode_name(x.mode),
-                 x.safe ? "yes" : "NO", x.cmp.bitwise_diff, 1e6 * static_cast<double>(x.cmp.bitwise_diff) / x.cmp.total,
+                 x.fp8 ? "-" : (x.safe ? "yes" : "NO"), x.cmp.bitwise_diff, 1e6 * static_cast<double>(x.cmp.bitwise_diff) / x.cmp.total,
                  x.cmp.max_ulp, acc(x.acc_mismatch_a) + "/" + acc(x.acc_mismatch_b),
-                 x.predicted_diff < 0 ? "-" : (x.predicted_equals_observed ? "yes" : "NO"));
+                 x.predicted_diff < 0 ? (x.unmodelled_a.empty() && x.unmodelled_b.empty() ? "-" : "unmod")
+                                      : (x.predicted_equals_observed ? "yes" : "NO"));
     }
   }
   // Totals per scale regime.
@@ -65,8 +66,22 @@ void print_table(const VerifyResult& r, bool per_layer) {
       if (c.verdict == Verdict::fail) fmt::print("    {}\n", f.is_string() ? f.get<std::string>() : f.dump());
     }
   }
+  if (!r.arm_a.accumulation_model.empty()) {
+    // FP8: the verdict names the stage (operands, accumulation model, epilogue) and the arm.
+    fmt::print("\nFP8 verdict: {}\n", r.stage.empty() ? "every arm on its declared model; predicted set == observed set"
+                                                         : fmt::format("the {} stage: {}", r.stage, r.stage_detail));
+    for (const LayerRun& x : r.runs) {
+      for (const auto& [side, why] : {std::pair{"A", &x.unmodelled_a}, std::pair{"B", &x.unmodelled_b}}) {
+        if (!why->empty()) {
+          fmt::print("  unmodelled: arm {} on {} m={} {}: {}\n", side, x.layer, x.m, scale_mode_name(x.mode), *why);
+        }
+      }
+    }
+  }
   if (r.total_real.bitwise_diff > 0) {
-    fmt::print("\nfirst real-scale differences (expected within tolerance):\n");
+    fmt::print("\nfirst real-scale differences ({}):\n", r.arm_a.accumulation_model.empty()
+                                                             ? "expected within tolerance"
+                                                             : "each predicted by the declared models unless C6 says otherwise");
     for (const DiffElement& d : r.total_real.first) fmt::print("  {}\n", describe(d));
   }
 }
@@ -231,7 +246,13 @@ VerbRunner setup_verify(CLI::App& app) {
       fmt::print("{} layers run on {} rank{} ({}){}\n", todo.size(), world.size, world.size == 1 ? "" : "s",
                  dist::description(), resumed.empty() ? "" : fmt::format(", {} resumed from {}", resumed.size(), o->resume));
     }
-    fmt::print("A: {}\nB: {}\nreference: {}\n\n", result.record_a.kernel, result.record_b.kernel, result.reference);
+    fmt::print("A: {}\nB: {}\n", result.record_a.kernel, result.record_b.kernel);
+    for (const ArmInfo* arm : {&result.arm_a, &result.arm_b}) {
+      if (!arm->accumulation_model.empty()) {
+        fmt::print("{} declares accumulation model {}\n", arm->label, arm->accumulation_model);
+      }
+    }
+    fmt::print("reference: {}\n\n", result.reference);
     print_table(result, o->per_layer);
     if (o->timings) print_timings(result);
     if (o->timings && world.size > 1) {

@@ -495,6 +495,62 @@ void differences_section(Page& p, const json& results) {
   p.raw("</section>\n");
 }
 
+// An FP8 verify (`verify.fp8`): the models each arm declared (the reference), the stage the verdict
+// names, and per run the predicted set against the observed one and the outputs off their model.
+void fp8_verify_section(Page& p, const json& results) {
+  const json& verify = sub(results, "verify");
+  const json& fp8 = sub(verify, "fp8");
+  const json& runs = sub(verify, "runs");
+  if (!fp8.is_object() || !runs.is_array()) return;
+  p.raw("<section id=\"fp8-verify\"><h2>FP8: each arm against its declared accumulation model</h2>\n");
+  const json& models = sub(fp8, "models");
+  const auto model = [&](size_t i) {
+    return models.is_array() && models.size() > i && models[i].is_string() ? models[i].get<std::string>() : "?";
+  };
+  p.f("<p>Reference: the declared models (A: <code>{}</code>, B: <code>{}</code>) on the layers' codes, then each "
+      "arm's declared epilogue. {}</p>\n",
+      html_escape(model(0)), html_escape(model(1)), html_escape(str(verify, "reference")));
+  const std::string stage = str(fp8, "stage");
+  if (stage.empty()) {
+    p.raw("<p><span class=\"verdict pass\">every arm on its declared model; predicted set == observed set</span></p>\n");
+  } else {
+    p.f("<p><span class=\"verdict fail\">the {} stage</span> {}</p>\n", html_escape(stage),
+        html_escape(str(fp8, "stage_detail")));
+  }
+  const auto pair = [](const json& r, const char* key, size_t i) -> std::string {
+    const json& v = sub(r, key);
+    if (!v.is_array() || v.size() <= i) return "-";
+    if (v[i].is_null()) return "-";
+    if (v[i].is_string()) return v[i].get<std::string>();
+    return v[i].get<int64_t>() < 0 ? "-" : std::to_string(v[i].get<int64_t>());
+  };
+  p.table_start("FP8 per-run table");
+  p.raw("<table><thead><tr><th>layer</th><th>M</th><th>scales</th><th>observed</th><th>predicted</th>"
+        "<th>predicted = observed</th><th>models' accumulators differ</th><th>off model A / B</th>"
+        "<th>accumulator off A / B</th><th>unmodelled</th></tr></thead><tbody>\n");
+  for (const json& r : runs) {
+    const double predicted = num(r, "predicted_diff").value_or(-1);
+    const double acc_diff = num(r, "model_acc_diff").value_or(-1);
+    std::string unmodelled;
+    for (size_t i = 0; i < 2; ++i) {
+      const std::string why = pair(r, "unmodelled", i);
+      if (why != "-") unmodelled += fmt::format("{}: {} ", i ? "B" : "A", why);
+    }
+    const bool equal = sub(r, "predicted_equals_observed").is_boolean() && sub(r, "predicted_equals_observed").get<bool>();
+    p.f("<tr><td><code>{}</code></td><td>{:.0f}</td><td>{}</td><td>{:.0f}</td><td>{}</td><td>{}</td><td>{}</td>"
+        "<td>{} / {}</td><td>{} / {}</td><td>{}</td></tr>\n",
+        html_escape(str(r, "layer")), num(r, "m").value_or(0), html_escape(str(r, "scales")),
+        num(r, "bitwise_diff").value_or(0), predicted < 0 ? "-" : fmt::format("{:.0f}", predicted),
+        predicted < 0 ? "-" : (equal ? "yes" : "<span class=\"verdict fail\">NO</span>"),
+        acc_diff < 0 ? "-" : fmt::format("{:.0f}", acc_diff), html_escape(pair(r, "formula_mismatch", 0)),
+        html_escape(pair(r, "formula_mismatch", 1)), html_escape(pair(r, "acc_mismatch", 0)),
+        html_escape(pair(r, "acc_mismatch", 1)), html_escape(unmodelled));
+  }
+  p.raw("</tbody></table>");
+  p.table_end();
+  p.raw("</section>\n");
+}
+
 void sweep_section(Page& p, const json& results) {
   const json& sweep = sub(results, "sweep");
   const json& series = sub(sweep, "series");
@@ -727,6 +783,7 @@ std::string render_report(const json& results, const ReportOptions& options) {
   arms_section(page, results);
   headroom_section(page, results);
   differences_section(page, results);
+  fp8_verify_section(page, results);
   sweep_section(page, results);
   transfer_section(page, results);
   manifests_section(page, results);

@@ -4,11 +4,16 @@
 // all three scale regimes.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gpu_test_util.hpp"
 #include "qconform/arm.hpp"
+#include "checks/sweep.hpp"
 #include "checks/verify.hpp"
 
 namespace qc {
@@ -58,6 +63,66 @@ TEST(CudaVerifyReference, BeyondTheInt32ProofTheGpuReferenceIsInt64) {
   const std::vector<LayerOperands> wide = {gpu_test::make_layer("l.wide_k", 4, 16, 140000, 5, false)};
   EXPECT_EQ(verify_json("cpu:vllm-cutlass", "cpu:vllm-triton", wide, VerifyReference::gpu),
             verify_json("cpu:vllm-cutlass", "cpu:vllm-triton", wide, VerifyReference::cpu));
+}
+
+// FP8 pairs: the declared models evaluated on the GPU give the same verify, field for field, as on
+// the host (a passing pair and the FP8 mutant, caught with coordinates).
+std::vector<LayerOperands> fp8_layers() {
+  std::vector<LayerOperands> out;
+  int64_t seed = 40;
+  for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{16, 64, 256}, {8, 48, 2048}}) {
+    const Fp8Operands o = synth_fp8_operands(m, n, k, static_cast<uint64_t>(++seed));
+    OperandStorage s;
+    s.a_q.assign(o.a.begin(), o.a.end());
+    s.w_q.assign(o.w.begin(), o.w.end());
+    s.a_scale = o.a_scale;
+    s.w_scale = o.w_scale;
+    s.a_type = s.w_type = ElementType::e4m3;
+    out.push_back(make_operands(fmt::format("fp8.k{}", k), m, n, k, std::move(s), "test_cuda_verify"));
+  }
+  return out;
+}
+
+nlohmann::json fp8_verify_json(const std::string& a, const std::string& b, VerifyReference where) {
+  const std::vector<LayerOperands> layers = fp8_layers();
+  const PredictionSet p = predict(layers, "mem", "sha256:none");
+  auto arm_a = make_arm(a), arm_b = make_arm(b);
+  VerifyOptions options;
+  options.reference = where;
+  nlohmann::json j = to_json(verify_layers(*arm_a, *arm_b, layers, p, options));
+  EXPECT_NE(j["reference"].get<std::string>().find(where == VerifyReference::gpu ? "CUDA evaluation" : "on the host"),
+            std::string::npos)
+      << j["reference"];
+  for (const char* timing_or_place : {"seconds", "wall_seconds", "reference"}) j.erase(timing_or_place);
+  return j;
+}
+
+TEST(CudaVerifyReference, Fp8GpuModelsEqualCpuModels) {
+  for (const auto& [a, b] : std::vector<std::pair<std::string, std::string>>{
+           {"cpu:fp8-hopper-fp8-chain", "cpu:fp8-hopper-fp8-promote4"},
+           {"mutant:fp8-rne-steps", "cpu:fp8-hopper-fp8-promote4"}}) {
+    EXPECT_EQ(fp8_verify_json(a, b, VerifyReference::gpu), fp8_verify_json(a, b, VerifyReference::cpu)) << a << " vs " << b;
+  }
+}
+
+// The cuBLASLt pair against its declared models: every run where both arms claim their model has
+// 0 outputs off it and the predicted set equal to the observed one; runs the heuristic took to
+// split-K are unmodelled (listed), never passed or failed.
+TEST(CudaVerifyReference, CublasLtFp8PairFollowsItsDeclaredModels) {
+  const std::vector<LayerOperands> layers = fp8_layers();
+  const PredictionSet p = predict(layers, "mem", "sha256:none");
+  auto fast = make_arm("cuda:cublaslt-fp8-fastacc"), dflt = make_arm("cuda:cublaslt-fp8");
+  VerifyOptions options;
+  options.reference = VerifyReference::gpu;
+  const VerifyResult r = verify_layers(*fast, *dflt, layers, p, options);
+  for (const LayerRun& run : r.runs) {
+    SCOPED_TRACE(fmt::format("{} {} unmodelled A `{}` B `{}`", run.layer, scale_mode_name(run.mode), run.unmodelled_a,
+                             run.unmodelled_b));
+    if (run.unmodelled_a.empty()) EXPECT_EQ(run.formula_mismatch_a, 0) << fmt::format("{}", fmt::join(run.model_first, "\n"));
+    if (run.unmodelled_b.empty()) EXPECT_EQ(run.formula_mismatch_b, 0) << fmt::format("{}", fmt::join(run.model_first, "\n"));
+    if (run.predicted_diff >= 0) EXPECT_TRUE(run.predicted_equals_observed);
+  }
+  EXPECT_EQ(r.stage, "") << r.stage_detail;
 }
 
 TEST(CudaVerifyReference, AutomaticPicksTheGpuHere) {

@@ -552,9 +552,9 @@ TEST(AccumulationModel, CublasLtSplitKPartitionAndReductionOrder) {
 }
 
 // The arms: cpu:fp8-<model> and the fp8: aliases come from the one registry and declare their model.
-// verify of an FP8 pair is issue #14's, not written yet: it must say so (an input error naming the
-// arm and what to run instead), on either side, never fail on an "unknown epilogue".
-TEST(AccumulationModel, VerifyRefusesFp8ArmsSayingWhy) {
+// verify of an FP8 pair runs (tests/unit/test_verify_fp8.cpp); a pair mixing an FP8 and an INT8 arm is
+// an input error naming both arms and their formats, on either side, never an "unknown epilogue".
+TEST(AccumulationModel, VerifyRefusesMixedFormatPairsSayingWhy) {
   qc::SynthOptions o;
   o.shapes = "tiny";
   o.m = 4;
@@ -565,11 +565,12 @@ TEST(AccumulationModel, VerifyRefusesFp8ArmsSayingWhy) {
     auto a = qc::make_arm(la), b = qc::make_arm(lb);
     try {
       qc::verify_layers(*a, *b, layers, p, qc::VerifyOptions{});
-      ADD_FAILURE() << la << " vs " << lb << ": verify ran an FP8 arm";
+      ADD_FAILURE() << la << " vs " << lb << ": verify ran a mixed FP8/INT8 pair";
     } catch (const qc::Error& e) {
       EXPECT_EQ(e.kind(), qc::ErrorKind::input) << e.what();
-      EXPECT_NE(std::string(e.what()).find("not implemented yet (issue #14)"), std::string::npos) << e.what();
-      EXPECT_NE(std::string(e.what()).find("qconform sweep"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("verify compares two arms of the same format"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(la), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(lb), std::string::npos) << e.what();
     }
   }
 }

@@ -75,6 +75,11 @@ TEST(Identify, MutantsComeOutAsFaults) {
     auto arm = make_arm(label);
     const IdentifyResult r = identify(*arm);
     const ArmInfo info = arm->info();
+    if (!info.accumulation_model.empty()) {
+      // mutant:fp8-rne-steps: an FP8 arm; identify's FP8 part is issue #14's (verify catches this one).
+      EXPECT_EQ(r.verdict, "not-supported") << label << "\n" << describe(r);
+      continue;
+    }
     if (label == "mutant:int32-wrap") {
       // Wrapping needs an accumulator beyond INT32, outside the jurisdiction of an INT8 kernel: in
       // jurisdiction this arm IS vllm-cutlass (documented in docs/identify.md).

@@ -1,5 +1,5 @@
 // `mutant:<name>`: deliberately faulty arms, each a realistic bug class, declared to implement
-// `vllm-cutlass`. They are the positive controls: every falsifiable check must be shown to fire.
+// `vllm-cutlass` (the FP8 one, `fp8-rne-steps`, declares the accumulation model `hopper-fp8-chain`). They are the positive controls: every falsifiable check must be shown to fire.
 // Each mutant names the stage it breaks; `qconform mutants` shows which check caught it.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "accum/fp8_model.hpp"
 #include "arms/cpu/cpu_arms.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/epilogue.hpp"
@@ -148,6 +149,65 @@ class MutantArm final : public Arm {
   const MutantSpec& spec_;
 };
 
+// `mutant:fp8-rne-steps`: an FP8 arm that declares `hopper-fp8-chain` (13 fraction bits, truncation
+// toward zero) but rounds its terms and each step's result to nearest even: the accumulation stage
+// broken the way an emulation that "rounds properly" would break it. It exposes its fp32 accumulator,
+// so verify can name the stage.
+constexpr const char* kFp8MutantName = "fp8-rne-steps";
+constexpr const char* kFp8MutantDeclares = "hopper-fp8-chain";
+
+class Fp8RneStepsMutant final : public Arm {
+ public:
+  Fp8RneStepsMutant() : faulty_(fp8_accumulation_model(kFp8MutantDeclares).model) {
+    faulty_.term_rounding = AccumRounding::nearest_even;
+    faulty_.result_rounding = AccumRounding::nearest_even;
+    validate_accumulation_model(faulty_, kFp8MutantName);
+  }
+
+  ArmInfo info() const override {
+    ArmInfo i;
+    i.label = fmt::format("mutant:{}", kFp8MutantName);
+    i.description = fmt::format("FAULTY on purpose: declares {} but rounds each step's terms and result to nearest "
+                                "even instead of truncating: {}",
+                                kFp8MutantDeclares, accumulation_formula(faulty_));
+    i.epilogue = std::string(fp8_epilogue().name);
+    i.is_mutant = true;
+    i.breaks_stage = "accumulation";
+    i.accumulation_model = kFp8MutantDeclares;
+    return i;
+  }
+
+  ArmOutput run(const LayerOperands& ops) override {
+    ops.validate();
+    const std::string label = info().label;
+    QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", label, ops.name);
+    const Fp8LayerCodes codes = fp8_layer_codes(label, ops);
+    std::vector<float> d(static_cast<size_t>(ops.m * ops.n));
+    fp8_model_evaluate(faulty_, codes.gemm(), d.data());
+    ArmOutput out;
+    out.y.resize(d.size());
+    apply_epilogue(fp8_epilogue(), d.data(), ops.a_scale.data(), ops.w_scale.data(), nullptr, ops.m, ops.n,
+                   out.y.data());
+    out.record = cpu_run_record(info(), fmt::format("qconform mutant {} (faulty on purpose)", kFp8MutantName));
+    out.record.extra["accumulation_model"] = kFp8MutantDeclares;
+    out.record.extra["operands"] = codes.description;
+    return out;
+  }
+
+  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                    nlohmann::json& record, int threads) override {
+    std::vector<float> d(static_cast<size_t>(m * n));
+    fp8_model_evaluate(faulty_, Fp8Gemm{a, Fp8Format::e4m3, w, Fp8Format::e4m3, {m, n, k}}, d.data(), threads);
+    record = {{"arm", info().label},
+              {"kernel", fmt::format("qconform mutant {} (faulty on purpose)", kFp8MutantName)},
+              {"accumulation_model", kFp8MutantDeclares}};
+    return d;
+  }
+
+ private:
+  Fp8AccumModel faulty_;
+};
+
 }  // namespace
 
 void register_mutant_arms() {
@@ -157,6 +217,7 @@ void register_mutant_arms() {
       [] {
         std::vector<std::string> names;
         for (const MutantSpec& m : kMutants) names.emplace_back(m.name);
+        names.emplace_back(kFp8MutantName);
         return names;
       },
       [](std::string_view variant) -> std::unique_ptr<Arm> {
@@ -165,6 +226,8 @@ void register_mutant_arms() {
           if (variant == m.name) return std::make_unique<MutantArm>(m);
           names.emplace_back(m.name);
         }
+        if (variant == kFp8MutantName) return std::make_unique<Fp8RneStepsMutant>();
+        names.emplace_back(kFp8MutantName);
         QC_FAIL_INPUT("arm `mutant:{}`: unknown mutant; expected one of: {}", variant, fmt::join(names, ", "));
       }});
 }
