@@ -58,6 +58,42 @@ def midpoints(fmt):
     return ((v[:-1] + v[1:]) / 2).astype(F32)  # exact: one more bit than the format
 
 
+def division_sensitive_rows(fmt, rng, rows, k, same_absmax=False):
+    """Rows whose codes depend on dividing by the scale rather than multiplying by its reciprocal:
+    each row's absmax `a` fixes `scale = a / MAX` (one fp32 rounding, above the floor), and the other
+    elements are fp32 values next to `midpoint * scale` for which `x / scale` and `x * (1 / scale)`
+    round to different codes (a midpoint hit exactly by one of the two and missed by the other).
+    `same_absmax`: every row gets the same `a` (a per-tensor tile)."""
+    mids = midpoints(fmt)
+    mids = mids[mids > mids.max() / 64]  # normal range, away from the floor
+    out = []
+    a = None
+    with np.errstate(over="ignore"):
+        while len(out) < rows:
+            if a is None or not same_absmax:
+                a = F32(rng.uniform(1, 1000))
+            scale = F32(a / MAX[fmt])
+            inv = F32(F32(1) / scale)
+            x = (rng.choice(mids, 20000).astype(np.float64) * np.float64(scale)).astype(F32)
+            cands = [x]
+            for direction in (np.inf, -np.inf):
+                y = x
+                for _ in range(2):
+                    y = np.nextafter(y, F32(direction), dtype=F32)
+                    cands.append(y)
+            c = np.concatenate(cands)
+            c = c[cast(c / scale, fmt) != cast(c * inv, fmt)]
+            if len(c) < k - 1:
+                if not (same_absmax and out):
+                    a = None  # this scale's reciprocal is too kind: another absmax
+                continue
+            row = np.empty(k, dtype=F32)
+            row[0] = a
+            row[1:] = c[:k - 1] * np.where(rng.random(k - 1) < 0.5, F32(-1), F32(1))
+            out.append(row)
+    return np.stack(out)
+
+
 def activation_rows(fmt, rng):
     k = 257
     rows = []
@@ -74,6 +110,8 @@ def activation_rows(fmt, rng):
         row[0] = MAX[fmt]
         row[1:1 + len(chunk)] = chunk * signs
         rows.append(row)
+    # Division versus multiplication by the reciprocal: codes that tell vLLM's two formulas apart.
+    rows += list(division_sensitive_rows(fmt, rng, 8, k))
     # Saturation: x / scale lands just above MAX when the rounded scale is below absmax / MAX.
     for a in rng.uniform(1, 2, 50).astype(F32):
         row = rng.uniform(-1, 1, k).astype(F32) * a
@@ -124,6 +162,10 @@ def test_per_token_activations_match_vllm_formula(tmp_path, fmt):
     q, s = run_act(tmp_path, x, fmt, "per-token")
     wq, ws = peer_act(x, fmt, "per-token")
     assert_same(q, s, wq, ws, f"per-token {fmt}")
+    # The rows can tell the formulas apart: multiplying by 1/scale instead would change codes.
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        alt = cast(x * (F32(1) / s)[:, None], fmt)
+    assert (alt != q).sum() > 50, "no code depends on x / scale versus x * (1 / scale)"
     # The cases really occurred: ties at both parities, saturated codes, the floor, signed zeros.
     assert (q == (0x7E if fmt == "e4m3" else 0x7B)).sum() > 100
     zero_row = x.shape[0] - 8
@@ -149,10 +191,14 @@ def test_per_tensor_activations_match_vllm_formula(tmp_path, fmt):
     rng = np.random.default_rng(2)
     for name, x in [("gaussian", (rng.standard_normal((64, 130)) * 3).astype(F32)),
                     ("ties", activation_rows(fmt, rng)[200:210]),
+                    ("division-sensitive", division_sensitive_rows(fmt, rng, 6, 129, same_absmax=True)),
                     ("all-zero", np.zeros((4, 33), dtype=F32))]:
         q, s = run_act(tmp_path, x, fmt, "per-tensor")
         wq, ws = peer_act(x, fmt, "per-tensor")
         assert_same(q, s, wq, ws, f"per-tensor {fmt} {name}")
+        if name == "division-sensitive":  # per tensor vLLM multiplies by 1/scale: dividing would differ
+            alt = cast(x / s[:, None], fmt)
+            assert (alt != q).sum() > 50, "no code depends on x * (1 / scale) versus x / scale"
     # vLLM's per-tensor scale of an all-zero tile is 0, and 0 * (1/0) = NaN clamps to +MAX.
     assert (s == 0).all() and (q == (0x7E if fmt == "e4m3" else 0x7B)).all()
 
