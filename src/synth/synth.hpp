@@ -1,6 +1,7 @@
 // Synthetic operands with realistic statistics, so the layer-level experiment runs with no model
 // at hand: activations with a few heavy outlier channels quantized per token, Gaussian weights
-// quantized per channel the way compressed-tensors does (absmax/127.5, half-even).
+// quantized per channel the way compressed-tensors does (INT8: absmax/127.5, half-even; FP8
+// (`element`): vLLM's dynamic per-token FP8 activations, compressed-tensors' FP8 weights).
 #pragma once
 
 #include <cstdint>
