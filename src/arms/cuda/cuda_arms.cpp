@@ -225,8 +225,8 @@ class CublasLtFp8Arm final : public Arm {
     ArmInfo i;
     i.label = fast_ ? "cuda:cublaslt-fp8-fastacc" : "cuda:cublaslt-fp8";
     i.description = fmt::format(
-        "cuBLASLt FP8 GEMM (e4m3 or e5m2 x e4m3; {} accumulation), per-token/per-channel outer-vector scales, bf16 "
-        "out; int8 codes re-encoded to e4m3 only when exact",
+        "cuBLASLt FP8 GEMM (e4m3 x e4m3, e5m2 x e4m3 or e4m3 x e5m2; {} accumulation), per-token/per-channel "
+        "outer-vector scales, bf16 out; int8 codes re-encoded to e4m3 only when exact",
         fast_ ? "fast (CUBLASLT_MATMUL_DESC_FAST_ACCUM)" : "default");
     i.exposes_accumulator = false;
     // The models measured to reproduce these paths bit for bit on the H200
