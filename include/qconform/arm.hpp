@@ -72,8 +72,15 @@ struct ArmBackend {
 };
 
 void register_arm_backend(ArmBackend backend);
-// Creates an arm from its label; unknown labels are input errors that list the known arms.
+// Creates an arm from its label; unknown labels are input errors that list the known arms. An
+// INT8 arm (no `accumulation_model`) comes back wrapped so that its `run` first calls
+// `check_arm_takes_layer`.
 std::unique_ptr<Arm> make_arm(std::string_view label);
+
+// The one element-type check between an arm and a layer: an INT8 arm (empty
+// `info.accumulation_model`) given an FP8 layer is an input error naming the arm, the layer, its
+// shape and element types. FP8 arms take both (an INT8 layer's codes re-encoded exactly to e4m3).
+void check_arm_takes_layer(const ArmInfo& info, const LayerOperands& ops);
 // Every listable arm label, backends in registration order.
 std::vector<std::string> list_arms();
 const std::vector<ArmBackend>& arm_backends();

@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 import numpy as np
 
 from . import _qconform
-from ._arrays import bf16_bits_to_float32, float32_to_bf16_bits, to_host
+from ._arrays import bf16_bits_to_float32, float32_to_bf16_bits, fp8_element_type, to_host
 from ._qconform import Arm, ArmFailure, Error, InputError, InternalError, PythonArm
 
 __all__ = [
@@ -201,7 +201,16 @@ def _layer_to_host(layer: Mapping[str, Any]) -> Dict[str, Any]:
     if not isinstance(layer, Mapping):
         raise InputError(f"layer: expected a dict with keys name, a_q, a_scale, w_q, w_scale and optional bias, "
                          f"found {type(layer).__qualname__}")
-    return {k: (to_host(v) if k not in ("name", "source") and v is not None else v) for k, v in layer.items()}
+    out = {k: (to_host(v) if k not in ("name", "source", "a_type", "w_type") and v is not None else v)
+           for k, v in layer.items()}
+    # ml_dtypes / torch float8 operands name their own element type; uint8 bit patterns need `a_type`/`w_type`.
+    for codes, key in (("a_q", "a_type"), ("w_q", "w_type")):
+        seen = fp8_element_type(layer.get(codes))
+        if seen is not None and layer.get(key) is None:
+            out[key] = seen
+        elif seen is not None and layer.get(key) != seen:
+            raise InputError(f"layer `{layer.get('name')}`: {key} is {layer.get(key)!r} but {codes} is a {seen} array")
+    return out
 
 
 def _operands_in(operands: OperandsSpec) -> Union[str, List[Dict[str, Any]]]:
@@ -250,14 +259,16 @@ def quantize_activations(x: Any, quantizer: str = "vllm", *,
 
 def synth(shapes: str = "tiny", m: int = 16, *, seed: int = 0, bias: bool = False,
           outlier_fraction: float = 0.005, outlier_gain: float = 30.0, weight_sigma: float = 0.02,
-          act_quantizer: str = "vllm", threads: int = 0) -> List[Dict[str, Any]]:
+          act_quantizer: str = "vllm", threads: int = 0, element: str = "int8") -> List[Dict[str, Any]]:
     """Synthetic operands, byte for byte those of ``qconform synth`` with the same options.
 
     ``shapes``: ``"qwen3-1.7b"`` (196 layers), ``"qwen3-8b"`` (252), ``"tiny"`` or ``"MxNxK"``
-    (one layer; M then overrides ``m``).
+    (one layer; M then overrides ``m``). ``element``: ``"int8"``, ``"e4m3"``, ``"e5m2"`` or
+    ``"e5m2-e4m3"`` (activations-weights); an FP8 layer's dict has ``a_type``/``w_type`` and its
+    ``a_q``/``w_q`` are uint8 bit patterns (``a_q.view(ml_dtypes.float8_e4m3fn)`` gives values).
     """
     return _qconform.synth(shapes, m, seed, bias, outlier_fraction, outlier_gain, weight_sigma,
-                           act_quantizer, threads)
+                           act_quantizer, threads, element)
 
 
 # ---- checks -------------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ The core reads CPU arrays through DLPack / the buffer protocol (nanobind), witho
 they are C-contiguous. What nanobind cannot see directly is reinterpreted here, still without a
 copy where the data is on the host:
 
-- ``ml_dtypes.bfloat16`` NumPy arrays become ``uint16`` views of the same bytes, and
-  ``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2`` arrays (and the torch FP8 dtypes) ``uint8`` views;
+- ``ml_dtypes.bfloat16`` NumPy arrays become ``uint16`` views of the same bytes;
+- ``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2`` arrays (and torch float8 tensors) become ``uint8``
+  views of their bit patterns; ``fp8_element_type`` names their element type;
 - ``torch.bfloat16`` tensors become ``int16`` views (the same bit patterns) and then NumPy arrays
   (``Tensor.numpy()`` shares memory for CPU tensors);
 - CUDA (or any non-CPU) tensors are copied to the host once: the core runs on the CPU.
@@ -31,7 +32,7 @@ def to_host(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         if x.dtype.name == "bfloat16":  # ml_dtypes.bfloat16 (or any bfloat16 extension dtype)
             return x.view(np.uint16)
-        if x.dtype.name in ("float8_e4m3fn", "float8_e5m2"):  # ml_dtypes FP8: the codes (bit patterns)
+        if fp8_element_type(x) is not None:
             return x.view(np.uint8)
         return x
     if is_torch_tensor(x):
@@ -42,13 +43,26 @@ def to_host(x: Any) -> Any:
             t = t.cpu()
         if t.dtype == torch.bfloat16:
             return t.view(torch.int16).numpy().view(np.uint16)
-        if t.dtype in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)):
+        if fp8_element_type(t) is not None:
             return t.view(torch.uint8).numpy()
         if t.dtype in (torch.int8, torch.int32, torch.int64, torch.float32, torch.int16, torch.uint8,
                        torch.float64, torch.float16):
             return t.numpy()
         return t  # other dtypes: the core reports them (via DLPack) as unexpected
     return x
+
+
+_FP8_NAMES = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+
+
+def fp8_element_type(x: Any) -> Any:
+    """"e4m3" or "e5m2" for an ml_dtypes float8_e4m3fn / float8_e5m2 array or a torch float8 tensor
+    of those dtypes; None for anything else (uint8 bit patterns included: say `a_type` then)."""
+    if isinstance(x, np.ndarray):
+        return _FP8_NAMES.get(x.dtype.name)
+    if is_torch_tensor(x):
+        return _FP8_NAMES.get(str(x.dtype).removeprefix("torch."))
+    return None
 
 
 def bf16_bits_to_float32(y: Any) -> np.ndarray:

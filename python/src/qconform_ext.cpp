@@ -96,11 +96,12 @@ nb::object json_to_py(const nlohmann::json& j) {
 
 using AnyArray = nb::ndarray<nb::ro>;
 
-enum class Elem { i8, f32, bf16, i32, i64, u8 };
+enum class Elem { i8, code8, f32, bf16, i32, i64, u8 };
 
 const char* elem_name(Elem e) {
   switch (e) {
     case Elem::i8: return "int8";
+    case Elem::code8: return "uint8 (FP8 bit patterns; int8 accepted too)";
     case Elem::f32: return "float32";
     case Elem::bf16: return "bfloat16 (as uint16/int16 bit patterns, ml_dtypes.bfloat16 or torch.bfloat16)";
     case Elem::i32: return "int32";
@@ -133,6 +134,7 @@ bool elem_matches(Elem e, nb::dlpack::dtype d) {
   const auto is = [&](C code, int bits) { return d.code == static_cast<uint8_t>(code) && d.bits == bits; };
   switch (e) {
     case Elem::i8: return is(C::Int, 8);
+    case Elem::code8: return is(C::UInt, 8) || is(C::Int, 8);
     case Elem::f32: return is(C::Float, 32);
     case Elem::bf16: return is(C::UInt, 16) || is(C::Int, 16) || is(C::Bfloat, 16);
     case Elem::i32: return is(C::Int, 32);
@@ -267,18 +269,31 @@ std::shared_ptr<const void> hold(std::unique_ptr<PyLayerHold> h) {
   });
 }
 
-// One layer from a dict {name, a_q, a_scale, w_q, w_scale, bias?, source?}: zero-copy views of
-// contiguous arrays, strict checks of every dtype and shape.
+// One layer from a dict {name, a_q, a_scale, w_q, w_scale, bias?, source?, a_type?, w_type?}:
+// zero-copy views of contiguous arrays, strict checks of every dtype and shape. `a_type`/`w_type`
+// ("int8" by default, "e4m3", "e5m2") give the element types; an FP8 operand is a uint8 (or int8)
+// array of its bit patterns (`x.view(np.uint8)` of an ml_dtypes float8 array).
+qc::ElementType element_type_from(const nb::dict& d, const char* key, const std::string& where) {
+  if (!d.contains(key) || d[key].is_none()) return qc::ElementType::int8;
+  std::string t;
+  QC_INPUT(nb::try_cast(d[key], t, false), "{}.{}: expected a string (int8, e4m3 or e5m2)", where, key);
+  for (qc::ElementType e : {qc::ElementType::int8, qc::ElementType::e4m3, qc::ElementType::e5m2}) {
+    if (t == qc::element_type_name(e)) return e;
+  }
+  QC_FAIL_INPUT("{}.{}: expected int8, e4m3 or e5m2, found `{}`", where, key, t);
+}
+
 qc::LayerOperands operands_from_dict(nb::handle obj, const std::string& where) {
   nb::dict d;
   QC_INPUT(nb::try_cast(obj, d, false), "{}: expected a dict with keys name, a_q, a_scale, w_q, w_scale and optional bias, found {}",
            where, nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).attr("__qualname__"))));
-  static const std::vector<std::string> known{"name", "a_q", "a_scale", "w_q", "w_scale", "bias", "source"};
+  static const std::vector<std::string> known{"name", "a_q", "a_scale", "w_q", "w_scale", "bias", "source", "a_type", "w_type"};
   for (auto [key, value] : d) {
     std::string k;
     QC_INPUT(nb::try_cast(key, k, false), "{}: keys must be strings", where);
     QC_INPUT(std::find(known.begin(), known.end(), k) != known.end(),
-             "{}: unknown key `{}`; expected name, a_q, a_scale, w_q, w_scale, bias (optional), source (optional)", where, k);
+             "{}: unknown key `{}`; expected name, a_q, a_scale, w_q, w_scale, bias (optional), source (optional), "
+             "a_type and w_type (optional: int8, e4m3, e5m2)", where, k);
   }
   std::string name;
   QC_INPUT(d.contains("name") && nb::try_cast(d["name"], name, false), "{}: key `name` (a string) is missing", where);
@@ -287,9 +302,11 @@ qc::LayerOperands operands_from_dict(nb::handle obj, const std::string& where) {
     QC_INPUT(d.contains(key) && !d[key].is_none(), "{}: key `{}` is missing", lw, key);
     return d[key];
   };
+  const qc::ElementType a_type = element_type_from(d, "a_type", lw), w_type = element_type_from(d, "w_type", lw);
+  const auto codes = [](qc::ElementType t) { return t == qc::ElementType::int8 ? Elem::i8 : Elem::code8; };
   auto h = std::make_unique<PyLayerHold>();
-  h->a_q = host_array<int8_t>(as_array(field("a_q"), lw + ".a_q"), lw + ".a_q", Elem::i8, {2});
-  h->w_q = host_array<int8_t>(as_array(field("w_q"), lw + ".w_q"), lw + ".w_q", Elem::i8, {2});
+  h->a_q = host_array<int8_t>(as_array(field("a_q"), lw + ".a_q"), lw + ".a_q", codes(a_type), {2});
+  h->w_q = host_array<int8_t>(as_array(field("w_q"), lw + ".w_q"), lw + ".w_q", codes(w_type), {2});
   h->a_scale = host_array<float>(as_array(field("a_scale"), lw + ".a_scale"), lw + ".a_scale", Elem::f32, {1, 2});
   h->w_scale = host_array<float>(as_array(field("w_scale"), lw + ".w_scale"), lw + ".w_scale", Elem::f32, {1, 2});
   const int64_t m = h->a_q.dim(0), k = h->a_q.dim(1), n = h->w_q.dim(0);
@@ -321,8 +338,10 @@ qc::LayerOperands operands_from_dict(nb::handle obj, const std::string& where) {
   ops.w_scale = h->w_scale.data;
   if (h->bias) ops.bias = h->bias->data;
   ops.source = source;
+  ops.a_type = a_type;
+  ops.w_type = w_type;
   ops.keepalive = hold(std::move(h));
-  ops.validate();
+  ops.validate();  // an INT8/FP8 mix and NaN/inf codes are input errors here
   return ops;
 }
 
@@ -356,12 +375,15 @@ nb::dict layer_to_dict(const qc::LayerOperands& l) {
   const size_t m = static_cast<size_t>(l.m), n = static_cast<size_t>(l.n), k = static_cast<size_t>(l.k);
   nb::dict d;
   d["name"] = l.name;
-  d["a_q"] = numpy_view(l.a_q, {m, k}, l.keepalive);
+  // FP8 codes come out as uint8 bit patterns (view them as ml_dtypes float8), INT8 codes as int8.
+  d["a_q"] = l.fp8() ? numpy_view(l.a_codes(), {m, k}, l.keepalive) : numpy_view(l.a_q, {m, k}, l.keepalive);
   d["a_scale"] = numpy_view(l.a_scale, {m}, l.keepalive);
-  d["w_q"] = numpy_view(l.w_q, {n, k}, l.keepalive);
+  d["w_q"] = l.fp8() ? numpy_view(l.w_codes(), {n, k}, l.keepalive) : numpy_view(l.w_q, {n, k}, l.keepalive);
   d["w_scale"] = numpy_view(l.w_scale, {n}, l.keepalive);
   d["bias"] = l.has_bias() ? numpy_view(l.bias, {n}, l.keepalive) : nb::none();
   d["source"] = l.source;
+  d["a_type"] = std::string(qc::element_type_name(l.a_type));
+  d["w_type"] = std::string(qc::element_type_name(l.w_type));
   return d;
 }
 
@@ -449,6 +471,8 @@ class PythonArm final : public qc::Arm {
   qc::ArmInfo info() const override { return info_; }
 
   qc::ArmOutput run(const qc::LayerOperands& ops) override {
+    // An INT8 callable (no accumulation model declared) refuses FP8 layers, as the built-in INT8 arms do.
+    qc::check_arm_takes_layer(info_, ops);
     const std::string context = fmt::format("layer `{}` ({}x{}x{})", ops.name, ops.m, ops.n, ops.k);
     return guarded(context, context, [&] { return info_.accumulation_model.empty() ? run_with_gil(ops) : run_fp8_with_gil(ops); });
   }
@@ -857,7 +881,8 @@ NB_MODULE(_qconform, m) {
   m.def(
       "synth",
       [](const std::string& shapes, int64_t m_rows, uint64_t seed, bool bias, double outlier_fraction,
-         double outlier_gain, double weight_sigma, const std::string& act_quantizer, int threads) {
+         double outlier_gain, double weight_sigma, const std::string& act_quantizer, int threads,
+         const std::string& element) {
         qc::SynthOptions o;
         o.shapes = shapes;
         o.m = m_rows;
@@ -868,6 +893,7 @@ NB_MODULE(_qconform, m) {
         o.weight_sigma = weight_sigma;
         o.act_quantizer = act_quantizer;
         o.threads = threads;
+        o.element = element;
         QC_INPUT(m_rows > 0, "m: expected a positive number of rows, found {}", m_rows);
         const std::vector<qc::LayerOperands> layers = without_gil([&] { return qc::synth_operands(o); });
         nb::list out;
@@ -875,7 +901,7 @@ NB_MODULE(_qconform, m) {
         return out;
       },
       "shapes"_a, "m"_a, "seed"_a, "bias"_a, "outlier_fraction"_a, "outlier_gain"_a, "weight_sigma"_a,
-      "act_quantizer"_a, "threads"_a);
+      "act_quantizer"_a, "threads"_a, "element"_a = "int8");
 
   // ---- checks ----
   m.def(

@@ -42,6 +42,38 @@ std::vector<float> Arm::fp8_accumulate(const uint8_t*, const uint8_t*, int64_t, 
                 printable_text(info().label));
 }
 
+void check_arm_takes_layer(const ArmInfo& info, const LayerOperands& ops) {
+  if (!ops.fp8() || !info.accumulation_model.empty()) return;
+  QC_FAIL_INPUT("arm `{}` is an INT8 arm (it declares no FP8 accumulation model) and cannot run layer `{}` "
+                "({}x{}x{}, {} activations x {} weights, from {}); FP8 layers run on the FP8 arms: cpu:fp8-<model>, "
+                "cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc",
+                printable_text(info.label), printable_text(ops.name), ops.m, ops.n, ops.k,
+                element_type_name(ops.a_type), element_type_name(ops.w_type), printable_text(ops.source));
+}
+
+namespace {
+// Every INT8 arm `make_arm` creates (cpu, onednn, mutant, cuda mma/cublaslt-int8, plugin, and the
+// declared arms wrapping them) runs behind this guard, so that an FP8 layer is refused in one place
+// before any kernel reinterprets its FP8 bit patterns as int8 codes.
+class Int8LayerGuard final : public Arm {
+ public:
+  explicit Int8LayerGuard(std::unique_ptr<Arm> arm) : arm_(std::move(arm)) {}
+  ArmInfo info() const override { return arm_->info(); }
+  ArmOutput run(const LayerOperands& ops) override {
+    check_arm_takes_layer(arm_->info(), ops);
+    return arm_->run(ops);
+  }
+
+ private:
+  std::unique_ptr<Arm> arm_;
+};
+
+std::unique_ptr<Arm> guarded(std::unique_ptr<Arm> arm) {
+  if (!arm || !arm->info().accumulation_model.empty()) return arm;  // FP8 arms take FP8 and INT8 layers
+  return std::make_unique<Int8LayerGuard>(std::move(arm));
+}
+}  // namespace
+
 void register_arm_backend(ArmBackend backend) {
   for (const ArmBackend& b : backend_storage()) {
     QC_CHECK(b.prefix != backend.prefix, "arm backend `{}` registered twice", backend.prefix);
@@ -74,7 +106,7 @@ std::unique_ptr<Arm> make_arm(std::string_view label) {
   for (const ArmBackend& b : arm_backends()) {
     if (b.prefix != prefix) continue;
     try {
-      return b.make(variant);
+      return guarded(b.make(variant));
     } catch (const Error& e) {
       // A backend's refusal ("unknown epilogue `x`") names the variant; say which arm asked for it.
       if (e.kind() != ErrorKind::input || std::string_view(e.what()).find(shown) != std::string_view::npos) throw;

@@ -27,6 +27,10 @@ VerbRunner setup_synth(CLI::App& app) {
   app.add_flag("--bias", o->bias, "add a bf16 bias per output channel");
   app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang, reciprocal")
       ->capture_default_str();
+  app.add_option("--element", o->element,
+                 "element types, activations-weights: int8, e4m3, e5m2, e5m2-e4m3 (FP8: vLLM's dynamic per-token "
+                 "FP8 activations, compressed-tensors' per-channel FP8 weights)")
+      ->capture_default_str();
   app.add_option("--outlier-fraction", o->outlier_fraction, "share of heavy outlier activation channels")
       ->capture_default_str()
       ->check(finite_in(0, 1));
@@ -44,12 +48,22 @@ VerbRunner setup_synth(CLI::App& app) {
     int64_t macs = 0, m = 0;
     size_t count = 0;
     const auto metadata = [&](int64_t rows) {
-      return std::map<std::string, std::string>{{"source", "qconform synth"},
-                                                {"shapes", o->shapes},
-                                                {"m", std::to_string(rows)},
-                                                {"seed", std::to_string(o->seed)},
-                                                {"act_quantizer", o->act_quantizer},
-                                                {"weight_quantizer", "compressed-tensors absmax/127.5 half-even"}};
+      if (o->element == "int8") {  // the INT8 file's bytes stay what they were before FP8 synth existed
+        return std::map<std::string, std::string>{{"source", "qconform synth"},
+                                                  {"shapes", o->shapes},
+                                                  {"m", std::to_string(rows)},
+                                                  {"seed", std::to_string(o->seed)},
+                                                  {"act_quantizer", o->act_quantizer},
+                                                  {"weight_quantizer", "compressed-tensors absmax/127.5 half-even"}};
+      }
+      return std::map<std::string, std::string>{
+          {"source", "qconform synth"},
+          {"shapes", o->shapes},
+          {"m", std::to_string(rows)},
+          {"seed", std::to_string(o->seed)},
+          {"element", o->element},
+          {"act_quantizer", "vllm dynamic per-token fp8: scale=fmax(absmax/max, 1/(max*512)), q=rne(clamp(x/scale))"},
+          {"weight_quantizer", "compressed-tensors fp8 per-channel: scale=absmax/max, q=rne(clamp(w/scale))"}};
     };
     std::string shards;
     if (shard_size->empty()) {
@@ -69,13 +83,15 @@ VerbRunner setup_synth(CLI::App& app) {
       shards = fmt::format(" in {} shards", writer->shard_count());
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    fmt::print("wrote {} layers ({} M, {:.3f} T multiply-adds) to {}{} in {:.1f} s\n{}\n", count, m,
-               static_cast<double>(macs) * 1e-12, *out, shards, seconds, sha256_file(*out));
+    const auto [a_type, w_type] = parse_element_types(o->element);
+    fmt::print("wrote {} {} x {} layers ({} M, {:.3f} T multiply-adds) to {}{} in {:.1f} s\n{}\n", count,
+               element_type_name(a_type), element_type_name(w_type), m, static_cast<double>(macs) * 1e-12, *out, shards,
+               seconds, sha256_file(*out));
     return kExitOk;
   };
 }
 
-RegisterVerb register_synth{{"synth", "Write synthetic W8A8 operands with realistic statistics", 20, setup_synth}};
+RegisterVerb register_synth{{"synth", "Write synthetic W8A8 (INT8 or FP8) operands with realistic statistics", 20, setup_synth}};
 
 }  // namespace
 }  // namespace qc::cli

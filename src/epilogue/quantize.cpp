@@ -103,24 +103,106 @@ void quantize_activations_bf16(ActQuantizer kind, const uint16_t* x_bf16, int64_
   }
 }
 
-void quantize_weights_per_channel(const float* w, int64_t N, int64_t K, int8_t* q, float* scales,
-                                  WeightScaleDtype dtype) {
-  QC_INPUT(N >= 0 && K >= 0, "quantize_weights_per_channel: expected N, K >= 0, found N={} K={}", N, K);
+namespace {
+// compressed-tensors' symmetric weight quantization, one formula for INT8 and FP8 targets:
+// `scale = model(absmax / divisor)` (absmax per channel, or over the matrix per tensor), a zero
+// scale replaced by the dtype's epsilon, and `emit(i, model(model(w[i]) / scale))` for each weight,
+// where `model` rounds to the model dtype (identity for fp32).
+template <class Emit>
+void quantize_weights_symmetric(const char* who, const float* w, int64_t N, int64_t K, float divisor,
+                                WeightScaling scaling, WeightScaleDtype dtype, float* scales, Emit emit) {
+  QC_INPUT(N >= 0 && K >= 0, "{}: expected N, K >= 0, found N={} K={}", who, N, K);
   const bool bf16 = dtype == WeightScaleDtype::bf16;
   auto model = [bf16](float v) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; };  // value in the model dtype
+  std::vector<float> absmax(static_cast<size_t>(N), 0.0f);
   for (int64_t n = 0; n < N; ++n) {
     const float* row = w + n * K;
-    float absmax = 0.0f;
     for (int64_t k = 0; k < K; ++k) {
-      QC_INPUT(std::isfinite(row[k]), "quantize_weights_per_channel: field w[{},{}]: expected finite, found {}", n, k,
-               row[k]);
-      absmax = std::max(absmax, std::fabs(model(row[k])));
+      QC_INPUT(std::isfinite(row[k]), "{}: field w[{},{}]: expected finite, found {}", who, n, k, row[k]);
+      absmax[static_cast<size_t>(n)] = std::max(absmax[static_cast<size_t>(n)], std::fabs(model(row[k])));
     }
-    float scale = model(absmax / 127.5f);
+  }
+  if (scaling == WeightScaling::per_tensor) {
+    const float all = N > 0 ? *std::max_element(absmax.begin(), absmax.end()) : 0.0f;
+    std::fill(absmax.begin(), absmax.end(), all);
+  }
+  for (int64_t n = 0; n < N; ++n) {
+    const float* row = w + n * K;
+    float scale = model(absmax[static_cast<size_t>(n)] / divisor);
     if (scale == 0.0f) scale = bf16 ? 0x1p-7f : 0x1p-23f;  // compressed-tensors: zero scale -> dtype eps
     scales[n] = scale;
-    for (int64_t k = 0; k < K; ++k) q[n * K + k] = sat_s8_rne(model(model(row[k]) / scale));
+    for (int64_t k = 0; k < K; ++k) emit(n * K + k, model(model(row[k]) / scale));
   }
+}
+}  // namespace
+
+void quantize_weights_per_channel(const float* w, int64_t N, int64_t K, int8_t* q, float* scales,
+                                  WeightScaleDtype dtype) {
+  quantize_weights_symmetric("quantize_weights_per_channel", w, N, K, 127.5f, WeightScaling::per_channel, dtype,
+                             scales, [q](int64_t i, float v) { q[i] = sat_s8_rne(v); });
+}
+
+// ------------------------------------------------------------------------------------------------
+// FP8
+// ------------------------------------------------------------------------------------------------
+
+namespace {
+void check_fp8_target(const char* who, ElementType target) {
+  QC_INPUT(target == ElementType::e4m3 || target == ElementType::e5m2,
+           "{}: field target: expected an FP8 element type (e4m3 or e5m2), found {}", who, element_type_name(target));
+}
+}  // namespace
+
+float fp8_max(ElementType target) {
+  check_fp8_target("fp8_max", target);
+  return target == ElementType::e4m3 ? e4m3fn_to_f32(kE4M3FN.max_finite) : e5m2_to_f32(kE5M2.max_finite);
+}
+
+float fp8_min_scaling_factor(ElementType target) {
+  return 1.0f / (fp8_max(target) * 512.0f);  // the product is exact; the quotient rounds once
+}
+
+uint8_t fp8_clamp_rne(ElementType target, float x) {
+  const float max = fp8_max(target);
+  // 1. Clamp as vLLM does: C `fmin`/`fmax` return the other operand for a NaN, so NaN -> +max.
+  const float r = std::fmax(-max, std::fmin(x, max));
+  // 2. Round to nearest even. |r| <= max, so nothing overflows and `saturate` never acts.
+  return target == ElementType::e4m3 ? f32_to_e4m3fn(r, /*saturate=*/true) : f32_to_e5m2(r, /*saturate=*/true);
+}
+
+void quantize_activations_fp8(ElementType target, Fp8ActScaling scaling, const float* x, int64_t M, int64_t K,
+                              uint8_t* q, float* scales) {
+  QC_INPUT(M >= 0 && K >= 0, "quantize_activations_fp8: expected M, K >= 0, found M={} K={}", M, K);
+  const float max = fp8_max(target);
+  // `fmax` skips NaN as CUDA's `fmaxf` does, so the absmax of a row is that of its non-NaN values.
+  auto absmax_of = [](const float* v, int64_t n) {
+    float a = 0.0f;
+    for (int64_t i = 0; i < n; ++i) a = std::fmax(a, std::fabs(v[i]));
+    return a;
+  };
+  if (scaling == Fp8ActScaling::per_tensor) {
+    float absmax = 0.0f;
+    for (int64_t m = 0; m < M; ++m) absmax = std::fmax(absmax, absmax_of(x + m * K, K));
+    const float scale = absmax / max;  // no floor: vLLM's per-tensor scale starts at 0
+    const float inv = 1.0f / scale;    // an all-zero tile: inf, and 0 * inf = NaN -> +max
+    for (int64_t i = 0; i < M * K; ++i) q[i] = fp8_clamp_rne(target, x[i] * inv);
+    for (int64_t m = 0; m < M; ++m) scales[m] = scale;
+    return;
+  }
+  const float min_sf = fp8_min_scaling_factor(target);
+  for (int64_t m = 0; m < M; ++m) {
+    const float* row = x + m * K;
+    const float scale = std::fmax(absmax_of(row, K) / max, min_sf);
+    for (int64_t k = 0; k < K; ++k) q[m * K + k] = fp8_clamp_rne(target, row[k] / scale);  // true division
+    scales[m] = scale;
+  }
+}
+
+void quantize_weights_fp8(ElementType target, WeightScaling scaling, const float* w, int64_t N, int64_t K, uint8_t* q,
+                          float* scales, WeightScaleDtype dtype) {
+  const float max = fp8_max(target);
+  quantize_weights_symmetric("quantize_weights_fp8", w, N, K, max, scaling, dtype, scales,
+                             [q, target](int64_t i, float v) { q[i] = fp8_clamp_rne(target, v); });
 }
 
 }  // namespace qc

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "qconform/operands.hpp"
+
 namespace qc {
 
 enum class ActQuantizer {
@@ -67,5 +69,52 @@ enum class WeightScaleDtype {
 // QC_INPUT error on a non-finite weight (names the coordinate).
 void quantize_weights_per_channel(const float* w, int64_t N, int64_t K, int8_t* q, float* scales,
                                   WeightScaleDtype dtype = WeightScaleDtype::f32);
+
+// ------------------------------------------------------------------------------------------------
+// FP8 (OCP e4m3fn, e5m2): vLLM's dynamic FP8 activation path and compressed-tensors' "float-quantized"
+// weights. Sources (read 2026-12-01; docs/epilogues.md quotes them):
+//   vLLM csrc/quantization/w8a8/fp8/common.cu(h): `scaled_fp8_conversion` clamps with
+//     `fmax(-FP8_MAX, fmin(x, FP8_MAX))` and casts (c10's round to nearest even);
+//     `dynamic_per_token_scaled_fp8_quant_kernel` divides (`x / scale`, "to match FBGemm"), with
+//     `scale = fmaxf(absmax / FP8_MAX, min_scaling_factor)`, `min_scaling_factor = 1 / (FP8_MAX * 512)`;
+//     `dynamic_scaled_fp8_quant` (per tensor) takes `scale = absmax / FP8_MAX` (no floor) and multiplies
+//     by `1.0f / scale`.
+//   compressed-tensors `calculate_qparams` / `_quantize`: `scale = absmax / (bit_range / 2)` with
+//     bit_range = 448 - (-448), i.e. absmax / 448; `q = clamp(w / scale, -448, 448).to(float8_e4m3fn)`.
+// ------------------------------------------------------------------------------------------------
+
+// The largest finite value of an FP8 element type (448 for e4m3, 57344 for e5m2); QC_INPUT for int8.
+float fp8_max(ElementType target);
+// vLLM's floor on a per-token scale: `1.0f / (fp8_max * 512.0f)` in fp32.
+float fp8_min_scaling_factor(ElementType target);
+
+// vLLM's conversion: `r = fmax(-max, fmin(x, max))` (C `fmin`/`fmax`: a NaN operand yields the
+// other, so NaN -> +max), then round to nearest even (exact for every clamped value: no overflow).
+// Equals PTX `cvt.rn.satfinite` on every non-NaN x.
+uint8_t fp8_clamp_rne(ElementType target, float x);
+
+enum class Fp8ActScaling {
+  per_token,   // dynamic_per_token_scaled_fp8_quant: scale = fmax(absmax/max, min_sf); q = conv(x / scale)
+  per_tensor,  // dynamic_scaled_fp8_quant: scale = absmax/max over the tile; q = conv(x * (1 / scale))
+};
+
+// Rows of an [M, K] row-major fp32 activation tile to FP8 codes of `target` (e4m3 or e5m2).
+// `scales[m]` receives the row's scale; per tensor, every row gets the one tensor scale (operand
+// files keep a_scale [M]). An all-zero row per token: scale = min_sf, codes ±0 (sign kept). An
+// all-zero tile per tensor: scale 0, 1/0 = inf, 0·inf = NaN, clamp(NaN) = +max: every code is +max
+// (0x7E / 0x7B), as vLLM's kernel computes it; such a scale fails `LayerOperands::validate`.
+void quantize_activations_fp8(ElementType target, Fp8ActScaling scaling, const float* x, int64_t M, int64_t K,
+                              uint8_t* q, float* scales);
+
+enum class WeightScaling { per_channel, per_tensor };
+
+// compressed-tensors "float-quantized" weights, `w [N, K]` row-major: `scale = absmax / fp8_max`
+// (absmax per output channel, or over the whole matrix per tensor), `q = rne(clamp(w / scale,
+// ±fp8_max))`. `dtype` as for the INT8 weights (bf16: weights, scale and each quotient rounded to
+// bf16), and a zero scale becomes the dtype's epsilon the same way. `scales[n]` receives each
+// channel's scale; per tensor, the N entries are equal (compressed-tensors stores one `[1]` or `[]`
+// `weight_scale`; our operand files keep w_scale [N]). QC_INPUT error on a non-finite weight.
+void quantize_weights_fp8(ElementType target, WeightScaling scaling, const float* w, int64_t N, int64_t K, uint8_t* q,
+                          float* scales, WeightScaleDtype dtype = WeightScaleDtype::f32);
 
 }  // namespace qc

@@ -6,6 +6,7 @@
 #include <charconv>
 #include <cmath>
 #include <thread>
+#include <tuple>
 
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
@@ -64,6 +65,7 @@ uint64_t stream_seed(uint64_t seed, size_t layer, uint64_t which) {
 LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, const SynthOptions& o) {
   const ActQuantizer quantizer = act_quantizer(o.act_quantizer);
   OperandStorage s;
+  std::tie(s.a_type, s.w_type) = parse_element_types(o.element);
   // Activations: per-channel magnitudes with a few heavy outlier channels (as in LLM hidden states).
   std::vector<float> x(static_cast<size_t>(m * shape.k));
   std::vector<double> channel_gain(static_cast<size_t>(shape.k), 1.0);
@@ -80,14 +82,24 @@ LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, cons
   }
   s.a_q.resize(x.size());
   s.a_scale.resize(static_cast<size_t>(m));
-  quantize_activations(quantizer, x.data(), m, shape.k, s.a_q.data(), s.a_scale.data());
+  if (s.a_type == ElementType::int8) {
+    quantize_activations(quantizer, x.data(), m, shape.k, s.a_q.data(), s.a_scale.data());
+  } else {
+    quantize_activations_fp8(s.a_type, Fp8ActScaling::per_token, x.data(), m, shape.k,
+                             reinterpret_cast<uint8_t*>(s.a_q.data()), s.a_scale.data());
+  }
 
   std::vector<float> w(static_cast<size_t>(shape.n * shape.k));
   st = stream_seed(o.seed, index, 3);
   for (float& v : w) v = static_cast<float>(normal_from(splitmix64(st)) * o.weight_sigma);
   s.w_q.resize(w.size());
   s.w_scale.resize(static_cast<size_t>(shape.n));
-  quantize_weights_per_channel(w.data(), shape.n, shape.k, s.w_q.data(), s.w_scale.data());
+  if (s.w_type == ElementType::int8) {
+    quantize_weights_per_channel(w.data(), shape.n, shape.k, s.w_q.data(), s.w_scale.data());
+  } else {
+    quantize_weights_fp8(s.w_type, WeightScaling::per_channel, w.data(), shape.n, shape.k,
+                         reinterpret_cast<uint8_t*>(s.w_q.data()), s.w_scale.data());
+  }
 
   if (o.bias) {
     st = stream_seed(o.seed, index, 4);
@@ -95,10 +107,21 @@ LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, cons
     for (uint16_t& b : s.bias) b = f32_to_bf16(static_cast<float>(normal_from(splitmix64(st)) * 0.5));
   }
   return make_operands(shape.name, m, shape.n, shape.k, std::move(s),
-                       fmt::format("synth shapes={} m={} seed={}", o.shapes, m, o.seed));
+                       s.a_type == ElementType::int8
+                           ? fmt::format("synth shapes={} m={} seed={}", o.shapes, m, o.seed)
+                           : fmt::format("synth shapes={} m={} seed={} element={}", o.shapes, m, o.seed, o.element));
 }
 
 }  // namespace
+
+std::pair<ElementType, ElementType> parse_element_types(std::string_view spec) {
+  if (spec == "int8") return {ElementType::int8, ElementType::int8};
+  if (spec == "e4m3") return {ElementType::e4m3, ElementType::e4m3};
+  if (spec == "e5m2") return {ElementType::e5m2, ElementType::e5m2};
+  if (spec == "e5m2-e4m3") return {ElementType::e5m2, ElementType::e4m3};
+  if (spec == "e4m3-e5m2") return {ElementType::e4m3, ElementType::e5m2};
+  QC_FAIL_INPUT("--element `{}`: expected int8, e4m3, e5m2, e5m2-e4m3 or e4m3-e5m2 (activations-weights)", spec);
+}
 
 ShapeSpec parse_shapes(std::string_view spec) {
   ShapeSpec out;
@@ -131,6 +154,11 @@ ShapeSpec checked_spec(const SynthOptions& options, int64_t& m) {
     spec.layers.resize(static_cast<size_t>(options.max_layers));
   }
   act_quantizer(options.act_quantizer);  // validates the name before any work
+  const auto [a_type, w_type] = parse_element_types(options.element);
+  QC_INPUT(a_type == ElementType::int8 || options.act_quantizer == "vllm",
+           "--act-quantizer `{}` with --element {}: expected vllm (FP8 activations are quantized by vLLM's dynamic "
+           "per-token FP8 quantizer; the others are INT8 quantizers)",
+           options.act_quantizer, options.element);
   // NaN fails every comparison: each parameter is checked for what it must be, not for what it must not.
   QC_INPUT(options.outlier_fraction >= 0.0 && options.outlier_fraction <= 1.0,
            "--outlier-fraction: expected a share in [0, 1], found {}", options.outlier_fraction);

@@ -1,12 +1,14 @@
 // Synthetic operands with realistic statistics, so the layer-level experiment runs with no model
 // at hand: activations with a few heavy outlier channels quantized per token, Gaussian weights
-// quantized per channel the way compressed-tensors does (absmax/127.5, half-even).
+// quantized per channel the way compressed-tensors does (INT8: absmax/127.5, half-even; FP8
+// (`element`): vLLM's dynamic per-token FP8 activations, compressed-tensors' FP8 weights).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "qconform/operands.hpp"
@@ -27,6 +29,10 @@ struct ShapeSpec {
 };
 ShapeSpec parse_shapes(std::string_view spec);
 
+// `--element`: "int8", "e4m3", "e5m2" (both operands) or "ACT-WEIGHT" ("e5m2-e4m3"); QC_INPUT error
+// naming the valid forms otherwise. Both INT8 or both FP8, as `LayerOperands::validate` requires.
+std::pair<ElementType, ElementType> parse_element_types(std::string_view spec);
+
 struct SynthOptions {
   std::string shapes = "qwen3-1.7b";
   int64_t m = 512;
@@ -36,6 +42,11 @@ struct SynthOptions {
   double outlier_gain = 30.0;        // their magnitude relative to the other channels
   double weight_sigma = 0.02;        // Gaussian weight standard deviation
   std::string act_quantizer = "vllm";
+  // Element types, activations then weights: "int8" (the default), "e4m3", "e5m2" or "e5m2-e4m3".
+  // FP8 layers are quantized by vLLM's dynamic per-token FP8 quantizer and compressed-tensors'
+  // per-channel FP8 weight quantizer (`quantize_activations_fp8`, `quantize_weights_fp8`) from the
+  // same fp32 activations and weights as the INT8 layers; `act_quantizer` must then be "vllm".
+  std::string element = "int8";
   int64_t max_layers = 0;            // > 0: only the first layers of the preset
   int threads = 0;
 };

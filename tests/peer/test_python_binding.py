@@ -710,3 +710,45 @@ def test_quantize_activations_equals_numpy(qc, quantizer):
     np.testing.assert_array_equal(sb, sf)
     with pytest.raises(qc.InputError, match="quantizer"):
         qc.quantize_activations(x, "nope")
+
+
+# ---- FP8 layers: element types in layer dicts ----------------------------------------------------------
+
+def test_fp8_layers_carry_their_element_types(qc, tmp_path):
+    path = tmp_path / "fp8.safetensors"
+    run([tool("qconform"), "synth", "--shapes", "tiny", "--m", "8", "--seed", "4", "--layers", "2",
+         "--element", "e5m2-e4m3", "--out", path])
+    from_cli = qc.load_operands(path)
+    ours = qc.synth("tiny", m=8, seed=4, element="e5m2-e4m3")[:2]
+    for x, y in zip(ours, from_cli):
+        assert (x["a_type"], x["w_type"]) == ("e5m2", "e4m3") == (y["a_type"], y["w_type"])
+        assert x["a_q"].dtype == np.uint8 and x["w_q"].dtype == np.uint8
+        for key in ("a_q", "a_scale", "w_q", "w_scale"):
+            assert np.array_equal(x[key], y[key]), (x["name"], key)
+    layer = ours[0]
+    y_bits = qc.run("cpu:fp8-hopper-fp8-promote4", layer)["y"]
+    # The same codes as ml_dtypes float8 arrays name their own element types.
+    typed = {k: v for k, v in layer.items() if k not in ("a_type", "w_type")}
+    typed["a_q"] = layer["a_q"].view(ml_dtypes.float8_e5m2)
+    typed["w_q"] = layer["w_q"].view(ml_dtypes.float8_e4m3fn)
+    assert np.array_equal(qc.run("cpu:fp8-hopper-fp8-promote4", typed)["y"], y_bits)
+    # uint8 codes without a type are not int8 codes; a type contradicting the dtype is refused.
+    untyped = {k: v for k, v in layer.items() if k not in ("a_type", "w_type")}
+    with pytest.raises(qc.InputError, match="expected dtype int8, found uint8"):
+        qc.run("cpu:fp8-hopper-fp8-promote4", untyped)
+    with pytest.raises(qc.InputError, match="a_type is 'e4m3' but a_q is a e5m2 array"):
+        qc.run("cpu:fp8-hopper-fp8-promote4", dict(typed, a_type="e4m3"))
+    with pytest.raises(qc.InputError, match="expected int8, e4m3 or e5m2, found `fp8`"):
+        qc.run("cpu:fp8-hopper-fp8-promote4", dict(layer, a_type="fp8"))
+    # INT8 arms, built-in or Python callables, refuse an FP8 layer before running anything.
+    with pytest.raises(qc.InputError, match=r"arm `cpu:vllm-cutlass` is an INT8 arm .*e5m2 activations x e4m3 weights"):
+        qc.run("cpu:vllm-cutlass", layer)
+    calls = []
+
+    def never(a_q, a_scale, w_q, w_scale, bias):
+        calls.append(1)
+        return np.zeros((a_q.shape[0], w_q.shape[0]), dtype=np.uint16)
+
+    with pytest.raises(qc.InputError, match="is an INT8 arm"):
+        qc.run(never, layer)
+    assert not calls

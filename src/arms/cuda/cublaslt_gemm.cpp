@@ -20,10 +20,18 @@ namespace {
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
 }
 
-CublasLtGemm::CublasLtGemm(Kind kind, int m, int n, int k, bool fast_accum)
-    : kind_(kind), m_(m), n_(n), k_(k), fast_accum_(fast_accum) {
+namespace {
+const char* fp8_name(bool e5m2) { return e5m2 ? "e5m2" : "e4m3"; }
+}  // namespace
+
+CublasLtGemm::CublasLtGemm(Kind kind, int m, int n, int k, bool fast_accum, bool a_e5m2, bool w_e5m2)
+    : kind_(kind), m_(m), n_(n), k_(k), fast_accum_(fast_accum), a_e5m2_(a_e5m2), w_e5m2_(w_e5m2) {
   const bool fp8 = kind != Kind::int8_s32;
-  const cudaDataType_t ab_type = fp8 ? CUDA_R_8F_E4M3 : CUDA_R_8I;
+  QC_CHECK(fp8 || (!a_e5m2 && !w_e5m2), "CublasLtGemm: e5m2 operands with an INT8 plan");
+  const auto fp8_type = [](bool e5m2) { return e5m2 ? CUDA_R_8F_E5M2 : CUDA_R_8F_E4M3; };
+  // cuBLASLt's A is our W, its B our A (see the header).
+  const cudaDataType_t cublas_a_type = fp8 ? fp8_type(w_e5m2) : CUDA_R_8I;
+  const cudaDataType_t cublas_b_type = fp8 ? fp8_type(a_e5m2) : CUDA_R_8I;
   const cudaDataType_t out_type = kind == Kind::int8_s32 ? CUDA_R_32I : kind == Kind::fp8_f32 ? CUDA_R_32F : CUDA_R_16BF;
   QC_CUBLAS_CHECK(cublasLtMatmulDescCreate(&desc_, fp8 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32I,
                                            fp8 ? CUDA_R_32F : CUDA_R_32I));
@@ -39,8 +47,8 @@ CublasLtGemm::CublasLtGemm(Kind kind, int m, int n, int k, bool fast_accum)
     QC_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc_, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &mode, sizeof mode));
   }
   // cuBLASLt's A is our W (K x N column-major, transposed), its B our A (K x M), its C/D our Yᵀ.
-  QC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_layout_, ab_type, k, n, k));
-  QC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_layout_, ab_type, k, m, k));
+  QC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&a_layout_, cublas_a_type, k, n, k));
+  QC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_layout_, cublas_b_type, k, m, k));
   QC_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_layout_, out_type, n, m, n));
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -54,9 +62,10 @@ CublasLtGemm::CublasLtGemm(Kind kind, int m, int n, int k, bool fast_accum)
                                                            c_layout_, pref, 1, &result, &returned);
   cublasLtMatmulPreferenceDestroy(pref);
   if (st != CUBLAS_STATUS_SUCCESS || returned == 0) {
-    error_ = fmt::format("cublasLtMatmulAlgoGetHeuristic found no algorithm (status {}, results {}) for {} M={} N={} K={}",
+    error_ = fmt::format("cublasLtMatmulAlgoGetHeuristic found no algorithm (status {}, results {}) for {}{} M={} N={} K={}",
                          static_cast<int>(st), returned,
                          kind == Kind::int8_s32 ? "int8 s32" : kind == Kind::fp8_f32 ? "fp8 f32" : "fp8 bf16 outer-vec",
+                         fp8 ? fmt::format(" ({} activations x {} weights)", fp8_name(a_e5m2), fp8_name(w_e5m2)) : "",
                          m, n, k);
     return;
   }
@@ -108,9 +117,14 @@ long long CublasLtGemm::reduction_scheme() const { return ok_ ? config(CUBLASLT_
 
 std::string CublasLtGemm::identity() const {
   if (!ok_) return "cublasLtMatmul: no algorithm (" + error_ + ")";
-  const char* what = kind_ == Kind::int8_s32 ? "int8 TN s32 (CUBLAS_COMPUTE_32I)"
-                     : kind_ == Kind::fp8_f32 ? "e4m3 TN f32 out (CUBLAS_COMPUTE_32F)"
-                                              : "e4m3 TN bf16 out, A/B scale mode OUTER_VEC_32F (CUBLAS_COMPUTE_32F)";
+  // The INT8 and e4m3 x e4m3 identities are unchanged; a mixed pair names both operand types.
+  const std::string types = !a_e5m2_ && !w_e5m2_
+                                ? std::string("e4m3")
+                                : fmt::format("{} (activations) x {} (weights)", fp8_name(a_e5m2_), fp8_name(w_e5m2_));
+  const std::string what = kind_ == Kind::int8_s32 ? "int8 TN s32 (CUBLAS_COMPUTE_32I)"
+                           : kind_ == Kind::fp8_f32
+                               ? types + " TN f32 out (CUBLAS_COMPUTE_32F)"
+                               : types + " TN bf16 out, A/B scale mode OUTER_VEC_32F (CUBLAS_COMPUTE_32F)";
   return fmt::format("cublasLtMatmul {}: heuristic algo id {} tile {} stages {} splitK {} reduction {} swizzle {} "
                      "fast_accum {} workspace {} B",
                      what, config(CUBLASLT_ALGO_CONFIG_ID), config(CUBLASLT_ALGO_CONFIG_TILE_ID),

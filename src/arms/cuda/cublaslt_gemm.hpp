@@ -1,5 +1,7 @@
-// cuBLASLt GEMM plans for the vendor arms: INT8 (s32 out) and FP8 e4m3 (bf16 out with
-// per-token / per-channel outer-vector scales, or fp32 out without scales).
+// cuBLASLt GEMM plans for the vendor arms: INT8 (s32 out) and FP8 (bf16 out with per-token /
+// per-channel outer-vector scales, or fp32 out without scales). FP8 operands are e4m3 by default;
+// either operand may be e5m2 (cuBLASLt on sm_90 takes e4m3 x e4m3, e5m2 x e4m3 and e4m3 x e5m2,
+// not e5m2 x e5m2: the heuristic then finds no algorithm and `ok()` is false).
 //
 // Layout mapping: cuBLASLt is column-major, so the row-major product Y[M,N] = A[M,K]·W[N,K]ᵀ is
 // computed as Yᵀ (N×M, column-major, ld N) = op(W)·A with W described as K×N column-major
@@ -19,12 +21,13 @@ class CublasLtGemm {
  public:
   enum class Kind {
     int8_s32,       // a, w int8; out int32 (alpha 1, beta 0, CUBLAS_COMPUTE_32I)
-    fp8_bf16_vec,   // a, w e4m3; out bf16; A/B scale mode OUTER_VEC_32F (sa per row, sw per column)
-    fp8_f32,        // a, w e4m3; out fp32, no scales
+    fp8_bf16_vec,   // a, w FP8; out bf16; A/B scale mode OUTER_VEC_32F (sa per row, sw per column)
+    fp8_f32,        // a, w FP8; out fp32, no scales
   };
   // Builds the plan and asks the heuristic for one algorithm. `ok()` false (with `error()`) when
-  // cuBLASLt offers none for this combination (callers fall back or report).
-  CublasLtGemm(Kind kind, int m, int n, int k, bool fast_accum);
+  // cuBLASLt offers none for this combination (callers fall back or report). `a_e5m2` / `w_e5m2`:
+  // our activations / weights are e5m2 codes (FP8 kinds only; e4m3 otherwise).
+  CublasLtGemm(Kind kind, int m, int n, int k, bool fast_accum, bool a_e5m2 = false, bool w_e5m2 = false);
   ~CublasLtGemm();
   CublasLtGemm(const CublasLtGemm&) = delete;
   CublasLtGemm& operator=(const CublasLtGemm&) = delete;
@@ -44,6 +47,7 @@ class CublasLtGemm {
   Kind kind_;
   int m_, n_, k_;
   bool fast_accum_;
+  bool a_e5m2_, w_e5m2_;
   bool ok_ = false;
   std::string error_;
   cublasLtMatmulDesc_t desc_ = nullptr;

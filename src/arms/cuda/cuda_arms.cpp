@@ -146,10 +146,12 @@ using PlanKey = std::tuple<int, int, int, int>;
 
 class PlanCache {
  public:
-  CublasLtGemm& get(CublasLtGemm::Kind kind, int m, int n, int k, bool fast) {
+  CublasLtGemm& get(CublasLtGemm::Kind kind, int m, int n, int k, bool fast, bool a_e5m2 = false,
+                    bool w_e5m2 = false) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto& slot = plans_[PlanKey{static_cast<int>(kind) * 2 + (fast ? 1 : 0), m, n, k}];
-    if (!slot) slot = std::make_unique<CublasLtGemm>(kind, m, n, k, fast);
+    const int variant = ((static_cast<int>(kind) * 2 + (a_e5m2 ? 1 : 0)) * 2 + (w_e5m2 ? 1 : 0)) * 2 + (fast ? 1 : 0);
+    auto& slot = plans_[PlanKey{variant, m, n, k}];
+    if (!slot) slot = std::make_unique<CublasLtGemm>(kind, m, n, k, fast, a_e5m2, w_e5m2);
     return *slot;
   }
 
@@ -199,7 +201,8 @@ class CublasLtInt8Arm final : public Arm {
   DeviceLayer d_;
 };
 
-// `cuda:cublaslt-fp8[-fastacc]`: e4m3 operands, per-token / per-channel fp32 scales, bf16 out.
+// `cuda:cublaslt-fp8[-fastacc]`: FP8 operands (e4m3 x e4m3, e5m2 activations x e4m3 weights, e4m3 x
+// e5m2; cuBLASLt has no e5m2 x e5m2), per-token / per-channel fp32 scales, bf16 out.
 class CublasLtFp8Arm final : public Arm {
  public:
   explicit CublasLtFp8Arm(bool fast) : fast_(fast) {}
@@ -225,8 +228,8 @@ class CublasLtFp8Arm final : public Arm {
     ArmInfo i;
     i.label = fast_ ? "cuda:cublaslt-fp8-fastacc" : "cuda:cublaslt-fp8";
     i.description = fmt::format(
-        "cuBLASLt FP8 e4m3 GEMM ({} accumulation), per-token/per-channel outer-vector scales, bf16 out; int8 codes "
-        "re-encoded to e4m3 only when exact",
+        "cuBLASLt FP8 GEMM (e4m3 x e4m3, e5m2 x e4m3 or e4m3 x e5m2; {} accumulation), per-token/per-channel "
+        "outer-vector scales, bf16 out; int8 codes re-encoded to e4m3 only when exact",
         fast_ ? "fast (CUBLASLT_MATMUL_DESC_FAST_ACCUM)" : "default");
     i.exposes_accumulator = false;
     // The models measured to reproduce these paths bit for bit on the H200
@@ -250,8 +253,10 @@ class CublasLtFp8Arm final : public Arm {
     QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", i.label, ops.name);
     require_device(i.label);
     const Fp8LayerCodes codes = fp8_layer_codes(i.label, ops);
-    QC_INPUT(codes.a_format == Fp8Format::e4m3 && codes.w_format == Fp8Format::e4m3,
-             "arm {}: layer `{}`: expected e4m3 x e4m3 operands, found {} (e5m2 is not wired into this arm yet)",
+    const bool a_e5m2 = codes.a_format == Fp8Format::e5m2, w_e5m2 = codes.w_format == Fp8Format::e5m2;
+    QC_INPUT(!(a_e5m2 && w_e5m2),
+             "arm {}: layer `{}`: expected e4m3 x e4m3, e5m2 x e4m3 or e4m3 x e5m2 operands, found {} (cuBLASLt has no "
+             "e5m2 x e5m2 FP8 GEMM)",
              i.label, ops.name, codes.description);
     const std::vector<uint8_t> a8(codes.a.begin(), codes.a.end()), w8(codes.w.begin(), codes.w.end());
     const int m = static_cast<int>(ops.m), n = static_cast<int>(ops.n), k = static_cast<int>(ops.k);
@@ -262,7 +267,7 @@ class CublasLtFp8Arm final : public Arm {
     DeviceBuffer<uint16_t> y(mn);
     std::string kernel;
     long long split_k = -1, reduction = -1;
-    CublasLtGemm& vec = plans_.get(CublasLtGemm::Kind::fp8_bf16_vec, m, n, k, fast_);
+    CublasLtGemm& vec = plans_.get(CublasLtGemm::Kind::fp8_bf16_vec, m, n, k, fast_, a_e5m2, w_e5m2);
     if (vec.ok()) {
       vec.run(a.get(), w.get(), y.get(), sa.get(), sw.get(), nullptr);
       kernel = vec.identity();
@@ -271,7 +276,7 @@ class CublasLtFp8Arm final : public Arm {
     } else {
       // No outer-vector-scaled algorithm: fp32 GEMM, then our scale kernel through the `fp8-scaled`
       // row (the formula the FP8 sweep applies on the host).
-      CublasLtGemm& f32 = plans_.get(CublasLtGemm::Kind::fp8_f32, m, n, k, fast_);
+      CublasLtGemm& f32 = plans_.get(CublasLtGemm::Kind::fp8_f32, m, n, k, fast_, a_e5m2, w_e5m2);
       QC_INPUT(f32.ok(), "arm {}: layer `{}`: {}; {}", i.label, ops.name, vec.error(), f32.error());
       DeviceBuffer<float> d(mn);
       f32.run(a.get(), w.get(), d.get(), nullptr, nullptr, nullptr);

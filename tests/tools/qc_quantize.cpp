@@ -1,0 +1,71 @@
+// Test tool for tests/peer/test_fp8_quantize_peer.py: runs the FP8 quantizers of
+// src/epilogue/quantize.hpp on .npy files.
+//
+//   qc_quantize act FMT SCALING X.npy Q.npy S.npy
+//       FMT e4m3|e5m2, SCALING per-token|per-tensor; X [M,K] float32. Writes Q [M,K] uint8 (the
+//       codes) and S [M] float32 (`quantize_activations_fp8`).
+//   qc_quantize weight FMT SCALING DTYPE W.npy Q.npy S.npy
+//       SCALING per-channel|per-tensor, DTYPE f32|bf16; W [N,K] float32. Writes Q [N,K] uint8 and
+//       S [N] float32 (`quantize_weights_fp8`).
+// An input error prints `qc_quantize: <message>` on stderr and exits 2.
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "core/npy.hpp"
+#include "epilogue/quantize.hpp"
+#include "qconform/error.hpp"
+
+namespace {
+
+qc::ElementType format(const std::string& s) {
+  QC_INPUT(s == "e4m3" || s == "e5m2", "FMT: expected e4m3 or e5m2, found `{}`", s);
+  return s == "e4m3" ? qc::ElementType::e4m3 : qc::ElementType::e5m2;
+}
+
+qc::Tensor matrix(const char* path) {
+  qc::Tensor t = qc::read_npy(path);
+  QC_INPUT(t.dtype() == qc::DType::f32 && t.ndim() == 2, "{}: expected a 2-D float32 array, found {} {}", path,
+           qc::dtype_name(t.dtype()), qc::shape_string(t.shape()));
+  return t.contiguous();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  QC_INPUT(argc >= 2, "usage: qc_quantize act|weight ...");
+  const std::string mode = argv[1];
+  if (mode == "act") {
+    QC_INPUT(argc == 7, "usage: qc_quantize act FMT per-token|per-tensor X.npy Q.npy S.npy");
+    const std::string sc = argv[3];
+    QC_INPUT(sc == "per-token" || sc == "per-tensor", "SCALING: expected per-token or per-tensor, found `{}`", sc);
+    const qc::Tensor x = matrix(argv[4]);
+    const int64_t m = x.shape()[0], k = x.shape()[1];
+    qc::Tensor q = qc::Tensor::empty(qc::DType::u8, {m, k});
+    qc::Tensor s = qc::Tensor::empty(qc::DType::f32, {m});
+    qc::quantize_activations_fp8(format(argv[2]),
+                                 sc == "per-token" ? qc::Fp8ActScaling::per_token : qc::Fp8ActScaling::per_tensor,
+                                 x.data<float>(), m, k, q.data<uint8_t>(), s.data<float>());
+    qc::write_npy(argv[5], q);
+    qc::write_npy(argv[6], s);
+    return 0;
+  }
+  QC_INPUT(mode == "weight", "mode: expected act or weight, found `{}`", mode);
+  QC_INPUT(argc == 8, "usage: qc_quantize weight FMT per-channel|per-tensor f32|bf16 W.npy Q.npy S.npy");
+  const std::string sc = argv[3], dt = argv[4];
+  QC_INPUT(sc == "per-channel" || sc == "per-tensor", "SCALING: expected per-channel or per-tensor, found `{}`", sc);
+  QC_INPUT(dt == "f32" || dt == "bf16", "DTYPE: expected f32 or bf16, found `{}`", dt);
+  const qc::Tensor w = matrix(argv[5]);
+  const int64_t n = w.shape()[0], k = w.shape()[1];
+  qc::Tensor q = qc::Tensor::empty(qc::DType::u8, {n, k});
+  qc::Tensor s = qc::Tensor::empty(qc::DType::f32, {n});
+  qc::quantize_weights_fp8(format(argv[2]), sc == "per-channel" ? qc::WeightScaling::per_channel : qc::WeightScaling::per_tensor,
+                           w.data<float>(), n, k, q.data<uint8_t>(), s.data<float>(),
+                           dt == "f32" ? qc::WeightScaleDtype::f32 : qc::WeightScaleDtype::bf16);
+  qc::write_npy(argv[6], q);
+  qc::write_npy(argv[7], s);
+  return 0;
+} catch (const qc::Error& e) {
+  std::fprintf(stderr, "qc_quantize: %s\n", e.what());
+  return 2;
+}
