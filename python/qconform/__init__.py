@@ -259,16 +259,19 @@ def quantize_activations(x: Any, quantizer: str = "vllm", *,
 
 def synth(shapes: str = "tiny", m: int = 16, *, seed: int = 0, bias: bool = False,
           outlier_fraction: float = 0.005, outlier_gain: float = 30.0, weight_sigma: float = 0.02,
-          act_quantizer: str = "vllm", threads: int = 0, element: str = "int8") -> List[Dict[str, Any]]:
+          act_quantizer: str = "vllm", threads: int = 0, element: str = "int8", act_scale: str = "per-token",
+          weight_scale: str = "per-channel") -> List[Dict[str, Any]]:
     """Synthetic operands, byte for byte those of ``qconform synth`` with the same options.
 
     ``shapes``: ``"qwen3-1.7b"`` (196 layers), ``"qwen3-8b"`` (252), ``"tiny"`` or ``"MxNxK"``
     (one layer; M then overrides ``m``). ``element``: ``"int8"``, ``"e4m3"``, ``"e5m2"`` or
     ``"e5m2-e4m3"`` (activations-weights); an FP8 layer's dict has ``a_type``/``w_type`` and its
     ``a_q``/``w_q`` are uint8 bit patterns (``a_q.view(ml_dtypes.float8_e4m3fn)`` gives values).
+    FP8 only: ``act_scale`` ``"per-token"``/``"per-tensor"``, ``weight_scale``
+    ``"per-channel"``/``"per-tensor"`` (a per-tensor scale is repeated in ``a_scale``/``w_scale``).
     """
     return _qconform.synth(shapes, m, seed, bias, outlier_fraction, outlier_gain, weight_sigma,
-                           act_quantizer, threads, element)
+                           act_quantizer, threads, element, act_scale, weight_scale)
 
 
 # ---- checks -------------------------------------------------------------------------------------

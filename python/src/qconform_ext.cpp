@@ -882,7 +882,7 @@ NB_MODULE(_qconform, m) {
       "synth",
       [](const std::string& shapes, int64_t m_rows, uint64_t seed, bool bias, double outlier_fraction,
          double outlier_gain, double weight_sigma, const std::string& act_quantizer, int threads,
-         const std::string& element) {
+         const std::string& element, const std::string& act_scale, const std::string& weight_scale) {
         qc::SynthOptions o;
         o.shapes = shapes;
         o.m = m_rows;
@@ -894,6 +894,8 @@ NB_MODULE(_qconform, m) {
         o.act_quantizer = act_quantizer;
         o.threads = threads;
         o.element = element;
+        o.act_scale = act_scale;
+        o.weight_scale = weight_scale;
         QC_INPUT(m_rows > 0, "m: expected a positive number of rows, found {}", m_rows);
         const std::vector<qc::LayerOperands> layers = without_gil([&] { return qc::synth_operands(o); });
         nb::list out;
@@ -901,7 +903,8 @@ NB_MODULE(_qconform, m) {
         return out;
       },
       "shapes"_a, "m"_a, "seed"_a, "bias"_a, "outlier_fraction"_a, "outlier_gain"_a, "weight_sigma"_a,
-      "act_quantizer"_a, "threads"_a, "element"_a = "int8");
+      "act_quantizer"_a, "threads"_a, "element"_a = "int8",
+      "act_scale"_a = "per-token", "weight_scale"_a = "per-channel");
 
   // ---- checks ----
   m.def(

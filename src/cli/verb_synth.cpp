@@ -31,6 +31,11 @@ VerbRunner setup_synth(CLI::App& app) {
                  "element types, activations-weights: int8, e4m3, e5m2, e5m2-e4m3 (FP8: vLLM's dynamic per-token "
                  "FP8 activations, compressed-tensors' per-channel FP8 weights)")
       ->capture_default_str();
+  app.add_option("--act-scale", o->act_scale, "FP8 activation scales: per-token or per-tensor (vLLM's dynamic paths)")
+      ->capture_default_str();
+  app.add_option("--weight-scale", o->weight_scale,
+                 "FP8 weight scales: per-channel or per-tensor (compressed-tensors; per tensor stored as N equal entries)")
+      ->capture_default_str();
   app.add_option("--outlier-fraction", o->outlier_fraction, "share of heavy outlier activation channels")
       ->capture_default_str()
       ->check(finite_in(0, 1));
@@ -62,8 +67,12 @@ VerbRunner setup_synth(CLI::App& app) {
           {"m", std::to_string(rows)},
           {"seed", std::to_string(o->seed)},
           {"element", o->element},
-          {"act_quantizer", "vllm dynamic per-token fp8: scale=fmax(absmax/max, 1/(max*512)), q=rne(clamp(x/scale))"},
-          {"weight_quantizer", "compressed-tensors fp8 per-channel: scale=absmax/max, q=rne(clamp(w/scale))"}};
+          {"act_quantizer", o->act_scale == "per-tensor"
+                                ? "vllm dynamic per-tensor fp8: scale=absmax/max, q=rne(clamp(x*(1/scale)))"
+                                : "vllm dynamic per-token fp8: scale=fmax(absmax/max, 1/(max*512)), q=rne(clamp(x/scale))"},
+          {"weight_quantizer", o->weight_scale == "per-tensor"
+                                   ? "compressed-tensors fp8 per-tensor: scale=absmax/max, q=rne(clamp(w/scale))"
+                                   : "compressed-tensors fp8 per-channel: scale=absmax/max, q=rne(clamp(w/scale))"}};
     };
     std::string shards;
     if (shard_size->empty()) {

@@ -85,7 +85,8 @@ LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, cons
   if (s.a_type == ElementType::int8) {
     quantize_activations(quantizer, x.data(), m, shape.k, s.a_q.data(), s.a_scale.data());
   } else {
-    quantize_activations_fp8(s.a_type, Fp8ActScaling::per_token, x.data(), m, shape.k,
+    const Fp8ActScaling scaling = o.act_scale == "per-tensor" ? Fp8ActScaling::per_tensor : Fp8ActScaling::per_token;
+    quantize_activations_fp8(s.a_type, scaling, x.data(), m, shape.k,
                              reinterpret_cast<uint8_t*>(s.a_q.data()), s.a_scale.data());
   }
 
@@ -97,7 +98,8 @@ LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, cons
   if (s.w_type == ElementType::int8) {
     quantize_weights_per_channel(w.data(), shape.n, shape.k, s.w_q.data(), s.w_scale.data());
   } else {
-    quantize_weights_fp8(s.w_type, WeightScaling::per_channel, w.data(), shape.n, shape.k,
+    const WeightScaling scaling = o.weight_scale == "per-tensor" ? WeightScaling::per_tensor : WeightScaling::per_channel;
+    quantize_weights_fp8(s.w_type, scaling, w.data(), shape.n, shape.k,
                          reinterpret_cast<uint8_t*>(s.w_q.data()), s.w_scale.data());
   }
 
@@ -109,7 +111,8 @@ LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, cons
   return make_operands(shape.name, m, shape.n, shape.k, std::move(s),
                        s.a_type == ElementType::int8
                            ? fmt::format("synth shapes={} m={} seed={}", o.shapes, m, o.seed)
-                           : fmt::format("synth shapes={} m={} seed={} element={}", o.shapes, m, o.seed, o.element));
+                           : fmt::format("synth shapes={} m={} seed={} element={} act_scale={} weight_scale={}", o.shapes,
+                                         m, o.seed, o.element, o.act_scale, o.weight_scale));
 }
 
 }  // namespace
@@ -159,6 +162,14 @@ ShapeSpec checked_spec(const SynthOptions& options, int64_t& m) {
            "--act-quantizer `{}` with --element {}: expected vllm (FP8 activations are quantized by vLLM's dynamic "
            "per-token FP8 quantizer; the others are INT8 quantizers)",
            options.act_quantizer, options.element);
+  QC_INPUT(options.act_scale == "per-token" || options.act_scale == "per-tensor",
+           "--act-scale `{}`: expected per-token or per-tensor", options.act_scale);
+  QC_INPUT(options.weight_scale == "per-channel" || options.weight_scale == "per-tensor",
+           "--weight-scale `{}`: expected per-channel or per-tensor", options.weight_scale);
+  QC_INPUT(a_type != ElementType::int8 || (options.act_scale == "per-token" && options.weight_scale == "per-channel"),
+           "--act-scale {} --weight-scale {} with --element int8: expected per-token and per-channel (the other "
+           "granularities are FP8 quantizers)",
+           options.act_scale, options.weight_scale);
   // NaN fails every comparison: each parameter is checked for what it must be, not for what it must not.
   QC_INPUT(options.outlier_fraction >= 0.0 && options.outlier_fraction <= 1.0,
            "--outlier-fraction: expected a share in [0, 1], found {}", options.outlier_fraction);

@@ -47,6 +47,11 @@ struct SynthOptions {
   // per-channel FP8 weight quantizer (`quantize_activations_fp8`, `quantize_weights_fp8`) from the
   // same fp32 activations and weights as the INT8 layers; `act_quantizer` must then be "vllm".
   std::string element = "int8";
+  // FP8 only: the scale granularity, "per-token" or "per-tensor" for activations (vLLM's
+  // dynamic_per_token_scaled_fp8_quant / dynamic_scaled_fp8_quant) and "per-channel" or
+  // "per-tensor" for weights; a per-tensor scale is stored repeated in a_scale [M] / w_scale [N].
+  std::string act_scale = "per-token";
+  std::string weight_scale = "per-channel";
   int64_t max_layers = 0;            // > 0: only the first layers of the preset
   int threads = 0;
 };

@@ -6,6 +6,7 @@
 // Run: ./build/tests/qconform_unit_tests --gtest_filter='Fp8Operands*'
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -80,7 +81,28 @@ TEST(Fp8Operands, SynthFp8LayersAreValidDeterministicAndUseTheFullRange) {
       }
     }
   }
+  // Per-tensor scales: one value repeated in a_scale [M] and w_scale [N], as docs/formats.md says.
+  qc::SynthOptions t;
+  t.shapes = "8x64x128";
+  t.element = "e4m3";
+  t.act_scale = "per-tensor";
+  t.weight_scale = "per-tensor";
+  const qc::LayerOperands pt = qc::synth_operands(t).at(0);
+  pt.validate();
+  for (float v : pt.a_scale) EXPECT_EQ(v, pt.a_scale[0]);
+  for (float v : pt.w_scale) EXPECT_EQ(v, pt.w_scale[0]);
+  t.act_scale = "per-token";
+  t.weight_scale = "per-channel";
+  const qc::LayerOperands pc = qc::synth_operands(t).at(0);
+  EXPECT_NE(pc.a_scale[0], pc.a_scale[1]);
+  EXPECT_EQ(pt.a_scale[0], *std::max_element(pc.a_scale.begin(), pc.a_scale.end()));  // absmax / max, no floor hit
+  EXPECT_EQ(pt.w_scale[0], *std::max_element(pc.w_scale.begin(), pc.w_scale.end()));
+
   qc::SynthOptions bad;
+  bad.act_scale = "per-tensor";  // INT8 synth has no per-tensor quantizer
+  std::string msg0 = qc::test::input_error([&] { qc::synth_operands(bad); });
+  EXPECT_NE(msg0.find("with --element int8"), std::string::npos) << msg0;
+  bad.act_scale = "per-token";
   bad.element = "e4m3";
   bad.act_quantizer = "sglang";
   std::string msg = qc::test::input_error([&] { qc::synth_operands(bad); });
