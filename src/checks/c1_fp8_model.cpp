@@ -51,7 +51,17 @@ const char* rtag(AccumRounding r) { return r == AccumRounding::toward_zero ? "rz
 // Parameters that do not act are set to the defaults of the named models, so that equal
 // behaviour has one spelling: exact terms ignore term rounding and alignment; no promotion ignores
 // the promotion add.
+// And a chain of one single-product step (step_k 1, promote_steps 1) only rounds that product,
+// which has at most 8 significant bits (e4m3·e4m3; e5m2 fewer) and lies on the grid 2^(E-7): with
+// 7 or more term and result bits it is exact, and the chains are a running sum in the promotion
+// add's precision, spelled as that (`blocked-1` is `sequential`).
 Fp8AccumModel canonical(Fp8AccumModel m) {
+  if (m.step_k == 1 && m.promote_steps == 1 && (m.term_bits < 0 || m.term_bits >= 7) && m.result_bits >= 7) {
+    m.term_bits = -1;
+    m.result_bits = m.promote_bits;
+    m.result_rounding = m.promote_rounding;
+    m.promote_steps = 0;
+  }
   if (m.term_bits < 0) {
     m.term_rounding = AccumRounding::toward_zero;
     m.alignment = AccumAlignment::exponent_sum;
@@ -62,6 +72,21 @@ Fp8AccumModel canonical(Fp8AccumModel m) {
   }
   return m;
 }
+
+std::array<int32_t, 10> key(const Fp8AccumModel& a) {
+  return {a.step_k,
+          a.term_bits,
+          static_cast<int32_t>(a.term_rounding),
+          a.result_bits,
+          static_cast<int32_t>(a.result_rounding),
+          static_cast<int32_t>(a.alignment),
+          a.promote_steps,
+          a.promote_bits,
+          static_cast<int32_t>(a.promote_rounding),
+          a.splits};
+}
+
+bool same_spelling(const Fp8AccumModel& x, const Fp8AccumModel& y) { return key(x) == key(y); }
 
 bool same(const Fp8AccumModel& x, const Fp8AccumModel& y) {
   const Fp8AccumModel a = canonical(x), b = canonical(y);
@@ -147,31 +172,33 @@ std::vector<Fp8Probe> design_probes(uint64_t seed) {
   Designer d;
   const double mants[] = {1.0, 1.125, 1.5, 1.75, 1.875};
   // Short probes first: they are the cheapest to evaluate and eliminate most parameter sets.
-  // kept-bits: 256 then ±m·2^(8-b) (and the reverse order, and two equal small terms): the bits a
-  // step keeps below its largest term, and whether it truncates (rz) or rounds (rn).
-  for (int b = 4; b <= 26; ++b) {
+  // kept-bits: 2^16 (256·256) then ±m·2^(16-b) (and the reverse order, and two equal small
+  // terms): the bits a step keeps below its largest term, and whether it truncates (rz) or rounds
+  // (rn); m = 1.125 next to a half ulp tells a rounded term from an exact one (double rounding).
+  const double big = 65536.0;
+  for (int b = 4; b <= 30; ++b) {
     for (double m : mants) {
-      const double s = m * std::ldexp(1.0, 8 - b);
+      const double s = m * std::ldexp(1.0, 16 - b);
       for (int sign : {1, -1}) {
-        d.add(fmt::format("kept-bits/256{}{}*2^{}", sign > 0 ? "+" : "-", m, 8 - b), "kept-bits", kShortK,
-              {{0, 256.0}, {1, sign * s}});
+        d.add(fmt::format("kept-bits/2^16{}{}*2^{}", sign > 0 ? "+" : "-", m, 16 - b), "kept-bits", kShortK,
+              {{0, big}, {1, sign * s}});
       }
-      d.add(fmt::format("kept-bits/{}*2^{}+256", m, 8 - b), "kept-bits", kShortK, {{0, s}, {1, 256.0}});
+      d.add(fmt::format("kept-bits/{}*2^{}+2^16", m, 16 - b), "kept-bits", kShortK, {{0, s}, {1, big}});
       if (m == 1.5 || m == 1.0) {
-        d.add(fmt::format("kept-bits/256+2x{}*2^{}", m, 8 - b), "kept-bits", kShortK, {{0, 256.0}, {1, s}, {2, s}});
-        d.add(fmt::format("kept-bits/-256+2x{}*2^{}", m, 8 - b), "kept-bits", kShortK, {{0, -256.0}, {1, s}, {2, s}});
+        d.add(fmt::format("kept-bits/2^16+2x{}*2^{}", m, 16 - b), "kept-bits", kShortK, {{0, big}, {1, s}, {2, s}});
+        d.add(fmt::format("kept-bits/-2^16+2x{}*2^{}", m, 16 - b), "kept-bits", kShortK, {{0, -big}, {1, s}, {2, s}});
       }
     }
   }
-  // cancel: 256 - B' leaves a small sum whose own exponent is below E = 8: the terms are rounded
+  // cancel: 2^16 - B' leaves a small sum whose own exponent is below E = 16: the terms are rounded
   // relative to E, the result relative to its own exponent, so term and result bits separate.
-  for (double bp : {128.0, 192.0, 224.0, 240.0}) {
-    for (int b = 8; b <= 26; ++b) {
+  for (double bp : {32768.0, 49152.0, 57344.0, 61440.0}) {
+    for (int b = 8; b <= 30; ++b) {
       for (double m : {1.0, 1.5, 1.75}) {
-        const double s = m * std::ldexp(1.0, 8 - b);
-        d.add(fmt::format("cancel/256-{}+{}*2^{}", bp, m, 8 - b), "cancel", kShortK, {{0, 256.0}, {1, -bp}, {2, s}});
+        const double s = m * std::ldexp(1.0, 16 - b);
+        d.add(fmt::format("cancel/2^16-{}+{}*2^{}", bp, m, 16 - b), "cancel", kShortK, {{0, big}, {1, -bp}, {2, s}});
         if (m == 1.5) {
-          d.add(fmt::format("cancel/{}*2^{}+256-{}", m, 8 - b, bp), "cancel", kShortK, {{0, s}, {1, 256.0}, {2, -bp}});
+          d.add(fmt::format("cancel/{}*2^{}+2^16-{}", m, 16 - b, bp), "cancel", kShortK, {{0, s}, {1, big}, {2, -bp}});
         }
       }
     }
@@ -237,19 +264,44 @@ std::vector<Fp8Probe> design_probes(uint64_t seed) {
     d.add_pair(fmt::format("structure/2^6@{}+2x2^-18", j - 1), "structure", kLongK,
                {{j - 1, 8.0, 8.0}, {j, 0x1p-9, 0x1p-9}, {j + 1, 0x1p-9, 0x1p-9}});
   }
-  // promotion: 256 at 0, ±m·2^(8-b) at K-1 (the last chain, the last range): the promotion add's
+  // structure, exact sums: 2^-18 at 0, 2^8 at j-1, -2^8 at j. One exact sum keeps 2^-18; fp32
+  // partials lose it unless 2^8 and -2^8 cancel inside one partial: a split boundary between j-1
+  // and j shows even when every partial is exact.
+  for (int64_t j : {1, 64, 128, 129, 256, 257, 341, 342, 384, 512, 513, 640, 682, 683, 768, 896, 1023}) {
+    d.add_pair(fmt::format("structure/2^-18@0+2^8@{}-2^8@{}", j - 1, j), "structure", kLongK,
+               {{0, 0x1p-9, 0x1p-9}, {j - 1, 16.0, 16.0}, {j, -16.0, 16.0}});
+  }
+  // structure, separate partials: 2^6 at 0, 2^-18 at j1 and at j2 in different chains. A running
+  // sum (one accumulator, or chains promoted into one D) meets 2^6 first and loses both; partials
+  // that start from zero (split-K ranges) sum the two small terms to 2^-17 first, which survives.
+  for (const auto& [j1, j2] : std::vector<std::pair<int64_t, int64_t>>{
+           {40, 100}, {130, 170}, {260, 330}, {300, 500}, {350, 600}, {520, 1000}, {600, 700}, {700, 1000}, {900, 1000}}) {
+    d.add_pair(fmt::format("structure/2^6@0+2^-18@{}+2^-18@{}", j1, j2), "structure", kLongK,
+               {{0, 8.0, 8.0}, {j1, 0x1p-9, 0x1p-9}, {j2, 0x1p-9, 0x1p-9}});
+  }
+  for (int r = 0; r < 4; ++r) {
+    Fp8Probe p;
+    p.id = fmt::format("random/k{}/{}", kLongK, r);
+    p.family = "random";
+    p.k = kLongK;
+    for (int64_t i = 0; i < p.k; ++i) {
+      p.terms.push_back({i, f32_to_e4m3fn(nd(rng), true), f32_to_e4m3fn(nd(rng), true)});
+    }
+    d.probes.push_back(std::move(p));
+  }
+  // promotion: 2^16 at 0, ±m·2^(16-b) at K-1 (the last chain, the last range): the promotion add's
   // (or the split reduction's) bits and rounding; and two small terms summed in the last chain.
-  for (int b = 10; b <= 26; ++b) {
-    for (double m : {1.0, 1.5, 1.75}) {
-      const double s = m * std::ldexp(1.0, 8 - b);
+  for (int b = 10; b <= 30; ++b) {
+    for (double m : {1.0, 1.125, 1.5, 1.75}) {
+      const double s = m * std::ldexp(1.0, 16 - b);
       for (int sign : {1, -1}) {
-        d.add(fmt::format("promotion/256@0{}{}*2^{}@{}", sign > 0 ? "+" : "-", m, 8 - b, kLongK - 1), "promotion",
-              kLongK, {{0, 256.0}, {kLongK - 1, sign * s}});
+        d.add(fmt::format("promotion/2^16@0{}{}*2^{}@{}", sign > 0 ? "+" : "-", m, 16 - b, kLongK - 1), "promotion",
+              kLongK, {{0, big}, {kLongK - 1, sign * s}});
       }
     }
-    const double s = 0.75 * std::ldexp(1.0, 8 - b);
-    d.add(fmt::format("promotion/256@0+2x{}*2^{}@{},{}", 0.75, 8 - b, kLongK - 2, kLongK - 1), "promotion", kLongK,
-          {{0, 256.0}, {kLongK - 2, s}, {kLongK - 1, s}});
+    const double s = 0.75 * std::ldexp(1.0, 16 - b);
+    d.add(fmt::format("promotion/2^16@0+2x{}*2^{}@{},{}", 0.75, 16 - b, kLongK - 2, kLongK - 1), "promotion", kLongK,
+          {{0, big}, {kLongK - 2, s}, {kLongK - 1, s}});
   }
   return d.probes;
 }
@@ -596,7 +648,13 @@ class Measurer {
             m.promote_bits = promotes[pi].first;
             m.promote_rounding = promotes[pi].second;
           }
+          const Fp8AccumModel raw = m;
           m = canonical(m);
+          if (!same_spelling(raw, m)) {
+            // Another spelling of a behaviour: evaluate its canonical spelling once.
+            std::lock_guard lock(mu_);
+            if (!respelled_.insert(key(m)).second) continue;
+          }
           ++tried[it];
           const auto [prefix, miss] = explained_prefix_adaptive(m, local);
           note_best(m, prefix, miss);
@@ -823,6 +881,7 @@ class Measurer {
   std::mutex mu_;
   std::optional<Fp8AccumModel> best_;
   std::atomic<size_t> best_prefix_seen_{0};
+  std::set<std::array<int32_t, 10>> respelled_;
   size_t best_prefix_ = 0, best_miss_ = SIZE_MAX;
   std::set<size_t> evidence_probes_;
 };
