@@ -279,6 +279,17 @@ std::vector<Fp8Probe> design_probes(uint64_t seed) {
     d.add_pair(fmt::format("structure/2^6@0+2^-18@{}+2^-18@{}", j1, j2), "structure", kLongK,
                {{0, 8.0, 8.0}, {j1, 0x1p-9, 0x1p-9}, {j2, 0x1p-9, 0x1p-9}});
   }
+  // The same at a second K: a split-K range is K/splits long, a promotion interval is not, so
+  // `blocked-128` and `split-k-8` (equal at K = 1024) separate here.
+  constexpr int64_t kOtherK = 1536;
+  for (int64_t j : {128, 192, 256, 384, 512, 768, 1024, 1152, 1280}) {
+    d.add_pair(fmt::format("structure/K{}/2^6@{}+2x2^-18", kOtherK, j - 1), "structure", kOtherK,
+               {{j - 1, 8.0, 8.0}, {j, 0x1p-9, 0x1p-9}, {j + 1, 0x1p-9, 0x1p-9}});
+  }
+  for (const auto& [j1, j2] : std::vector<std::pair<int64_t, int64_t>>{{200, 300}, {600, 700}, {800, 1500}, {1300, 1500}}) {
+    d.add_pair(fmt::format("structure/K{}/2^6@0+2^-18@{}+2^-18@{}", kOtherK, j1, j2), "structure", kOtherK,
+               {{0, 8.0, 8.0}, {j1, 0x1p-9, 0x1p-9}, {j2, 0x1p-9, 0x1p-9}});
+  }
   for (int r = 0; r < 4; ++r) {
     Fp8Probe p;
     p.id = fmt::format("random/k{}/{}", kLongK, r);

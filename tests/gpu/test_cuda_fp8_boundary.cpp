@@ -10,6 +10,7 @@
 #include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
+#include "accum/fp8_model.hpp"
 #include "checks/c1_boundary.hpp"
 #include "checks/c1_fp8_model.hpp"
 #include "checks/identify.hpp"
