@@ -12,7 +12,8 @@
 //      outcome does not depend on the bits kept as long as 8 <= bits <= 24 and promotion is fp32);
 //   2. arithmetic: for every surviving structure, every term precision (exact or 8..24 bits, rz or
 //      rn, either alignment rule), result precision (8..23 bits, rz or rn) and promotion add
-//      (10..23 bits, rz or rn), against every probe.
+//      (23, 22, 21, 20, 16 or 13 bits, rz or rn), against every probe (cheap probes first, and a
+//      probe that eliminates a parameter set moves forward: the order adapts, the set checked not).
 // The survivors are one equivalence class (on these probes); a parameter's evidence is the first
 // probe that each single-field alternative fails to predict.
 #include "checks/c1_fp8_model.hpp"
@@ -775,7 +776,6 @@ class Measurer {
             a.probe = r_.probes[i].id;
             a.observed = r_.probes[i].observed;
             a.predicted = pr;
-            evidence_probes_.insert(i);
             break;
           }
         }
@@ -894,7 +894,6 @@ class Measurer {
   std::atomic<size_t> best_prefix_seen_{0};
   std::set<std::array<int32_t, 10>> respelled_;
   size_t best_prefix_ = 0, best_miss_ = SIZE_MAX;
-  std::set<size_t> evidence_probes_;
 };
 
 }  // namespace
