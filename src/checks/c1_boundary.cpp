@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "accum/fp8_model.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
@@ -555,7 +556,77 @@ class Suite {
 
 }  // namespace
 
-BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options) { return Suite(arm, options).run(); }
+namespace {
+
+// C1 of an FP8 arm: one case per parameter of the measured model (pass: it equals the declared
+// value), one for the confirmation on random operands; C1 passes when the measured model matches
+// the declaration and explains every confirmation output.
+BoundaryResult run_fp8_boundary(Arm& arm, const BoundaryOptions& options) {
+  BoundaryResult r;
+  r.fp8 = measure_fp8_accumulation(arm, options.fp8);
+  const Fp8Measurement& m = *r.fp8;
+  r.arm = m.arm;
+  r.record.arm = m.arm.label;
+  r.record.kernel = m.record.value("kernel", std::string());
+  r.record.device = m.record.value("device", std::string());
+  r.record.library = m.record.value("library", std::string());
+  r.record.build = m.record.value("build", std::string());
+  if (m.record.contains("extra")) r.record.extra = m.record.at("extra");
+  r.environment = environment_stamp();
+  r.environment["arm"] = m.record;
+  r.conversion_mode = "not applicable (FP8: the fp32 accumulator is the output)";
+  if (m.measured) {
+    for (const Fp8ParameterEvidence& e : m.evidence) {
+      BoundaryCase c = new_case("fp8-model", fmt::format("fp8-model/{}", e.parameter));
+      const bool equal = e.value == e.declared;
+      c.verdict = equal ? Verdict::pass : Verdict::fail;
+      std::vector<std::string> alts;
+      for (const auto& a : e.alternatives) {
+        alts.push_back(a.probe.empty() ? fmt::format("{} not separated", a.value)
+                                       : fmt::format("{} fails {}", a.value, a.probe));
+      }
+      c.detail = fmt::format("measured {}, declared {}{}", e.value, e.declared,
+                             alts.empty() ? std::string() : fmt::format(" ({})", fmt::join(alts, "; ")));
+      r.cases.push_back(std::move(c));
+    }
+  } else {
+    BoundaryCase c = new_case("fp8-model", "fp8-model/parameters");
+    c.verdict = Verdict::fail;
+    c.detail = m.reason;
+    r.cases.push_back(std::move(c));
+  }
+  BoundaryCase conf = new_case("fp8-confirmation", "fp8-confirmation/random-operands");
+  conf.verdict = m.measured && m.confirm_matching == m.confirm_outputs ? Verdict::pass : Verdict::fail;
+  conf.detail = m.measured ? fmt::format("{} of {} outputs equal the measured model bit for bit", m.confirm_matching,
+                                         m.confirm_outputs)
+                           : std::string("no measured model to confirm");
+  if (m.confirm_declared_matching >= 0) {
+    conf.detail += fmt::format(" (declared model: {} of {})", m.confirm_declared_matching, m.confirm_outputs);
+  }
+  r.cases.push_back(std::move(conf));
+  for (const char* family : kBoundaryFamiliesFp8) {
+    int total = 0;
+    for (const BoundaryCase& bc : r.cases) total += bc.group == family;
+    r.families[family] = {{"cases", total}, {"ran_through_arm", total}};
+  }
+  const bool pass = m.verdict == "matches declaration" && m.confirm_matching == m.confirm_outputs;
+  r.c1 = make_check("C1", pass ? Verdict::pass : Verdict::fail);
+  r.c1.summary = fmt::format("FP8 accumulation model {}: {}{}", m.verdict,
+                             m.measured ? accumulation_formula(m.model) : m.reason,
+                             m.measured ? fmt::format(" ({}; confirmation {} of {})",
+                                                      m.model_name.empty() ? "no named model" : m.model_name,
+                                                      m.confirm_matching, m.confirm_outputs)
+                                        : std::string());
+  r.c1.evidence = {{"verdict", m.verdict}, {"reason", m.reason}, {"families", r.families}};
+  return r;
+}
+
+}  // namespace
+
+BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options) {
+  if (!arm.info().accumulation_model.empty()) return run_fp8_boundary(arm, options);
+  return Suite(arm, options).run();
+}
 
 nlohmann::json to_json(const BoundaryResult& r) {
   nlohmann::json cases = nlohmann::json::array();
@@ -571,7 +642,8 @@ nlohmann::json to_json(const BoundaryResult& r) {
                            {"checked", r.checked()},
                            {"families", r.families},
                            {"families_not_run", r.families_not_run},
-                           {"cases", cases}});
+                           {"cases", cases},
+                           {"fp8_accumulation", r.fp8 ? to_json(*r.fp8) : nlohmann::json(nullptr)}});
 }
 
 }  // namespace qc

@@ -6,9 +6,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "checks/c1_fp8_model.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/check.hpp"
 
@@ -25,11 +27,15 @@ struct BoundaryCase {
 struct BoundaryOptions {
   int64_t max_k = 32768;       // accumulation sweep K in {512, ..., max_k}
   bool overflow_probe = true;  // K = 131072 all -128*-128: the exact value leaves INT32
+  Fp8MeasureOptions fp8;       // FP8 arms: the model measurement (c1_fp8_model.hpp)
 };
 
-// The mandatory probe families: C1 passes only when each ran through the arm.
+// The mandatory probe families: C1 passes only when each ran through the arm. FP8 arms (those that
+// declare an accumulation model) have their own: the model measured with designed probes, and its
+// confirmation on random operands.
 inline constexpr const char* kBoundaryFamilies[] = {"int-to-fp32", "accumulation", "pow2-commutation",
                                                     "bf16-midpoints", "subnormal"};
+inline constexpr const char* kBoundaryFamiliesFp8[] = {"fp8-model", "fp8-confirmation"};
 
 struct BoundaryResult {
   ArmInfo arm;
@@ -40,10 +46,14 @@ struct BoundaryResult {
   CheckResult c1;
   nlohmann::json families = nlohmann::json::object();  // family -> {cases, ran_through_arm}
   std::vector<std::string> families_not_run;            // families no probe of which ran through the arm
+  // FP8 arms: the measured accumulation model (the cases are its parameters and its confirmation).
+  std::optional<Fp8Measurement> fp8;
   // True when C1 checked something in every family (pass or fail); false = nothing to check.
   bool checked() const { return families_not_run.empty(); }
 };
 
+// An FP8 arm (ArmInfo::accumulation_model non-empty) has its accumulation model measured
+// (measure_fp8_accumulation) instead of the INT8 families.
 BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options = {});
 nlohmann::json to_json(const BoundaryResult& r);
 

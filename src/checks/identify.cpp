@@ -18,6 +18,8 @@
 #include <optional>
 #include <set>
 
+#include "accum/fp8_model.hpp"
+#include "checks/c1_fp8_model.hpp"
 #include "synth/synth.hpp"
 #include "epilogue/formula_space.hpp"
 #include "qconform/accumulation.hpp"
@@ -333,6 +335,7 @@ class Identifier {
                                         std::vector<std::string>* why_outside);
   void heldout();
   void conclude();
+  void identify_fp8();
   void describe_unexplained();
   nlohmann::json class_list() const;
 
@@ -1081,14 +1084,69 @@ void Identifier::conclude() {
   r_.reason = "no candidate of the formula space explains every output";
 }
 
+// FP8: the accumulation part of the formula is the model `boundary` measures (one prober, in
+// c1_fp8_model.cpp); the epilogue part is the declared `fp8-scaled`, which is not probed.
+void Identifier::identify_fp8() {
+  Fp8MeasureOptions mo;
+  mo.seed = options_.seed;
+  const Fp8Measurement m = measure_fp8_accumulation(arm_, mo);
+  r_.fp8_accumulation = to_json(m);
+  r_.fp8_accumulation.erase("probes");  // the printout and --json of boundary carry them
+  r_.record.arm = m.arm.label;
+  r_.record.kernel = m.record.value("kernel", std::string());
+  r_.record.device = m.record.value("device", std::string());
+  if (m.record.contains("extra")) r_.record.extra = m.record.at("extra");
+  r_.outputs = m.confirm_outputs;
+  r_.matching = m.measured ? m.confirm_matching : 0;
+  for (const Fp8Probe& p : m.probes) {
+    r_.probes.push_back({{"id", p.id}, {"family", p.family}, {"k", p.k}, {"observed", fmt::format("{:a}", p.observed)}});
+  }
+  nlohmann::json members = nlohmann::json::array();
+  for (const Fp8AccumModel& e : m.equivalent) members.push_back(accumulation_formula(e));
+  const std::string epi = std::string(fp8_epilogue().name);
+  r_.candidates = {{"space", "fp8 accumulation models (docs/accumulation.md)"},
+                   {"tried", m.candidates_tried},
+                   {"classes", m.measured ? 1 : 0},
+                   {"survivors", m.measured ? nlohmann::json::array({{{"formula", accumulation_formula(m.model)},
+                                                                      {"members", m.equivalent.size()},
+                                                                      {"member_formulas", members}}})
+                                            : nlohmann::json::array()}};
+  if (m.measured && m.confirm_matching == m.confirm_outputs) {
+    r_.verdict = "identified";
+    r_.formula = fmt::format("accumulation: {}; epilogue: {} (declared, not probed)", accumulation_formula(m.model), epi);
+    if (!m.model_name.empty()) r_.named.push_back(m.model_name);
+    for (size_t i = 1; i < m.equivalent.size(); ++i) {
+      const std::string n = named_model_of(m.equivalent[i]);
+      if (!n.empty()) r_.named.push_back(n);
+    }
+    r_.reason = fmt::format("the accumulation model measured by {} designed probes explains all {} held-out outputs "
+                            "(random e4m3 operands) bit for bit; against the declaration: {}",
+                            m.probes.size(), r_.outputs, m.verdict);
+    return;
+  }
+  r_.verdict = "unexplained";
+  r_.reason = m.reason;
+  if (!m.contradiction.empty()) r_.nearest = nlohmann::json::array({m.contradiction});
+  for (const auto& row : m.confirmation) {
+    if (row.contains("first_mismatch")) r_.unexplained.push_back(row);
+  }
+}
+
 IdentifyResult Identifier::run() {
   const auto t0 = std::chrono::steady_clock::now();
   r_.arm = arm_.info();
   r_.outputs = 0;
+  if (!r_.arm.accumulation_model.empty()) {
+    identify_fp8();
+    r_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r_;
+  }
   const std::string lower = r_.arm.label;
   if (lower.find("fp8") != std::string::npos || r_.arm.epilogue == "fp8-scaled") {
     r_.verdict = "not-supported";
-    r_.reason = "identify: FP8 arms are not supported yet (issue #14)";
+    r_.reason = fmt::format("identify: arm {} looks like an FP8 arm but declares no accumulation model "
+                            "(ArmInfo::accumulation_model), so it has no fp8_accumulate to measure",
+                            r_.arm.label);
     return r_;
   }
   make_candidates();
@@ -1135,12 +1193,36 @@ nlohmann::json to_json(const IdentifyResult& r) {
           {"diagnosis", r.diagnosis},
           {"separation", r.separation},
           {"accumulator", r.accumulator},
+          {"fp8_accumulation", r.fp8_accumulation},
           {"seconds", r.seconds}};
 }
 
 std::string describe(const IdentifyResult& r) {
   std::string s = fmt::format("identify {} (declares {})\n", r.arm.label, r.arm.epilogue.empty() ? "nothing" : r.arm.epilogue);
   if (r.verdict == "not-supported") return s + r.reason + "\n";
+  if (!r.fp8_accumulation.is_null()) {
+    const auto& f = r.fp8_accumulation;
+    s += fmt::format("\nFP8 arm: the accumulation model measured with {} designed probes through fp8_accumulate "
+                     "({} parameter sets tried; `qconform boundary --arm {}` prints the evidence per parameter)\n",
+                     r.probes.size(), f["candidates_tried"].get<int64_t>(), r.arm.label);
+    for (const auto& n : f["split_k_runs"]) s += fmt::format("NOTE: the arm's record says split-K: {}\n", n.get<std::string>());
+    s += fmt::format("\nverdict: {}\n", r.verdict);
+    if (r.verdict == "identified") {
+      s += fmt::format("formula: {}\n", r.formula);
+      s += fmt::format("named:   {}\n", r.named.empty() ? std::string("none (not a named accumulation model)")
+                                                        : fmt::format("{}", fmt::join(r.named, ", ")));
+      const auto& cls = r.candidates["survivors"][0];
+      if (cls["members"].get<size_t>() > 1) {
+        s += fmt::format("class:   {} parameter sets explain every probe, e.g.\n", cls["members"].get<size_t>());
+        for (size_t i = 1; i < cls["member_formulas"].size() && i < 6; ++i) {
+          s += fmt::format("           {}\n", cls["member_formulas"][i].get<std::string>());
+        }
+      }
+      s += fmt::format("declared: {} ({})\n", f["declared"].get<std::string>(), f["verdict"].get<std::string>());
+    }
+    s += fmt::format("{}\nheld-out: {} of {} outputs explained\n({:.1f} s)\n", r.reason, r.matching, r.outputs, r.seconds);
+    return s;
+  }
   s += fmt::format("\nprobes ({} designed, then held-out synth operands):\n", r.probes.size());
   for (const auto& p : r.probes) {
     s += fmt::format("  {:<22} {:>3}x{}x{:<6} {:>6} elements  {}{:>5} eliminated, {:>5} candidates in {:>4} classes left\n",

@@ -47,9 +47,15 @@ struct IdentifyResult {
   // Exposed INT32 accumulators that differ from the exact dot products ({exposed, differ, first});
   // empty when none differ. Reported with any verdict; the verdict is decided by the outputs.
   nlohmann::json accumulator = nlohmann::json::object();
+  // FP8 arms: the accumulation model measured through the arm (c1_fp8_model.hpp, the measurement
+  // `boundary` makes), to_json of it; null for INT8 arms.
+  nlohmann::json fp8_accumulation;
   double seconds = 0;
 };
 
+// FP8 arms (ArmInfo::accumulation_model non-empty): the formula is the measured accumulation model
+// (measure_fp8_accumulation) then the declared `fp8-scaled` epilogue (not probed); the held-out
+// confirmation is the measurement's, on random operands no probe used.
 IdentifyResult identify(Arm& arm, const IdentifyOptions& options = {});
 nlohmann::json to_json(const IdentifyResult& r);
 // The printout a person reads.

@@ -16,14 +16,19 @@ VerbRunner setup_boundary(CLI::App& app) {
   app.add_option("--arm", *arm_label, "the arm to test (see `qconform arms`)")->required();
   app.add_option("--json", *json, "write the results as JSON");
   app.add_flag("--verbose,-v", *verbose, "print every case, not only failures and summaries");
+  auto seed = std::make_shared<uint64_t>(Fp8MeasureOptions{}.seed);
+  app.add_option("--seed", *seed, "FP8 arms: seed of the confirmation operands")->capture_default_str();
   return [=] {
     std::vector<PathUse> paths_in;
     add_arm_inputs(paths_in, "--arm", *arm_label);
     check_output_paths(paths_in, {{"--json", *json}});
     auto arm = make_arm(*arm_label);
-    const BoundaryResult r = run_boundary(*arm);
+    BoundaryOptions options;
+    options.fp8.seed = *seed;
+    const BoundaryResult r = run_boundary(*arm, options);
     fmt::print("boundary suite (C1) for {}\n  kernel: {}\n  device: {}\n  build: {}\n\n", r.arm.label, r.record.kernel,
                r.record.device, r.record.build);
+    if (r.fp8) fmt::print("{}\n", describe(*r.fp8));
     std::string group;
     for (const BoundaryCase& c : r.cases) {
       if (!*verbose && c.verdict == Verdict::pass && c.group == group) continue;
@@ -45,7 +50,8 @@ VerbRunner setup_boundary(CLI::App& app) {
 }
 
 RegisterVerb register_boundary{{"boundary", "C1: arithmetic preconditions (2^24, exact accumulation, pow2 commutation, "
-                                            "bf16 midpoints, FTZ/DAZ) through an arm",
+                                            "bf16 midpoints, FTZ/DAZ) through an arm; FP8 arms: their accumulation "
+                                            "model measured",
                                 50, setup_boundary}};
 
 }  // namespace

@@ -92,3 +92,19 @@ def test_identify_named_and_unexplained(qc):
     m = qc.identify("mutant:wrong-scale")
     assert m["verdict"] == "unexplained", m["printout"]
     assert any(d["kind"] == "scale" for d in m["diagnosis"]), m["printout"]
+
+
+def test_identify_fp8_arms_names_their_accumulation_model(qc):
+    # FP8 arms: the accumulation part is the model `boundary` measures through fp8_accumulate
+    # (docs/accumulation.md), the epilogue the declared fp8-scaled; the held-out outputs are the
+    # measurement's confirmation on random operands.
+    for model in ("hopper-fp8-chain", "hopper-fp8-promote4"):
+        r = qc.identify(f"cpu:fp8-{model}")
+        assert r["verdict"] == "identified" and r["named"] == [model], r["printout"]
+        assert r["explained"]["outputs"] > 0 and r["explained"]["matching"] == r["explained"]["outputs"], r["printout"]
+        assert r["fp8_accumulation"]["verdict"] == "matches declaration", r["printout"]
+        assert "fp8-scaled" in r["formula"], r["formula"]
+    b = qc.boundary("cpu:fp8-hopper-fp8-promote4")
+    assert b["kind"] == "qconform-boundary" and b["check"]["verdict"] == "pass", b["check"]
+    assert b["fp8_accumulation"]["named"] == "hopper-fp8-promote4"
+    assert b["fp8_accumulation"]["measured"]["promote_steps"] == 4

@@ -33,8 +33,9 @@ TEST(Identify, EveryCpuArmIsItsDeclaredFormula) {
     auto arm = make_arm(label);
     const IdentifyResult r = identify(*arm);
     if (!arm->info().accumulation_model.empty()) {
-      // cpu:fp8-<model>: the FP8 part of the formula space comes with issue #14; identify says so.
-      EXPECT_EQ(r.verdict, "not-supported") << label << "\n" << describe(r);
+      // cpu:fp8-<model>: identified as its measured accumulation model (tests/unit/test_fp8_boundary.cpp).
+      EXPECT_EQ(r.verdict, "identified") << label << "\n" << describe(r);
+      EXPECT_EQ(r.named, std::vector<std::string>{arm->info().accumulation_model}) << label << "\n" << describe(r);
       continue;
     }
     if (onednn) {

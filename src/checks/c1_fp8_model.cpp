@@ -1,0 +1,1061 @@
+// C1 for FP8 arms: measuring the arm's accumulation model (c1_fp8_model.hpp, docs/accumulation.md).
+//
+// The probes are fixed designs (../shared/reference/fp8-accumulation.md: one large term plus small
+// terms to read off the kept bits, sums whose truncated and rounded results differ, terms placed
+// across K boundaries): each is a dot product with a few nonzero terms, run through the arm's own
+// `fp8_accumulate` in batches (probe i is row i of `a` and row i of `w`; its output the diagonal
+// element d[i,i]). A parameter set explains a probe when `accum_model::evaluate` (the one evaluation
+// of a model) gives the arm's fp32 bits. The measurement eliminates parameter sets in two stages:
+//   1. structure: (step_k, promote_steps, splits) under a few representative arithmetics, against
+//      the `structure` probes (a term 2^6 then two terms 2^-18 straddling a position j: the small
+//      terms survive only if a promotion or split boundary separates them from the large one; the
+//      outcome does not depend on the bits kept as long as 8 <= bits <= 24 and promotion is fp32);
+//   2. arithmetic: for every surviving structure, every term precision (exact or 8..24 bits, rz or
+//      rn, either alignment rule), result precision (8..23 bits, rz or rn) and promotion add
+//      (23, 22, 21, 20, 16 or 13 bits, rz or rn), against every probe (cheap probes first, and a
+//      probe that eliminates a parameter set moves forward: the order adapts, the set checked not).
+// The survivors are one equivalence class (on these probes); a parameter's evidence is the first
+// probe that each single-field alternative fails to predict.
+#include "checks/c1_fp8_model.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <set>
+
+#include "accum/fp8_model.hpp"
+#include "core/parallel.hpp"
+#include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
+
+namespace qc {
+
+namespace {
+
+uint32_t f32_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+std::string fbits(float f) { return fmt::format("{:#010x} ({:.9g})", f32_bits(f), f); }
+
+const char* rtag(AccumRounding r) { return r == AccumRounding::toward_zero ? "rz" : "rn"; }
+
+// Parameters that do not act are set to the defaults of the named models, so that equal
+// behaviour has one spelling: exact terms ignore term rounding and alignment; no promotion ignores
+// the promotion add.
+// And a chain of one single-product step (step_k 1, promote_steps 1) only rounds that product,
+// which has at most 8 significant bits (e4m3·e4m3; e5m2 fewer) and lies on the grid 2^(E-7): with
+// 7 or more term and result bits it is exact, and the chains are a running sum in the promotion
+// add's precision, spelled as that (`blocked-1` is `sequential`).
+Fp8AccumModel canonical(Fp8AccumModel m) {
+  if (m.step_k == 1 && m.promote_steps == 1 && (m.term_bits < 0 || m.term_bits >= 7) && m.result_bits >= 7) {
+    m.term_bits = -1;
+    m.result_bits = m.promote_bits;
+    m.result_rounding = m.promote_rounding;
+    m.promote_steps = 0;
+  }
+  if (m.term_bits < 0) {
+    m.term_rounding = AccumRounding::toward_zero;
+    m.alignment = AccumAlignment::exponent_sum;
+  }
+  if (m.promote_steps == 0) {
+    m.promote_bits = 23;
+    m.promote_rounding = AccumRounding::nearest_even;
+  }
+  return m;
+}
+
+std::array<int32_t, 10> key(const Fp8AccumModel& a) {
+  return {a.step_k,
+          a.term_bits,
+          static_cast<int32_t>(a.term_rounding),
+          a.result_bits,
+          static_cast<int32_t>(a.result_rounding),
+          static_cast<int32_t>(a.alignment),
+          a.promote_steps,
+          a.promote_bits,
+          static_cast<int32_t>(a.promote_rounding),
+          a.splits};
+}
+
+bool same_spelling(const Fp8AccumModel& x, const Fp8AccumModel& y) { return key(x) == key(y); }
+
+bool same(const Fp8AccumModel& x, const Fp8AccumModel& y) {
+  const Fp8AccumModel a = canonical(x), b = canonical(y);
+  return a.step_k == b.step_k && a.term_bits == b.term_bits && a.term_rounding == b.term_rounding &&
+         a.result_bits == b.result_bits && a.result_rounding == b.result_rounding && a.alignment == b.alignment &&
+         a.promote_steps == b.promote_steps && a.promote_bits == b.promote_bits &&
+         a.promote_rounding == b.promote_rounding && a.splits == b.splits;
+}
+
+// ---- probe design ------------------------------------------------------------------------------
+
+// The e4m3fn code of an exactly representable value (QC_CHECK otherwise: a design error).
+uint8_t code_of(double v) {
+  const uint8_t c = f32_to_e4m3fn(static_cast<float>(v), false);
+  QC_CHECK(accum_model::fp8_code_finite(c, Fp8Format::e4m3) && static_cast<double>(e4m3fn_to_f32(c)) == v,
+           "fp8 probe design: {} is not an e4m3fn value", v);
+  return c;
+}
+
+// A pair of codes whose product is exactly v (both normal where possible), or nullopt.
+std::optional<std::pair<uint8_t, uint8_t>> factor(double v) {
+  std::optional<std::pair<uint8_t, uint8_t>> best;
+  int best_rank = 99;
+  const uint8_t sign = v < 0 ? 0x80 : 0;
+  const double u = std::fabs(v);
+  for (int a = 1; a < 0x7F; ++a) {
+    const double av = e4m3fn_to_f32(static_cast<uint8_t>(a));
+    const double wv = u / av;
+    if (wv > 448.0 || wv < 0x1p-9) continue;
+    const uint8_t wc = f32_to_e4m3fn(static_cast<float>(wv), false);
+    if (!accum_model::fp8_code_finite(wc, Fp8Format::e4m3) || static_cast<double>(e4m3fn_to_f32(wc)) * av != u) {
+      continue;
+    }
+    // Prefer normal codes (the alignment exponent is then floor(log2)), then a power-of-two w.
+    const int rank = ((a >> 3) == 0) * 4 + ((wc >> 3) == 0) * 4 + ((wc & 7) != 0);
+    if (rank < best_rank) {
+      best_rank = rank;
+      best = std::make_pair(static_cast<uint8_t>(a | sign), wc);
+    }
+  }
+  return best;
+}
+
+struct Designer {
+  std::vector<Fp8Probe> probes;
+
+  bool add(std::string id, std::string family, int64_t k, const std::vector<std::pair<int64_t, double>>& terms) {
+    Fp8Probe p;
+    p.id = std::move(id);
+    p.family = std::move(family);
+    p.k = k;
+    for (const auto& [pos, v] : terms) {
+      const auto f = factor(v);
+      if (!f) return false;  // no pair of e4m3 codes has this product: the design skips it
+      p.terms.push_back({pos, f->first, f->second});
+    }
+    probes.push_back(std::move(p));
+    return true;
+  }
+  void add_terms(std::string id, std::string family, int64_t k, std::vector<Fp8Probe::Term> terms) {
+    Fp8Probe p;
+    p.id = std::move(id);
+    p.family = std::move(family);
+    p.k = k;
+    p.terms = std::move(terms);
+    probes.push_back(std::move(p));
+  }
+  void add_pair(std::string id, std::string family, int64_t k, const std::vector<std::tuple<int64_t, double, double>>& t) {
+    Fp8Probe p;
+    p.id = std::move(id);
+    p.family = std::move(family);
+    p.k = k;
+    for (const auto& [pos, a, w] : t) p.terms.push_back({pos, code_of(a), code_of(w)});
+    probes.push_back(std::move(p));
+  }
+};
+
+constexpr int64_t kLongK = 1024;  // structure and promotion probes: boundaries up to 512 products apart
+constexpr int64_t kStepK = 128;
+constexpr int64_t kShortK = 16;
+
+std::vector<Fp8Probe> design_probes(uint64_t seed) {
+  Designer d;
+  const double mants[] = {1.0, 1.125, 1.5, 1.75, 1.875};
+  // Short probes first: they are the cheapest to evaluate and eliminate most parameter sets.
+  // kept-bits: 2^16 (256·256) then ±m·2^(16-b) (and the reverse order, and two equal small
+  // terms): the bits a step keeps below its largest term, and whether it truncates (rz) or rounds
+  // (rn); m = 1.125 next to a half ulp tells a rounded term from an exact one (double rounding).
+  const double big = 65536.0;
+  for (int b = 4; b <= 30; ++b) {
+    for (double m : mants) {
+      const double s = m * std::ldexp(1.0, 16 - b);
+      for (int sign : {1, -1}) {
+        d.add(fmt::format("kept-bits/2^16{}{}*2^{}", sign > 0 ? "+" : "-", m, 16 - b), "kept-bits", kShortK,
+              {{0, big}, {1, sign * s}});
+      }
+      d.add(fmt::format("kept-bits/{}*2^{}+2^16", m, 16 - b), "kept-bits", kShortK, {{0, s}, {1, big}});
+      if (m == 1.5 || m == 1.0) {
+        d.add(fmt::format("kept-bits/2^16+2x{}*2^{}", m, 16 - b), "kept-bits", kShortK, {{0, big}, {1, s}, {2, s}});
+        d.add(fmt::format("kept-bits/-2^16+2x{}*2^{}", m, 16 - b), "kept-bits", kShortK, {{0, -big}, {1, s}, {2, s}});
+      }
+    }
+  }
+  // cancel: 2^16 - B' leaves a small sum whose own exponent is below E = 16: the terms are rounded
+  // relative to E, the result relative to its own exponent, so term and result bits separate.
+  for (double bp : {32768.0, 49152.0, 57344.0, 61440.0}) {
+    for (int b = 8; b <= 30; ++b) {
+      for (double m : {1.0, 1.5, 1.75}) {
+        const double s = m * std::ldexp(1.0, 16 - b);
+        d.add(fmt::format("cancel/2^16-{}+{}*2^{}", bp, m, 16 - b), "cancel", kShortK, {{0, big}, {1, -bp}, {2, s}});
+        if (m == 1.5) {
+          d.add(fmt::format("cancel/{}*2^{}+2^16-{}", m, 16 - b, bp), "cancel", kShortK, {{0, s}, {1, big}, {2, -bp}});
+        }
+      }
+    }
+  }
+  // alignment: a product of two mantissas >= sqrt(2) lies one binade above e(a)+e(b); a small term
+  // next to it is rounded to 2^(e(a)+e(b)-bits) (exponent-sum rule) or to 2^(floor(log2|ab|)-bits).
+  for (double m : {1.5, 1.75, 1.875}) {
+    for (int b = 6; b <= 18; ++b) {
+      for (double sm : {1.0, 1.5}) {
+        const auto f = factor(sm * std::ldexp(1.0, -b));
+        if (!f) continue;
+        const Fp8Probe::Term big{0, code_of(m), code_of(m)};
+        d.add_terms(fmt::format("alignment/{}^2+{}*2^-{}", m, sm, b), "alignment", kShortK,
+                    {big, {1, f->first, f->second}});
+        d.add_terms(fmt::format("alignment/{}*2^-{}+{}^2", sm, b, m), "alignment", kShortK,
+                    {{0, f->first, f->second}, {1, big.a, big.w}});
+      }
+    }
+  }
+  // alignment inside a step: two small terms beside the product (each below the grid of one rule
+  // only), and the product less a smaller product, so that the step's result has a lower exponent
+  // than E and keeps what the alignment let through.
+  for (double m : {1.5, 1.75}) {
+    for (int b = 10; b <= 16; ++b) {
+      const auto f = factor(std::ldexp(1.0, -b));
+      if (!f) continue;
+      const Fp8Probe::Term big{0, code_of(m), code_of(m)}, small1{1, f->first, f->second}, small2{2, f->first, f->second};
+      d.add_terms(fmt::format("alignment/{}^2+2x2^-{}", m, b), "alignment", kShortK, {big, small1, small2});
+      d.add_terms(fmt::format("alignment/{}^2-1.5*1.25+2^-{}", m, b), "alignment", kShortK,
+                  {big, {1, code_of(-1.5), code_of(1.25)}, small2});
+    }
+  }
+  // steps: 2^-12 at positions 0..j-1, then 4 at j. The small terms in the same step as the 4 are
+  // aligned to it and lost; those in earlier steps are summed first and survive: the count that
+  // survives is step_k·floor(j/step_k).
+  for (int64_t j : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127}) {
+    std::vector<std::pair<int64_t, double>> t;
+    for (int64_t i = 0; i < j; ++i) t.emplace_back(i, 0x1p-12);
+    t.emplace_back(j, 4.0);
+    d.add(fmt::format("steps/{}x2^-12+4", j), "steps", kStepK, t);
+  }
+  // random: dense randn·2 operands (the H200 measurement's), K = 256.
+  std::mt19937_64 rng(seed ^ 0x5eed);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  for (int r = 0; r < 8; ++r) {
+    Fp8Probe p;
+    p.id = fmt::format("random/{}", r);
+    p.family = "random";
+    p.k = 256;
+    for (int64_t i = 0; i < p.k; ++i) {
+      p.terms.push_back({i, f32_to_e4m3fn(nd(rng), true), f32_to_e4m3fn(nd(rng), true)});
+    }
+    d.probes.push_back(std::move(p));
+  }
+  // structure: 2^6 at j-1, 2^-18 at j and j+1. Together (one chain, one step of rounded terms) the
+  // small terms are lost; separated from 2^6 by a promotion or split boundary (or all in one exact
+  // step) they survive as 2^6 + 2^-17 in an fp32 add.
+  std::set<int64_t> js;
+  for (int64_t j = 1; j <= 9; ++j) js.insert(j);
+  for (int64_t j = 16; j < kLongK - 1; j += 8) js.insert(j);
+  for (int64_t j : {17, 33, 65, 129, 257, 341, 342, 682, 683, 1022}) js.insert(j);
+  for (int64_t j : js) {
+    d.add_pair(fmt::format("structure/2^6@{}+2x2^-18", j - 1), "structure", kLongK,
+               {{j - 1, 8.0, 8.0}, {j, 0x1p-9, 0x1p-9}, {j + 1, 0x1p-9, 0x1p-9}});
+  }
+  // structure, exact sums: 2^-18 at 0, 2^8 at j-1, -2^8 at j. One exact sum keeps 2^-18; fp32
+  // partials lose it unless 2^8 and -2^8 cancel inside one partial: a split boundary between j-1
+  // and j shows even when every partial is exact.
+  for (int64_t j : {1, 64, 128, 129, 256, 257, 341, 342, 384, 512, 513, 640, 682, 683, 768, 896, 1023}) {
+    d.add_pair(fmt::format("structure/2^-18@0+2^8@{}-2^8@{}", j - 1, j), "structure", kLongK,
+               {{0, 0x1p-9, 0x1p-9}, {j - 1, 16.0, 16.0}, {j, -16.0, 16.0}});
+  }
+  // structure, separate partials: 2^6 at 0, 2^-18 at j1 and at j2 in different chains. A running
+  // sum (one accumulator, or chains promoted into one D) meets 2^6 first and loses both; partials
+  // that start from zero (split-K ranges) sum the two small terms to 2^-17 first, which survives.
+  for (const auto& [j1, j2] : std::vector<std::pair<int64_t, int64_t>>{
+           {40, 100}, {130, 170}, {260, 330}, {300, 500}, {350, 600}, {520, 1000}, {600, 700}, {700, 1000}, {900, 1000}}) {
+    d.add_pair(fmt::format("structure/2^6@0+2^-18@{}+2^-18@{}", j1, j2), "structure", kLongK,
+               {{0, 8.0, 8.0}, {j1, 0x1p-9, 0x1p-9}, {j2, 0x1p-9, 0x1p-9}});
+  }
+  // The same at a second K: a split-K range is K/splits long, a promotion interval is not, so
+  // `blocked-128` and `split-k-8` (equal at K = 1024) separate here.
+  constexpr int64_t kOtherK = 1536;
+  for (int64_t j : {128, 192, 256, 384, 512, 768, 1024, 1152, 1280}) {
+    d.add_pair(fmt::format("structure/K{}/2^6@{}+2x2^-18", kOtherK, j - 1), "structure", kOtherK,
+               {{j - 1, 8.0, 8.0}, {j, 0x1p-9, 0x1p-9}, {j + 1, 0x1p-9, 0x1p-9}});
+  }
+  for (const auto& [j1, j2] : std::vector<std::pair<int64_t, int64_t>>{{200, 300}, {600, 700}, {800, 1500}, {1300, 1500}}) {
+    d.add_pair(fmt::format("structure/K{}/2^6@0+2^-18@{}+2^-18@{}", kOtherK, j1, j2), "structure", kOtherK,
+               {{0, 8.0, 8.0}, {j1, 0x1p-9, 0x1p-9}, {j2, 0x1p-9, 0x1p-9}});
+  }
+  for (int r = 0; r < 4; ++r) {
+    Fp8Probe p;
+    p.id = fmt::format("random/k{}/{}", kLongK, r);
+    p.family = "random";
+    p.k = kLongK;
+    for (int64_t i = 0; i < p.k; ++i) {
+      p.terms.push_back({i, f32_to_e4m3fn(nd(rng), true), f32_to_e4m3fn(nd(rng), true)});
+    }
+    d.probes.push_back(std::move(p));
+  }
+  // promotion: 2^16 at 0, ±m·2^(16-b) at K-1 (the last chain, the last range): the promotion add's
+  // (or the split reduction's) bits and rounding; and two small terms summed in the last chain.
+  for (int b = 10; b <= 30; ++b) {
+    for (double m : {1.0, 1.125, 1.5, 1.75}) {
+      const double s = m * std::ldexp(1.0, 16 - b);
+      for (int sign : {1, -1}) {
+        d.add(fmt::format("promotion/2^16@0{}{}*2^{}@{}", sign > 0 ? "+" : "-", m, 16 - b, kLongK - 1), "promotion",
+              kLongK, {{0, big}, {kLongK - 1, sign * s}});
+      }
+    }
+    const double s = 0.75 * std::ldexp(1.0, 16 - b);
+    d.add(fmt::format("promotion/2^16@0+2x{}*2^{}@{},{}", 0.75, 16 - b, kLongK - 2, kLongK - 1), "promotion", kLongK,
+          {{0, big}, {kLongK - 2, s}, {kLongK - 1, s}});
+  }
+  return d.probes;
+}
+
+// Dense rows of a probe.
+struct Rows {
+  std::vector<uint8_t> a, w;
+};
+Rows rows_of(const Fp8Probe& p) {
+  Rows r{std::vector<uint8_t>(static_cast<size_t>(p.k), 0), std::vector<uint8_t>(static_cast<size_t>(p.k), 0)};
+  for (const auto& t : p.terms) {
+    r.a[static_cast<size_t>(t.pos)] = t.a;
+    r.w[static_cast<size_t>(t.pos)] = t.w;
+  }
+  return r;
+}
+
+float predict(const Fp8AccumModel& m, const Rows& r, int64_t k) {
+  return accum_model::evaluate(m, r.a.data(), Fp8Format::e4m3, r.w.data(), Fp8Format::e4m3, k);
+}
+
+// "split_k 6 (reduction scheme 2)" when a run's record says cuBLASLt did not make one pass.
+std::string split_k_note(const nlohmann::json& record) {
+  const nlohmann::json* extra = record.contains("extra") ? &record.at("extra") : &record;
+  if (!extra->is_object() || !extra->contains("split_k") || !extra->at("split_k").is_number_integer()) return "";
+  const long long s = extra->at("split_k").get<long long>();
+  if (s <= 1) return "";
+  return fmt::format("split_k {} (reduction scheme {})", s, extra->value("reduction_scheme", -1LL));
+}
+
+// The printed value of one field.
+std::string field_value(const Fp8AccumModel& m, const std::string& f) {
+  if (f == "step_k") return m.step_k == 0 ? std::string("0 (whole range)") : fmt::format("{}", m.step_k);
+  if (f == "term_bits") return m.term_bits < 0 ? std::string("-1 (exact)") : fmt::format("{}", m.term_bits);
+  if (f == "term_rounding") return m.term_bits < 0 ? std::string("- (exact terms)") : rtag(m.term_rounding);
+  if (f == "result_bits") return fmt::format("{}", m.result_bits);
+  if (f == "result_rounding") return rtag(m.result_rounding);
+  if (f == "alignment") {
+    return m.term_bits < 0 ? std::string("- (exact terms)")
+                           : m.alignment == AccumAlignment::exponent_sum ? "e(a)+e(b)" : "e(a*b)";
+  }
+  if (f == "promote_steps") return m.promote_steps == 0 ? std::string("0 (never)") : fmt::format("{}", m.promote_steps);
+  if (f == "promote_bits") return m.promote_steps == 0 ? std::string("- (no promotion)") : fmt::format("{}", m.promote_bits);
+  if (f == "promote_rounding") return m.promote_steps == 0 ? std::string("- (no promotion)") : rtag(m.promote_rounding);
+  if (f == "splits") return fmt::format("{}", m.splits);
+  return "?";
+}
+
+const char* kFields[] = {"step_k",        "term_bits",    "term_rounding",    "result_bits", "result_rounding",
+                         "alignment",     "promote_steps", "promote_bits",    "promote_rounding", "splits"};
+
+// Single-field alternatives of `m` for the evidence table.
+std::vector<Fp8AccumModel> alternatives(const Fp8AccumModel& m, const std::string& f) {
+  std::vector<Fp8AccumModel> out;
+  auto push = [&](Fp8AccumModel x) {
+    x = canonical(x);
+    try {
+      validate_accumulation_model(x, "alternative");
+    } catch (const Error&) {
+      return;
+    }
+    if (same(x, m)) return;
+    for (const auto& y : out) {
+      if (same(x, y)) return;
+    }
+    out.push_back(x);
+  };
+  Fp8AccumModel x = m;
+  if (f == "step_k") {
+    for (int k : {1, 2, 4, 8, 16, 32, 64, 0}) (x = m).step_k = k, push(x);
+  } else if (f == "term_bits") {
+    if (m.term_bits < 0) {
+      for (int t : {13, 23, 24}) (x = m).term_bits = t, push(x);
+    } else {
+      for (int d : {-2, -1, 1, 2}) (x = m).term_bits = m.term_bits + d, push(x);
+      (x = m).term_bits = -1, push(x);
+    }
+  } else if (f == "term_rounding") {
+    if (m.term_bits >= 0) {
+      (x = m).term_rounding = m.term_rounding == AccumRounding::toward_zero ? AccumRounding::nearest_even
+                                                                            : AccumRounding::toward_zero;
+      push(x);
+    }
+  } else if (f == "result_bits") {
+    for (int d : {-2, -1, 1, 2}) (x = m).result_bits = m.result_bits + d, push(x);
+  } else if (f == "result_rounding") {
+    (x = m).result_rounding = m.result_rounding == AccumRounding::toward_zero ? AccumRounding::nearest_even
+                                                                              : AccumRounding::toward_zero;
+    push(x);
+  } else if (f == "alignment") {
+    if (m.term_bits >= 0) {
+      (x = m).alignment = m.alignment == AccumAlignment::exponent_sum ? AccumAlignment::exact_exponent
+                                                                      : AccumAlignment::exponent_sum;
+      push(x);
+    }
+  } else if (f == "promote_steps") {
+    if (m.promote_steps == 0) {
+      for (int p : {1, 2, 4, 8}) (x = m).promote_steps = p, push(x);
+    } else {
+      for (int p : {0, m.promote_steps - 1, m.promote_steps + 1, m.promote_steps * 2, m.promote_steps / 2}) {
+        (x = m).promote_steps = p, push(x);
+      }
+    }
+  } else if (f == "promote_bits") {
+    if (m.promote_steps > 0) {
+      for (int d : {-2, -1, 1}) (x = m).promote_bits = m.promote_bits + d, push(x);
+    }
+  } else if (f == "promote_rounding") {
+    if (m.promote_steps > 0) {
+      (x = m).promote_rounding = m.promote_rounding == AccumRounding::toward_zero ? AccumRounding::nearest_even
+                                                                                : AccumRounding::toward_zero;
+      push(x);
+    }
+  } else if (f == "splits") {
+    for (int s : {1, 2, 3, 4}) (x = m).splits = s, push(x);
+  }
+  return out;
+}
+
+class Measurer {
+ public:
+  Measurer(Arm& arm, const Fp8MeasureOptions& o) : arm_(arm), o_(o) {}
+
+  Fp8Measurement run() {
+    const auto t0 = std::chrono::steady_clock::now();
+    r_.arm = arm_.info();
+    r_.declared_name = r_.arm.accumulation_model;
+    if (!r_.declared_name.empty()) {
+      try {
+        r_.declared = canonical(fp8_accumulation_model(r_.declared_name).model);
+        r_.declared_known = true;
+      } catch (const Error&) {
+        r_.declared_known = false;
+      }
+    }
+    const auto since = [](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    };
+    r_.probes = design_probes(o_.seed);
+    run_probes();
+    r_.seconds_probes = since(t0);
+    const auto t1 = std::chrono::steady_clock::now();
+    rows_.reserve(r_.probes.size());
+    for (const Fp8Probe& p : r_.probes) rows_.push_back(rows_of(p));
+    const std::vector<Fp8AccumModel> structures = stage_structure();
+    std::vector<Fp8AccumModel> survivors;
+    if (!structures.empty()) survivors = stage_arithmetic(structures);
+    conclude(survivors);
+    r_.seconds_search = since(t1);
+    const auto t2 = std::chrono::steady_clock::now();
+    confirm();
+    r_.seconds_confirm = since(t2);
+    r_.seconds = since(t0);
+    return r_;
+  }
+
+ private:
+  // Every probe through the arm, batched by K: probe i is row i of a and of w, its output d[i,i].
+  void run_probes() {
+    std::vector<int64_t> ks;
+    for (const Fp8Probe& p : r_.probes) {
+      if (std::find(ks.begin(), ks.end(), p.k) == ks.end()) ks.push_back(p.k);
+    }
+    for (int64_t k : ks) {
+      std::vector<size_t> idx;
+      for (size_t i = 0; i < r_.probes.size(); ++i) {
+        if (r_.probes[i].k == k) idx.push_back(i);
+      }
+      const int64_t p = static_cast<int64_t>(idx.size());
+      const int64_t n = (p + 15) / 16 * 16, m = std::max<int64_t>((p + 15) / 16 * 16, o_.min_rows);
+      std::vector<uint8_t> a(static_cast<size_t>(m * k), 0), w(static_cast<size_t>(n * k), 0);
+      for (int64_t i = 0; i < p; ++i) {
+        for (const auto& t : r_.probes[idx[static_cast<size_t>(i)]].terms) {
+          a[static_cast<size_t>(i * k + t.pos)] = t.a;
+          w[static_cast<size_t>(i * k + t.pos)] = t.w;
+        }
+      }
+      nlohmann::json record;
+      const std::vector<float> d = arm_.fp8_accumulate(a.data(), w.data(), m, n, k, record, o_.threads);
+      QC_INPUT(static_cast<int64_t>(d.size()) == m * n, "arm {}: fp8_accumulate returned {} outputs, expected {} ({}x{})",
+               r_.arm.label, d.size(), m * n, m, n);
+      if (r_.record.is_null()) r_.record = record;
+      const std::string note = split_k_note(record);
+      if (!note.empty()) r_.split_k_runs.push_back(fmt::format("probes M={} N={} K={}: {}", m, n, k, note));
+      for (int64_t i = 0; i < p; ++i) r_.probes[idx[static_cast<size_t>(i)]].observed = d[static_cast<size_t>(i * n + i)];
+    }
+  }
+
+  bool explains(const Fp8AccumModel& m, size_t probe) const {
+    return f32_bits(predict(m, rows_[probe], r_.probes[probe].k)) == f32_bits(r_.probes[probe].observed);
+  }
+
+  // Probes in [0, count) of `order` that m explains before the first it does not (count = all).
+  size_t explained_prefix(const Fp8AccumModel& m, const std::vector<size_t>& order) const {
+    size_t i = 0;
+    while (i < order.size() && explains(m, order[i])) ++i;
+    return i;
+  }
+
+  // The same, learning: a probe that eliminates `m` moves to the front of its run of equal-K
+  // probes in `order` (a copy per work item), so that the next parameter sets meet the probes that
+  // eliminate most first. The set of probes checked is unchanged: only the order adapts.
+  std::pair<size_t, size_t> explained_prefix_adaptive(const Fp8AccumModel& m, std::vector<size_t>& order) const {
+    size_t i = 0;
+    while (i < order.size() && explains(m, order[i])) ++i;
+    if (i == order.size()) return {i, SIZE_MAX};
+    const size_t miss = order[i];
+    size_t s0 = i;
+    while (s0 > 0 && r_.probes[order[s0 - 1]].k == r_.probes[miss].k) --s0;
+    std::rotate(order.begin() + static_cast<std::ptrdiff_t>(s0), order.begin() + static_cast<std::ptrdiff_t>(i),
+                order.begin() + static_cast<std::ptrdiff_t>(i) + 1);
+    return {i, miss};
+  }
+
+  // Remember the parameter set that explained the most probes before its first miss (`miss`, a
+  // probe index; SIZE_MAX: none), for the report when nothing explains them all.
+  void note_best(const Fp8AccumModel& m, size_t prefix, size_t miss) {
+    if (prefix <= best_prefix_seen_.load(std::memory_order_relaxed) && best_) return;
+    std::lock_guard lock(mu_);
+    best_prefix_seen_ = std::max(best_prefix_seen_.load(), prefix);
+    if (!best_ || prefix > best_prefix_) {
+      best_ = m;
+      best_prefix_ = prefix;
+      best_miss_ = miss;
+    }
+  }
+
+  // Stage 1: which (step_k, promote_steps, splits) explain the structure probes under some
+  // representative arithmetic.
+  std::vector<Fp8AccumModel> stage_structure() {
+    std::vector<size_t> order;
+    for (size_t i = 0; i < r_.probes.size(); ++i) {
+      if (r_.probes[i].family == "structure") order.push_back(i);
+    }
+    std::vector<Fp8AccumModel> reps;
+    for (AccumRounding pr : {AccumRounding::nearest_even, AccumRounding::toward_zero}) {
+      Fp8AccumModel fp32;  // exact terms, rn23 results
+      fp32.term_bits = -1;
+      fp32.result_bits = 23;
+      fp32.result_rounding = AccumRounding::nearest_even;
+      fp32.promote_rounding = pr;
+      reps.push_back(fp32);
+      Fp8AccumModel narrow;  // 13-bit rz terms and results
+      narrow.term_bits = 13;
+      narrow.result_bits = 13;
+      narrow.term_rounding = narrow.result_rounding = AccumRounding::toward_zero;
+      narrow.promote_rounding = pr;
+      reps.push_back(narrow);
+    }
+    std::vector<Fp8AccumModel> cands;
+    for (int sk : {1, 2, 4, 8, 16, 32, 64, 0}) {
+      for (int ps : {0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512}) {
+        if (sk == 0 && ps != 0) continue;
+        if (ps * std::max(sk, 1) > kLongK / 2) continue;
+        for (int sp : {1, 2, 3, 4, 8}) {
+          Fp8AccumModel s;
+          s.step_k = sk;
+          s.promote_steps = ps;
+          s.splits = sp;
+          cands.push_back(s);
+        }
+      }
+    }
+    std::vector<char> keep(cands.size(), 0);
+    parallel_for(static_cast<int64_t>(cands.size()), o_.threads, [&](int64_t c) {
+      for (const Fp8AccumModel& rep : reps) {
+        if (cands[c].step_k == 0 && rep.term_bits >= 0) continue;
+        Fp8AccumModel m = rep;
+        m.step_k = cands[c].step_k;
+        m.promote_steps = cands[c].promote_steps;
+        m.splits = cands[c].splits;
+        m = canonical(m);
+        const size_t prefix = explained_prefix(m, order);
+        note_best(m, prefix, prefix < order.size() ? order[prefix] : SIZE_MAX);
+        if (prefix == order.size()) {
+          keep[c] = 1;
+          break;
+        }
+      }
+    });
+    r_.candidates_tried += static_cast<int64_t>(cands.size() * reps.size());
+    std::vector<Fp8AccumModel> out;
+    for (size_t c = 0; c < cands.size(); ++c) {
+      if (keep[c]) out.push_back(cands[c]);
+    }
+    if (out.empty()) contradiction("structure", order);
+    return out;
+  }
+
+  // Stage 2: every arithmetic on every surviving structure, against every probe (cheap ones first).
+  std::vector<Fp8AccumModel> stage_arithmetic(const std::vector<Fp8AccumModel>& structures) {
+    std::vector<size_t> order(r_.probes.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    // Cheap probes first; of the long ones, the promotion probes (they separate the promotion adds)
+    // before the structure probes (stage 1 used them already).
+    std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
+      const auto key = [&](size_t i) { return std::make_pair(r_.probes[i].k, r_.probes[i].family == "structure"); };
+      return key(x) < key(y);
+    });
+    struct Terms {
+      int bits;
+      AccumRounding r;
+      AccumAlignment al;
+    };
+    std::vector<Terms> terms{{-1, AccumRounding::toward_zero, AccumAlignment::exponent_sum}};
+    for (int t = 8; t <= 24; ++t) {
+      for (AccumRounding r : {AccumRounding::toward_zero, AccumRounding::nearest_even}) {
+        for (AccumAlignment al : {AccumAlignment::exponent_sum, AccumAlignment::exact_exponent}) terms.push_back({t, r, al});
+      }
+    }
+    std::vector<std::pair<int, AccumRounding>> results, promotes;
+    for (int b = 8; b <= 23; ++b) {
+      for (AccumRounding r : {AccumRounding::toward_zero, AccumRounding::nearest_even}) results.emplace_back(b, r);
+    }
+    // The promotion add: fp32 and a few narrower widths (a promotion narrower than the chain it
+    // adds is not a design anyone ships; 13 covers "the same width as the Hopper step").
+    for (int b : {23, 22, 21, 20, 16, 13}) {
+      for (AccumRounding r : {AccumRounding::nearest_even, AccumRounding::toward_zero}) promotes.emplace_back(b, r);
+    }
+    // One work item per (structure, term spelling); the loops inside stop at the first miss.
+    std::vector<std::pair<size_t, size_t>> items;
+    for (size_t s = 0; s < structures.size(); ++s) {
+      for (size_t t = 0; t < terms.size(); ++t) {
+        if (terms[t].bits >= 0 && (structures[s].step_k < 1 || structures[s].step_k > accum_model::kMaxStepChunk)) continue;
+        items.emplace_back(s, t);
+      }
+    }
+    std::vector<std::vector<Fp8AccumModel>> found(items.size());
+    std::vector<int64_t> tried(items.size(), 0);
+    parallel_for(static_cast<int64_t>(items.size()), o_.threads, [&](int64_t it) {
+      const Fp8AccumModel& st = structures[items[it].first];
+      const Terms& tt = terms[items[it].second];
+      const size_t np = st.promote_steps > 0 ? promotes.size() : 1;
+      std::vector<size_t> local = order;
+      for (const auto& [rb, rr] : results) {
+        for (size_t pi = 0; pi < np; ++pi) {
+          Fp8AccumModel m = st;
+          m.term_bits = tt.bits;
+          m.term_rounding = tt.r;
+          m.alignment = tt.al;
+          m.result_bits = rb;
+          m.result_rounding = rr;
+          if (st.promote_steps > 0) {
+            m.promote_bits = promotes[pi].first;
+            m.promote_rounding = promotes[pi].second;
+          }
+          const Fp8AccumModel raw = m;
+          m = canonical(m);
+          if (!same_spelling(raw, m)) {
+            // Another spelling of a behaviour: evaluate its canonical spelling once.
+            std::lock_guard lock(mu_);
+            if (!respelled_.insert(key(m)).second) continue;
+          }
+          ++tried[it];
+          const auto [prefix, miss] = explained_prefix_adaptive(m, local);
+          note_best(m, prefix, miss);
+          if (miss == SIZE_MAX) found[it].push_back(m);
+        }
+      }
+    });
+    std::vector<Fp8AccumModel> out;
+    for (size_t it = 0; it < items.size(); ++it) {
+      r_.candidates_tried += tried[it];
+      for (const Fp8AccumModel& m : found[it]) {
+        if (std::none_of(out.begin(), out.end(), [&](const Fp8AccumModel& y) { return same(m, y); })) out.push_back(m);
+      }
+    }
+    if (out.empty()) contradiction("arithmetic", order);
+    return out;
+  }
+
+  nlohmann::json probe_json(size_t i, std::optional<float> predicted = std::nullopt) const {
+    const Fp8Probe& p = r_.probes[i];
+    nlohmann::json terms = nlohmann::json::array();
+    if (p.family != "random") {
+      for (const auto& t : p.terms) {
+        terms.push_back({{"k", t.pos},
+                         {"a", fmt::format("{:#04x}", t.a)},
+                         {"w", fmt::format("{:#04x}", t.w)},
+                         {"product", static_cast<double>(e4m3fn_to_f32(t.a)) * e4m3fn_to_f32(t.w)}});
+      }
+    }
+    nlohmann::json j = {{"id", p.id}, {"family", p.family}, {"k", p.k}, {"terms", terms}, {"observed", fbits(p.observed)}};
+    if (predicted) j["predicted"] = fbits(*predicted);
+    return j;
+  }
+
+  void contradiction(const std::string& stage, const std::vector<size_t>&) {
+    r_.contradiction = {{"stage", stage}, {"candidates", r_.candidates_tried}};
+    if (best_ && best_miss_ != SIZE_MAX) {
+      r_.contradiction["nearest"] = accumulation_formula(*best_);
+      r_.contradiction["nearest_explained_probes"] = best_prefix_;
+      r_.contradiction["probe"] = probe_json(best_miss_, predict(*best_, rows_[best_miss_], r_.probes[best_miss_].k));
+    }
+    if (r_.declared_known) {
+      for (size_t i = 0; i < r_.probes.size(); ++i) {
+        if (!explains(r_.declared, i)) {
+          r_.contradiction["declared_first_miss"] = probe_json(i, predict(r_.declared, rows_[i], r_.probes[i].k));
+          break;
+        }
+      }
+    }
+  }
+
+  // Smaller is simpler: no promotion, one range, exact terms, k = 1, then the fewest bits.
+  static std::tuple<int, int, int, int, int> simplicity(const Fp8AccumModel& m) {
+    return {m.promote_steps != 0, m.splits != 1, m.term_bits >= 0 ? 1 : 0, m.step_k, m.result_bits};
+  }
+
+  void conclude(const std::vector<Fp8AccumModel>& survivors) {
+    if (survivors.empty()) {
+      r_.measured = false;
+      r_.verdict = "not a model of this family";
+      const std::string probe =
+          r_.contradiction.contains("probe")
+              ? fmt::format("probe {} (d = {}; the nearest parameter set, which explains {} probes before it, predicts {})",
+                            r_.contradiction["probe"]["id"].get<std::string>(),
+                            r_.contradiction["probe"]["observed"].get<std::string>(),
+                            r_.contradiction["nearest_explained_probes"].get<size_t>(),
+                            r_.contradiction["probe"]["predicted"].get<std::string>())
+              : std::string("every probe");
+      r_.reason = fmt::format("no parameter set of the {} tried explains every probe ({} stage); contradicted by {}",
+                              r_.candidates_tried, r_.contradiction["stage"].get<std::string>(), probe);
+      return;
+    }
+    r_.measured = true;
+    std::vector<Fp8AccumModel> cls = survivors;
+    auto rep = cls.end();
+    if (r_.declared_known) {
+      rep = std::find_if(cls.begin(), cls.end(), [&](const Fp8AccumModel& m) { return same(m, r_.declared); });
+    }
+    if (rep == cls.end()) {
+      rep = std::find_if(cls.begin(), cls.end(), [&](const Fp8AccumModel& m) { return !named_model_of(m).empty(); });
+    }
+    if (rep == cls.end()) {
+      rep = std::min_element(cls.begin(), cls.end(), [](const Fp8AccumModel& x, const Fp8AccumModel& y) {
+        return simplicity(x) < simplicity(y);
+      });
+    }
+    r_.model = *rep;
+    r_.model_name = named_model_of(r_.model);
+    r_.equivalent.push_back(r_.model);
+    for (const Fp8AccumModel& m : cls) {
+      if (!same(m, r_.model)) r_.equivalent.push_back(m);
+    }
+    r_.order = r_.model.splits == 1 ? std::string("ascending, single pass")
+                                    : fmt::format("K in {} contiguous ranges (split-K), each ascending", r_.model.splits);
+    // Evidence: every single-field alternative and the first probe it does not predict.
+    for (const char* f : kFields) {
+      Fp8ParameterEvidence ev;
+      ev.parameter = f;
+      ev.value = field_value(r_.model, f);
+      ev.declared = r_.declared_known ? field_value(r_.declared, f) : std::string("-");
+      for (const Fp8AccumModel& alt : alternatives(r_.model, f)) {
+        Fp8ParameterEvidence::Alternative a;
+        a.value = field_value(alt, f);
+        for (size_t i = 0; i < r_.probes.size(); ++i) {
+          const float pr = predict(alt, rows_[i], r_.probes[i].k);
+          if (f32_bits(pr) != f32_bits(r_.probes[i].observed)) {
+            a.probe = r_.probes[i].id;
+            a.observed = r_.probes[i].observed;
+            a.predicted = pr;
+            break;
+          }
+        }
+        ev.alternatives.push_back(a);
+      }
+      r_.evidence.push_back(std::move(ev));
+    }
+    if (!r_.declared_known) {
+      r_.verdict = "differs from declaration";
+      r_.reason = r_.declared_name.empty()
+                      ? std::string("the arm declares no accumulation model")
+                      : fmt::format("the arm declares `{}`, which is not a model qconform knows ({})", r_.declared_name,
+                                    fmt::join(fp8_accumulation_model_names(), ", "));
+    } else if (std::any_of(cls.begin(), cls.end(), [&](const Fp8AccumModel& m) { return same(m, r_.declared); })) {
+      r_.verdict = "matches declaration";
+      r_.reason = fmt::format("the declared model {} explains all {} probes{}", r_.declared_name, r_.probes.size(),
+                              cls.size() > 1 ? fmt::format(" ({} parameter sets explain them: an equivalence class on "
+                                                           "these probes)",
+                                                           cls.size())
+                                             : std::string(", and no other parameter set tried does"));
+    } else {
+      r_.verdict = "differs from declaration";
+      r_.differing_fields = model_differences(r_.model, r_.declared);
+      for (size_t i = 0; i < r_.probes.size(); ++i) {
+        if (!explains(r_.declared, i)) {
+          r_.contradiction["declared_first_miss"] = probe_json(i, predict(r_.declared, rows_[i], r_.probes[i].k));
+          break;
+        }
+      }
+      r_.reason = fmt::format("the measured model differs from the declared {} in {}", r_.declared_name,
+                              fmt::join(r_.differing_fields, "; "));
+      if (r_.contradiction.contains("declared_first_miss")) {
+        const auto& p = r_.contradiction["declared_first_miss"];
+        r_.reason += fmt::format("; e.g. probe {}: the arm gives {}, the declared model {}", p["id"].get<std::string>(),
+                                 p["observed"].get<std::string>(), p["predicted"].get<std::string>());
+      }
+    }
+  }
+
+  // Random realistic operands the probes never used: the measured (and the declared) model
+  // against the arm, bit for bit.
+  void confirm() {
+    std::mt19937_64 rng(o_.seed);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    int64_t declared_matching = 0;
+    for (const auto& sh : o_.confirm_shapes) {
+      const int64_t m = sh[0], n = sh[1], k = sh[2];
+      std::vector<uint8_t> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k));
+      for (auto& c : a) c = f32_to_e4m3fn(nd(rng), true);
+      for (auto& c : w) c = f32_to_e4m3fn(nd(rng), true);
+      nlohmann::json record;
+      const std::vector<float> d = arm_.fp8_accumulate(a.data(), w.data(), m, n, k, record, o_.threads);
+      QC_INPUT(static_cast<int64_t>(d.size()) == m * n, "arm {}: fp8_accumulate returned {} outputs, expected {}",
+               r_.arm.label, d.size(), m * n);
+      const std::string note = split_k_note(record);
+      if (!note.empty()) r_.split_k_runs.push_back(fmt::format("confirmation M={} N={} K={}: {}", m, n, k, note));
+      const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {m, n, k}};
+      nlohmann::json row = {{"m", m}, {"n", n}, {"k", k}, {"outputs", m * n}};
+      if (!note.empty()) row["split_k"] = note;
+      auto count = [&](const Fp8AccumModel& model, nlohmann::json& first) {
+        std::vector<float> e(static_cast<size_t>(m * n));
+        fp8_model_evaluate(model, g, e.data(), o_.threads);
+        int64_t same_bits = 0;
+        for (size_t i = 0; i < e.size(); ++i) {
+          if (f32_bits(e[i]) == f32_bits(d[i])) {
+            ++same_bits;
+          } else if (first.is_null()) {
+            first = fmt::format("d[{},{}]: arm {}, model {}", static_cast<int64_t>(i) / n, static_cast<int64_t>(i) % n,
+                                fbits(d[i]), fbits(e[i]));
+          }
+        }
+        return same_bits;
+      };
+      if (r_.measured) {
+        nlohmann::json first;
+        const int64_t ok = count(r_.model, first);
+        row["matching"] = ok;
+        if (!first.is_null()) row["first_mismatch"] = first;
+        r_.confirm_matching += ok;
+      }
+      if (r_.declared_known) {
+        nlohmann::json first;
+        const int64_t ok = count(r_.declared, first);
+        row["declared_matching"] = ok;
+        if (!first.is_null()) row["declared_first_mismatch"] = first;
+        declared_matching += ok;
+      }
+      r_.confirm_outputs += m * n;
+      r_.confirmation.push_back(row);
+    }
+    if (r_.declared_known) r_.confirm_declared_matching = declared_matching;
+    if (r_.measured && r_.confirm_matching != r_.confirm_outputs) {
+      // The probes admit the parameter set, realistic operands do not: not this family after all.
+      r_.verdict = "not a model of this family";
+      std::string first;
+      for (const auto& row : r_.confirmation) {
+        if (row.contains("first_mismatch")) {
+          first = fmt::format("M={} N={} K={} {}", row["m"].get<int64_t>(), row["n"].get<int64_t>(),
+                              row["k"].get<int64_t>(), row["first_mismatch"].get<std::string>());
+          break;
+        }
+      }
+      r_.reason = fmt::format("every probe is explained by {}, but the confirmation on random operands is not: {} of {} "
+                              "outputs differ (first: {})",
+                              accumulation_formula(r_.model), r_.confirm_outputs - r_.confirm_matching,
+                              r_.confirm_outputs, first);
+    }
+  }
+
+  Arm& arm_;
+  Fp8MeasureOptions o_;
+  Fp8Measurement r_;
+  std::vector<Rows> rows_;
+  std::mutex mu_;
+  std::optional<Fp8AccumModel> best_;
+  std::atomic<size_t> best_prefix_seen_{0};
+  std::set<std::array<int32_t, 10>> respelled_;
+  size_t best_prefix_ = 0, best_miss_ = SIZE_MAX;
+};
+
+}  // namespace
+
+std::vector<std::string> model_differences(const Fp8AccumModel& measured, const Fp8AccumModel& declared) {
+  std::vector<std::string> out;
+  const Fp8AccumModel x = canonical(measured), y = canonical(declared);
+  for (const char* f : kFields) {
+    const std::string field = f;
+    // A field that does not act in one of the two is a consequence of another difference.
+    if ((field == "term_rounding" || field == "alignment") && (x.term_bits < 0 || y.term_bits < 0)) continue;
+    if ((field == "promote_bits" || field == "promote_rounding") && (x.promote_steps == 0 || y.promote_steps == 0)) {
+      continue;
+    }
+    const std::string a = field_value(x, f), b = field_value(y, f);
+    if (a != b) out.push_back(fmt::format("{}: {} (declared {})", f, a, b));
+  }
+  return out;
+}
+
+std::string named_model_of(const Fp8AccumModel& m) {
+  for (const NamedAccumModel& r : fp8_accumulation_models()) {
+    if (same(r.model, m)) return r.name;
+  }
+  const Fp8AccumModel c = canonical(m);
+  if (c.step_k == 1 && c.term_bits < 0 && c.result_bits == 23 && c.result_rounding == AccumRounding::nearest_even) {
+    if (c.splits == 1 && c.promote_steps > 0 && c.promote_bits == 23 &&
+        c.promote_rounding == AccumRounding::nearest_even) {
+      const std::string name = fmt::format("blocked-{}", c.promote_steps);
+      if (same(fp8_accumulation_model(name).model, c)) return name;
+    }
+    if (c.splits > 1 && c.promote_steps == 0) {
+      const std::string name = fmt::format("split-k-{}", c.splits);
+      if (same(fp8_accumulation_model(name).model, c)) return name;
+    }
+  }
+  return "";
+}
+
+Fp8Measurement measure_fp8_accumulation(Arm& arm, const Fp8MeasureOptions& options) {
+  // An arm without fp8_accumulate (every INT8 arm) refuses the first probe batch with an input
+  // error naming it.
+  return Measurer(arm, options).run();
+}
+
+namespace {
+nlohmann::json model_json(const Fp8AccumModel& m) {
+  return {{"step_k", m.step_k},
+          {"term_bits", m.term_bits},
+          {"term_rounding", rtag(m.term_rounding)},
+          {"result_bits", m.result_bits},
+          {"result_rounding", rtag(m.result_rounding)},
+          {"alignment", m.alignment == AccumAlignment::exponent_sum ? "exponent_sum" : "exact_exponent"},
+          {"promote_steps", m.promote_steps},
+          {"promote_bits", m.promote_bits},
+          {"promote_rounding", rtag(m.promote_rounding)},
+          {"splits", m.splits},
+          {"formula", accumulation_formula(m)}};
+}
+}  // namespace
+
+nlohmann::json to_json(const Fp8Measurement& r) {
+  nlohmann::json ev = nlohmann::json::array();
+  for (const auto& e : r.evidence) {
+    nlohmann::json alts = nlohmann::json::array();
+    for (const auto& a : e.alternatives) {
+      nlohmann::json x = {{"value", a.value}};
+      if (a.probe.empty()) {
+        x["eliminated_by"] = nullptr;
+        x["note"] = "no probe separates it: equivalent on these probes";
+      } else {
+        x["eliminated_by"] = a.probe;
+        x["observed"] = fbits(a.observed);
+        x["predicted"] = fbits(a.predicted);
+      }
+      alts.push_back(x);
+    }
+    ev.push_back({{"parameter", e.parameter}, {"value", e.value}, {"declared", e.declared}, {"alternatives", alts}});
+  }
+  nlohmann::json probes = nlohmann::json::array();
+  for (const Fp8Probe& p : r.probes) {
+    nlohmann::json terms = nlohmann::json::array();
+    if (p.family != "random") {
+      for (const auto& t : p.terms) terms.push_back({t.pos, fmt::format("{:#04x}", t.a), fmt::format("{:#04x}", t.w)});
+    }
+    probes.push_back({{"id", p.id}, {"family", p.family}, {"k", p.k}, {"terms", terms}, {"observed", fbits(p.observed)}});
+  }
+  nlohmann::json eq = nlohmann::json::array();
+  for (const auto& m : r.equivalent) eq.push_back(model_json(m));
+  return {{"declared", r.declared_name},
+          {"declared_model", r.declared_known ? model_json(r.declared) : nlohmann::json(nullptr)},
+          {"verdict", r.verdict},
+          {"reason", r.reason},
+          {"measured", r.measured ? model_json(r.model) : nlohmann::json(nullptr)},
+          {"named", r.model_name},
+          {"equivalent", eq},
+          {"differing_fields", r.differing_fields},
+          {"order", r.order},
+          {"evidence", ev},
+          {"contradiction", r.contradiction},
+          {"candidates_tried", r.candidates_tried},
+          {"split_k_runs", r.split_k_runs},
+          {"record", r.record},
+          {"confirmation",
+           {{"outputs", r.confirm_outputs},
+            {"matching", r.confirm_matching},
+            {"declared_matching", r.confirm_declared_matching},
+            {"shapes", r.confirmation}}},
+          {"probes", probes},
+          {"seconds", r.seconds},
+          {"seconds_parts", {{"probes", r.seconds_probes}, {"search", r.seconds_search}, {"confirmation", r.seconds_confirm}}}};
+}
+
+std::string describe(const Fp8Measurement& r) {
+  std::string s = fmt::format("FP8 accumulation model of {} (declares {}), measured with {} probes through "
+                              "fp8_accumulate\n",
+                              r.arm.label, r.declared_name.empty() ? "nothing" : r.declared_name, r.probes.size());
+  for (const std::string& note : r.split_k_runs) s += fmt::format("  NOTE: the arm's record says split-K: {}\n", note);
+  if (r.measured) {
+    s += fmt::format("\n  {:<17} {:<16} {:<16} {}\n", "parameter", "measured", "declared", "evidence (alternative: first probe it fails)");
+    for (const auto& e : r.evidence) {
+      std::vector<std::string> alts;
+      for (const auto& a : e.alternatives) {
+        alts.push_back(a.probe.empty() ? fmt::format("{}: not separated (equivalent)", a.value)
+                                       : fmt::format("{}: {} gives {}, predicts {}", a.value, a.probe, fbits(a.observed),
+                                                     fbits(a.predicted)));
+      }
+      s += fmt::format("  {:<17} {:<16} {:<16} {}\n", e.parameter, e.value, e.declared,
+                       alts.empty() ? std::string("(no alternative acts)") : alts.front());
+      for (size_t i = 1; i < alts.size(); ++i) s += fmt::format("  {:<51} {}\n", "", alts[i]);
+    }
+    s += fmt::format("\n  model:   {}\n  named:   {}\n  order:   {}\n", accumulation_formula(r.model),
+                     r.model_name.empty() ? std::string("none (not a named model)") : r.model_name, r.order);
+    if (r.equivalent.size() > 1) {
+      s += fmt::format("  class:   {} parameter sets explain every probe, e.g.\n", r.equivalent.size());
+      for (size_t i = 1; i < r.equivalent.size() && i < 6; ++i) {
+        s += fmt::format("           {}\n", accumulation_formula(r.equivalent[i]));
+      }
+    }
+  }
+  s += fmt::format("\n  verdict: {}\n  {}\n", r.verdict, r.reason);
+  if (r.contradiction.contains("declared_first_miss") && r.verdict == "not a model of this family") {
+    const auto& p = r.contradiction["declared_first_miss"];
+    s += fmt::format("  the declared model first fails probe {}: the arm gives {}, the model {}\n", p["id"].get<std::string>(),
+                     p["observed"].get<std::string>(), p["predicted"].get<std::string>());
+  }
+  s += fmt::format("  confirmation on random randn*2 e4m3 operands:");
+  for (const auto& row : r.confirmation) {
+    s += fmt::format(" {}x{}x{}", row["m"].get<int64_t>(), row["n"].get<int64_t>(), row["k"].get<int64_t>());
+  }
+  s += "\n";
+  if (r.measured) {
+    s += fmt::format("    measured model: {} of {} outputs equal bit for bit\n", r.confirm_matching, r.confirm_outputs);
+  }
+  if (r.confirm_declared_matching >= 0) {
+    s += fmt::format("    declared model: {} of {} outputs equal bit for bit\n", r.confirm_declared_matching,
+                     r.confirm_outputs);
+  }
+  s += fmt::format("  ({} parameter sets tried; {:.1f} s: probes through the arm {:.1f} s, search {:.1f} s, "
+                   "confirmation {:.1f} s)\n",
+                   r.candidates_tried, r.seconds, r.seconds_probes, r.seconds_search, r.seconds_confirm);
+  return s;
+}
+
+}  // namespace qc
