@@ -1,6 +1,6 @@
 // The cuBLASLt FP8 arms against the models they claim, on issue #14's shapes (GPU machine):
 //
-//   qc_fp8_arm_check [--rows R] [--quick] [--seed S]
+//   qc_fp8_arm_check [--rows R] [--quick] [--seed S] [--arm LABEL]
 //
 // For each arm (cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc), shape (M ∈ {1, 16, 512, 4096},
 // N ∈ {1024, 4096}, K ∈ {256, 1024, 4096, 8192, 16384, 32768}; --quick: M ∈ {16, 512}, K ∈ {256,
@@ -63,6 +63,7 @@ int run(int argc, char** argv) {
   int64_t rows = 512;
   bool quick = false;
   uint64_t seed = 1;
+  std::vector<std::string> arms{"cuda:cublaslt-fp8", "cuda:cublaslt-fp8-fastacc"};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--rows" && i + 1 < argc) {
@@ -71,8 +72,10 @@ int run(int argc, char** argv) {
       quick = true;
     } else if (a == "--seed" && i + 1 < argc) {
       seed = std::stoull(argv[++i]);
+    } else if (a == "--arm" && i + 1 < argc) {
+      arms = {argv[++i]};
     } else {
-      std::fprintf(stderr, "usage: qc_fp8_arm_check [--rows R] [--quick] [--seed S]\n");
+      std::fprintf(stderr, "usage: qc_fp8_arm_check [--rows R] [--quick] [--seed S] [--arm LABEL]\n");
       return 2;
     }
   }
@@ -87,7 +90,7 @@ int run(int argc, char** argv) {
   std::mt19937_64 rng(seed);
   std::map<std::string, Tally> total;
   const auto t0 = std::chrono::steady_clock::now();
-  for (const char* label : {"cuda:cublaslt-fp8", "cuda:cublaslt-fp8-fastacc"}) {
+  for (const std::string& label : arms) {
     auto arm = qc::make_arm(label);
     for (const int64_t m : ms) {
       for (const int64_t n : {int64_t{1024}, int64_t{4096}}) {
@@ -119,7 +122,7 @@ int run(int argc, char** argv) {
               kernel = out.record.kernel;
               checks.push_back({"run", out.record.extra, {out.y.begin(), out.y.begin() + r * n}});
             } catch (const qc::Error& e) {
-              std::printf("%s M=%lld N=%lld K=%lld %s x e4m3 run: not run: %s\n", label, (long long)m, (long long)n,
+              std::printf("%s M=%lld N=%lld K=%lld %s x e4m3 run: not run: %s\n", label.c_str(), (long long)m, (long long)n,
                           (long long)k, qc::element_type_name(at).data(), e.what());
               total[label].refused_runs++;
             }
