@@ -40,14 +40,7 @@ std::vector<LayerOperands> fp8_matrix_operands() {
   std::vector<LayerOperands> layers;
   uint64_t seed = 2026;
   for (const auto& [m, n, k] : {std::array<int64_t, 3>{16, 64, 1024}, std::array<int64_t, 3>{8, 32, 4096}}) {
-    const Fp8Operands o = synth_fp8_operands(m, n, k, seed++);
-    OperandStorage s;
-    s.a_q.assign(o.a.begin(), o.a.end());
-    s.w_q.assign(o.w.begin(), o.w.end());
-    s.a_scale = o.a_scale;
-    s.w_scale = o.w_scale;
-    s.a_type = s.w_type = ElementType::e4m3;
-    layers.push_back(make_operands(fmt::format("fp8.k{}", k), m, n, k, std::move(s), "mutant matrix: FP8 operands"));
+    layers.push_back(synth_fp8_layer(fmt::format("fp8.k{}", k), m, n, k, seed++, "mutant matrix: FP8 operands"));
   }
   return layers;
 }

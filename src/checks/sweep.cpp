@@ -130,6 +130,18 @@ Fp8Operands synth_fp8_operands(int64_t m, int64_t n, int64_t k, uint64_t seed) {
   return o;
 }
 
+LayerOperands synth_fp8_layer(const std::string& name, int64_t m, int64_t n, int64_t k, uint64_t seed,
+                              std::string source) {
+  Fp8Operands o = synth_fp8_operands(m, n, k, seed);
+  OperandStorage s;
+  s.a_q.assign(o.a.begin(), o.a.end());
+  s.w_q.assign(o.w.begin(), o.w.end());
+  s.a_scale = std::move(o.a_scale);
+  s.w_scale = std::move(o.w_scale);
+  s.a_type = s.w_type = ElementType::e4m3;
+  return make_operands(name, m, n, k, std::move(s), std::move(source));
+}
+
 bool is_fp8_arm(std::string_view label) { return !make_arm(label)->info().accumulation_model.empty(); }
 
 // ------------------------------------------------------------------------------------------------

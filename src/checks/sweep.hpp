@@ -41,6 +41,9 @@ struct Fp8Operands {
   std::vector<float> w_scale;      // [n]
 };
 Fp8Operands synth_fp8_operands(int64_t m, int64_t n, int64_t k, uint64_t seed);
+// The same operands as an FP8 (e4m3 x e4m3) layer named `name`, owning its bytes.
+LayerOperands synth_fp8_layer(const std::string& name, int64_t m, int64_t n, int64_t k, uint64_t seed,
+                              std::string source);
 
 // True when `label` names an FP8 arm (one that declares an accumulation model); QC_INPUT for an
 // unknown label (the registry's message).

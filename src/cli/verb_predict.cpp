@@ -28,6 +28,15 @@ VerbRunner setup_predict(CLI::App& app) {
     add_operand_inputs(paths_in, "OPS", *ops_path);
     check_output_paths(paths_in, {{"--out", *out}});
     const OperandSet set = open_operands(*ops_path);
+    for (size_t i = 0; i < set.size(); ++i) {
+      const LayerOperands layer = set.load(i);
+      QC_INPUT(!layer.fp8(),
+               "{}: layer `{}` is an FP8 layer ({} x {}): C2's range prediction is about INT32 accumulators and "
+               "the 2^24 threshold of their conversion to fp32; an FP8 GEMM accumulates in floating point, where "
+               "the accumulation models predict every element instead (verify reports C2 as not applicable; "
+               "docs/accumulation.md)",
+               *ops_path, layer.name, element_type_name(layer.a_type), element_type_name(layer.w_type));
+    }
     // Under MPI the layers are shared over the ranks; rank 0 merges them in layer order and writes.
     const PredictionSet p = predict_shared(set, /*everywhere=*/false, "predict");
     if (!dist::world().root()) return kExitOk;

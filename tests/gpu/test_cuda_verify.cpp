@@ -71,14 +71,7 @@ std::vector<LayerOperands> fp8_layers() {
   std::vector<LayerOperands> out;
   int64_t seed = 40;
   for (const auto& [m, n, k] : std::vector<std::tuple<int64_t, int64_t, int64_t>>{{16, 64, 256}, {8, 48, 2048}}) {
-    const Fp8Operands o = synth_fp8_operands(m, n, k, static_cast<uint64_t>(++seed));
-    OperandStorage s;
-    s.a_q.assign(o.a.begin(), o.a.end());
-    s.w_q.assign(o.w.begin(), o.w.end());
-    s.a_scale = o.a_scale;
-    s.w_scale = o.w_scale;
-    s.a_type = s.w_type = ElementType::e4m3;
-    out.push_back(make_operands(fmt::format("fp8.k{}", k), m, n, k, std::move(s), "test_cuda_verify"));
+    out.push_back(synth_fp8_layer(fmt::format("fp8.k{}", k), m, n, k, static_cast<uint64_t>(++seed), "test_cuda_verify"));
   }
   return out;
 }

@@ -31,14 +31,7 @@ namespace {
 
 // An FP8 (e4m3 x e4m3) layer in memory, from the sweep's realistic FP8 operands.
 LayerOperands fp8_layer(const std::string& name, int64_t m, int64_t n, int64_t k, uint64_t seed) {
-  const Fp8Operands o = synth_fp8_operands(m, n, k, seed);
-  OperandStorage s;
-  s.a_q.assign(o.a.begin(), o.a.end());
-  s.w_q.assign(o.w.begin(), o.w.end());
-  s.a_scale = o.a_scale;
-  s.w_scale = o.w_scale;
-  s.a_type = s.w_type = ElementType::e4m3;
-  return make_operands(name, m, n, k, std::move(s), "test_verify_fp8");
+  return synth_fp8_layer(name, m, n, k, seed, "test_verify_fp8");
 }
 
 // An INT8 layer whose codes are all exact in e4m3 (|code| <= 16): the FP8 arms re-encode them.
@@ -350,6 +343,12 @@ TEST(VerifyFp8, CliEndToEnd) {
   EXPECT_EQ(run(fmt::format("verify '{}' --arms cpu:fp8-hopper-fp8-chain,cpu:vllm-cutlass --reference cpu", ops), out), 2)
       << out;
   EXPECT_NE(out.find("same format"), std::string::npos) << out;
+
+  // `predict` (C2's INT32 range prediction) refuses an FP8 file rather than reading FP8 bytes as int8.
+  const std::string pred = dir.file("p.json");
+  EXPECT_EQ(run(fmt::format("predict '{}' --out '{}'", ops, pred), out), 2) << out;
+  EXPECT_NE(out.find("layer `fp8.k1024` is an FP8 layer (e4m3 x e4m3)"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(pred));
 }
 
 }  // namespace
