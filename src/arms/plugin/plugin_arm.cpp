@@ -514,20 +514,10 @@ struct Layout {
     add("w_scale", n, 4, 0);
     if (ops.has_bias()) add("bias", n, 2, 0);
     inputs_size = round_up(std::max<uint64_t>(at, 1), page);
-    // Outputs: each buffer starts 64-byte aligned and ends less than 64 bytes before an
-    // inaccessible page (`guards`), so a write past its end faults in the worker.
     y_bytes = 2 * m * n;
     acc_bytes = 4 * m * n;
     acc_written = 0;
-    guards[0] = round_up(64 + kErrorBufferSize, page);
-    error = guards[0] - kErrorBufferSize;
-    const auto place = [&](uint64_t start, uint64_t bytes, uint64_t& offset, uint64_t& guard) {
-      guard = start + round_up(std::max<uint64_t>(bytes, 1), page);
-      offset = (guard - bytes) / 64 * 64;
-    };
-    place(guards[0] + page, y_bytes, y, guards[1]);
-    place(guards[1] + page, acc_bytes, acc, guards[2]);
-    outputs_size = guards[2] + page;
+    place_outputs(page);
   }
 
   // An FP8 call: inputs the codes `a` [m,k] and `w` [n,k]; the output `d` [m,n] fp32 takes the
@@ -539,6 +529,12 @@ struct Layout {
     inputs_size = round_up(std::max<uint64_t>(inputs[1].offset + n * k, 1), page);
     y_bytes = 4 * m * n;
     acc_bytes = 0;
+    place_outputs(page);
+  }
+
+  // Outputs: each buffer starts 64-byte aligned and ends less than 64 bytes before an
+  // inaccessible page (`guards`), so a write past its end faults in the worker.
+  void place_outputs(size_t page) {
     guards[0] = round_up(64 + kErrorBufferSize, page);
     error = guards[0] - kErrorBufferSize;
     const auto place = [&](uint64_t start, uint64_t bytes, uint64_t& offset, uint64_t& guard) {
