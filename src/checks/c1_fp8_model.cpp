@@ -39,12 +39,6 @@ namespace qc {
 
 namespace {
 
-uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
 std::string fbits(float f) { return fmt::format("{:#010x} ({:.9g})", f32_bits(f), f); }
 
 const char* rtag(AccumRounding r) { return r == AccumRounding::toward_zero ? "rz" : "rn"; }

@@ -280,6 +280,13 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     std::shared_ptr<Fp8LayerReference> fp8;  // FP8 pairs: the models' reference of this (layer, rows)
   };
   std::optional<PendingRun> pending;
+  // A finished run joins its layer; the layer's last run hands the layer to `selection.done`.
+  const auto store = [&](LayerRun run) {
+    LayerVerification& layer = result.layers[pending->layer];
+    layer.runs.push_back(std::move(run));
+    if (pending->last_of_layer && selection.done) selection.done(pending->layer, layer);
+    pending.reset();
+  };
   const auto finish_pending = [&] {
     if (!pending) return;
     auto [pass, seconds] = timed(result.seconds, "waiting for element passes", [&] { return pending->pass.get(); });
@@ -316,10 +323,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
           run.pow2_first = t.pow2_first;
         }
       }
-      LayerVerification& layer = result.layers[pending->layer];
-      layer.runs.push_back(std::move(run));
-      if (pending->last_of_layer && selection.done) selection.done(pending->layer, layer);
-      pending.reset();
+      store(std::move(run));
       return;
     }
     if (formula_a) run.formula_mismatch_a = t.formula_mismatch[0];
@@ -334,10 +338,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
       run.pow2_violations = t.pow2_violations;
       run.pow2_first = t.pow2_first;
     }
-    LayerVerification& layer = result.layers[pending->layer];
-    layer.runs.push_back(std::move(run));
-    if (pending->last_of_layer && selection.done) selection.done(pending->layer, layer);
-    pending.reset();
+    store(std::move(run));
   };
 
   for (const size_t li : selected) {

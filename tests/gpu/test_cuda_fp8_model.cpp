@@ -19,12 +19,6 @@
 namespace qc {
 namespace {
 
-uint32_t f32_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
 std::vector<uint8_t> finite_codes(std::mt19937_64& rng, int64_t count, Fp8Format f, bool subnormal_heavy) {
   std::vector<uint8_t> v(static_cast<size_t>(count));
   for (auto& c : v) {

@@ -38,11 +38,7 @@ namespace {
 using qc::ElementType;
 using qc::Fp8Format;
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+using qc::f32_bits;
 
 // Codes of randn·2, round to nearest even, saturating (the operands of the H200 measurements).
 std::vector<int8_t> randn_codes(std::mt19937_64& rng, int64_t count, Fp8Format f) {
@@ -132,7 +128,7 @@ int run(int argc, char** argv) {
                                                                reinterpret_cast<const uint8_t*>(w_codes.data()), m,
                                                                n, k, rec);
               Check c{"accumulate", rec.value("extra", nlohmann::json::object()), {}};
-              for (int64_t i = 0; i < r * n; ++i) c.got.push_back(bits(d[static_cast<size_t>(i)]));
+              for (int64_t i = 0; i < r * n; ++i) c.got.push_back(f32_bits(d[static_cast<size_t>(i)]));
               checks.push_back(std::move(c));
             }
             for (const Check& c : checks) {
@@ -159,7 +155,7 @@ int run(int argc, char** argv) {
                                    y.data());
                 want.assign(y.begin(), y.end());
               } else {
-                for (size_t i = 0; i < want.size(); ++i) want[i] = bits(d[i]);
+                for (size_t i = 0; i < want.size(); ++i) want[i] = f32_bits(d[i]);
               }
               int64_t off = 0;
               std::string first;

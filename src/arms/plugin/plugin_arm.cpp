@@ -179,15 +179,20 @@ struct Loaded {
     return x;
   }
 
+  // The plugin's message, escaped and cut to a readable length.
+  static std::string plugin_message(const char* error) {
+    constexpr size_t kShown = 1024;
+    const std::string_view raw(error);
+    std::string message = error[0] != '\0' ? printable(raw.substr(0, kShown)) : "(the plugin wrote no message)";
+    if (raw.size() > kShown) message += fmt::format(" ... ({} more bytes)", raw.size() - kShown);
+    return message;
+  }
+
   // An FP8 call returned `rc`: the plugin's refusal is an input error naming the GEMM.
   std::vector<float> finish_fp8(int64_t m, int64_t n, int64_t k, int rc, const char* error, const float* d0) const {
     if (rc != 0) {
-      constexpr size_t kShown = 1024;
-      const std::string_view raw(error);
-      std::string message = error[0] != '\0' ? printable(raw.substr(0, kShown)) : "(the plugin wrote no message)";
-      if (raw.size() > kShown) message += fmt::format(" ... ({} more bytes)", raw.size() - kShown);
       QC_FAIL_INPUT("plugin `{}` (kernel `{}`): run failed with code {} on an FP8 GEMM (m={} n={} k={}): {}",
-                    printable(file.path), printable(d.name), rc, m, n, k, message);
+                    printable(file.path), printable(d.name), rc, m, n, k, plugin_message(error));
     }
     return std::vector<float>(d0, d0 + m * n);
   }
@@ -240,13 +245,9 @@ struct Loaded {
   ArmOutput finish(const LayerOperands& ops, int rc, const char* error, int acc_written, std::vector<uint16_t> y,
                    std::vector<int32_t> acc) const {
     if (rc != 0) {
-      // The plugin's message, escaped and cut to a readable length.
-      constexpr size_t kShown = 1024;
-      const std::string_view raw(error);
-      std::string message = error[0] != '\0' ? printable(raw.substr(0, kShown)) : "(the plugin wrote no message)";
-      if (raw.size() > kShown) message += fmt::format(" ... ({} more bytes)", raw.size() - kShown);
       QC_FAIL_INPUT("plugin `{}` (kernel `{}`): run failed with code {} on layer `{}` (m={} n={} k={}): {}",
-                    printable(file.path), printable(d.name), rc, printable(ops.name), ops.m, ops.n, ops.k, message);
+                    printable(file.path), printable(d.name), rc, printable(ops.name), ops.m, ops.n, ops.k,
+                    plugin_message(error));
     }
     const bool declares_acc = (d.flags & QC_ARM_FLAG_WRITES_ACC) != 0;
     QC_INPUT(!declares_acc || acc_written != 0,
