@@ -1,7 +1,8 @@
 // GPU timing of the FP8 accumulation models' evaluation (`qc::fp8_model_evaluate_gpu`,
 // src/arms/cuda/kernels/fp8_accum_model.cu) against, in the same run and on the same shape:
-// - the reference kernel (`reference_kernel = true`: accumulation.hpp's int128 text, one thread
-//   per output, the only GPU evaluation before session 5), and
+// - the fp64 kernel (`Fp8GpuKernel::fp64`: the per-output fp64 evaluation, the fastest before
+//   session 6), the reference kernel (`Fp8GpuKernel::reference`: accumulation.hpp's int128 text, one
+//   thread per output, the only GPU evaluation before session 5), and
 // - the INT8 exact accumulation that verify's INT8 reference side runs (`qc::exact_accumulate_gpu`),
 //   the bar of issue #14: an FP8 verify should take no longer than an INT8 one.
 // Every timed call includes the host->device copies, the kernels and the copy back (as verify
@@ -92,17 +93,35 @@ void set_counters(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(s.m) * s.n * s.k, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_Fp8(benchmark::State& state, const char* model, bool reference_kernel) {
+void BM_Fp8(benchmark::State& state, const char* model, qc::Fp8GpuKernel which) {
   const qc::AccumShape s = shape();
   const qc::Fp8AccumModel m = qc::fp8_accumulation_model(model).model;
   std::string kernel;
   for (auto _ : state) {
     auto d = qc::fp8_model_evaluate_gpu(m, ops().a.data(), qc::Fp8Format::e4m3, ops().w.data(), qc::Fp8Format::e4m3, s,
-                                        &kernel, reference_kernel);
+                                        &kernel, which);
     benchmark::DoNotOptimize(d.data());
   }
   state.SetLabel(kernel);
   set_counters(state);
+}
+
+// What verify's reference side does per FP8 layer: the codes uploaded once, both Hopper models evaluated.
+void BM_Fp8HopperPair(benchmark::State& state) {
+  const qc::AccumShape s = shape();
+  const qc::Fp8AccumModel chain = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  const qc::Fp8AccumModel promote4 = qc::fp8_accumulation_model("hopper-fp8-promote4").model;
+  for (auto _ : state) {
+    const qc::GpuFp8Codes codes(ops().a.data(), qc::Fp8Format::e4m3, ops().w.data(), qc::Fp8Format::e4m3, s);
+    auto d0 = codes.evaluate(chain);
+    auto d1 = codes.evaluate(promote4);
+    benchmark::DoNotOptimize(d0.data());
+    benchmark::DoNotOptimize(d1.data());
+  }
+  state.SetLabel("GpuFp8Codes: one upload, hopper-fp8-chain and hopper-fp8-promote4 (verify's FP8 reference per layer)");
+  const qc::AccumShape sh = shape();
+  state.counters["products/s"] =
+      benchmark::Counter(2.0 * static_cast<double>(sh.m) * sh.n * sh.k, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 void BM_Int8(benchmark::State& state) {
@@ -129,10 +148,17 @@ int main(int argc, char** argv) {
   for (const char* m : kModels) check_equal(m);
   benchmark::RegisterBenchmark("int8/exact_accumulate_gpu", BM_Int8)->Unit(benchmark::kMillisecond)->UseRealTime();
   for (const char* m : kModels) {
-    benchmark::RegisterBenchmark((std::string("fp8/") + m).c_str(), BM_Fp8, m, false)
+    benchmark::RegisterBenchmark((std::string("fp8/") + m).c_str(), BM_Fp8, m, qc::Fp8GpuKernel::best)
         ->Unit(benchmark::kMillisecond)->UseRealTime();
   }
-  benchmark::RegisterBenchmark("fp8-reference-kernel/hopper-fp8-chain", BM_Fp8, "hopper-fp8-chain", true)
+  benchmark::RegisterBenchmark("fp8-pair/hopper-fp8-chain+promote4", BM_Fp8HopperPair)
+      ->Unit(benchmark::kMillisecond)->UseRealTime();
+  for (const char* m : {"hopper-fp8-chain", "hopper-fp8-promote4"}) {
+    benchmark::RegisterBenchmark((std::string("fp8-fp64-kernel/") + m).c_str(), BM_Fp8, m, qc::Fp8GpuKernel::fp64)
+        ->Unit(benchmark::kMillisecond)->UseRealTime();
+  }
+  benchmark::RegisterBenchmark("fp8-reference-kernel/hopper-fp8-chain", BM_Fp8, "hopper-fp8-chain",
+                               qc::Fp8GpuKernel::reference)
       ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();

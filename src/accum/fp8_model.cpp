@@ -169,13 +169,17 @@ void validate_accumulation_model(const Fp8AccumModel& m, std::string_view name) 
            m.split_granule);
 }
 
-void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
+void validate_fp8_shape(const Fp8AccumModel& m, AccumShape s) {
   validate_accumulation_model(m, "(unnamed)");
-  QC_INPUT(g.s.m >= 0 && g.s.n >= 0 && g.s.k >= 0, "fp8 GEMM: expected non-negative shape, found M={} N={} K={}",
-           g.s.m, g.s.n, g.s.k);
-  QC_INPUT(g.s.k < (int64_t{1} << 40), "fp8 GEMM: expected K < 2^40, found {}", g.s.k);
-  QC_INPUT(m.splits == 1 || m.split_granule > 0 || m.splits <= g.s.k, "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}",
-           m.splits, g.s.k);
+  QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0, "fp8 GEMM: expected non-negative shape, found M={} N={} K={}", s.m, s.n,
+           s.k);
+  QC_INPUT(s.k < (int64_t{1} << 40), "fp8 GEMM: expected K < 2^40, found {}", s.k);
+  QC_INPUT(m.splits == 1 || m.split_granule > 0 || m.splits <= s.k,
+           "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}", m.splits, s.k);
+}
+
+void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
+  validate_fp8_shape(m, g.s);
   const struct {
     const uint8_t* p;
     Fp8Format f;

@@ -85,6 +85,9 @@ void validate_accumulation_model(const Fp8AccumModel& m, std::string_view name);
 // QC_INPUT for a negative shape, splits > K (K > 0), or a NaN / infinity code (naming the
 // operand, its coordinate and the code): the models take finite FP8 values only.
 void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g);
+// The model and shape part of `validate_fp8_gemm` alone (for codes validated once and evaluated under
+// several models).
+void validate_fp8_shape(const Fp8AccumModel& m, AccumShape s);
 
 // The scalar reference: `accum_model::evaluate` (the header text) per output, one thread.
 void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d);

@@ -99,13 +99,17 @@ struct Fp8LayerReference {
   bool has_acc[2] = {false, false};
   std::string acc_note[2];
 
+  // On a GPU reference the codes are uploaded once, for every model evaluated on them.
+  std::optional<GpuFp8Codes> gpu;
+
   const std::vector<float>* model(const std::string& name, VerifyReference where, int threads, PhaseSeconds& seconds) {
     if (const auto it = d.find(name); it != d.end()) return &it->second;
     const NamedAccumModel named = fp8_accumulation_model(name);
     std::vector<float> out = timed(seconds, "reference accumulation (declared models)", [&] {
       const Fp8Gemm g = codes.gemm();
       if (where == VerifyReference::gpu) {
-        return fp8_model_evaluate_gpu(named.model, g.a, g.a_format, g.w, g.w_format, g.s);
+        if (!gpu) gpu.emplace(g.a, g.a_format, g.w, g.w_format, g.s);
+        return gpu->evaluate(named.model);
       }
       std::vector<float> v(static_cast<size_t>(g.s.m * g.s.n));
       fp8_model_evaluate(named.model, g, v.data(), threads);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "accum/fp8_model.hpp"
+#include "accum/fp8_model_fp32.hpp"
 #include "arms/cuda/cuda.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/numerics.hpp"
@@ -62,12 +63,30 @@ TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
   rn.model.term_rounding = rn.model.result_rounding = AccumRounding::nearest_even;
   rn.model.alignment = AccumAlignment::exact_exponent;
   models.push_back(rn);
-  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1}, {7, 45, 33}, {16, 256, 1000}, {64, 1024, 4096}};
+  // Variants the fp32 kernel takes beside the Hopper rows: round-to-nearest terms and results, a
+  // 16-term step with 10 fraction bits, 8-term steps promoted every 2.
+  NamedAccumModel rn_sum = fp8_accumulation_model("hopper-fp8-chain");
+  rn_sum.name = "hopper-fp8-chain with rn terms and results";
+  rn_sum.model.term_rounding = rn_sum.model.result_rounding = AccumRounding::nearest_even;
+  models.push_back(rn_sum);
+  NamedAccumModel k16 = fp8_accumulation_model("hopper-fp8-promote4");
+  k16.name = "promote4 with 16-term steps, 10 fraction bits";
+  k16.model.step_k = 16;
+  k16.model.term_bits = k16.model.result_bits = 10;
+  models.push_back(k16);
+  NamedAccumModel k8 = fp8_accumulation_model("hopper-fp8-promote4");
+  k8.name = "8-term steps promoted every 2";
+  k8.model.step_k = 8;
+  k8.model.promote_steps = 2;
+  models.push_back(k8);
+  // Shapes off the fp32 kernel's 64 x 64 tiles and 32-term steps too (ragged M, N, K).
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1},        {7, 45, 33},     {16, 256, 1000},
+                                                   {64, 1024, 4096}, {65, 130, 100},  {130, 70, 4100}};
   const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3},
                                                       {Fp8Format::e5m2, Fp8Format::e4m3},
                                                       {Fp8Format::e5m2, Fp8Format::e5m2}};
   std::mt19937_64 rng(1214);
-  int64_t outputs = 0;
+  int64_t outputs = 0, fp32_outputs = 0;
   for (const auto& sh : shapes) {
     for (const auto& [fa, fw] : formats) {
       for (bool sub : {false, true}) {
@@ -78,27 +97,32 @@ TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
           const AccumShape s{sh[0], sh[1], sh[2]};
           std::vector<float> cpu(static_cast<size_t>(s.m * s.n));
           fp8_model_evaluate(m.model, Fp8Gemm{a.data(), fa, w.data(), fw, s}, cpu.data());
-          // Both GPU kernels: the fp64 one (models with a fast path) and the int128 reference text.
-          for (bool reference_kernel : {false, true}) {
+          // Every GPU kernel: the fp32 one (the stepped models it takes), the fp64 one (models with a
+          // fast path) and the int128 reference text.
+          const bool fp32_takes = accum_fp32::gpu_kernel_takes(m.model, s.k);
+          const bool fp64_takes = fp8_fast_path(m.model, Fp8Gemm{a.data(), fa, w.data(), fw, s}) != Fp8FastPath::reference;
+          for (Fp8GpuKernel which : {Fp8GpuKernel::best, Fp8GpuKernel::fp64, Fp8GpuKernel::reference}) {
             std::string kernel;
-            const std::vector<float> gpu =
-                fp8_model_evaluate_gpu(m.model, a.data(), fa, w.data(), fw, s, &kernel, reference_kernel);
+            const std::vector<float> gpu = fp8_model_evaluate_gpu(m.model, a.data(), fa, w.data(), fw, s, &kernel, which);
             const std::string what = fmt::format("model {} ({}x{}, {}, M={} N={} K={}): cpu vs gpu kernel `{}`",
                                                  m.name, fa == Fp8Format::e4m3 ? "e4m3" : "e5m2",
                                                  fw == Fp8Format::e4m3 ? "e4m3" : "e5m2",
                                                  sub ? "subnormal-heavy" : "uniform codes", s.m, s.n, s.k, kernel);
             EXPECT_EQ(count_differing(cpu, gpu, s.n, what, 3), 0) << what;
-            EXPECT_EQ(kernel.find("fp64") != std::string::npos,
-                      !reference_kernel && fp8_fast_path(m.model, Fp8Gemm{a.data(), fa, w.data(), fw, s}) !=
-                                               Fp8FastPath::reference)
+            const bool fp32_ran = which == Fp8GpuKernel::best && fp32_takes;
+            EXPECT_EQ(kernel.find("fp32") != std::string::npos, fp32_ran) << what;
+            EXPECT_EQ(kernel.find("fp64") != std::string::npos, !fp32_ran && which != Fp8GpuKernel::reference && fp64_takes)
                 << what;
+            fp32_outputs += fp32_ran ? static_cast<int64_t>(cpu.size()) : 0;
             outputs += static_cast<int64_t>(cpu.size());
           }
         }
       }
     }
   }
-  std::printf("GPU evaluation == CPU evaluation on %lld outputs\n", static_cast<long long>(outputs));
+  std::printf("GPU evaluation == CPU evaluation on %lld outputs (%lld of them by the fp32 kernel)\n",
+              static_cast<long long>(outputs), static_cast<long long>(fp32_outputs));
+  EXPECT_GT(fp32_outputs, 0) << "the fp32 kernel never ran";
 }
 
 // The declaration of each cuBLASLt FP8 arm, checked: 0 outputs off the model the run claims, and

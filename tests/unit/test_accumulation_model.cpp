@@ -14,6 +14,7 @@
 
 #include "accum/fp8_emulation.hpp"
 #include "accum/fp8_model.hpp"
+#include "accum/fp8_model_fp32.hpp"
 #include "accum/fp8_model_fp64.hpp"
 #include "checks/verify.hpp"
 #include "synth/synth.hpp"
@@ -234,6 +235,106 @@ TEST(AccumulationModel, PerOutputFp64EvaluationEqualsReference) {
     }
   }
   EXPECT_EQ(bad, 0);
+  EXPECT_GT(outputs, 20000);
+}
+
+// A host stage for accum_fp32::evaluate_tile over a TM x TN tile: rows and columns of row-major codes
+// (clamped at the edge), decoded term by term, as the GPU kernel's shared-memory stage serves them.
+template <int TM, int TN>
+struct TileStage {
+  template <int T>
+  struct Codes {
+    const uint8_t* rows[T];
+    Fp8Format f;
+    const int64_t* k0;
+    void load(int i, qc::accum_fp32::Term (&t)[T]) const {
+      for (int r = 0; r < T; ++r) t[r] = qc::accum_fp32::decode(rows[r][*k0 + i], f);
+    }
+  };
+  Codes<TM> a_codes;
+  Codes<TN> w_codes;
+  int64_t k0 = 0;
+  void load(int64_t first, int) { k0 = first; }
+  int count(int n) const { return n; }
+  const Codes<TM>& a() const { return a_codes; }
+  const Codes<TN>& w() const { return w_codes; }
+};
+
+// The stepped models in fp32 (accum/fp8_model_fp32.hpp: the text the GPU's fast kernel compiles) equal
+// the reference bit for bit wherever `applies` accepts the model, one output at a time and in 2 x 3
+// tiles; and `applies` accepts the named Hopper models (the ones verify evaluates on the GPU).
+TEST(AccumulationModel, PerOutputFp32EvaluationEqualsReference) {
+  for (const char* n : {"hopper-fp8-chain", "hopper-fp8-promote4", "hopper-fp8-chain-splitk-3",
+                        "hopper-fp8-promote4-splitk-8"}) {
+    EXPECT_TRUE(qc::accum_fp32::applies(qc::fp8_accumulation_model(n).model)) << n;
+    EXPECT_TRUE(qc::accum_fp32::gpu_kernel_takes(qc::fp8_accumulation_model(n).model, 8192)) << n;
+  }
+  auto models = models_under_test();
+  for (int promote : {1, 3}) {
+    Fp8AccumModel m = qc::fp8_accumulation_model("hopper-fp8-promote4").model;
+    m.promote_steps = promote;
+    m.term_rounding = m.result_rounding = AccumRounding::nearest_even;
+    models.emplace_back(fmt::format("promote{} rn", promote), m);
+  }
+  Fp8AccumModel wide = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  wide.term_bits = 16;  // (32 + 1) * 2^18 <= 2^24: the widest grid a 32-term step keeps exact in fp32
+  models.emplace_back("chain t16", wide);
+  wide.term_bits = 17;
+  EXPECT_FALSE(qc::accum_fp32::applies(wide)) << "a 32-term step on a 2^-17 grid can pass 2^24";
+  std::mt19937_64 rng(20261206);
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1}, {3, 5, 31}, {2, 7, 129}, {2, 3, 520}, {4, 16, 300}};
+  const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e5m2}};
+  int64_t outputs = 0, bad = 0, models_run = 0;
+  for (const auto& [name, m] : models) {
+    if (!qc::accum_fp32::applies(m)) continue;
+    ++models_run;
+    for (const auto& [fa, fw] : formats) {
+      for (Dist dist : {Dist::uniform, Dist::subnormal_heavy, Dist::cancellation, Dist::all_max}) {
+        for (const auto& sh : shapes) {
+          const int64_t M = sh[0], N = sh[1], K = sh[2];
+          if (m.splits > K && m.split_granule == 0) continue;
+          const auto a = codes(rng, M, K, fa, dist, false);
+          const auto w = codes(rng, N, K, fw, dist, true);
+          std::vector<float> want(static_cast<size_t>(M * N));
+          qc::fp8_model_reference(m, Fp8Gemm{a.data(), fa, w.data(), fw, {M, N, K}}, want.data());
+          const auto check = [&](int64_t i, int64_t j, float got, const char* how) {
+            const float ref = want[static_cast<size_t>(i * N + j)];
+            ++outputs;
+            if (bits(got) == bits(ref)) return;
+            if (bad++ < 3) {
+              ADD_FAILURE() << fmt::format("model `{}` ({} x {}, {}, M={} N={} K={}): d[{},{}]: reference {} "
+                                           "({:#010x}), fp32 evaluation {} {} ({:#010x})",
+                                           name, fmt_name(fa), fmt_name(fw), dist_name(dist), M, N, K, i, j, ref,
+                                           bits(ref), how, got, bits(got));
+            }
+          };
+          for (int64_t i = 0; i < M; ++i) {
+            for (int64_t j = 0; j < N; ++j) {
+              check(i, j, qc::accum_fp32::evaluate(m, a.data() + i * K, fa, w.data() + j * K, fw, K), "(one output)");
+            }
+          }
+          for (int64_t i0 = 0; i0 < M; i0 += 2) {
+            for (int64_t j0 = 0; j0 < N; j0 += 3) {
+              TileStage<2, 3> stage;
+              stage.a_codes.f = fa, stage.w_codes.f = fw;
+              stage.a_codes.k0 = stage.w_codes.k0 = &stage.k0;
+              for (int64_t r = 0; r < 2; ++r) stage.a_codes.rows[r] = a.data() + std::min(i0 + r, M - 1) * K;
+              for (int64_t c = 0; c < 3; ++c) stage.w_codes.rows[c] = w.data() + std::min(j0 + c, N - 1) * K;
+              float tile[2][3];
+              qc::accum_fp32::evaluate_tile<2, 3>(m, K, stage, tile);
+              for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {
+                for (int64_t c = 0; c < 3 && j0 + c < N; ++c) check(i0 + r, j0 + c, tile[r][c], "(2x3 tile)");
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GE(models_run, 8);
   EXPECT_GT(outputs, 20000);
 }
 

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -58,19 +59,53 @@ ExactAccumulators exact_accumulate_gpu(const int8_t* a, const int8_t* w, AccumSh
 std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w_e4m3, AccumShape s, bool fast_accum,
                                          RunRecord* record = nullptr);
 
-// Any FP8 accumulation model (accumulation.hpp) evaluated on the GPU: d[m,n] as
-// `accum_model::evaluate` gives it, the same text the CPU reference compiles, bit for bit. `a`
-// [m,k] and `w` [n,k] FP8 codes of formats `fa`, `fw`; non-finite codes and invalid models are
-// input errors (the CPU's checks). `kernel` (optional) receives the kernel's identity. Models with
-// a fast path run the fp64 per-output kernel (src/accum/fp8_model_fp64.hpp); `reference_kernel`
-// forces the int128 text of accumulation.hpp instead (the tests and the benchmark compare the two).
+// Which GPU kernel evaluates an FP8 accumulation model. `best`: the fp32 kernel for the stepped
+// models it takes (the Hopper ones: src/accum/fp8_model_fp32.hpp, `accum_fp32::gpu_kernel_takes`), else
+// the fp64 kernel where the model has a fast path (src/accum/fp8_model_fp64.hpp), else the int128 text
+// of accumulation.hpp; `fp64` skips the fp32 kernel; `reference` forces the int128 text. Every kernel
+// equals the CPU evaluation bit for bit (tests/gpu/test_cuda_fp8_model.cpp runs all three).
+enum class Fp8GpuKernel : uint8_t { best, fp64, reference };
+
+// FP8 codes uploaded to the GPU once, to evaluate several accumulation models on them (verify's
+// reference side evaluates each arm's model, and each model a run claims, on every layer). `a` [m,k]
+// and `w` [n,k] codes of formats `fa`, `fw`, validated here (non-finite codes are input errors naming
+// the coordinate). Host memory in, host memory out; not thread-safe (one evaluation at a time).
+class GpuFp8Codes {
+ public:
+  GpuFp8Codes(const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw, AccumShape s);
+  ~GpuFp8Codes();
+  GpuFp8Codes(GpuFp8Codes&&) noexcept;
+  GpuFp8Codes& operator=(GpuFp8Codes&&) noexcept;
+  GpuFp8Codes(const GpuFp8Codes&) = delete;
+  GpuFp8Codes& operator=(const GpuFp8Codes&) = delete;
+  // d[m,n] as `accum_model::evaluate` gives it (invalid models are input errors). `kernel` (optional)
+  // receives the identity of the kernel that ran.
+  std::vector<float> evaluate(const Fp8AccumModel& model, std::string* kernel = nullptr,
+                              Fp8GpuKernel which = Fp8GpuKernel::best) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// One model on host operands: `GpuFp8Codes(a, fa, w, fw, s).evaluate(model, kernel, which)`.
 std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
                                           Fp8Format fw, AccumShape s, std::string* kernel = nullptr,
-                                          bool reference_kernel = false);
+                                          Fp8GpuKernel which = Fp8GpuKernel::best);
 
 #ifndef QC_WITH_CUDA
+struct GpuFp8Codes::Impl {};
+inline GpuFp8Codes::GpuFp8Codes(const uint8_t*, Fp8Format, const uint8_t*, Fp8Format, AccumShape) {
+  QC_FAIL_INPUT("GpuFp8Codes: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
+}
+inline GpuFp8Codes::~GpuFp8Codes() = default;
+inline GpuFp8Codes::GpuFp8Codes(GpuFp8Codes&&) noexcept = default;
+inline GpuFp8Codes& GpuFp8Codes::operator=(GpuFp8Codes&&) noexcept = default;
+inline std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel&, std::string*, Fp8GpuKernel) const {
+  QC_FAIL_INPUT("GpuFp8Codes: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
+}
 inline std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel&, const uint8_t*, Fp8Format, const uint8_t*,
-                                                 Fp8Format, AccumShape, std::string*, bool) {
+                                                 Fp8Format, AccumShape, std::string*, Fp8GpuKernel) {
   QC_FAIL_INPUT("fp8_model_evaluate_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
 }
 inline bool cuda_available(std::string* reason) {

@@ -4,6 +4,8 @@
 #include "arms/cuda/cublaslt_gemm.hpp"
 #include "arms/cuda/cuda_common.hpp"
 #include "accum/fp8_model.hpp"
+#include "accum/fp8_model_fp32.hpp"
+#include "accum/fp8_model_fp64.hpp"
 #include "arms/cuda/kernels/fp8_accum_model.cuh"
 #include "arms/cuda/kernels/int64_exact_accum.cuh"
 #include "arms/cuda/kernels/sm90_compare_bf16.cuh"
@@ -100,25 +102,55 @@ std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w
   return d.to_host();
 }
 
-std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
-                                          Fp8Format fw, AccumShape s, std::string* kernel, bool reference_kernel) {
-  validate_fp8_gemm(model, Fp8Gemm{a, fa, w, fw, s});  // the CPU's checks: finite codes, valid model
-  QC_INPUT(s.m <= INT32_MAX && s.n <= INT32_MAX, "fp8_model_evaluate_gpu: expected M, N in int32 range, found M={} N={}",
-           s.m, s.n);
-  if (s.m == 0 || s.n == 0) return {};
-  if (s.k == 0) return std::vector<float>(static_cast<size_t>(s.m * s.n), 0.0f);  // every sum is +0
-  cuda::require_device("fp8_model_evaluate_gpu");
-  cuda::DeviceBuffer<uint8_t> da(std::span<const uint8_t>(a, static_cast<size_t>(s.m * s.k)));
-  cuda::DeviceBuffer<uint8_t> dw(std::span<const uint8_t>(w, static_cast<size_t>(s.n * s.k)));
-  cuda::DeviceBuffer<uint8_t> dwt(static_cast<size_t>(s.n * s.k));  // w transposed by the fp64 kernel's pre-pass
-  cuda::DeviceBuffer<float> d(static_cast<size_t>(s.m * s.n));
+struct GpuFp8Codes::Impl {
+  Fp8Format fa = Fp8Format::e4m3, fw = Fp8Format::e4m3;
+  AccumShape s{0, 0, 0};
+  cuda::DeviceBuffer<uint8_t> a, w;
+  mutable cuda::DeviceBuffer<uint8_t> wt;  // w transposed, for the fp64 kernel (made when first needed)
+  mutable cuda::DeviceBuffer<float> d;
+};
+
+GpuFp8Codes::GpuFp8Codes(const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw, AccumShape s)
+    : impl_(std::make_unique<Impl>()) {
+  // The codes once, here (finite, shape sane); each evaluation checks only its model.
+  validate_fp8_gemm(fp8_accumulation_model("sequential").model, Fp8Gemm{a, fa, w, fw, s});
+  QC_INPUT(s.m <= INT32_MAX && s.n <= INT32_MAX, "GpuFp8Codes: expected M, N in int32 range, found M={} N={}", s.m, s.n);
+  impl_->fa = fa, impl_->fw = fw, impl_->s = s;
+  if (s.m == 0 || s.n == 0 || s.k == 0) return;
+  cuda::require_device("fp8 accumulation models on the GPU");
+  impl_->a = cuda::DeviceBuffer<uint8_t>(std::span<const uint8_t>(a, static_cast<size_t>(s.m * s.k)));
+  impl_->w = cuda::DeviceBuffer<uint8_t>(std::span<const uint8_t>(w, static_cast<size_t>(s.n * s.k)));
+  impl_->d = cuda::DeviceBuffer<float>(static_cast<size_t>(s.m * s.n));
+}
+
+GpuFp8Codes::~GpuFp8Codes() = default;
+GpuFp8Codes::GpuFp8Codes(GpuFp8Codes&&) noexcept = default;
+GpuFp8Codes& GpuFp8Codes::operator=(GpuFp8Codes&&) noexcept = default;
+
+std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel& model, std::string* kernel, Fp8GpuKernel which) const {
+  const Impl& x = *impl_;
+  validate_fp8_shape(model, x.s);
+  if (x.s.m == 0 || x.s.n == 0) return {};
+  if (x.s.k == 0) return std::vector<float>(static_cast<size_t>(x.s.m * x.s.n), 0.0f);  // every sum is +0
+  const bool fp32_kernel = which == Fp8GpuKernel::best && accum_fp32::gpu_kernel_takes(model, x.s.k);
+  if (x.wt.size() == 0 && !fp32_kernel && which != Fp8GpuKernel::reference &&
+      accum_fp64::path_of(model, x.fa, x.fw, x.s.k) != accum_fp64::Path::reference) {
+    x.wt = cuda::DeviceBuffer<uint8_t>(static_cast<size_t>(x.s.n * x.s.k));  // the fp64 kernel's pre-pass writes it
+  }
   const std::string name = cuda::checked_launch(
-      cuda_kernels::launch_fp8_accum_model(model, da.get(), fa, dw.get(), fw, dwt.get(), d.get(), static_cast<int>(s.m),
-                                           static_cast<int>(s.n), s.k, reference_kernel, nullptr),
-      "fp8_model_evaluate_gpu");
+      cuda_kernels::launch_fp8_accum_model(model, x.a.get(), x.fa, x.w.get(), x.fw, x.wt.get(), x.d.get(),
+                                           static_cast<int>(x.s.m), static_cast<int>(x.s.n), x.s.k,
+                                           /*allow_fp32=*/which == Fp8GpuKernel::best,
+                                           /*reference_kernel=*/which == Fp8GpuKernel::reference, nullptr),
+      "fp8 accumulation models on the GPU");
   QC_CUDA_CHECK(cudaDeviceSynchronize());
   if (kernel != nullptr) *kernel = name;
-  return d.to_host();
+  return x.d.to_host();
+}
+
+std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
+                                          Fp8Format fw, AccumShape s, std::string* kernel, Fp8GpuKernel which) {
+  return GpuFp8Codes(a, fa, w, fw, s).evaluate(model, kernel, which);
 }
 
 }  // namespace qc

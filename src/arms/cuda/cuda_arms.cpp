@@ -96,6 +96,24 @@ struct DeviceLayer {
   }
 };
 
+// An FP8 arm's device buffers, kept across runs as `DeviceLayer` keeps an INT8 arm's: codes, scales,
+// the bf16 output and the fp32 accumulator, outputs poisoned before each run.
+struct DeviceFp8Layer {
+  std::mutex mu;
+  int device = -1;
+  DeviceScratch<uint8_t> a, w;
+  DeviceScratch<float> sa, sw, d;
+  DeviceScratch<uint16_t> y;
+  void select_device() {
+    int current = 0;
+    QC_CUDA_CHECK(cudaGetDevice(&current));
+    if (current != device) {
+      a.release(), w.release(), sa.release(), sw.release(), d.release(), y.release();
+      device = current;
+    }
+  }
+};
+
 // `cuda:mma-<epilogue>`.
 class MmaArm final : public Arm {
  public:
@@ -237,15 +255,29 @@ class CublasLtFp8Arm final : public Arm {
     i.accumulation_model = fast_ ? "hopper-fp8-chain" : "hopper-fp8-promote4";
     return i;
   }
+  // The unscaled fp32 GEMM (e4m3 x e4m3), through this arm's plans and device buffers.
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int /*threads*/) override {
-    RunRecord rec;
-    std::vector<float> d = fp8_gemm_cublaslt_f32(a, w, {m, n, k}, fast_, &rec);
-    rec.arm = info().label;
-    declare_model(rec.extra, info().accumulation_model, rec.extra.value("split_k", -1LL),
-                  rec.extra.value("reduction_scheme", -1LL));
+    const ArmInfo i = info();
+    QC_INPUT(m >= 1 && n % 16 == 0 && n > 0 && k % 16 == 0 && k > 0 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX,
+             "arm {}: fp32 accumulator: expected M >= 1, N and K positive multiples of 16 in int32 range, found M={} "
+             "N={} K={}",
+             i.label, m, n, k);
+    require_device(i.label);
+    CublasLtGemm& plan = plans_.get(CublasLtGemm::Kind::fp8_f32, static_cast<int>(m), static_cast<int>(n),
+                                    static_cast<int>(k), fast_);
+    QC_INPUT(plan.ok(), "arm {}: fp32 accumulator: {}", i.label, plan.error());
+    std::lock_guard lock(d_.mu);
+    d_.select_device();
+    const size_t mn = static_cast<size_t>(m * n);
+    d_.a.upload({a, static_cast<size_t>(m * k)}), d_.w.upload({w, static_cast<size_t>(n * k)});
+    d_.d.poison(mn);
+    plan.run(d_.a.get(), d_.w.get(), d_.d.get(), nullptr, nullptr, nullptr);
+    QC_CUDA_CHECK(cudaDeviceSynchronize());
+    RunRecord rec = cuda_record(i, plan.identity(), cublaslt_description());
+    declare_model(rec.extra, i.accumulation_model, plan.split_k(), plan.reduction_scheme());
     record = rec;
-    return d;
+    return d_.d.download(mn);
   }
   ArmOutput run(const LayerOperands& ops) override {
     const ArmInfo i = info();
@@ -258,18 +290,18 @@ class CublasLtFp8Arm final : public Arm {
              "arm {}: layer `{}`: expected e4m3 x e4m3, e5m2 x e4m3 or e4m3 x e5m2 operands, found {} (cuBLASLt has no "
              "e5m2 x e5m2 FP8 GEMM)",
              i.label, ops.name, codes.description);
-    const std::vector<uint8_t> a8(codes.a.begin(), codes.a.end()), w8(codes.w.begin(), codes.w.end());
     const int m = static_cast<int>(ops.m), n = static_cast<int>(ops.n), k = static_cast<int>(ops.k);
-    DeviceBuffer<uint8_t> a{std::span<const uint8_t>(a8)};
-    DeviceBuffer<uint8_t> w{std::span<const uint8_t>(w8)};
-    DeviceBuffer<float> sa(ops.a_scale), sw(ops.w_scale);
     const size_t mn = static_cast<size_t>(ops.m * ops.n);
-    DeviceBuffer<uint16_t> y(mn);
+    std::lock_guard lock(d_.mu);
+    d_.select_device();
+    // The operands as the arm received them (an FP8 layer's own bytes; an INT8 layer's re-encoded codes).
+    d_.a.upload(codes.a), d_.w.upload(codes.w), d_.sa.upload(ops.a_scale), d_.sw.upload(ops.w_scale);
+    d_.y.poison(mn);
     std::string kernel;
     long long split_k = -1, reduction = -1;
     CublasLtGemm& vec = plans_.get(CublasLtGemm::Kind::fp8_bf16_vec, m, n, k, fast_, a_e5m2, w_e5m2);
     if (vec.ok()) {
-      vec.run(a.get(), w.get(), y.get(), sa.get(), sw.get(), nullptr);
+      vec.run(d_.a.get(), d_.w.get(), d_.y.get(), d_.sa.get(), d_.sw.get(), nullptr);
       kernel = vec.identity();
       split_k = vec.split_k();
       reduction = vec.reduction_scheme();
@@ -278,20 +310,19 @@ class CublasLtFp8Arm final : public Arm {
       // row (the formula the FP8 sweep applies on the host).
       CublasLtGemm& f32 = plans_.get(CublasLtGemm::Kind::fp8_f32, m, n, k, fast_, a_e5m2, w_e5m2);
       QC_INPUT(f32.ok(), "arm {}: layer `{}`: {}; {}", i.label, ops.name, vec.error(), f32.error());
-      DeviceBuffer<float> d(mn);
-      f32.run(a.get(), w.get(), d.get(), nullptr, nullptr, nullptr);
+      d_.d.poison(mn);
+      f32.run(d_.a.get(), d_.w.get(), d_.d.get(), nullptr, nullptr, nullptr);
       split_k = f32.split_k();
       reduction = f32.reduction_scheme();
       kernel = f32.identity() + " + " +
-               checked_launch(cuda_kernels::launch_f32_scale_to_bf16(d.get(), sa.get(), sw.get(), y.get(), m, n,
-                                                                    fp8_epilogue().kind, nullptr),
+               checked_launch(cuda_kernels::launch_f32_scale_to_bf16(d_.d.get(), d_.sa.get(), d_.sw.get(), d_.y.get(),
+                                                                    m, n, fp8_epilogue().kind, nullptr),
                               i.label.c_str()) +
                " (outer-vector scaling unavailable: " + vec.error() + ")";
-      QC_CUDA_CHECK(cudaDeviceSynchronize());
     }
     QC_CUDA_CHECK(cudaDeviceSynchronize());
     ArmOutput out;
-    out.y = y.to_host();
+    out.y = d_.y.download(mn);
     out.record = cuda_record(i, std::move(kernel), cublaslt_description());
     out.record.extra["operands"] = codes.description;
     declare_model(out.record.extra, i.accumulation_model, split_k, reduction);
@@ -301,6 +332,7 @@ class CublasLtFp8Arm final : public Arm {
  private:
   bool fast_;
   PlanCache plans_;
+  DeviceFp8Layer d_;
 };
 
 }  // namespace

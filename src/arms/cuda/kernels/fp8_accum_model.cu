@@ -18,6 +18,7 @@
 //
 // Test: tests/gpu/test_cuda_fp8_model.cpp (both kernels equal the CPU fast evaluation bit for bit).
 // Timing: bench/bench_fp8_model_gpu.cpp.
+#include "accum/fp8_model_fp32.hpp"
 #include "accum/fp8_model_fp64.hpp"
 #include "fp8_accum_model.cuh"
 
@@ -95,11 +96,119 @@ void launch_fp64(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, con
   fp8_accum_model_fp64_kernel<TM, TN, kPath><<<grid, block, 0, stream>>>(model, a, fa, wt, fw, d, m, n, k);
 }
 
+
+// ---- the stepped models in fp32 (accum_fp32, src/accum/fp8_model_fp32.hpp) -----------------------
+//
+// A block of 16 x 16 threads computes a tile of BM = 16·TM rows by BN = 16·TN columns; thread (tx, ty)
+// owns rows ty·TM .. ty·TM+TM-1 and columns tx·TN .. tx·TN+TN-1 of it. Every step (KC = step_k terms)
+// is staged in shared memory decoded (value, exponent), term-major ([i][row], rows padded by 4 floats
+// so that the staging stores spread over banks while each thread's TM consecutive rows stay one
+// 16-byte load). A short step (the end of K or of a split range) is padded with zero codes, which take
+// no part (accum_fp32's header), so the step loops run a fixed count and unroll.
+template <int TM, int TN, int KC>
+struct SmemTiles {
+  static constexpr int kBM = 16 * TM, kBN = 16 * TN, kPad = 4;
+  float av[KC][kBM + kPad];
+  int ae[KC][kBM + kPad];
+  float wv[KC][kBN + kPad];
+  int we[KC][kBN + kPad];
+};
+
+template <int T, int KC, int kStride>
+struct SmemTerms {
+  const float (*v)[kStride];
+  const int (*e)[kStride];
+  int first;  // this thread's first row (or column) in the tile
+  __device__ __forceinline__ void load(int i, accum_fp32::Term (&t)[T]) const {
+    if constexpr (T == 4) {
+      const float4 fv = *reinterpret_cast<const float4*>(&v[i][first]);
+      const int4 fe = *reinterpret_cast<const int4*>(&e[i][first]);
+      t[0] = {fv.x, fe.x}, t[1] = {fv.y, fe.y}, t[2] = {fv.z, fe.z}, t[3] = {fv.w, fe.w};
+    } else {
+      for (int j = 0; j < T; ++j) t[j] = {v[i][first + j], e[i][first + j]};
+    }
+  }
+};
+
+template <int TM, int TN, int KC>
+struct SmemStage {
+  using Tiles = SmemTiles<TM, TN, KC>;
+  Tiles& s;
+  const uint8_t* a;  // the tile's first row
+  const uint8_t* w;  // the tile's first column (a row of w)
+  Fp8Format fa, fw;
+  int rows, cols;    // valid rows and columns of the tile (the rest load zero codes)
+  int64_t k;
+  int tid, ty, tx;
+
+  __device__ __forceinline__ void load(int64_t k0, int n) {
+    __syncthreads();  // every thread is done with the previous step's terms
+    // Consecutive threads read consecutive codes of a row: coalesced.
+    for (int idx = tid; idx < Tiles::kBM * KC; idx += 256) {
+      const int r = idx / KC, i = idx % KC;
+      const uint8_t c = r < rows && i < n ? __ldg(a + static_cast<int64_t>(r) * k + k0 + i) : uint8_t{0};
+      const accum_fp32::Term t = accum_fp32::decode(c, fa);
+      s.av[i][r] = t.v, s.ae[i][r] = t.e;
+    }
+    for (int idx = tid; idx < Tiles::kBN * KC; idx += 256) {
+      const int r = idx / KC, i = idx % KC;
+      const uint8_t c = r < cols && i < n ? __ldg(w + static_cast<int64_t>(r) * k + k0 + i) : uint8_t{0};
+      const accum_fp32::Term t = accum_fp32::decode(c, fw);
+      s.wv[i][r] = t.v, s.we[i][r] = t.e;
+    }
+    __syncthreads();
+  }
+  __device__ __forceinline__ static constexpr int count(int) { return KC; }
+  __device__ __forceinline__ SmemTerms<TM, KC, Tiles::kBM + Tiles::kPad> a_terms() const {
+    return {s.av, s.ae, ty * TM};
+  }
+  __device__ __forceinline__ SmemTerms<TN, KC, Tiles::kBN + Tiles::kPad> w_terms() const {
+    return {s.wv, s.we, tx * TN};
+  }
+};
+
+template <int TM, int TN, int KC>
+__global__ void __launch_bounds__(256) fp8_accum_model_fp32_kernel(Fp8AccumModel model,
+                                                                   const uint8_t* __restrict__ a, Fp8Format fa,
+                                                                   const uint8_t* __restrict__ w, Fp8Format fw,
+                                                                   float* __restrict__ d, int M, int N, int64_t K) {
+  __shared__ __align__(16) SmemTiles<TM, TN, KC> tiles;
+  constexpr int kBM = 16 * TM, kBN = 16 * TN;
+  const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
+  const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
+  SmemStage<TM, TN, KC> stage{tiles, a + static_cast<int64_t>(m0) * K, w + static_cast<int64_t>(n0) * K, fa, fw,
+                              min(kBM, M - m0), min(kBN, N - n0), K, tid, ty, tx};
+  struct Adapter {  // the stage as accum_fp32::evaluate_tile reads it
+    SmemStage<TM, TN, KC>& st;
+    __device__ __forceinline__ void load(int64_t k0, int n) { st.load(k0, n); }
+    __device__ __forceinline__ int count(int n) const { return st.count(n); }
+    __device__ __forceinline__ auto a() const { return st.a_terms(); }
+    __device__ __forceinline__ auto w() const { return st.w_terms(); }
+  } adapter{stage};
+  float out[TM][TN];
+  accum_fp32::evaluate_tile<TM, TN>(model, K, adapter, out);
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) {
+      const int m = m0 + ty * TM + r, n = n0 + tx * TN + c;
+      if (m < M && n < N) d[static_cast<int64_t>(m) * N + n] = out[r][c];
+    }
+  }
+}
+
+template <int KC>
+void launch_fp32(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw, float* d,
+                 int m, int n, int64_t k, cudaStream_t stream) {
+  constexpr int TM = 4, TN = 4;
+  const dim3 block(16, 16);
+  const dim3 grid((n + 16 * TN - 1) / (16 * TN), (m + 16 * TM - 1) / (16 * TM));
+  fp8_accum_model_fp32_kernel<TM, TN, KC><<<grid, block, 0, stream>>>(model, a, fa, w, fw, d, m, n, k);
+}
+
 }  // namespace
 
 std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
-                                   Fp8Format fw, uint8_t* w_t, float* d, int m, int n, int64_t k, bool reference_kernel,
-                                   cudaStream_t stream) {
+                                   Fp8Format fw, uint8_t* w_t, float* d, int m, int n, int64_t k, bool allow_fp32,
+                                   bool reference_kernel, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return "fp8_accum_model (empty)";
   const dim3 block(32, 8);
   const dim3 grid((n + 31) / 32, (m + 7) / 8);
@@ -107,6 +216,15 @@ std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a,
   if (reference_kernel || path == accum_fp64::Path::reference || k == 0) {
     fp8_accum_model_kernel<<<grid, block, 0, stream>>>(model, a, fa, w, fw, d, m, n, k);
     return "qconform fp8_accum_model (accumulation.hpp evaluate in int128, 1 thread per output, 32x8 blocks)";
+  }
+  if (allow_fp32 && !reference_kernel && accum_fp32::gpu_kernel_takes(model, k)) {
+    switch (model.step_k) {
+      case 8: launch_fp32<8>(model, a, fa, w, fw, d, m, n, k, stream); break;
+      case 16: launch_fp32<16>(model, a, fa, w, fw, d, m, n, k, stream); break;
+      default: launch_fp32<32>(model, a, fa, w, fw, d, m, n, k, stream); break;
+    }
+    return "qconform fp8_accum_model_fp32 (steps in fp32, each step of " + std::to_string(model.step_k) +
+           " terms staged decoded in shared memory, 4x4 outputs per thread, 16x16 threads)";
   }
   const dim3 tgrid(static_cast<unsigned>((k + 31) / 32), (n + 31) / 32);
   transpose_codes<<<tgrid, block, 0, stream>>>(w, w_t, n, k);

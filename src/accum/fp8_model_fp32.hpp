@@ -1,0 +1,255 @@
+// The stepped FP8 accumulation models (the Hopper ones among them) evaluated in fp32 arithmetic: the
+// GPU's fast evaluation for verify's reference side (src/arms/cuda/kernels/fp8_accum_model.cu), written
+// once for host and device so that the host tests pin it against the 128-bit reference bit for bit
+// (tests/unit/test_accumulation_model.cpp, `Fp8ModelFp32.*`). C++17, no project header but
+// accumulation.hpp.
+//
+// Why fp32 is exact here (`applies` states the conditions; every named Hopper model meets them):
+// - A code is v = mi · 2^(e - f) with mi < 2^(f+1) (f = 3 fraction bits for e4m3, 2 for e5m2) and e its
+//   alignment exponent, so a product a·b has at most 8 significant bits and |a·b| < 2^(ea+eb+2): exact
+//   in fp32 (e5m2 products reach 2^31.8 and 2^-32, far inside fp32's range).
+// - A step's grid is 2^(E - T) (T = term_bits). q = (a·b) · 2^(T - E) is exact (a power of two; E >= every
+//   ea+eb of the step, so |q| < 2^(T+2), and |q| >= 2^-80 for any E a model reaches: never subnormal),
+//   and rounding q to an integer (`truncf` / `rintf`) is the term's rounding to the grid. C (the chain
+//   so far, e(C) <= E) gives |C · 2^(T-E)| < 2^(T+1) the same way.
+// - The step's sum is an integer below (step_k + 1) · 2^(T+2) <= 2^24 in magnitude (`applies`): every
+//   partial sum is exact in fp32, whatever the order.
+// - The step's result: the sum S (an exact fp32 integer) rounded to `result_bits` fraction bits
+//   relative to its own exponent is a mask (toward zero) or a round-half-even increment on its bit
+//   pattern (fp32 is sign-magnitude, a carry into the exponent is the correct result), then scaled
+//   back by 2^(E - T) (exact: |C| stays within 2^-113 .. 2^80).
+// - Promotion and split-K adds are fp32 adds, round to nearest even (`applies` requires it): plain
+//   `+` under -ffp-contract=off on the host, `__fadd_rn` on the device.
+// Zero codes take no part (their exponent is `kNoExponent`, below every real one, and their value 0
+// adds 0); a step with no term and C = 0 yields +0, as the reference's. A -0 sum is made +0 before
+// it becomes C (the reference's zero is +0).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "qconform/accumulation.hpp"
+
+namespace qc::accum_fp32 {
+
+// The exponent a zero code carries: two of them (-2048) and one plus any real exponent stay below
+// every real alignment exponent (>= -28) and every real e(C) (>= -80).
+inline constexpr int kNoExponent = -1024;
+// E of a step with no nonzero term and C = 0 is clamped here so that 2^(T - E) stays finite (every
+// term is 0 then, so the value of E does not matter).
+inline constexpr int kMinStepExponent = -100;
+
+// A decoded code: its exact value and its alignment exponent (kNoExponent for +-0).
+struct Term {
+  float v;
+  int e;
+};
+
+QC_ACCUM_FN Term decode(uint8_t c, Fp8Format f) {
+  const float v = static_cast<float>(accum_model::fp8_times_2p16(c, f)) * 0x1p-16f;  // exact: <= 17 bits
+  return Term{v, (c & 0x7F) == 0 ? kNoExponent : accum_model::fp8_exponent(c, f)};
+}
+
+QC_ACCUM_FN uint32_t bits_of(float x) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(x);
+#else
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+#endif
+}
+
+QC_ACCUM_FN float from_bits(uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+#endif
+}
+
+// 2^e exactly, for -126 <= e <= 127.
+QC_ACCUM_FN float pow2(int e) { return from_bits(static_cast<uint32_t>(e + 127) << 23); }
+
+// floor(log2|c|) of a normal c (every C the models produce is normal), kNoExponent for +-0.
+QC_ACCUM_FN int exponent_of(float c) {
+  const uint32_t b = bits_of(c) & 0x7FFFFFFFu;
+  return b == 0 ? kNoExponent : static_cast<int>(b >> 23) - 127;
+}
+
+QC_ACCUM_FN float add_rn(float x, float y) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(x, y);
+#else
+  return x + y;  // -ffp-contract=off: one IEEE round to nearest even
+#endif
+}
+
+// An fp32 integer s (|s| < 2^24) rounded to `bits` fraction bits relative to its own exponent.
+QC_ACCUM_FN float round_significand(float s, int bits, bool nearest) {
+  if (bits >= 23) return s;
+  const int drop = 23 - bits;
+  uint32_t u = bits_of(s);
+  if (nearest) u += (1u << (drop - 1)) - 1u + ((u >> drop) & 1u);  // half to even, on the magnitude
+  return from_bits(u & ~((1u << drop) - 1u));
+}
+
+// The parameters the step loop reads, taken out of the model once.
+struct StepParams {
+  int term_bits = 13, result_bits = 13;
+  bool nearest_terms = false, nearest_result = false;
+};
+
+// True when the fp32 evaluation is exact for this model (see the header comment): rounded terms,
+// the exponent-sum alignment, steps of 1..64 products whose sums stay below 2^24, and promotion and
+// split-K adds that are fp32 adds. Any FP8 formats.
+QC_ACCUM_FN bool applies(const Fp8AccumModel& m) {
+  if (m.term_bits < 0 || m.step_k < 1 || m.step_k > 64 || m.alignment != AccumAlignment::exponent_sum) return false;
+  if (m.result_bits < 1 || m.result_bits > 23 || m.term_bits > 21) return false;
+  if (m.promote_steps > 0 && (m.promote_bits != 23 || m.promote_rounding != AccumRounding::nearest_even)) return false;
+  return (int64_t{m.step_k} + 1) << (m.term_bits + 2) <= (int64_t{1} << 24);
+}
+
+// The GPU kernel (src/arms/cuda/kernels/fp8_accum_model.cu) stages one step of every operand row of a
+// block in shared memory, so it takes the models `applies` accepts whose split ranges all start on a
+// step boundary, with a step of 8, 16 or 32 terms (32 is the Hopper instruction's k; 64 rows and
+// columns of a longer step would pass the 48 KB of a static shared allocation).
+QC_ACCUM_FN bool gpu_kernel_takes(const Fp8AccumModel& m, int64_t k) {
+  if (!applies(m) || (m.step_k != 8 && m.step_k != 16 && m.step_k != 32)) return false;
+  const int64_t splits = m.splits < 1 ? 1 : m.splits;
+  for (int64_t g = 0; g < splits; ++g) {
+    int64_t r0 = 0, r1 = 0;
+    accum_model::split_range(m, k, g, r0, r1);
+    if (r0 % m.step_k != 0) return false;
+  }
+  return true;
+}
+
+QC_ACCUM_FN StepParams step_params(const Fp8AccumModel& m) {
+  return StepParams{m.term_bits, m.result_bits, m.term_rounding == AccumRounding::nearest_even,
+                    m.result_rounding == AccumRounding::nearest_even};
+}
+
+QC_ACCUM_FN float round_int(float x, bool nearest) { return nearest ? rintf(x) : truncf(x); }
+
+// One step for a TM x TN tile of outputs. `a.load(i, t)` fills t[0..TM) with the decoded codes of
+// term i of the tile's rows, `w.load(i, t)` t[0..TN) with those of its columns, i in [0, count).
+// `chain[r][c]` is C before and after.
+template <int TM, int TN, class A, class W>
+QC_ACCUM_FN void step_tile(const StepParams& p, const A& a, const W& w, int count, float (&chain)[TM][TN]) {
+  int e[TM][TN];
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) e[r][c] = exponent_of(chain[r][c]);
+  }
+  Term ta[TM], tw[TN];
+  // E: the largest alignment exponent of the nonzero products and e(C).
+  for (int i = 0; i < count; ++i) {
+    a.load(i, ta);
+    w.load(i, tw);
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) {
+        const int pe = ta[r].e + tw[c].e;
+        e[r][c] = e[r][c] > pe ? e[r][c] : pe;
+      }
+    }
+  }
+  float up[TM][TN], s[TM][TN];
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) {
+      e[r][c] = e[r][c] > kMinStepExponent ? e[r][c] : kMinStepExponent;
+      up[r][c] = pow2(p.term_bits - e[r][c]);
+      s[r][c] = round_int(chain[r][c] * up[r][c], p.nearest_terms);
+    }
+  }
+  for (int i = 0; i < count; ++i) {
+    a.load(i, ta);
+    w.load(i, tw);
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) s[r][c] = add_rn(s[r][c], round_int((ta[r].v * tw[c].v) * up[r][c], p.nearest_terms));
+    }
+  }
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) {
+      const float sum = add_rn(s[r][c], 0.0f);  // -0 -> +0
+      chain[r][c] = round_significand(sum, p.result_bits, p.nearest_result) * pow2(e[r][c] - p.term_bits);
+    }
+  }
+}
+
+// The whole evaluation of a TM x TN tile: split ranges, steps, promotions, as accum_model::evaluate.
+// `stage.load(k0, count)` makes terms k0 .. k0+count-1 readable through `stage.a()` / `stage.w()`
+// (indices 0 .. count-1; on the GPU it stages them in shared memory, so every thread of a block
+// must call it in the same order: the loop below depends only on the model and K). `stage.count(n)`
+// is the count the step loop runs for n real terms (the GPU pads a short step with zero codes to a
+// fixed count). out[r][c] receives d.
+template <int TM, int TN, class Stage>
+QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel& m, int64_t k, Stage& stage, float (&out)[TM][TN]) {
+  const StepParams p = step_params(m);
+  const int64_t splits = m.splits < 1 ? 1 : m.splits;
+  float total[TM][TN], chain[TM][TN], promoted[TM][TN];
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) total[r][c] = 0.0f;
+  }
+  for (int64_t g = 0; g < splits; ++g) {
+    int64_t r0 = 0, r1 = 0;
+    accum_model::split_range(m, k, g, r0, r1);
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) chain[r][c] = promoted[r][c] = 0.0f;
+    }
+    int in_chain = 0;
+    for (int64_t s0 = r0; s0 < r1; s0 += m.step_k) {
+      const int n = static_cast<int>(s0 + m.step_k < r1 ? m.step_k : r1 - s0);
+      stage.load(s0, n);
+      step_tile<TM, TN>(p, stage.a(), stage.w(), stage.count(n), chain);
+      if (m.promote_steps > 0 && ++in_chain == m.promote_steps) {
+        for (int r = 0; r < TM; ++r) {
+          for (int c = 0; c < TN; ++c) {
+            promoted[r][c] = add_rn(promoted[r][c], chain[r][c]);
+            chain[r][c] = 0.0f;
+          }
+        }
+        in_chain = 0;
+      }
+    }
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) {
+        if (m.promote_steps > 0) chain[r][c] = in_chain > 0 ? add_rn(promoted[r][c], chain[r][c]) : promoted[r][c];
+        total[r][c] = add_rn(total[r][c], chain[r][c]);
+      }
+    }
+  }
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) out[r][c] = total[r][c];
+  }
+}
+
+// The host's stage: terms decoded straight from row-major codes (one output at a time in the tests).
+struct RowStage {
+  struct Codes {
+    const uint8_t* p;
+    Fp8Format f;
+    const int64_t* k0;
+    QC_ACCUM_FN void load(int i, Term (&t)[1]) const { t[0] = decode(p[*k0 + i], f); }
+  };
+  Codes row, col;
+  int64_t k0 = 0;
+  QC_ACCUM_FN void load(int64_t first, int /*count*/) { k0 = first; }
+  QC_ACCUM_FN int count(int n) const { return n; }
+  QC_ACCUM_FN Codes a() const { return row; }
+  QC_ACCUM_FN Codes w() const { return col; }
+};
+
+// One output: `a`, `w` its row's and column's K codes. Requires applies(m).
+QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw,
+                           int64_t k) {
+  RowStage stage{{a, fa, nullptr}, {w, fw, nullptr}};
+  stage.row.k0 = stage.col.k0 = &stage.k0;
+  float d[1][1];
+  evaluate_tile<1, 1>(m, k, stage, d);
+  return d[0][0];
+}
+
+}  // namespace qc::accum_fp32
