@@ -20,6 +20,13 @@ nlohmann::json headroom_json(double bits) { return std::isfinite(bits) ? nlohman
 LayerPrediction predict_layer(const LayerOperands& ops, int threads) {
   LayerPrediction p;
   p.name = ops.name;
+  if (ops.fp8()) {
+    // No INT32 accumulator to bound: C2 does not apply to an FP8 layer (verify reports it so), and its
+    // codes read as int8 would give meaningless statistics. The name and shape still pair the
+    // prediction with its layer; `safe` stays false.
+    p.stats.shape = {ops.m, ops.n, ops.k};
+    return p;
+  }
   p.stats = exact_range_stats(ops.a_q.data(), ops.w_q.data(), {ops.m, ops.n, ops.k}, threads);
   p.safe = p.stats.max_abs_acc <= kFp32ExactIntLimit && p.stats.int32_overflow_count == 0;
   return p;

@@ -46,7 +46,8 @@ PredictionSet predict(const std::vector<LayerOperands>& layers, const std::strin
                       const std::function<void(size_t, size_t)>& progress = {});
 nlohmann::json to_json(const PredictionSet& p);
 // One layer's prediction, and its JSON (one entry of the file's `layers`; read back losslessly,
-// nlohmann::json errors on malformed input): the unit the ranks of an MPI job compute.
+// nlohmann::json errors on malformed input): the unit the ranks of an MPI job compute. An FP8 layer
+// gets its name and shape only (C2 is about INT32 accumulators; `qconform predict` refuses FP8 files).
 LayerPrediction predict_layer(const LayerOperands& ops, int threads = 0);
 nlohmann::json to_json(const LayerPrediction& l);
 LayerPrediction layer_prediction_from_json(const nlohmann::json& j);

@@ -19,7 +19,7 @@ namespace {
 VerbRunner setup_synth(CLI::App& app) {
   auto o = std::make_shared<SynthOptions>();
   auto out = std::make_shared<std::string>();
-  app.add_option("--shapes", o->shapes, "qwen3-1.7b, qwen3-8b, llama3-70b, tiny, or MxNxK")->capture_default_str();
+  app.add_option("--shapes", o->shapes, "qwen3-1.7b, qwen3-8b, llama3-70b, tiny, MxNxK, or a comma-separated list of MxNxK with one M (layer0, layer1, ...)")->capture_default_str();
   app.add_option("--m", o->m, "rows (tokens) per layer; ignored for MxNxK")->capture_default_str();
   app.add_option("--seed", o->seed, "seed of the deterministic generator")
       ->capture_default_str()

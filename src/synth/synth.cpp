@@ -137,11 +137,26 @@ ShapeSpec parse_shapes(std::string_view spec) {
   } else if (spec == "tiny") {
     out.layers = decoder_layers({256, 768, 2, 4, 2, 64});
   } else {
-    const size_t x1 = spec.find('x'), x2 = spec.find('x', x1 == std::string_view::npos ? x1 : x1 + 1);
-    QC_INPUT(x1 != std::string_view::npos && x2 != std::string_view::npos,
-             "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, llama3-70b, tiny or MxNxK (e.g. 512x4096x4096)", spec);
-    out.m_override = parse_dim(spec.substr(0, x1), spec);
-    out.layers.push_back({"layer0", parse_dim(spec.substr(x1 + 1, x2 - x1 - 1), spec), parse_dim(spec.substr(x2 + 1), spec)});
+    // MxNxK, or a comma-separated list of them with one M (layers layer0, layer1, ... in that order).
+    size_t start = 0;
+    while (true) {
+      const size_t comma = spec.find(',', start);
+      const std::string_view one = spec.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+      const size_t x1 = one.find('x'), x2 = one.find('x', x1 == std::string_view::npos ? x1 : x1 + 1);
+      QC_INPUT(x1 != std::string_view::npos && x2 != std::string_view::npos,
+               "--shapes `{}`: expected qwen3-1.7b, qwen3-8b, llama3-70b, tiny, MxNxK (e.g. 512x4096x4096) or a "
+               "comma-separated list of MxNxK with one M, found `{}`",
+               spec, one);
+      const int64_t m = parse_dim(one.substr(0, x1), spec);
+      QC_INPUT(out.m_override == 0 || m == out.m_override,
+               "--shapes `{}`: every MxNxK of a list must have the same M (the rows of an operand file), found {} and {}",
+               spec, out.m_override, m);
+      out.m_override = m;
+      out.layers.push_back({fmt::format("layer{}", out.layers.size()), parse_dim(one.substr(x1 + 1, x2 - x1 - 1), spec),
+                            parse_dim(one.substr(x2 + 1), spec)});
+      if (comma == std::string_view::npos) break;
+      start = comma + 1;
+    }
   }
   return out;
 }

@@ -140,6 +140,32 @@ TEST(Operands, SynthIsDeterministic) {
   EXPECT_FALSE(std::equal(a[0].w_q.begin(), a[0].w_q.end(), c[0].w_q.begin()));
 }
 
+// A list of MxNxK shapes with one M: one layer per entry, in order; the first layer is the layer a
+// single MxNxK gives (same seed, same bytes); differing M is an input error naming both.
+TEST(Operands, SynthTakesAListOfShapesWithOneM) {
+  SynthOptions o;
+  o.shapes = "4x64x96,4x32x128";
+  o.seed = 11;
+  const auto list = synth_operands(o);
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0].name, "layer0");
+  EXPECT_EQ(list[1].name, "layer1");
+  EXPECT_EQ(list[1].m, 4);
+  EXPECT_EQ(list[1].n, 32);
+  EXPECT_EQ(list[1].k, 128);
+  o.shapes = "4x64x96";
+  const auto one = synth_operands(o);
+  EXPECT_TRUE(std::equal(one[0].w_q.begin(), one[0].w_q.end(), list[0].w_q.begin(), list[0].w_q.end()));
+  o.shapes = "4x64x96,8x32x128";
+  try {
+    synth_operands(o);
+    ADD_FAILURE() << "expected an input error for two M";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::input);
+    EXPECT_NE(std::string(e.what()).find("same M"), std::string::npos) << e.what();
+  }
+}
+
 // Writes a one-layer file with one field altered, and expects load_operands to name it.
 void expect_bad_file(const std::string& what, const std::function<void(std::vector<std::pair<std::string, Tensor>>&)>& edit,
                      const std::string& needle) {
