@@ -186,6 +186,20 @@ QC_ACCUM_FN constexpr bool fp8_code_finite(uint8_t c, Fp8Format f) {
   return f == Fp8Format::e4m3 ? (c & 0x7F) != 0x7F : ((c >> 2) & 0x1F) != 0x1F;
 }
 
+// The index of the first non-finite code of codes[0..count), or -1 when every code is finite. A
+// branch-free scan first (the compiler vectorizes it: operands are checked at memory speed on every
+// arm run), the search only when some code is not finite. Host only.
+inline int64_t fp8_first_nonfinite(const uint8_t* codes, int64_t count, Fp8Format f) {
+  const uint8_t mask = f == Fp8Format::e4m3 ? 0x7F : 0x7C;  // e4m3fn NaN: S.1111.111; e5m2 S.11111.xx
+  uint8_t any = 0;
+  for (int64_t i = 0; i < count; ++i) any |= static_cast<uint8_t>((codes[i] & mask) == mask);
+  if (any == 0) return -1;
+  for (int64_t i = 0; i < count; ++i) {
+    if (!fp8_code_finite(codes[i], f)) return i;
+  }
+  return -1;
+}
+
 // The value of a finite code times 2^16 (an exact integer: the smallest subnormals are 2^-9 and
 // 2^-16). e4m3fn: S.EEEE.MMM, subnormal M·2^-9, normal (8+M)·2^(E-10); e5m2: S.EEEEE.MM,
 // subnormal M·2^-16, normal (4+M)·2^(E-17).

@@ -1,8 +1,9 @@
 // The stepped FP8 accumulation models (the Hopper ones among them) evaluated in fp32 arithmetic: the
 // GPU's fast evaluation for verify's reference side (src/arms/cuda/kernels/fp8_accum_model.cu), written
 // once for host and device so that the host tests pin it against the 128-bit reference bit for bit
-// (tests/unit/test_accumulation_model.cpp, `Fp8ModelFp32.*`). C++17, no project header but
-// accumulation.hpp.
+// (tests/unit/test_accumulation_model.cpp, `AccumulationModel.PerOutputFp32EvaluationEqualsReference`;
+// the device spelling of `round_term` and `add_max` by tests/gpu/test_cuda_fp8_model.cpp). C++17, no
+// project header but accumulation.hpp.
 //
 // Why fp32 is exact here (`applies` states the conditions; every named Hopper model meets them):
 // - A code is v = mi · 2^(e - f) with mi < 2^(f+1) (f = 3 fraction bits for e4m3, 2 for e5m2) and e its
@@ -10,10 +11,10 @@
 //   in fp32 (e5m2 products reach 2^31.8 and 2^-32, far inside fp32's range).
 // - A step's grid is 2^(E - T) (T = term_bits). q = (a·b) · 2^(T - E) is exact (a power of two; E >= every
 //   ea+eb of the step, so |q| < 2^(T+2), and |q| >= 2^-80 for any E a model reaches: never subnormal),
-//   and rounding q to an integer (`truncf` / `rintf`) is the term's rounding to the grid. C (the chain
-//   so far, e(C) <= E) gives |C · 2^(T-E)| < 2^(T+1) the same way.
-// - The step's sum is an integer below (step_k + 1) · 2^(T+2) <= 2^24 in magnitude (`applies`): every
-//   partial sum is exact in fp32, whatever the order.
+//   and rounding q to an integer (`round_term`) is the term's rounding to the grid. C (the chain so
+//   far, e(C) <= E) gives |C · 2^(T-E)| < 2^(T+1) the same way.
+// - The step's sum is an integer below (step_k + 1) · 2^(T+2) <= 2^24 in magnitude (`applies`): it is
+//   summed in int32 and converts to fp32 exactly.
 // - The step's result: the sum S (an exact fp32 integer) rounded to `result_bits` fraction bits
 //   relative to its own exponent is a mask (toward zero) or a round-half-even increment on its bit
 //   pattern (fp32 is sign-magnitude, a carry into the exponent is the correct result), then scaled
@@ -21,8 +22,7 @@
 // - Promotion and split-K adds are fp32 adds, round to nearest even (`applies` requires it): plain
 //   `+` under -ffp-contract=off on the host, `__fadd_rn` on the device.
 // Zero codes take no part (their exponent is `kNoExponent`, below every real one, and their value 0
-// adds 0); a step with no term and C = 0 yields +0, as the reference's. A -0 sum is made +0 before
-// it becomes C (the reference's zero is +0).
+// adds 0); a zero sum is the int32 0, so C = +0, as the reference's zero.
 #pragma once
 
 #include <cmath>
@@ -108,7 +108,8 @@ struct StepParams {
 // split-K adds that are fp32 adds. Any FP8 formats.
 QC_ACCUM_FN bool applies(const Fp8AccumModel& m) {
   if (m.term_bits < 0 || m.step_k < 1 || m.step_k > 64 || m.alignment != AccumAlignment::exponent_sum) return false;
-  if (m.result_bits < 1 || m.result_bits > 23 || m.term_bits > 21) return false;
+  // term_bits <= 20: every term's magnitude stays below 2^22, inside the device's rounding bias (round_term).
+  if (m.result_bits < 1 || m.result_bits > 23 || m.term_bits > 20) return false;
   if (m.promote_steps > 0 && (m.promote_bits != 23 || m.promote_rounding != AccumRounding::nearest_even)) return false;
   return (int64_t{m.step_k} + 1) << (m.term_bits + 2) <= (int64_t{1} << 24);
 }
@@ -133,7 +134,31 @@ QC_ACCUM_FN StepParams step_params(const Fp8AccumModel& m) {
                     m.result_rounding == AccumRounding::nearest_even};
 }
 
-QC_ACCUM_FN float round_int(float x, bool nearest) { return nearest ? rintf(x) : truncf(x); }
+// x · up (x, up exact fp32; up a power of two; |x · up| < 2^22) rounded to an integer: a term on the
+// step's grid in units of 2^(E - term_bits). The host spells it with `truncf` / `rintf`; the device
+// with one fused multiply-add that rounds toward zero (or to nearest) against the bias 2^23, whose
+// ulp is 1 on [2^23, 2^24): 2^23 + round(|x·up|), whose low 23 bits are the rounded magnitude, then
+// the sign of x. Both are the same function (tests/gpu/test_cuda_fp8_model.cpp: GPU == CPU).
+QC_ACCUM_FN int32_t round_term(float x, float up, bool nearest) {
+#if defined(__CUDA_ARCH__)
+  const float biased = nearest ? __fmaf_rn(fabsf(x), up, 0x1p23f) : __fmaf_rz(fabsf(x), up, 0x1p23f);
+  const int32_t magnitude = __float_as_int(biased) & 0x7FFFFF;
+  const int32_t sign = __float_as_int(x) >> 31;  // 0 or -1
+  return (magnitude ^ sign) - sign;
+#else
+  const float q = x * up;  // exact: a power-of-two scaling inside fp32's normal range
+  return static_cast<int32_t>(nearest ? rintf(q) : truncf(q));
+#endif
+}
+
+// max(x + y, z): one instruction on sm_90 (DPX `viaddmax`).
+QC_ACCUM_FN int add_max(int x, int y, int z) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  return __viaddmax_s32(x, y, z);
+#else
+  return x + y > z ? x + y : z;
+#endif
+}
 
 // One step for a TM x TN tile of outputs. `a.load(i, t)` fills t[0..TM) with the decoded codes of
 // term i of the tile's rows, `w.load(i, t)` t[0..TN) with those of its columns, i in [0, count).
@@ -150,30 +175,28 @@ QC_ACCUM_FN void step_tile(const StepParams& p, const A& a, const W& w, int coun
     a.load(i, ta);
     w.load(i, tw);
     for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) {
-        const int pe = ta[r].e + tw[c].e;
-        e[r][c] = e[r][c] > pe ? e[r][c] : pe;
-      }
+      for (int c = 0; c < TN; ++c) e[r][c] = add_max(ta[r].e, tw[c].e, e[r][c]);
     }
   }
-  float up[TM][TN], s[TM][TN];
+  float up[TM][TN];
+  int32_t s[TM][TN];  // the step's sum in units of its grid: |s| < 2^24 (`applies`)
   for (int r = 0; r < TM; ++r) {
     for (int c = 0; c < TN; ++c) {
       e[r][c] = e[r][c] > kMinStepExponent ? e[r][c] : kMinStepExponent;
       up[r][c] = pow2(p.term_bits - e[r][c]);
-      s[r][c] = round_int(chain[r][c] * up[r][c], p.nearest_terms);
+      s[r][c] = round_term(chain[r][c], up[r][c], p.nearest_terms);
     }
   }
   for (int i = 0; i < count; ++i) {
     a.load(i, ta);
     w.load(i, tw);
     for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) s[r][c] = add_rn(s[r][c], round_int((ta[r].v * tw[c].v) * up[r][c], p.nearest_terms));
+      for (int c = 0; c < TN; ++c) s[r][c] += round_term(ta[r].v * tw[c].v, up[r][c], p.nearest_terms);
     }
   }
   for (int r = 0; r < TM; ++r) {
     for (int c = 0; c < TN; ++c) {
-      const float sum = add_rn(s[r][c], 0.0f);  // -0 -> +0
+      const float sum = static_cast<float>(s[r][c]);  // exact below 2^24; a zero sum is +0
       chain[r][c] = round_significand(sum, p.result_bits, p.nearest_result) * pow2(e[r][c] - p.term_bits);
     }
   }

@@ -11,6 +11,8 @@
 #include <future>
 #include <memory>
 #include <optional>
+#include <utility>
+#include <mutex>
 
 #include "accum/fp8_model.hpp"
 #include "arms/cuda/cuda.hpp"
@@ -89,39 +91,58 @@ std::string claimed_model(const nlohmann::json& extra, const std::string& declar
 // of every model a run claims, evaluated once each (on the host, or on the GPU when verify's
 // reference is the GPU; the codes do not depend on the scale regime), and the fp32 accumulators the
 // arms expose (`Arm::fp8_accumulate`, e4m3 x e4m3 codes only) with the model that call claimed.
-// Only the run loop's thread adds models; the element passes read the vectors through pointers,
-// which stay valid (std::map nodes do not move).
+// Models are evaluated by the element passes that need them and, on a GPU reference, ahead of them
+// beside the run loop (`prefetch`, started by `fp8_layer_reference`): `mu` serializes the
+// evaluations; the passes read the vectors through pointers, which stay valid (std::map nodes do
+// not move).
 struct Fp8LayerReference {
   Fp8LayerCodes codes;
-  std::map<std::string, std::vector<float>> d;  // by model name
+  VerifyReference where = VerifyReference::cpu;
+  int threads = 0;
   std::vector<float> arm_acc[2];                // empty when `acc_note[s]` says why
   std::string acc_model[2];                     // the model the accumulator call claimed
   bool has_acc[2] = {false, false};
   std::string acc_note[2];
 
-  // On a GPU reference the codes are uploaded once, for every model evaluated on them.
-  std::optional<GpuFp8Codes> gpu;
-
-  const std::vector<float>* model(const std::string& name, VerifyReference where, int threads, PhaseSeconds& seconds) {
+  const std::vector<float>* model(const std::string& name) {
+    std::lock_guard lock(mu);
     if (const auto it = d.find(name); it != d.end()) return &it->second;
     const NamedAccumModel named = fp8_accumulation_model(name);
-    std::vector<float> out = timed(seconds, "reference accumulation (declared models)", [&] {
-      const Fp8Gemm g = codes.gemm();
-      if (where == VerifyReference::gpu) {
-        if (!gpu) gpu.emplace(g.a, g.a_format, g.w, g.w_format, g.s);
-        return gpu->evaluate(named.model);
-      }
-      std::vector<float> v(static_cast<size_t>(g.s.m * g.s.n));
-      fp8_model_evaluate(named.model, g, v.data(), threads);
-      return v;
-    });
+    const auto t0 = std::chrono::steady_clock::now();
+    const Fp8Gemm g = codes.gemm();
+    std::vector<float> out;
+    if (where == VerifyReference::gpu) {
+      if (!gpu) gpu.emplace(g.a, g.a_format, g.w, g.w_format, g.s);  // the codes uploaded once for every model
+      out = gpu->evaluate(named.model);
+    } else {
+      out.resize(static_cast<size_t>(g.s.m * g.s.n));
+      fp8_model_evaluate(named.model, g, out.data(), threads);
+    }
+    seconds += seconds_since(t0);
     return &d.emplace(name, std::move(out)).first->second;
   }
+  // The evaluation time since the last call (the phase "reference accumulation (declared models)").
+  double take_seconds() {
+    std::lock_guard lock(mu);
+    return std::exchange(seconds, 0.0);
+  }
+
+ private:
+  std::mutex mu;
+  std::map<std::string, std::vector<float>> d;  // by model name
+  std::optional<GpuFp8Codes> gpu;
+  double seconds = 0;
+
+ public:
+  // Declared last, destroyed first: its destructor waits for the task, which reads the members above.
+  std::future<void> prefetch;
 };
 
 std::shared_ptr<Fp8LayerReference> fp8_layer_reference(Arm* arms[2], const ArmInfo infos[2], const LayerOperands& rows,
-                                                       int threads, PhaseSeconds& seconds) {
+                                                       VerifyReference where, int threads, PhaseSeconds& seconds) {
   auto ref = std::make_shared<Fp8LayerReference>();
+  ref->where = where;
+  ref->threads = threads;
   ref->codes = fp8_layer_codes("verify (the accumulation models' reference)", rows);
   const Fp8LayerCodes& codes = ref->codes;
   for (int s = 0; s < 2; ++s) {
@@ -151,6 +172,24 @@ std::shared_ptr<Fp8LayerReference> fp8_layer_reference(Arm* arms[2], const ArmIn
       continue;
     }
     ref->has_acc[s] = true;
+  }
+  if (where == VerifyReference::gpu) {
+    // The models the runs will most likely claim (those the accumulator calls claimed, else the
+    // declared ones) evaluated on the GPU while the arms run on the host's thread. A failure here is
+    // not lost: the element pass that needs the model evaluates it again and reports the error.
+    std::vector<std::string> names;
+    for (int s = 0; s < 2; ++s) {
+      const std::string& name = ref->has_acc[s] ? ref->acc_model[s] : infos[s].accumulation_model;
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+    ref->prefetch = std::async(std::launch::async, [r = ref.get(), names] {
+      for (const std::string& name : names) {
+        try {
+          r->model(name);
+        } catch (const std::exception&) {  // evaluated (and reported) again where it is needed
+        }
+      }
+    });
   }
   return ref;
 }
@@ -295,6 +334,12 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     if (!pending) return;
     auto [pass, seconds] = timed(result.seconds, "waiting for element passes", [&] { return pending->pass.get(); });
     add_seconds(result.seconds, "element pass (formulas, A vs B, C2, C4-C6; beside the arms)", seconds);
+    if (pending->fp8) {
+      add_seconds(result.seconds,
+                  reference == VerifyReference::gpu ? "reference accumulation (declared models; beside the arms)"
+                                                    : "reference accumulation (declared models)",
+                  pending->fp8->take_seconds());
+    }
     LayerRun& run = pending->run;
     run.cmp = std::move(pass.cmp);
     const ElementTally& t = pass.tally;
@@ -363,7 +408,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
       const LayerOperands rows = first_rows(full, m);
       // FP8: the declared models (and the arms' exposed accumulators) on the codes; no integer reference.
       std::shared_ptr<Fp8LayerReference> fp8_ref;
-      if (fp8) fp8_ref = fp8_layer_reference(arms, infos, rows, options.threads, result.seconds);
+      if (fp8) fp8_ref = fp8_layer_reference(arms, infos, rows, reference, options.threads, result.seconds);
       const auto exact = std::make_shared<const ExactAccumulators>(
           fp8 ? ExactAccumulators{}
               : timed(result.seconds, "reference accumulation", [&] { return exact_acc(rows, reference, options.threads); }));
@@ -426,11 +471,9 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
             const std::string& claimed = s ? run.model_b : run.model_a;
             fp8_run->modelled[s] = !claimed.empty();
             fp8_run->model[s] = claimed;
-            if (!claimed.empty()) fp8_run->d[s] = fp8_ref->model(claimed, reference, options.threads, result.seconds);
-            if (fp8_ref->has_acc[s]) {
+            if (fp8_ref->has_acc[s]) {  // the models' accumulators themselves: resolved by the element pass
               fp8_run->arm_acc[s] = &fp8_ref->arm_acc[s];
               fp8_run->acc_model[s] = fp8_ref->acc_model[s];
-              fp8_run->acc_d[s] = fp8_ref->model(fp8_ref->acc_model[s], reference, options.threads, result.seconds);
             }
           }
         }
@@ -441,6 +484,12 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         const std::string label = m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m);
         next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops, label, mode,
                                                     fp8_ref, fp8_run, a = std::move(out_a), b = std::move(out_b)] {
+          if (fp8_run) {  // the claimed models' accumulators (timed as the reference's phase, not this one)
+            for (int s = 0; s < 2; ++s) {
+              if (fp8_run->modelled[s]) fp8_run->d[s] = fp8_ref->model(fp8_run->model[s]);
+              if (fp8_run->arm_acc[s] != nullptr) fp8_run->acc_d[s] = fp8_ref->model(fp8_run->acc_model[s]);
+            }
+          }
           const auto t0 = std::chrono::steady_clock::now();
           if (fp8_run) {  // each modelled arm's model through its declared epilogue, under this run's scales
             const Epilogue* formula[2] = {formula_a, formula_b};

@@ -19,14 +19,14 @@ void check_codes(const LayerOperands& ops, std::span<const int8_t> codes, Elemen
                  const char* field) {
   if (type == ElementType::int8) return;
   const Fp8Format f = type == ElementType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
-  for (size_t i = 0; i < codes.size(); ++i) {
-    const auto c = static_cast<uint8_t>(codes[i]);
-    QC_INPUT(accum_model::fp8_code_finite(c, f),
-             "{}: layer `{}`, field `{}`[{},{}]: expected a finite {} code, found 0x{:02x} ({}): FP8 operands must "
-             "be finite (a quantizer saturates; see docs/formats.md)",
-             ops.source, ops.name, field, static_cast<int64_t>(i) / cols, static_cast<int64_t>(i) % cols,
-             element_type_name(type), c, type == ElementType::e4m3 || (c & 3) ? "NaN" : "infinity");
-  }
+  const int64_t i = accum_model::fp8_first_nonfinite(reinterpret_cast<const uint8_t*>(codes.data()),
+                                                     static_cast<int64_t>(codes.size()), f);
+  if (i < 0) return;
+  const auto c = static_cast<uint8_t>(codes[static_cast<size_t>(i)]);
+  QC_FAIL_INPUT("{}: layer `{}`, field `{}`[{},{}]: expected a finite {} code, found 0x{:02x} ({}): FP8 operands must "
+                "be finite (a quantizer saturates; see docs/formats.md)",
+                ops.source, ops.name, field, i / cols, i % cols, element_type_name(type), c,
+                type == ElementType::e4m3 || (c & 3) ? "NaN" : "infinity");
 }
 }  // namespace
 

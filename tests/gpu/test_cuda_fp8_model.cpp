@@ -110,8 +110,8 @@ TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
                                                  sub ? "subnormal-heavy" : "uniform codes", s.m, s.n, s.k, kernel);
             EXPECT_EQ(count_differing(cpu, gpu, s.n, what, 3), 0) << what;
             const bool fp32_ran = which == Fp8GpuKernel::best && fp32_takes;
-            EXPECT_EQ(kernel.find("fp32") != std::string::npos, fp32_ran) << what;
-            EXPECT_EQ(kernel.find("fp64") != std::string::npos, !fp32_ran && which != Fp8GpuKernel::reference && fp64_takes)
+            EXPECT_EQ(kernel.find("fp8_accum_model_fp32") != std::string::npos, fp32_ran) << what;
+            EXPECT_EQ(kernel.find("fp8_accum_model_fp64") != std::string::npos, !fp32_ran && which != Fp8GpuKernel::reference && fp64_takes)
                 << what;
             fp32_outputs += fp32_ran ? static_cast<int64_t>(cpu.size()) : 0;
             outputs += static_cast<int64_t>(cpu.size());

@@ -111,9 +111,15 @@ TEST(CudaVerifyReference, CublasLtFp8PairFollowsItsDeclaredModels) {
   for (const LayerRun& run : r.runs) {
     SCOPED_TRACE(fmt::format("{} {} unmodelled A `{}` B `{}`", run.layer, scale_mode_name(run.mode), run.unmodelled_a,
                              run.unmodelled_b));
-    if (run.unmodelled_a.empty()) EXPECT_EQ(run.formula_mismatch_a, 0) << fmt::format("{}", fmt::join(run.model_first, "\n"));
-    if (run.unmodelled_b.empty()) EXPECT_EQ(run.formula_mismatch_b, 0) << fmt::format("{}", fmt::join(run.model_first, "\n"));
-    if (run.predicted_diff >= 0) EXPECT_TRUE(run.predicted_equals_observed);
+    if (run.unmodelled_a.empty()) {
+      EXPECT_EQ(run.formula_mismatch_a, 0) << fmt::format("{}", fmt::join(run.model_first, "\n"));
+    }
+    if (run.unmodelled_b.empty()) {
+      EXPECT_EQ(run.formula_mismatch_b, 0) << fmt::format("{}", fmt::join(run.model_first, "\n"));
+    }
+    if (run.predicted_diff >= 0) {
+      EXPECT_TRUE(run.predicted_equals_observed);
+    }
   }
   EXPECT_EQ(r.stage, "") << r.stage_detail;
 }

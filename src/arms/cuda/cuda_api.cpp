@@ -102,12 +102,29 @@ std::vector<float> fp8_gemm_cublaslt_f32(const uint8_t* a_e4m3, const uint8_t* w
   return d.to_host();
 }
 
+// The codes live on a stream of their own (non-blocking, stream-ordered allocations), so that verify
+// can evaluate models on a host thread beside the arms: nothing here waits for the arms' work on the
+// legacy default stream, nor they (they synchronize their own stream) for this.
 struct GpuFp8Codes::Impl {
   Fp8Format fa = Fp8Format::e4m3, fw = Fp8Format::e4m3;
   AccumShape s{0, 0, 0};
-  cuda::DeviceBuffer<uint8_t> a, w;
-  mutable cuda::DeviceBuffer<uint8_t> wt;  // w transposed, for the fp64 kernel (made when first needed)
-  mutable cuda::DeviceBuffer<float> d;
+  cudaStream_t stream = nullptr;
+  uint8_t* a = nullptr;
+  uint8_t* w = nullptr;
+  mutable uint8_t* wt = nullptr;  // w transposed, for the fp64 kernel (made when first needed)
+  float* d = nullptr;
+  ~Impl() {
+    for (void* p : {static_cast<void*>(a), static_cast<void*>(w), static_cast<void*>(wt), static_cast<void*>(d)}) {
+      if (p != nullptr) cudaFreeAsync(p, stream);
+    }
+    if (stream != nullptr) cudaStreamDestroy(stream);  // returns at once; the frees complete in order
+  }
+  template <typename T>
+  T* allocate(size_t count) const {
+    void* p = nullptr;
+    QC_CUDA_CHECK(cudaMallocAsync(&p, count * sizeof(T), stream));
+    return static_cast<T*>(p);
+  }
 };
 
 GpuFp8Codes::GpuFp8Codes(const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw, AccumShape s)
@@ -115,12 +132,18 @@ GpuFp8Codes::GpuFp8Codes(const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Fo
   // The codes once, here (finite, shape sane); each evaluation checks only its model.
   validate_fp8_gemm(fp8_accumulation_model("sequential").model, Fp8Gemm{a, fa, w, fw, s});
   QC_INPUT(s.m <= INT32_MAX && s.n <= INT32_MAX, "GpuFp8Codes: expected M, N in int32 range, found M={} N={}", s.m, s.n);
-  impl_->fa = fa, impl_->fw = fw, impl_->s = s;
+  Impl& x = *impl_;
+  x.fa = fa, x.fw = fw, x.s = s;
   if (s.m == 0 || s.n == 0 || s.k == 0) return;
   cuda::require_device("fp8 accumulation models on the GPU");
-  impl_->a = cuda::DeviceBuffer<uint8_t>(std::span<const uint8_t>(a, static_cast<size_t>(s.m * s.k)));
-  impl_->w = cuda::DeviceBuffer<uint8_t>(std::span<const uint8_t>(w, static_cast<size_t>(s.n * s.k)));
-  impl_->d = cuda::DeviceBuffer<float>(static_cast<size_t>(s.m * s.n));
+  QC_CUDA_CHECK(cudaStreamCreateWithFlags(&x.stream, cudaStreamNonBlocking));
+  const size_t a_bytes = static_cast<size_t>(s.m * s.k), w_bytes = static_cast<size_t>(s.n * s.k);
+  x.a = x.allocate<uint8_t>(a_bytes);
+  x.w = x.allocate<uint8_t>(w_bytes);
+  x.d = x.allocate<float>(static_cast<size_t>(s.m * s.n));
+  QC_CUDA_CHECK(cudaMemcpyAsync(x.a, a, a_bytes, cudaMemcpyHostToDevice, x.stream));
+  QC_CUDA_CHECK(cudaMemcpyAsync(x.w, w, w_bytes, cudaMemcpyHostToDevice, x.stream));
+  QC_CUDA_CHECK(cudaStreamSynchronize(x.stream));  // the host codes may go away after this returns
 }
 
 GpuFp8Codes::~GpuFp8Codes() = default;
@@ -133,19 +156,20 @@ std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel& model, std::string
   if (x.s.m == 0 || x.s.n == 0) return {};
   if (x.s.k == 0) return std::vector<float>(static_cast<size_t>(x.s.m * x.s.n), 0.0f);  // every sum is +0
   const bool fp32_kernel = which == Fp8GpuKernel::best && accum_fp32::gpu_kernel_takes(model, x.s.k);
-  if (x.wt.size() == 0 && !fp32_kernel && which != Fp8GpuKernel::reference &&
+  if (x.wt == nullptr && !fp32_kernel && which != Fp8GpuKernel::reference &&
       accum_fp64::path_of(model, x.fa, x.fw, x.s.k) != accum_fp64::Path::reference) {
-    x.wt = cuda::DeviceBuffer<uint8_t>(static_cast<size_t>(x.s.n * x.s.k));  // the fp64 kernel's pre-pass writes it
+    x.wt = x.allocate<uint8_t>(static_cast<size_t>(x.s.n * x.s.k));  // the fp64 kernel's pre-pass writes it
   }
   const std::string name = cuda::checked_launch(
-      cuda_kernels::launch_fp8_accum_model(model, x.a.get(), x.fa, x.w.get(), x.fw, x.wt.get(), x.d.get(),
-                                           static_cast<int>(x.s.m), static_cast<int>(x.s.n), x.s.k,
-                                           /*allow_fp32=*/which == Fp8GpuKernel::best,
-                                           /*reference_kernel=*/which == Fp8GpuKernel::reference, nullptr),
+      cuda_kernels::launch_fp8_accum_model(model, x.a, x.fa, x.w, x.fw, x.wt, x.d, static_cast<int>(x.s.m),
+                                           static_cast<int>(x.s.n), x.s.k, /*allow_fp32=*/which == Fp8GpuKernel::best,
+                                           /*reference_kernel=*/which == Fp8GpuKernel::reference, x.stream),
       "fp8 accumulation models on the GPU");
-  QC_CUDA_CHECK(cudaDeviceSynchronize());
+  std::vector<float> out(static_cast<size_t>(x.s.m * x.s.n));
+  QC_CUDA_CHECK(cudaMemcpyAsync(out.data(), x.d, out.size() * sizeof(float), cudaMemcpyDeviceToHost, x.stream));
+  QC_CUDA_CHECK(cudaStreamSynchronize(x.stream));
   if (kernel != nullptr) *kernel = name;
-  return x.d.to_host();
+  return out;
 }
 
 std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,

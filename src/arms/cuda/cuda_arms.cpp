@@ -273,7 +273,7 @@ class CublasLtFp8Arm final : public Arm {
     d_.a.upload({a, static_cast<size_t>(m * k)}), d_.w.upload({w, static_cast<size_t>(n * k)});
     d_.d.poison(mn);
     plan.run(d_.a.get(), d_.w.get(), d_.d.get(), nullptr, nullptr, nullptr);
-    QC_CUDA_CHECK(cudaDeviceSynchronize());
+    QC_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // its own (legacy) stream: not verify's model evaluation beside it
     RunRecord rec = cuda_record(i, plan.identity(), cublaslt_description());
     declare_model(rec.extra, i.accumulation_model, plan.split_k(), plan.reduction_scheme());
     record = rec;
@@ -320,7 +320,7 @@ class CublasLtFp8Arm final : public Arm {
                               i.label.c_str()) +
                " (outer-vector scaling unavailable: " + vec.error() + ")";
     }
-    QC_CUDA_CHECK(cudaDeviceSynchronize());
+    QC_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // its own (legacy) stream: not verify's model evaluation beside it
     ArmOutput out;
     out.y = d_.y.download(mn);
     out.record = cuda_record(i, std::move(kernel), cublaslt_description());

@@ -206,10 +206,11 @@ void launch_fp32(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, con
 
 }  // namespace
 
-std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
-                                   Fp8Format fw, uint8_t* w_t, float* d, int m, int n, int64_t k, bool allow_fp32,
-                                   bool reference_kernel, cudaStream_t stream) {
-  if (m <= 0 || n <= 0) return "fp8_accum_model (empty)";
+namespace {
+
+std::string launch(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw,
+                   uint8_t* w_t, float* d, int m, int n, int64_t k, bool allow_fp32, bool reference_kernel,
+                   cudaStream_t stream) {
   const dim3 block(32, 8);
   const dim3 grid((n + 31) / 32, (m + 7) / 8);
   const accum_fp64::Path path = accum_fp64::path_of(model, fa, fw, k);
@@ -241,6 +242,18 @@ std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a,
   }
   launch_fp64<4, 4, Path::exact>(model, a, fa, w_t, fw, d, m, n, k, stream);
   return "qconform fp8_accum_model_fp64 (exact sum in fp64, w transposed, 4x4 outputs per thread, 32x8 threads)";
+}
+
+}  // namespace
+
+std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
+                                   Fp8Format fw, uint8_t* w_t, float* d, int m, int n, int64_t k, bool allow_fp32,
+                                   bool reference_kernel, cudaStream_t stream) {
+  if (m <= 0 || n <= 0) return "fp8_accum_model (empty)";
+  std::string identity = launch(model, a, fa, w, fw, w_t, d, m, n, k, allow_fp32, reference_kernel, stream);
+  const cudaError_t err = cudaGetLastError();  // this host thread's launches only
+  if (err != cudaSuccess) return std::string("error: ") + cudaGetErrorString(err) + " launching " + identity;
+  return identity;
 }
 
 }  // namespace qc::cuda_kernels
