@@ -123,11 +123,20 @@ inline W8a8Options w8a8_options(const ModelRunArgs& a, LinearMode mode, const Ch
   return o;
 }
 
+// Mode fp32 runs no arm and quantizes nothing: every quantization flag is an input error.
+inline void check_fp32_args(const ModelRunArgs& a) {
+  QC_INPUT(a.arm.empty(), "--arm `{}`: mode fp32 runs no arm (use --mode w8a8)", a.arm);
+  QC_INPUT(!a.pow2, "--pow2: mode fp32 has no weight scales to round (use --mode w8a8)");
+  QC_INPUT(a.act_quantizer == "vllm", "--act-quantizer `{}`: mode fp32 quantizes nothing (use --mode w8a8)",
+           a.act_quantizer);
+  (void)w8a8_options(a, LinearMode::fp32, {});  // refuses the FP8 flags
+}
+
 // Checks the mode options before a (possibly large) model is loaded: bad usage fails at once. Reads
 // the model's config.json (not its weights) to refuse a checkpoint the mode cannot run.
 inline void preflight(const ModelRunArgs& a) {
   const LinearMode mode = parse_linear_mode(a.mode);
-  if (mode == LinearMode::fp32) return;
+  if (mode == LinearMode::fp32) return check_fp32_args(a);
   const CheckpointTraits checkpoint = peek_checkpoint(a.model);
   const W8a8Options o = w8a8_options(a, mode, checkpoint);
   W8a8Linear check(o);  // creates the arm, parses the quantizer, matches the arm to the mode
@@ -139,11 +148,7 @@ inline ModelRun make_model_run(const ModelRunArgs& a, const Model& model) {
   ModelRun r;
   r.mode = parse_linear_mode(a.mode);
   if (r.mode == LinearMode::fp32) {
-    QC_INPUT(a.arm.empty(), "--arm `{}`: mode fp32 runs no arm (use --mode w8a8)", a.arm);
-    QC_INPUT(!a.pow2, "--pow2: mode fp32 has no weight scales to round (use --mode w8a8)");
-    QC_INPUT(a.act_quantizer == "vllm", "--act-quantizer `{}`: mode fp32 quantizes nothing (use --mode w8a8)",
-             a.act_quantizer);
-    (void)w8a8_options(a, r.mode, {});  // refuses the FP8 flags
+    check_fp32_args(a);
     r.linear = fp32_linear;
     return r;
   }
