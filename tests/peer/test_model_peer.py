@@ -34,6 +34,11 @@ def as_f32(a):
     return a.astype(np.float32)
 
 
+def strip_identity(records):
+    """Records without the model's path and digest: runs of the same weights in other files compare equal."""
+    return [{k: v for k, v in r.items() if k not in ("model", "model_sha256")} for r in records]
+
+
 @pytest.mark.parametrize("dtype", ["f32", "bf16"])
 @pytest.mark.parametrize("name", ["tiny-qwen3", "tiny-qwen2"])
 def test_compressed_tensors_quantization_matches_numpy(tmp_path, name, dtype):
@@ -130,8 +135,7 @@ def test_sharded_checkpoint_runs_like_the_single_file(tmp_path, fmt, extra):
     single, _ = generate_records(tmp_path / src.name, tmp_path, "single", extra)
     sharded_dir = shard(src, tmp_path / "sharded", 3)
     sharded, _ = generate_records(sharded_dir, tmp_path, "sharded", extra)
-    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("model", "model_sha256")} for r in recs]
-    assert strip(sharded) == strip(single) and len(single) == 1 + 6  # header + 6 positions
+    assert strip_identity(sharded) == strip_identity(single) and len(single) == 1 + 6  # header + 6 positions
     assert sharded[0]["model_sha256"] != single[0]["model_sha256"]  # other files: another identity
     # The run's manifest names and digests the index and every shard.
     inputs = json.loads((tmp_path / "sharded.jsonl.manifest.json").read_text())["inputs"]
@@ -243,11 +247,10 @@ def test_fp8_checkpoint_matches_numpy_and_ml_dtypes(tmp_path, dtype, scaling):
     py_dir.mkdir()
     (py_dir / "config.json").write_bytes((ct_dir / "config.json").read_bytes())
     save_file(ours, str(py_dir / "model.safetensors"))
-    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("model", "model_sha256")} for r in recs]
     for mode in ("w8a8-fp8", "fp32"):
         a = replay_records(ct_dir, ct_dir / "tokens.jsonl", tmp_path, f"ours-{mode}", ("--mode", mode))
         b = replay_records(py_dir, ct_dir / "tokens.jsonl", tmp_path, f"python-{mode}", ("--mode", mode))
-        assert strip(a) == strip(b) and len(a) == 1 + 4 * 15, mode  # header + 4 sequences of 16 tokens
+        assert strip_identity(a) == strip_identity(b) and len(a) == 1 + 4 * 15, mode  # header + 4 sequences of 16 tokens
 
 
 def replay_records(model, tokens, tmp_path, tag, extra=()):
@@ -277,9 +280,8 @@ def test_fp8_dequantization_is_numpy_s(tmp_path, dtype):
     cfg["torch_dtype"] = "float32"
     (d / "config.json").write_text(json.dumps(cfg))
     save_file(deq, str(d / "model.safetensors"))
-    strip = lambda recs: [{k: v for k, v in r.items() if k not in ("model", "model_sha256")} for r in recs]
     tokens = ct_dir / "tokens.jsonl"
-    assert strip(replay_records(ct_dir, tokens, tmp_path, "fp8")) == strip(replay_records(d, tokens, tmp_path, "deq"))
+    assert strip_identity(replay_records(ct_dir, tokens, tmp_path, "fp8")) == strip_identity(replay_records(d, tokens, tmp_path, "deq"))
 
 
 @pytest.mark.parametrize("scaling", ["per-channel", "per-tensor"])

@@ -81,6 +81,37 @@ void expect_same_tensors(const qc::Model& a, const qc::Model& b) {
 
 const std::vector<int32_t> kTokens = {1, 17, 200, 3, 99, 45, 45, 250, 8, 130, 61, 7};
 
+bool is_weight_scale(const std::string& name) {
+  return name.size() >= 13 && name.substr(name.size() - 13) == ".weight_scale";
+}
+
+// `qconform pow2`'s rewrite of one safetensors file, checked independently: the same tensors and
+// metadata, every tensor byte-identical (codes, INT8 or FP8, included) except `*.weight_scale`, whose
+// every value (F32 or BF16, in its own dtype) is the nearest power of two in log2 of the original
+// (the threshold 2^(e+1/2) is irrational: no ties).
+void expect_pow2_rewrite(const std::string& in, const std::string& out) {
+  const qc::SafetensorsFile a = qc::read_safetensors(in);
+  const qc::SafetensorsFile b = qc::read_safetensors(out);
+  EXPECT_EQ(a.metadata, b.metadata);
+  ASSERT_EQ(a.names(), b.names());
+  auto value = [](const qc::Tensor& t, int64_t i) -> double {
+    return t.dtype() == qc::DType::bf16 ? qc::bf16_to_f32(t.span<uint16_t>()[static_cast<size_t>(i)])
+                                         : t.span<float>()[static_cast<size_t>(i)];
+  };
+  for (const auto& [name, ta] : a.tensors) {
+    const qc::Tensor& tb = b.at(name);
+    ASSERT_EQ(ta.dtype(), tb.dtype()) << name;
+    ASSERT_EQ(ta.shape(), tb.shape()) << name;
+    if (!is_weight_scale(name)) {
+      EXPECT_EQ(qc::sha256_hex(ta.bytes()), qc::sha256_hex(tb.bytes())) << name << ": codes or other tensors changed";
+      continue;
+    }
+    for (int64_t i = 0; i < ta.numel(); ++i) {
+      ASSERT_EQ(value(tb, i), std::exp2(std::round(std::log2(value(ta, i))))) << name << "[" << i << "] from " << value(ta, i);
+    }
+  }
+}
+
 TEST(ModelFormats, HfAndLlama2cOfTheSameWeightsForwardBitForBit) {
   TempDir t("hf_ll");
   const qc::Model m = qc::synth_model(qc::synth_config("tiny"), 5);
@@ -193,25 +224,7 @@ TEST(ModelFormats, Pow2RewriteChangesScalesOnlyAndNeverTouchesIn) {
   }
   EXPECT_EQ(qc::sha256_file(in + "/config.json"), qc::sha256_file(out + "/config.json"));
   EXPECT_EQ(qc::sha256_file(in + "/tokens.jsonl"), qc::sha256_file(out + "/tokens.jsonl"));
-  const qc::SafetensorsFile a = qc::read_safetensors(in + "/model.safetensors");
-  const qc::SafetensorsFile b = qc::read_safetensors(out + "/model.safetensors");
-  EXPECT_EQ(a.metadata, b.metadata);
-  ASSERT_EQ(a.names(), b.names());
-  for (const auto& [name, ta] : a.tensors) {
-    const qc::Tensor& tb = b.at(name);
-    ASSERT_EQ(ta.dtype(), tb.dtype()) << name;
-    ASSERT_EQ(ta.shape(), tb.shape()) << name;
-    if (name.size() < 13 || name.substr(name.size() - 13) != ".weight_scale") {
-      EXPECT_EQ(qc::sha256_hex(ta.bytes()), qc::sha256_hex(tb.bytes())) << name;
-      continue;
-    }
-    const auto sa = ta.span<uint16_t>(), sb = tb.span<uint16_t>();
-    for (size_t i = 0; i < sa.size(); ++i) {
-      // Independent: nearest power of two in log2 (the threshold 2^(e+1/2) is irrational: no ties).
-      const double want = std::exp2(std::round(std::log2(double(qc::bf16_to_f32(sa[i])))));
-      ASSERT_EQ(double(qc::bf16_to_f32(sb[i])), want) << name << "[" << i << "] from 0x" << std::hex << sa[i];
-    }
-  }
+  expect_pow2_rewrite(in + "/model.safetensors", out + "/model.safetensors");
   // The rewritten checkpoint runs exactly like `--pow2` in memory on the original.
   qc::W8a8Options o;
   o.arm = "cpu:vllm-cutlass-muladd";  // Qwen2 has a q/k/v bias: the plain vllm-cutlass label is ambiguous there
@@ -421,7 +434,7 @@ TEST(ModelFormats, Fp8CheckpointRoundTripsCodesAndScalesAndRunsLikeTheInMemoryQu
     const qc::SafetensorsFile f = qc::read_safetensors(dir + "/model.safetensors");
     std::vector<std::pair<std::string, qc::Tensor>> tensors;
     for (const auto& [name, tensor] : f.tensors) {
-      if (name.size() > 13 && name.substr(name.size() - 13) == ".weight_scale") {
+      if (is_weight_scale(name)) {
         qc::Tensor s0 = qc::Tensor::empty(tensor.dtype(), {});
         std::memcpy(s0.mutable_bytes().data(), tensor.bytes().data(), tensor.bytes().size());
         tensors.emplace_back(name, std::move(s0));
@@ -448,23 +461,7 @@ TEST(ModelFormats, Pow2RewriteOfAnFp8CheckpointRoundsScalesOnly) {
     EXPECT_GT(r.scales_changed, 0);
     EXPECT_EQ(before, qc::sha256_file(in + "/model.safetensors")) << "IN changed";
     EXPECT_EQ(qc::sha256_file(in + "/config.json"), qc::sha256_file(out + "/config.json"));
-    const qc::SafetensorsFile a = qc::read_safetensors(in + "/model.safetensors");
-    const qc::SafetensorsFile b = qc::read_safetensors(out + "/model.safetensors");
-    ASSERT_EQ(a.names(), b.names());
-    for (const auto& [name, ta] : a.tensors) {
-      const qc::Tensor& tb = b.at(name);
-      ASSERT_EQ(ta.dtype(), tb.dtype()) << name;
-      ASSERT_EQ(ta.shape(), tb.shape()) << name;
-      if (name.size() < 13 || name.substr(name.size() - 13) != ".weight_scale") {
-        EXPECT_EQ(qc::sha256_hex(ta.bytes()), qc::sha256_hex(tb.bytes())) << name << ": codes or other tensors changed";
-        continue;
-      }
-      for (int64_t i = 0; i < ta.numel(); ++i) {
-        const double va = ta.dtype() == qc::DType::bf16 ? qc::bf16_to_f32(ta.span<uint16_t>()[i]) : ta.span<float>()[i];
-        const double vb = tb.dtype() == qc::DType::bf16 ? qc::bf16_to_f32(tb.span<uint16_t>()[i]) : tb.span<float>()[i];
-        ASSERT_EQ(vb, std::exp2(std::round(std::log2(va)))) << name << "[" << i << "]";
-      }
-    }
+    expect_pow2_rewrite(in + "/model.safetensors", out + "/model.safetensors");
     // The probe checkpoint runs exactly like --pow2 in memory on the original.
     const qc::Model mi = qc::load_model(in), mo = qc::load_model(out);
     expect_bitwise(forward_all(mo, kTokens, qc::W8a8Linear(fp8_run(scaling, c))),
