@@ -44,7 +44,7 @@ inline std::vector<PathUse> model_run_inputs(const ModelRunArgs& run, PathUse in
 inline void add_model_option(CLI::App& app, ModelRunArgs& a) {
   app.add_option("--model", a.model,
                  "llama2.c checkpoint (.bin, legacy or v1), or a directory: Hugging Face layout (config.json + "
-                 "model.safetensors, fp32/bf16, or compressed-tensors W8A8), or model.bin (llama2.c)")
+                 "model.safetensors, fp32/bf16, or compressed-tensors W8A8: INT8 int-quantized or FP8 float-quantized), or model.bin (llama2.c)")
       ->required()
       ->check(CLI::ExistingPath);
 }
