@@ -236,9 +236,10 @@ Model load_model(const std::string& path);
 std::vector<std::pair<std::string, std::string>> model_files(const std::string& path);
 
 // Hugging Face layout (LLaMA / Qwen2 / Qwen3 keys, see docs/model.md). A `quantization_config`
-// must be a compressed-tensors "int-quantized" W8A8 config (validated strictly; anything else is
-// an input error naming the field); its linear layers are then int8 `weight` [N,K] +
-// `weight_scale` [N,1]. Every tensor must be present with its expected dtype and shape, and no
+// must be a compressed-tensors W8A8 config, "int-quantized" or "float-quantized" (validated
+// strictly; anything else is an input error naming the field); its linear layers are then int8
+// `weight` [N,K] + `weight_scale` [N,1], or F8_E4M3 `weight` [N,K] + `weight_scale` [N,1] (strategy
+// channel) or [1] / [] (strategy tensor), the scales in the model dtype. Every tensor must be present with its expected dtype and shape, and no
 // other tensor may be present.
 Model load_hf(const std::string& dir);
 
