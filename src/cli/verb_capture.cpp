@@ -1,6 +1,7 @@
-// `qconform capture`: the operands every linear layer's arm received in a w8a8 model run (prefill
-// of each prompt, rows of all prompts concatenated per layer), written as an operand file that
-// `qconform predict` and `qconform verify` read.
+// `qconform capture`: the operands every linear layer's arm received in a w8a8 or w8a8-fp8 model run
+// (prefill of each prompt, rows of all prompts concatenated per layer), written as an operand file
+// that `qconform predict` and `qconform verify` read (FP8 runs: F8_E4M3 / F8_E5M2 codes, for
+// `verify` with two FP8 arms).
 #include <fmt/format.h>
 
 #include <memory>
@@ -46,6 +47,8 @@ VerbRunner setup_capture(CLI::App& app) {
   return [a] {
     const std::vector<PathUse> paths_in = model_run_inputs(a->run, {"--prompts", a->prompts});
     check_output_paths(paths_in, {{"--out", a->out}, {"--manifest", manifest_path(a->manifest, a->out)}});
+    QC_INPUT(parse_linear_mode(a->run.mode) != LinearMode::fp32,
+             "--mode fp32: capture records the operands of quantized linear layers; expected w8a8 or w8a8-fp8");
     preflight(a->run);
     const Model model = load_model(a->run.model);
     std::optional<Tokenizer> tok;
@@ -72,6 +75,17 @@ VerbRunner setup_capture(CLI::App& app) {
         {"rows_per_prompt", fmt::format("{}", fmt::join(c.rows_per_prompt, ","))},
         {"rows", "prefill rows of every prompt, concatenated per layer in prompt order"},
     };
+    nlohmann::json config = {{"act_quantizer", run.options.act_quantizer}, {"pow2", run.options.pow2},
+                             {"max_tokens", a->max_tokens}};
+    if (run.options.fp8) {  // INT8 captures keep the metadata and manifest they had before FP8 existed
+      const nlohmann::json fp8 = fp8_run_config(run.options);  // named: items() of a temporary would dangle
+      for (const auto& [key, value] : fp8.items()) {
+        meta[key] = value.get<std::string>();
+        config[key] = value;
+      }
+      meta["mode"] = std::string(to_string(run.mode));
+      config["mode"] = to_string(run.mode);
+    }
     if (a->shard_size.empty()) {
       save_operands(a->out, c.layers, meta);
     } else {
@@ -82,18 +96,21 @@ VerbRunner setup_capture(CLI::App& app) {
     auto inputs = model_inputs(a->run.model, a->run.tokenizer);
     inputs.emplace_back("prompts", a->prompts);
     inputs.emplace_back("operands", a->out);
-    write_run_manifest(a->manifest, a->out, "capture", run.options.arm, c.record, inputs,
-                       {{"act_quantizer", run.options.act_quantizer}, {"pow2", run.options.pow2},
-                        {"max_tokens", a->max_tokens}});
-    fmt::print("capture: {} layers, {} rows each ({} prompts), arm {}, act quantizer {}{}; wrote {} ({})\n",
-               c.layers.size(), rows, prompts.size(), run.options.arm, run.options.act_quantizer,
-               run.options.pow2 ? ", pow2 weight scales" : "", a->out, sha256_file(a->out));
+    write_run_manifest(a->manifest, a->out, "capture", run.options.arm, c.record, inputs, config);
+    const std::string quantizer =
+        run.options.fp8 ? fmt::format("mode w8a8-fp8, element {}, act scale {}, weight scale {}",
+                                      config["element"].get<std::string>(), config["act_scale"].get<std::string>(),
+                                      config["weight_scale"].get<std::string>())
+                        : fmt::format("act quantizer {}", run.options.act_quantizer);
+    fmt::print("capture: {} layers, {} rows each ({} prompts), arm {}, {}{}; wrote {} ({})\n", c.layers.size(), rows,
+               prompts.size(), run.options.arm, quantizer, run.options.pow2 ? ", pow2 weight scales" : "", a->out,
+               sha256_file(a->out));
     return kExitOk;
   };
 }
 
 RegisterVerb register_capture{
-    {"capture", "Capture every linear layer's quantized operands of a w8a8 model run (input of predict/verify)", 98,
+    {"capture", "Capture every linear layer's quantized operands of a w8a8 or w8a8-fp8 model run (input of predict/verify)", 98,
      setup_capture}};
 
 }  // namespace

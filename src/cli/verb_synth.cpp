@@ -67,12 +67,8 @@ VerbRunner setup_synth(CLI::App& app) {
           {"m", std::to_string(rows)},
           {"seed", std::to_string(o->seed)},
           {"element", o->element},
-          {"act_quantizer", o->act_scale == "per-tensor"
-                                ? "vllm dynamic per-tensor fp8: scale=absmax/max, q=rne(clamp(x*(1/scale)))"
-                                : "vllm dynamic per-token fp8: scale=fmax(absmax/max, 1/(max*512)), q=rne(clamp(x/scale))"},
-          {"weight_quantizer", o->weight_scale == "per-tensor"
-                                   ? "compressed-tensors fp8 per-tensor: scale=absmax/max, q=rne(clamp(w/scale))"
-                                   : "compressed-tensors fp8 per-channel: scale=absmax/max, q=rne(clamp(w/scale))"}};
+          {"act_quantizer", fp8_act_quantizer_description(parse_fp8_act_scaling(o->act_scale))},
+          {"weight_quantizer", fp8_weight_quantizer_description(parse_weight_scaling(o->weight_scale))}};
     };
     std::string shards;
     if (shard_size->empty()) {

@@ -1,5 +1,5 @@
-// `qconform synth-model`: a seeded random model in the Hugging Face, compressed-tensors or llama2.c
-// format, with a small tokens JSONL beside it (`tokens.jsonl`: {"prompt": id, "tokens": [...]}).
+// `qconform synth-model`: a seeded random model in the Hugging Face, compressed-tensors (INT8 or FP8) or
+// llama2.c format, with a small tokens JSONL beside it (`tokens.jsonl`: {"prompt": id, "tokens": [...]}).
 #include <fmt/format.h>
 
 #include <memory>
@@ -13,7 +13,7 @@ namespace qc::cli {
 namespace {
 
 struct SynthModelArgs {
-  std::string config = "tiny", out, format = "hf", dtype = "f32";
+  std::string config = "tiny", out, format = "hf", dtype = "f32", weight_scale;
   int64_t layers = 0, sequences = 4, length = 16;
   uint64_t seed = 0;
 };
@@ -25,7 +25,11 @@ VerbRunner setup_synth_model(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_option("--seed", a->seed, "generator seed")->required()->check(non_negative_integer());
   app.add_option("--out", a->out, "output directory (must not exist)")->required();
-  app.add_option("--format", a->format, "hf (default) | compressed-tensors | llama2c");
+  app.add_option("--format", a->format,
+                 "hf (default) | compressed-tensors (int-quantized W8A8) | compressed-tensors-fp8 (float-quantized: "
+                 "e4m3 weights, as vLLM's FP8-dynamic checkpoints) | llama2c");
+  app.add_option("--weight-scale", a->weight_scale,
+                 "compressed-tensors-fp8: per-channel (default, weight_scale [N,1]) or per-tensor (weight_scale [1])");
   app.add_option("--dtype", a->dtype, "f32 (default) | bf16 (hf and compressed-tensors)");
   app.add_option("--sequences", a->sequences, "token sequences in tokens.jsonl (default 4)")->check(CLI::PositiveNumber);
   app.add_option("--length", a->length, "tokens per sequence, BOS first (default 16)")->check(CLI::Range(2, 1 << 20));
@@ -35,7 +39,11 @@ VerbRunner setup_synth_model(CLI::App& app) {
     config.dtype = a->dtype;
     QC_INPUT(a->length <= config.max_seq_len, "--length {}: expected at most the model's max_seq_len {}", a->length,
              config.max_seq_len);
-    const Model model = synth_model(config, a->seed);
+    QC_INPUT(a->weight_scale.empty() || format == ModelFormat::compressed_tensors_fp8,
+             "--weight-scale `{}`: expected it only with --format compressed-tensors-fp8, found --format {}",
+             a->weight_scale, a->format);
+    Model model = synth_model(config, a->seed);
+    if (!a->weight_scale.empty()) model = fp8_quantized(model, parse_weight_scaling(a->weight_scale));
     // Token ids from their own stream: BOS, then uniform ids above the special tokens 0..2.
     uint64_t state = a->seed ^ 0x746f6b656e73ull;  // "tokens"
     std::string tokens;
@@ -50,16 +58,18 @@ VerbRunner setup_synth_model(CLI::App& app) {
     int64_t params = static_cast<int64_t>(model.embed.size() + model.lm_head.size());
     for (const LinearLayer* l : model.linear_layers()) params += l->n_out * l->k_in;
     fmt::print("synth-model: {} ({} layers, hidden {}, intermediate {}, {}/{} heads of {}, vocab {}, {} params), seed "
-               "{}, format {}, dtype {}; wrote {} with tokens.jsonl ({} sequences of {})\n",
+               "{}, format {}{}, dtype {}; wrote {} with tokens.jsonl ({} sequences of {})\n",
                a->config, config.n_layers, config.hidden, config.intermediate, config.n_heads, config.n_kv_heads,
-               config.head_dim, config.vocab, params, a->seed, to_string(format), config.dtype, a->out, a->sequences,
+               config.head_dim, config.vocab, params, a->seed, to_string(format),
+               a->weight_scale.empty() ? "" : " (" + a->weight_scale + " weight scales)", config.dtype, a->out, a->sequences,
                a->length);
     return kExitOk;
   };
 }
 
 RegisterVerb register_synth_model{
-    {"synth-model", "Write a seeded random model (tiny or Qwen3-1.7B-shaped) as hf, compressed-tensors or llama2c", 36,
+    {"synth-model",
+     "Write a seeded random model (tiny or Qwen3-1.7B-shaped) as hf, compressed-tensors (INT8 or FP8) or llama2c", 36,
      setup_synth_model}};
 
 }  // namespace

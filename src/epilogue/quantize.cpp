@@ -206,3 +206,56 @@ void quantize_weights_fp8(ElementType target, WeightScaling scaling, const float
 }
 
 }  // namespace qc
+
+namespace qc {
+
+// ------------------------------------------------------------------------------------------------
+// The spellings of the FP8 quantization choice (`qconform synth`, `generate`, `replay`, `capture`)
+// ------------------------------------------------------------------------------------------------
+
+std::pair<ElementType, ElementType> parse_element_types(std::string_view spec) {
+  if (spec == "int8") return {ElementType::int8, ElementType::int8};
+  if (spec == "e4m3") return {ElementType::e4m3, ElementType::e4m3};
+  if (spec == "e5m2") return {ElementType::e5m2, ElementType::e5m2};
+  if (spec == "e5m2-e4m3") return {ElementType::e5m2, ElementType::e4m3};
+  if (spec == "e4m3-e5m2") return {ElementType::e4m3, ElementType::e5m2};
+  QC_FAIL_INPUT("--element `{}`: expected int8, e4m3, e5m2, e5m2-e4m3 or e4m3-e5m2 (activations-weights)", spec);
+}
+
+std::string element_types_spec(ElementType act, ElementType weight) {
+  if (act == weight) return std::string(element_type_name(act));
+  return std::string(element_type_name(act)) + "-" + std::string(element_type_name(weight));
+}
+
+Fp8ActScaling parse_fp8_act_scaling(std::string_view spec) {
+  if (spec == "per-token") return Fp8ActScaling::per_token;
+  if (spec == "per-tensor") return Fp8ActScaling::per_tensor;
+  QC_FAIL_INPUT("--act-scale `{}`: expected per-token or per-tensor", spec);
+}
+
+WeightScaling parse_weight_scaling(std::string_view spec) {
+  if (spec == "per-channel") return WeightScaling::per_channel;
+  if (spec == "per-tensor") return WeightScaling::per_tensor;
+  QC_FAIL_INPUT("--weight-scale `{}`: expected per-channel or per-tensor", spec);
+}
+
+std::string_view to_string(Fp8ActScaling scaling) {
+  return scaling == Fp8ActScaling::per_tensor ? "per-tensor" : "per-token";
+}
+
+std::string_view to_string(WeightScaling scaling) {
+  return scaling == WeightScaling::per_tensor ? "per-tensor" : "per-channel";
+}
+
+std::string fp8_act_quantizer_description(Fp8ActScaling scaling) {
+  return scaling == Fp8ActScaling::per_tensor
+             ? "vllm dynamic per-tensor fp8: scale=absmax/max, q=rne(clamp(x*(1/scale)))"
+             : "vllm dynamic per-token fp8: scale=fmax(absmax/max, 1/(max*512)), q=rne(clamp(x/scale))";
+}
+
+std::string fp8_weight_quantizer_description(WeightScaling scaling) {
+  return std::string("compressed-tensors fp8 ") + std::string(to_string(scaling)) +
+         ": scale=absmax/max, q=rne(clamp(w/scale))";
+}
+
+}  // namespace qc

@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
+#include <utility>
 
 #include "qconform/operands.hpp"
 
@@ -116,5 +118,33 @@ enum class WeightScaling { per_channel, per_tensor };
 // `weight_scale`; our operand files keep w_scale [N]). QC_INPUT error on a non-finite weight.
 void quantize_weights_fp8(ElementType target, WeightScaling scaling, const float* w, int64_t N, int64_t K, uint8_t* q,
                           float* scales, WeightScaleDtype dtype = WeightScaleDtype::f32);
+
+// ---- The FP8 quantization choice, as `qconform synth` and the model verbs spell it ----
+//
+// `--element`: "int8", "e4m3", "e5m2" (both operands) or "ACT-WEIGHT" ("e5m2-e4m3", "e4m3-e5m2");
+// QC_INPUT error naming the valid forms otherwise. Both INT8 or both FP8, as
+// `LayerOperands::validate` requires.
+std::pair<ElementType, ElementType> parse_element_types(std::string_view spec);
+// The `--element` spelling of a pair: "int8", "e4m3", "e5m2", or "ACT-WEIGHT" when they differ.
+std::string element_types_spec(ElementType act, ElementType weight);
+// `--act-scale`: "per-token" or "per-tensor"; `--weight-scale`: "per-channel" or "per-tensor".
+Fp8ActScaling parse_fp8_act_scaling(std::string_view spec);
+WeightScaling parse_weight_scaling(std::string_view spec);
+std::string_view to_string(Fp8ActScaling scaling);
+std::string_view to_string(WeightScaling scaling);
+// One line each, the formula as operand-file metadata records it (e.g. "vllm dynamic per-token
+// fp8: scale=fmax(absmax/max, 1/(max*512)), q=rne(clamp(x/scale))").
+std::string fp8_act_quantizer_description(Fp8ActScaling scaling);
+std::string fp8_weight_quantizer_description(WeightScaling scaling);
+
+// What one W8A8-FP8 layer is quantized to: vLLM's dynamic FP8 activations and compressed-tensors'
+// FP8 weights, with their element types and scale granularities. The defaults are what vLLM runs
+// for a compressed-tensors FP8-dynamic checkpoint (e4m3 × e4m3, per token × per channel).
+struct Fp8Quantization {
+  ElementType act = ElementType::e4m3, weight = ElementType::e4m3;
+  Fp8ActScaling act_scaling = Fp8ActScaling::per_token;
+  WeightScaling weight_scaling = WeightScaling::per_channel;
+  bool operator==(const Fp8Quantization&) const = default;
+};
 
 }  // namespace qc

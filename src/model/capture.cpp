@@ -1,4 +1,4 @@
-// Operand capture: the operands every linear layer's arm received in a w8a8 model run, in the
+// Operand capture: the operands every linear layer's arm received in a w8a8 or w8a8-fp8 model run, in the
 // operand-file format `qconform predict/verify` read (see `capture_operands` in model.hpp).
 #include <fmt/format.h>
 
@@ -51,6 +51,8 @@ CaptureResult capture_operands(const Model& model, const W8a8Options& options,
     s.w_q.assign(a.first.w_q.begin(), a.first.w_q.end());
     s.w_scale.assign(a.first.w_scale.begin(), a.first.w_scale.end());
     s.bias.assign(a.first.bias.begin(), a.first.bias.end());
+    s.a_type = a.first.a_type;  // FP8 captures keep their element types (F8_E4M3 / F8_E5M2 tensors)
+    s.w_type = a.first.w_type;
     result.layers.push_back(make_operands(l->name, a.m, a.first.n, a.first.k, std::move(s),
                                           fmt::format("capture of {} ({} prompts)", model.source, prompts.size())));
     result.outputs.push_back(std::move(a.y));

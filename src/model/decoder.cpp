@@ -138,14 +138,36 @@ void fp32_linear(const LinearLayer& layer, const float* x, int64_t M, float* y) 
 LinearMode parse_linear_mode(std::string_view text) {
   if (text == "fp32") return LinearMode::fp32;
   if (text == "w8a8") return LinearMode::w8a8;
-  QC_FAIL_INPUT("--mode: expected `fp32` or `w8a8`, found `{}`", text);
+  if (text == "w8a8-fp8") return LinearMode::w8a8_fp8;
+  QC_FAIL_INPUT("--mode: expected `fp32`, `w8a8` or `w8a8-fp8`, found `{}`", text);
 }
 
-std::string_view to_string(LinearMode mode) { return mode == LinearMode::fp32 ? "fp32" : "w8a8"; }
+std::string_view to_string(LinearMode mode) {
+  switch (mode) {
+    case LinearMode::fp32: return "fp32";
+    case LinearMode::w8a8: return "w8a8";
+    case LinearMode::w8a8_fp8: return "w8a8-fp8";
+  }
+  return "?";
+}
+
+std::string_view default_arm(LinearMode mode) {
+  switch (mode) {
+    case LinearMode::fp32: return "";
+    case LinearMode::w8a8: return "cpu:vllm-cutlass";
+    // cuBLASLt's default FP8 path (not the fast accumulation) follows this model (docs/accumulation.md).
+    case LinearMode::w8a8_fp8: return "cpu:fp8-hopper-fp8-promote4";
+  }
+  return "";
+}
+
+LinearMode linear_mode(const W8a8Options& options) {
+  return options.fp8 ? LinearMode::w8a8_fp8 : LinearMode::w8a8;
+}
 
 LinearFn make_linear_fn(LinearMode mode, std::string_view arm_label) {
   W8a8Options options;
-  if (!arm_label.empty()) options.arm = std::string(arm_label);
+  options.arm = std::string(arm_label);
   if (mode == LinearMode::fp32) {
     QC_INPUT(arm_label.empty(), "--arm `{}`: mode fp32 runs no arm (use --mode w8a8)", arm_label);
     return fp32_linear;
@@ -157,9 +179,17 @@ LinearFn make_linear_fn(LinearMode mode, const W8a8Options& options) {
   switch (mode) {
     case LinearMode::fp32:
       QC_INPUT(!options.pow2, "--pow2: mode fp32 has no weight scales to round (use --mode w8a8)");
+      QC_INPUT(!options.fp8, "--element/--act-scale/--weight-scale: mode fp32 quantizes nothing (use --mode w8a8-fp8)");
       return fp32_linear;
     case LinearMode::w8a8:
+      QC_INPUT(!options.fp8, "--element/--act-scale/--weight-scale: mode w8a8 quantizes to INT8; expected no FP8 "
+               "quantization, found one (use --mode w8a8-fp8)");
       return W8a8Linear(options);
+    case LinearMode::w8a8_fp8: {
+      W8a8Options o = options;
+      if (!o.fp8) o.fp8 = Fp8Quantization{};
+      return W8a8Linear(std::move(o));
+    }
   }
   QC_FAIL("unknown LinearMode {}", static_cast<int>(mode));
 }

@@ -1,6 +1,8 @@
 // Hugging Face-layout models (`config.json` + `model.safetensors`, LLaMA / Qwen2 / Qwen3 keys,
 // fp32 or bf16) and compressed-tensors W8A8 checkpoints ("int-quantized": int8 `weight` [N,K] +
-// `weight_scale` [N,1] in the model dtype), read and written; `load_model` dispatches on the path.
+// `weight_scale` [N,1] in the model dtype; "float-quantized", as vLLM's FP8-dynamic models ship:
+// F8_E4M3 `weight` [N,K] + `weight_scale` [N,1] per channel or [1] / [] per tensor), read and
+// written; `load_model` dispatches on the path.
 //
 // Rotary layout: Hugging Face checkpoints use rotate_half; llama2.c files use interleaved pairs.
 // `convert_llama_weights_to_hf.py` permutes the q/k rows of each head so that the two are the same
@@ -82,9 +84,11 @@ void check_scheme(const std::string& file, const nlohmann::json& scheme, const s
   }
 }
 
-// The compressed-tensors W8A8 configuration of `../shared/reference/production-epilogues.md`;
-// anything else is an input error naming the field.
-void validate_quantization_config(const std::string& file, const nlohmann::json& q) {
+// The compressed-tensors W8A8 configurations: "int-quantized" (`../shared/reference/production-epilogues.md`)
+// and "float-quantized" (FP8 weights per channel or per tensor, dynamic per-token FP8 activations: what
+// llm-compressor's FP8_DYNAMIC scheme writes); anything else is an input error naming the field.
+// Returns how the linear layers' weights are stored.
+WeightStorage validate_quantization_config(const std::string& file, const nlohmann::json& q) {
   QC_INPUT(q.is_object(), "{}: field `quantization_config`: expected an object, found {}", file, q.dump());
   auto expect_string = [&](const char* key, const char* want) {
     const nlohmann::json* v = field(q, key);
@@ -92,7 +96,12 @@ void validate_quantization_config(const std::string& file, const nlohmann::json&
              v ? v->dump() : std::string("nothing"));
   };
   expect_string("quant_method", "compressed-tensors");
-  expect_string("format", "int-quantized");
+  const nlohmann::json* format = field(q, "format");
+  QC_INPUT(format && (*format == "int-quantized" || *format == "float-quantized"),
+           "{}: field `quantization_config.format`: expected \"int-quantized\" (INT8) or \"float-quantized\" (FP8), "
+           "found {}",
+           file, format ? format->dump() : std::string("nothing"));
+  const bool fp8 = *format == "float-quantized";
   if (const nlohmann::json* status = field(q, "quantization_status")) {
     QC_INPUT(*status == "compressed" || *status == "frozen",
              "{}: field `quantization_config.quantization_status`: expected \"compressed\", found {}", file,
@@ -122,8 +131,8 @@ void validate_quantization_config(const std::string& file, const nlohmann::json&
   const std::string where = "quantization_config.config_groups." + gname;
   QC_INPUT(g.is_object(), "{}: field `{}`: expected an object, found {}", file, where, g.dump());
   if (const nlohmann::json* f = field(g, "format")) {
-    QC_INPUT(*f == "int-quantized", "{}: field `{}.format`: expected \"int-quantized\", found {}", file, where,
-             f->dump());
+    QC_INPUT(*f == *format, "{}: field `{}.format`: expected {} (as `quantization_config.format`), found {}", file,
+             where, format->dump(), f->dump());
   }
   const nlohmann::json* targets = field(g, "targets");
   QC_INPUT(targets && *targets == nlohmann::json::array({"Linear"}),
@@ -132,20 +141,32 @@ void validate_quantization_config(const std::string& file, const nlohmann::json&
   const nlohmann::json* out_act = field(g, "output_activations");
   QC_INPUT(!out_act, "{}: field `{}.output_activations`: expected null, found {}", file, where,
            out_act ? out_act->dump() : "");
+  // The element type: compressed-tensors' `type` "int" with 8 bits is int8, "float" with 8 bits is
+  // float8_e4m3fn (the only FP8 type its float-quantized compressor writes).
+  const char* type = fp8 ? "float" : "int";
   const nlohmann::json* w = field(g, "weights");
-  QC_INPUT(w, "{}: field `{}.weights`: expected the int8 per-channel weight scheme, found nothing", file, where);
-  check_scheme(file, *w, where + ".weights",
-               {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"}, {"dynamic", false}});
+  QC_INPUT(w, "{}: field `{}.weights`: expected the {} weight scheme, found nothing", file, where,
+           fp8 ? "FP8 per-channel or per-tensor" : "int8 per-channel");
+  check_scheme(file, *w, where + ".weights", {{"num_bits", 8}, {"type", type}, {"symmetric", true}, {"dynamic", false}});
+  WeightStorage storage{true, fp8 ? ElementType::e4m3 : ElementType::int8, WeightScaling::per_channel};
+  const nlohmann::json* strategy = field(*w, "strategy");
+  if (fp8 && strategy && *strategy == "tensor") {
+    storage.scaling = WeightScaling::per_tensor;
+  } else {
+    QC_INPUT(strategy && *strategy == "channel", "{}: field `{}.weights.strategy`: expected {}, found {}", file, where,
+             fp8 ? "\"channel\" or \"tensor\"" : "\"channel\"", strategy ? strategy->dump() : std::string("nothing"));
+  }
   const nlohmann::json* a = field(g, "input_activations");
-  QC_INPUT(a, "{}: field `{}.input_activations`: expected the int8 per-token dynamic scheme, found nothing", file,
-           where);
+  QC_INPUT(a, "{}: field `{}.input_activations`: expected the {} per-token dynamic scheme, found nothing", file,
+           where, fp8 ? "FP8" : "int8");
   check_scheme(file, *a, where + ".input_activations",
-               {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}});
+               {{"num_bits", 8}, {"type", type}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}});
+  return storage;
 }
 
 struct HfHeader {
   ModelConfig config;
-  bool quantized = false;
+  WeightStorage weights;    // `quantized` false without a quantization_config
   std::string torch_dtype;  // "" when absent
 };
 
@@ -206,8 +227,7 @@ HfHeader parse_config(const std::string& file) {
     }
   }
   if (const nlohmann::json* q = field(j, "quantization_config")) {
-    validate_quantization_config(file, *q);
-    h.quantized = true;
+    h.weights = validate_quantization_config(file, *q);
   }
   c.validate(file);
   return h;
@@ -272,15 +292,33 @@ class TensorReader {
     return out;
   }
 
-  std::vector<int8_t> int8s(const std::string& name, const std::vector<int64_t>& shape) {
+  // The codes of a quantized weight: I8 (int-quantized), or F8_E4M3 (float-quantized) bit patterns,
+  // every one finite (e4m3fn's NaN codes S.1111.111 are refused with their coordinates, as operand
+  // files refuse them).
+  std::vector<int8_t> codes(const std::string& name, const std::vector<int64_t>& shape, ElementType type) {
     const Tensor& t = get(name, shape);
-    QC_INPUT(t.dtype() == DType::i8, "{}: tensor `{}`: expected dtype I8 (compressed-tensors int-quantized), found {}",
-             path_of(name), name, dtype_safetensors_name(t.dtype()));
+    const bool fp8 = type != ElementType::int8;
+    QC_INPUT(t.dtype() == (fp8 ? DType::e4m3 : DType::i8), "{}: tensor `{}`: expected dtype {}, found {}",
+             path_of(name), name, fp8 ? "F8_E4M3 (compressed-tensors float-quantized)" : "I8 (compressed-tensors int-quantized)",
+             dtype_safetensors_name(t.dtype()));
     const auto s = t.contiguous().span<int8_t>();
-    return {s.begin(), s.end()};
+    std::vector<int8_t> out(s.begin(), s.end());
+    for (size_t i = 0; fp8 && i < out.size(); ++i) {
+      const uint8_t code = static_cast<uint8_t>(out[i]);
+      QC_INPUT((code & 0x7F) != 0x7F, "{}: tensor `{}` element [{}, {}]: expected a finite e4m3 code, found 0x{:02x} (a "
+               "NaN encoding)", path_of(name), name, i / static_cast<size_t>(shape[1]), i % static_cast<size_t>(shape[1]),
+               code);
+    }
+    return out;
   }
 
   DType dtype_of(const std::string& name) const { return index_.at(name).tensor->dtype(); }
+  // The shape of a tensor that exists, else nullopt (for tensors that may take one of several shapes).
+  std::optional<std::vector<int64_t>> shape_of(const std::string& name) const {
+    auto it = index_.find(name);
+    if (it == index_.end()) return std::nullopt;
+    return it->second.tensor->shape();
+  }
 
   void check_all_used() const {
     for (const SafetensorsFile& f : files_) {
@@ -308,28 +346,49 @@ class TensorReader {
   std::set<std::string> used_;
 };
 
-LinearLayer read_linear(TensorReader& r, const std::string& name, int64_t n, int64_t k, bool bias, bool quantized) {
+// `weight` = fp32(value(q) · scale) for every code: one rounding (exact for bf16 scales, whose 8
+// significant bits times an int8 or e4m3 code fit in fp32), what mode `fp32` runs for a quantized
+// checkpoint.
+void dequantize(LinearLayer& l) {
+  const bool fp8 = l.weight_type != ElementType::int8;
+  l.weight.resize(static_cast<size_t>(l.n_out * l.k_in));
+  for (int64_t i = 0; i < l.n_out; ++i) {
+    for (int64_t j = 0; j < l.k_in; ++j) {
+      const size_t at = static_cast<size_t>(i * l.k_in + j);
+      const float v = fp8 ? e4m3fn_to_f32(static_cast<uint8_t>(l.weight_q[at])) : static_cast<float>(l.weight_q[at]);
+      l.weight[at] = v * l.weight_scale[static_cast<size_t>(i)];
+    }
+  }
+}
+
+LinearLayer read_linear(TensorReader& r, const std::string& name, int64_t n, int64_t k, bool bias,
+                        const WeightStorage& storage) {
   LinearLayer l;
   l.name = name;
   l.n_out = n;
   l.k_in = k;
   const std::string key = "model." + name;
-  if (quantized) {
-    l.weight_q = r.int8s(key + ".weight", {n, k});
+  if (storage.quantized) {
+    QC_CHECK(storage.type == ElementType::int8 || storage.type == ElementType::e4m3,
+             "checkpoint weights of type {}", element_type_name(storage.type));
+    l.weight_type = storage.type;
+    l.weight_scaling = storage.scaling;
+    l.weight_q = r.codes(key + ".weight", {n, k}, storage.type);
     const std::string skey = key + ".weight_scale";
-    l.weight_scale = r.floats(skey, {n, 1});
+    if (storage.scaling == WeightScaling::per_channel) {
+      l.weight_scale = r.floats(skey, {n, 1});
+    } else {
+      // compressed-tensors writes a per-tensor scale as [1]; some exports hold it as a scalar [].
+      const std::optional<std::vector<int64_t>> shape = r.shape_of(skey);
+      const std::vector<float> one = r.floats(skey, shape && shape->empty() ? std::vector<int64_t>{} : std::vector<int64_t>{1});
+      l.weight_scale.assign(static_cast<size_t>(n), one[0]);  // repeated per channel, as operand files keep it
+    }
     for (int64_t i = 0; i < n; ++i) {
       const float s = l.weight_scale[static_cast<size_t>(i)];
       QC_INPUT(std::isfinite(s) && s > 0, "{}: tensor `{}`: expected finite positive scales, found {} at row {}",
                r.path_of(skey), skey, s, i);
     }
-    l.weight.resize(static_cast<size_t>(n * k));
-    for (int64_t i = 0; i < n; ++i) {
-      for (int64_t j = 0; j < k; ++j) {
-        l.weight[static_cast<size_t>(i * k + j)] =
-            static_cast<float>(l.weight_q[static_cast<size_t>(i * k + j)]) * l.weight_scale[static_cast<size_t>(i)];
-      }
-    }
+    dequantize(l);
   } else {
     l.weight = r.floats(key + ".weight", {n, k});
   }
@@ -357,7 +416,9 @@ Tensor float_tensor(const std::vector<float>& v, std::vector<int64_t> shape, DTy
   return t;
 }
 
-std::string hf_config_json(const Model& m, bool quantized) {
+// `weights`: unquantized (no quantization_config), or the compressed-tensors config of an int-quantized
+// or float-quantized checkpoint, as llm-compressor writes it (W8A8 INT8, FP8_DYNAMIC).
+std::string hf_config_json(const Model& m, const WeightStorage& weights) {
   const ModelConfig& c = m.config;
   const std::string type = c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : "llama";
   QC_CHECK(!(c.qk_norm && c.qkv_bias), "no Hugging Face architecture has both QK-norm and a q/k/v bias");
@@ -383,19 +444,23 @@ std::string hf_config_json(const Model& m, bool quantized) {
   j["bos_token_id"] = c.bos_id;
   if (c.stop_ids.size() == 1) j["eos_token_id"] = c.stop_ids[0];
   else if (!c.stop_ids.empty()) j["eos_token_id"] = c.stop_ids;
-  if (quantized) {
-    const nlohmann::ordered_json scheme_w = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "channel"},
+  if (weights.quantized) {
+    const bool fp8 = weights.type != ElementType::int8;
+    const char* type = fp8 ? "float" : "int";
+    const char* format = fp8 ? "float-quantized" : "int-quantized";
+    const char* strategy = weights.scaling == WeightScaling::per_tensor ? "tensor" : "channel";
+    const nlohmann::ordered_json scheme_w = {{"num_bits", 8}, {"type", type}, {"symmetric", true}, {"strategy", strategy},
                                              {"dynamic", false}, {"group_size", nullptr}, {"block_structure", nullptr},
                                              {"actorder", nullptr}, {"observer", "minmax"}, {"observer_kwargs", nlohmann::ordered_json::object()}};
-    const nlohmann::ordered_json scheme_a = {{"num_bits", 8}, {"type", "int"}, {"symmetric", true}, {"strategy", "token"},
+    const nlohmann::ordered_json scheme_a = {{"num_bits", 8}, {"type", type}, {"symmetric", true}, {"strategy", "token"},
                                              {"dynamic", true}, {"group_size", nullptr}, {"block_structure", nullptr},
                                              {"actorder", nullptr}, {"observer", nullptr}, {"observer_kwargs", nlohmann::ordered_json::object()}};
     j["quantization_config"] = {
         {"config_groups",
          {{"group_0",
            {{"input_activations", scheme_a}, {"output_activations", nullptr}, {"targets", {"Linear"}},
-            {"weights", scheme_w}, {"format", "int-quantized"}}}}},
-        {"format", "int-quantized"},
+            {"weights", scheme_w}, {"format", format}}}}},
+        {"format", format},
         {"ignore", {"lm_head"}},
         {"kv_cache_scheme", nullptr},
         {"quant_method", "compressed-tensors"},
@@ -463,6 +528,36 @@ struct TempDir {
 };
 
 }  // namespace
+
+Model fp8_quantized(const Model& model, WeightScaling scaling) {
+  Model m = model;
+  const WeightScaleDtype dtype = weight_scale_dtype_for(m.config);
+  for (DecoderLayer& L : m.layers) {
+    for (LinearLayer* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) {
+      if (l->quantized()) {
+        QC_INPUT(l->weight_type == ElementType::e4m3 && l->weight_scaling == scaling,
+                 "{}: layer `{}`: expected an unquantized or e4m3 {} layer to quantize to FP8, found {}", model.source,
+                 l->name, to_string(scaling), weight_storage(*l).describe());
+        continue;
+      }
+      l->weight_type = ElementType::e4m3;
+      l->weight_scaling = scaling;
+      l->weight_q.resize(static_cast<size_t>(l->n_out * l->k_in));
+      l->weight_scale.resize(static_cast<size_t>(l->n_out));
+      quantize_weights_fp8(ElementType::e4m3, scaling, l->weight.data(), l->n_out, l->k_in,
+                           reinterpret_cast<uint8_t*>(l->weight_q.data()), l->weight_scale.data(), dtype);
+      dequantize(*l);  // what load_hf gives for the written checkpoint
+    }
+  }
+  return m;
+}
+
+CheckpointTraits peek_checkpoint(const std::string& path) {
+  const fs::path config = fs::path(path) / "config.json";
+  if (!fs::is_directory(path) || !fs::exists(config)) return {};  // llama2.c: fp32 weights, no bias
+  const HfHeader h = parse_config(config.string());
+  return {h.weights, h.config.qkv_bias};
+}
 
 Model with_rope_style(const Model& model, RopeStyle style) {
   Model m = model;
@@ -555,13 +650,13 @@ Model load_hf(const std::string& dir) {
       L.q_norm = r.floats("model." + p + "self_attn.q_norm.weight", {hd});
       L.k_norm = r.floats("model." + p + "self_attn.k_norm.weight", {hd});
     }
-    L.q = read_linear(r, p + "self_attn.q_proj", q_dim, D, c.qkv_bias, h.quantized);
-    L.k = read_linear(r, p + "self_attn.k_proj", kv_dim, D, c.qkv_bias, h.quantized);
-    L.v = read_linear(r, p + "self_attn.v_proj", kv_dim, D, c.qkv_bias, h.quantized);
-    L.o = read_linear(r, p + "self_attn.o_proj", D, q_dim, false, h.quantized);
-    L.gate = read_linear(r, p + "mlp.gate_proj", I, D, false, h.quantized);
-    L.up = read_linear(r, p + "mlp.up_proj", I, D, false, h.quantized);
-    L.down = read_linear(r, p + "mlp.down_proj", D, I, false, h.quantized);
+    L.q = read_linear(r, p + "self_attn.q_proj", q_dim, D, c.qkv_bias, h.weights);
+    L.k = read_linear(r, p + "self_attn.k_proj", kv_dim, D, c.qkv_bias, h.weights);
+    L.v = read_linear(r, p + "self_attn.v_proj", kv_dim, D, c.qkv_bias, h.weights);
+    L.o = read_linear(r, p + "self_attn.o_proj", D, q_dim, false, h.weights);
+    L.gate = read_linear(r, p + "mlp.gate_proj", I, D, false, h.weights);
+    L.up = read_linear(r, p + "mlp.up_proj", I, D, false, h.weights);
+    L.down = read_linear(r, p + "mlp.down_proj", D, I, false, h.weights);
   }
   m.final_norm = r.floats("model.norm.weight", {D});
   if (c.tie_embeddings) {
@@ -606,14 +701,16 @@ Model load_model(const std::string& path) {
 ModelFormat parse_model_format(std::string_view text) {
   if (text == "hf") return ModelFormat::hf;
   if (text == "compressed-tensors") return ModelFormat::compressed_tensors;
+  if (text == "compressed-tensors-fp8") return ModelFormat::compressed_tensors_fp8;
   if (text == "llama2c") return ModelFormat::llama2c;
-  QC_FAIL_INPUT("--format: expected `hf`, `compressed-tensors` or `llama2c`, found `{}`", text);
+  QC_FAIL_INPUT("--format: expected `hf`, `compressed-tensors`, `compressed-tensors-fp8` or `llama2c`, found `{}`", text);
 }
 
 std::string_view to_string(ModelFormat format) {
   switch (format) {
     case ModelFormat::hf: return "hf";
     case ModelFormat::compressed_tensors: return "compressed-tensors";
+    case ModelFormat::compressed_tensors_fp8: return "compressed-tensors-fp8";
     case ModelFormat::llama2c: return "llama2c";
   }
   return "?";
@@ -639,7 +736,12 @@ void save_model(const Model& model, const std::string& out, ModelFormat format,
     return;
   }
   const bool quantize = format == ModelFormat::compressed_tensors;
-  const Model m = with_rope_style(model, RopeStyle::rotate_half);
+  const bool quantize_fp8 = format == ModelFormat::compressed_tensors_fp8;
+  // FP8: every layer e4m3 with one scaling (an FP8 model keeps its own, else per channel, as FP8_DYNAMIC).
+  const WeightStorage stored = weight_storage(model);
+  const Model m = with_rope_style(
+      quantize_fp8 ? fp8_quantized(model, stored.quantized ? stored.scaling : WeightScaling::per_channel) : model,
+      RopeStyle::rotate_half);
   const ModelConfig& c = m.config;
   QC_INPUT(c.dtype == "f32" || c.dtype == "bf16", "{}: model dtype `{}`: expected f32 or bf16", out, c.dtype);
   const DType fdt = c.dtype == "bf16" ? DType::bf16 : DType::f32;
@@ -647,9 +749,18 @@ void save_model(const Model& model, const std::string& out, ModelFormat format,
   auto add = [&](const std::string& name, const std::vector<float>& v, std::vector<int64_t> shape) {
     tensors.emplace_back(name, float_tensor(v, std::move(shape), fdt, name));
   };
+  auto add_codes = [&](const std::string& name, DType dtype, const std::vector<int8_t>& q, int64_t n, int64_t k) {
+    Tensor tq = Tensor::empty(dtype, {n, k});
+    std::memcpy(tq.mutable_bytes().data(), q.data(), q.size());
+    tensors.emplace_back(name, std::move(tq));
+  };
   auto add_linear = [&](const LinearLayer& l) {
     const std::string key = "model." + l.name;
     if (quantize) {
+      QC_INPUT(!l.quantized() || l.weight_type == ElementType::int8,
+               "{}: layer `{}` is quantized to {}; the compressed-tensors (int-quantized) format holds int8 codes: "
+               "expected an unquantized or INT8 model, found {} (use --format compressed-tensors-fp8)",
+               out, l.name, element_type_name(l.weight_type), weight_storage(l).describe());
       std::vector<int8_t> q = l.weight_q;
       std::vector<float> s = l.weight_scale;
       if (!l.quantized()) {
@@ -657,10 +768,18 @@ void save_model(const Model& model, const std::string& out, ModelFormat format,
         s.resize(static_cast<size_t>(l.n_out));
         quantize_weights_per_channel(l.weight.data(), l.n_out, l.k_in, q.data(), s.data(), weight_scale_dtype_for(c));
       }
-      Tensor tq = Tensor::empty(DType::i8, {l.n_out, l.k_in});
-      std::memcpy(tq.mutable_bytes().data(), q.data(), q.size());
-      tensors.emplace_back(key + ".weight", std::move(tq));
+      add_codes(key + ".weight", DType::i8, q, l.n_out, l.k_in);
       add(key + ".weight_scale", s, {l.n_out, 1});
+    } else if (quantize_fp8) {
+      add_codes(key + ".weight", DType::e4m3, l.weight_q, l.n_out, l.k_in);
+      if (l.weight_scaling == WeightScaling::per_tensor) {
+        // One scale, `[1]` as compressed-tensors stores it; `weight_scale` holds it n_out times.
+        QC_CHECK(std::all_of(l.weight_scale.begin(), l.weight_scale.end(), [&](float v) { return v == l.weight_scale[0]; }),
+                 "layer `{}`: a per-tensor weight scale that differs between channels", l.name);
+        add(key + ".weight_scale", {l.weight_scale[0]}, {1});
+      } else {
+        add(key + ".weight_scale", l.weight_scale, {l.n_out, 1});
+      }
     } else {
       add(key + ".weight", l.weight, {l.n_out, l.k_in});
     }
@@ -679,7 +798,9 @@ void save_model(const Model& model, const std::string& out, ModelFormat format,
   }
   add("model.norm.weight", m.final_norm, {c.hidden});
   if (!c.tie_embeddings) add("lm_head.weight", m.lm_head, {c.vocab, c.hidden});
-  write_file_atomic((fs::path(tmp.path) / "config.json").string(), hf_config_json(m, quantize));
+  write_file_atomic((fs::path(tmp.path) / "config.json").string(), hf_config_json(m, quantize      ? WeightStorage{true, ElementType::int8, WeightScaling::per_channel}
+                                                  : quantize_fp8 ? weight_storage(m)
+                                                                 : WeightStorage{}));
   write_safetensors((fs::path(tmp.path) / "model.safetensors").string(), tensors,
                     {{"format", "pt"}});
   tmp.commit(out);
@@ -772,7 +893,7 @@ Pow2Report pow2_checkpoint(const std::string& in, const std::string& out) {
                   "config.json", in);
   }
   const HfHeader h = parse_config((dir / "config.json").string());
-  QC_INPUT(h.quantized, "{}", no_scales_message(in, "this Hugging Face checkpoint (config.json has no "
+  QC_INPUT(h.weights.quantized, "{}", no_scales_message(in, "this Hugging Face checkpoint (config.json has no "
                                                     "quantization_config)"));
   std::vector<fs::path> files;
   for (const auto& e : fs::directory_iterator(dir)) {

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -68,13 +69,46 @@ struct LinearLayer {
   int64_t n_out = 0, k_in = 0;
   std::vector<float> weight;  // [n_out, k_in] fp32
   std::vector<float> bias;    // [n_out] or empty
-  // A quantized checkpoint (compressed-tensors "int-quantized") carries its int8 weights and
-  // per-channel scales; `weight` then holds their dequantization fp32(q·scale) (one rounding;
-  // exact for bf16 scales), which is what mode `fp32` runs. Empty for unquantized checkpoints.
-  std::vector<int8_t> weight_q;      // [n_out, k_in]
-  std::vector<float> weight_scale;   // [n_out] fp32 (the exact upcast of the stored scale)
+  // A quantized checkpoint (compressed-tensors "int-quantized": int8 codes, per-channel scales;
+  // "float-quantized": e4m3 codes, per-channel or per-tensor scales) carries its codes and scales;
+  // `weight` then holds their dequantization fp32(q·scale) (one rounding; exact for bf16 scales),
+  // which is what mode `fp32` runs. Empty for unquantized checkpoints.
+  std::vector<int8_t> weight_q;      // [n_out, k_in]: int8 codes, or FP8 bit patterns (weight_type e4m3)
+  std::vector<float> weight_scale;   // [n_out] fp32 (the exact upcast of the stored scale; a per-tensor
+                                     // scale repeated n_out times, as operand files keep it)
+  ElementType weight_type = ElementType::int8;
+  WeightScaling weight_scaling = WeightScaling::per_channel;
   bool quantized() const { return !weight_q.empty(); }
 };
+
+struct Model;
+
+// How a checkpoint stores its linear layers' weights: floating point (`quantized` false: the W8A8
+// modes quantize them at run time), compressed-tensors int-quantized (int8, per channel) or
+// float-quantized (e4m3, per channel or per tensor).
+struct WeightStorage {
+  bool quantized = false;
+  ElementType type = ElementType::int8;
+  WeightScaling scaling = WeightScaling::per_channel;
+  // "unquantized", "compressed-tensors int-quantized (int8, per-channel scales)", "compressed-tensors
+  // float-quantized (e4m3, per-tensor scales)": for messages and run headers.
+  std::string describe() const;
+};
+WeightStorage weight_storage(const LinearLayer& layer);
+// A model's storage: that of its first linear layer (a checkpoint has one quantization scheme for
+// every layer; the loaders and `fp8_quantized` keep it so).
+WeightStorage weight_storage(const Model& model);
+
+// What a model run must know about a checkpoint before it runs: how its weights are stored and
+// whether it has a q/k/v bias (Qwen2).
+struct CheckpointTraits {
+  WeightStorage weights;
+  bool qkv_bias = false;
+};
+// From `config.json` alone for a Hugging Face directory (no tensor is read: cheap, so a mode that
+// cannot run the checkpoint fails before a large model is loaded); a llama2.c checkpoint has neither
+// quantization nor bias. The same input errors as `load_model` for a malformed config.json.
+CheckpointTraits peek_checkpoint(const std::string& path);
 
 // The one interface every linear layer (q, k, v, o, gate, up, down; not the head) runs through:
 // x [M, k_in] fp32 -> y [M, n_out] fp32. Quantized modes plug in here.
@@ -94,7 +128,7 @@ void matmul_fp32(const float* x, int64_t M, const float* w, const float* bias, i
 // `matmul_fp32` as a LinearFn (the default, mode `fp32`).
 void fp32_linear(const LinearLayer& layer, const float* x, int64_t M, float* y);
 
-// Modes of `qconform generate/replay/capture`.
+// Modes of `qconform generate/replay/capture`: fp32, w8a8 (INT8 operands), w8a8-fp8 (FP8 operands).
 //
 // THE W8A8 PATH (`W8a8Linear`): a LinearFn that, per layer,
 // (1) quantizes `layer.weight` per output channel to symmetric int8 once, the compressed-tensors
@@ -107,16 +141,36 @@ void fp32_linear(const LinearLayer& layer, const float* x, int64_t M, float* y);
 //     bias dtype) and calls `Arm::run` for the chosen arm;
 // (4) widens the arm's bf16 output to fp32 into `y`.
 // Attention, norms and the head stay floating point.
-enum class LinearMode { fp32, w8a8 };
-LinearMode parse_linear_mode(std::string_view text);  // QC_INPUT on anything else
+//
+// THE W8A8-FP8 PATH is the same `W8a8Linear` with `W8a8Options::fp8` set: weights quantized once
+// with `quantize_weights_fp8` (compressed-tensors "float-quantized", in the model's dtype; or an FP8
+// checkpoint's own e4m3 codes and scales), activations per call with `quantize_activations_fp8`
+// (vLLM's dynamic FP8 path), FP8 `LayerOperands` (a_type / w_type set) to an FP8 arm (one whose
+// `ArmInfo::accumulation_model` is non-empty). FP8 arms take no bias.
+enum class LinearMode { fp32, w8a8, w8a8_fp8 };
+LinearMode parse_linear_mode(std::string_view text);  // "fp32", "w8a8", "w8a8-fp8"; QC_INPUT on anything else
 std::string_view to_string(LinearMode mode);
+// The arm a mode runs when none is named: cpu:vllm-cutlass (w8a8), cpu:fp8-hopper-fp8-promote4
+// (w8a8-fp8: the model of cuBLASLt's default FP8 path); "" for fp32.
+std::string_view default_arm(LinearMode mode);
 
 struct W8a8Options {
-  std::string arm = "cpu:vllm-cutlass";
-  std::string act_quantizer = "vllm";  // "vllm" or "sglang" (per-token dynamic)
+  std::string arm;                     // "" = the mode's `default_arm`
+  std::string act_quantizer = "vllm";  // "vllm", "sglang" or "reciprocal" (per-token dynamic); FP8: "vllm"
   bool pow2 = false;                   // weight scales rounded to the nearest power of two (log2)
   WeightScaleDtype weight_dtype = WeightScaleDtype::f32;  // the model's dtype (bf16 models: bf16 scales)
+  std::optional<Fp8Quantization> fp8;  // set: mode w8a8-fp8, with these element types and scalings
 };
+// w8a8 or w8a8-fp8, as `options.fp8` says.
+LinearMode linear_mode(const W8a8Options& options);
+
+// The one check between a checkpoint (or one of its layers, `where` naming it) and the W8A8 options:
+// mode w8a8-fp8 refuses a bias (the FP8 arms take none) and an INT8 checkpoint, mode w8a8 an FP8
+// checkpoint; an FP8 checkpoint's stored element type and weight scaling must be those of
+// `options.fp8` (`--element`'s weight half, `--weight-scale`). QC_INPUT naming `where`, the option,
+// what was expected and what was found.
+void check_checkpoint_takes_options(const std::string& where, const WeightStorage& weights, bool has_bias,
+                                    const W8a8Options& options);
 // The quantizer dtype that matches a model: bf16 for bf16 checkpoints, f32 otherwise.
 WeightScaleDtype weight_scale_dtype_for(const ModelConfig& config);
 
@@ -140,7 +194,8 @@ class W8a8Linear {
   std::shared_ptr<State> state_;
 };
 
-// fp32: `fp32_linear` (an arm or --pow2 is an input error); w8a8: a `W8a8Linear`.
+// fp32: `fp32_linear` (an arm, --pow2 or FP8 options are input errors); w8a8: a `W8a8Linear` (FP8 options
+// are an input error); w8a8-fp8: a `W8a8Linear` with `options.fp8` (the default `Fp8Quantization` when unset).
 LinearFn make_linear_fn(LinearMode mode, std::string_view arm_label = {});
 LinearFn make_linear_fn(LinearMode mode, const W8a8Options& options);
 
@@ -181,25 +236,36 @@ Model load_model(const std::string& path);
 std::vector<std::pair<std::string, std::string>> model_files(const std::string& path);
 
 // Hugging Face layout (LLaMA / Qwen2 / Qwen3 keys, see docs/model.md). A `quantization_config`
-// must be a compressed-tensors "int-quantized" W8A8 config (validated strictly; anything else is
-// an input error naming the field); its linear layers are then int8 `weight` [N,K] +
-// `weight_scale` [N,1]. Every tensor must be present with its expected dtype and shape, and no
+// must be a compressed-tensors W8A8 config, "int-quantized" or "float-quantized" (validated
+// strictly; anything else is an input error naming the field); its linear layers are then int8
+// `weight` [N,K] + `weight_scale` [N,1], or F8_E4M3 `weight` [N,K] + `weight_scale` [N,1] (strategy
+// channel) or [1] / [] (strategy tensor), the scales in the model dtype. Every tensor must be present with its expected dtype and shape, and no
 // other tensor may be present.
 Model load_hf(const std::string& dir);
 
-enum class ModelFormat { hf, compressed_tensors, llama2c };
-ModelFormat parse_model_format(std::string_view text);  // "hf", "compressed-tensors", "llama2c"
+enum class ModelFormat { hf, compressed_tensors, compressed_tensors_fp8, llama2c };
+// "hf", "compressed-tensors", "compressed-tensors-fp8", "llama2c"
+ModelFormat parse_model_format(std::string_view text);
 std::string_view to_string(ModelFormat format);
 // Writes `model` into the directory `out` (built in a temporary directory and renamed into place;
 // `out` must not exist): `config.json` + `model.safetensors` for hf / compressed-tensors,
 // `model.bin` (version-1 layout) for llama2c. Floating tensors are stored in `model.config.dtype` (bf16: the values must already be
 // bf16-representable, QC_CHECK). compressed-tensors quantizes every linear layer that is not already
-// quantized with `quantize_weights_per_channel` in the model dtype. Rotary layouts are converted:
+// quantized with `quantize_weights_per_channel` in the model dtype; compressed-tensors-fp8 writes a
+// "float-quantized" checkpoint (F8_E4M3 `weight` [N,K], `weight_scale` [N,1] per channel or [1] per
+// tensor, in the model dtype), quantizing every layer not already FP8 with `fp8_quantized` per channel.
+// A layer quantized to the other format is an input error. Rotary layouts are converted:
 // hf/compressed-tensors store rotate_half, llama2c stores interleaved (q/k rows permuted as Hugging
 // Face's `convert_llama_weights_to_hf.py` does).
 // `extra_files` (name -> content) are written into the directory too (e.g. a tokens JSONL).
 void save_model(const Model& model, const std::string& out, ModelFormat format,
                 const std::map<std::string, std::string>& extra_files = {});
+
+// The same model with every linear layer that is not yet quantized quantized to e4m3 with
+// `quantize_weights_fp8` (`scaling`, in the model dtype), its codes and scales kept and `weight`
+// replaced by their dequantization, as `load_hf` reads a float-quantized checkpoint. Layers already
+// FP8 stay as they are if their scaling is `scaling`; any other quantized layer is an input error.
+Model fp8_quantized(const Model& model, WeightScaling scaling);
 
 // The same model with its q/k projections (rows, q/k bias, QK-norm weights) permuted to `style`.
 Model with_rope_style(const Model& model, RopeStyle style);
@@ -216,7 +282,7 @@ Model synth_model(const ModelConfig& config, uint64_t seed);
 
 // ---- Operand capture and the power-of-two checkpoint ----
 
-// Runs one prefill pass per prompt in mode w8a8 and records, for every linear layer, the operands
+// Runs one prefill pass per prompt in mode w8a8 or w8a8-fp8 (`options.fp8`) and records, for every linear layer, the operands
 // its arm received and what the arm returned. Rows of all prompts are concatenated per layer in
 // prompt order (the weights are the same for every prompt), so layer L's `a_q` holds
 // Σ_p len(p) rows. Layers come in forward order (`Model::linear_layers`).
@@ -345,7 +411,7 @@ std::vector<PositionRecord> replay(Decoder& decoder, std::span<const int32_t> to
                                    std::vector<float>* logits_out = nullptr);
 
 // The first JSONL line of a generate/replay output: {"kind": "header", "mode": "generate" |
-// "replay" (the verb, as `qconform transfer` reads it), "linear_mode": "fp32" | "w8a8",
+// "replay" (the verb, as `qconform transfer` reads it), "linear_mode": "fp32" | "w8a8" | "w8a8-fp8",
 // "arm": label ("fp32" when no arm runs), "model", "model_sha256", "tokenizer", "tokenizer_sha256",
 // "qconform_version", plus `extra`'s fields}.
 std::string format_header(std::string_view verb, LinearMode mode, std::string_view arm, const Model& model,

@@ -1,10 +1,13 @@
-// Mode `w8a8`: every linear layer of the decoder through one arm, on int8 operands quantized the
-// way production engines quantize them (see the comment on `W8a8Linear` in model.hpp).
+// Modes `w8a8` and `w8a8-fp8`: every linear layer of the decoder through one arm, on operands
+// quantized the way production engines quantize them (see the comment on `W8a8Linear` in model.hpp).
 //
-// Weights: per output channel, symmetric, compressed-tensors' `absmax/127.5` with half-even
-// rounding (`quantize_weights_per_channel`, in the model's dtype), computed once per layer and
-// cached by name; a compressed-tensors checkpoint's own int8 weights and scales are used as they
-// are. Activations: per token, dynamic, with the chosen quantizer (`vllm` or `sglang`).
+// INT8 weights: per output channel, symmetric, compressed-tensors' `absmax/127.5` with half-even
+// rounding (`quantize_weights_per_channel`, in the model's dtype). FP8 weights: compressed-tensors'
+// "float-quantized" `absmax/fp8_max` per channel or per tensor (`quantize_weights_fp8`, in the model's
+// dtype). Either is computed once per layer and cached by name; a compressed-tensors checkpoint's own
+// codes and scales are used as they are. INT8 activations: per token, dynamic, with the chosen
+// quantizer (`vllm`, `sglang` or `reciprocal`); FP8 activations: vLLM's dynamic FP8 path, per token
+// or per tensor (`quantize_activations_fp8`).
 #include <fmt/format.h>
 
 #include <mutex>
@@ -23,7 +26,8 @@ struct CachedWeight {
   std::string name;
   int64_t n = 0, k = 0;
   const float* source = nullptr;  // the fp32 weight it was computed from (detects a name reused for another layer)
-  std::vector<int8_t> w_q;
+  ElementType type = ElementType::int8;
+  std::vector<int8_t> w_q;  // int8 codes, or FP8 bit patterns when `type` is e4m3/e5m2
   std::vector<float> w_scale;
   std::vector<uint16_t> bias;  // bf16 bit patterns, empty when the layer has none
 };
@@ -43,6 +47,7 @@ struct W8a8Linear::State {
   std::unique_ptr<Arm> arm;
   ArmInfo info;
   OperandObserver observer;
+  std::string source;  // `LayerOperands::source` of every run
   std::mutex mutex;  // guards `cache` and `last_record`
   std::unordered_map<std::string, std::shared_ptr<const CachedWeight>> cache;
   RunRecord last_record;
@@ -57,6 +62,8 @@ struct W8a8Linear::State {
                layer.n_out, layer.k_in);
       return it->second;
     }
+    check_checkpoint_takes_options(fmt::format("layer `{}`", layer.name), weight_storage(layer), !layer.bias.empty(),
+                                   options);
     auto c = std::make_shared<CachedWeight>();
     c->name = layer.name;
     c->n = layer.n_out;
@@ -64,13 +71,20 @@ struct W8a8Linear::State {
     c->source = layer.weight.data();
     if (layer.quantized()) {
       // The checkpoint's own operands, bit for bit.
+      c->type = layer.weight_type;
       c->w_q = layer.weight_q;
       c->w_scale = layer.weight_scale;
     } else {
       c->w_q.resize(static_cast<size_t>(layer.n_out * layer.k_in));
       c->w_scale.resize(static_cast<size_t>(layer.n_out));
-      quantize_weights_per_channel(layer.weight.data(), layer.n_out, layer.k_in, c->w_q.data(), c->w_scale.data(),
-                                   options.weight_dtype);
+      if (options.fp8) {
+        c->type = options.fp8->weight;
+        quantize_weights_fp8(c->type, options.fp8->weight_scaling, layer.weight.data(), layer.n_out, layer.k_in,
+                             reinterpret_cast<uint8_t*>(c->w_q.data()), c->w_scale.data(), options.weight_dtype);
+      } else {
+        quantize_weights_per_channel(layer.weight.data(), layer.n_out, layer.k_in, c->w_q.data(), c->w_scale.data(),
+                                     options.weight_dtype);
+      }
     }
     QC_CHECK(c->w_q.size() == static_cast<size_t>(layer.n_out * layer.k_in) &&
                  c->w_scale.size() == static_cast<size_t>(layer.n_out),
@@ -86,12 +100,40 @@ struct W8a8Linear::State {
 };
 
 W8a8Linear::W8a8Linear(W8a8Options options) : state_(std::make_shared<State>()) {
+  if (options.arm.empty()) options.arm = std::string(default_arm(linear_mode(options)));
   state_->act = act_quantizer(options.act_quantizer);
   QC_INPUT(state_->act != ActQuantizer::static_,
            "--act-quantizer `static`: the model quantizes activations per token dynamically; expected `vllm`, "
            "`sglang` or `reciprocal`");
+  if (const std::optional<Fp8Quantization>& f = options.fp8) {
+    QC_INPUT(options.act_quantizer == "vllm",
+             "--act-quantizer `{}` in mode w8a8-fp8: expected vllm (vLLM's dynamic FP8 path is the one modelled; "
+             "sglang and reciprocal are INT8 quantizers)",
+             options.act_quantizer);
+    QC_INPUT(f->act != ElementType::int8 && f->weight != ElementType::int8,
+             "--element `{}` in mode w8a8-fp8: expected FP8 element types (e4m3, e5m2, e5m2-e4m3 or e4m3-e5m2), "
+             "found int8 (use --mode w8a8)",
+             element_types_spec(f->act, f->weight));
+  }
   state_->arm = make_arm(options.arm);
   state_->info = state_->arm->info();
+  if (options.fp8) {
+    QC_INPUT(!state_->info.accumulation_model.empty(),
+             "--arm `{}` in mode w8a8-fp8: expected an FP8 arm (one that declares an accumulation model: "
+             "cpu:fp8-<model>, cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc; `qconform arms` lists them), found an "
+             "INT8 arm",
+             options.arm);
+    const Fp8Quantization& f = *options.fp8;
+    state_->source = fmt::format("model run, w8a8-fp8 element={} act_scale={} weight_scale={} pow2={}",
+                                 element_types_spec(f.act, f.weight), to_string(f.act_scaling),
+                                 to_string(f.weight_scaling), options.pow2);
+  } else {
+    QC_INPUT(state_->info.accumulation_model.empty(),
+             "--arm `{}` in mode w8a8: expected an INT8 arm, found an FP8 arm (accumulation model {}); mode w8a8 "
+             "quantizes to INT8: use --mode w8a8-fp8 to run FP8 operands through it",
+             options.arm, state_->info.accumulation_model);
+    state_->source = fmt::format("model run, w8a8 act={} pow2={}", options.act_quantizer, options.pow2);
+  }
   state_->options = std::move(options);
 }
 
@@ -107,13 +149,65 @@ WeightScaleDtype weight_scale_dtype_for(const ModelConfig& config) {
   return config.dtype == "bf16" ? WeightScaleDtype::bf16 : WeightScaleDtype::f32;
 }
 
+std::string WeightStorage::describe() const {
+  if (!quantized) return "unquantized";
+  return fmt::format("compressed-tensors {} ({}, {} scales)", type == ElementType::int8 ? "int-quantized" : "float-quantized",
+                     element_type_name(type), to_string(scaling));
+}
+
+WeightStorage weight_storage(const LinearLayer& layer) {
+  if (!layer.quantized()) return {};
+  return {true, layer.weight_type, layer.weight_scaling};
+}
+
+WeightStorage weight_storage(const Model& model) {
+  return model.layers.empty() ? WeightStorage{} : weight_storage(model.layers[0].q);
+}
+
+void check_checkpoint_takes_options(const std::string& where, const WeightStorage& weights, bool has_bias,
+                                    const W8a8Options& options) {
+  const bool ckpt_fp8 = weights.quantized && weights.type != ElementType::int8;
+  if (!options.fp8) {
+    QC_INPUT(!ckpt_fp8,
+             "{}: mode w8a8 quantizes to INT8; expected an unquantized or int-quantized checkpoint, found {} (use "
+             "--mode w8a8-fp8)",
+             where, weights.describe());
+    return;
+  }
+  QC_INPUT(!has_bias,
+           "{}: mode w8a8-fp8: expected no q/k/v bias (the FP8 arms take no bias), found one (a Qwen2 model?); run it "
+           "with --mode w8a8 or fp32",
+           where);
+  QC_INPUT(!weights.quantized || ckpt_fp8,
+           "{}: mode w8a8-fp8: expected an unquantized or float-quantized (FP8) checkpoint, found {} (use --mode w8a8)",
+           where, weights.describe());
+  if (!ckpt_fp8) return;
+  const Fp8Quantization& f = *options.fp8;
+  QC_INPUT(f.weight == weights.type,
+           "{}: --element `{}`: expected weights of the checkpoint's element type {}, found {} (the checkpoint stores "
+           "its own codes: {})",
+           where, element_types_spec(f.act, f.weight), element_type_name(weights.type), element_type_name(f.weight),
+           weights.describe());
+  QC_INPUT(f.weight_scaling == weights.scaling,
+           "{}: --weight-scale `{}`: expected the checkpoint's weight scaling {}, found {} (the checkpoint stores its "
+           "own scales: {})",
+           where, to_string(f.weight_scaling), to_string(weights.scaling), to_string(f.weight_scaling),
+           weights.describe());
+}
+
 void W8a8Linear::operator()(const LinearLayer& layer, const float* x, int64_t M, float* y) const {
   State& st = *state_;
   auto call = std::make_shared<CallOperands>();
   call->weight = st.weight_for(layer);
   call->a_q.resize(static_cast<size_t>(M * layer.k_in));
   call->a_scale.resize(static_cast<size_t>(M));
-  quantize_activations(st.act, x, M, layer.k_in, call->a_q.data(), call->a_scale.data());
+  const std::optional<Fp8Quantization>& fp8 = st.options.fp8;
+  if (fp8) {
+    quantize_activations_fp8(fp8->act, fp8->act_scaling, x, M, layer.k_in, reinterpret_cast<uint8_t*>(call->a_q.data()),
+                             call->a_scale.data());
+  } else {
+    quantize_activations(st.act, x, M, layer.k_in, call->a_q.data(), call->a_scale.data());
+  }
 
   const CachedWeight& w = *call->weight;
   LayerOperands ops;
@@ -126,7 +220,9 @@ void W8a8Linear::operator()(const LinearLayer& layer, const float* x, int64_t M,
   ops.w_q = w.w_q;
   ops.w_scale = w.w_scale;
   ops.bias = w.bias;
-  ops.source = fmt::format("model run, w8a8 act={} pow2={}", st.options.act_quantizer, st.options.pow2);
+  ops.a_type = fp8 ? fp8->act : ElementType::int8;
+  ops.w_type = w.type;
+  ops.source = st.source;
   ops.keepalive = call;
 
   ArmOutput out = st.arm->run(ops);

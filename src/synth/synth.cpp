@@ -85,8 +85,7 @@ LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, cons
   if (s.a_type == ElementType::int8) {
     quantize_activations(quantizer, x.data(), m, shape.k, s.a_q.data(), s.a_scale.data());
   } else {
-    const Fp8ActScaling scaling = o.act_scale == "per-tensor" ? Fp8ActScaling::per_tensor : Fp8ActScaling::per_token;
-    quantize_activations_fp8(s.a_type, scaling, x.data(), m, shape.k,
+    quantize_activations_fp8(s.a_type, parse_fp8_act_scaling(o.act_scale), x.data(), m, shape.k,
                              reinterpret_cast<uint8_t*>(s.a_q.data()), s.a_scale.data());
   }
 
@@ -98,8 +97,7 @@ LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, cons
   if (s.w_type == ElementType::int8) {
     quantize_weights_per_channel(w.data(), shape.n, shape.k, s.w_q.data(), s.w_scale.data());
   } else {
-    const WeightScaling scaling = o.weight_scale == "per-tensor" ? WeightScaling::per_tensor : WeightScaling::per_channel;
-    quantize_weights_fp8(s.w_type, scaling, w.data(), shape.n, shape.k,
+    quantize_weights_fp8(s.w_type, parse_weight_scaling(o.weight_scale), w.data(), shape.n, shape.k,
                          reinterpret_cast<uint8_t*>(s.w_q.data()), s.w_scale.data());
   }
 
@@ -116,15 +114,6 @@ LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, cons
 }
 
 }  // namespace
-
-std::pair<ElementType, ElementType> parse_element_types(std::string_view spec) {
-  if (spec == "int8") return {ElementType::int8, ElementType::int8};
-  if (spec == "e4m3") return {ElementType::e4m3, ElementType::e4m3};
-  if (spec == "e5m2") return {ElementType::e5m2, ElementType::e5m2};
-  if (spec == "e5m2-e4m3") return {ElementType::e5m2, ElementType::e4m3};
-  if (spec == "e4m3-e5m2") return {ElementType::e4m3, ElementType::e5m2};
-  QC_FAIL_INPUT("--element `{}`: expected int8, e4m3, e5m2, e5m2-e4m3 or e4m3-e5m2 (activations-weights)", spec);
-}
 
 ShapeSpec parse_shapes(std::string_view spec) {
   ShapeSpec out;
@@ -177,10 +166,8 @@ ShapeSpec checked_spec(const SynthOptions& options, int64_t& m) {
            "--act-quantizer `{}` with --element {}: expected vllm (FP8 activations are quantized by vLLM's dynamic "
            "per-token FP8 quantizer; the others are INT8 quantizers)",
            options.act_quantizer, options.element);
-  QC_INPUT(options.act_scale == "per-token" || options.act_scale == "per-tensor",
-           "--act-scale `{}`: expected per-token or per-tensor", options.act_scale);
-  QC_INPUT(options.weight_scale == "per-channel" || options.weight_scale == "per-tensor",
-           "--weight-scale `{}`: expected per-channel or per-tensor", options.weight_scale);
+  parse_fp8_act_scaling(options.act_scale);  // validate the spellings before any work
+  parse_weight_scaling(options.weight_scale);
   QC_INPUT(a_type != ElementType::int8 || (options.act_scale == "per-token" && options.weight_scale == "per-channel"),
            "--act-scale {} --weight-scale {} with --element int8: expected per-token and per-channel (the other "
            "granularities are FP8 quantizers)",

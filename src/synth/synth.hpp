@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "epilogue/quantize.hpp"  // parse_element_types and the other FP8 spellings, shared with the model verbs
 #include "qconform/operands.hpp"
 
 namespace qc {
@@ -28,10 +29,6 @@ struct ShapeSpec {
   int64_t m_override = 0;  // > 0 when the spec was MxNxK
 };
 ShapeSpec parse_shapes(std::string_view spec);
-
-// `--element`: "int8", "e4m3", "e5m2" (both operands) or "ACT-WEIGHT" ("e5m2-e4m3"); QC_INPUT error
-// naming the valid forms otherwise. Both INT8 or both FP8, as `LayerOperands::validate` requires.
-std::pair<ElementType, ElementType> parse_element_types(std::string_view spec);
 
 struct SynthOptions {
   std::string shapes = "qwen3-1.7b";

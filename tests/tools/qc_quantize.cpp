@@ -37,30 +37,26 @@ int main(int argc, char** argv) try {
   const std::string mode = argv[1];
   if (mode == "act") {
     QC_INPUT(argc == 7, "usage: qc_quantize act FMT per-token|per-tensor X.npy Q.npy S.npy");
-    const std::string sc = argv[3];
-    QC_INPUT(sc == "per-token" || sc == "per-tensor", "SCALING: expected per-token or per-tensor, found `{}`", sc);
+    const qc::Fp8ActScaling scaling = qc::parse_fp8_act_scaling(argv[3]);  // the CLI's spelling and parser
     const qc::Tensor x = matrix(argv[4]);
     const int64_t m = x.shape()[0], k = x.shape()[1];
     qc::Tensor q = qc::Tensor::empty(qc::DType::u8, {m, k});
     qc::Tensor s = qc::Tensor::empty(qc::DType::f32, {m});
-    qc::quantize_activations_fp8(format(argv[2]),
-                                 sc == "per-token" ? qc::Fp8ActScaling::per_token : qc::Fp8ActScaling::per_tensor,
-                                 x.data<float>(), m, k, q.data<uint8_t>(), s.data<float>());
+    qc::quantize_activations_fp8(format(argv[2]), scaling, x.data<float>(), m, k, q.data<uint8_t>(), s.data<float>());
     qc::write_npy(argv[5], q);
     qc::write_npy(argv[6], s);
     return 0;
   }
   QC_INPUT(mode == "weight", "mode: expected act or weight, found `{}`", mode);
   QC_INPUT(argc == 8, "usage: qc_quantize weight FMT per-channel|per-tensor f32|bf16 W.npy Q.npy S.npy");
-  const std::string sc = argv[3], dt = argv[4];
-  QC_INPUT(sc == "per-channel" || sc == "per-tensor", "SCALING: expected per-channel or per-tensor, found `{}`", sc);
+  const qc::WeightScaling scaling = qc::parse_weight_scaling(argv[3]);
+  const std::string dt = argv[4];
   QC_INPUT(dt == "f32" || dt == "bf16", "DTYPE: expected f32 or bf16, found `{}`", dt);
   const qc::Tensor w = matrix(argv[5]);
   const int64_t n = w.shape()[0], k = w.shape()[1];
   qc::Tensor q = qc::Tensor::empty(qc::DType::u8, {n, k});
   qc::Tensor s = qc::Tensor::empty(qc::DType::f32, {n});
-  qc::quantize_weights_fp8(format(argv[2]), sc == "per-channel" ? qc::WeightScaling::per_channel : qc::WeightScaling::per_tensor,
-                           w.data<float>(), n, k, q.data<uint8_t>(), s.data<float>(),
+  qc::quantize_weights_fp8(format(argv[2]), scaling, w.data<float>(), n, k, q.data<uint8_t>(), s.data<float>(),
                            dt == "f32" ? qc::WeightScaleDtype::f32 : qc::WeightScaleDtype::bf16);
   qc::write_npy(argv[6], q);
   qc::write_npy(argv[7], s);
