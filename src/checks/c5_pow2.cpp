@@ -97,13 +97,17 @@ CheckResult c5_pow2(const std::vector<LayerRun>& runs) {
   return c5;
 }
 
-void c5_add_end_to_end(CheckResult& c5, size_t sequences, size_t identical_sequences, bool records_bit_identical) {
+void c5_add_end_to_end(CheckResult& c5, size_t sequences, size_t identical_sequences, bool records_bit_identical,
+                       bool fp8) {
   c5.evidence["end_to_end"] = {{"sequences", sequences},
                                {"identical_sequences", identical_sequences},
                                {"records_bit_identical", records_bit_identical}};
+  // FP8: the two accumulation models differ, so power-of-two scales leave their differences in place;
+  // the layer-level C5 above is the claim (every difference where the models' accumulators differ).
+  const char* differ = fp8 ? "differ (expected: the two arms' accumulation models differ; evidence only)"
+                           : "DIFFER (evidence only: those positions were not predicted)";
   c5.summary += fmt::format("; end to end with power-of-two weight scales: {}/{} sequences identical, logits {}",
-                            identical_sequences, sequences,
-                            records_bit_identical ? "bit-identical" : "DIFFER (evidence only: those positions were not predicted)");
+                            identical_sequences, sequences, records_bit_identical ? "bit-identical" : differ);
 }
 
 }  // namespace qc

@@ -23,7 +23,8 @@ CheckResult c5_pow2(const std::vector<LayerRun>& runs);
 
 // `conform` runs the probe end to end too (generation with power-of-two weight scales through both
 // arms): evidence under C5, not a verdict, since the generated positions were not captured and
-// predicted.
-void c5_add_end_to_end(CheckResult& c5, size_t sequences, size_t identical_sequences, bool records_bit_identical);
+// predicted. `fp8`: an FP8 pair, whose differing accumulation models leave differences under any scales.
+void c5_add_end_to_end(CheckResult& c5, size_t sequences, size_t identical_sequences, bool records_bit_identical,
+                       bool fp8 = false);
 
 }  // namespace qc

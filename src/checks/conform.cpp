@@ -15,6 +15,9 @@
 #include "epilogue/formula_space.hpp"
 #include "checks/c5_pow2.hpp"
 #include "checks/c7_transfer.hpp"
+#include "checks/sweep.hpp"
+#include "accum/fp8_model.hpp"
+#include "qconform/epilogue.hpp"
 #include "dist/dist.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
@@ -133,12 +136,14 @@ LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& d
   return lm;
 }
 
-W8a8Options w8a8_options(const ConformOptions& o, const Model& model, const std::string& arm, bool pow2) {
+// `fp8`: the pair is FP8 (both arms declare an accumulation model): mode w8a8-fp8.
+W8a8Options w8a8_options(const ConformOptions& o, const Model& model, const std::string& arm, bool pow2, bool fp8) {
   W8a8Options w;
   w.arm = arm;
   w.act_quantizer = o.act_quantizer;
   w.pow2 = pow2;
   w.weight_dtype = weight_scale_dtype_for(model.config);
+  if (fp8) w.fp8 = fp8_quantization(o.element, o.act_scale, o.weight_scale, weight_storage(model));
   return w;
 }
 
@@ -156,13 +161,20 @@ std::string records_jsonl(const std::vector<PositionRecord>& records) {
 
 // Greedy generation (verb "generate") or teacher-forced replay of `forced` (verb "replay").
 RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::string& dir, const std::string& arm,
-                   const std::string& verb, bool pow2, const std::vector<std::vector<int32_t>>* forced,
+                   const std::string& verb, bool pow2, bool fp8, const std::vector<std::vector<int32_t>>* forced,
                    const std::string& tag, const std::vector<std::pair<std::string, std::string>>& extra_inputs) {
-  W8a8Linear linear(w8a8_options(o, lm.model, arm, pow2));
+  const W8a8Options options = w8a8_options(o, lm.model, arm, pow2, fp8);
+  W8a8Linear linear(options);
   Decoder decoder(lm.model, linear);
   RunFiles f;
-  const nlohmann::json extra = {{"pow2", pow2}, {"act_quantizer", o.act_quantizer}};
-  std::string text = format_header(verb, LinearMode::w8a8, arm, lm.model, lm.tokenizer_path, lm.tokenizer_sha256, extra) + "\n";
+  nlohmann::json extra = {{"pow2", pow2}, {"act_quantizer", o.act_quantizer}};
+  nlohmann::json config = {{"max_new", o.max_new}, {"pow2", pow2}, {"act_quantizer", o.act_quantizer},
+                           {"linear_mode", to_string(linear_mode(options))}, {"seed", o.seed}};
+  if (options.fp8) {  // the FP8 quantization is part of what C0 compares
+    for (nlohmann::json* j : {&extra, &config}) j->update(fp8_run_config(options));
+  }
+  std::string text =
+      format_header(verb, linear_mode(options), arm, lm.model, lm.tokenizer_path, lm.tokenizer_sha256, extra) + "\n";
   // Prompts are shared over the ranks of an MPI job (one process: all of them); rank 0 merges the
   // records in prompt order and writes the files; every rank receives the generated sequences
   // (the replays force them).
@@ -202,9 +214,7 @@ RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::st
   write_file_atomic(f.jsonl, text);
   std::vector<std::pair<std::string, std::string>> inputs = lm.inputs;
   inputs.insert(inputs.end(), extra_inputs.begin(), extra_inputs.end());
-  Manifest m = make_manifest(verb, arm, f.record, inputs,
-                             {{"max_new", o.max_new}, {"pow2", pow2}, {"act_quantizer", o.act_quantizer},
-                              {"linear_mode", "w8a8"}, {"seed", o.seed}});
+  Manifest m = make_manifest(verb, arm, f.record, inputs, config);
   f.manifest = fmt::format("{}/{}.manifest.json", dir, tag);
   write_manifest(f.manifest, m);
   return f;
@@ -256,10 +266,52 @@ std::unique_ptr<Arm> identify_undeclared(std::unique_ptr<Arm> arm, const std::st
   return declare_epilogue(std::move(arm), declaration, fmt::format("conform: the formula identified for arm {}", side), provenance);
 }
 
+// What an FP8 arm declares, for results.json and the report: its accumulation model (measured by C1)
+// and the epilogue verify holds it to.
+nlohmann::json declared_fp8_formula(const ArmInfo& info) {
+  const std::string epilogue = info.epilogue.empty() ? std::string(fp8_epilogue().name) : info.epilogue;
+  return {{"source", "declared"},
+          {"declared", fmt::format("{} + {}", info.accumulation_model, epilogue)},
+          {"accumulation_model", info.accumulation_model},
+          {"formula", fmt::format("{}; then {}", accumulation_formula(fp8_accumulation_model(info.accumulation_model).model),
+                                  epilogue)}};
+}
+
+// The FP8 pair's divergence versus reduction depth (`qconform sweep` on synthetic FP8 operands) as the
+// report's `sweep` section reads it, each point with the differences the declared models explained;
+// the sweep's own JSON under `sweep`.
+nlohmann::json fp8_depth_curve(const ConformOptions& o) {
+  SweepOptions so;
+  so.arm_a = o.arm_a;
+  so.arm_b = o.arm_b;
+  so.ks = o.sweep_ks;
+  so.m = o.sweep_m;
+  so.n = o.sweep_n;
+  so.seeds = o.sweep_seeds;
+  so.first_seed = o.seed;
+  const SweepResult r = run_sweep(so);
+  nlohmann::json points = nlohmann::json::array();
+  for (const SweepRow& w : r.rows) {
+    points.push_back({{"k", w.k},
+                      {"bitwise_diff", w.differing},
+                      {"total", w.total},
+                      {"max_ulp", w.max_ulp},
+                      {"explained", w.explained_cells ? nlohmann::json(w.explained) : nlohmann::json(nullptr)},
+                      {"explained_of", w.explained_of}});
+  }
+  return {{"x", "k"},
+          {"description", fmt::format("{} vs {} on synthetic FP8 operands (M = {}, N = {}, {} seeds per K): the share "
+                                      "of differing elements whose two values the declared accumulation models "
+                                      "predicted exactly is the explained column",
+                                      o.arm_a, o.arm_b, o.sweep_m, o.sweep_n, o.sweep_seeds)},
+          {"series", {{{"name", fmt::format("FP8 {} vs {}", o.arm_a, o.arm_b)}, {"points", points}}}},
+          {"sweep", to_json(r)}};
+}
+
 }  // namespace
 
 ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int, int, const std::string&)>& progress) {
-  constexpr int kStages = 10;
+  constexpr int kStages = 11;
   int stage = 0;
   const auto step = [&](const std::string& what) {
     if (progress) progress(++stage, kStages, what);
@@ -277,6 +329,18 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   auto arm_a = make_arm(o.arm_a);
   auto arm_b = make_arm(o.arm_b);
   QC_INPUT(o.arm_a != o.arm_b, "--arms {},{}: expected two different arms (the treatment)", o.arm_a, o.arm_b);
+  // An FP8 pair (both arms declare an accumulation model) runs the decoder in mode w8a8-fp8 and is
+  // verified against the declared models (docs/accumulation.md); a mixed pair compares nothing.
+  const bool fp8 = !arm_a->info().accumulation_model.empty();
+  QC_INPUT(fp8 == !arm_b->info().accumulation_model.empty(),
+           "--arms {},{}: expected two INT8 arms or two FP8 arms (an FP8 arm declares an accumulation model), found "
+           "arm A {} and arm B {}",
+           o.arm_a, o.arm_b, fp8 ? "FP8" : "INT8", fp8 ? "INT8" : "FP8");
+  for (const auto& [flag, value] : {std::pair{"--element", &o.element}, std::pair{"--act-scale", &o.act_scale},
+                                    std::pair{"--weight-scale", &o.weight_scale}}) {
+    QC_INPUT(fp8 || value->empty(), "{} `{}`: the arms {} and {} are INT8 arms; FP8 quantization applies to two FP8 arms",
+             flag, *value, o.arm_a, o.arm_b);
+  }
 
   // An arm that declares no formula (a plugin, a declared-nothing arm) is identified first: the
   // identified formula is its declaration for C1 and C2-C6 (C6's predicted set), with its
@@ -287,7 +351,9 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   std::unique_ptr<Arm>* arms[2] = {&arm_a, &arm_b};
   for (int side = 0; side < 2; ++side) {
     const ArmInfo info = (*arms[side])->info();
-    if (!info.epilogue.empty()) {
+    if (!info.accumulation_model.empty()) {
+      formulas[side] = declared_fp8_formula(info);  // its model is measured by C1, not identified
+    } else if (!info.epilogue.empty()) {
       formulas[side] = declared_formula(info);
     } else if (!o.identify) {
       formulas[side] = {{"source", "none"}, {"reason", "declares no formula; not identified (--no-identify)"}};
@@ -302,6 +368,10 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   const bool root = dist::world().root();
   step("model and prompts");
   const LoadedModel lm = load_model_and_prompts(o, dir);
+  // The model and the mode fit (an FP8 pair refuses a bias and an INT8 checkpoint; an INT8 pair an FP8
+  // checkpoint) before anything runs.
+  check_checkpoint_takes_options(lm.description, weight_storage(lm.model), lm.model.config.qkv_bias,
+                                 w8a8_options(o, lm.model, o.arm_a, false, fp8));
 
   // C1 on each arm.
   step("C1 boundary suite");
@@ -323,7 +393,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   std::vector<std::vector<int32_t>> prompt_tokens;
   for (const TokenSequence& p : lm.prompts) prompt_tokens.push_back(p.tokens);
   const std::vector<LayerOperands> captured =
-      capture_operands(lm.model, w8a8_options(o, lm.model, o.arm_a, false), prompt_tokens).layers;
+      capture_operands(lm.model, w8a8_options(o, lm.model, o.arm_a, false, fp8), prompt_tokens).layers;
   const std::string ops_path = dir + "/operands.safetensors";
   // Every rank captured the same operands (the capture is deterministic); rank 0 writes them and
   // tells the others their digest.
@@ -364,8 +434,9 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   const std::string predictions_path = dir + "/predictions.json";
   const std::string predictions_text = dist::broadcast(to_json(predictions).dump(1) + "\n");
   predictions = prediction_set_from_json(nlohmann::json::parse(predictions_text), "predictions from rank 0");
-  const std::string pin = "sha256:" + sha256_hex(std::string_view(predictions_text));
-  if (root) {
+  // FP8: C2 does not apply (no INT32 accumulator to bound); nothing is predicted, written or pinned.
+  const std::string pin = fp8 ? std::string() : "sha256:" + sha256_hex(std::string_view(predictions_text));
+  if (root && !fp8) {
     write_file_atomic(predictions_path, predictions_text);
     QC_CHECK(sha256_file(predictions_path) == pin, "the predictions file changed after it was pinned");
   }
@@ -417,15 +488,22 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   // Token level: free-running generations, teacher-forced replays of A's sequences, and the
   // power-of-two probe end to end.
   step("generate (real scales)");
-  const RunFiles gen_a = run_model(o, lm, dir, o.arm_a, "generate", false, nullptr, "generate.A", {});
-  const RunFiles gen_b = run_model(o, lm, dir, o.arm_b, "generate", false, nullptr, "generate.B", {});
+  const RunFiles gen_a = run_model(o, lm, dir, o.arm_a, "generate", false, fp8, nullptr, "generate.A", {});
+  const RunFiles gen_b = run_model(o, lm, dir, o.arm_b, "generate", false, fp8, nullptr, "generate.B", {});
   step("replay (teacher forcing)");
   const std::vector<std::pair<std::string, std::string>> forced_input = {{"forced_tokens", gen_a.jsonl}};
-  const RunFiles rep_a = run_model(o, lm, dir, o.arm_a, "replay", false, &gen_a.sequences, "replay.A", forced_input);
-  const RunFiles rep_b = run_model(o, lm, dir, o.arm_b, "replay", false, &gen_a.sequences, "replay.B", forced_input);
+  const RunFiles rep_a = run_model(o, lm, dir, o.arm_a, "replay", false, fp8, &gen_a.sequences, "replay.A", forced_input);
+  const RunFiles rep_b = run_model(o, lm, dir, o.arm_b, "replay", false, fp8, &gen_a.sequences, "replay.B", forced_input);
   step("generate (power-of-two probe)");
-  const RunFiles pow_a = run_model(o, lm, dir, o.arm_a, "generate", true, nullptr, "generate.pow2.A", {});
-  const RunFiles pow_b = run_model(o, lm, dir, o.arm_b, "generate", true, nullptr, "generate.pow2.B", {});
+  const RunFiles pow_a = run_model(o, lm, dir, o.arm_a, "generate", true, fp8, nullptr, "generate.pow2.A", {});
+  const RunFiles pow_b = run_model(o, lm, dir, o.arm_b, "generate", true, fp8, nullptr, "generate.pow2.B", {});
+  // FP8: the depth curve (divergence versus K on synthetic FP8 operands) with the share of the
+  // differences the declared models explain, for the report.
+  nlohmann::json depth = nullptr;
+  if (fp8 && root && !o.sweep_ks.empty()) {
+    step("FP8 depth sweep");
+    depth = fp8_depth_curve(o);
+  }
 
   if (!root) return {};
 
@@ -456,7 +534,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   const bool pow2_identical = body(pow_a.jsonl) == body(pow_b.jsonl);
   size_t pow2_same_sequences = 0;
   for (size_t i = 0; i < pow_a.sequences.size(); ++i) pow2_same_sequences += pow_a.sequences[i] == pow_b.sequences[i];
-  c5_add_end_to_end(c5, pow_a.sequences.size(), pow2_same_sequences, pow2_identical);
+  c5_add_end_to_end(c5, pow_a.sequences.size(), pow2_same_sequences, pow2_identical, fp8);
 
   std::vector<CheckResult> all{c0, c1};
   all.insert(all.end(), checks.begin(), checks.end());
@@ -476,13 +554,17 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
       {"model", lm.description},
       {"arms", verify_json["arms"]},
       {"checks", all},
-      {"predictions", to_json(predictions)},
-      {"pin", pin},
+      {"predictions", fp8 ? nlohmann::json(nullptr) : to_json(predictions)},
+      {"pin", fp8 ? nlohmann::json(nullptr) : nlohmann::json(pin)},
       {"verify", verify_json},
       {"transfer", transfer::to_json(replay_t)},
       {"generation", transfer::to_json(gen_t)},
       {"manifests", {{"files", manifest_files}, {"join", to_json(join)}}},
       {"unverified", !join.verified()},
+      {"fp8", fp8 ? nlohmann::json{{"quantization", fp8_run_config(w8a8_options(o, lm.model, o.arm_a, false, true))},
+                                   {"models", {arm_a->info().accumulation_model, arm_b->info().accumulation_model}}}
+                  : nlohmann::json(nullptr)},
+      {"sweep", depth},
       {"allow_unverified", o.allow_unverified},
   });
   ConformOutcome out;

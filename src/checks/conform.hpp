@@ -32,6 +32,16 @@ struct ConformOptions {
   // Arms that declare no epilogue formula are identified first (`qconform identify`), and an
   // identified formula is their declaration for the rest of conform (docs/identify.md).
   bool identify = true;
+  // FP8 pairs (both arms declare an accumulation model, docs/accumulation.md) run the decoder in mode
+  // w8a8-fp8 with this quantization, spelled as `generate --element/--act-scale/--weight-scale` (empty:
+  // the default, e4m3 x e4m3 per token x per channel; an FP8 checkpoint's own weight scaling); given
+  // with INT8 arms they are an input error.
+  std::string element, act_scale, weight_scale;
+  // FP8 pairs: the depth curve of the report (`sweep` of the pair on synthetic FP8 operands, with the
+  // share of differences the declared models explain); empty `sweep_ks`: not run.
+  std::vector<int64_t> sweep_ks{256, 512, 1024, 2048, 4096, 8192};
+  int64_t sweep_m = 64, sweep_n = 256;
+  int sweep_seeds = 3;
 };
 
 struct ConformOutcome {

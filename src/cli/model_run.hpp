@@ -85,16 +85,6 @@ struct ModelRun {
   std::optional<W8a8Linear> w8a8;  // shares state with `linear` in w8a8 and w8a8-fp8 mode
 };
 
-// The FP8 choice of a w8a8-fp8 run as it is recorded in the JSONL header, the capture metadata and the
-// manifests' config: two runs that differ in quantization then differ there (C0's join sees it).
-inline nlohmann::json fp8_run_config(const W8a8Options& o) {
-  const Fp8Quantization& f = *o.fp8;
-  return {{"act_quantizer", o.act_quantizer},
-          {"element", element_types_spec(f.act, f.weight)},
-          {"act_scale", to_string(f.act_scaling)},
-          {"weight_scale", to_string(f.weight_scaling)}};
-}
-
 // The W8A8 options of a run in `mode` (w8a8 or w8a8-fp8) from the flags and what the checkpoint
 // stores; the flags of the other mode are input errors.
 inline W8a8Options w8a8_options(const ModelRunArgs& a, LinearMode mode, const CheckpointTraits& checkpoint) {
@@ -110,16 +100,7 @@ inline W8a8Options w8a8_options(const ModelRunArgs& a, LinearMode mode, const Ch
     }
     return o;
   }
-  Fp8Quantization f;
-  if (!a.element.empty()) std::tie(f.act, f.weight) = parse_element_types(a.element);
-  if (!a.act_scale.empty()) f.act_scaling = parse_fp8_act_scaling(a.act_scale);
-  const WeightStorage& w = checkpoint.weights;
-  if (!a.weight_scale.empty()) {
-    f.weight_scaling = parse_weight_scaling(a.weight_scale);
-  } else if (w.quantized && w.type != ElementType::int8) {
-    f.weight_scaling = w.scaling;  // an FP8 checkpoint's own scales
-  }
-  o.fp8 = f;
+  o.fp8 = fp8_quantization(a.element, a.act_scale, a.weight_scale, checkpoint.weights);
   return o;
 }
 

@@ -66,11 +66,25 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (default: report)")
       ->check(finite_in(0, 1));
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");
+  app.add_option("--element", o->element,
+                 "FP8 arms: element types, activations-weights: e4m3 (default), e5m2, e5m2-e4m3 or e4m3-e5m2 (as "
+                 "`generate --mode w8a8-fp8`)");
+  app.add_option("--act-scale", o->act_scale, "FP8 arms: activation scales per-token (default) or per-tensor (vLLM's dynamic paths)");
+  app.add_option("--weight-scale", o->weight_scale,
+                 "FP8 arms: weight scales per-channel (default; an FP8 checkpoint's own) or per-tensor");
+  auto sweep_ks = std::make_shared<std::string>();
+  app.add_option("--sweep-k", *sweep_ks,
+                 "FP8 arms: the depth curve's K values (comma list; default 256,512,1024,2048,4096,8192; `none`: no curve)");
   app.add_flag("--identify,!--no-identify", o->identify,
                "run `identify` on an arm that declares no formula; its identified formula is then its declaration for "
                "C1-C6 (default on; --no-identify skips it)");
   return [=] {
     std::tie(o->arm_a, o->arm_b) = parse_pair("--arms", *arms);
+    if (*sweep_ks == "none") {
+      o->sweep_ks.clear();
+    } else if (!sweep_ks->empty()) {
+      o->sweep_ks = parse_positive_list("--sweep-k", *sweep_ks);
+    }
     std::vector<PathUse> paths_in;
     add_model_inputs(paths_in, "--model", o->model);
     paths_in.push_back({"--tokenizer", o->tokenizer});
@@ -93,8 +107,9 @@ VerbRunner setup_conform(CLI::App& app) {
                  c["verdict"].get<std::string>(), c["summary"].get<std::string>());
       if (c["verdict"] == "fail") fmt::print("{:<30}points to: {}\n", "", c["points_to"].get<std::string>());
     }
-    fmt::print("\npredictions pinned: {}\nresults: {}\nreport:  {}\n", r["pin"].get<std::string>(), outcome.results_path,
-               outcome.report_path);
+    fmt::print("\npredictions pinned: {}\nresults: {}\nreport:  {}\n",
+               r["pin"].is_string() ? r["pin"].get<std::string>() : "none (FP8 pair: C2 does not apply)",
+               outcome.results_path, outcome.report_path);
     fmt::print("{}\n", outcome.passed ? "verdict: every falsifiable check passed"
                                       : "verdict: a check FAILED (see points-to above)");
     return outcome.passed ? kExitOk : kExitCheckFailed;

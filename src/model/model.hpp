@@ -171,6 +171,15 @@ LinearMode linear_mode(const W8a8Options& options);
 // what was expected and what was found.
 void check_checkpoint_takes_options(const std::string& where, const WeightStorage& weights, bool has_bias,
                                     const W8a8Options& options);
+// The FP8 quantization of a w8a8-fp8 run from the spellings of `--element`, `--act-scale` and
+// `--weight-scale` (empty: the default, e4m3 x e4m3 per token x per channel; without `--weight-scale`
+// an FP8 checkpoint's own scaling). QC_INPUT naming the option on a bad spelling.
+Fp8Quantization fp8_quantization(std::string_view element, std::string_view act_scale, std::string_view weight_scale,
+                                 const WeightStorage& checkpoint);
+// The FP8 choice of a w8a8-fp8 run as it is recorded in the JSONL header, the capture metadata and the
+// manifests' config: two runs that differ in quantization then differ there (C0's join sees it).
+nlohmann::json fp8_run_config(const W8a8Options& options);
+
 // The quantizer dtype that matches a model: bf16 for bf16 checkpoints, f32 otherwise.
 WeightScaleDtype weight_scale_dtype_for(const ModelConfig& config);
 

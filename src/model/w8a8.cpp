@@ -236,4 +236,26 @@ void W8a8Linear::operator()(const LinearLayer& layer, const float* x, int64_t M,
   if (st.observer) st.observer(ops, out);
 }
 
+Fp8Quantization fp8_quantization(std::string_view element, std::string_view act_scale, std::string_view weight_scale,
+                                 const WeightStorage& checkpoint) {
+  Fp8Quantization f;
+  if (!element.empty()) std::tie(f.act, f.weight) = parse_element_types(element);
+  if (!act_scale.empty()) f.act_scaling = parse_fp8_act_scaling(act_scale);
+  if (!weight_scale.empty()) {
+    f.weight_scaling = parse_weight_scaling(weight_scale);
+  } else if (checkpoint.quantized && checkpoint.type != ElementType::int8) {
+    f.weight_scaling = checkpoint.scaling;  // an FP8 checkpoint's own scales
+  }
+  return f;
+}
+
+nlohmann::json fp8_run_config(const W8a8Options& o) {
+  QC_CHECK(o.fp8.has_value(), "fp8_run_config: the options are not FP8");
+  const Fp8Quantization& f = *o.fp8;
+  return {{"act_quantizer", o.act_quantizer},
+          {"element", element_types_spec(f.act, f.weight)},
+          {"act_scale", to_string(f.act_scaling)},
+          {"weight_scale", to_string(f.weight_scaling)}};
+}
+
 }  // namespace qc

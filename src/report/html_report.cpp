@@ -573,6 +573,20 @@ void sweep_section(Page& p, const json& results) {
     const char* colour = kPalette[i++ % std::size(kPalette)];
     sets.push_back({{"label", str(s, "name")}, {"data", pts}, {"showLine", true}, {"borderColor", colour},
                     {"backgroundColor", colour}, {"pointRadius", 3}});
+    // The differences the declared models predicted exactly (FP8 pairs), dashed beside the observed
+    // ones: the two lines coincide where every difference is explained.
+    json explained = json::array();
+    if (const json& points = sub(s, "points"); points.is_array()) {
+      for (const json& pt : points) {
+        const auto xv = num(pt, x.c_str()), e = num(pt, "explained"), t = num(pt, "total");
+        if (xv && *xv > 0 && e && t && *t > 0) explained.push_back({{"x", std::log2(*xv)}, {"y", 1e6 * *e / *t}});
+      }
+    }
+    if (!explained.empty()) {
+      sets.push_back({{"label", str(s, "name") + ": predicted by the declared models"}, {"data", explained},
+                      {"showLine", true}, {"borderColor", colour}, {"backgroundColor", colour}, {"pointRadius", 2},
+                      {"borderDash", {6, 4}}});
+    }
   }
   json config = {{"type", "scatter"},
                  {"data", {{"datasets", sets}}},
@@ -583,16 +597,22 @@ void sweep_section(Page& p, const json& results) {
                    {"plugins", {{"legend", {{"position", "bottom"}}}}}}}};
   p.chart(fmt::format("Difference rate (ppm) versus {}", x == "k" ? "K" : x), config, {"x"});
   p.table_start("sweep table");
-  p.f("<table><thead><tr><th>series</th><th>{}</th><th>differing</th><th>total</th><th>ppm</th><th>max ulp</th></tr>"
-      "</thead><tbody>\n",
+  p.f("<table><thead><tr><th>series</th><th>{}</th><th>differing</th><th>total</th><th>ppm</th><th>max ulp</th>"
+      "<th>explained by the declared models</th></tr></thead><tbody>\n",
       html_escape(x));
   for (const json& s : series) {
     if (const json& points = sub(s, "points"); points.is_array()) {
       for (const json& pt : points) {
         const auto d = num(pt, "bitwise_diff"), t = num(pt, "total");
-        p.f("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n", html_escape(str(s, "name")),
-            fmt_num(num(pt, x.c_str())), fmt_num(d), fmt_num(t),
-            d && t && *t > 0 ? fmt::format("{:.2f}", 1e6 * *d / *t) : "-", fmt_num(num(pt, "max_ulp")));
+        const auto e = num(pt, "explained"), of = num(pt, "explained_of");
+        const std::string explained =
+            !e ? "-"
+               : (of && *of > 0 ? fmt::format("{:.2f}% ({} of {})", 100.0 * *e / *of, fmt_num(e), fmt_num(of))
+                                : fmt::format("{} (nothing differs)", fmt_num(e)));
+        p.f("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+            html_escape(str(s, "name")), fmt_num(num(pt, x.c_str())), fmt_num(d), fmt_num(t),
+            d && t && *t > 0 ? fmt::format("{:.2f}", 1e6 * *d / *t) : "-", fmt_num(num(pt, "max_ulp")),
+            html_escape(explained));
       }
     }
   }
