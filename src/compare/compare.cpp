@@ -186,8 +186,9 @@ Comparison compare_bf16_rows_reference(std::span<const uint16_t> a, std::span<co
   return c;
 }
 
-// The equal pairs in SIMD lanes (compare_kernels.cpp), each differing pair through the reference's
-// own `add_differing`, in index order, so `first` is the same list.
+// The pairs in SIMD lanes (compare_kernels.cpp): the equal ones where they are, the differing ones
+// gathered. The differing pairs that make the "first" list (the first `max_listed`, in index order)
+// and the pairs past the last whole vector go through the reference's own steps.
 Comparison compare_bf16_rows(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t row0, int64_t row1,
                              int64_t cols, const std::string& layer, double near_zero, size_t max_listed) {
   SmallHistogram small_hist{};
@@ -197,14 +198,39 @@ Comparison compare_bf16_rows(std::span<const uint16_t> a, std::span<const uint16
   const uint16_t near_bits = near_zero_magnitude_bits(near_zero);
   constexpr int64_t kChunk = 4096;
   std::array<int32_t, kChunk> differ;
+  std::array<uint16_t, kChunk> dx, dy, ulps;
   compare_detail::PairCounts counts;
+  compare_detail::DifferCounts differing_counts;
+  int64_t differing_in_lanes = 0;
   for (int64_t at = i0; at < i1; at += kChunk) {
     const int64_t len = std::min(kChunk, i1 - at);
     int64_t differing = 0;
     const int64_t covered =
         compare_detail::scan_bf16_pairs(a.data() + at, b.data() + at, len, near_bits, counts, differ.data(), differing);
-    for (int64_t j = 0; j < differing; ++j) {
+    int64_t j = 0;
+    for (; j < differing && c.first.size() < max_listed; ++j) {
       const int64_t i = at + differ[static_cast<size_t>(j)];
+      add_differing(c, small_hist, i, cols, a[i], b[i], layer, near_zero, max_listed);
+    }
+    const int64_t rest = differing - j;
+    for (int64_t r = 0; r < rest; ++r) {
+      const int64_t i = at + differ[static_cast<size_t>(j + r)];
+      dx[static_cast<size_t>(r)] = a[i], dy[static_cast<size_t>(r)] = b[i];
+    }
+    const int64_t in_lanes =
+        compare_detail::scan_differing_pairs(dx.data(), dy.data(), rest, near_bits, differing_counts, ulps.data());
+    for (int64_t r = 0; r < in_lanes; ++r) {
+      const uint16_t ulp = ulps[static_cast<size_t>(r)];
+      if (ulp == compare_detail::kNoUlp) continue;
+      if (ulp < kSmallUlps) {
+        ++small_hist[ulp];
+      } else {
+        ++c.ulp_histogram[ulp];
+      }
+    }
+    differing_in_lanes += in_lanes;
+    for (int64_t r = in_lanes; r < rest; ++r) {
+      const int64_t i = at + differ[static_cast<size_t>(j + r)];
       add_differing(c, small_hist, i, cols, a[i], b[i], layer, near_zero, max_listed);
     }
     for (int64_t i = at + covered; i < at + len; ++i) add_pair(c, small_hist, i, cols, a[i], b[i], layer, near_zero, max_listed);
@@ -213,9 +239,16 @@ Comparison compare_bf16_rows(std::span<const uint16_t> a, std::span<const uint16
   c.inf_a += counts.inf[0], c.inf_b += counts.inf[1];
   c.subnormal_a += counts.subnormal[0], c.subnormal_b += counts.subnormal[1];
   c.nonfinite_pairs += counts.nonfinite_pairs;
-  c.finite_pairs += counts.equal_finite;
+  c.finite_pairs += counts.equal_finite + differing_counts.finite_pairs;
   small_hist[0] += counts.equal_finite;
-  c.near_zero += counts.equal_near_zero;
+  c.near_zero += counts.equal_near_zero + differing_counts.near_zero;
+  c.bitwise_diff += differing_in_lanes;
+  c.nonfinite_diff += differing_counts.nonfinite_diff;
+  c.signed_zero_diff += differing_counts.signed_zero_diff;
+  c.near_zero_diff += differing_counts.near_zero_diff;
+  c.max_ulp = std::max(c.max_ulp, differing_counts.max_ulp);
+  c.max_rel = std::max(c.max_rel, differing_counts.max_rel);
+  c.near_zero_max_abs = std::max(c.near_zero_max_abs, differing_counts.near_zero_max_abs);
   fold_small_histogram(c, small_hist);
   return c;
 }
