@@ -64,6 +64,12 @@ Comparison compare_bf16(std::span<const uint16_t> a, std::span<const uint16_t> b
 // compare_bf16 over the whole (what it does on every core, and what verify's element pass uses).
 Comparison compare_bf16_rows(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t row0, int64_t row1,
                              int64_t cols, const std::string& layer, double near_zero, size_t max_listed);
+// The scalar reference of `compare_bf16_rows`, one pair at a time; `compare_bf16_rows` takes the
+// equal pairs in SIMD lanes and must return the same comparison, field for field (tests/unit/
+// test_layer_checks.cpp, `Compare.FastRowsEqualTheReference`).
+Comparison compare_bf16_rows_reference(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t row0,
+                                       int64_t row1, int64_t cols, const std::string& layer, double near_zero,
+                                       size_t max_listed);
 
 // One line per differing element: coordinates, both values, both bit patterns, ulp distance.
 std::string describe(const DiffElement& d);

@@ -97,6 +97,19 @@ void apply_epilogue_rows(const Epilogue& e, const ExactAccumulators& acc, int64_
                          const float* sa, const float* sw, const uint16_t* bias, int64_t N, uint16_t* y_bf16,
                          int threads = 0);
 
+// The checks `apply_epilogue` over an fp32 accumulator makes before it computes anything (QC_INPUT,
+// the same messages: every `sa`, `sw` finite and > 0, every bias finite and accepted, a formula that
+// takes an fp32 accumulator), for M rows of a layer of `layer_m` rows; for a caller that then applies
+// the epilogue a few rows at a time with `apply_epilogue_rows_unchecked` (verify's element pass, so
+// that the rows it compares stay in cache).
+void check_epilogue_inputs(const Epilogue& e, const float* sa, const float* sw, const uint16_t* bias, int64_t M,
+                           int64_t N, int64_t layer_m);
+// Rows [row0, row0 + rows) of a `layer_m` x N fp32 accumulator tile into y_bf16[rows, N], on the
+// calling thread, without those checks (`check_epilogue_inputs` over the tile first); `acc` and `sa`
+// are the whole layer's. The same bits as `apply_epilogue` on the whole tile.
+void apply_epilogue_rows_unchecked(const Epilogue& e, const float* acc, int64_t layer_m, int64_t row0, int64_t rows,
+                                   const float* sa, const float* sw, const uint16_t* bias, int64_t N, uint16_t* y_bf16);
+
 // The correctly rounded bf16 of the real number acc·sa·sw (+ bias), one RNE rounding (the
 // `exact` formula, exposed for tests and for other parts that need a reference). Signed zeros:
 // the product's zero carries sign(sa) XOR sign(sw) (an integer acc has no sign on zero), and a

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <mutex>
@@ -193,6 +194,13 @@ std::shared_ptr<Fp8LayerReference> fp8_layer_reference(Arm* arms[2], const ArmIn
   }
   return ref;
 }
+
+// The element passes' comparison of the exposed accumulators for one (layer, rows), made by whichever
+// pass comes first (they run one after another; `call_once` says so without relying on it).
+struct Fp8AccumulatorCheck {
+  std::once_flag once;
+  ElementTally tally;
+};
 
 }  // namespace
 
@@ -409,6 +417,9 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
       // FP8: the declared models (and the arms' exposed accumulators) on the codes; no integer reference.
       std::shared_ptr<Fp8LayerReference> fp8_ref;
       if (fp8) fp8_ref = fp8_layer_reference(arms, infos, rows, reference, options.threads, result.seconds);
+      // The arms' exposed accumulators do not depend on the scale regime: the first run's element pass
+      // compares them with their models, the others take its counts (same JSON, a third of the work).
+      const auto fp8_acc = fp8 ? std::make_shared<Fp8AccumulatorCheck>() : nullptr;
       const auto exact = std::make_shared<const ExactAccumulators>(
           fp8 ? ExactAccumulators{}
               : timed(result.seconds, "reference accumulation", [&] { return exact_acc(rows, reference, options.threads); }));
@@ -483,7 +494,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         PendingRun next{std::move(run), li, last_of_layer, out_a.acc.has_value(), out_b.acc.has_value(), {}, fp8_ref};
         const std::string label = m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m);
         next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops, label, mode,
-                                                    fp8_ref, fp8_run, a = std::move(out_a), b = std::move(out_b)] {
+                                                    fp8_ref, fp8_run, fp8_acc, a = std::move(out_a), b = std::move(out_b)] {
           if (fp8_run) {  // the claimed models' accumulators (timed as the reference's phase, not this one)
             for (int s = 0; s < 2; ++s) {
               if (fp8_run->modelled[s]) fp8_run->d[s] = fp8_ref->model(fp8_run->model[s]);
@@ -491,14 +502,9 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
             }
           }
           const auto t0 = std::chrono::steady_clock::now();
-          if (fp8_run) {  // each modelled arm's model through its declared epilogue, under this run's scales
-            const Epilogue* formula[2] = {formula_a, formula_b};
-            for (int s = 0; s < 2; ++s) {
-              if (!fp8_run->modelled[s]) continue;
-              fp8_run->y[s].resize(static_cast<size_t>(ops.m * ops.n));
-              apply_epilogue(*formula[s], fp8_run->d[s]->data(), ops.a_scale.data(), ops.w_scale.data(), nullptr,
-                             ops.m, ops.n, fp8_run->y[s].data(), options.threads);
-            }
+          if (fp8_run) {  // the exposed accumulators against their models: once per (layer, rows), by its first pass
+            std::call_once(fp8_acc->once, [&] { fp8_acc->tally = fp8_accumulator_tally(*fp8_run, ops, options.threads); });
+            fp8_run->acc_tally = &fp8_acc->tally;
           }
           ElementPass pass = element_pass(ElementContext{.ops = ops,
                                                          .label = label,

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "compare/compare_kernels.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 #include "core/parallel.hpp"
@@ -88,62 +89,167 @@ void Comparison::merge(const Comparison& o, size_t max_listed) {
 
 namespace {
 
+// Small ulp distances are counted in an array: a map update per element would dominate the pass.
+constexpr int64_t kSmallUlps = 64;
+using SmallHistogram = std::array<int64_t, kSmallUlps>;
+
+// The steps of one pair (x from `a`, the reference side, y from `b`), in the order the reference
+// takes them: the classes of both sides and the non-finite pairs; then an equal finite pair, or a
+// differing pair.
+void count_pair_classes(Comparison& c, uint16_t x, uint16_t y) {
+  count_classes(x, c.nan_a, c.inf_a, c.subnormal_a);
+  count_classes(y, c.nan_b, c.inf_b, c.subnormal_b);
+  if (!(bf16_is_finite(x) && bf16_is_finite(y))) ++c.nonfinite_pairs;
+}
+
+void add_equal_finite(Comparison& c, SmallHistogram& small_hist, uint16_t x, double near_zero) {
+  ++c.finite_pairs;
+  ++small_hist[0];
+  const double xv = bf16_to_f32(x);
+  c.near_zero += std::fabs(xv) < near_zero || xv == 0.0;
+}
+
+void add_differing(Comparison& c, SmallHistogram& small_hist, int64_t i, int64_t cols, uint16_t x, uint16_t y,
+                   const std::string& layer, double near_zero, size_t max_listed) {
+  const bool finite = bf16_is_finite(x) && bf16_is_finite(y);
+  const double xv = bf16_to_f32(x), yv = bf16_to_f32(y);
+  // An exact zero on the reference side has no relative difference: it is near zero too.
+  const bool is_near_zero = finite && (std::fabs(xv) < near_zero || xv == 0.0);
+  int64_t ulp = -1;
+  if (finite) {
+    ++c.finite_pairs;
+    ulp = bf16_ulp_distance(x, y);
+    if (ulp < kSmallUlps) {
+      ++small_hist[ulp];
+    } else {
+      ++c.ulp_histogram[ulp];
+    }
+    c.max_ulp = std::max(c.max_ulp, ulp);
+    if (is_near_zero) ++c.near_zero;
+  }
+  ++c.bitwise_diff;
+  if (!finite) ++c.nonfinite_diff;
+  if ((x & 0x7FFFu) == 0 && (y & 0x7FFFu) == 0) ++c.signed_zero_diff;
+  if (finite) {
+    if (is_near_zero) {
+      ++c.near_zero_diff;
+      c.near_zero_max_abs = std::max(c.near_zero_max_abs, std::fabs(xv - yv));
+    } else {
+      c.max_rel = std::max(c.max_rel, std::fabs(xv - yv) / std::fabs(xv));
+    }
+  }
+  if (c.first.size() < max_listed) c.first.push_back(DiffElement{layer, i / cols, i % cols, x, y, xv, yv, ulp});
+}
+
+// One pair through every step: the reference, and the fast path's tail.
+void add_pair(Comparison& c, SmallHistogram& small_hist, int64_t i, int64_t cols, uint16_t x, uint16_t y,
+              const std::string& layer, double near_zero, size_t max_listed) {
+  count_pair_classes(c, x, y);
+  if (x != y) return add_differing(c, small_hist, i, cols, x, y, layer, near_zero, max_listed);
+  if (bf16_is_finite(x)) add_equal_finite(c, small_hist, x, near_zero);
+}
+
+void fold_small_histogram(Comparison& c, const SmallHistogram& small_hist) {
+  for (int64_t d = 0; d < kSmallUlps; ++d) {
+    if (small_hist[d]) c.ulp_histogram[d] += small_hist[d];
+  }
+}
+
+// The magnitude bits (`x & 0x7fff`) below which a finite bf16 is near zero for the fast path:
+// the finite magnitudes in increasing bit order are increasing values, so the magnitudes with
+// |x| < near_zero are a prefix [0, m); m by bisection on the reference's own comparison.
+uint16_t near_zero_magnitude_bits(double near_zero) {
+  const auto below = [&](uint32_t m) { return std::fabs(static_cast<double>(bf16_to_f32(static_cast<uint16_t>(m)))) < near_zero; };
+  uint32_t lo = 0, hi = 0x7F80;  // the answer is in [lo, hi]: below(lo - 1), !below(hi) (0x7f80 is +inf)
+  while (lo < hi) {
+    const uint32_t mid = (lo + hi) / 2;
+    if (below(mid)) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return static_cast<uint16_t>(lo);
+}
+
 }  // namespace
 
-// Small ulp distances are counted in an array: a map update per element would dominate the pass.
-Comparison compare_bf16_rows(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t row0, int64_t row1,
-                             int64_t cols, const std::string& layer, double near_zero, size_t max_listed) {
-  constexpr int64_t kSmall = 64;
-  std::array<int64_t, kSmall> small_hist{};
+Comparison compare_bf16_rows_reference(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t row0,
+                                       int64_t row1, int64_t cols, const std::string& layer, double near_zero,
+                                       size_t max_listed) {
+  SmallHistogram small_hist{};
   Comparison c;
   const int64_t i0 = row0 * cols, i1 = row1 * cols;
   c.total = i1 - i0;
-  for (int64_t i = i0; i < i1; ++i) {
-    const uint16_t x = a[i], y = b[i];
-    count_classes(x, c.nan_a, c.inf_a, c.subnormal_a);
-    count_classes(y, c.nan_b, c.inf_b, c.subnormal_b);
-    const bool finite = bf16_is_finite(x) && bf16_is_finite(y);
-    if (!finite) ++c.nonfinite_pairs;
-    if (x == y) {
-      if (finite) {
-        ++c.finite_pairs;
-        ++small_hist[0];
-        const double xv = bf16_to_f32(x);
-        c.near_zero += std::fabs(xv) < near_zero || xv == 0.0;
-      }
-      continue;
+  for (int64_t i = i0; i < i1; ++i) add_pair(c, small_hist, i, cols, a[i], b[i], layer, near_zero, max_listed);
+  fold_small_histogram(c, small_hist);
+  return c;
+}
+
+// The pairs in SIMD lanes (compare_kernels.cpp): the equal ones where they are, the differing ones
+// gathered. The differing pairs that make the "first" list (the first `max_listed`, in index order)
+// and the pairs past the last whole vector go through the reference's own steps.
+Comparison compare_bf16_rows(std::span<const uint16_t> a, std::span<const uint16_t> b, int64_t row0, int64_t row1,
+                             int64_t cols, const std::string& layer, double near_zero, size_t max_listed) {
+  SmallHistogram small_hist{};
+  Comparison c;
+  const int64_t i0 = row0 * cols, i1 = row1 * cols;
+  c.total = i1 - i0;
+  const uint16_t near_bits = near_zero_magnitude_bits(near_zero);
+  constexpr int64_t kChunk = 4096;
+  std::array<int32_t, kChunk> differ;
+  std::array<uint16_t, kChunk> dx, dy, ulps;
+  compare_detail::PairCounts counts;
+  compare_detail::DifferCounts differing_counts;
+  int64_t differing_in_lanes = 0;
+  for (int64_t at = i0; at < i1; at += kChunk) {
+    const int64_t len = std::min(kChunk, i1 - at);
+    int64_t differing = 0;
+    const int64_t covered =
+        compare_detail::scan_bf16_pairs(a.data() + at, b.data() + at, len, near_bits, counts, differ.data(), differing);
+    int64_t j = 0;
+    for (; j < differing && c.first.size() < max_listed; ++j) {
+      const int64_t i = at + differ[static_cast<size_t>(j)];
+      add_differing(c, small_hist, i, cols, a[i], b[i], layer, near_zero, max_listed);
     }
-    const double xv = bf16_to_f32(x), yv = bf16_to_f32(y);
-    // An exact zero on the reference side has no relative difference: it is near zero too.
-    const bool is_near_zero = finite && (std::fabs(xv) < near_zero || xv == 0.0);
-    int64_t ulp = -1;
-    if (finite) {
-      ++c.finite_pairs;
-      ulp = bf16_ulp_distance(x, y);
-      if (ulp < kSmall) {
+    const int64_t rest = differing - j;
+    for (int64_t r = 0; r < rest; ++r) {
+      const int64_t i = at + differ[static_cast<size_t>(j + r)];
+      dx[static_cast<size_t>(r)] = a[i], dy[static_cast<size_t>(r)] = b[i];
+    }
+    const int64_t in_lanes =
+        compare_detail::scan_differing_pairs(dx.data(), dy.data(), rest, near_bits, differing_counts, ulps.data());
+    for (int64_t r = 0; r < in_lanes; ++r) {
+      const uint16_t ulp = ulps[static_cast<size_t>(r)];
+      if (ulp == compare_detail::kNoUlp) continue;
+      if (ulp < kSmallUlps) {
         ++small_hist[ulp];
       } else {
         ++c.ulp_histogram[ulp];
       }
-      c.max_ulp = std::max(c.max_ulp, ulp);
-      if (is_near_zero) ++c.near_zero;
     }
-    ++c.bitwise_diff;
-    if (!finite) ++c.nonfinite_diff;
-    if ((x & 0x7FFFu) == 0 && (y & 0x7FFFu) == 0) ++c.signed_zero_diff;
-    if (finite) {
-      if (is_near_zero) {
-        ++c.near_zero_diff;
-        c.near_zero_max_abs = std::max(c.near_zero_max_abs, std::fabs(xv - yv));
-      } else {
-        c.max_rel = std::max(c.max_rel, std::fabs(xv - yv) / std::fabs(xv));
-      }
+    differing_in_lanes += in_lanes;
+    for (int64_t r = in_lanes; r < rest; ++r) {
+      const int64_t i = at + differ[static_cast<size_t>(j + r)];
+      add_differing(c, small_hist, i, cols, a[i], b[i], layer, near_zero, max_listed);
     }
-    if (c.first.size() < max_listed) c.first.push_back(DiffElement{layer, i / cols, i % cols, x, y, xv, yv, ulp});
+    for (int64_t i = at + covered; i < at + len; ++i) add_pair(c, small_hist, i, cols, a[i], b[i], layer, near_zero, max_listed);
   }
-  for (int64_t d = 0; d < kSmall; ++d) {
-    if (small_hist[d]) c.ulp_histogram[d] += small_hist[d];
-  }
+  c.nan_a += counts.nan[0], c.nan_b += counts.nan[1];
+  c.inf_a += counts.inf[0], c.inf_b += counts.inf[1];
+  c.subnormal_a += counts.subnormal[0], c.subnormal_b += counts.subnormal[1];
+  c.nonfinite_pairs += counts.nonfinite_pairs;
+  c.finite_pairs += counts.equal_finite + differing_counts.finite_pairs;
+  small_hist[0] += counts.equal_finite;
+  c.near_zero += counts.equal_near_zero + differing_counts.near_zero;
+  c.bitwise_diff += differing_in_lanes;
+  c.nonfinite_diff += differing_counts.nonfinite_diff;
+  c.signed_zero_diff += differing_counts.signed_zero_diff;
+  c.near_zero_diff += differing_counts.near_zero_diff;
+  c.max_ulp = std::max(c.max_ulp, differing_counts.max_ulp);
+  c.max_rel = std::max(c.max_rel, differing_counts.max_rel);
+  c.near_zero_max_abs = std::max(c.near_zero_max_abs, differing_counts.near_zero_max_abs);
+  fold_small_histogram(c, small_hist);
   return c;
 }
 

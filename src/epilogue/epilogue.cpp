@@ -19,6 +19,7 @@
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 #include "core/parallel.hpp"
+#include "epilogue/epilogue_kernels.hpp"
 #include "epilogue/formula_space.hpp"
 
 namespace qc {
@@ -302,14 +303,13 @@ void exact_rows(const Acc* acc, const float* sa, const float* sw, const uint16_t
   }
 }
 
+// The checks every tile entry point makes before computing anything (QC_INPUT: the scales, the
+// bias, and, for an fp32 accumulator, a formula that takes one), and the kind whose body runs
+// (`sglang_sm90` resolved on `layer_m`, the M a shape-dispatching formula sees: the whole layer's
+// when the M rows are a block of it).
 template <typename Acc>
-// `layer_m`: the M a shape-dispatching formula sees (the whole layer's when M rows are a block of it).
-void apply_tile(const Epilogue& e, const Acc* acc, const float* sa, const float* sw, const uint16_t* bias,
-                int64_t M, int64_t N, uint16_t* y, int threads, int64_t layer_m) {
-  QC_INPUT(M >= 0 && N >= 0, "epilogue `{}`: expected M, N >= 0, found M={} N={}", e.name, M, N);
-  if (M == 0 || N == 0) return;
-  QC_INPUT(acc != nullptr && sa != nullptr && sw != nullptr && y != nullptr,
-           "epilogue `{}`: null acc, sa, sw or y pointer", e.name);
+EpilogueKind checked_kind(const Epilogue& e, const float* sa, const float* sw, const uint16_t* bias, int64_t M,
+                          int64_t N, int64_t layer_m) {
   for (int64_t m = 0; m < M; ++m) {
     QC_INPUT(std::isfinite(sa[m]) && sa[m] > 0.0f, "epilogue `{}`: field sa[{}]: expected finite > 0, found {} (0x{:08x})",
              e.name, m, sa[m], f32_bits(sa[m]));
@@ -332,33 +332,46 @@ void apply_tile(const Epilogue& e, const Acc* acc, const float* sa, const float*
     QC_INPUT(kind != EpilogueKind::point,
              "epilogue `{}`: formula-space points take an integer accumulator (the FP8 part of the space is issue #14)",
              e.name);
-  } else {
+  }
+  QC_CHECK(kind == EpilogueKind::exact || kind == EpilogueKind::point || formula::has_body(kind),
+           "epilogue `{}`: kind {} has no formula body", e.name, static_cast<int>(kind));
+  return kind;
+}
+
+// Rows [m0, m1) of a checked tile through the resolved `kind`. The one fast path: the Triton body
+// over an fp32 accumulator without a bias (`fp8-scaled`, every FP8 arm's and verify's FP8
+// reference), in SIMD lanes (epilogue_kernels.cpp); `formula_rows` is its reference.
+template <typename Acc>
+void kind_rows(const Epilogue& e, EpilogueKind kind, const Acc* acc, const float* sa, const float* sw,
+               const uint16_t* bias, int64_t m0, int64_t m1, int64_t N, uint16_t* y) {
+  if constexpr (std::is_integral_v<Acc>) {
+    if (kind == EpilogueKind::exact) return exact_rows(acc, sa, sw, bias, m0, m1, N, y);
     if (kind == EpilogueKind::point) {
-      const bool exact = e.space.conv == AccConversion::exact;
-      auto rows = [&](int64_t m0, int64_t m1) {
-        if (exact) return exact_rows(acc, sa, sw, bias, m0, m1, N, y);
-        point_rows(e.space, acc, sa, sw, bias, m0, m1, N, y);
-      };
-      const int t = static_cast<int>(std::min<int64_t>({resolve_threads(threads), M, std::max<int64_t>(1, M * N / 65536)}));
-      const int64_t chunk = (M + t - 1) / t;
-      parallel_for(t, t, [&](int64_t i) { rows(i * chunk, std::min(M, (i + 1) * chunk)); });
-      return;
+      if (e.space.conv == AccConversion::exact) return exact_rows(acc, sa, sw, bias, m0, m1, N, y);
+      return point_rows(e.space, acc, sa, sw, bias, m0, m1, N, y);
+    }
+  } else {
+    if (kind == EpilogueKind::vllm_triton && bias == nullptr) {
+      return epilogue_detail::triton_f32_rows(acc + m0 * N, sa + m0, sw, m1 - m0, N, y + m0 * N);
     }
   }
-  QC_CHECK(kind == EpilogueKind::exact || formula::has_body(kind), "epilogue `{}`: kind {} has no formula body",
-           e.name, static_cast<int>(kind));
-  auto rows = [&](int64_t m0, int64_t m1) {
-    if constexpr (std::is_integral_v<Acc>) {
-      if (kind == EpilogueKind::exact) return exact_rows(acc, sa, sw, bias, m0, m1, N, y);
-    }
-    formula::visit_instance(kind, [&](auto k) {
-      formula_rows<decltype(k)::value>(acc, sa, sw, bias, e.bias_mode, m0, m1, N, y);
-    });
-  };
+  formula::visit_instance(kind, [&](auto k) {
+    formula_rows<decltype(k)::value>(acc, sa, sw, bias, e.bias_mode, m0, m1, N, y);
+  });
+}
+
+template <typename Acc>
+void apply_tile(const Epilogue& e, const Acc* acc, const float* sa, const float* sw, const uint16_t* bias,
+                int64_t M, int64_t N, uint16_t* y, int threads, int64_t layer_m) {
+  QC_INPUT(M >= 0 && N >= 0, "epilogue `{}`: expected M, N >= 0, found M={} N={}", e.name, M, N);
+  if (M == 0 || N == 0) return;
+  QC_INPUT(acc != nullptr && sa != nullptr && sw != nullptr && y != nullptr,
+           "epilogue `{}`: null acc, sa, sw or y pointer", e.name);
+  const EpilogueKind kind = checked_kind<Acc>(e, sa, sw, bias, M, N, layer_m);
   // Below ~64K elements a thread costs more than it saves.
   const int t = static_cast<int>(std::min<int64_t>({resolve_threads(threads), M, std::max<int64_t>(1, M * N / 65536)}));
   const int64_t chunk = (M + t - 1) / t;
-  parallel_for(t, t, [&](int64_t i) { rows(i * chunk, std::min(M, (i + 1) * chunk)); });
+  parallel_for(t, t, [&](int64_t i) { kind_rows(e, kind, acc, sa, sw, bias, i * chunk, std::min(M, (i + 1) * chunk), N, y); });
 }
 
 }  // namespace
@@ -473,6 +486,18 @@ void apply_epilogue(const Epilogue& e, const int64_t* acc, const float* sa, cons
 void apply_epilogue(const Epilogue& e, const float* acc, const float* sa, const float* sw, const uint16_t* bias,
                     int64_t M, int64_t N, uint16_t* y_bf16, int threads) {
   apply_tile(e, acc, sa, sw, bias, M, N, y_bf16, threads, M);
+}
+
+void check_epilogue_inputs(const Epilogue& e, const float* sa, const float* sw, const uint16_t* bias, int64_t M,
+                           int64_t N, int64_t layer_m) {
+  (void)checked_kind<float>(e, sa, sw, bias, M, N, layer_m);
+}
+
+void apply_epilogue_rows_unchecked(const Epilogue& e, const float* acc, int64_t layer_m, int64_t row0, int64_t rows,
+                                   const float* sa, const float* sw, const uint16_t* bias, int64_t N, uint16_t* y_bf16) {
+  const EpilogueKind kind = formula::instance_kind(e.kind, layer_m, N);
+  QC_CHECK(formula::has_body(kind), "apply_epilogue_rows_unchecked: epilogue `{}` has no fp32 body (unchecked?)", e.name);
+  kind_rows(e, kind, acc + row0 * N, sa + row0, sw, bias, 0, rows, N, y_bf16);
 }
 
 void apply_epilogue_rows(const Epilogue& e, const ExactAccumulators& acc, int64_t layer_m, int64_t row0, int64_t rows,

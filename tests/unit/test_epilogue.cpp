@@ -847,3 +847,63 @@ TEST(EpilogueFormulaText, EveryRowDispatchesToTheSharedApply) {
   std::vector<uint16_t> y1(1);
   EXPECT_THROW(qc::apply_epilogue(E("exact"), d1.data(), one.data(), one.data(), nullptr, 1, 1, y1.data()), qc::Error);
 }
+
+// The `fp8-scaled` body over an fp32 accumulator runs in SIMD lanes (src/epilogue/epilogue_kernels.cpp);
+// its reference is the shared text itself, `formula::apply<vllm_triton>` without a bias. Every top half
+// of an fp32 pattern (every sign, exponent and leading mantissa bits, inf and NaN) with the low halves
+// that decide a bf16 rounding (zero, just below and at the midpoint, just above, all ones), under scale
+// pairs that keep the value (1 x 1: the ties of d itself), shift it by powers of two into the
+// subnormals and to overflow, and round twice (non-powers of two); N = 1031 leaves a tail in every row
+// for the scalar text. Then blocks of rows through `apply_epilogue_rows_unchecked` equal the whole tile.
+TEST(EpilogueFast, Fp8ScaledEqualsTheFormulaText) {
+  namespace f = qc::formula;
+  const int64_t N = 1031;
+  std::vector<float> d;
+  for (uint32_t hi = 0; hi < 0x10000u; ++hi) {
+    for (uint32_t lo : {0x0000u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu}) d.push_back(from32(hi << 16 | lo));
+  }
+  d.resize((d.size() + N - 1) / N * N, 1.0f);
+  const int64_t M = static_cast<int64_t>(d.size()) / N;
+  const std::pair<float, float> scales[] = {{1.0f, 1.0f},       {0x1p-60f, 0x1p-70f}, {0x1p+60f, 0x1p+70f},
+                                            {0x1.8p-3f, 0x1.3p-7f}, {0x1.fffffep+0f, 0x1.000002p-1f},
+                                            {0x1p-149f, 1.0f},  {3.0e38f, 0x1.2p-9f}};
+  int64_t subnormal = 0, overflow = 0, nan = 0;
+  for (const auto& [sa0, sw0] : scales) {
+    std::vector<float> sa(static_cast<size_t>(M)), sw(static_cast<size_t>(N));
+    for (int64_t m = 0; m < M; ++m) sa[m] = m % 3 ? sa0 : sa0 * 0.75f;  // two scales per layer, rows interleaved
+    for (int64_t n = 0; n < N; ++n) sw[n] = n % 5 ? sw0 : sw0 * 1.25f;
+    std::vector<uint16_t> y(d.size());
+    qc::apply_epilogue(qc::fp8_epilogue(), d.data(), sa.data(), sw.data(), nullptr, M, N, y.data(), 2);
+    for (int64_t m = 0; m < M; ++m) {
+      for (int64_t n = 0; n < N; ++n) {
+        const size_t i = static_cast<size_t>(m * N + n);
+        const uint16_t want = f::apply<qc::EpilogueKind::vllm_triton>(d[i], sa[m], sw[n], qc::BiasMode::refuse, false, 0.0f);
+        ASSERT_EQ(y[i], want) << "d=" << d[i] << " (0x" << std::hex << bits32(d[i]) << ") sa=" << sa[m]
+                              << " sw=" << sw[n] << ": fast 0x" << y[i] << ", formula text 0x" << want;
+        subnormal += (want & 0x7f80u) == 0 && (want & 0x7fu) != 0;
+        overflow += (want & 0x7fffu) == 0x7f80u && std::isfinite(d[i]);
+        nan += (want & 0x7fffu) > 0x7f80u;
+      }
+    }
+    for (int64_t rows : {int64_t{1}, int64_t{7}}) {
+      std::vector<uint16_t> block(static_cast<size_t>(rows * N));
+      for (int64_t r0 = 0; r0 < M; r0 += rows) {
+        const int64_t r = std::min(rows, M - r0);
+        qc::apply_epilogue_rows_unchecked(qc::fp8_epilogue(), d.data(), M, r0, r, sa.data(), sw.data(), nullptr, N,
+                                          block.data());
+        ASSERT_EQ(0, std::memcmp(block.data(), y.data() + r0 * N, static_cast<size_t>(r * N) * sizeof(uint16_t)))
+            << "rows [" << r0 << ", " << r0 + r << ")";
+      }
+    }
+  }
+  // The cases reach what they are meant to: subnormal outputs, overflow to infinity, NaN kept.
+  EXPECT_GT(subnormal, 0);
+  EXPECT_GT(overflow, 0);
+  EXPECT_GT(nan, 0);
+  // The checks are the tile's: a bad scale is refused before anything is computed.
+  std::vector<float> one(static_cast<size_t>(N), 1.0f), bad = one;
+  bad[3] = 0.0f;
+  EXPECT_THROW(qc::check_epilogue_inputs(qc::fp8_epilogue(), one.data(), bad.data(), nullptr, 1, N, 1), qc::Error);
+  EXPECT_THROW(qc::check_epilogue_inputs(E("exact"), one.data(), one.data(), nullptr, 1, N, 1), qc::Error);
+  EXPECT_NO_THROW(qc::check_epilogue_inputs(qc::fp8_epilogue(), one.data(), one.data(), nullptr, 1, N, 1));
+}

@@ -5,6 +5,10 @@
 #include <bit>
 #include <cmath>
 #include <filesystem>
+#include <random>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "qconform/arm.hpp"
 #include "qconform/compare.hpp"
@@ -54,6 +58,77 @@ TEST(Compare, IdenticalIsIdentical) {
   const Comparison c = compare_bf16(a, a, 10, 100);
   EXPECT_TRUE(c.bit_identical());
   EXPECT_EQ(c.max_ulp, 0);
+}
+
+// The fast comparison (equal pairs in SIMD lanes, src/compare/compare_kernels.cpp) against its scalar
+// reference, field for field (the JSON form holds every field, `first` included): every bf16 pattern
+// against itself and against a neighbour, under near-zero limits on, between and around bf16 values
+// (0, the smallest subnormal, NaN, infinity included), and mixes of equal and differing pairs with
+// NaN, infinities, subnormals and signed zeros, over row ranges that end mid-vector, with short and
+// long "first" lists.
+TEST(Compare, FastRowsEqualTheReference) {
+  const auto same = [](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, int64_t r0, int64_t r1,
+                       int64_t cols, double near_zero, size_t listed, const std::string& what) {
+    const Comparison fast = compare_bf16_rows(a, b, r0, r1, cols, "t", near_zero, listed);
+    const Comparison ref = compare_bf16_rows_reference(a, b, r0, r1, cols, "t", near_zero, listed);
+    const nlohmann::json jf = fast, jr = ref;
+    ASSERT_EQ(jf.dump(), jr.dump()) << what << " rows [" << r0 << ", " << r1 << ") x " << cols << ", near_zero "
+                                    << near_zero << ", listed " << listed;
+  };
+  std::vector<uint16_t> all(65536), next(65536);
+  for (uint32_t u = 0; u < 65536; ++u) all[u] = static_cast<uint16_t>(u), next[u] = static_cast<uint16_t>(u + (u % 7 == 0));
+  const double limits[] = {0.0, 0x1p-133, 1e-3, 0x1.02p-7, 0x1.03p-7, 1.0, 3.0e38, NAN, INFINITY};
+  for (const double near_zero : limits) {
+    same(all, all, 0, 256, 256, near_zero, 10, "every pattern with itself");
+    same(all, next, 0, 256, 256, near_zero, 10, "every pattern with a neighbour");
+  }
+  std::mt19937_64 rng(14);
+  const uint16_t specials[] = {0x0000, 0x8000, 0x0001, 0x807f, 0x7f80, 0xff80, 0x7fc0, 0x7f81, 0xffff, 0x3f80, 0x7f7f};
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t cols = 1 + static_cast<int64_t>(rng() % 300), rows = 1 + static_cast<int64_t>(rng() % 40);
+    std::vector<uint16_t> a(static_cast<size_t>(rows * cols)), b(a.size());
+    const unsigned differ_per_mille = trial % 4 == 0 ? 0 : static_cast<unsigned>(rng() % 1000);
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = rng() % 50 == 0 ? specials[rng() % std::size(specials)] : static_cast<uint16_t>(0x3000 + rng() % 0x1800);
+      b[i] = rng() % 1000 < differ_per_mille ? (rng() % 10 == 0 ? specials[rng() % std::size(specials)]
+                                                                 : static_cast<uint16_t>(a[i] + rng() % 5 - 2))
+                                             : a[i];
+    }
+    const int64_t r0 = static_cast<int64_t>(rng() % static_cast<uint64_t>(rows));
+    for (size_t listed : {size_t{0}, size_t{3}, size_t{100000}}) {
+      same(a, b, r0, rows, cols, near_zero_limit(a, {}), listed, fmt::format("trial {}", trial));
+    }
+  }
+}
+
+// The near-zero limit is fraction x RMS of the finite values of `a`, summed in blocks of 2^16 in index
+// order and the blocks in order: written here as that plain loop, it must give the same double for
+// sizes below one block, of whole groups of blocks and with a partial last block, NaN and inf included.
+TEST(Compare, NearZeroLimitIsTheBlockwiseSumBitForBit) {
+  const auto plain = [](const std::vector<uint16_t>& a) {
+    constexpr size_t kBlock = size_t{1} << 16;
+    double total = 0;
+    int64_t count = 0;
+    for (size_t b0 = 0; b0 < a.size(); b0 += kBlock) {
+      double sum = 0;
+      for (size_t i = b0; i < std::min(a.size(), b0 + kBlock); ++i) {
+        if (!bf16_is_finite(a[i])) continue;
+        const double v = bf16_to_f32(a[i]);
+        sum += v * v;
+        ++count;
+      }
+      total += sum;
+    }
+    return 1e-2 * (count ? std::sqrt(total / static_cast<double>(count)) : 0.0);
+  };
+  std::mt19937_64 rng(3);
+  for (size_t size : {size_t{1000}, size_t{17} << 16, (size_t{24} << 16) + 4321}) {
+    std::vector<uint16_t> a(size);
+    for (uint16_t& x : a) x = rng() % 5000 == 0 ? uint16_t{0x7fc0} : static_cast<uint16_t>(rng());
+    a[7] = 0x7f80;
+    const double limit = near_zero_limit(a, {});
+    EXPECT_EQ(std::bit_cast<uint64_t>(limit), std::bit_cast<uint64_t>(plain(a))) << size << ": " << limit;
+  }
 }
 
 TEST(Operands, RoundTripAndNaturalOrder) {

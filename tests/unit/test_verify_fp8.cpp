@@ -12,9 +12,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "accum/fp8_model.hpp"
+#include "checks/element_pass.hpp"
 #include "checks/sweep.hpp"
 #include "checks/verify.hpp"
 #include "core/operands_io.hpp"
@@ -507,6 +510,127 @@ TEST(VerifyFp8, E5m2ActivationsAndAnMSweep) {
     EXPECT_EQ(run.predicted_diff, scalar_prediction(ops, chain, promote4).outputs_differ) << run.m;
   }
   EXPECT_GT(differ, 0);
+}
+
+
+// ---- The fast FP8 element pass against its scalar reference (src/checks/element_pass.cpp) ----------
+//
+// A case is data: its id lists the shape, which arms are modelled and expose an accumulator, how many
+// of the arms' outputs and accumulators are off their models (in thousandths), the scale regime, the
+// length of the "first" lists, the threads, and whether the accumulators' counts come precomputed (as
+// verify hands them to each run). Every field of the two passes must be equal: the comparison of A
+// with B (its JSON form, `first` included), every count, and every "first" list in order.
+struct Fp8PassCase {
+  int64_t m, n, k;
+  bool modelled[2], exposed[2];
+  unsigned outputs_off, acc_off;  // per mille of elements perturbed, per arm
+  ScaleMode mode;
+  size_t max_listed;
+  int threads;
+  bool precomputed;
+  std::string id() const {
+    return fmt::format("{}x{}x{} modelled={}{} exposed={}{} off={}/1000 acc_off={}/1000 {} listed={} threads={}{}", m,
+                       n, k, modelled[0], modelled[1], exposed[0], exposed[1], outputs_off, acc_off,
+                       scale_mode_name(mode), max_listed, threads, precomputed ? " precomputed" : "");
+  }
+};
+
+void expect_same_pass(const ElementPass& fast, const ElementPass& ref, const std::string& id) {
+  SCOPED_TRACE(id);
+  EXPECT_EQ(nlohmann::json(fast.cmp).dump(), nlohmann::json(ref.cmp).dump());
+  const ElementTally &f = fast.tally, &r = ref.tally;
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(f.acc_mismatch[s], r.acc_mismatch[s]) << "side " << s;
+    EXPECT_EQ(f.formula_mismatch[s], r.formula_mismatch[s]) << "side " << s;
+  }
+  EXPECT_EQ(f.predicted_diff, r.predicted_diff);
+  EXPECT_EQ(f.predicted_vs_observed, r.predicted_vs_observed);
+  EXPECT_EQ(f.model_acc_diff, r.model_acc_diff);
+  EXPECT_EQ(f.pow2_violations, r.pow2_violations);
+  EXPECT_EQ(f.pow2_excluded, r.pow2_excluded);
+  EXPECT_EQ(f.safe_contradicted, r.safe_contradicted);
+  EXPECT_EQ(f.acc_first, r.acc_first);
+  EXPECT_EQ(f.model_first, r.model_first);
+  EXPECT_EQ(nlohmann::json(f.pow2_first).dump(), nlohmann::json(r.pow2_first).dump());
+}
+
+TEST(Fp8ElementPass, FastEqualsTheReferenceFieldForField) {
+  std::vector<Fp8PassCase> cases;
+  const ScaleMode modes[] = {ScaleMode::real, ScaleMode::pow2_channel, ScaleMode::pow2_layer};
+  int variant = 0;
+  for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{9, 203, 1024}, {70, 4001, 32}}) {
+    for (int modelled = 0; modelled < 4; ++modelled) {
+      for (unsigned off : {0u, 3u, 400u}) {
+        const int v = variant++;
+        const bool exposed[2] = {v % 3 != 1, v % 4 != 2};
+        cases.push_back({m, n, k, {(modelled & 1) != 0, (modelled & 2) != 0}, {exposed[0], exposed[1]}, off,
+                         v % 2 ? off : 0u, modes[v % 3], v % 5 == 0 ? size_t{1000} : size_t{10}, v % 2 ? 3 : 1,
+                         v % 3 == 0});
+      }
+    }
+  }
+  const Fp8AccumModel chain = fp8_accumulation_model("hopper-fp8-chain").model;
+  const Fp8AccumModel promote4 = fp8_accumulation_model("hopper-fp8-promote4").model;
+  int reached_pow2 = 0, reached_acc = 0;
+  for (const Fp8PassCase& c : cases) {
+    const LayerOperands layer = fp8_layer("pass.t", c.m, c.n, c.k, 7 + c.n);
+    const LayerOperands ops = apply_scale_mode(layer, c.mode);
+    const Fp8LayerCodes codes = fp8_layer_codes("test", ops);
+    const size_t size = static_cast<size_t>(c.m * c.n);
+    std::vector<float> d[2] = {std::vector<float>(size), std::vector<float>(size)};
+    fp8_model_evaluate(chain, codes.gemm(), d[0].data(), 1);
+    fp8_model_evaluate(promote4, codes.gemm(), d[1].data(), 1);
+    // The arms: their model + epilogue, with `outputs_off` of the outputs moved (by one or two bf16
+    // steps, or to a NaN or a signed zero), and the exposed accumulators with `acc_off` moved by an ulp.
+    std::mt19937_64 rng(static_cast<uint64_t>(c.m * 131 + c.n + c.outputs_off));
+    ArmOutput out[2];
+    std::vector<float> acc[2];
+    for (int s = 0; s < 2; ++s) {
+      out[s].y.resize(size);
+      apply_epilogue(fp8_epilogue(), d[s].data(), ops.a_scale.data(), ops.w_scale.data(), nullptr, c.m, c.n,
+                     out[s].y.data(), 1);
+      for (uint16_t& y : out[s].y) {
+        if (rng() % 1000 >= c.outputs_off) continue;
+        const unsigned how = static_cast<unsigned>(rng() % 8);
+        y = how == 0 ? uint16_t{0x7fc1} : how == 1 ? static_cast<uint16_t>(y ^ 0x8000u) : static_cast<uint16_t>(y + 1 + how % 2);
+      }
+      acc[s] = d[s];
+      for (float& x : acc[s]) {
+        if (rng() % 1000 < c.acc_off) x = std::nextafter(x, INFINITY);
+      }
+    }
+    Fp8RunReference f;
+    for (int s = 0; s < 2; ++s) {
+      f.modelled[s] = c.modelled[s];
+      f.model[s] = c.modelled[s] ? (s ? "hopper-fp8-promote4" : "hopper-fp8-chain") : "";
+      f.d[s] = c.modelled[s] ? &d[s] : nullptr;
+      if (c.exposed[s]) f.arm_acc[s] = &acc[s], f.acc_d[s] = &d[s], f.acc_model[s] = s ? "hopper-fp8-promote4" : "hopper-fp8-chain";
+    }
+    const ExactAccumulators none;
+    CompareOptions compare;
+    compare.max_listed = c.max_listed;
+    const ElementContext run{.ops = ops, .label = ops.name, .mode = c.mode, .safe = false, .exact = none,
+                             .out = {&out[0], &out[1]}, .formula = {&fp8_epilogue(), &fp8_epilogue()},
+                             .compare = compare, .threads = c.threads, .fp8 = &f};
+    const ElementPass ref = element_pass_reference(run);
+    ElementTally tally;
+    if (c.precomputed) {
+      tally = fp8_accumulator_tally(f, ops, c.threads);
+      f.acc_tally = &tally;
+    }
+    expect_same_pass(element_pass(run), ref, c.id());
+    // The cases reach what they are meant to.
+    if (c.outputs_off >= 400 && (c.modelled[0] || c.modelled[1])) {
+      EXPECT_GT(ref.tally.formula_mismatch[0] + ref.tally.formula_mismatch[1], 100) << c.id();
+    }
+    if (c.modelled[0] && c.modelled[1] && c.k >= 1024) {
+      EXPECT_GT(ref.tally.model_acc_diff, 0) << c.id();
+    }
+    reached_pow2 += ref.tally.pow2_violations > 0;
+    reached_acc += ref.tally.acc_mismatch[0] + ref.tally.acc_mismatch[1] > 10;
+  }
+  EXPECT_GT(reached_pow2, 0) << "no case had a power-of-two violation to list";
+  EXPECT_GT(reached_acc, 0) << "no case filled the accumulator list";
 }
 
 }  // namespace
