@@ -222,8 +222,8 @@ SweepResult run_sweep(const SweepOptions& o) {
   }
   const bool gpu_models = cuda_available(nullptr);
   // FP8: a declared model's outputs on the cell's operands (fp32 d, then the `fp8-scaled` epilogue).
-  const auto fp8_model_outputs = [&](const ArmInfo& i, const Fp8Operands& ops) {
-    const NamedAccumModel model = fp8_accumulation_model(i.accumulation_model);
+  const auto fp8_model_outputs = [&](const std::string& name, const Fp8Operands& ops) {
+    const NamedAccumModel model = fp8_accumulation_model(name);
     std::vector<float> d;
     if (gpu_models) {
       d = fp8_model_evaluate_gpu(model.model, ops.a.data(), Fp8Format::e4m3, ops.w.data(), Fp8Format::e4m3,
@@ -293,7 +293,13 @@ SweepResult run_sweep(const SweepOptions& o) {
           }
         }
         if (explained_note.empty()) {
-          explained = count_explained(ya, yb, fp8_model_outputs(info[0], ops), fp8_model_outputs(info[1], ops));
+          // Each run's own claim: cuBLASLt's split-K runs claim the split-K form of the declared model.
+          // (The CPU arms' records are flat, the others' RunRecords carry `extra`.)
+          const auto claimed = [&](const nlohmann::json& rec, const ArmInfo& i) {
+            return claimed_model(rec.contains("extra") ? rec["extra"] : rec, i.accumulation_model);
+          };
+          explained = count_explained(ya, yb, fp8_model_outputs(claimed(rec_a, info[0]), ops),
+                                      fp8_model_outputs(claimed(rec_b, info[1]), ops));
         }
       }
       SweepCell cell = measure_cell(ya, yb, o.m, o.n);

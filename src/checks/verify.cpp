@@ -77,16 +77,6 @@ const Epilogue* declared(const ArmInfo& info) {
   return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue);
 }
 
-// The model an FP8 arm's run claims: its record's `extra.accumulation_model` when that names one
-// (cuBLASLt names the split-K form of its declared model on such runs), "" when the record refuses
-// it, else the model the arm declares.
-std::string claimed_model(const nlohmann::json& extra, const std::string& declared) {
-  if (!accumulation_model_refusal(extra).empty()) return "";
-  if (extra.is_object() && extra.contains("accumulation_model") && extra["accumulation_model"].is_string()) {
-    return extra["accumulation_model"].get<std::string>();
-  }
-  return declared;
-}
 
 // The reference side of an FP8 pair for one (layer, rows): the layer's codes, the fp32 accumulators
 // of every model a run claims, evaluated once each (on the host, or on the GPU when verify's
@@ -203,6 +193,14 @@ struct Fp8AccumulatorCheck {
 };
 
 }  // namespace
+
+std::string claimed_model(const nlohmann::json& extra, const std::string& declared) {
+  if (!accumulation_model_refusal(extra).empty()) return "";
+  if (extra.is_object() && extra.contains("accumulation_model") && extra["accumulation_model"].is_string()) {
+    return extra["accumulation_model"].get<std::string>();
+  }
+  return declared;
+}
 
 std::string accumulation_model_refusal(const nlohmann::json& extra) {
   if (!extra.is_object() || !extra.contains("accumulation_model_refused")) return "";

@@ -89,6 +89,10 @@ struct VerifyOptions {
 // `extra.accumulation_model` null and `extra.accumulation_model_refused`), "" when it claims it.
 // `extra` is a record's `extra` object (anything else: "").
 std::string accumulation_model_refusal(const nlohmann::json& extra);
+// The model an FP8 arm's run claims: its record's `extra.accumulation_model` when that names one
+// (cuBLASLt names the split-K form of its declared model on such runs), "" when the record refuses
+// it, else the model the arm declares. `extra` as for `accumulation_model_refusal`.
+std::string claimed_model(const nlohmann::json& extra, const std::string& declared);
 
 // One (layer, M, scale mode) run of both arms.
 struct LayerRun {

@@ -439,6 +439,36 @@ TEST(VerifyFp8, SweepExplainedColumnCountsWhatTheModelsPredict) {
   EXPECT_NE(format_sweep(r).find("not computed (--no-explained)"), std::string::npos);
 }
 
+// A cell's "explained" count uses the model each run claims, not the declared one: an arm whose records
+// claim blocked-4 while it declares hopper-fp8-promote4 (as cuBLASLt claims the split-K form of its model
+// on small-M, large-K cells) has every difference explained. Before session 6 the sweep evaluated the
+// declared model and reported 6,180 of 13,981 differences explained on such cuBLASLt cells.
+TEST(VerifyFp8, SweepExplainedColumnUsesTheModelEachRunClaims) {
+  static const bool registered = [] {
+    register_arm_backend(ArmBackend{"test-claims", "test: records claim blocked-4, the arm declares promote4",
+                                    [] { return std::vector<std::string>{}; },
+                                    [](std::string_view) -> std::unique_ptr<Arm> { return std::make_unique<ClaimingArm>(); }});
+    return true;
+  }();
+  ASSERT_TRUE(registered);
+  SweepOptions o;
+  o.arm_a = "cpu:fp8-hopper-fp8-promote4";
+  o.arm_b = "test-claims:blocked-4";
+  o.ks = {2048};
+  o.m = 8;
+  o.n = 32;
+  o.seeds = 2;
+  const SweepResult r = run_sweep(o);
+  int64_t differing = 0, explained = 0;
+  for (const SweepCell& c : r.cells) {
+    EXPECT_EQ(c.explained, c.differing) << "K=" << c.k << " seed " << c.seed << ": " << c.explained_note;
+    differing += c.differing;
+    explained += c.explained;
+  }
+  EXPECT_GT(differing, 0) << "blocked-4 and hopper-fp8-promote4 should differ at K = 2048";
+  EXPECT_EQ(explained, differing);
+}
+
 // INT8 pairs: the declared formulas on the exact accumulators explain every difference of two arms
 // that follow them; an arm declaring none leaves the column empty, saying why.
 TEST(VerifyFp8, SweepExplainedColumnForInt8Pairs) {
