@@ -174,6 +174,32 @@ TEST(AccumulationModel, FastEqualsReferenceOnRandomShapes) {
   EXPECT_GT(cases, 1000);
 }
 
+// The reference's outputs for one case, and the check of another evaluation's output (i, j) against
+// them, bitwise, counting every output and reporting the first three mismatches with bit patterns.
+struct ReferenceCheck {
+  ReferenceCheck(const Fp8AccumModel& m, const Fp8Gemm& g, std::string what, const char* evaluation, int64_t* outputs,
+                 int64_t* bad)
+      : want(static_cast<size_t>(g.s.m * g.s.n)), n(g.s.n), what(std::move(what)), evaluation(evaluation),
+        outputs(outputs), bad(bad) {
+    qc::fp8_model_reference(m, g, want.data());
+  }
+  void operator()(int64_t i, int64_t j, float got, const char* how) const {
+    const float ref = want[static_cast<size_t>(i * n + j)];
+    ++*outputs;
+    if (bits(got) == bits(ref)) return;
+    if ((*bad)++ < 3) {
+      ADD_FAILURE() << fmt::format("{}: d[{},{}]: reference {} ({:#010x}), {} {} {} ({:#010x})", what, i, j, ref,
+                                   bits(ref), evaluation, how, got, bits(got));
+    }
+  }
+  std::vector<float> want;
+  int64_t n;
+  std::string what;
+  const char* evaluation;
+  int64_t* outputs;
+  int64_t* bad;
+};
+
 // The per-output fp64 evaluation (accum/fp8_model_fp64.hpp: the text the GPU kernel compiles)
 // equals the reference bit for bit, reading `w` transposed ([K][N], stride N) as the kernel does.
 TEST(AccumulationModel, PerOutputFp64EvaluationEqualsReference) {
@@ -196,19 +222,10 @@ TEST(AccumulationModel, PerOutputFp64EvaluationEqualsReference) {
           for (int64_t j = 0; j < N; ++j) {
             for (int64_t k = 0; k < K; ++k) wt[static_cast<size_t>(k * N + j)] = w[static_cast<size_t>(j * K + k)];
           }
-          std::vector<float> want(static_cast<size_t>(M * N));
-          qc::fp8_model_reference(m, Fp8Gemm{a.data(), fa, w.data(), fw, {M, N, K}}, want.data());
-          const auto check = [&](int64_t i, int64_t j, float got, const char* how) {
-            const float ref = want[static_cast<size_t>(i * N + j)];
-            ++outputs;
-            if (bits(got) == bits(ref)) return;
-            if (bad++ < 3) {
-              ADD_FAILURE() << fmt::format("model `{}` ({} x {}, {}, M={} N={} K={}): d[{},{}]: reference {} "
-                                           "({:#010x}), per-output fp64 {} {} ({:#010x})",
-                                           name, fmt_name(fa), fmt_name(fw), dist_name(dist), M, N, K, i, j, ref,
-                                           bits(ref), how, got, bits(got));
-            }
-          };
+          const ReferenceCheck check{m, Fp8Gemm{a.data(), fa, w.data(), fw, {M, N, K}},
+                                     fmt::format("model `{}` ({} x {}, {}, M={} N={} K={})", name, fmt_name(fa),
+                                                 fmt_name(fw), dist_name(dist), M, N, K),
+                                     "per-output fp64", &outputs, &bad};
           using qc::accum_fp64::Strided;
           for (int64_t i = 0; i < M; ++i) {
             for (int64_t j = 0; j < N; ++j) {
@@ -297,19 +314,10 @@ TEST(AccumulationModel, PerOutputFp32EvaluationEqualsReference) {
           if (m.splits > K && m.split_granule == 0) continue;
           const auto a = codes(rng, M, K, fa, dist, false);
           const auto w = codes(rng, N, K, fw, dist, true);
-          std::vector<float> want(static_cast<size_t>(M * N));
-          qc::fp8_model_reference(m, Fp8Gemm{a.data(), fa, w.data(), fw, {M, N, K}}, want.data());
-          const auto check = [&](int64_t i, int64_t j, float got, const char* how) {
-            const float ref = want[static_cast<size_t>(i * N + j)];
-            ++outputs;
-            if (bits(got) == bits(ref)) return;
-            if (bad++ < 3) {
-              ADD_FAILURE() << fmt::format("model `{}` ({} x {}, {}, M={} N={} K={}): d[{},{}]: reference {} "
-                                           "({:#010x}), fp32 evaluation {} {} ({:#010x})",
-                                           name, fmt_name(fa), fmt_name(fw), dist_name(dist), M, N, K, i, j, ref,
-                                           bits(ref), how, got, bits(got));
-            }
-          };
+          const ReferenceCheck check{m, Fp8Gemm{a.data(), fa, w.data(), fw, {M, N, K}},
+                                     fmt::format("model `{}` ({} x {}, {}, M={} N={} K={})", name, fmt_name(fa),
+                                                 fmt_name(fw), dist_name(dist), M, N, K),
+                                     "fp32 evaluation", &outputs, &bad};
           for (int64_t i = 0; i < M; ++i) {
             for (int64_t j = 0; j < N; ++j) {
               check(i, j, qc::accum_fp32::evaluate(m, a.data() + i * K, fa, w.data() + j * K, fw, K), "(one output)");
