@@ -169,17 +169,10 @@ void validate_accumulation_model(const Fp8AccumModel& m, std::string_view name) 
            m.split_granule);
 }
 
-void validate_fp8_shape(const Fp8AccumModel& m, AccumShape s) {
-  validate_accumulation_model(m, "(unnamed)");
-  QC_INPUT(s.m >= 0 && s.n >= 0 && s.k >= 0, "fp8 GEMM: expected non-negative shape, found M={} N={} K={}", s.m, s.n,
-           s.k);
-  QC_INPUT(s.k < (int64_t{1} << 40), "fp8 GEMM: expected K < 2^40, found {}", s.k);
-  QC_INPUT(m.splits == 1 || m.split_granule > 0 || m.splits <= s.k,
-           "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}", m.splits, s.k);
-}
-
-void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
-  validate_fp8_shape(m, g.s);
+void validate_fp8_codes(const Fp8Gemm& g) {
+  QC_INPUT(g.s.m >= 0 && g.s.n >= 0 && g.s.k >= 0, "fp8 GEMM: expected non-negative shape, found M={} N={} K={}",
+           g.s.m, g.s.n, g.s.k);
+  QC_INPUT(g.s.k < (int64_t{1} << 40), "fp8 GEMM: expected K < 2^40, found {}", g.s.k);
   const struct {
     const uint8_t* p;
     Fp8Format f;
@@ -195,6 +188,17 @@ void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
                   o.f == Fp8Format::e5m2 && (o.p[i] & 3) == 0 ? "an infinity" : "a NaN",
                   o.f == Fp8Format::e4m3 ? "e4m3fn" : "e5m2");
   }
+}
+
+void validate_fp8_model_for(const Fp8AccumModel& m, AccumShape s) {
+  validate_accumulation_model(m, "(unnamed)");
+  QC_INPUT(m.splits == 1 || m.split_granule > 0 || m.splits <= s.k,
+           "fp8 GEMM: split-k needs 1 <= splits <= K, found splits={} K={}", m.splits, s.k);
+}
+
+void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g) {
+  validate_fp8_model_for(m, g.s);
+  validate_fp8_codes(g);
 }
 
 void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d) {

@@ -85,9 +85,10 @@ void validate_accumulation_model(const Fp8AccumModel& m, std::string_view name);
 // QC_INPUT for a negative shape, splits > K (K > 0), or a NaN / infinity code (naming the
 // operand, its coordinate and the code): the models take finite FP8 values only.
 void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g);
-// The model and shape part of `validate_fp8_gemm` alone (for codes validated once and evaluated under
-// several models).
-void validate_fp8_shape(const Fp8AccumModel& m, AccumShape s);
+// Its two halves, for codes validated once and evaluated under several models: the shape and every
+// code (`validate_fp8_codes`), and the model against the shape (`validate_fp8_model_for`).
+void validate_fp8_codes(const Fp8Gemm& g);
+void validate_fp8_model_for(const Fp8AccumModel& m, AccumShape s);
 
 // The scalar reference: `accum_model::evaluate` (the header text) per output, one thread.
 void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d);

@@ -249,27 +249,42 @@ QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel& m, int64_t k, Stage& stage, 
   }
 }
 
-// The host's stage: terms decoded straight from row-major codes (one output at a time in the tests).
+// The host's stage: TM rows and TN columns of row-major codes, decoded term by term as the GPU's
+// shared-memory stage serves them (one output in `evaluate`; tiles in the tests).
+template <int TM, int TN>
 struct RowStage {
+  template <int T>
   struct Codes {
-    const uint8_t* p;
+    const uint8_t* rows[T];
     Fp8Format f;
     const int64_t* k0;
-    QC_ACCUM_FN void load(int i, Term (&t)[1]) const { t[0] = decode(p[*k0 + i], f); }
+    QC_ACCUM_FN void load(int i, Term (&t)[T]) const {
+      for (int r = 0; r < T; ++r) t[r] = decode(rows[r][*k0 + i], f);
+    }
   };
-  Codes row, col;
+  Codes<TM> row;
+  Codes<TN> col;
   int64_t k0 = 0;
+  // `a[r]`, `w[c]`: the K codes of row r and of column c.
+  QC_ACCUM_FN RowStage(const uint8_t* const (&a)[TM], Fp8Format fa, const uint8_t* const (&w)[TN], Fp8Format fw) {
+    for (int r = 0; r < TM; ++r) row.rows[r] = a[r];
+    for (int c = 0; c < TN; ++c) col.rows[c] = w[c];
+    row.f = fa, col.f = fw;
+    row.k0 = col.k0 = &k0;
+  }
+  RowStage(const RowStage&) = delete;  // `row` and `col` point at this object's `k0`
   QC_ACCUM_FN void load(int64_t first, int /*count*/) { k0 = first; }
   QC_ACCUM_FN int count(int n) const { return n; }
-  QC_ACCUM_FN Codes a() const { return row; }
-  QC_ACCUM_FN Codes w() const { return col; }
+  QC_ACCUM_FN const Codes<TM>& a() const { return row; }
+  QC_ACCUM_FN const Codes<TN>& w() const { return col; }
 };
 
 // One output: `a`, `w` its row's and column's K codes. Requires applies(m).
 QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw,
                            int64_t k) {
-  RowStage stage{{a, fa, nullptr}, {w, fw, nullptr}};
-  stage.row.k0 = stage.col.k0 = &stage.k0;
+  const uint8_t* const rows[1] = {a};
+  const uint8_t* const cols[1] = {w};
+  RowStage<1, 1> stage(rows, fa, cols, fw);
   float d[1][1];
   evaluate_tile<1, 1>(m, k, stage, d);
   return d[0][0];

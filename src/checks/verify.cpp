@@ -13,7 +13,6 @@
 #include <mutex>
 #include <optional>
 #include <utility>
-#include <mutex>
 
 #include "accum/fp8_model.hpp"
 #include "arms/cuda/cuda.hpp"
@@ -76,7 +75,6 @@ const Epilogue* declared(const ArmInfo& info) {
   }
   return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue);
 }
-
 
 // The reference side of an FP8 pair for one (layer, rows): the layer's codes, the fp32 accumulators
 // of every model a run claims, evaluated once each (on the host, or on the GPU when verify's

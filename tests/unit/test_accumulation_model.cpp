@@ -255,28 +255,6 @@ TEST(AccumulationModel, PerOutputFp64EvaluationEqualsReference) {
   EXPECT_GT(outputs, 20000);
 }
 
-// A host stage for accum_fp32::evaluate_tile over a TM x TN tile: rows and columns of row-major codes
-// (clamped at the edge), decoded term by term, as the GPU kernel's shared-memory stage serves them.
-template <int TM, int TN>
-struct TileStage {
-  template <int T>
-  struct Codes {
-    const uint8_t* rows[T];
-    Fp8Format f;
-    const int64_t* k0;
-    void load(int i, qc::accum_fp32::Term (&t)[T]) const {
-      for (int r = 0; r < T; ++r) t[r] = qc::accum_fp32::decode(rows[r][*k0 + i], f);
-    }
-  };
-  Codes<TM> a_codes;
-  Codes<TN> w_codes;
-  int64_t k0 = 0;
-  void load(int64_t first, int) { k0 = first; }
-  int count(int n) const { return n; }
-  const Codes<TM>& a() const { return a_codes; }
-  const Codes<TN>& w() const { return w_codes; }
-};
-
 // The stepped models in fp32 (accum/fp8_model_fp32.hpp: the text the GPU's fast kernel compiles) equal
 // the reference bit for bit wherever `applies` accepts the model, one output at a time and in 2 x 3
 // tiles; and `applies` accepts the named Hopper models (the ones verify evaluates on the GPU).
@@ -325,11 +303,11 @@ TEST(AccumulationModel, PerOutputFp32EvaluationEqualsReference) {
           }
           for (int64_t i0 = 0; i0 < M; i0 += 2) {
             for (int64_t j0 = 0; j0 < N; j0 += 3) {
-              TileStage<2, 3> stage;
-              stage.a_codes.f = fa, stage.w_codes.f = fw;
-              stage.a_codes.k0 = stage.w_codes.k0 = &stage.k0;
-              for (int64_t r = 0; r < 2; ++r) stage.a_codes.rows[r] = a.data() + std::min(i0 + r, M - 1) * K;
-              for (int64_t c = 0; c < 3; ++c) stage.w_codes.rows[c] = w.data() + std::min(j0 + c, N - 1) * K;
+              const uint8_t* rows[2];
+              const uint8_t* cols[3];
+              for (int64_t r = 0; r < 2; ++r) rows[r] = a.data() + std::min(i0 + r, M - 1) * K;
+              for (int64_t c = 0; c < 3; ++c) cols[c] = w.data() + std::min(j0 + c, N - 1) * K;
+              qc::accum_fp32::RowStage<2, 3> stage(rows, fa, cols, fw);
               float tile[2][3];
               qc::accum_fp32::evaluate_tile<2, 3>(m, K, stage, tile);
               for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {

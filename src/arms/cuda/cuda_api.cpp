@@ -130,7 +130,7 @@ struct GpuFp8Codes::Impl {
 GpuFp8Codes::GpuFp8Codes(const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw, AccumShape s)
     : impl_(std::make_unique<Impl>()) {
   // The codes once, here (finite, shape sane); each evaluation checks only its model.
-  validate_fp8_gemm(fp8_accumulation_model("sequential").model, Fp8Gemm{a, fa, w, fw, s});
+  validate_fp8_codes(Fp8Gemm{a, fa, w, fw, s});
   QC_INPUT(s.m <= INT32_MAX && s.n <= INT32_MAX, "GpuFp8Codes: expected M, N in int32 range, found M={} N={}", s.m, s.n);
   Impl& x = *impl_;
   x.fa = fa, x.fw = fw, x.s = s;
@@ -152,7 +152,7 @@ GpuFp8Codes& GpuFp8Codes::operator=(GpuFp8Codes&&) noexcept = default;
 
 std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel& model, std::string* kernel, Fp8GpuKernel which) const {
   const Impl& x = *impl_;
-  validate_fp8_shape(model, x.s);
+  validate_fp8_model_for(model, x.s);
   if (x.s.m == 0 || x.s.n == 0) return {};
   if (x.s.k == 0) return std::vector<float>(static_cast<size_t>(x.s.m * x.s.n), 0.0f);  // every sum is +0
   const bool fp32_kernel = which == Fp8GpuKernel::best && accum_fp32::gpu_kernel_takes(model, x.s.k);

@@ -66,6 +66,16 @@ RunRecord cuda_record(const ArmInfo& info, std::string kernel, std::string libra
   return r;
 }
 
+// True when the caller's current device is not `device` (the one an arm's buffers live on), which
+// then becomes it: the caller releases its buffers, to allocate them again there.
+bool switched_device(int& device) {
+  int current = 0;
+  QC_CUDA_CHECK(cudaGetDevice(&current));
+  if (current == device) return false;
+  device = current;
+  return true;
+}
+
 // An INT8 arm's device buffers, kept across runs: operands uploaded, outputs poisoned before the
 // kernel writes them. One run at a time per arm object (`mu`); when the caller has switched to
 // another device since the last run, the buffers are released and allocated there.
@@ -77,11 +87,8 @@ struct DeviceLayer {
   DeviceScratch<uint16_t> bias, y;
   DeviceScratch<int32_t> acc;
   void upload(const LayerOperands& ops) {
-    int current = 0;
-    QC_CUDA_CHECK(cudaGetDevice(&current));
-    if (current != device) {
+    if (switched_device(device)) {
       a.release(), w.release(), sa.release(), sw.release(), bias.release(), y.release(), acc.release();
-      device = current;
     }
     a.upload(ops.a_q), w.upload(ops.w_q), sa.upload(ops.a_scale), sw.upload(ops.w_scale), bias.upload(ops.bias);
     const size_t mn = static_cast<size_t>(ops.m * ops.n);
@@ -105,12 +112,7 @@ struct DeviceFp8Layer {
   DeviceScratch<float> sa, sw, d;
   DeviceScratch<uint16_t> y;
   void select_device() {
-    int current = 0;
-    QC_CUDA_CHECK(cudaGetDevice(&current));
-    if (current != device) {
-      a.release(), w.release(), sa.release(), sw.release(), d.release(), y.release();
-      device = current;
-    }
+    if (switched_device(device)) a.release(), w.release(), sa.release(), sw.release(), d.release(), y.release();
   }
 };
 

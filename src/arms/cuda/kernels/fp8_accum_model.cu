@@ -1,22 +1,24 @@
-// FP8 accumulation models on the GPU, for verify's reference side. Two kernels, chosen by
-// `accum_fp64::path_of` (the same decision as the CPU's fast paths):
-// - `fp8_accum_model_fp64_kernel` (every model with a fast path: the Hopper models, blocked-c,
-//   split-k-s, sequential, exact on e4m3): `accum_fp64::evaluate_tile` (src/accum/fp8_model_fp64.hpp),
-//   a register tile of outputs per thread,
-//   fp64 arithmetic whose exactness is argued there and checked on the host against the reference
-//   (tests/unit/test_accumulation_model.cpp). `w` is first transposed on the device to [K][N]
-//   (`transpose_codes`, 32x32 tiles through shared memory) so that the 32 threads of a warp
+// FP8 accumulation models on the GPU, for verify's reference side. Three kernels:
+// - `fp8_accum_model_fp32_kernel` (the stepped models `accum_fp32::gpu_kernel_takes`: the Hopper
+//   models and their split-K forms): `accum_fp32::evaluate_tile` (src/accum/fp8_model_fp32.hpp) on a
+//   4 x 4 tile of outputs per thread, each step's terms staged decoded in shared memory; the
+//   exactness argument and the host test are in that header.
+// - `fp8_accum_model_fp64_kernel` (every other model with a fast path, `accum_fp64::path_of`, the
+//   same decision as the CPU's fast paths: blocked-c, split-k-s, sequential, exact on e4m3; or on
+//   request): `accum_fp64::evaluate_tile` (src/accum/fp8_model_fp64.hpp), a register tile of outputs
+//   per thread, fp64 arithmetic whose exactness is argued there and checked on the host against the
+//   reference (tests/unit/test_accumulation_model.cpp). `w` is first transposed on the device to
+//   [K][N] (`transpose_codes`, 32x32 tiles through shared memory) so that the 32 threads of a warp
 //   (32 consecutive n) read 32 consecutive bytes per k (one sector) and share one byte of `a`
-//   (a broadcast), instead of 32 rows K bytes apart. fp64 has full-rate hardware on sm_90; the
-//   128-bit integer arithmetic of the reference is emulated in many 32-bit instructions.
-// - `fp8_accum_model_kernel`, one thread per output (the rest, e.g. exact sums with e5m2 operands, results rounded to
-//   fewer than 23 bits with exact terms): `accum_model::evaluate`, the text of
+//   (a broadcast), instead of 32 rows K bytes apart.
+// - `fp8_accum_model_kernel`, one thread per output (the rest, e.g. exact sums with e5m2 operands,
+//   results rounded to fewer than 23 bits with exact terms): `accum_model::evaluate`, the text of
 //   include/qconform/accumulation.hpp that the CPU's scalar reference compiles (int128 units of
 //   2^-32). Also run for every model when the caller asks for the reference kernel.
-// Nothing here depends on --fmad (the build passes --fmad=false; the fp64 path's products are
-// exact, its sums exact or explicitly rounded through fp32 conversions).
+// Nothing here depends on --fmad (the build passes --fmad=false; the products are exact, the sums
+// exact or explicitly rounded: `__fmaf_rz`/`__fmaf_rn` and `__fadd_rn` where a rounding is meant).
 //
-// Test: tests/gpu/test_cuda_fp8_model.cpp (both kernels equal the CPU fast evaluation bit for bit).
+// Test: tests/gpu/test_cuda_fp8_model.cpp (all three kernels equal the CPU fast evaluation bit for bit).
 // Timing: bench/bench_fp8_model_gpu.cpp.
 #include "accum/fp8_model_fp32.hpp"
 #include "accum/fp8_model_fp64.hpp"
@@ -134,8 +136,8 @@ template <int TM, int TN, int KC>
 struct SmemStage {
   using Tiles = SmemTiles<TM, TN, KC>;
   Tiles& s;
-  const uint8_t* a;  // the tile's first row
-  const uint8_t* w;  // the tile's first column (a row of w)
+  const uint8_t* a_rows;  // the tile's first row
+  const uint8_t* w_cols;  // the tile's first column (a row of w)
   Fp8Format fa, fw;
   int rows, cols;    // valid rows and columns of the tile (the rest load zero codes)
   int64_t k;
@@ -146,23 +148,24 @@ struct SmemStage {
     // Consecutive threads read consecutive codes of a row: coalesced.
     for (int idx = tid; idx < Tiles::kBM * KC; idx += 256) {
       const int r = idx / KC, i = idx % KC;
-      const uint8_t c = r < rows && i < n ? __ldg(a + static_cast<int64_t>(r) * k + k0 + i) : uint8_t{0};
+      const uint8_t c = r < rows && i < n ? __ldg(a_rows + static_cast<int64_t>(r) * k + k0 + i) : uint8_t{0};
       const accum_fp32::Term t = accum_fp32::decode(c, fa);
       s.av[i][r] = t.v, s.ae[i][r] = t.e;
     }
     for (int idx = tid; idx < Tiles::kBN * KC; idx += 256) {
       const int r = idx / KC, i = idx % KC;
-      const uint8_t c = r < cols && i < n ? __ldg(w + static_cast<int64_t>(r) * k + k0 + i) : uint8_t{0};
+      const uint8_t c = r < cols && i < n ? __ldg(w_cols + static_cast<int64_t>(r) * k + k0 + i) : uint8_t{0};
       const accum_fp32::Term t = accum_fp32::decode(c, fw);
       s.wv[i][r] = t.v, s.we[i][r] = t.e;
     }
     __syncthreads();
   }
   __device__ __forceinline__ static constexpr int count(int) { return KC; }
-  __device__ __forceinline__ SmemTerms<TM, KC, Tiles::kBM + Tiles::kPad> a_terms() const {
+  // What accum_fp32::evaluate_tile reads: this thread's rows and columns of the staged step.
+  __device__ __forceinline__ SmemTerms<TM, KC, Tiles::kBM + Tiles::kPad> a() const {
     return {s.av, s.ae, ty * TM};
   }
-  __device__ __forceinline__ SmemTerms<TN, KC, Tiles::kBN + Tiles::kPad> w_terms() const {
+  __device__ __forceinline__ SmemTerms<TN, KC, Tiles::kBN + Tiles::kPad> w() const {
     return {s.wv, s.we, tx * TN};
   }
 };
@@ -178,15 +181,8 @@ __global__ void __launch_bounds__(256) fp8_accum_model_fp32_kernel(Fp8AccumModel
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
   SmemStage<TM, TN, KC> stage{tiles, a + static_cast<int64_t>(m0) * K, w + static_cast<int64_t>(n0) * K, fa, fw,
                               min(kBM, M - m0), min(kBN, N - n0), K, tid, ty, tx};
-  struct Adapter {  // the stage as accum_fp32::evaluate_tile reads it
-    SmemStage<TM, TN, KC>& st;
-    __device__ __forceinline__ void load(int64_t k0, int n) { st.load(k0, n); }
-    __device__ __forceinline__ int count(int n) const { return st.count(n); }
-    __device__ __forceinline__ auto a() const { return st.a_terms(); }
-    __device__ __forceinline__ auto w() const { return st.w_terms(); }
-  } adapter{stage};
   float out[TM][TN];
-  accum_fp32::evaluate_tile<TM, TN>(model, K, adapter, out);
+  accum_fp32::evaluate_tile<TM, TN>(model, K, stage, out);
   for (int r = 0; r < TM; ++r) {
     for (int c = 0; c < TN; ++c) {
       const int m = m0 + ty * TM + r, n = n0 + tx * TN + c;
