@@ -46,6 +46,11 @@ struct ArmInfo {
   // FP8 arms: the name of the accumulation model the arm declares it follows (docs/accumulation.md,
   // e.g. "hopper-fp8-promote4"); "" for INT8 arms. Non-empty marks the arm as FP8.
   std::string accumulation_model;
+  // The arm's calls (`run`, `fp8_accumulate`) may be made from several host threads at once: it
+  // guards its own state (the CUDA arms hold a lock around their device buffers). verify then asks
+  // an FP8 arm for its fp32 accumulator beside the run loop instead of before the layer's runs.
+  // False (the default) for anything that has not said so: Python callables, plugins, the CPU arms.
+  bool concurrent_calls = false;
 };
 
 class Arm {

@@ -6,6 +6,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -83,15 +84,19 @@ const Epilogue* declared(const ArmInfo& info) {
 // Models are evaluated by the element passes that need them and, on a GPU reference, ahead of them
 // beside the run loop (`prefetch`, started by `fp8_layer_reference`): `mu` serializes the
 // evaluations; the passes read the vectors through pointers, which stay valid (std::map nodes do
-// not move).
+// not move). An arm that declares `ArmInfo::concurrent_calls` is asked for its accumulator beside the
+// run loop too (`accumulators`); the others on the run loop's thread, before the layer's runs.
 struct Fp8LayerReference {
   Fp8LayerCodes codes;
   VerifyReference where = VerifyReference::cpu;
   int threads = 0;
+  // Read only after `wait_accumulators`.
   std::vector<float> arm_acc[2];                // empty when `acc_note[s]` says why
   std::string acc_model[2];                     // the model the accumulator call claimed
   bool has_acc[2] = {false, false};
   std::string acc_note[2];
+  double acc_seconds[2] = {0, 0};               // the accumulator calls' time (their phases)
+  bool acc_beside[2] = {false, false};          // made beside the run loop
 
   const std::vector<float>* model(const std::string& name) {
     std::lock_guard lock(mu);
@@ -115,6 +120,49 @@ struct Fp8LayerReference {
     std::lock_guard lock(mu);
     return std::exchange(seconds, 0.0);
   }
+  // Arm s's accumulator call, its claimed model or the reason it has none. Input errors other than
+  // the arm's refusal propagate.
+  void call_accumulator(int s, Arm& arm, const ArmInfo& info, const LayerOperands& rows) {
+    if (codes.a_format != Fp8Format::e4m3 || codes.w_format != Fp8Format::e4m3) {
+      acc_note[s] = fmt::format("the fp32 accumulator interface takes e4m3 x e4m3 codes; layer `{}` is {}", rows.name,
+                                codes.description);
+      return;
+    }
+    nlohmann::json record;
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      arm_acc[s] = arm.fp8_accumulate(codes.a.data(), codes.w.data(), rows.m, rows.n, rows.k, record, threads);
+      acc_seconds[s] += seconds_since(t0);
+    } catch (const Error& e) {
+      acc_seconds[s] += seconds_since(t0);
+      acc_note[s] = fmt::format("exposes no fp32 accumulator: {}", e.what());
+      return;
+    }
+    QC_INPUT(static_cast<int64_t>(arm_acc[s].size()) == rows.m * rows.n,
+             "arm {}: fp32 accumulator of {} elements for layer `{}`, expected {}x{}", info.label, arm_acc[s].size(),
+             rows.name, rows.m, rows.n);
+    // The call's record: a RunRecord (`extra` inside) or the CPU arms' flat object.
+    const nlohmann::json& extra = record.contains("extra") ? record["extra"] : record;
+    acc_model[s] = claimed_model(extra, info.accumulation_model);
+    if (acc_model[s].empty()) {
+      acc_note[s] = "the accumulator call's record refused the model: " + accumulation_model_refusal(extra);
+      arm_acc[s].clear();
+      return;
+    }
+    has_acc[s] = true;
+  }
+  // Waits for the accumulator calls made beside the run loop; rethrows what they threw.
+  void wait_accumulators() const {
+    const std::shared_future<void> calls = accumulators;  // a copy per waiter (element passes run on their threads)
+    if (calls.valid()) calls.get();
+  }
+  // The accumulator calls' time as phases, once (the first run of the layer that finishes adds it).
+  void take_accumulator_seconds(PhaseSeconds& to) {
+    for (int s = 0; s < 2; ++s) {
+      const double t = std::exchange(acc_seconds[s], 0.0);
+      if (t > 0) add_seconds(to, fmt::format("arm {} fp32 accumulator{}", s ? "B" : "A", acc_beside[s] ? " (beside the runs)" : ""), t);
+    }
+  }
 
  private:
   std::mutex mu;
@@ -123,53 +171,44 @@ struct Fp8LayerReference {
   double seconds = 0;
 
  public:
-  // Declared last, destroyed first: its destructor waits for the task, which reads the members above.
+  // Declared last, destroyed first: their destructors wait for the tasks, which use the members above.
+  std::shared_future<void> accumulators;
   std::future<void> prefetch;
 };
 
 std::shared_ptr<Fp8LayerReference> fp8_layer_reference(Arm* arms[2], const ArmInfo infos[2], const LayerOperands& rows,
-                                                       VerifyReference where, int threads, PhaseSeconds& seconds) {
+                                                       VerifyReference where, int threads) {
   auto ref = std::make_shared<Fp8LayerReference>();
   ref->where = where;
   ref->threads = threads;
   ref->codes = fp8_layer_codes("verify (the accumulation models' reference)", rows);
-  const Fp8LayerCodes& codes = ref->codes;
+  std::vector<int> beside;
   for (int s = 0; s < 2; ++s) {
-    if (codes.a_format != Fp8Format::e4m3 || codes.w_format != Fp8Format::e4m3) {
-      ref->acc_note[s] = fmt::format("the fp32 accumulator interface takes e4m3 x e4m3 codes; layer `{}` is {}",
-                                     rows.name, codes.description);
-      continue;
+    ref->acc_beside[s] = infos[s].concurrent_calls;
+    if (ref->acc_beside[s]) {
+      beside.push_back(s);
+    } else {
+      ref->call_accumulator(s, *arms[s], infos[s], rows);
     }
-    nlohmann::json record;
-    try {
-      ref->arm_acc[s] = timed(seconds, s ? "arm B fp32 accumulator" : "arm A fp32 accumulator", [&] {
-        return arms[s]->fp8_accumulate(codes.a.data(), codes.w.data(), rows.m, rows.n, rows.k, record, threads);
-      });
-    } catch (const Error& e) {
-      ref->acc_note[s] = fmt::format("exposes no fp32 accumulator: {}", e.what());
-      continue;
-    }
-    QC_INPUT(static_cast<int64_t>(ref->arm_acc[s].size()) == rows.m * rows.n,
-             "arm {}: fp32 accumulator of {} elements for layer `{}`, expected {}x{}", infos[s].label,
-             ref->arm_acc[s].size(), rows.name, rows.m, rows.n);
-    // The call's record: a RunRecord (`extra` inside) or the CPU arms' flat object.
-    const nlohmann::json& extra = record.contains("extra") ? record["extra"] : record;
-    ref->acc_model[s] = claimed_model(extra, infos[s].accumulation_model);
-    if (ref->acc_model[s].empty()) {
-      ref->acc_note[s] = "the accumulator call's record refused the model: " + accumulation_model_refusal(extra);
-      ref->arm_acc[s].clear();
-      continue;
-    }
-    ref->has_acc[s] = true;
+  }
+  if (!beside.empty()) {
+    // B's call first: the run loop runs arm A next (an arm's own calls take turns).
+    std::reverse(beside.begin(), beside.end());
+    ref->accumulators = std::async(std::launch::async, [r = ref.get(), beside, arms = std::array{arms[0], arms[1]},
+                                                        infos = std::array{infos[0], infos[1]}, rows] {
+                          for (int s : beside) r->call_accumulator(s, *arms[s], infos[s], rows);
+                        }).share();
   }
   if (where == VerifyReference::gpu) {
-    // The models the runs will most likely claim (those the accumulator calls claimed, else the
-    // declared ones) evaluated on the GPU while the arms run on the host's thread. A failure here is
-    // not lost: the element pass that needs the model evaluates it again and reports the error.
+    // The declared models evaluated on the GPU while the arms run on the host's thread (a run or
+    // accumulator call that claims another, such as a split-K form, has it evaluated by the element
+    // pass that needs it). A failure here is not lost: the element pass that needs the model
+    // evaluates it again and reports the error.
     std::vector<std::string> names;
     for (int s = 0; s < 2; ++s) {
-      const std::string& name = ref->has_acc[s] ? ref->acc_model[s] : infos[s].accumulation_model;
-      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+      if (std::find(names.begin(), names.end(), infos[s].accumulation_model) == names.end()) {
+        names.push_back(infos[s].accumulation_model);
+      }
     }
     ref->prefetch = std::async(std::launch::async, [r = ref.get(), names] {
       for (const std::string& name : names) {
@@ -331,7 +370,10 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   const auto store = [&](LayerRun run) {
     LayerVerification& layer = result.layers[pending->layer];
     layer.runs.push_back(std::move(run));
-    if (pending->last_of_layer && selection.done) selection.done(pending->layer, layer);
+    if (pending->last_of_layer && selection.done) {
+      timed(result.seconds, "layer results handed on (--resume, the ranks' merge)",
+            [&] { selection.done(pending->layer, layer); });
+    }
     pending.reset();
   };
   const auto finish_pending = [&] {
@@ -339,6 +381,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     auto [pass, seconds] = timed(result.seconds, "waiting for element passes", [&] { return pending->pass.get(); });
     add_seconds(result.seconds, "element pass (formulas, A vs B, C2, C4-C6; beside the arms)", seconds);
     if (pending->fp8) {
+      pending->fp8->take_accumulator_seconds(result.seconds);  // waited for by the pass
       add_seconds(result.seconds,
                   reference == VerifyReference::gpu ? "reference accumulation (declared models; beside the arms)"
                                                     : "reference accumulation (declared models)",
@@ -397,7 +440,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   for (const size_t li : selected) {
     QC_CHECK(li < layer_count, "verify: layer index {} of {}", li, layer_count);
     if (selection.started) selection.started(li);
-    const LayerOperands full = load(li);
+    const LayerOperands full = timed(result.seconds, "layer load", [&] { return load(li); });
     const LayerPrediction& pred = predictions.layers[li];
     LayerVerification& layer = result.layers[li];
     layer.name = full.name;
@@ -412,7 +455,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
       const LayerOperands rows = first_rows(full, m);
       // FP8: the declared models (and the arms' exposed accumulators) on the codes; no integer reference.
       std::shared_ptr<Fp8LayerReference> fp8_ref;
-      if (fp8) fp8_ref = fp8_layer_reference(arms, infos, rows, reference, options.threads, result.seconds);
+      if (fp8) fp8_ref = fp8_layer_reference(arms, infos, rows, reference, options.threads);
       // The arms' exposed accumulators do not depend on the scale regime: the first run's element pass
       // compares them with their models, the others take its counts (same JSON, a third of the work).
       const auto fp8_acc = fp8 ? std::make_shared<Fp8AccumulatorCheck>() : nullptr;
@@ -478,10 +521,6 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
             const std::string& claimed = s ? run.model_b : run.model_a;
             fp8_run->modelled[s] = !claimed.empty();
             fp8_run->model[s] = claimed;
-            if (fp8_ref->has_acc[s]) {  // the models' accumulators themselves: resolved by the element pass
-              fp8_run->arm_acc[s] = &fp8_ref->arm_acc[s];
-              fp8_run->acc_model[s] = fp8_ref->acc_model[s];
-            }
           }
         }
         // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
@@ -492,7 +531,12 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops, label, mode,
                                                     fp8_ref, fp8_run, fp8_acc, a = std::move(out_a), b = std::move(out_b)] {
           if (fp8_run) {  // the claimed models' accumulators (timed as the reference's phase, not this one)
+            fp8_ref->wait_accumulators();
             for (int s = 0; s < 2; ++s) {
+              if (fp8_ref->has_acc[s]) {  // the arms' exposed accumulators and the models their calls claimed
+                fp8_run->arm_acc[s] = &fp8_ref->arm_acc[s];
+                fp8_run->acc_model[s] = fp8_ref->acc_model[s];
+              }
               if (fp8_run->modelled[s]) fp8_run->d[s] = fp8_ref->model(fp8_run->model[s]);
               if (fp8_run->arm_acc[s] != nullptr) fp8_run->acc_d[s] = fp8_ref->model(fp8_run->acc_model[s]);
             }

@@ -4,6 +4,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
+
+#include <unistd.h>
 
 #include "arms/declared_arm.hpp"
 #include "cli/cli.hpp"
@@ -86,12 +90,41 @@ void print_table(const VerifyResult& r, bool per_layer) {
   }
 }
 
-void print_timings(const VerifyResult& r) {
+// Seconds since this process started (Linux: /proc/self/stat's start time against /proc/uptime, in
+// clock ticks); negative where that cannot be read.
+double seconds_since_process_start() {
+  std::ifstream stat("/proc/self/stat"), uptime("/proc/uptime");
+  std::string line;
+  double up = 0;
+  if (!std::getline(stat, line) || !(uptime >> up)) return -1;
+  // Field 22 (starttime), counted after the command name's closing parenthesis (field 2).
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 22 && rest >> field; ++i) {
+  }
+  const long ticks = sysconf(_SC_CLK_TCK);
+  return rest && ticks > 0 ? up - std::stod(field) / static_cast<double>(ticks) : -1;
+}
+
+// The process's own phases around `verify_layer_runs` (--timings): each lap is the time since the last.
+struct Laps {
+  std::chrono::steady_clock::time_point last = std::chrono::steady_clock::now();
+  std::vector<std::pair<std::string, double>> phases;
+  void lap(std::string name) {
+    const auto now = std::chrono::steady_clock::now();
+    phases.emplace_back(std::move(name), std::chrono::duration<double>(now - last).count());
+    last = now;
+  }
+};
+
+void print_timings(const VerifyResult& r, const Laps& laps) {
   fmt::print("\ntime by phase (seconds; element passes run beside the next run's arms, so phases overlap)\n");
   for (const auto& [phase, s] : r.seconds) {
     fmt::print("  {:<62} {:>8.2f}  {:>5.1f} %\n", phase, s, 100 * s / std::max(r.wall_seconds, 1e-9));
   }
   fmt::print("  {:<62} {:>8.2f}\n", "wall", r.wall_seconds);
+  fmt::print("this process around the verification (seconds, one after another)\n");
+  for (const auto& [phase, s] : laps.phases) fmt::print("  {:<62} {:>8.2f}\n", phase, s);
 }
 
 VerbRunner setup_verify(CLI::App& app) {
@@ -127,6 +160,10 @@ VerbRunner setup_verify(CLI::App& app) {
   add_gpu_per_rank_option(app, o->gpu_per_rank);
   add_manifest_option(app, o->manifest);
   return [o] {
+    Laps laps;
+    if (const double s = seconds_since_process_start(); s >= 0) {
+      laps.phases.emplace_back("process start to verify (loader, libraries, command line)", s);
+    }
     if (o->gpu_per_rank) use_gpu_of_local_rank();
     const dist::World& world = dist::world();
     const auto [label_a, label_b] = parse_pair("--arms", o->arms);
@@ -158,7 +195,9 @@ VerbRunner setup_verify(CLI::App& app) {
     } else {
       QC_INPUT(o->pin.empty(), "--pin given without --predictions");
     }
+    laps.lap("paths checked, the pinned predictions read (when given)");
     const OperandSet set = open_operands(o->operands);
+    laps.lap("open the operands (map, validate, SHA-256)");
     if (!o->predictions.empty()) {
       QC_INPUT(predictions.operands_sha256 == set.sha256,
                "{}: field `operands.sha256`: expected {} (the digest of {}), found {}: predictions were made from other "
@@ -166,6 +205,7 @@ VerbRunner setup_verify(CLI::App& app) {
                o->predictions, set.sha256, o->operands, predictions.operands_sha256);
     } else {
       predictions = predict_shared(set, /*everywhere=*/true, "predict");
+      laps.lap("predictions computed (no --predictions)");
     }
 
     auto arm_a = make_arm(label_a);
@@ -192,8 +232,14 @@ VerbRunner setup_verify(CLI::App& app) {
     std::vector<double> cost;
     for (size_t i : todo) cost.push_back(all_costs[i]);
     Progress progress("verify");
+    laps.lap("arms made, the resume directory read");
     const auto started = std::chrono::steady_clock::now();
     std::string reference;
+    // One rank without --resume: the layers' results stay objects. They become JSON only where they
+    // travel (to rank 0, into the resume directory), which for an FP8 pair's ulp histograms costs
+    // as much as a tenth of the verification.
+    const bool in_memory = world.size == 1 && !resume.enabled();
+    std::map<size_t, LayerVerification> kept;
     const dist::Shared shared = dist::run_shared(todo, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
                                                                   std::string& in_progress) {
       VerifySelection selection;
@@ -201,6 +247,7 @@ VerbRunner setup_verify(CLI::App& app) {
       selection.layers = mine;
       selection.started = [&](size_t i) { in_progress = fmt::format("layer {} `{}`", i, names[i]); };
       selection.done = [&](size_t i, const LayerVerification& v) {
+        if (in_memory) return;  // `kept`, below
         nlohmann::json j = to_json(v);
         resume.store(i, j);
         out.results[i] = std::move(j);
@@ -211,15 +258,21 @@ VerbRunner setup_verify(CLI::App& app) {
             if (world.root()) progress.update(i, n, item);
           });
       reference = part.reference;
+      if (in_memory) kept = std::move(part.layers);
       nlohmann::json seconds = nlohmann::json::array();
       for (const auto& [phase, sec] : part.seconds) seconds.push_back({phase, sec});
       out.rank_info = {{"seconds", seconds}, {"wall_seconds", part.wall_seconds}, {"layers", mine.size()}};
     });
     progress.finish();
+    laps.lap("the verification (verify_layer_runs; its phases above)");
     if (!world.root()) return kExitOk;  // rank 0 merges, reports and writes
 
     std::vector<LayerVerification> layers;
     for (size_t i = 0; i < set.size(); ++i) {
+      if (in_memory) {
+        layers.push_back(std::move(kept.at(i)));
+        continue;
+      }
       const bool was_resumed = resumed.count(i) != 0;
       const nlohmann::json& j = was_resumed ? resumed.at(i) : shared.results.at(i);
       layers.push_back(layer_verification_from_json(j, was_resumed ? o->resume : "rank results"));
@@ -254,7 +307,8 @@ VerbRunner setup_verify(CLI::App& app) {
     }
     fmt::print("reference: {}\n\n", result.reference);
     print_table(result, o->per_layer);
-    if (o->timings) print_timings(result);
+    laps.lap("merge the layers' results, print the table");
+    if (o->timings) print_timings(result, laps);
     if (o->timings && world.size > 1) {
       // The balance of the work sharing: each rank's layers and the wall time of its share.
       for (size_t r = 0; r < shared.rank_info.size(); ++r) {

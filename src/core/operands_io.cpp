@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <filesystem>
+#include <future>
 #include <mutex>
 #include <set>
 
@@ -281,7 +282,10 @@ OperandSet load_operands(const std::string& path, bool with_digest) {
   OperandSet set;
   set.path = path;
   set.metadata = file->metadata;
-  if (with_digest) set.sha256 = sha256_file(path);
+  // The digest is read from the file on its own thread while the layers are checked here (for FP8
+  // codes a scan of every byte).
+  std::future<std::string> digest;
+  if (with_digest) digest = std::async(std::launch::async, [path] { return sha256_file(path); });
   std::vector<std::string> keys;
   for (const auto& [key, tensor] : file->tensors) keys.push_back(key);
   for (const std::string& name : layer_order(keys, set.metadata, path)) {
@@ -289,6 +293,7 @@ OperandSet load_operands(const std::string& path, bool with_digest) {
     const LayerOperands& ops = set.layers.back();
     set.headers.push_back({ops.name, ops.m, ops.n, ops.k});
   }
+  if (digest.valid()) set.sha256 = digest.get();
   return set;
 }
 

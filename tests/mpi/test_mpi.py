@@ -114,6 +114,24 @@ def main():
         check(multi == single, f"verify on {r} rank(s): JSON byte-identical to one process except timings"
               + ("" if multi == single else " -- " + first_difference(single, multi)))
 
+    # 1b. An FP8 pair (ulp histograms many bins wide): one process keeps the layers' results in memory;
+    # two ranks and --resume carry them through the per-layer JSON. Both give the one process's file.
+    f8 = tmp / "f8.safetensors"
+    run([QC, "synth", "--shapes", "tiny", "--m", "16", "--seed", "3", "--element", "e4m3", "--out", f8])
+    fp8_arms = "cpu:fp8-hopper-fp8-chain,cpu:fp8-hopper-fp8-promote4"
+    run([QC, "verify", f8, "--arms", fp8_arms, "--json", tmp / "f8-single.json"], check=False)
+    f8_single = without_timings(tmp / "f8-single.json")
+    doc = json.loads(f8_single)
+    check("fp8" in doc and doc["total_real"]["bitwise_diff"] > 0 and len(doc["total_real"]["ulp_histogram"]) > 2,
+          "single-process FP8 verify: the two Hopper models differ, over more than two ulp distances")
+    for name, prefix, extra in (("2 ranks", mpirun(2), []), ("--resume", [], ["--resume", tmp / "f8-resume"])):
+        out = tmp / f"f8-{len(extra)}.json"
+        p = run(prefix + [QC, "verify", f8, "--arms", fp8_arms, "--json", out] + extra, check=False)
+        check(p.returncode in (0, 1), f"FP8 verify with {name} finished (exit {p.returncode}) {p.stderr[-300:]}")
+        other = without_timings(out)
+        check(other == f8_single, f"FP8 verify with {name}: JSON byte-identical to one process in memory"
+              + ("" if other == f8_single else " -- " + first_difference(f8_single, other)))
+
     # 2. A sharded set verifies to the same runs and checks as the single file, on 2 ranks.
     index = tmp / "sharded" / "ops.index.json"
     index.parent.mkdir()

@@ -132,6 +132,7 @@ class MmaArm final : public Arm {
                                 epilogue_.formula);
     i.epilogue = std::string(epilogue_.name);
     i.exposes_accumulator = true;
+    i.concurrent_calls = true;  // its device buffers are used under `d_.mu`
     return i;
   }
   ArmOutput run(const LayerOperands& ops) override {
@@ -190,6 +191,7 @@ class CublasLtInt8Arm final : public Arm {
     i.description = "cuBLASLt INT8 GEMM (TN, s32 out) + separate epilogue kernel vllm-cutlass-muladd";
     i.epilogue = "vllm-cutlass-muladd";
     i.exposes_accumulator = true;
+    i.concurrent_calls = true;  // its device buffers are used under `d_.mu`
     return i;
   }
   ArmOutput run(const LayerOperands& ops) override {
@@ -255,6 +257,7 @@ class CublasLtFp8Arm final : public Arm {
     // The models measured to reproduce these paths bit for bit on the H200
     // (../shared/reference/fp8-accumulation.md; scripts/fp8-model-check.py re-measures them).
     i.accumulation_model = fast_ ? "hopper-fp8-chain" : "hopper-fp8-promote4";
+    i.concurrent_calls = true;  // its device buffers are used under `d_.mu`, its plans under the cache's lock
     return i;
   }
   // The unscaled fp32 GEMM (e4m3 x e4m3), through this arm's plans and device buffers.
