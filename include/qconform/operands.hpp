@@ -30,6 +30,20 @@ struct LayerOperands {
   std::shared_ptr<const void> keepalive;
   ElementType a_type = ElementType::int8, w_type = ElementType::int8;
 
+  // FP8 codes already found finite in memory that nothing in this process can write (the safetensors
+  // loader's read-only file mapping, whose changes are detected as the file's): validate() does not
+  // scan a_q or w_q again while they lie inside these bytes under the same element type (row views
+  // and scale rewrites share them). Empty for anything built in memory: those are scanned every time.
+  struct CheckedCodes {
+    const int8_t* begin = nullptr;
+    const int8_t* end = nullptr;
+    ElementType type = ElementType::int8;
+    bool covers(std::span<const int8_t> codes, ElementType t) const {
+      return begin != nullptr && t == type && codes.data() >= begin && codes.data() + codes.size() <= end;
+    }
+  };
+  CheckedCodes checked_a, checked_w;
+
   bool has_bias() const { return !bias.empty(); }
   bool fp8() const { return a_type != ElementType::int8; }
   // The FP8 bit patterns of an FP8 layer (the same bytes as a_q, w_q).

@@ -165,6 +165,10 @@ LayerOperands layer_of(const std::shared_ptr<SafetensorsFile>& file, const std::
   }
   ops.keepalive = file;
   ops.validate();
+  if (file->read_only_mapping) {  // the codes lie in the file's read-only mapping: checked once, here
+    ops.checked_a = {ops.a_q.data(), ops.a_q.data() + ops.a_q.size(), ops.a_type};
+    ops.checked_w = {ops.w_q.data(), ops.w_q.data() + ops.w_q.size(), ops.w_type};
+  }
   return ops;
 }
 

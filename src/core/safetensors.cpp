@@ -278,7 +278,9 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, std::string_
 SafetensorsFile read_safetensors(const std::string& path) {
   auto mapping = std::make_shared<const MappedFile>(path);
   const std::span<const std::byte> bytes = mapping->bytes();
-  return parse_safetensors(bytes, path, std::move(mapping));
+  SafetensorsFile file = parse_safetensors(bytes, path, std::move(mapping));
+  file.read_only_mapping = true;
+  return file;
 }
 
 namespace {

@@ -201,6 +201,44 @@ TEST(Operands, Fp8LayersRoundTripAndNonFiniteCodesAreRefused) {
   expect_input_error(make_operands("fc", 2, 3, 3, mixed, "test"), "expected both operands INT8 or both FP8, found a_q int8 and w_q e4m3");
 }
 
+// FP8 codes are scanned once when a file is loaded (they lie in its read-only mapping); any other
+// bytes, or the same bytes under another element type, are scanned by validate() again.
+TEST(Operands, Fp8CodesCheckedAtLoadAreScannedAgainOnlyWhenTheyAreOtherBytes) {
+  OperandStorage st;
+  st.a_q = {0x3C, static_cast<int8_t>(0xBC), 0x00, 0x01, 0x7B, 0x40};
+  st.w_q = {0x38, 0x30, static_cast<int8_t>(0xFE), 0x7E, 0x08, 0x01, 0x00, 0x10, 0x20};  // 0x7E: 448 in e4m3
+  st.a_scale = {0.5f, 2.0f};
+  st.w_scale = {1.0f, 0.25f, 3.0f};
+  st.a_type = st.w_type = ElementType::e4m3;
+  const LayerOperands built = make_operands("fc", 2, 3, 3, st, "test");
+  EXPECT_FALSE(built.checked_w.covers(built.w_q, built.w_type)) << "operands built in memory carry no mark";
+  const std::string path = temp_path("fp8-checked.safetensors");
+  save_operands(path, {built}, {});
+  const OperandSet set = load_operands(path);
+  const LayerOperands& loaded = set.layers.at(0);
+  EXPECT_TRUE(loaded.checked_w.covers(loaded.w_q, loaded.w_type));
+  EXPECT_TRUE(first_rows(loaded, 1).checked_a.covers(first_rows(loaded, 1).a_q, loaded.a_type)) << "a row view";
+  EXPECT_NO_THROW(apply_scale_mode(loaded, ScaleMode::pow2_layer).validate());
+
+  const auto refused = [](const LayerOperands& bad, const std::string& needle) {
+    try {
+      bad.validate();
+      ADD_FAILURE() << "no error; expected one containing " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  std::vector<int8_t> other(st.w_q);
+  other[5] = 0x7F;  // e4m3fn NaN at [1,2]
+  LayerOperands swapped = loaded;
+  swapped.w_q = other;
+  refused(swapped, "`w_q`[1,2]: expected a finite e4m3 code, found 0x7f (NaN)");
+  LayerOperands retyped = loaded;  // the checked bytes read as e5m2: 0xFE (-448 in e4m3) is a NaN there
+  retyped.a_type = retyped.w_type = ElementType::e5m2;
+  refused(retyped, "`w_q`[0,2]: expected a finite e5m2 code, found 0xfe (NaN)");
+  std::filesystem::remove(path);
+}
+
 TEST(Operands, SynthIsDeterministic) {
   SynthOptions o;
   o.shapes = "4x64x96";
