@@ -83,6 +83,11 @@ mount -t devpts -o newinstance,ptmxmode=0666 devpts "$dir/dev/pts" && mounted+=(
 ln -sf pts/ptmx "$dir/dev/ptmx"
 mount -t tmpfs -o mode=1777 tmpfs "$dir/dev/shm" && mounted+=("$dir/dev/shm")
 ln -sf /proc/self/fd "$dir/dev/fd"
+# The standard streams' links, as every Debian machine has them (udev, a container runtime).
+for fd in "stdin 0" "stdout 1" "stderr 2"; do
+  set -- $fd
+  ln -sf "/proc/self/fd/$2" "$dir/dev/$1"
+done
 
 # 3. The README's commands, each timed, in a login shell with a plain environment.
 status=0
