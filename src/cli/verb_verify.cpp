@@ -100,8 +100,7 @@ double seconds_since_process_start() {
   // Field 22 (starttime), counted after the command name's closing parenthesis (field 2).
   std::istringstream rest(line.substr(line.rfind(')') + 2));
   std::string field;
-  for (int i = 3; i <= 22 && rest >> field; ++i) {
-  }
+  for (int i = 3; i <= 22; ++i) rest >> field;
   const long ticks = sysconf(_SC_CLK_TCK);
   return rest && ticks > 0 ? up - std::stod(field) / static_cast<double>(ticks) : -1;
 }

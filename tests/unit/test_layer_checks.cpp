@@ -158,6 +158,17 @@ TEST(Operands, RoundTripAndNaturalOrder) {
 
 // FP8 layers: the element types travel through the file as F8_E4M3 / F8_E5M2 tensors, mixed
 // INT8/FP8 operands and non-finite FP8 codes are input errors naming the field and coordinates.
+// validate() refuses `bad` with an input error whose message contains `needle`.
+void expect_validate_refuses(const LayerOperands& bad, const std::string& needle) {
+  try {
+    bad.validate();
+    ADD_FAILURE() << "no error; expected one containing " << needle;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::input);
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
 TEST(Operands, Fp8LayersRoundTripAndNonFiniteCodesAreRefused) {
   OperandStorage st;
   st.a_q = {0x3C, static_cast<int8_t>(0xBC), 0x00, 0x01, 0x7B, 0x40};  // e5m2: 1, -1, 0, 2^-16, 57344, 2
@@ -183,22 +194,13 @@ TEST(Operands, Fp8LayersRoundTripAndNonFiniteCodesAreRefused) {
 
   OperandStorage nan = st;
   nan.w_q[4] = 0x7F;  // e4m3fn NaN at [1,1]
-  const auto expect_input_error = [](const LayerOperands& bad, const std::string& needle) {
-    try {
-      bad.validate();
-      ADD_FAILURE() << "no error; expected one containing " << needle;
-    } catch (const Error& e) {
-      EXPECT_EQ(e.kind(), ErrorKind::input);
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
-  expect_input_error(make_operands("fc", 2, 3, 3, nan, "test"), "`w_q`[1,1]: expected a finite e4m3 code, found 0x7f (NaN)");
+  expect_validate_refuses(make_operands("fc", 2, 3, 3, nan, "test"), "`w_q`[1,1]: expected a finite e4m3 code, found 0x7f (NaN)");
   OperandStorage inf = st;
   inf.a_q[5] = static_cast<int8_t>(0xFC);  // e5m2 -inf at [1,2]
-  expect_input_error(make_operands("fc", 2, 3, 3, inf, "test"), "`a_q`[1,2]: expected a finite e5m2 code, found 0xfc (infinity)");
+  expect_validate_refuses(make_operands("fc", 2, 3, 3, inf, "test"), "`a_q`[1,2]: expected a finite e5m2 code, found 0xfc (infinity)");
   OperandStorage mixed = st;
   mixed.a_type = ElementType::int8;
-  expect_input_error(make_operands("fc", 2, 3, 3, mixed, "test"), "expected both operands INT8 or both FP8, found a_q int8 and w_q e4m3");
+  expect_validate_refuses(make_operands("fc", 2, 3, 3, mixed, "test"), "expected both operands INT8 or both FP8, found a_q int8 and w_q e4m3");
 }
 
 // FP8 codes are scanned once when a file is loaded (they lie in its read-only mapping); any other
@@ -217,25 +219,18 @@ TEST(Operands, Fp8CodesCheckedAtLoadAreScannedAgainOnlyWhenTheyAreOtherBytes) {
   const OperandSet set = load_operands(path);
   const LayerOperands& loaded = set.layers.at(0);
   EXPECT_TRUE(loaded.checked_w.covers(loaded.w_q, loaded.w_type));
-  EXPECT_TRUE(first_rows(loaded, 1).checked_a.covers(first_rows(loaded, 1).a_q, loaded.a_type)) << "a row view";
+  const LayerOperands row = first_rows(loaded, 1);
+  EXPECT_TRUE(row.checked_a.covers(row.a_q, row.a_type)) << "a row view";
   EXPECT_NO_THROW(apply_scale_mode(loaded, ScaleMode::pow2_layer).validate());
 
-  const auto refused = [](const LayerOperands& bad, const std::string& needle) {
-    try {
-      bad.validate();
-      ADD_FAILURE() << "no error; expected one containing " << needle;
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-    }
-  };
   std::vector<int8_t> other(st.w_q);
   other[5] = 0x7F;  // e4m3fn NaN at [1,2]
   LayerOperands swapped = loaded;
   swapped.w_q = other;
-  refused(swapped, "`w_q`[1,2]: expected a finite e4m3 code, found 0x7f (NaN)");
+  expect_validate_refuses(swapped, "`w_q`[1,2]: expected a finite e4m3 code, found 0x7f (NaN)");
   LayerOperands retyped = loaded;  // the checked bytes read as e5m2: 0xFE (-448 in e4m3) is a NaN there
   retyped.a_type = retyped.w_type = ElementType::e5m2;
-  refused(retyped, "`w_q`[0,2]: expected a finite e5m2 code, found 0xfe (NaN)");
+  expect_validate_refuses(retyped, "`w_q`[0,2]: expected a finite e5m2 code, found 0xfe (NaN)");
   std::filesystem::remove(path);
 }
 
