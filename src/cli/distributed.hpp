@@ -36,8 +36,9 @@ void add_gpu_per_rank_option(CLI::App& app, bool& flag);
 void use_gpu_of_local_rank();
 
 // `--resume DIR`: every completed layer's result is written to DIR (atomically, with the digest
-// of its result and the identity of the run); a rerun reads them back, checks both, and skips
-// those layers. The files are read by rank 0 and written by the rank that computed the layer (DIR
+// of its result and the identity of the run: the digests of its inputs and its options, field by
+// field, and their digest); a rerun reads them back, checks both, and skips those layers; a file
+// of a run with other inputs or options is refused, naming each field that differs. The files are read by rank 0 and written by the rank that computed the layer (DIR
 // must be shared by the hosts of a multi-host job).
 class ResumeDir {
  public:
@@ -53,8 +54,12 @@ class ResumeDir {
  private:
   std::string path_of(size_t index) const;
   std::string dir_, identity_;
+  nlohmann::json identity_fields_;  // what `identity_` is the digest of, stored beside it
   std::vector<std::string> names_;
 };
+
+// "`operands` was "sha256:1.." there, is "sha256:2.." now; ...": the fields of two run identities that differ.
+std::string identity_difference(const nlohmann::json& recorded, const nlohmann::json& now);
 
 // The indices of `count` items not in `done`, and the layers' costs for them, for run_shared.
 std::vector<size_t> remaining(size_t count, const std::map<size_t, nlohmann::json>& done);

@@ -24,6 +24,7 @@
 #include "core/operands_io.hpp"
 #include "core/results_json.hpp"
 #include "core/sha256.hpp"
+#include "core/version.hpp"
 
 namespace qc::cli {
 namespace {
@@ -142,7 +143,9 @@ VerbRunner setup_verify(CLI::App& app) {
   app.add_option("--pin", o->pin, "SHA-256 of the predictions file, as `predict` printed it");
   app.add_option("--scales", o->scales, "scale regimes: real, pow2-channel, pow2-layer")->capture_default_str();
   app.add_option("--m-sweep", o->m_sweep, "row counts to run, e.g. 1,4,16,64,512 (first rows of each layer)");
-  app.add_option("--tolerance-ulps", o->tolerance, "C6 tolerance in bf16 ulps")->capture_default_str();
+  app.add_option("--tolerance-ulps", o->tolerance, "C6 tolerance in bf16 ulps")
+      ->capture_default_str()
+      ->check(non_negative_integer(o->tolerance));
   app.add_flag("--per-layer", o->per_layer, "print one line per (layer, M, scales) run");
   app.add_option("--reference", o->reference,
                  "where the exact reference accumulators are computed: auto (the GPU when one is usable), cpu, gpu")
@@ -220,10 +223,19 @@ VerbRunner setup_verify(CLI::App& app) {
     // completed in --resume DIR is not run again.
     std::vector<std::string> names;
     for (const LayerHeader& h : set.headers) names.push_back(h.name);
+    // The journal's identity: the digests of every input and every option that shapes a layer's
+    // result (a rerun with any of them changed is refused, naming the field).
+    nlohmann::json arm_files = nlohmann::json::object();
+    for (const std::string& label : {label_a, label_b}) {
+      if (const std::string file = arm_file_of(label); !file.empty() && !o->resume.empty()) {
+        arm_files[label] = "sha256:" + sha256_file(file);
+      }
+    }
     const ResumeDir resume(o->resume,
                            {{"operands", set.sha256}, {"predictions", predictions_digest.empty() ? "computed" : predictions_digest},
-                            {"arms", {label_a, label_b}}, {"scales", o->scales}, {"m_sweep", o->m_sweep},
-                            {"kind", results_kind("verify")}},
+                            {"arms", {label_a, label_b}}, {"arm_files", arm_files}, {"scales", o->scales},
+                            {"m_sweep", o->m_sweep}, {"tolerance_ulps", o->tolerance}, {"declare", o->declare},
+                            {"qconform", version()}, {"kind", results_kind("verify")}},
                            names);
     const std::map<size_t, nlohmann::json> resumed = broadcast_done(world.root() ? resume.load() : std::map<size_t, nlohmann::json>{});
     const std::vector<size_t> todo = remaining(set.size(), resumed);

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "dist/dist.hpp"
+#include "core/limits.hpp"
 #include "qconform/error.hpp"
 
 namespace qc::dist {
@@ -79,7 +80,7 @@ Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& c
   Shared merged;
   if (w.root()) {
     for (size_t r = 0; r < all.size() && verdict.empty(); ++r) {
-      const nlohmann::json o = nlohmann::json::parse(all[r]);
+      const nlohmann::json o = parse_json(all[r], fmt::format("the results of rank {} (sent to rank 0)", r));
       if (o.at("failed").get<bool>()) {
         const std::string item = o.at("item").get<std::string>();
         verdict = nlohmann::json{{"input_error", o.at("input_error").get<bool>()},
@@ -95,7 +96,7 @@ Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& c
   }
   verdict = broadcast(verdict);
   if (!verdict.empty()) {
-    const nlohmann::json v = nlohmann::json::parse(verdict);
+    const nlohmann::json v = parse_json(verdict, "rank 0's verdict on the job");
     const int code = v.at("input_error").get<bool>() ? 2 : 3;
     throw JobFailed(code, w.root() ? v.at("message").get<std::string>() : std::string());
   }
