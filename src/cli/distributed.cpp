@@ -25,6 +25,13 @@ std::vector<double> layer_costs(const OperandSet& set) {
   return cost;
 }
 
+std::vector<int64_t> layer_groups(const OperandSet& set, const std::vector<size_t>& layers) {
+  std::map<std::string, int64_t> id;
+  std::vector<int64_t> group;
+  for (size_t i : layers) group.push_back(id.try_emplace(set.headers[i].shard, static_cast<int64_t>(id.size())).first->second);
+  return group;
+}
+
 std::vector<size_t> remaining(size_t count, const std::map<size_t, nlohmann::json>& done) {
   std::vector<size_t> left;
   for (size_t i = 0; i < count; ++i) {
@@ -45,7 +52,7 @@ PredictionSet predict_shared(const OperandSet& set, bool everywhere, const std::
       out.results[i] = to_json(predict_layer(set.load(i)));
       if (dist::world().root()) progress.update(++completed, mine.size(), set.headers[i].name);
     }
-  });
+  }, layer_groups(set, items));
   progress.finish();
   std::string text;
   PredictionSet p;

@@ -24,6 +24,9 @@ inline void add_shard_size_option(CLI::App& app, std::string& size) {
 
 // The work of each layer: m·n·k multiply-adds (every arm and the reference scale with it).
 std::vector<double> layer_costs(const OperandSet& set);
+// The shard of each of `layers` (an id per shard file; all 0 for a single file), for run_shared's
+// `group`: a shard's layers stay on one rank when the balance allows (docs/distributed.md).
+std::vector<int64_t> layer_groups(const OperandSet& set, const std::vector<size_t>& layers);
 
 // C2's predictions of every layer, the layers shared over the ranks; every rank receives the
 // whole set when `everywhere` (verify needs it), else rank 0 alone (others get an empty set).

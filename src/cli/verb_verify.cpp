@@ -154,7 +154,8 @@ VerbRunner setup_verify(CLI::App& app) {
   app.add_option("--json", o->json, "write the results as JSON");
   app.add_option("--resume", o->resume,
                  "keep each completed layer's result in this directory and skip the layers a previous run completed "
-                 "there (digest-checked)");
+                 "there (digest-checked; a directory of a run with other inputs or options is refused, naming them; "
+                 "locked while the run writes it)");
   app.add_option("--declare", o->declare,
                  "declare the epilogue an arm computes, A=<formula> or B=<formula>: a name of `qconform arms` or a "
                  "formula string of the formula space (what `qconform identify` prints); verify then checks that arm "
@@ -261,7 +262,9 @@ VerbRunner setup_verify(CLI::App& app) {
         if (in_memory) return;  // `kept`, below
         nlohmann::json j = to_json(v);
         resume.store(i, j);
-        out.results[i] = std::move(j);
+        // Kept as its compact text until the merge: a parsed tree takes six times the memory,
+        // which over hundreds of layers is most of what a long run would hold (docs/hostile-inputs.md, "Soak").
+        out.results[i] = j.dump();
       };
       const VerifiedLayers part = verify_layer_runs(
           *arm_a, *arm_b, set.size(), [&](size_t i) { return set.load(i); }, predictions, options, selection,
@@ -273,7 +276,7 @@ VerbRunner setup_verify(CLI::App& app) {
       nlohmann::json seconds = nlohmann::json::array();
       for (const auto& [phase, sec] : part.seconds) seconds.push_back({phase, sec});
       out.rank_info = {{"seconds", seconds}, {"wall_seconds", part.wall_seconds}, {"layers", mine.size()}};
-    });
+    }, layer_groups(set, todo));
     progress.finish();
     laps.lap("the verification (verify_layer_runs; its phases above)");
     if (!world.root()) return kExitOk;  // rank 0 merges, reports and writes
@@ -286,7 +289,9 @@ VerbRunner setup_verify(CLI::App& app) {
       }
       const bool was_resumed = resumed.count(i) != 0;
       const nlohmann::json& j = was_resumed ? resumed.at(i) : shared.results.at(i);
-      layers.push_back(layer_verification_from_json(j, was_resumed ? o->resume : "rank results"));
+      layers.push_back(layer_verification_from_json(
+          j.is_string() ? parse_json(j.get_ref<const std::string&>(), fmt::format("the result of layer {}", i)) : j,
+          was_resumed ? o->resume : "rank results"));
     }
     if (reference.empty()) reference = reference_description(resolve_reference(options.reference));
     VerifyResult result = merge_verifications(arm_a->info(), arm_b->info(), reference, std::move(layers), predictions, options);

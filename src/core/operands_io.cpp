@@ -254,7 +254,7 @@ OperandSet open_sharded(const std::string& path, bool with_digest) {
     }
     for (size_t i : layers_of_shard[shard]) {
       const LayerOperands ops = layer_of(file, order[i], shard_path);
-      set.headers[i] = {ops.name, ops.m, ops.n, ops.k};
+      set.headers[i] = {ops.name, ops.m, ops.n, ops.k, shard};
     }
   }  // the shard is unmapped here
 

@@ -15,7 +15,8 @@
 
 namespace qc {
 
-// From now on `lock_output` takes locks, naming this process as `owner` (e.g. "qconform verify").
+// From now on `lock_output` takes locks, naming this process as `owner` (e.g. "qconform verify");
+// an empty `owner` turns them off again (tests).
 void enable_output_locks(std::string owner);
 
 // Takes (and holds until the process exits) the advisory lock of `path`, named in messages as

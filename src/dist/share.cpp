@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "dist/dist.hpp"
@@ -11,8 +12,10 @@
 
 namespace qc::dist {
 
-std::vector<int> assign_by_work(const std::vector<double>& cost, int ranks) {
-  QC_CHECK(ranks >= 1, "assign_by_work: expected at least one rank, got {}", ranks);
+namespace {
+
+// The longest-processing-time rule over `cost`; `max_load` receives the most loaded rank's load.
+std::vector<int> greedy(const std::vector<double>& cost, int ranks, double& max_load) {
   std::vector<size_t> order(cost.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
@@ -23,6 +26,32 @@ std::vector<int> assign_by_work(const std::vector<double>& cost, int ranks) {
     owner[item] = static_cast<int>(least - load.begin());
     *least += cost[item];
   }
+  max_load = load.empty() ? 0 : *std::max_element(load.begin(), load.end());
+  return owner;
+}
+
+}  // namespace
+
+std::vector<int> assign_by_work(const std::vector<double>& cost, int ranks, const std::vector<int64_t>& group) {
+  QC_CHECK(ranks >= 1, "assign_by_work: expected at least one rank, got {}", ranks);
+  QC_CHECK(group.empty() || group.size() == cost.size(), "assign_by_work: {} items but {} group ids", cost.size(),
+           group.size());
+  double item_max = 0;
+  std::vector<int> by_item = greedy(cost, ranks, item_max);
+  if (group.empty() || ranks == 1) return by_item;
+  // The groups in order of first appearance, with their summed cost.
+  std::map<int64_t, size_t> index_of;
+  std::vector<double> group_cost;
+  for (size_t i = 0; i < cost.size(); ++i) {
+    const auto [it, fresh] = index_of.try_emplace(group[i], group_cost.size());
+    if (fresh) group_cost.push_back(0);
+    group_cost[it->second] += cost[i];
+  }
+  double group_max = 0;
+  const std::vector<int> group_owner = greedy(group_cost, ranks, group_max);
+  if (group_max > kGroupSlack * item_max) return by_item;
+  std::vector<int> owner(cost.size());
+  for (size_t i = 0; i < cost.size(); ++i) owner[i] = group_owner[index_of.at(group[i])];
   return owner;
 }
 
@@ -49,10 +78,11 @@ nlohmann::json outcome_json(const Outcome& o) {
 
 }  // namespace
 
-Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& cost, const ItemWork& work) {
+Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& cost, const ItemWork& work,
+                  const std::vector<int64_t>& group) {
   QC_CHECK(items.size() == cost.size(), "run_shared: {} items but {} costs", items.size(), cost.size());
   const World& w = world();
-  const std::vector<int> owner = assign_by_work(cost, w.size);
+  const std::vector<int> owner = assign_by_work(cost, w.size, group);
   std::vector<size_t> mine;
   for (size_t i : owned_by(owner, w.rank)) mine.push_back(items[i]);
 
