@@ -1,5 +1,5 @@
 // Advisory locks on the outputs of a run, so that two processes never write the same output file,
-// output directory or `--resume` directory at once (docs/hostile-inputs.md, guarantee 5).
+// output directory or `--resume` directory at once (docs/hostile-inputs.md, guarantee 4).
 //
 // A target `DIR/NAME` (a file or a directory) is locked through the lock file `DIR/.NAME.qc-lock`
 // with flock(LOCK_EX | LOCK_NB): the holder writes "PID qconform VERB" into it, a second writer is
