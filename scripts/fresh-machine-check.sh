@@ -10,7 +10,9 @@
 #   QC_FRESH_DIR    where the chroot goes (default /var/tmp/qconform-fresh; removed first)
 #   QC_FRESH_SUITE  Debian suite (default: this machine's, from /etc/os-release, else bookworm)
 #   QC_FRESH_KEEP=1 keep the chroot afterwards (default: removed)
-# Needs root (chroot, mounts) and the Debian mirror; installs mmdebstrap with apt-get if absent.
+# Needs root (chroot, mounts) and a Debian mirror: the one this machine's apt uses (its sources
+# lists, scripts/apt-mirrors.sh; printed first), else deb.debian.org; installs mmdebstrap with
+# apt-get if absent.
 # Prints one line per step: "fresh-machine-check: <step> ok|FAILED in N s".
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,7 +28,11 @@ done
 dir=${QC_FRESH_DIR:-/var/tmp/qconform-fresh}
 suite=${QC_FRESH_SUITE:-$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")}
 suite=${suite:-bookworm}
-mirror=http://deb.debian.org/debian
+# The Debian mirror and security archive of this machine's own apt sources (a local mirror or a
+# caching proxy is what this network can reach), else the public ones: scripts/apt-mirrors.sh.
+mirrors=$(bash scripts/apt-mirrors.sh "$suite")
+mirror=$(awk '$1 == "main" { print $2 }' <<<"$mirrors")
+security=$(awk '$1 == "security" { print $2 }' <<<"$mirrors")
 
 log() { echo "fresh-machine-check: $*"; }
 elapsed() { echo $(($(date +%s) - $1)); }
@@ -39,6 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+log "Debian mirror $mirror (from $(awk '$1 == "main" { print $3 }' <<<"$mirrors")), security $security (from $(awk '$1 == "security" { print $3 }' <<<"$mirrors"))"
 if ! command -v mmdebstrap >/dev/null; then
   log "apt-get install mmdebstrap"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
@@ -53,7 +60,7 @@ for try in 1 2 3; do
   rm -rf --one-file-system "$dir"
   mmdebstrap --quiet --variant=minbase --include=make,ca-certificates "$suite" "$dir" \
     "deb $mirror $suite main" "deb $mirror $suite-updates main" \
-    "deb http://deb.debian.org/debian-security $suite-security main" && break
+    "deb $security $suite-security main" && break
   ((try < 3)) || { log "mmdebstrap failed 3 times"; exit 1; }
   log "mmdebstrap failed (try $try); again in 30 s"
   sleep 30

@@ -21,6 +21,8 @@
 #include "dist/dist.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
+#include "core/limits.hpp"
+#include "core/output_lock.hpp"
 #include "checks/verify.hpp"
 #include "qconform/manifest.hpp"
 #include "model/model.hpp"
@@ -62,6 +64,9 @@ struct LoadedModel {
   std::vector<TokenSequence> prompts;
   std::vector<std::pair<std::string, std::string>> inputs;  // role -> path, for every manifest
   std::string description;
+  // Files conform makes of its own (the synthetic model's spec, default prompts), path -> content:
+  // written into the output directory once every input was validated (nothing is created before).
+  std::vector<std::pair<std::string, std::string>> generated;
 };
 
 LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& dir) {
@@ -71,18 +76,19 @@ LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& d
     lm.model = synth_model(config, o.seed);
     // The synthetic model is defined by its generator and spec: the spec file is its identity.
     const std::string spec_path = dir + "/model-spec.json";
-    write_file_atomic(spec_path, nlohmann::json{{"generator", "qconform synth-model"},
-                                                {"config", o.synthetic_config},
-                                                {"layers", o.synthetic_layers},
-                                                {"seed", o.seed},
-                                                {"qconform", version()}}
-                                         .dump(1) +
-                                     "\n");
+    lm.generated.emplace_back(spec_path, nlohmann::json{{"generator", "qconform synth-model"},
+                                                        {"config", o.synthetic_config},
+                                                        {"layers", o.synthetic_layers},
+                                                        {"seed", o.seed},
+                                                        {"qconform", version()}}
+                                                 .dump(1) +
+                                             "\n");
     lm.inputs.emplace_back("model", spec_path);
     lm.description = fmt::format("synthetic {} ({} layers, seed {})", o.synthetic_config, o.synthetic_layers, o.seed);
   } else {
     lm.model = load_model(o.model);
-    lm.inputs.emplace_back("model", o.model);
+    // A directory (HF, compressed-tensors) is recorded file by file: a manifest records files.
+    for (auto& file : model_files(o.model)) lm.inputs.push_back(std::move(file));
     lm.description = o.model;
   }
   const int64_t vocab = lm.model.config.vocab;
@@ -107,7 +113,7 @@ LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& d
       const std::string path = dir + "/prompts.txt";
       std::string joined;
       for (const auto& t : texts) joined += t + "\n";
-      write_file_atomic(path, joined);
+      lm.generated.emplace_back(path, joined);
       lm.inputs.emplace_back("prompts", path);
     }
     for (size_t i = 0; i < texts.size(); ++i) {
@@ -129,7 +135,7 @@ LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& d
       lm.prompts.push_back(std::move(s));
     }
     const std::string path = dir + "/prompts.jsonl";
-    write_file_atomic(path, jsonl);
+    lm.generated.emplace_back(path, jsonl);
     lm.inputs.emplace_back("prompts", path);
   }
   QC_INPUT(!lm.prompts.empty(), "{}: expected at least one prompt", o.prompts);
@@ -204,7 +210,7 @@ RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::st
     if (verb == "generate") sequences.push_back(r.at("tokens"));
   }
   if (verb == "generate") {
-    for (const auto& t : nlohmann::json::parse(dist::broadcast(sequences.dump()))) {
+    for (const auto& t : parse_json(dist::broadcast(sequences.dump()), "the sequences from rank 0")) {
       f.sequences.push_back(t.get<std::vector<int32_t>>());
     }
   }
@@ -321,10 +327,12 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
            "--max-flip-rate: expected a rate in [0, 1] (omit the option to only report the rate), found {}",
            o.max_flip_rate);
   QC_INPUT(o.tolerance_ulps >= 0, "--tolerance-ulps: expected a non-negative number of ulps, found {}", o.tolerance_ulps);
+  // The output directory is made only once every input was validated (below): a run refused for
+  // its inputs leaves nothing behind. What can be known of it now is checked now.
   std::error_code ec;
-  fs::create_directories(o.out_dir, ec);
-  QC_INPUT(!ec && fs::is_directory(o.out_dir), "--out {}: expected a directory that can be created, found: {}", o.out_dir,
-           ec ? ec.message() : "an existing file");
+  QC_INPUT(!fs::exists(o.out_dir, ec) || fs::is_directory(o.out_dir, ec),
+           "--out {}: expected a directory (or a path where one can be made), found an existing {}", o.out_dir,
+           fs::is_symlink(o.out_dir, ec) ? "symbolic link to a non-directory" : "file");
   const std::string dir = fs::path(o.out_dir).string();
   auto arm_a = make_arm(o.arm_a);
   auto arm_b = make_arm(o.arm_b);
@@ -372,6 +380,13 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   // checkpoint) before anything runs.
   check_checkpoint_takes_options(lm.description, weight_storage(lm.model), lm.model.config.qkv_bias,
                                  w8a8_options(o, lm.model, o.arm_a, false, fp8));
+  // Every input is valid: the output directory is made, locked against a second writer, and given
+  // the files conform made of its own.
+  fs::create_directories(o.out_dir, ec);
+  QC_INPUT(!ec && fs::is_directory(o.out_dir), "--out {}: expected a directory that can be created, found: {}", o.out_dir,
+           ec ? ec.message() : "an existing file");
+  lock_output("--out", o.out_dir);
+  for (const auto& [path, content] : lm.generated) write_file_atomic(path, content);
 
   // C1 on each arm.
   step("C1 boundary suite");
@@ -433,7 +448,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   for (const auto& [i, l] : predicted.results) predictions.layers.push_back(layer_prediction_from_json(l));
   const std::string predictions_path = dir + "/predictions.json";
   const std::string predictions_text = dist::broadcast(to_json(predictions).dump(1) + "\n");
-  predictions = prediction_set_from_json(nlohmann::json::parse(predictions_text), "predictions from rank 0");
+  predictions = prediction_set_from_json(parse_json(predictions_text, "the predictions from rank 0"), "predictions from rank 0");
   // FP8: C2 does not apply (no INT32 accumulator to bound); nothing is predicted, written or pinned.
   const std::string pin = fp8 ? std::string() : "sha256:" + sha256_hex(std::string_view(predictions_text));
   if (root && !fp8) {

@@ -1,14 +1,17 @@
 #include "cli/distributed.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <set>
 
 #include "cli/progress.hpp"
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
+#include "core/output_lock.hpp"
 #include "core/results_json.hpp"
 #include "core/sha256.hpp"
 
@@ -20,6 +23,13 @@ std::vector<double> layer_costs(const OperandSet& set) {
   std::vector<double> cost;
   for (const LayerHeader& h : set.headers) cost.push_back(static_cast<double>(h.m) * static_cast<double>(h.n) * static_cast<double>(h.k));
   return cost;
+}
+
+std::vector<int64_t> layer_groups(const OperandSet& set, const std::vector<size_t>& layers) {
+  std::map<std::string, int64_t> id;
+  std::vector<int64_t> group;
+  for (size_t i : layers) group.push_back(id.try_emplace(set.headers[i].shard, static_cast<int64_t>(id.size())).first->second);
+  return group;
 }
 
 std::vector<size_t> remaining(size_t count, const std::map<size_t, nlohmann::json>& done) {
@@ -42,7 +52,7 @@ PredictionSet predict_shared(const OperandSet& set, bool everywhere, const std::
       out.results[i] = to_json(predict_layer(set.load(i)));
       if (dist::world().root()) progress.update(++completed, mine.size(), set.headers[i].name);
     }
-  });
+  }, layer_groups(set, items));
   progress.finish();
   std::string text;
   PredictionSet p;
@@ -54,7 +64,7 @@ PredictionSet predict_shared(const OperandSet& set, bool everywhere, const std::
   }
   if (!everywhere || dist::world().size == 1) return p;
   text = dist::broadcast(text);
-  return prediction_set_from_json(nlohmann::json::parse(text), "predictions from rank 0");
+  return prediction_set_from_json(parse_json(text, "the predictions from rank 0"), "predictions from rank 0");
 }
 
 void add_gpu_per_rank_option(CLI::App& app, bool& flag) {
@@ -83,12 +93,33 @@ void use_gpu_of_local_rank() {
 }
 
 ResumeDir::ResumeDir(std::string dir, const nlohmann::json& identity, std::vector<std::string> names)
-    : dir_(std::move(dir)), identity_("sha256:" + sha256_hex(std::string_view(identity.dump()))), names_(std::move(names)) {
+    : dir_(std::move(dir)),
+      identity_("sha256:" + sha256_hex(std::string_view(identity.dump()))),
+      identity_fields_(identity),
+      names_(std::move(names)) {
   if (!enabled()) return;
   std::error_code ec;
   fs::create_directories(dir_, ec);
   QC_INPUT(!ec && fs::is_directory(dir_), "--resume {}: expected a directory (or a path where one can be made), {}", dir_,
            ec ? ec.message() : "found a file");
+  lock_output("--resume", dir_);  // one writer of the directory at a time
+}
+
+std::string identity_difference(const nlohmann::json& recorded, const nlohmann::json& now) {
+  if (!recorded.is_object()) return "it records no `identity` to compare field by field (made by an older qconform)";
+  std::vector<std::string> differences;
+  std::set<std::string> keys;
+  for (const auto& [key, value] : recorded.items()) keys.insert(key);
+  for (const auto& [key, value] : now.items()) keys.insert(key);
+  for (const std::string& key : keys) {
+    const nlohmann::json a = recorded.contains(key) ? recorded[key] : nlohmann::json();
+    const nlohmann::json b = now.contains(key) ? now[key] : nlohmann::json();
+    if (a == b) continue;
+    differences.push_back(fmt::format("`{}` was {} there, is {} now", key, a.is_null() ? "absent" : printable_text(a.dump()),
+                                      b.is_null() ? "absent" : printable_text(b.dump())));
+  }
+  if (differences.empty()) return "its `identity` fields equal this run's, but not their digest: the file was edited";
+  return fmt::format("{}", fmt::join(differences, "; "));
 }
 
 std::string ResumeDir::path_of(size_t index) const { return (fs::path(dir_) / fmt::format("layer-{:05}.json", index)).string(); }
@@ -107,11 +138,13 @@ std::map<size_t, nlohmann::json> ResumeDir::load() const {
       fmt::print(stderr, "qconform: --resume: {} is not valid JSON ({}); layer {} is computed again\n", path, e.what(), i);
       continue;
     }
-    const std::string run = j.value("run", "");
+    const std::string run = j.is_object() ? j.value("run", "") : "";
     QC_INPUT(run == identity_,
-             "{}: field `run`: expected {} (this run's operands, predictions, arms and options), found {}: the directory "
-             "holds results of another run; use a fresh --resume directory",
-             path, identity_, run.empty() ? "nothing" : run);
+             "{}: field `run`: expected {} (the digest of this run's inputs and options), found {}: the directory holds "
+             "results of another run ({}); use a fresh --resume directory, or rerun with the inputs and options it was "
+             "made with",
+             path, identity_, run.empty() ? "nothing" : run,
+             identity_difference(j.is_object() && j.contains("identity") ? j["identity"] : nlohmann::json(), identity_fields_));
     QC_INPUT(j.value("index", static_cast<size_t>(-1)) == i && j.value("layer", "") == names_[i],
              "{}: fields `index`, `layer`: expected {} `{}`, found {} `{}`", path, i, names_[i],
              j.contains("index") ? j["index"].dump() : "nothing", j.value("layer", ""));
@@ -131,6 +164,7 @@ void ResumeDir::store(size_t index, const nlohmann::json& result) const {
   if (!enabled()) return;
   const nlohmann::json j = results_envelope("layer-result",
                                             {{"run", identity_},
+                                             {"identity", identity_fields_},
                                              {"index", index},
                                              {"layer", names_.at(index)},
                                              {"sha256", "sha256:" + sha256_hex(std::string_view(result.dump()))},
@@ -142,7 +176,7 @@ std::map<size_t, nlohmann::json> broadcast_done(const std::map<size_t, nlohmann:
   if (dist::world().size == 1) return on_root;
   nlohmann::json indices = nlohmann::json::array();
   for (const auto& [i, r] : on_root) indices.push_back(i);
-  const nlohmann::json all = nlohmann::json::parse(dist::broadcast(indices.dump()));
+  const nlohmann::json all = parse_json(dist::broadcast(indices.dump()), "the resumed layers from rank 0");
   if (dist::world().root()) return on_root;
   std::map<size_t, nlohmann::json> done;
   for (const auto& i : all) done[i.get<size_t>()] = nullptr;  // other ranks need only which layers are done

@@ -24,6 +24,9 @@ inline void add_shard_size_option(CLI::App& app, std::string& size) {
 
 // The work of each layer: m·n·k multiply-adds (every arm and the reference scale with it).
 std::vector<double> layer_costs(const OperandSet& set);
+// The shard of each of `layers` (an id per shard file; all 0 for a single file), for run_shared's
+// `group`: a shard's layers stay on one rank when the balance allows (docs/distributed.md).
+std::vector<int64_t> layer_groups(const OperandSet& set, const std::vector<size_t>& layers);
 
 // C2's predictions of every layer, the layers shared over the ranks; every rank receives the
 // whole set when `everywhere` (verify needs it), else rank 0 alone (others get an empty set).
@@ -36,8 +39,9 @@ void add_gpu_per_rank_option(CLI::App& app, bool& flag);
 void use_gpu_of_local_rank();
 
 // `--resume DIR`: every completed layer's result is written to DIR (atomically, with the digest
-// of its result and the identity of the run); a rerun reads them back, checks both, and skips
-// those layers. The files are read by rank 0 and written by the rank that computed the layer (DIR
+// of its result and the identity of the run: the digests of its inputs and its options, field by
+// field, and their digest); a rerun reads them back, checks both, and skips those layers; a file
+// of a run with other inputs or options is refused, naming each field that differs. The files are read by rank 0 and written by the rank that computed the layer (DIR
 // must be shared by the hosts of a multi-host job).
 class ResumeDir {
  public:
@@ -53,8 +57,12 @@ class ResumeDir {
  private:
   std::string path_of(size_t index) const;
   std::string dir_, identity_;
+  nlohmann::json identity_fields_;  // what `identity_` is the digest of, stored beside it
   std::vector<std::string> names_;
 };
+
+// "`operands` was "sha256:1.." there, is "sha256:2.." now; ...": the fields of two run identities that differ.
+std::string identity_difference(const nlohmann::json& recorded, const nlohmann::json& now);
 
 // The indices of `count` items not in `done`, and the layers' costs for them, for run_shared.
 std::vector<size_t> remaining(size_t count, const std::map<size_t, nlohmann::json>& done);

@@ -39,7 +39,9 @@ inline std::vector<int64_t> parse_positive_list(const std::string& option, const
     int64_t v = 0;
     const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
     QC_INPUT(ec == std::errc() && ptr == item.data() + item.size() && v > 0,
-             "{} `{}`: expected a comma-separated list of positive integers, found `{}`", option, text, item);
+             "{}: expected a comma-separated list of positive integers, found {}{}", option,
+             item.empty() ? std::string("an empty item") : printable(item),
+             item == text ? std::string() : " (in " + printable(text) + ")");
     out.push_back(v);
   }
   return out;
@@ -57,7 +59,8 @@ inline int64_t parse_byte_size(const std::string& option, const std::string& tex
   if (suffix == "G" || suffix == "GiB") shift = 30;
   if (suffix == "T" || suffix == "TiB") shift = 40;
   QC_INPUT(ec == std::errc() && v > 0 && shift >= 0 && v <= (INT64_MAX >> shift),
-           "{} `{}`: expected a positive size in bytes, optionally with K, M, G or T (e.g. 2G)", option, text);
+           "{}: expected a positive size in bytes, optionally with K, M, G or T (e.g. 2G), found {}", option,
+           text.empty() ? std::string("nothing") : printable(text));
   return v << shift;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <new>
 #include <system_error>
@@ -20,6 +21,7 @@
 #include "dist/dist.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
+#include "core/output_lock.hpp"
 #include "core/version.hpp"
 
 namespace qc::cli {
@@ -147,10 +149,14 @@ int main(int argc, char** argv) {
     // Every verb that runs arms takes the per-call time limit of isolated plugin arms.
     if (sub->get_option_no_throw("--arm") || sub->get_option_no_throw("--arms") ||
         sub->get_option_no_throw("--pair") || verb.name == "mutants") {
-      arm_timeout_options.push_back(sub->add_option(
-          "--arm-timeout", arm_timeout,
-          "seconds one call of an isolated plugin arm may take before its worker is killed and the arm fails "
-          "(default $QCONFORM_ARM_TIMEOUT, else 600)"));
+      arm_timeout_options.push_back(
+          sub->add_option("--arm-timeout", arm_timeout,
+                          "a fixed number of seconds one call of an isolated plugin arm may take before its worker is "
+                          "killed and the arm fails (default $QCONFORM_ARM_TIMEOUT, else a limit that follows the work: "
+                          "the larger of 10 s and 50 x the arm's slowest time per multiply-add so far x the call's "
+                          "multiply-adds; 120 s at least for loading and a first call; docs/plugins.md)")
+              ->check(number_in(std::numeric_limits<double>::min(), 7 * 24 * 3600,
+                                "a number of seconds > 0 and <= 604800 (one week)", "SECONDS")));
     }
   }
 
@@ -166,6 +172,12 @@ int main(int argc, char** argv) {
       if (option->count() > 0) qc::set_plugin_call_timeout(arm_timeout);
     }
     qc::dist::init(&argc, &argv);
+    // Rank 0 alone writes the outputs of a job: it alone locks them (the other ranks are the same run).
+    if (qc::dist::world().root()) {
+      for (const auto& [sub, run] : runners) {
+        if (sub->parsed()) qc::enable_output_locks("qconform " + sub->get_name());
+      }
+    }
   } catch (const qc::Error& e) {
     std::fprintf(stderr, "qconform: error: %s\n", e.what());
     return e.kind() == qc::ErrorKind::input ? kExitBadInput : kExitInternal;

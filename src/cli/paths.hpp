@@ -13,10 +13,17 @@
 
 namespace qc::cli {
 
-// The file an arm label loads (`plugin:<path.so>`), as an input; none for built-in arms.
+// The file an arm label loads (`plugin:<path.so>`, `plugin-inproc:<path.so>`), or "" for a built-in arm.
+inline std::string arm_file_of(const std::string& label) {
+  for (std::string_view prefix : {"plugin:", "plugin-inproc:"}) {
+    if (label.rfind(prefix, 0) == 0) return label.substr(prefix.size());
+  }
+  return "";
+}
+
+// The file an arm label loads, as an input; none for built-in arms.
 inline void add_arm_inputs(std::vector<PathUse>& inputs, const std::string& option, const std::string& label) {
-  constexpr std::string_view kPlugin = "plugin:";
-  if (label.rfind(kPlugin, 0) == 0) inputs.push_back({option, label.substr(kPlugin.size())});
+  if (const std::string file = arm_file_of(label); !file.empty()) inputs.push_back({option, file});
 }
 
 // A model given by path: the llama2.c file, or an HF directory's config and weight files.

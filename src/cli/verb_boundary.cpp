@@ -17,7 +17,9 @@ VerbRunner setup_boundary(CLI::App& app) {
   app.add_option("--json", *json, "write the results as JSON");
   app.add_flag("--verbose,-v", *verbose, "print every case, not only failures and summaries");
   auto seed = std::make_shared<uint64_t>(Fp8MeasureOptions{}.seed);
-  app.add_option("--seed", *seed, "FP8 arms: seed of the confirmation operands")->capture_default_str();
+  app.add_option("--seed", *seed, "FP8 arms: seed of the confirmation operands")
+      ->capture_default_str()
+      ->check(non_negative_integer(*seed));
   return [=] {
     std::vector<PathUse> paths_in;
     add_arm_inputs(paths_in, "--arm", *arm_label);

@@ -38,7 +38,7 @@ VerbRunner setup_capture(CLI::App& app) {
       ->required()
       ->check(CLI::ExistingFile);
   app.add_option("--max-tokens", a->max_tokens, "keep only the first N tokens of each prompt (default: all)")
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer(a->max_tokens));
   app.add_option("--out", a->out, "operand file to write (safetensors, atomically; with --shard-size, NAME.index.json)")
       ->required();
   add_shard_size_option(app, a->shard_size);

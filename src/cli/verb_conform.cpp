@@ -52,17 +52,21 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer (text prompts)");
   app.add_option("--prompts", o->prompts, "prompts: text lines (with --tokenizer) or token JSONL");
   app.add_option("--out", o->out_dir, "output directory")->capture_default_str();
-  app.add_option("--max-new", o->max_new, "tokens to generate per prompt")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--max-new", o->max_new, "tokens to generate per prompt")
+      ->capture_default_str()
+      ->check(positive_integer(o->max_new));
   app.add_option("--seed", o->seed, "seed of the synthetic model and prompts")
       ->capture_default_str()
-      ->check(non_negative_integer());
+      ->check(non_negative_integer(o->seed));
   app.add_option("--synthetic-config", o->synthetic_config, "synthetic model: tiny or qwen3-1.7b-shaped")
       ->capture_default_str();
   app.add_option("--synthetic-layers", o->synthetic_layers, "decoder layers of the synthetic model")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(positive_integer(o->synthetic_layers));
   app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang or reciprocal")->capture_default_str();
-  app.add_option("--tolerance-ulps", o->tolerance_ulps, "C6 tolerance in bf16 ulps")->capture_default_str();
+  app.add_option("--tolerance-ulps", o->tolerance_ulps, "C6 tolerance in bf16 ulps")
+      ->capture_default_str()
+      ->check(non_negative_integer(o->tolerance_ulps));
   app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (default: report)")
       ->check(finite_in(0, 1));
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");

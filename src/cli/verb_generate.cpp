@@ -35,7 +35,7 @@ VerbRunner setup_generate(CLI::App& app) {
                  "text file, one prompt per line (empty line = start from BOS), or a .jsonl of token ids "
                  "{\"prompt\": id, \"tokens\": [...]}; default: one empty prompt")
       ->check(CLI::ExistingFile);
-  app.add_option("--max-new", a->max_new, "maximum generated tokens per prompt")->check(CLI::PositiveNumber);
+  app.add_option("--max-new", a->max_new, "maximum generated tokens per prompt")->check(positive_integer(a->max_new));
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)");
   add_manifest_option(app, a->manifest);
   add_gpu_per_rank_option(app, a->gpu_per_rank);

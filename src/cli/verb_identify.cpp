@@ -16,7 +16,9 @@ VerbRunner setup_identify(CLI::App& app) {
   auto seed = std::make_shared<uint64_t>(IdentifyOptions{}.seed);
   app.add_option("--arm", *arm_label, "the arm to identify (see `qconform arms`)")->required();
   app.add_option("--json", *json, "write the result as JSON");
-  app.add_option("--seed", *seed, "seed of the probe design and the held-out operands")->capture_default_str();
+  app.add_option("--seed", *seed, "seed of the probe design and the held-out operands")
+      ->capture_default_str()
+      ->check(non_negative_integer(*seed));
   return [=] {
     std::vector<PathUse> paths_in;
     add_arm_inputs(paths_in, "--arm", *arm_label);

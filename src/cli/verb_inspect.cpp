@@ -37,18 +37,18 @@ VerbRunner setup_inspect(CLI::App& app) {
       opaque = dtype_from_name(opt->opaque);
       QC_INPUT(opaque.has_value(), "--opaque: expected a dtype name (bf16, e4m3, e5m2, ...), found `{}`", opt->opaque);
     }
-    const std::string file_digest = sha256_file(opt->path);
-    bool npy = false;
-    {
-      const MappedFile probe(opt->path);
-      npy = is_npy(probe.bytes());
-    }
+    // The file is opened and mapped once: its digest, its format and its tensors all come from that
+    // one mapping, so a file renamed or replaced meanwhile cannot mix two files' contents (and one
+    // that shrinks is reported as such: docs/hostile-inputs.md).
+    const auto mapping = std::make_shared<const MappedFile>(opt->path);
+    const std::string file_digest = sha256_digest(mapping->bytes());
+    const bool npy = is_npy(mapping->bytes());
     std::vector<std::pair<std::string, Tensor>> tensors;
     std::map<std::string, std::string> metadata;
     if (npy) {
-      tensors.emplace_back("(array)", read_npy(opt->path, opaque));
+      tensors.emplace_back("(array)", parse_npy(mapping->bytes(), opt->path, mapping, opaque));
     } else {
-      SafetensorsFile f = read_safetensors(opt->path);
+      SafetensorsFile f = parse_safetensors(mapping->bytes(), opt->path, mapping);
       tensors = std::move(f.tensors);
       metadata = std::move(f.metadata);
     }

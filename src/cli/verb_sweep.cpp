@@ -32,16 +32,18 @@ VerbRunner setup_sweep(CLI::App& app) {
                  "fp8:exact; cuda:cublaslt-fp8[-fastacc]; docs/accumulation.md)")
       ->required();
   app.add_option("--k", *ks, "comma-separated reduction depths")->capture_default_str();
-  app.add_option("--m", o->m, "rows (tokens)")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--n", o->n, "output channels")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--seeds", o->seeds, "seeds per depth")->capture_default_str()->check(CLI::PositiveNumber);
-  app.add_option("--first-seed", o->first_seed, "first seed")->capture_default_str()->check(non_negative_integer());
+  app.add_option("--m", o->m, "rows (tokens)")->capture_default_str()->check(positive_integer(o->m));
+  app.add_option("--n", o->n, "output channels")->capture_default_str()->check(positive_integer(o->n));
+  app.add_option("--seeds", o->seeds, "seeds per depth")->capture_default_str()->check(positive_integer(o->seeds));
+  app.add_option("--first-seed", o->first_seed, "first seed")
+      ->capture_default_str()
+      ->check(non_negative_integer(o->first_seed));
   app.add_option("--confidence", o->confidence, "level of the Clopper-Pearson intervals")
       ->capture_default_str()
       ->check(finite_in(0x1p-20, 1 - 0x1p-20));
   app.add_option("--threads", o->threads, "worker threads (0: all cores)")
       ->capture_default_str()
-      ->check(non_negative_integer());
+      ->check(non_negative_integer(o->threads));
   auto no_explained = std::make_shared<bool>(false);
   app.add_flag("--no-explained", *no_explained,
                "skip the explained column (each arm's declared model evaluated per cell: the share of differing "

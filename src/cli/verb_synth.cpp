@@ -20,10 +20,12 @@ VerbRunner setup_synth(CLI::App& app) {
   auto o = std::make_shared<SynthOptions>();
   auto out = std::make_shared<std::string>();
   app.add_option("--shapes", o->shapes, "qwen3-1.7b, qwen3-8b, llama3-70b, tiny, MxNxK, or a comma-separated list of MxNxK with one M (layer0, layer1, ...)")->capture_default_str();
-  app.add_option("--m", o->m, "rows (tokens) per layer; ignored for MxNxK")->capture_default_str();
+  app.add_option("--m", o->m, "rows (tokens) per layer; ignored for MxNxK")
+      ->capture_default_str()
+      ->check(positive_integer(o->m));
   app.add_option("--seed", o->seed, "seed of the deterministic generator")
       ->capture_default_str()
-      ->check(non_negative_integer());
+      ->check(non_negative_integer(o->seed));
   app.add_flag("--bias", o->bias, "add a bf16 bias per output channel");
   app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang, reciprocal")
       ->capture_default_str();
@@ -42,7 +44,8 @@ VerbRunner setup_synth(CLI::App& app) {
   app.add_option("--outlier-gain", o->outlier_gain, "outlier channel magnitude relative to the others")
       ->capture_default_str()
       ->check(finite_in(0x1p-126, 3.4e38));
-  app.add_option("--layers", o->max_layers, "write only the first N layers of the preset (0: all)");
+  app.add_option("--layers", o->max_layers, "write only the first N layers of the preset (0: all)")
+      ->check(non_negative_integer(o->max_layers));
   auto shard_size = std::make_shared<std::string>();
   add_shard_size_option(app, *shard_size);
   app.add_option("--out", *out, "output operands file (safetensors; with --shard-size, the index NAME.index.json)")

@@ -22,8 +22,8 @@ VerbRunner setup_synth_model(CLI::App& app) {
   auto a = std::make_shared<SynthModelArgs>();
   app.add_option("--config", a->config, "tiny | tiny-qwen2 | tiny-qwen3 | qwen3-1.7b-shaped")->required();
   app.add_option("--layers", a->layers, "decoder layers (default: the preset's; qwen3-1.7b-shaped: 2)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--seed", a->seed, "generator seed")->required()->check(non_negative_integer());
+      ->check(positive_integer(a->layers));
+  app.add_option("--seed", a->seed, "generator seed")->required()->check(non_negative_integer(a->seed));
   app.add_option("--out", a->out, "output directory (must not exist)")->required();
   app.add_option("--format", a->format,
                  "hf (default) | compressed-tensors (int-quantized W8A8) | compressed-tensors-fp8 (float-quantized: "
@@ -31,8 +31,10 @@ VerbRunner setup_synth_model(CLI::App& app) {
   app.add_option("--weight-scale", a->weight_scale,
                  "compressed-tensors-fp8: per-channel (default, weight_scale [N,1]) or per-tensor (weight_scale [1])");
   app.add_option("--dtype", a->dtype, "f32 (default) | bf16 (hf and compressed-tensors)");
-  app.add_option("--sequences", a->sequences, "token sequences in tokens.jsonl (default 4)")->check(CLI::PositiveNumber);
-  app.add_option("--length", a->length, "tokens per sequence, BOS first (default 16)")->check(CLI::Range(2, 1 << 20));
+  app.add_option("--sequences", a->sequences, "token sequences in tokens.jsonl (default 4)")
+      ->check(positive_integer(a->sequences));
+  app.add_option("--length", a->length, "tokens per sequence, BOS first (default 16)")
+      ->check(integer_in(a->length, int64_t{2}, int64_t{1} << 20));
   return [a] {
     const ModelFormat format = parse_model_format(a->format);
     ModelConfig config = synth_config(a->config, a->layers);

@@ -24,6 +24,7 @@
 #include "core/operands_io.hpp"
 #include "core/results_json.hpp"
 #include "core/sha256.hpp"
+#include "core/version.hpp"
 
 namespace qc::cli {
 namespace {
@@ -142,7 +143,9 @@ VerbRunner setup_verify(CLI::App& app) {
   app.add_option("--pin", o->pin, "SHA-256 of the predictions file, as `predict` printed it");
   app.add_option("--scales", o->scales, "scale regimes: real, pow2-channel, pow2-layer")->capture_default_str();
   app.add_option("--m-sweep", o->m_sweep, "row counts to run, e.g. 1,4,16,64,512 (first rows of each layer)");
-  app.add_option("--tolerance-ulps", o->tolerance, "C6 tolerance in bf16 ulps")->capture_default_str();
+  app.add_option("--tolerance-ulps", o->tolerance, "C6 tolerance in bf16 ulps")
+      ->capture_default_str()
+      ->check(non_negative_integer(o->tolerance));
   app.add_flag("--per-layer", o->per_layer, "print one line per (layer, M, scales) run");
   app.add_option("--reference", o->reference,
                  "where the exact reference accumulators are computed: auto (the GPU when one is usable), cpu, gpu")
@@ -151,7 +154,8 @@ VerbRunner setup_verify(CLI::App& app) {
   app.add_option("--json", o->json, "write the results as JSON");
   app.add_option("--resume", o->resume,
                  "keep each completed layer's result in this directory and skip the layers a previous run completed "
-                 "there (digest-checked)");
+                 "there (digest-checked; a directory of a run with other inputs or options is refused, naming them; "
+                 "locked while the run writes it)");
   app.add_option("--declare", o->declare,
                  "declare the epilogue an arm computes, A=<formula> or B=<formula>: a name of `qconform arms` or a "
                  "formula string of the formula space (what `qconform identify` prints); verify then checks that arm "
@@ -220,10 +224,19 @@ VerbRunner setup_verify(CLI::App& app) {
     // completed in --resume DIR is not run again.
     std::vector<std::string> names;
     for (const LayerHeader& h : set.headers) names.push_back(h.name);
+    // The journal's identity: the digests of every input and every option that shapes a layer's
+    // result (a rerun with any of them changed is refused, naming the field).
+    nlohmann::json arm_files = nlohmann::json::object();
+    for (const std::string& label : {label_a, label_b}) {
+      if (const std::string file = arm_file_of(label); !file.empty() && !o->resume.empty()) {
+        arm_files[label] = "sha256:" + sha256_file(file);
+      }
+    }
     const ResumeDir resume(o->resume,
                            {{"operands", set.sha256}, {"predictions", predictions_digest.empty() ? "computed" : predictions_digest},
-                            {"arms", {label_a, label_b}}, {"scales", o->scales}, {"m_sweep", o->m_sweep},
-                            {"kind", results_kind("verify")}},
+                            {"arms", {label_a, label_b}}, {"arm_files", arm_files}, {"scales", o->scales},
+                            {"m_sweep", o->m_sweep}, {"tolerance_ulps", o->tolerance}, {"declare", o->declare},
+                            {"qconform", version()}, {"kind", results_kind("verify")}},
                            names);
     const std::map<size_t, nlohmann::json> resumed = broadcast_done(world.root() ? resume.load() : std::map<size_t, nlohmann::json>{});
     const std::vector<size_t> todo = remaining(set.size(), resumed);
@@ -249,7 +262,9 @@ VerbRunner setup_verify(CLI::App& app) {
         if (in_memory) return;  // `kept`, below
         nlohmann::json j = to_json(v);
         resume.store(i, j);
-        out.results[i] = std::move(j);
+        // Kept as its compact text until the merge: a parsed tree takes six times the memory,
+        // which over hundreds of layers is most of what a long run would hold (docs/hostile-inputs.md, "Soak").
+        out.results[i] = j.dump();
       };
       const VerifiedLayers part = verify_layer_runs(
           *arm_a, *arm_b, set.size(), [&](size_t i) { return set.load(i); }, predictions, options, selection,
@@ -261,7 +276,7 @@ VerbRunner setup_verify(CLI::App& app) {
       nlohmann::json seconds = nlohmann::json::array();
       for (const auto& [phase, sec] : part.seconds) seconds.push_back({phase, sec});
       out.rank_info = {{"seconds", seconds}, {"wall_seconds", part.wall_seconds}, {"layers", mine.size()}};
-    });
+    }, layer_groups(set, todo));
     progress.finish();
     laps.lap("the verification (verify_layer_runs; its phases above)");
     if (!world.root()) return kExitOk;  // rank 0 merges, reports and writes
@@ -274,7 +289,9 @@ VerbRunner setup_verify(CLI::App& app) {
       }
       const bool was_resumed = resumed.count(i) != 0;
       const nlohmann::json& j = was_resumed ? resumed.at(i) : shared.results.at(i);
-      layers.push_back(layer_verification_from_json(j, was_resumed ? o->resume : "rank results"));
+      layers.push_back(layer_verification_from_json(
+          j.is_string() ? parse_json(j.get_ref<const std::string&>(), fmt::format("the result of layer {}", i)) : j,
+          was_resumed ? o->resume : "rank results"));
     }
     if (reference.empty()) reference = reference_description(resolve_reference(options.reference));
     VerifyResult result = merge_verifications(arm_a->info(), arm_b->info(), reference, std::move(layers), predictions, options);

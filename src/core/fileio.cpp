@@ -4,17 +4,26 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <dirent.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <optional>
+#include <set>
 #include <utility>
 
+#include <fmt/format.h>
+
+#include "core/output_lock.hpp"
+#include "core/test_hold.hpp"
 #include "qconform/error.hpp"
 
 namespace qc {
@@ -187,6 +196,43 @@ mode_t default_file_mode() {
   return 0666 & ~mask;
 }
 
+// Eight hex digits naming this host and pid namespace: a pid means a process only there.
+std::string host_tag() {
+  static const std::string tag = [] {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    char ns[128] = {};
+    const ssize_t n = ::readlink("/proc/self/ns/pid", ns, sizeof ns - 1);
+    uint32_t h = 2166136261u;  // FNV-1a
+    for (const char* part : {static_cast<const char*>(host), "|", n > 0 ? static_cast<const char*>(ns) : ""}) {
+      for (const char* c = part; *c != '\0'; ++c) h = (h ^ static_cast<unsigned char>(*c)) * 16777619u;
+    }
+    return fmt::format("{:08x}", h);
+  }();
+  return tag;
+}
+
+// The pid of a temporary name of qconform's form written on this host, or 0.
+pid_t orphan_candidate_pid(std::string_view name) {
+  constexpr std::string_view kMark = ".qc-tmp-";
+  const size_t at = name.rfind(kMark);
+  if (name.empty() || name[0] != '.' || at == std::string_view::npos || at < 2) return 0;
+  std::string_view rest = name.substr(at + kMark.size());  // <pid>-<host>-<random>
+  const size_t dash = rest.find('-');
+  if (dash == 0 || dash == std::string_view::npos || dash > 10) return 0;
+  uint64_t pid = 0;
+  for (char c : rest.substr(0, dash)) {
+    if (c < '0' || c > '9') return 0;
+    pid = pid * 10 + static_cast<uint64_t>(c - '0');
+  }
+  rest.remove_prefix(dash + 1);
+  if (rest.size() != 8 + 1 + 6 || rest.substr(0, 8) != host_tag() || rest[8] != '-') return 0;
+  for (char c : rest.substr(9)) {
+    if (!std::isalnum(static_cast<unsigned char>(c))) return 0;
+  }
+  return pid > 0 && pid <= static_cast<uint64_t>(INT32_MAX) ? static_cast<pid_t>(pid) : 0;
+}
+
 }  // namespace
 
 std::string printable_text(std::string_view text, size_t max_bytes) {
@@ -254,6 +300,57 @@ std::string read_file(const std::string& path) {
   return content;
 }
 
+std::string temporary_path_for(const std::string& destination) {
+  static std::atomic<uint64_t> counter{0};
+  uint64_t state = (static_cast<uint64_t>(::getpid()) << 32) ^ counter.fetch_add(1) ^
+                   static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::string name = fmt::format("{}/.{}.qc-tmp-{}-{}-", directory_of(destination), basename_of(destination), ::getpid(),
+                                 host_tag());
+  for (int i = 0; i < 6; ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    name += "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[(state >> 33) % 62];
+  }
+  return name;
+}
+
+void remove_orphaned_temporaries(const std::string& directory) {
+  static std::mutex mutex;
+  static std::set<std::pair<dev_t, ino_t>> swept;
+  struct stat d {};
+  if (::stat(directory.c_str(), &d) != 0 || !S_ISDIR(d.st_mode)) return;
+  {
+    std::lock_guard lock(mutex);
+    if (!swept.insert({d.st_dev, d.st_ino}).second) return;
+  }
+  DIR* dir = ::opendir(directory.c_str());
+  if (dir == nullptr) return;
+  std::vector<std::pair<std::string, pid_t>> found;
+  while (const dirent* e = ::readdir(dir)) {
+    if (const pid_t pid = orphan_candidate_pid(e->d_name); pid > 0 && pid != ::getpid()) found.emplace_back(e->d_name, pid);
+  }
+  ::closedir(dir);
+  for (const auto& [name, pid] : found) {
+    // Alive, or the pid now names another process (EPERM): not an orphan we may remove.
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
+    const std::string path = directory + "/" + name;
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) != 0) continue;
+    bool removed = false;
+    const bool is_dir = S_ISDIR(st.st_mode);
+    if (S_ISREG(st.st_mode)) {
+      removed = ::unlink(path.c_str()) == 0;
+    } else if (is_dir) {
+      remove_directory_signal_safe(path.c_str());  // its files, then the directory (a subdirectory keeps it)
+      removed = ::access(path.c_str(), F_OK) != 0;
+    }
+    if (removed) {
+      std::fprintf(stderr, "qconform: removed `%s`, a temporary %s left by qconform process %d, which is no longer "
+                           "running (it was killed before it could clean up)\n",
+                   printable_text(path).c_str(), is_dir ? "directory" : "file", static_cast<int>(pid));
+    }
+  }
+}
+
 void write_file_atomic(const std::string& path, std::string_view content) {
   AtomicFileWriter writer(path);
   writer.write(content);
@@ -264,21 +361,15 @@ AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
   QC_INPUT(!path_.empty() && path_.back() != '/', "`{}`: expected a file path for the output, found a directory name",
            path_);
   // The temporary file lives in the destination's directory so that the final rename never
-  // crosses a file system; the leading dot keeps it out of globs.
+  // crosses a file system; the leading dot keeps it out of globs; its name carries this process's
+  // pid, so that a later run can tell a leftover of a killed run from a live one.
   // The name is registered for the signal handlers *before* the file is created (O_CREAT|O_EXCL,
   // so the name is ours alone): a signal at any moment finds every temporary file registered, in
   // whichever thread it is delivered. Unlinking a registered name not created yet is harmless.
-  static std::atomic<uint64_t> counter{0};
-  const std::string prefix = directory_of(path_) + "/." + basename_of(path_) + ".qc-tmp-";
+  remove_orphaned_temporaries(directory_of(path_));
   int err = 0;
   for (int attempt = 0; attempt < 100 && fd_ < 0; ++attempt) {
-    uint64_t state = (static_cast<uint64_t>(::getpid()) << 32) ^ counter.fetch_add(1) ^
-                     static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    std::string name = prefix;
-    for (int i = 0; i < 6; ++i) {
-      state = state * 6364136223846793005ull + 1442695040888963407ull;
-      name += "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"[(state >> 33) % 62];
-    }
+    std::string name = temporary_path_for(path_);
     const int slot = claim_slot(g_temp_slots, name);
     if (slot >= 0) g_temp_slots[slot].state.store(2, std::memory_order_release);
     fd_ = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -324,6 +415,10 @@ void AtomicFileWriter::write(std::span<const std::byte> bytes) {
     }
     p += put;
     left -= static_cast<size_t>(put);
+  }
+  if (!wrote_) {
+    wrote_ = true;
+    test_hold("write", path_);  // a test may stop or kill the run here, mid-write (docs/hostile-inputs.md)
   }
 }
 
@@ -372,6 +467,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       g_map_slots[slot_].state.store(2, std::memory_order_release);
     }
   }
+  test_hold("mapped", path_);  // a test may truncate the file here (docs/hostile-inputs.md)
 }
 
 void MappedFile::check_unchanged() const {
@@ -470,6 +566,8 @@ void check_output_paths(const std::vector<PathUse>& inputs, const std::vector<Pa
     }
     seen_outputs.emplace_back(&out, *id);
   }
+  // Every output checked: now no other process may write one of them while this run does.
+  for (const PathUse& out : outputs) lock_output(out.option, out.path);
 }
 
 void check_inputs_outside_directory(const std::vector<PathUse>& inputs, const PathUse& dir) {

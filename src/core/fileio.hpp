@@ -44,6 +44,8 @@ struct PathUse {
 // - two outputs must not be the same path (resolved through their parent directory when they do
 //   not exist yet).
 // The message names both options and both paths. Empty paths are skipped.
+// Then each output's advisory lock is taken (`lock_output`, core/output_lock.hpp: only when the CLI
+// enabled locks): another qconform process writing one of them is refused, naming its pid and verb.
 void check_output_paths(const std::vector<PathUse>& inputs, const std::vector<PathUse>& outputs);
 
 // For a verb that writes files of its own naming into an output directory (`conform --out`):
@@ -65,6 +67,20 @@ void install_cli_signal_handlers();
 // Returns a handle (-1 when the registry is full) for `unregister_temporary_directory`.
 int register_temporary_directory(const std::string& path);
 void unregister_temporary_directory(int handle);
+
+// A fresh temporary name beside `destination` for a file or directory that is renamed into place:
+// `<dir>/.<name>.qc-tmp-<pid>-<host>-<random>`, where <pid> is this process's and <host> eight hex
+// digits naming this host and pid namespace (so that a process elsewhere on a shared file system
+// is never taken for a dead one here).
+std::string temporary_path_for(const std::string& destination);
+
+// Removes, from `directory`, the temporary files and directories of qconform's naming (above) that
+// were left by a process of this host that is no longer running (killed by SIGKILL, or a machine
+// that lost power, before its cleanup ran), and reports each on stderr. A name whose process is
+// alive (or whose pid now belongs to another process), of another host, or not exactly of that
+// form is left alone. Runs once per directory per process; every writer of a file or temporary
+// directory calls it before it creates its own.
+void remove_orphaned_temporaries(const std::string& directory);
 
 // The temporary files of live `AtomicFileWriter`s (for tests of the registry).
 std::vector<std::string> live_temporary_files();
@@ -100,6 +116,7 @@ class AtomicFileWriter {
   int fd_ = -1;
   int slot_ = -1;  // index in the registry of live temporary files, -1 when not registered
   bool committed_ = false;
+  bool wrote_ = false;  // the first write passes the test hook `write`
 };
 
 // `text` made safe to print inside an error message: `qc::printable` (error.hpp: printable UTF-8

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <filesystem>
 #include <future>
+#include <iterator>
 #include <mutex>
 #include <set>
 
@@ -107,22 +108,43 @@ std::vector<std::string> layer_order(const std::vector<std::string>& keys, const
         break;
       }
     }
-    QC_INPUT(known, "{}: tensor `{}`: expected a key ending in .a_q, .a_scale, .w_q, .w_scale or .bias", path, key);
+    const bool bare_part = std::find(std::begin(kParts), std::end(kParts), key) != std::end(kParts);
+    QC_INPUT(!bare_part, "{}: tensor `{}`: expected a key `<layer>{}` with a non-empty layer name, found none before "
+             "the part", path, printable_text(key), key);
+    QC_INPUT(known, "{}: tensor `{}`: expected a key ending in .a_q, .a_scale, .w_q, .w_scale or .bias", path,
+             printable_text(key));
   }
   QC_INPUT(!prefixes.empty(), "{}: no layers found (expected keys `<layer>.a_q`, `<layer>.w_q`, ...)", path);
 
   std::vector<std::string> order;
   if (auto it = metadata.find("layers"); it != metadata.end() && !it->second.empty()) {
-    std::string_view rest = it->second;
-    while (!rest.empty()) {
-      const size_t comma = rest.find(',');
-      order.emplace_back(rest.substr(0, comma));
-      rest = comma == std::string_view::npos ? std::string_view{} : rest.substr(comma + 1);
+    const std::string& text = it->second;
+    for (size_t start = 0, position = 1;; ++position) {
+      const size_t comma = text.find(',', start);
+      order.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      QC_INPUT(!order.back().empty(),
+               "{}: metadata `layers`: expected comma-separated non-empty layer names, found an empty name at "
+               "position {} of `{}`", path, position, printable_text(text));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
     }
-    const std::set<std::string> listed(order.begin(), order.end());
-    QC_INPUT(listed == prefixes && listed.size() == order.size(),
-             "{}: metadata `layers`: expected each layer of the file exactly once ({} layers), found {} names",
-             path, prefixes.size(), order.size());
+    std::set<std::string> listed;
+    for (const std::string& name : order) {
+      QC_INPUT(listed.insert(name).second, "{}: metadata `layers`: expected each layer of the file exactly once, found "
+               "`{}` listed twice", path, printable_text(name));
+    }
+    std::vector<std::string> missing, extra;
+    std::set_difference(prefixes.begin(), prefixes.end(), listed.begin(), listed.end(), std::back_inserter(missing));
+    std::set_difference(listed.begin(), listed.end(), prefixes.begin(), prefixes.end(), std::back_inserter(extra));
+    const auto names = [](const std::vector<std::string>& v) {
+      std::string out;
+      for (size_t i = 0; i < v.size() && i < 8; ++i) out += (i ? ", `" : "`") + printable_text(v[i]) + "`";
+      return v.size() > 8 ? fmt::format("{} and {} more", out, v.size() - 8) : out;
+    };
+    QC_INPUT(missing.empty() && extra.empty(),
+             "{}: metadata `layers`: expected each layer of the file exactly once ({} layers), found {} names{}{}", path,
+             prefixes.size(), order.size(), missing.empty() ? "" : "; not listed: " + names(missing),
+             extra.empty() ? "" : "; listed but not in the file: " + names(extra));
   } else {
     order.assign(prefixes.begin(), prefixes.end());
     std::sort(order.begin(), order.end(), natural_less);
@@ -232,7 +254,7 @@ OperandSet open_sharded(const std::string& path, bool with_digest) {
     }
     for (size_t i : layers_of_shard[shard]) {
       const LayerOperands ops = layer_of(file, order[i], shard_path);
-      set.headers[i] = {ops.name, ops.m, ops.n, ops.k};
+      set.headers[i] = {ops.name, ops.m, ops.n, ops.k, shard};
     }
   }  // the shard is unmapped here
 

@@ -16,6 +16,7 @@ namespace qc {
 struct LayerHeader {
   std::string name;
   int64_t m = 0, n = 0, k = 0;
+  std::string shard;  // the shard file that holds the layer (a sharded set), else ""
 };
 
 struct OperandSet {

@@ -48,7 +48,15 @@ std::string broadcast(const std::string& text);
 // The owner rank of each item: items taken by descending cost (lower index first among equals),
 // each to the rank with the least cost so far (lower rank first among equals) — the greedy
 // longest-processing-time rule, deterministic, within 4/3 of the best balance.
-std::vector<int> assign_by_work(const std::vector<double>& cost, int ranks);
+//
+// `group` (optional, one id per item): items of one group (the layers of one shard file) go to
+// one rank together — the same rule over the groups — when that leaves the most loaded rank at
+// most kGroupSlack times the load of the item-by-item assignment; otherwise items are assigned one
+// by one (and a group may be read by several ranks). Reading a shard costs every rank that maps it
+// a hash of the whole shard, so keeping a shard on one rank saves that work when the balance
+// allows it.
+inline constexpr double kGroupSlack = 1.10;
+std::vector<int> assign_by_work(const std::vector<double>& cost, int ranks, const std::vector<int64_t>& group = {});
 // The items `rank` owns, ascending.
 std::vector<size_t> owned_by(const std::vector<int>& owner, int rank);
 
@@ -72,8 +80,10 @@ struct Shared {
   std::map<size_t, nlohmann::json> results;  // rank 0: every rank's results by item; elsewhere empty
   std::vector<nlohmann::json> rank_info;     // rank 0: each rank's `rank_info`, in rank order
 };
-// `items`: the item indices to share out; `cost[i]`: the work of items[i].
-Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& cost, const ItemWork& work);
+// `items`: the item indices to share out; `cost[i]`: the work of items[i]; `group[i]` (optional):
+// the group of items[i], kept on one rank when the balance allows (assign_by_work).
+Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& cost, const ItemWork& work,
+                  const std::vector<int64_t>& group = {});
 
 // The job failed and every rank knows it: rank 0 prints `message` (the failing rank, item and
 // reason), the other ranks nothing; each exits with `code` (2: input, 3: internal).

@@ -3,15 +3,19 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 
 #include "dist/dist.hpp"
+#include "core/limits.hpp"
 #include "qconform/error.hpp"
 
 namespace qc::dist {
 
-std::vector<int> assign_by_work(const std::vector<double>& cost, int ranks) {
-  QC_CHECK(ranks >= 1, "assign_by_work: expected at least one rank, got {}", ranks);
+namespace {
+
+// The longest-processing-time rule over `cost`; `max_load` receives the most loaded rank's load.
+std::vector<int> greedy(const std::vector<double>& cost, int ranks, double& max_load) {
   std::vector<size_t> order(cost.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return cost[a] > cost[b]; });
@@ -22,6 +26,32 @@ std::vector<int> assign_by_work(const std::vector<double>& cost, int ranks) {
     owner[item] = static_cast<int>(least - load.begin());
     *least += cost[item];
   }
+  max_load = load.empty() ? 0 : *std::max_element(load.begin(), load.end());
+  return owner;
+}
+
+}  // namespace
+
+std::vector<int> assign_by_work(const std::vector<double>& cost, int ranks, const std::vector<int64_t>& group) {
+  QC_CHECK(ranks >= 1, "assign_by_work: expected at least one rank, got {}", ranks);
+  QC_CHECK(group.empty() || group.size() == cost.size(), "assign_by_work: {} items but {} group ids", cost.size(),
+           group.size());
+  double item_max = 0;
+  std::vector<int> by_item = greedy(cost, ranks, item_max);
+  if (group.empty() || ranks == 1) return by_item;
+  // The groups in order of first appearance, with their summed cost.
+  std::map<int64_t, size_t> index_of;
+  std::vector<double> group_cost;
+  for (size_t i = 0; i < cost.size(); ++i) {
+    const auto [it, fresh] = index_of.try_emplace(group[i], group_cost.size());
+    if (fresh) group_cost.push_back(0);
+    group_cost[it->second] += cost[i];
+  }
+  double group_max = 0;
+  const std::vector<int> group_owner = greedy(group_cost, ranks, group_max);
+  if (group_max > kGroupSlack * item_max) return by_item;
+  std::vector<int> owner(cost.size());
+  for (size_t i = 0; i < cost.size(); ++i) owner[i] = group_owner[index_of.at(group[i])];
   return owner;
 }
 
@@ -48,10 +78,11 @@ nlohmann::json outcome_json(const Outcome& o) {
 
 }  // namespace
 
-Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& cost, const ItemWork& work) {
+Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& cost, const ItemWork& work,
+                  const std::vector<int64_t>& group) {
   QC_CHECK(items.size() == cost.size(), "run_shared: {} items but {} costs", items.size(), cost.size());
   const World& w = world();
-  const std::vector<int> owner = assign_by_work(cost, w.size);
+  const std::vector<int> owner = assign_by_work(cost, w.size, group);
   std::vector<size_t> mine;
   for (size_t i : owned_by(owner, w.rank)) mine.push_back(items[i]);
 
@@ -79,7 +110,7 @@ Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& c
   Shared merged;
   if (w.root()) {
     for (size_t r = 0; r < all.size() && verdict.empty(); ++r) {
-      const nlohmann::json o = nlohmann::json::parse(all[r]);
+      const nlohmann::json o = parse_json(all[r], fmt::format("the results of rank {} (sent to rank 0)", r));
       if (o.at("failed").get<bool>()) {
         const std::string item = o.at("item").get<std::string>();
         verdict = nlohmann::json{{"input_error", o.at("input_error").get<bool>()},
@@ -95,7 +126,7 @@ Shared run_shared(const std::vector<size_t>& items, const std::vector<double>& c
   }
   verdict = broadcast(verdict);
   if (!verdict.empty()) {
-    const nlohmann::json v = nlohmann::json::parse(verdict);
+    const nlohmann::json v = parse_json(verdict, "rank 0's verdict on the job");
     const int code = v.at("input_error").get<bool>() ? 2 : 3;
     throw JobFailed(code, w.root() ? v.at("message").get<std::string>() : std::string());
   }

@@ -22,6 +22,7 @@
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
+#include "core/output_lock.hpp"
 #include "model/model.hpp"
 #include "qconform/numerics.hpp"
 #include "core/safetensors.hpp"
@@ -498,10 +499,14 @@ struct TempDir {
   std::string path;
   bool committed = false;
   explicit TempDir(const std::string& out) {
+    lock_output("output", out);  // first: a second writer of `out` is refused, naming the first
     QC_INPUT(!fs::exists(out), "{}: expected a path that does not exist yet (outputs are never overwritten), found "
              "an existing {}", out, fs::is_directory(out) ? "directory" : "file");
-    path = fmt::format("{}.tmp-{}", out, ::getpid());
-    fs::remove_all(path);
+    // Hidden and carrying this process's pid (`.<name>.qc-tmp-<pid>-...`, as the atomic writer's
+    // files): a later run removes it when this process was killed before it could.
+    const std::string parent = fs::path(out).has_parent_path() ? fs::path(out).parent_path().string() : ".";
+    remove_orphaned_temporaries(parent);
+    path = temporary_path_for(out);
     // Registered before it exists, so that no signal finds it unregistered; the CLI's
     // SIGINT/SIGTERM/SIGHUP handler removes it.
     handle = register_temporary_directory(path);

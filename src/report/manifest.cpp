@@ -401,9 +401,18 @@ JoinResult join_manifest_json(const json& a, const json& b, const std::string& t
       f.field = "allow_unverified";
       f.status = "unverified input";
       f.violation = true;
-      (side_a ? f.a : f.b) = j.value("unverified_joins", json::array());
+      // The field's own value on both sides (false where it is not set), and what the unverified
+      // side recorded of the join it went past.
+      for (const auto& [side, value] : {std::pair{&f.a, &a}, std::pair{&f.b, &b}}) {
+        const json& m = *value;
+        *side = m.is_object() && m.contains("allow_unverified") ? m.at("allow_unverified") : json(nullptr);
+      }
+      const json joins = j.value("unverified_joins", json::array());
       f.note += (f.note.empty() ? "" : "; ") +
-                fmt::format("{} was produced from data whose join did not verify", side_a ? r.name_a : r.name_b);
+                fmt::format("{} was produced from data whose join did not verify ({})", side_a ? r.name_a : r.name_b,
+                            joins.is_array() && !joins.empty()
+                                ? fmt::format("unverified_joins: {}", show(joins))
+                                : std::string("it records no failed join: made with --allow-unverified"));
     }
   };
   collect(a, true);

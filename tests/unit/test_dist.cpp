@@ -78,6 +78,30 @@ TEST(Dist, AssignmentIsBalancedByWorkAndDeterministic) {
   EXPECT_TRUE(dist::owned_by(dist::assign_by_work({5, 5}, 4), 3).empty());
 }
 
+TEST(Dist, ShardsStayOnOneRankWhenTheBalanceAllows) {
+  // Eight equal layers in four shards of two over 2 ranks: by shard the loads are 4/4, as by layer,
+  // so each shard is read by one rank only.
+  const std::vector<double> cost(8, 10);
+  const std::vector<int64_t> shard = {0, 0, 1, 1, 2, 2, 3, 3};
+  const std::vector<int> owner = dist::assign_by_work(cost, 2, shard);
+  for (size_t i = 0; i < cost.size(); i += 2) EXPECT_EQ(owner[i], owner[i + 1]) << "shard " << shard[i] << " split";
+  EXPECT_EQ(dist::owned_by(owner, 0).size(), 4u);
+  EXPECT_EQ(dist::owned_by(owner, 1).size(), 4u);
+  // One shard of everything over 2 ranks: keeping it whole would double the most loaded rank's
+  // work (more than kGroupSlack), so the layers are shared one by one, as without groups.
+  const std::vector<int64_t> one(8, 7);
+  EXPECT_EQ(dist::assign_by_work(cost, 2, one), dist::assign_by_work(cost, 2));
+  // Pairs of 21 unit layers: 11 units at most on a rank either way, so the pairs stay together; a
+  // shard of 5 of 6 units would leave 5 on one rank against 3 by layer: shared layer by layer.
+  const std::vector<double> mixed = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1};
+  std::vector<int64_t> pairs;
+  for (size_t i = 0; i < mixed.size(); ++i) pairs.push_back(static_cast<int64_t>(i / 2));
+  const std::vector<int> grouped = dist::assign_by_work(mixed, 2, pairs);
+  for (size_t i = 0; i + 1 < mixed.size(); i += 2) EXPECT_EQ(grouped[i], grouped[i + 1]);
+  EXPECT_EQ(dist::assign_by_work({3, 1, 1, 1}, 2, {0, 0, 0, 1}), dist::assign_by_work({3, 1, 1, 1}, 2))
+      << "a shard of 5 of 6 units over 2 ranks (5 vs 3) is shared layer by layer";
+}
+
 TEST(Dist, ComparisonSurvivesJsonWithNonFiniteElements) {
   Comparison c;
   c.total = 10, c.bitwise_diff = 3, c.signed_zero_diff = 1, c.nan_a = 1, c.inf_b = 1, c.subnormal_a = 2;

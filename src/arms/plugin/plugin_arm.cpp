@@ -40,6 +40,7 @@
 #include <thread>
 
 #include "accum/fp8_model.hpp"
+#include "arms/plugin/plugin_limits.hpp"
 #include "arms/plugin/plugin_protocol.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/arm_abi.h"
@@ -65,8 +66,9 @@ constexpr uint32_t kUnwrittenF32 = 0x7FC00001;  // FP8 calls: `d` before the plu
 constexpr size_t kArmSizeWithModel = offsetof(qc_arm_v1, accumulation_model) + sizeof(const char*);
 constexpr size_t kErrorBufferSize = proto::kErrorBufferSize;
 constexpr size_t kMaxNameBytes = 1024;
-constexpr double kDefaultTimeoutSeconds = 600;
-constexpr double kMaxTimeoutSeconds = 7 * 24 * 3600;
+using plugin_limits::CallTimeLimit;
+using plugin_limits::first_difference;
+constexpr double kMaxTimeoutSeconds = plugin_limits::kMaxSeconds;
 
 std::atomic<double> g_timeout_override{0};  // 0: not set by set_plugin_call_timeout
 
@@ -435,13 +437,14 @@ double timeout_from_text(std::string_view what, std::string_view text) {
   return v;
 }
 
-double call_timeout_seconds() {
-  const double set = g_timeout_override.load();
-  if (set > 0) return set;
+// The limit of an arm made now: fixed by set_plugin_call_timeout (--arm-timeout) or
+// $QCONFORM_ARM_TIMEOUT, else the default that follows the work (plugin_limits.hpp).
+CallTimeLimit call_time_limit() {
+  if (const double set = g_timeout_override.load(); set > 0) return CallTimeLimit(set, "--arm-timeout");
   if (const char* env = std::getenv("QCONFORM_ARM_TIMEOUT"); env != nullptr && env[0] != '\0') {
-    return timeout_from_text("environment variable QCONFORM_ARM_TIMEOUT", env);
+    return CallTimeLimit(timeout_from_text("environment variable QCONFORM_ARM_TIMEOUT", env), "QCONFORM_ARM_TIMEOUT");
   }
-  return kDefaultTimeoutSeconds;
+  return CallTimeLimit();
 }
 
 const char* signal_name(int s) {
@@ -745,7 +748,7 @@ class IsolatedPluginArm final : public Arm {
     lp_.isolated = true;
     lp_.file = resolve_plugin("plugin", variant);
     host_ = plugin_host_path();
-    timeout_ = call_timeout_seconds();
+    limit_ = call_time_limit();
     start();
   }
 
@@ -805,13 +808,17 @@ class IsolatedPluginArm final : public Arm {
     q.d = proto::kNone;
     std::copy(std::begin(lay.guards), std::end(lay.guards), std::begin(q.guards));
 
-    const int rc = exchange(q, lay, lp_.where(ops), "y");
-    std::vector<char> error(out.base + lay.error, out.base + lay.error + kErrorBufferSize);
+    const std::vector<const void*> sources = {ops.a_q.data(), ops.a_scale.data(), ops.w_q.data(), ops.w_scale.data(),
+                                              ops.has_bias() ? ops.bias.data() : nullptr};
+    const int rc = exchange(q, lay, lp_.where(ops), "y", sources);
+    // Everything is read from qconform's own copy of the outputs, taken when `run` returned.
+    const char* seen = snapshot_.data();
+    std::vector<char> error(seen + lay.error, seen + lay.error + kErrorBufferSize);
     error.back() = '\0';
     int acc_written = 0;
-    std::memcpy(&acc_written, out.base + lay.acc_written, sizeof acc_written);
-    const auto* y0 = reinterpret_cast<const uint16_t*>(out.base + lay.y);
-    const auto* acc0 = reinterpret_cast<const int32_t*>(out.base + lay.acc);
+    std::memcpy(&acc_written, seen + lay.acc_written, sizeof acc_written);
+    const auto* y0 = reinterpret_cast<const uint16_t*>(seen + lay.y);
+    const auto* acc0 = reinterpret_cast<const int32_t*>(seen + lay.acc);
     const size_t count = static_cast<size_t>(ops.m * ops.n);
     std::vector<int32_t> acc;
     if (acc_written != 0) acc.assign(acc0, acc0 + count);
@@ -849,16 +856,23 @@ class IsolatedPluginArm final : public Arm {
     std::copy(std::begin(lay.guards), std::end(lay.guards), std::begin(q.guards));
     const std::string where = fmt::format("arm `{}` (kernel `{}`) on an FP8 GEMM (m={} n={} k={})", printable(lp_.label),
                                           printable(lp_.d.name), m, n, k);
-    const int rc = exchange(q, lay, where, "d");
-    std::vector<char> error(out.base + lay.error, out.base + lay.error + kErrorBufferSize);
+    const int rc = exchange(q, lay, where, "d", {a, w});
+    const char* seen = snapshot_.data();
+    std::vector<char> error(seen + lay.error, seen + lay.error + kErrorBufferSize);
     error.back() = '\0';
-    return lp_.finish_fp8(m, n, k, rc, error.data(), reinterpret_cast<const float*>(out.base + lay.y));
+    return lp_.finish_fp8(m, n, k, rc, error.data(), reinterpret_cast<const float*>(seen + lay.y));
   }
 
   // Sends `q` and waits for `run` to return: its return code, or the arm's failure (a time limit,
-  // a fault, the worker's end), named with `where`; `output` names the buffer at `lay.y`.
-  int exchange(const proto::RunRequest& q, const Layout& lay, const std::string& where, const char* output) {
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_));
+  // a fault, the worker's end, a write after `run` returned), named with `where`; `output` names the
+  // buffer at `lay.y`; `sources[i]` is what qconform copied into input piece i. On return,
+  // `snapshot_` holds the outputs as `run` left them.
+  int exchange(const proto::RunRequest& q, const Layout& lay, const std::string& where, const char* output,
+               const std::vector<const void*>& sources) {
+    const double macs = static_cast<double>(q.m) * static_cast<double>(q.n) * static_cast<double>(q.k);
+    const double limit = limit_.for_call(macs);
+    const auto started = Clock::now();
+    const auto deadline = started + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit));
     if (!worker_->send(&q, sizeof q)) fail(fmt::format("{} failed: {}", where, ended(std::chrono::milliseconds(1000))));
 
     proto::Header h{};
@@ -866,41 +880,121 @@ class IsolatedPluginArm final : public Arm {
     if (st == ReadStatus::ok && h.magic == proto::kMagic && h.type == proto::MessageType::done) {
       proto::Done d{};
       st = worker_->read(reinterpret_cast<char*>(&d) + sizeof h, sizeof d - sizeof h, deadline);
-      if (st == ReadStatus::ok) return d.rc;
+      if (st == ReadStatus::ok) {
+        limit_.record(std::chrono::duration<double>(Clock::now() - started).count(), macs);
+        check_after_return(q, lay, where, output, sources, d.outputs_sum);
+        return d.rc;
+      }
     }
     if (st == ReadStatus::timeout) {
       worker_->kill_now();
-      fail(fmt::format("{} failed: `run` did not return within the per-call time limit of {} s (--arm-timeout, or "
-                       "QCONFORM_ARM_TIMEOUT); the worker process was killed", where, timeout_));
+      fail(fmt::format("{} failed: `run` did not return within the per-call time limit of {} s ({}); the worker "
+                       "process was killed", where, CallTimeLimit::shown(limit), limit_.describe(macs)));
     }
     if (st == ReadStatus::eof) fail(fmt::format("{} failed during `run`: {}", where, ended(std::chrono::milliseconds(1000))));
-    if (h.magic == proto::kMagic && h.type == proto::MessageType::fault) {
-      proto::Fault f{};
-      if (worker_->read(reinterpret_cast<char*>(&f) + sizeof h, sizeof f - sizeof h, deadline) == ReadStatus::ok) {
-        const std::string how = ended(std::chrono::milliseconds(2000));
-        if (f.region == proto::FaultRegion::inputs) {
-          fail(fmt::format("{} failed: C3 (shared operands) violated: the plugin wrote into its read-only input {}; "
-                           "the write was refused (the worker maps the operands read-only) and {}",
-                           where, lay.describe_input(f.offset), how));
-        }
-        if (f.region == proto::FaultRegion::guard && f.guard_index < 3) {
-          const char* const kBuffers[3] = {"error", output, "acc"};
-          const uint64_t end = f.guard_index == 0   ? lay.error + kErrorBufferSize
-                               : f.guard_index == 1 ? lay.y + lay.y_bytes
-                                                    : lay.acc + lay.acc_bytes;
-          fail(fmt::format("{} failed: the plugin wrote past the end of its output `{}` (byte {} after its last "
-                           "byte; the buffer holds {} bytes) and {}", where, kBuffers[f.guard_index],
-                           lay.guards[f.guard_index] + f.offset - end,
-                           f.guard_index == 0 ? kErrorBufferSize : end - (f.guard_index == 1 ? lay.y : lay.acc), how));
-        }
-        fail(fmt::format("{} failed: invalid memory access ({} at address 0x{:x}, si_code {}) and {}", where,
-                         signal_name(f.signo), f.offset, f.code, how));
-      }
-      fail(fmt::format("{} failed during `run`: {}", where, ended(std::chrono::milliseconds(1000))));
-    }
+    if (h.magic == proto::kMagic && h.type == proto::MessageType::fault) fail_fault(lay, where, output, "", deadline);
     worker_->kill_now();
     fail(fmt::format("{} failed: the worker process sent a malformed reply (magic 0x{:x}, type {}); it was killed", where,
                      h.magic, static_cast<uint32_t>(h.type)));
+  }
+
+  // The Fault message after its header: the arm's failure, named by the region the plugin hit.
+  [[noreturn]] void fail_fault(const Layout& lay, const std::string& where, const char* output, const char* when,
+                               Clock::time_point deadline) {
+    proto::Fault f{};
+    if (worker_->read(reinterpret_cast<char*>(&f) + sizeof(proto::Header), sizeof f - sizeof(proto::Header), deadline) !=
+        ReadStatus::ok) {
+      fail(fmt::format("{} failed{}: {}", where, when, ended(std::chrono::milliseconds(1000))));
+    }
+    const std::string how = ended(std::chrono::milliseconds(2000));
+    if (f.region == proto::FaultRegion::inputs) {
+      fail(fmt::format("{} failed: C3 (shared operands) violated: the plugin wrote into its read-only input {}{}; the "
+                       "write was refused (the worker maps the operands read-only) and {}",
+                       where, lay.describe_input(f.offset), when, how));
+    }
+    if (f.region == proto::FaultRegion::guard && f.guard_index < 3) {
+      const char* const kBuffers[3] = {"error", output, "acc"};
+      const uint64_t end = f.guard_index == 0   ? lay.error + kErrorBufferSize
+                           : f.guard_index == 1 ? lay.y + lay.y_bytes
+                                                : lay.acc + lay.acc_bytes;
+      fail(fmt::format("{} failed: the plugin wrote past the end of its output `{}`{} (byte {} after its last byte; the "
+                       "buffer holds {} bytes) and {}", where, kBuffers[f.guard_index], when,
+                       lay.guards[f.guard_index] + f.offset - end,
+                       f.guard_index == 0 ? kErrorBufferSize : end - (f.guard_index == 1 ? lay.y : lay.acc), how));
+    }
+    fail(fmt::format("{} failed: invalid memory access{} ({} at address 0x{:x}, si_code {}) and {}", where, when,
+                     signal_name(f.signo), f.offset, f.code, how));
+  }
+
+  // After Done: the outputs are copied (`snapshot_`) and must still be what `run` left (the worker's
+  // sum), the inputs what qconform put there; after the worker's grace period (Settled), both are
+  // compared again. A thread of the plugin that writes after `run` returned fails the arm.
+  void check_after_return(const proto::RunRequest& q, const Layout& lay, const std::string& where, const char* output,
+                          const std::vector<const void*>& sources, uint64_t worker_sum) {
+    const SharedBuffer& out = worker_->outputs();
+    snapshot_.assign(out.base, out.base + out.size);
+    if (proto::outputs_sum(snapshot_.data(), q) != worker_sum) {
+      fail(fmt::format("{} failed: the plugin changed its outputs after `run` returned (the worker's sum of them when "
+                       "`run` returned differs from qconform's copy taken right after): a thread of the plugin still "
+                       "writing?", where));
+    }
+    // The worker does not sum its inputs (they may be large): a change seen now happened during
+    // `run` or just after it, and is named so.
+    check_inputs(lay, where, sources, " (during `run`, or by a thread of it right after)");
+    const auto deadline = Clock::now() + std::chrono::seconds(10);
+    proto::Header h{};
+    const ReadStatus st = worker_->read(&h, sizeof h, deadline);
+    const char* const kWhen = " after `run` returned (within the grace period)";
+    if (st == ReadStatus::ok && h.magic == proto::kMagic && h.type == proto::MessageType::fault) {
+      fail_fault(lay, where, output, kWhen, deadline);
+    }
+    if (st != ReadStatus::ok || h.magic != proto::kMagic || h.type != proto::MessageType::settled) {
+      if (st == ReadStatus::eof) fail(fmt::format("{} failed after `run` returned: {}", where, ended(std::chrono::milliseconds(1000))));
+      worker_->kill_now();
+      fail(fmt::format("{} failed: the worker process did not end the grace period after `run` properly ({}); it was "
+                       "killed", where, st == ReadStatus::timeout ? "no message within 10 s" : "a malformed message"));
+    }
+    check_inputs(lay, where, sources, kWhen);
+    const auto mn = static_cast<uint64_t>(q.m) * static_cast<uint64_t>(q.n);
+    const struct {
+      const char* name;
+      uint64_t offset, bytes, element;
+    } buffers[] = {{"error", q.error, kErrorBufferSize, 1},
+                   {"acc_written", q.acc_written, sizeof(int), sizeof(int)},
+                   {output, q.d != proto::kNone ? q.d : q.y, (q.d != proto::kNone ? 4 : 2) * mn, q.d != proto::kNone ? 4u : 2u},
+                   {"acc", q.acc, q.acc == proto::kNone ? 0 : 4 * mn, 4}};
+    for (const auto& b : buffers) {
+      const auto at = first_difference(snapshot_.data() + b.offset, out.base + b.offset, b.bytes);
+      if (!at) continue;
+      const uint64_t e = *at / b.element;
+      const auto bits = [&](const char* base) {
+        uint64_t v = 0;
+        std::memcpy(&v, base + b.offset + e * b.element, b.element);
+        return fmt::format("0x{:0{}x}", v, 2 * b.element);
+      };
+      fail(fmt::format("{} failed: the plugin wrote into its output `{}`{} ({}: {} when `run` returned, {} after): a "
+                       "thread of the plugin still running? Outputs count only as `run` leaves them", where, b.name, kWhen,
+                       b.element > 1 && b.bytes == b.element * mn && q.n > 0
+                           ? fmt::format("element [{},{}]", e / static_cast<uint64_t>(q.n), e % static_cast<uint64_t>(q.n))
+                           : fmt::format("byte {}", e),
+                       bits(snapshot_.data()), bits(out.base)));
+    }
+  }
+
+  // The operand mapping must still hold what qconform copied in: the worker maps it read-only, so
+  // a change means the plugin reached it another way (e.g. reopening the memfd writable).
+  void check_inputs(const Layout& lay, const std::string& where, const std::vector<const void*>& sources,
+                    const char* when) {
+    const SharedBuffer& in = worker_->inputs();
+    for (size_t i = 0; i < lay.inputs.size() && i < sources.size(); ++i) {
+      const Layout::Piece& p = lay.inputs[i];
+      if (sources[i] == nullptr || p.bytes == 0) continue;
+      if (const auto at = first_difference(static_cast<const char*>(sources[i]), in.base + p.offset, p.bytes)) {
+        fail(fmt::format("{} failed: C3 (shared operands) violated: the plugin changed its read-only input {}{} (through "
+                         "another mapping of the operand memory than the read-only one it was given)",
+                         where, lay.describe_input(p.offset + *at), when));
+      }
+    }
   }
 
   static size_t page_size() {
@@ -924,14 +1018,15 @@ class IsolatedPluginArm final : public Arm {
   void start() {
     worker_ = std::make_unique<Worker>(host_, lp_.file.path);
     const std::string p = printable(lp_.file.path);
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_));
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(limit_.for_load()));
     const std::string loading = fmt::format("arm `{}` failed while loading `{}` in its worker process", printable(lp_.label), p);
     proto::Header h{};
     ReadStatus st = worker_->read(&h, sizeof h, deadline);
     if (st == ReadStatus::timeout) {
       worker_->kill_now();
-      fail(fmt::format("{}: it did not finish loading within the time limit of {} s (--arm-timeout, or "
-                       "QCONFORM_ARM_TIMEOUT); the worker process was killed", loading, timeout_));
+      fail(fmt::format("{}: it did not finish loading within the time limit of {} s ({}); the worker process was "
+                       "killed", loading, CallTimeLimit::shown(limit_.for_load()), limit_.describe_load()));
     }
     if (st == ReadStatus::eof) fail(fmt::format("{}: {}", loading, ended(std::chrono::milliseconds(1000))));
     const auto read_string = [&](uint64_t size, std::string& s) {
@@ -1019,7 +1114,8 @@ class IsolatedPluginArm final : public Arm {
   std::string variant_;
   Loaded lp_;
   std::string host_;
-  double timeout_ = kDefaultTimeoutSeconds;
+  CallTimeLimit limit_;
+  std::vector<char> snapshot_;  // the outputs mapping as `run` left it (exchange)
   std::unique_ptr<Worker> worker_;
   std::mutex mutex_;
 };
@@ -1027,12 +1123,12 @@ class IsolatedPluginArm final : public Arm {
 }  // namespace
 
 void set_plugin_call_timeout(double seconds) {
-  QC_INPUT(std::isfinite(seconds) && seconds > 0 && seconds <= kMaxTimeoutSeconds,
+  QC_INPUT(seconds == 0 || (std::isfinite(seconds) && seconds > 0 && seconds <= kMaxTimeoutSeconds),
            "--arm-timeout: expected a number of seconds > 0 and <= {} (one week), found {}", kMaxTimeoutSeconds, seconds);
   g_timeout_override.store(seconds);
 }
 
-double plugin_call_timeout() { return call_timeout_seconds(); }
+double plugin_call_timeout() { return g_timeout_override.load(); }
 
 void register_plugin_arms() {
   register_arm_backend(ArmBackend{

@@ -12,11 +12,12 @@ namespace qc {
 // loaded) in a `qconform-plugin-host` worker process; `plugin-inproc:<path>` dlopen()s it here.
 void register_plugin_arms();
 
-// The per-call time limit of isolated plugin arms created from now on, in seconds (> 0): the
-// CLI's `--arm-timeout`. Unset, $QCONFORM_ARM_TIMEOUT applies, else 600 s. Loading the library
-// in the worker has the same limit.
+// A fixed per-call time limit for isolated plugin arms created from now on, in seconds (> 0; 0
+// goes back to the default): the CLI's `--arm-timeout`; loading the library in the worker has the
+// same limit. Unset, $QCONFORM_ARM_TIMEOUT applies, else the default that follows the work
+// (src/arms/plugin/plugin_limits.hpp, docs/plugins.md).
 void set_plugin_call_timeout(double seconds);
-// The limit an arm created now would get.
+// The fixed limit set by `set_plugin_call_timeout`, 0 when none is.
 double plugin_call_timeout();
 
 }  // namespace qc

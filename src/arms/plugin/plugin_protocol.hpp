@@ -13,8 +13,12 @@
 //
 // Messages are fixed-size structs in host byte order (both sides are the same build), each
 // starting with `kMagic` and a `MessageType`; Hello and LoadError are followed by their strings.
-// One request is in flight at a time. The worker answers a Run request with Done, or, when the
-// plugin faults on SIGSEGV/SIGBUS, with Fault (written from the signal handler) before it dies.
+// One request is in flight at a time. The worker answers a Run request with Done (carrying the sum
+// of the output buffers as `run` left them), then, after a grace period in which a thread the
+// plugin left running could still write, with Settled; when the plugin faults on SIGSEGV/SIGBUS
+// (during `run` or in the grace period) it sends Fault (from the signal handler) instead and dies.
+// qconform compares the inputs and outputs it sees after Done and again after Settled: a write
+// after `run` returned is the arm's failure.
 #pragma once
 
 #include <cstddef>
@@ -22,7 +26,7 @@
 
 namespace qc::plugin_protocol {
 
-inline constexpr uint32_t kProtocolVersion = 2;  // 2: FP8 plugins (Hello's model, RunRequest::d)
+inline constexpr uint32_t kProtocolVersion = 3;  // 2: FP8 plugins (Hello's model, RunRequest::d); 3: Settled
 inline constexpr uint32_t kMagic = 0x51435048;  // "QCPH"
 inline constexpr int kSocketFd = 3;
 inline constexpr int kInputsFd = 4;
@@ -39,7 +43,12 @@ enum class MessageType : uint32_t {
   run = 3,         // parent -> worker: one layer
   done = 4,        // worker -> parent: `run` returned
   fault = 5,       // worker -> parent: SIGSEGV/SIGBUS inside `run`, the worker dies next
+  settled = 6,     // worker -> parent: the grace period after Done passed without a fault
 };
+
+// The grace period after `run` returns: a quarter of the call's time, at least 1 ms, at most 50 ms.
+inline constexpr double kGraceMinSeconds = 0.001;
+inline constexpr double kGraceMaxSeconds = 0.050;
 
 struct Header {
   uint32_t magic;
@@ -92,7 +101,37 @@ struct Done {
   Header h;
   int32_t rc;  // what `run` returned
   uint32_t reserved;
+  uint64_t outputs_sum;  // `outputs_sum` of the outputs mapping when `run` returned
 };
+
+struct Settled {
+  Header h;
+};
+
+// A 64-bit sum (FNV-1a over 8-byte words) of `bytes` bytes at `p`: both sides compute it the same
+// way, to tell whether the outputs changed between the worker's look and qconform's copy.
+inline uint64_t sum_bytes(const char* p, uint64_t bytes, uint64_t h = 14695981039346656037ull) {
+  uint64_t i = 0;
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    __builtin_memcpy(&w, p + i, 8);
+    h = (h ^ w) * 1099511628211ull;
+  }
+  for (; i < bytes; ++i) h = (h ^ static_cast<unsigned char>(p[i])) * 1099511628211ull;
+  return h;
+}
+
+// The sum of every buffer a call's outputs hold (error, acc_written, y or d, acc), never the guard
+// pages (inaccessible in the worker).
+inline uint64_t outputs_sum(const char* base, const RunRequest& q) {
+  const uint64_t mn = static_cast<uint64_t>(q.m) * static_cast<uint64_t>(q.n);
+  uint64_t h = sum_bytes(base + q.error, kErrorBufferSize);
+  h = sum_bytes(base + q.acc_written, sizeof(int), h);
+  if (q.d != kNone) h = sum_bytes(base + q.d, 4 * mn, h);
+  if (q.y != kNone) h = sum_bytes(base + q.y, 2 * mn, h);
+  if (q.acc != kNone) h = sum_bytes(base + q.acc, 4 * mn, h);
+  return h;
+}
 
 enum class FaultRegion : uint32_t { elsewhere = 0, inputs = 1, guard = 2 };
 

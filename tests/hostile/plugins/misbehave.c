@@ -25,14 +25,28 @@
  *   BEHAVE_CTOR_HANG     sleeps in a library constructor
  *   BEHAVE_CONTROL_NAME  declares a kernel name with terminal escape sequences
  *   BEHAVE_HUGE_NAME     declares a kernel name of a million characters
+ *   BEHAVE_LATE_WRITE    computes correctly, then leaves a thread that changes y[0,0] after `run`
+ *                        returned
+ *   BEHAVE_LATE_INPUT    computes correctly, then leaves a thread that changes w_q[0,0] after `run`
+ *                        returned, through a writable reopening of the operand memfd
+ *   BEHAVE_LATE_OVERRUN  computes correctly, then leaves a thread that writes past the end of y
+ *   BEHAVE_REOPEN_INPUT  changes w_q[0,0] through a writable reopening of the operand memfd, during
+ *                        `run`
+ * The BEHAVE_LATE_* threads write only once the worker is held at its test point `plugin-returned`
+ * (QCONFORM_TEST_HOLD=plugin-returned:FIFO, src/core/test_hold.hpp): they take the test's part of
+ * that hold, write, then release the worker. So the write always lands after `run` returned and
+ * before the worker's grace period ends, on any machine.
  * Without a BEHAVE_* macro it is a correct plugin (the example's arithmetic).
  */
 #define _GNU_SOURCE
 #define QC_EXAMPLE_NO_ENTRY
 #include "example_arm.c"
 
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -55,6 +69,69 @@ __attribute__((unused)) static int recurse(volatile char* prev, int depth) {
   frame[4095] = prev ? prev[0] : 0;
   return recurse(frame, depth + 1) + frame[1];
 }
+
+#if defined(BEHAVE_LATE_WRITE) || defined(BEHAVE_LATE_INPUT) || defined(BEHAVE_LATE_OVERRUN) || \
+    defined(BEHAVE_REOPEN_INPUT)
+/* A writable view of the byte at `p`, which lies in the worker's read-only mapping of the operand
+ * memfd: the memfd reopened read-write through /proc/self/fd and mapped shared (its file offset
+ * found in /proc/self/maps). NULL when that is refused. */
+static volatile int8_t* writable_alias(const void* p) {
+  FILE* maps = fopen("/proc/self/maps", "r");
+  if (!maps) return NULL;
+  char line[512];
+  uintptr_t start = 0, end = 0;
+  unsigned long long offset = 0;
+  int found = 0;
+  while (fgets(line, sizeof line, maps)) {
+    if (sscanf(line, "%lx-%lx %*s %llx", &start, &end, &offset) == 3 && (uintptr_t)p >= start && (uintptr_t)p < end) {
+      found = 1;
+      break;
+    }
+  }
+  fclose(maps);
+  if (!found) return NULL;
+  const int fd = open("/proc/self/fd/4", O_RDWR); /* fd 4: the operands (plugin_protocol.hpp) */
+  if (fd < 0) return NULL;
+  const long page = sysconf(_SC_PAGESIZE);
+  const unsigned long long at = offset + ((uintptr_t)p - start);
+  const unsigned long long base = at & ~(unsigned long long)(page - 1);
+  char* m = mmap(NULL, (size_t)page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)base);
+  close(fd);
+  return m == MAP_FAILED ? NULL : (volatile int8_t*)(m + (at - base));
+}
+#endif
+
+#if defined(BEHAVE_LATE_WRITE) || defined(BEHAVE_LATE_INPUT) || defined(BEHAVE_LATE_OVERRUN)
+static volatile uint16_t* g_late_y;
+static volatile int8_t* g_late_input;
+static int64_t g_late_count;
+
+/* The test's part of the worker's hold (src/core/test_hold.hpp): read its line, write, release. */
+static void* late_writer(void* unused) {
+  (void)unused;
+  const char* spec = getenv("QCONFORM_TEST_HOLD");
+  const char* fifo = spec ? strchr(spec, ':') : NULL;
+  if (!fifo) return NULL;
+  ++fifo;
+  int fd = open(fifo, O_RDONLY);
+  char buffer[512];
+  if (fd >= 0) {
+    while (read(fd, buffer, sizeof buffer) > 0) {
+    }
+    close(fd);
+  }
+#if defined(BEHAVE_LATE_WRITE)
+  g_late_y[0] ^= 1;
+#elif defined(BEHAVE_LATE_INPUT)
+  if (g_late_input) g_late_input[0] ^= 1;
+#else
+  g_late_y[g_late_count + 40] = 0; /* past the end: the guard page */
+#endif
+  fd = open(fifo, O_WRONLY);
+  if (fd >= 0) close(fd);
+  return NULL;
+}
+#endif
 
 #if defined(BEHAVE_CTOR_CRASH)
 __attribute__((constructor)) static void crash_on_load(void) { *(volatile int*)(uintptr_t)g_zero = 1; }
@@ -113,6 +190,20 @@ static int misbehave_run(void* ctx, const qc_arm_args_v1* args) {
   ((int8_t*)args->w_q)[0] ^= 1;
 #elif defined(BEHAVE_OVERRUN)
   for (int64_t i = 0; i < 2 * args->m * args->n; ++i) args->y[i] = 0;
+#elif defined(BEHAVE_LATE_WRITE) || defined(BEHAVE_LATE_INPUT) || defined(BEHAVE_LATE_OVERRUN)
+  const int rc = example_run(ctx, args);
+  g_late_y = args->y;
+  g_late_count = args->m * args->n;
+#if defined(BEHAVE_LATE_INPUT)
+  g_late_input = writable_alias(args->w_q);
+#endif
+  pthread_t t;
+  pthread_create(&t, NULL, late_writer, NULL);
+  pthread_detach(t);
+  return rc;
+#elif defined(BEHAVE_REOPEN_INPUT)
+  volatile int8_t* alias = writable_alias(args->w_q);
+  if (alias) alias[0] ^= 1;
 #elif defined(BEHAVE_REFUSE)
   for (size_t i = 0; i < args->error_size; ++i) args->error[i] = (char)(1 + i % 31); /* no terminator */
   return 5;

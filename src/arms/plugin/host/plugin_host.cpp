@@ -17,7 +17,9 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -26,6 +28,7 @@
 #include <thread>
 
 #include "arms/plugin/plugin_protocol.hpp"
+#include "core/test_hold.hpp"
 #include "qconform/arm_abi.h"
 
 namespace {
@@ -281,8 +284,21 @@ void serve(const qc_arm_v1* arm) {
 
     proto::Done d{};
     d.h = {proto::kMagic, proto::MessageType::done};
+    qc::test_hold("plugin-run");  // a test may kill this worker here, inside a call
+    const auto started = std::chrono::steady_clock::now();
     d.rc = arm->run(arm->ctx, &args);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    d.outputs_sum = proto::outputs_sum(outputs.at(0), q);
     if (!write_all(&d, sizeof d)) _exit(0);
+    // A thread the plugin left running may still write: qconform compares the outputs it copied
+    // (and the inputs) again after this grace period. A write into the inputs or a guard page now
+    // faults, and the handler reports it in place of Settled.
+    qc::test_hold("plugin-returned");
+    const double grace = std::min(proto::kGraceMaxSeconds, std::max(proto::kGraceMinSeconds, seconds / 4));
+    std::this_thread::sleep_for(std::chrono::duration<double>(grace));
+    proto::Settled settled{};
+    settled.h = {proto::kMagic, proto::MessageType::settled};
+    if (!write_all(&settled, sizeof settled)) _exit(0);
   }
 }
 
