@@ -45,7 +45,8 @@ static int example_run(void* ctx, const qc_arm_args_v1* args) {
   }
   if (args->k > 131071) {
     /* Beyond K * 2^14 < 2^31 an int32 accumulator could overflow: refuse rather than wrap. */
-    snprintf(args->error, args->error_size, "example_arm: k=%lld exceeds 131071 (int32 accumulator bound)",
+    snprintf(args->error, args->error_size,
+             "example_arm: k=%lld exceeds 131071: the INT32 accumulator could overflow (refused, not wrapped)",
              (long long)args->k);
     return 2;
   }
