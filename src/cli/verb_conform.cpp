@@ -98,20 +98,36 @@ VerbRunner setup_conform(CLI::App& app) {
     progress.finish();
     if (!dist::world().root()) return kExitOk;  // rank 0 reports and writes
     const auto& r = outcome.results;
-    fmt::print("qconform conform: {} vs {} on {}\n\n", o->arm_a, o->arm_b, r["model"].get<std::string>());
+    fmt::print("qconform conform: {} vs {} on {}\n", o->arm_a, o->arm_b, r["model"].get<std::string>());
+    // The answer first: what a team may do with the pair (docs/checks.md, "The interchangeability answer").
+    const nlohmann::json& answer = r["interchangeability"];
+    fmt::print("interchangeability: {} — {}\n", answer["answer"].get<std::string>(), answer["reason"].get<std::string>());
+    if (answer["advice"].is_string()) fmt::print("  next: {}\n", answer["advice"].get<std::string>());
+    fmt::print("\nprompts: {}\n", r["prompts"]["source"].get<std::string>());
+    if (r["prompts"]["warning"].is_string()) fmt::print("WARNING: {}\n", r["prompts"]["warning"].get<std::string>());
     for (size_t side = 0; side < r["arms"].size(); ++side) fmt::print("{}\n", formula_line(side == 0 ? "A" : "B", r["arms"][side]));
     fmt::print("\n");
     fmt::print("{:<4}{:<26}{:<22}{}\n", "", "check", "verdict", "evidence");
     for (const auto& c : r["checks"]) {
       fmt::print("{:<4}{:<26}{:<22}{}\n", c["id"].get<std::string>(), c["title"].get<std::string>(),
                  c["verdict"].get<std::string>(), c["summary"].get<std::string>());
-      if (c["verdict"] == "fail") fmt::print("{:<30}points to: {}\n", "", c["points_to"].get<std::string>());
+      if (c["verdict"] != "fail") continue;
+      fmt::print("{:<30}points to: {}\n", "", c["points_to"].get<std::string>());
+      // C1: each failed case by name, its inputs, what the arm returned against what was expected.
+      for (const auto& f : c["evidence"].value("failed_cases", nlohmann::json::array())) {
+        // The cause is printed once: the check's "points to" above already names the first case's.
+        const std::string cause = f["points_to"].get<std::string>();
+        fmt::print("{:<30}case {} (arm {} {}): inputs {}; {}{}\n", "", f["id"].get<std::string>(),
+                   f["arm"].get<std::string>(), f["label"].get<std::string>(), f["inputs"].get<std::string>(),
+                   printable_text(f["detail"].get<std::string>(), 2000),
+                   c["points_to"].get<std::string>().ends_with(cause) ? "" : "; points to " + cause);
+      }
     }
     fmt::print("\npredictions pinned: {}\nresults: {}\nreport:  {}\n",
                r["pin"].is_string() ? r["pin"].get<std::string>() : "none (FP8 pair: C2 does not apply)",
                outcome.results_path, outcome.report_path);
-    fmt::print("{}\n", outcome.passed ? "verdict: every falsifiable check passed"
-                                      : "verdict: a check FAILED (see points-to above)");
+    fmt::print("{}\n", outcome.passed ? "checks: no falsifiable check failed (the answer above says what that licenses)"
+                                      : "checks: a check FAILED (see points-to above)");
     return outcome.passed ? kExitOk : kExitCheckFailed;
   };
 }
