@@ -10,7 +10,8 @@
  * Build and load (see docs/plugins.md):
  *   cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -Iinclude examples/plugin/example_arm.c \
  *      -o libqconform_example_arm.so
- *   qconform verify ops.safetensors --arms cpu:vllm-triton,plugin:./libqconform_example_arm.so
+ *   qconform synth --shapes tiny --m 64 --out ops.safetensors
+ *   qconform verify ops.safetensors --arms cpu:vllm-cutlass,plugin:./libqconform_example_arm.so
  */
 #include <stdint.h>
 #include <stdio.h>

@@ -49,7 +49,9 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_option("--arms", *arms, "the two arms A,B (A is the reference)")->capture_default_str();
   app.add_option("--model", o->model, "llama2.c checkpoint or HF / compressed-tensors directory (default: a seeded "
                                       "synthetic W8A8 model)");
-  app.add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer (text prompts)");
+  app.add_option("--tokenizer", o->tokenizer,
+                 "llama2.c tokenizer (text prompts); default: the first tok*.bin beside a llama2.c --model, as `make "
+                 "demo` finds it (without one conform warns that it falls back to random-token prompts)");
   app.add_option("--prompts", o->prompts, "prompts: text lines (with --tokenizer) or token JSONL");
   app.add_option("--out", o->out_dir, "output directory")->capture_default_str();
   app.add_option("--max-new", o->max_new, "tokens to generate per prompt")->capture_default_str()->check(CLI::PositiveNumber);
@@ -63,7 +65,7 @@ VerbRunner setup_conform(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang or reciprocal")->capture_default_str();
   app.add_option("--tolerance-ulps", o->tolerance_ulps, "C6 tolerance in bf16 ulps")->capture_default_str();
-  app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (default: report)")
+  app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (without it C7 only reports: verdict `reported`)")
       ->check(finite_in(0, 1));
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");
   app.add_option("--element", o->element,
