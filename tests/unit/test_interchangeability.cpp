@@ -248,6 +248,24 @@ TEST(InterchangeabilityVerify, NullCountsReadBackLosslessly) {
   EXPECT_EQ(back.runs.at(0).formula_mismatch_b, -1);
 }
 
+// Two declared FP8 models: every difference predicted, localized to the accumulation.
+TEST(InterchangeabilityVerify, TwoDeclaredFp8ModelsAreExplained) {
+  SynthOptions o;
+  o.shapes = "16x64x2048";
+  o.m = 16;
+  o.seed = 9;
+  o.element = "e4m3";
+  const std::vector<LayerOperands> layers = synth_operands(o);
+  auto a = make_arm("cpu:fp8-hopper-fp8-promote4"), b = make_arm("cpu:fp8-hopper-fp8-chain");
+  const VerifyResult r = verify_layers(*a, *b, layers, predict(layers, "memory", ""), cpu());
+  ASSERT_GT(r.total_real.bitwise_diff, 0);
+  EXPECT_EQ(r.interchangeability.answer, Interchangeability::explained) << r.interchangeability.reason;
+  EXPECT_NE(r.interchangeability.reason.find("localized to the accumulation stage"), std::string::npos)
+      << r.interchangeability.reason;
+  EXPECT_NE(r.interchangeability.reason.find("no tolerance applies"), std::string::npos) << r.interchangeability.reason;
+  EXPECT_TRUE(to_json(r)["interchangeability"]["evidence"]["tolerance_ulps"].is_null());
+}
+
 // ---- an FP8 arm with no declared model ------------------------------------------------------------
 
 std::vector<LayerOperands> fp8_layers() {
