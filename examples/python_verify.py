@@ -59,12 +59,16 @@ def main():
               for i in range(2) for p, n, k in (("q_proj", 256, 512), ("down_proj", 512, 1024))]
     kernel = qconform.arm(vllm_triton_numpy, epilogue="vllm-triton")
     r = qconform.verify("cpu:vllm-cutlass", kernel, layers, m_sweep=[1, 16, 64])
+    answer = r["interchangeability"]  # identical / explained / unexplained / different, and why
+    print(f"interchangeability: {answer['answer']} — {answer['reason']}")
+    if answer["advice"]:
+        print(f"  next: {answer['advice']}")
     for side, a in zip("AB", r["arms"]):
         print(f"{side}: {a['label']:<40} kernel: {a['record']['kernel']}")
     for c in r["checks"]:
         print(f"{c['id']:<3} {c['title']:<22} {c['verdict']:<10} {c['summary']}")
     failed = [c["id"] for c in r["checks"] if c["verdict"] == "fail"]
-    mism = sum(max(0, run["formula_mismatch"][1]) for run in r["runs"])
+    mism = sum(run["formula_mismatch"][1] or 0 for run in r["runs"])  # null: not declared
     print(f"Python kernel vs its declared formula vllm-triton: {mism} differing outputs")
     return 1 if failed or mism else 0
 

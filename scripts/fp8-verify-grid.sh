@@ -27,14 +27,14 @@ import json, sys
 r = json.load(open(sys.argv[1]))
 runs = r["runs"]
 outputs = sum(x["total"] for x in runs)
-modelled = [x for x in runs if x["predicted_diff"] >= 0]
+modelled = [x for x in runs if x["predicted_diff"] is not None]
 bad = [x for x in modelled if not x["predicted_equals_observed"]]
-off = sum(max(v, 0) for x in runs for v in x["formula_mismatch"])
+off = sum(v or 0 for x in runs for v in x["formula_mismatch"])
 unmodelled = [x for x in runs if any(u for u in x.get("unmodelled", []))]
 split = sum(1 for x in runs for m in x.get("models", []) if m and "splitk" in m)
 print(f"runs {len(runs)}, outputs {outputs}, predicted == observed in {len(modelled) - len(bad)} of {len(modelled)} "
       f"modelled runs, outputs off their model {off}, unmodelled runs {len(unmodelled)}, run-sides claiming split-K {split}")
-print(f"over all runs: differing elements {sum(x['bitwise_diff'] for x in runs)}, predicted {sum(max(x['predicted_diff'], 0) for x in runs)}")
+print(f"over all runs: differing elements {sum(x['bitwise_diff'] for x in runs)}, predicted {sum(x['predicted_diff'] or 0 for x in runs)}")
 for x in bad[:10]:
     print("  NOT EQUAL:", x["layer"], x["m"], x["n"], x["k"], x["scales"], x["bitwise_diff"], x["predicted_diff"])
 for x in unmodelled[:10]:

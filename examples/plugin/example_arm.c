@@ -10,7 +10,8 @@
  * Build and load (see docs/plugins.md):
  *   cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -Iinclude examples/plugin/example_arm.c \
  *      -o libqconform_example_arm.so
- *   qconform verify ops.safetensors --arms cpu:vllm-triton,plugin:./libqconform_example_arm.so
+ *   qconform synth --shapes tiny --m 64 --out ops.safetensors
+ *   qconform verify ops.safetensors --arms cpu:vllm-cutlass,plugin:./libqconform_example_arm.so
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -45,7 +46,8 @@ static int example_run(void* ctx, const qc_arm_args_v1* args) {
   }
   if (args->k > 131071) {
     /* Beyond K * 2^14 < 2^31 an int32 accumulator could overflow: refuse rather than wrap. */
-    snprintf(args->error, args->error_size, "example_arm: k=%lld exceeds 131071 (int32 accumulator bound)",
+    snprintf(args->error, args->error_size,
+             "example_arm: k=%lld exceeds 131071: the INT32 accumulator could overflow (refused, not wrapped)",
              (long long)args->k);
     return 2;
   }

@@ -44,8 +44,15 @@ struct ArmInfo {
   bool is_mutant = false;
   std::string breaks_stage;        // mutants: the stage they break ("accumulation", "epilogue", ...)
   // FP8 arms: the name of the accumulation model the arm declares it follows (docs/accumulation.md,
-  // e.g. "hopper-fp8-promote4"); "" for INT8 arms. Non-empty marks the arm as FP8.
+  // e.g. "hopper-fp8-promote4"); "" for INT8 arms and for FP8 arms whose model is unknown (below).
   std::string accumulation_model;
+  // An FP8 arm that declares no accumulation model (an undeclared FP8 callable or plugin): it takes
+  // FP8 codes like every FP8 arm, but its model is unknown until measured (`qconform identify`).
+  // verify and conform run it, report its differences as not predicted and the pair as `unexplained`
+  // at best (docs/checks.md). Always false when `accumulation_model` names a model.
+  bool fp8_model_unknown = false;
+  // FP8 arms: those that declare a model, and those whose model is unknown.
+  bool is_fp8() const { return !accumulation_model.empty() || fp8_model_unknown; }
   // The arm's calls (`run`, `fp8_accumulate`) may be made from several host threads at once: it
   // guards its own state (the CUDA arms hold a lock around their device buffers). verify then asks
   // an FP8 arm for its fp32 accumulator beside the run loop instead of before the layer's runs.

@@ -11,7 +11,9 @@
 
 namespace qc {
 
-enum class Verdict { pass, fail, not_applicable, outside_jurisdiction };
+// `reported`: a tolerance-based check (C6, C7) given no tolerance: its figures are reported and
+// nothing is decided, so it is neither a pass nor a failure.
+enum class Verdict { pass, fail, not_applicable, outside_jurisdiction, reported };
 std::string_view verdict_name(Verdict v);
 
 // One row of the check table. Every `CheckResult` is built from its row (`make_check`), so the CLI,

@@ -185,7 +185,7 @@ def fp8_accumulate(arm_spec: ArmSpec, a: ArrayLike, w: ArrayLike, *, threads: in
     model: ``"cpu:fp8-<model>"``, ``"cuda:cublaslt-fp8"``, a plugin or a Python callable made with
     ``arm(fn, accumulation_model=...)``; an INT8 arm raises :class:`InputError`. Returns
     ``{"d": float32 [M, N], "record": dict}`` (the record names the arm, kernel and model).
-    ``sweep --pair`` compares two FP8 arms this way (docs/accumulation.md).
+    ``sweep --arms`` compares two FP8 arms this way (docs/accumulation.md).
     """
     return arm(arm_spec).fp8_accumulate(to_host(a), to_host(w), threads)
 

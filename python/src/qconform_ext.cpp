@@ -926,7 +926,8 @@ NB_MODULE(_qconform, m) {
         o.reference = qc::verify_reference_from_name(reference);
         o.modes.clear();
         QC_INPUT(!scales.empty(), "scales: expected at least one of real, pow2-channel, pow2-layer");
-        for (const std::string& s : scales) o.modes.push_back(qc::scale_mode_from_name(s));
+        for (const std::string& s : scales) o.modes.push_back(qc::scale_mode_from_name(s, "scales"));
+        o.language = qc::UserLanguage::python;  // messages and advice name Python arguments, not CLI flags
         for (int64_t mm : m_sweep) QC_INPUT(mm > 0, "m_sweep: expected positive row counts, found {}", mm);
         o.m_sweep = m_sweep;
         QC_INPUT(tolerance_ulps >= 0, "tolerance_ulps: expected >= 0, found {}", tolerance_ulps);

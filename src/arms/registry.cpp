@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <fstream>
 #include <mutex>
 #include <thread>
@@ -9,6 +10,7 @@
 #include "qconform/arm.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
+#include "core/suggest.hpp"
 
 namespace qc {
 
@@ -43,7 +45,7 @@ std::vector<float> Arm::fp8_accumulate(const uint8_t*, const uint8_t*, int64_t, 
 }
 
 void check_arm_takes_layer(const ArmInfo& info, const LayerOperands& ops) {
-  if (!ops.fp8() || !info.accumulation_model.empty()) return;
+  if (!ops.fp8() || info.is_fp8()) return;
   QC_FAIL_INPUT("arm `{}` is an INT8 arm (it declares no FP8 accumulation model) and cannot run layer `{}` "
                 "({}x{}x{}, {} activations x {} weights, from {}); FP8 layers run on the FP8 arms: cpu:fp8-<model>, "
                 "cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc",
@@ -69,7 +71,7 @@ class Int8LayerGuard final : public Arm {
 };
 
 std::unique_ptr<Arm> guarded(std::unique_ptr<Arm> arm) {
-  if (!arm || !arm->info().accumulation_model.empty()) return arm;  // FP8 arms take FP8 and INT8 layers
+  if (!arm || arm->info().is_fp8()) return arm;  // FP8 arms take FP8 and INT8 layers
   return std::make_unique<Int8LayerGuard>(std::move(arm));
 }
 }  // namespace
@@ -99,8 +101,8 @@ std::unique_ptr<Arm> make_arm(std::string_view label) {
   const std::string shown = printable_text(label);
   const auto colon = label.find(':');
   QC_INPUT(colon != std::string_view::npos && colon > 0,
-           "arm `{}`: expected `backend:variant` (e.g. cpu:vllm-cutlass); known arms: {}", shown,
-           fmt::join(list_arms(), ", "));
+           "arm `{}`: expected `backend:variant` (e.g. cpu:vllm-cutlass){}; known arms: {}", shown,
+           did_you_mean(label, list_arms()), fmt::join(list_arms(), ", "));
   const std::string_view prefix = label.substr(0, colon);
   const std::string_view variant = label.substr(colon + 1);
   for (const ArmBackend& b : arm_backends()) {
@@ -108,10 +110,19 @@ std::unique_ptr<Arm> make_arm(std::string_view label) {
     try {
       return guarded(b.make(variant));
     } catch (const Error& e) {
-      // A backend's refusal ("unknown epilogue `x`") names the variant; say which arm asked for it.
-      if (e.kind() != ErrorKind::input || std::string_view(e.what()).find(shown) != std::string_view::npos) throw;
+      // A backend's refusal ("unknown epilogue `x`") names the variant; say which arm asked for it,
+      // and which listed arms are near a label that is none of them (a typo).
+      if (e.kind() != ErrorKind::input) throw;
+      const std::vector<std::string> known = list_arms();
+      const std::string hint =
+          std::find(known.begin(), known.end(), label) == known.end() ? did_you_mean(label, known) : std::string();
+      if (std::string_view(e.what()).find(shown) != std::string_view::npos) {
+        if (hint.empty()) throw;
+        throw Error(ErrorKind::input, std::string(e.what()) + hint, e.file(), e.line(), e.condition());
+      }
       // `e.what()` is qconform's own message, its names already escaped: not escaped twice.
-      throw Error(ErrorKind::input, fmt::format("arm `{}`: {}", shown, e.what()), e.file(), e.line(), e.condition());
+      throw Error(ErrorKind::input, fmt::format("arm `{}`: {}{}", shown, e.what(), hint), e.file(), e.line(),
+                  e.condition());
     }
   }
   for (const AbsentBackend& a : absent_arm_backends()) {
@@ -120,8 +131,10 @@ std::unique_ptr<Arm> make_arm(std::string_view label) {
   }
   std::vector<std::string> prefixes;
   for (const ArmBackend& b : arm_backends()) prefixes.push_back(b.prefix);
-  QC_FAIL_INPUT("arm `{}`: unknown backend `{}`; expected one of: {}", shown, printable_text(prefix),
-                fmt::join(prefixes, ", "));
+  std::string hint = did_you_mean(label, list_arms());
+  if (hint.empty()) hint = did_you_mean(prefix, prefixes);
+  QC_FAIL_INPUT("arm `{}`: unknown backend `{}`; expected one of: {}{}", shown, printable_text(prefix),
+                fmt::join(prefixes, ", "), printable_text(hint));
 }
 
 std::string cpu_description() {

@@ -20,9 +20,15 @@ struct BoundaryCase {
   std::string group;  // "int-to-fp32", "accumulation", "pow2-commutation", "bf16-midpoints", "subnormal"
   std::string id;     // names its parameters, e.g. "accumulation/all-min/K=32768"
   Verdict verdict = Verdict::pass;
-  std::string detail;  // one line; on failure: coordinates, values and bit patterns
+  std::string detail;  // one line; on failure: coordinates, what the arm returned and what was expected
+  std::string inputs;  // the operands the case ran, in words ("a_q [1,131072] all -128, ...")
+  std::string points_to;  // what a failure of this case points to (the cause), always set
   nlohmann::json evidence = nlohmann::json::object();
 };
+
+// The failed cases of a C1 result, one line each: the case id, its inputs, what the arm returned
+// against what was expected, and what it points to (`qconform boundary`, `conform`, the report).
+std::vector<std::string> describe_failed_cases(const std::vector<BoundaryCase>& cases);
 
 struct BoundaryOptions {
   int64_t max_k = 32768;       // accumulation sweep K in {512, ..., max_k}

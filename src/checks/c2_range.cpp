@@ -36,17 +36,27 @@ CheckResult c2_range(const std::vector<LayerRun>& runs, const PredictionSet& pre
   size_t safe_layers = 0;
   for (const LayerPrediction& p : predictions.layers) safe_layers += p.safe;
   int64_t held_violations = 0;
-  for (const LayerRun& r : runs) held_violations += !r.prediction_held;
+  bool exposed = false;  // some arm exposed an accumulator that could contradict a safe verdict
+  for (const LayerRun& r : runs) {
+    held_violations += !r.prediction_held;
+    exposed = exposed || r.acc_mismatch_a >= 0 || r.acc_mismatch_b >= 0;
+  }
   if (stale_predictions || held_violations) c2.verdict = Verdict::fail;
-  c2.summary = fmt::format("{}/{} layers predicted safe (|acc| <= 2^24); pinned predictions {} the operands; {} runs "
-                           "contradicted by an arm's accumulator",
-                           safe_layers, predictions.layers.size(), stale_predictions ? "DO NOT match" : "match",
-                           held_violations);
+  // Only a pinned file can match or not; predictions computed here are the operands' statistics.
+  const std::string pin = stale_predictions    ? "the predictions DO NOT match the operands"
+                          : !predictions.pinned ? "computed here, not pinned"
+                                                : "pinned predictions match the operands";
+  c2.summary = fmt::format("{}/{} layers predicted safe (|acc| <= 2^24), {}; {}", safe_layers, predictions.layers.size(),
+                           pin,
+                           exposed ? fmt::format("{} runs contradicted by an arm's accumulator", held_violations)
+                                   : std::string("no arm exposes its accumulator, so none could contradict a safe "
+                                                 "verdict"));
   c2.evidence = {{"safe_layers", safe_layers},
                  {"layers", predictions.layers.size()},
                  {"stale_predictions", stale_predictions},
                  {"stale_first", stale_first},
-                 {"contradicted_runs", held_violations}};
+                 {"pinned", predictions.pinned},
+                 {"contradicted_runs", exposed ? nlohmann::json(held_violations) : nlohmann::json(nullptr)}};
   return c2;
 }
 

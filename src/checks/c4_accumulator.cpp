@@ -14,11 +14,15 @@ namespace {
 // record refused its model are unmodelled, neither passed nor failed.
 CheckResult c4_fp8(const std::vector<LayerRun>& runs) {
   CheckResult c4 = make_check("C4", Verdict::not_applicable);
-  int64_t compared = 0, mismatch = 0, unmodelled = 0;
+  int64_t compared = 0, mismatch = 0, unmodelled = 0, undeclared = 0;
   std::vector<std::string> first, notes;
   for (const LayerRun& r : runs) {
     for (const auto& [mm, refused] : {std::pair{r.acc_mismatch_a, &r.unmodelled_a}, std::pair{r.acc_mismatch_b, &r.unmodelled_b}}) {
-      if (!refused->empty()) ++unmodelled;
+      if (*refused == kUndeclaredModel) {
+        ++undeclared;
+      } else if (!refused->empty()) {
+        ++unmodelled;
+      }
       if (mm < 0) continue;
       ++compared;
       mismatch += mm;
@@ -39,9 +43,11 @@ CheckResult c4_fp8(const std::vector<LayerRun>& runs) {
                                       compared, mismatch)
                         : "no arm exposed an fp32 accumulator its model could be checked against";
   if (unmodelled) c4.summary += fmt::format("; {} arm runs unmodelled (the arm's record refused its model)", unmodelled);
+  if (undeclared) c4.summary += fmt::format("; {} arm runs of an arm that declares no model (nothing to compare with)", undeclared);
   if (!notes.empty()) c4.summary += fmt::format(" ({})", fmt::join(notes, "; "));
   c4.evidence = {{"compared", compared}, {"mismatched_elements", mismatch}, {"first", first},
-                 {"unmodelled_arm_runs", unmodelled}, {"reference", "declared accumulation models"}};
+                 {"unmodelled_arm_runs", unmodelled}, {"undeclared_arm_runs", undeclared},
+                 {"reference", "declared accumulation models"}};
   return c4;
 }
 

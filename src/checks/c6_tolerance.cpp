@@ -5,30 +5,52 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 namespace qc {
 
 namespace {
 
+// The words for what was predicted: both arms declared (every run predicted), one, or neither.
+std::string declared_part(bool declared_a, bool declared_b, const char* what, int64_t off, const std::string& sets) {
+  if (declared_a && declared_b) return fmt::format("declared {}s: {} outputs off their {}; {}", what, off, what, sets);
+  if (!declared_a && !declared_b) {
+    return fmt::format("no {} declared for A or B: differences not predicted (declare them, or run identify)", what);
+  }
+  return fmt::format("{}'s declared {}: {} outputs off it; no {} declared for {}: differences not predicted (declare "
+                     "one, or run identify)",
+                     declared_a ? "A" : "B", what, off, what, declared_a ? "B" : "A");
+}
+
 // FP8: the claim is that each arm's outputs are its declared model + epilogue bit for bit and that the
 // observed set of differing elements is the predicted one; the ulp distances are reported (the models
-// predict their values, so no tolerance decides anything).
+// predict their values, so no tolerance decides anything). Differences nothing can predict, because
+// an arm declares no model at all, are held to the tolerance instead; runs whose arm's record refused
+// the model it declares are listed, neither passed nor failed.
 CheckResult c6_fp8(const std::vector<LayerRun>& runs, const Comparison& t, int64_t tolerance_ulps) {
   CheckResult c6 = make_check("C6", Verdict::not_applicable);
-  int64_t off_model = 0, predicted = 0, sets_differ = 0, compared_runs = 0, real_runs = 0;
+  int64_t off_model = 0, predicted = 0, sets_differ = 0, compared_runs = 0;
   std::vector<std::string> unmodelled, first;
+  bool undeclared[2] = {false, false};
+  Comparison unpredicted;  // real-scale runs of an arm that declares no model (the largest M of each layer)
+  std::map<std::string, int64_t> m_full;
+  for (const LayerRun& r : runs) m_full[r.layer] = std::max(m_full[r.layer], r.m);
   for (const LayerRun& r : runs) {
     off_model += std::max<int64_t>(0, r.formula_mismatch_a) + std::max<int64_t>(0, r.formula_mismatch_b);
     for (const std::string& s : r.model_first) {
       if (first.size() < 10) first.push_back(s);
     }
-    if (r.mode == ScaleMode::real) ++real_runs;
-    for (const auto& [side, why] : {std::pair{"A", &r.unmodelled_a}, std::pair{"B", &r.unmodelled_b}}) {
-      if (!why->empty() && unmodelled.size() < 10) {
-        unmodelled.push_back(fmt::format("{} {} m={} {}: {}", side, r.layer, r.m, scale_mode_name(r.mode), *why));
+    const std::string* why[2] = {&r.unmodelled_a, &r.unmodelled_b};
+    for (int s = 0; s < 2; ++s) {
+      if (*why[s] == kUndeclaredModel) {
+        undeclared[s] = true;
+      } else if (!why[s]->empty() && unmodelled.size() < 10) {
+        unmodelled.push_back(fmt::format("{} {} m={} {}: {}", s ? "B" : "A", r.layer, r.m, scale_mode_name(r.mode), *why[s]));
       }
     }
+    const bool no_model = *why[0] == kUndeclaredModel || *why[1] == kUndeclaredModel;
+    if (no_model && r.mode == ScaleMode::real && r.m == m_full[r.layer]) unpredicted.merge(r.cmp, 0);
     if (r.predicted_diff < 0) continue;
     ++compared_runs;
     predicted += r.predicted_diff;
@@ -37,25 +59,47 @@ CheckResult c6_fp8(const std::vector<LayerRun>& runs, const Comparison& t, int64
   const bool any_modelled = std::any_of(runs.begin(), runs.end(), [](const LayerRun& r) {
     return r.formula_mismatch_a >= 0 || r.formula_mismatch_b >= 0;
   });
-  if (any_modelled) c6.verdict = (off_model || sets_differ) ? Verdict::fail : Verdict::pass;
-  c6.summary = fmt::format("real scales: {} of {} elements differ, max {} ulp (reported; no tolerance applies: the "
-                           "models predict each value); {} outputs off their declared model + epilogue; predicted set "
-                           "{} observed set in {} of {} runs ({} elements predicted to differ)",
-                           t.bitwise_diff, t.total, t.max_ulp, off_model, sets_differ ? "!=" : "==",
-                           sets_differ ? sets_differ : compared_runs, compared_runs, predicted);
+  const bool any_undeclared = undeclared[0] || undeclared[1];
+  const int64_t beyond = unpredicted.beyond_ulps(tolerance_ulps);
+  if (any_modelled || any_undeclared) {
+    c6.verdict = (off_model || sets_differ || beyond || unpredicted.nonfinite_diff) ? Verdict::fail : Verdict::pass;
+  }
+  c6.summary = fmt::format("real scales: {} of {} elements differ, max {} ulp", t.bitwise_diff, t.total, t.max_ulp);
+  if (compared_runs > 0) {
+    c6.summary += fmt::format(" (reported; no tolerance applies where the models predict each value); {} outputs off "
+                              "their declared model + epilogue; predicted set {} observed set in {} of {} runs ({} "
+                              "elements predicted to differ)",
+                              off_model, sets_differ ? "!=" : "==", sets_differ ? sets_differ : compared_runs,
+                              compared_runs, predicted);
+  } else if (any_modelled) {
+    c6.summary += fmt::format("; {} outputs off their declared model + epilogue; nothing predicted the differences",
+                              off_model);
+  }
+  if (any_undeclared) {
+    c6.summary += fmt::format(
+        "; {}: differences not predicted (declare one, or run identify), so the tolerance applies to them: {} of {} "
+        "elements differ, max {} ulp (tolerance {}), {} beyond",
+        undeclared[0] && undeclared[1] ? std::string("no accumulation model declared for A or B")
+                                       : fmt::format("no accumulation model declared for {}", undeclared[0] ? "A" : "B"),
+        unpredicted.bitwise_diff, unpredicted.total, unpredicted.max_ulp, tolerance_ulps, beyond);
+    if (unpredicted.nonfinite_diff) c6.summary += fmt::format(", {} non-finite pairs differ", unpredicted.nonfinite_diff);
+  }
   if (!unmodelled.empty()) {
     c6.summary += fmt::format("; UNMODELLED runs (the arm's record refused its model; neither passed nor failed): {}",
                               fmt::join(unmodelled, "; "));
   }
+  const auto or_null = [](bool known, int64_t v) { return known ? nlohmann::json(v) : nlohmann::json(nullptr); };
   c6.evidence = {{"comparison", t},
                  {"tolerance_ulps", tolerance_ulps},
-                 {"tolerance_applies", false},
+                 {"tolerance_applies", any_undeclared},
                  {"beyond_tolerance", t.beyond_ulps(tolerance_ulps)},
-                 {"formula_mismatches", off_model},
+                 {"formula_mismatches", or_null(any_modelled, off_model)},
                  {"first", first},
-                 {"predicted_elements", predicted},
+                 {"predicted_elements", or_null(compared_runs > 0, predicted)},
                  {"runs_compared", compared_runs},
-                 {"runs_where_predicted_set_differs", sets_differ},
+                 {"runs_where_predicted_set_differs", or_null(compared_runs > 0, sets_differ)},
+                 {"unpredicted", any_undeclared ? nlohmann::json(unpredicted) : nlohmann::json(nullptr)},
+                 {"unpredicted_beyond_tolerance", or_null(any_undeclared, beyond)},
                  {"unmodelled", unmodelled}};
   return c6;
 }
@@ -66,21 +110,30 @@ CheckResult c6_tolerance(const std::vector<LayerRun>& runs, const Comparison& to
   if (!runs.empty() && runs.front().fp8) return c6_fp8(runs, total_real, tolerance_ulps);
   CheckResult c6 = make_check("C6", Verdict::not_applicable);
   const Comparison& t = total_real;
-  int64_t mismatch_formula = 0, predicted_set_wrong = 0, real_runs = 0;
+  int64_t mismatch_formula = 0, predicted_set_wrong = 0, real_runs = 0, predicted_runs = 0;
+  bool declared_a = !runs.empty(), declared_b = !runs.empty();
   for (const LayerRun& r : runs) {
     mismatch_formula += std::max<int64_t>(0, r.formula_mismatch_a) + std::max<int64_t>(0, r.formula_mismatch_b);
-    predicted_set_wrong += !r.predicted_equals_observed;
+    declared_a = declared_a && r.formula_mismatch_a >= 0;
+    declared_b = declared_b && r.formula_mismatch_b >= 0;
+    if (r.predicted_diff >= 0) {
+      ++predicted_runs;
+      predicted_set_wrong += !r.predicted_equals_observed;
+    }
     if (r.mode == ScaleMode::real) ++real_runs;
   }
   if (real_runs) {
     const int64_t beyond = t.beyond_ulps(tolerance_ulps);
     const bool nonfinite_mismatch = t.nonfinite_diff > 0;
     c6.verdict = (beyond || nonfinite_mismatch || mismatch_formula || predicted_set_wrong) ? Verdict::fail : Verdict::pass;
+    const std::string sets =
+        fmt::format("predicted set {} observed set in {} of {} runs", predicted_set_wrong ? "!=" : "==",
+                    predicted_set_wrong ? predicted_set_wrong : predicted_runs, predicted_runs);
     c6.summary = fmt::format("real scales: {} of {} elements differ ({:.2f} per million), max {} ulp (tolerance {}), {} "
-                             "beyond; declared formulas: {} outputs off their formula, predicted set {} observed",
+                             "beyond; {}",
                              t.bitwise_diff, t.total, 1e6 * static_cast<double>(t.bitwise_diff) / std::max<int64_t>(t.total, 1),
-                             t.max_ulp, tolerance_ulps, beyond, mismatch_formula,
-                             predicted_set_wrong ? "!=" : "==");
+                             t.max_ulp, tolerance_ulps, beyond,
+                             declared_part(declared_a, declared_b, "formula", mismatch_formula, sets));
   }
   // A layer whose exact accumulators leave INT32 (C2 predicted it) differs in any INT32 kernel
   // that wraps or saturates: the difference is attributed to that overflow, not to the epilogue.
@@ -103,8 +156,10 @@ CheckResult c6_tolerance(const std::vector<LayerRun>& runs, const Comparison& to
   c6.evidence = {{"comparison", t},
                  {"int32_overflow_layers_with_differences", overflow_layers},
                  {"tolerance_ulps", tolerance_ulps},
-                 {"formula_mismatches", mismatch_formula},
-                 {"runs_where_predicted_set_differs", predicted_set_wrong}};
+                 {"formula_mismatches", declared_a || declared_b ? nlohmann::json(mismatch_formula) : nlohmann::json(nullptr)},
+                 {"runs_predicted", predicted_runs},
+                 {"runs_where_predicted_set_differs",
+                  predicted_runs > 0 ? nlohmann::json(predicted_set_wrong) : nlohmann::json(nullptr)}};
   return c6;
 }
 

@@ -104,6 +104,7 @@ std::string_view verdict_name(Verdict v) {
     case Verdict::fail: return "fail";
     case Verdict::not_applicable: return "not-applicable";
     case Verdict::outside_jurisdiction: return "outside-jurisdiction";
+    case Verdict::reported: return "reported";
   }
   return "?";
 }

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include "qconform/arm.hpp"
 #include "arms/declared_arm.hpp"
 #include "checks/c1_boundary.hpp"
 #include "checks/identify.hpp"
+#include "checks/interchangeability.hpp"
 #include "epilogue/formula_space.hpp"
 #include "checks/c5_pow2.hpp"
 #include "checks/c7_transfer.hpp"
@@ -67,10 +69,60 @@ struct LoadedModel {
   // Files conform makes of its own (the synthetic model's spec, default prompts), path -> content:
   // written into the output directory once every input was validated (nothing is created before).
   std::vector<std::pair<std::string, std::string>> generated;
+  // Where the prompts came from, and a warning when a real model runs on random-token prompts
+  // (results.json `prompts`; printed by conform and shown in the report's banner).
+  std::string prompts_source, prompts_warning;
 };
 
-LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& dir) {
+// The llama2.c tokenizer beside a llama2.c model, found as `make demo` finds it (the Makefile's
+// TOKENIZER: the first `tok*.bin`, in name order, in the model's folder; the folder itself for a
+// directory holding `model.bin`); "" when the model is not a llama2.c file or no tokenizer is there.
+std::string tokenizer_beside(const std::string& model) {
+  std::error_code ec;
+  fs::path folder;
+  if (fs::is_regular_file(model, ec) && fs::path(model).extension() == ".bin") {
+    folder = fs::path(model).parent_path();
+  } else if (fs::is_directory(model, ec) && fs::is_regular_file(fs::path(model) / "model.bin", ec)) {
+    folder = model;
+  } else {
+    return "";
+  }
+  if (folder.empty()) folder = ".";
+  std::vector<std::string> found;
+  for (const fs::directory_entry& e : fs::directory_iterator(folder, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("tok", 0) == 0 && e.path().extension() == ".bin" && e.is_regular_file(ec) &&
+        !fs::equivalent(e.path(), model, ec)) {
+      found.push_back(e.path().string());
+    }
+  }
+  std::sort(found.begin(), found.end());
+  return found.empty() ? std::string() : found.front();
+}
+
+// Why `tokenizer_beside` found nothing, for the fallback's warning.
+std::string no_tokenizer_reason(const std::string& model) {
+  std::error_code ec;
+  if (fs::is_regular_file(model, ec) && fs::path(model).extension() == ".bin") {
+    const fs::path folder = fs::path(model).parent_path();
+    return fmt::format("no tok*.bin in {}", folder.empty() ? std::string(".") : folder.string());
+  }
+  if (fs::is_directory(model, ec) && fs::is_regular_file(fs::path(model) / "model.bin", ec)) {
+    return fmt::format("no tok*.bin in {}", model);
+  }
+  return "not a llama2.c checkpoint: qconform reads llama2.c tokenizers only";
+}
+
+LoadedModel load_model_and_prompts(const ConformOptions& options, const std::string& dir) {
+  ConformOptions o = options;
   LoadedModel lm;
+  // A llama2.c model's tokenizer beside it is used unless the prompts are token ids (`.jsonl`).
+  const bool token_prompts = o.prompts.size() >= 6 && o.prompts.substr(o.prompts.size() - 6) == ".jsonl";
+  std::string found_beside;
+  if (!o.model.empty() && o.tokenizer.empty() && !token_prompts) {
+    found_beside = tokenizer_beside(o.model);
+    o.tokenizer = found_beside;
+  }
   if (o.model.empty()) {
     const ModelConfig config = synth_config(o.synthetic_config, o.synthetic_layers);
     lm.model = synth_model(config, o.seed);
@@ -92,8 +144,25 @@ LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& d
     lm.description = o.model;
   }
   const int64_t vocab = lm.model.config.vocab;
-  if (!o.tokenizer.empty()) {
-    const Tokenizer tok = Tokenizer::load_llama2c(o.tokenizer, vocab);
+  std::optional<Tokenizer> loaded;
+  if (!found_beside.empty()) {
+    // Found, not asked for: a tokenizer that does not fit the model is said, and random prompts follow.
+    try {
+      loaded = Tokenizer::load_llama2c(found_beside, vocab);
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::input) throw;
+      lm.prompts_warning = fmt::format("the tokenizer found beside it, {}, does not fit it: {}", found_beside, e.what());
+      o.tokenizer.clear();
+    }
+  } else if (!o.tokenizer.empty()) {
+    loaded = Tokenizer::load_llama2c(o.tokenizer, vocab);
+  }
+  if (loaded) {
+    const Tokenizer& tok = *loaded;
+    lm.prompts_source = fmt::format("{}, encoded with the llama2.c tokenizer {}{}",
+                                    o.prompts.empty() ? std::string("the 120 built-in story openings")
+                                                      : fmt::format("the text prompts of {}", o.prompts),
+                                    o.tokenizer, found_beside.empty() ? "" : " (found beside the model)");
     lm.tokenizer_path = o.tokenizer;
     lm.tokenizer_sha256 = sha256_file(o.tokenizer);
     lm.inputs.emplace_back("tokenizer", o.tokenizer);
@@ -122,6 +191,7 @@ LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& d
   } else if (!o.prompts.empty()) {
     lm.prompts = read_token_sequences(o.prompts, vocab, 1);
     lm.inputs.emplace_back("prompts", o.prompts);
+    lm.prompts_source = fmt::format("token-id prompts from {}", o.prompts);
   } else {
     // Seeded random token prompts (the synthetic model has no tokenizer).
     uint64_t state = o.seed ^ 0x9E0C0DEull;
@@ -137,6 +207,18 @@ LoadedModel load_model_and_prompts(const ConformOptions& o, const std::string& d
     const std::string path = dir + "/prompts.jsonl";
     lm.generated.emplace_back(path, jsonl);
     lm.inputs.emplace_back("prompts", path);
+    lm.prompts_source = fmt::format("{} seeded random-token prompts of {} tokens", o.n_prompts, o.prompt_tokens);
+    if (o.model.empty()) {
+      lm.prompts_source += " (the synthetic model has no tokenizer)";
+      lm.prompts_warning.clear();
+    } else {
+      // A real model on random tokens measures C7 on inputs no one writes: never silently.
+      lm.prompts_warning = fmt::format(
+          "FALLING BACK TO RANDOM-TOKEN PROMPTS: no llama2.c tokenizer for {} ({}); C7's flips and sequences are "
+          "measured on {} random-token prompts, not on text (give --tokenizer, or put tok*.bin beside a llama2.c "
+          "model)",
+          o.model, lm.prompts_warning.empty() ? no_tokenizer_reason(o.model) : lm.prompts_warning, o.n_prompts);
+    }
   }
   QC_INPUT(!lm.prompts.empty(), "{}: expected at least one prompt", o.prompts);
   return lm;
@@ -339,9 +421,9 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   QC_INPUT(o.arm_a != o.arm_b, "--arms {},{}: expected two different arms (the treatment)", o.arm_a, o.arm_b);
   // An FP8 pair (both arms declare an accumulation model) runs the decoder in mode w8a8-fp8 and is
   // verified against the declared models (docs/accumulation.md); a mixed pair compares nothing.
-  const bool fp8 = !arm_a->info().accumulation_model.empty();
-  QC_INPUT(fp8 == !arm_b->info().accumulation_model.empty(),
-           "--arms {},{}: expected two INT8 arms or two FP8 arms (an FP8 arm declares an accumulation model), found "
+  const bool fp8 = arm_a->info().is_fp8();
+  QC_INPUT(fp8 == arm_b->info().is_fp8(),
+           "--arms {},{}: expected two INT8 arms or two FP8 arms (FP8 arms take FP8 codes), found "
            "arm A {} and arm B {}",
            o.arm_a, o.arm_b, fp8 ? "FP8" : "INT8", fp8 ? "INT8" : "FP8");
   for (const auto& [flag, value] : {std::pair{"--element", &o.element}, std::pair{"--act-scale", &o.act_scale},
@@ -361,7 +443,11 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
     const ArmInfo info = (*arms[side])->info();
     if (!info.accumulation_model.empty()) {
       formulas[side] = declared_fp8_formula(info);  // its model is measured by C1, not identified
-    } else if (!info.epilogue.empty()) {
+    } else if (info.is_fp8() && !o.identify) {
+      formulas[side] = {{"source", "none"},
+                        {"reason", "FP8 arm with no declared accumulation model; not identified (--no-identify): its "
+                                   "differences are not predicted"}};
+    } else if (!info.is_fp8() && !info.epilogue.empty()) {
       formulas[side] = declared_formula(info);
     } else if (!o.identify) {
       formulas[side] = {{"source", "none"}, {"reason", "declares no formula; not identified (--no-identify)"}};
@@ -401,7 +487,18 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   CheckResult c1 = boundary_a.c1;
   c1.verdict = combine(boundary_a.c1.verdict, boundary_b.c1.verdict);
   c1.summary = fmt::format("A: {} — B: {}", boundary_a.c1.summary, boundary_b.c1.summary);
-  c1.evidence = {{"a", to_json(boundary_a)}, {"b", to_json(boundary_b)}};
+  // Every failed case, with its arm: the case id, inputs, what the arm returned and what was expected,
+  // and its own cause; the check points to the first one's.
+  nlohmann::json failed_cases = nlohmann::json::array();
+  for (const auto& [side, b] : {std::pair{"A", &boundary_a}, std::pair{"B", &boundary_b}}) {
+    for (const BoundaryCase& bc : b->cases) {
+      if (bc.verdict != Verdict::fail) continue;
+      if (failed_cases.empty()) c1.points_to = fmt::format("arm {} ({}): {}", side, printable_text(b->arm.label), bc.points_to);
+      failed_cases.push_back({{"arm", side}, {"label", printable_text(b->arm.label)}, {"id", bc.id},
+                              {"inputs", bc.inputs}, {"detail", bc.detail}, {"points_to", bc.points_to}});
+    }
+  }
+  c1.evidence = {{"a", to_json(boundary_a)}, {"b", to_json(boundary_b)}, {"failed_cases", failed_cases}};
 
   // Capture the operands of every linear layer (arm A's run; activation quantization is shared).
   step("capture operands");
@@ -449,6 +546,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   const std::string predictions_path = dir + "/predictions.json";
   const std::string predictions_text = dist::broadcast(to_json(predictions).dump(1) + "\n");
   predictions = prediction_set_from_json(parse_json(predictions_text, "the predictions from rank 0"), "predictions from rank 0");
+  predictions.pinned = !fp8;  // pinned below, before any comparison runs
   // FP8: C2 does not apply (no INT32 accumulator to bound); nothing is predicted, written or pinned.
   const std::string pin = fp8 ? std::string() : "sha256:" + sha256_hex(std::string_view(predictions_text));
   if (root && !fp8) {
@@ -555,12 +653,35 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   all.insert(all.end(), checks.begin(), checks.end());
   all.push_back(c7);
 
+  // The answer: verify's facts (C2-C6, every run), with the checks only conform runs and the tokens.
+  InterchangeabilityFacts facts = facts_from_verify(verify, UserLanguage::cli);
+  facts.failures.clear();
+  for (const CheckResult& c : all) {
+    if (c.verdict != Verdict::fail) continue;
+    std::string stage = check_stage(c.id), detail = c.points_to;
+    if (c.id == "C1" && !failed_cases.empty()) detail = fmt::format("case {}, {}", failed_cases[0]["id"].get<std::string>(), detail);
+    if (fp8 && !verify.stage.empty() && c.id != "C0" && c.id != "C1" && c.id != "C7") {
+      stage = verify.stage;
+      detail = verify.stage_detail;
+    }
+    facts.failures.push_back({c.id, stage, detail});
+  }
+  facts.tokens_measured = true;
+  facts.flips = static_cast<int64_t>(replay_t.replay->n_flips);
+  facts.positions = static_cast<int64_t>(replay_t.replay->n_positions);
+  facts.sequences = static_cast<int64_t>(gen_t.sequence->n_prompts);
+  facts.identical_sequences = static_cast<int64_t>(gen_t.sequence->n_identical);
+  // FP8: the two models differ under power-of-two scales too, so only INT8 pairs expect identity there.
+  facts.pow2_end_to_end_identical = fp8 || pow2_identical;
+  const InterchangeabilityAnswer answer = decide_interchangeability(facts);
+
   nlohmann::json manifest_files = nlohmann::json::array();
   for (const std::string& path : {dir + "/capture.manifest.json", gen_a.manifest, gen_b.manifest, rep_a.manifest,
                                   rep_b.manifest, pow_a.manifest, pow_b.manifest}) {
     manifest_files.push_back({{"path", path}, {"sha256", sha256_file(path)}, {"manifest", to_json(read_manifest(path))}});
   }
   nlohmann::json verify_json = to_json(verify);
+  verify_json.erase("interchangeability");  // conform's answer (below) also reads C0, C1, C7 and the tokens
   for (size_t side = 0; side < 2 && side < verify_json["arms"].size(); ++side) verify_json["arms"][side]["formula"] = formulas[side];
   nlohmann::json results = results_envelope("results", {
       {"title", fmt::format("qconform: {} vs {}", o.arm_a, o.arm_b)},
@@ -577,8 +698,13 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
       {"manifests", {{"files", manifest_files}, {"join", to_json(join)}}},
       {"unverified", !join.verified()},
       {"fp8", fp8 ? nlohmann::json{{"quantization", fp8_run_config(w8a8_options(o, lm.model, o.arm_a, false, true))},
-                                   {"models", {arm_a->info().accumulation_model, arm_b->info().accumulation_model}}}
+                                   {"models", verify_json["fp8"]["models"]}}
                   : nlohmann::json(nullptr)},
+      {"interchangeability", to_json(answer)},
+      {"prompts", {{"source", lm.prompts_source},
+                   {"count", lm.prompts.size()},
+                   {"tokenizer", lm.tokenizer_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(lm.tokenizer_path)},
+                   {"warning", lm.prompts_warning.empty() ? nlohmann::json(nullptr) : nlohmann::json(lm.prompts_warning)}}},
       {"sweep", depth},
       {"allow_unverified", o.allow_unverified},
   });

@@ -142,7 +142,7 @@ LayerOperands synth_fp8_layer(const std::string& name, int64_t m, int64_t n, int
   return make_operands(name, m, n, k, std::move(s), std::move(source));
 }
 
-bool is_fp8_arm(std::string_view label) { return !make_arm(label)->info().accumulation_model.empty(); }
+bool is_fp8_arm(std::string_view label) { return make_arm(label)->info().is_fp8(); }
 
 // ------------------------------------------------------------------------------------------------
 // Cells
@@ -185,7 +185,7 @@ SweepCell measure_cell(const std::vector<uint16_t>& a, const std::vector<uint16_
 
 SweepFormat sweep_pair_format(const std::string& arm_a, const std::string& arm_b) {
   const bool fa = is_fp8_arm(arm_a), fb = is_fp8_arm(arm_b);
-  QC_INPUT(fa == fb, "--pair: `{}` is {} but `{}` is {}; a sweep compares two arms of the same format", arm_a,
+  QC_INPUT(fa == fb, "--arms: `{}` is {} but `{}` is {}; a sweep compares two arms of the same format", arm_a,
            fa ? "FP8" : "INT8", arm_b, fb ? "FP8" : "INT8");
   return fa ? SweepFormat::fp8 : SweepFormat::int8;
 }
@@ -216,8 +216,8 @@ SweepResult run_sweep(const SweepOptions& o) {
   const ArmInfo info[2] = {arm_a->info(), arm_b->info()};
   std::string why_unexplained;  // "" when both arms declare a model (FP8) or a formula (INT8)
   for (const ArmInfo& i : info) {
-    if (why_unexplained.empty() && i.accumulation_model.empty() && i.epilogue.empty()) {
-      why_unexplained = fmt::format("arm {} declares no formula", i.label);
+    if (why_unexplained.empty() && (i.is_fp8() ? i.accumulation_model.empty() : i.epilogue.empty())) {
+      why_unexplained = fmt::format("arm {} declares no {}", i.label, i.is_fp8() ? "accumulation model" : "formula");
     }
   }
   const bool gpu_models = cuda_available(nullptr);

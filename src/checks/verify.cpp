@@ -71,7 +71,7 @@ auto timed(PhaseSeconds& seconds, std::string_view phase, Fn&& fn) {
 // result; an FP8 arm that names none (cuBLASLt, which scales inside the library) is held to
 // `fp8-scaled`, the one FP8 epilogue (the FP8 sweep applies it to every FP8 arm too).
 const Epilogue* declared(const ArmInfo& info) {
-  if (!info.accumulation_model.empty()) {
+  if (info.is_fp8()) {
     return info.epilogue.empty() || info.epilogue == fp8_epilogue().name ? &fp8_epilogue() : &epilogue(info.epilogue);
   }
   return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue);
@@ -123,6 +123,10 @@ struct Fp8LayerReference {
   // Arm s's accumulator call, its claimed model or the reason it has none. Input errors other than
   // the arm's refusal propagate.
   void call_accumulator(int s, Arm& arm, const ArmInfo& info, const LayerOperands& rows) {
+    if (info.accumulation_model.empty()) {
+      acc_note[s] = "declares no accumulation model: no model to compare its accumulator with";
+      return;
+    }
     if (codes.a_format != Fp8Format::e4m3 || codes.w_format != Fp8Format::e4m3) {
       acc_note[s] = fmt::format("the fp32 accumulator interface takes e4m3 x e4m3 codes; layer `{}` is {}", rows.name,
                                 codes.description);
@@ -206,7 +210,8 @@ std::shared_ptr<Fp8LayerReference> fp8_layer_reference(Arm* arms[2], const ArmIn
     // evaluates it again and reports the error.
     std::vector<std::string> names;
     for (int s = 0; s < 2; ++s) {
-      if (std::find(names.begin(), names.end(), infos[s].accumulation_model) == names.end()) {
+      if (!infos[s].accumulation_model.empty() &&
+          std::find(names.begin(), names.end(), infos[s].accumulation_model) == names.end()) {
         names.push_back(infos[s].accumulation_model);
       }
     }
@@ -277,11 +282,11 @@ std::string_view scale_mode_name(ScaleMode mode) {
   return "?";
 }
 
-ScaleMode scale_mode_from_name(std::string_view name) {
+ScaleMode scale_mode_from_name(std::string_view name, std::string_view option) {
   for (ScaleMode m : {ScaleMode::real, ScaleMode::pow2_channel, ScaleMode::pow2_layer}) {
     if (scale_mode_name(m) == name) return m;
   }
-  QC_FAIL_INPUT("--scales: unknown scale regime `{}`; expected real, pow2-channel or pow2-layer", name);
+  QC_FAIL_INPUT("{}: unknown scale regime `{}`; expected real, pow2-channel or pow2-layer", option, name);
 }
 
 LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode) {
@@ -302,8 +307,8 @@ LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode) {
   return with_scales(ops, std::move(sa), std::move(sw));
 }
 
-LayerOperands first_rows(const LayerOperands& ops, int64_t m) {
-  QC_INPUT(m >= 1 && m <= ops.m, "--m-sweep: layer `{}` has {} rows, cannot take the first {}", ops.name, ops.m, m);
+LayerOperands first_rows(const LayerOperands& ops, int64_t m, std::string_view option) {
+  QC_INPUT(m >= 1 && m <= ops.m, "{}: layer `{}` has {} rows, cannot take the first {}", option, ops.name, ops.m, m);
   LayerOperands out = ops;
   out.m = m;
   out.a_q = ops.a_q.first(static_cast<size_t>(m * ops.k));
@@ -326,21 +331,28 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   const Epilogue* formula_b = declared(info_b);
   const VerifyReference reference = resolve_reference(options.reference);
   result.reference = reference_description(reference);
-  // An FP8 pair: both arms declare an accumulation model, and the reference is each arm's model.
-  const bool fp8 = !info_a.accumulation_model.empty();
-  QC_INPUT(fp8 == !info_b.accumulation_model.empty(),
-           "--arms: `{}` is {} but `{}` is {}: verify compares two arms of the same format (an FP8 arm declares an "
-           "accumulation model, docs/accumulation.md)",
-           info_a.label, fp8 ? "FP8" : "INT8", info_b.label, fp8 ? "INT8" : "FP8");
+  // An FP8 pair: both arms are FP8 arms, and the reference is each arm's declared model (an arm whose
+  // model is unknown is unmodelled on every run: nothing predicts its outputs).
+  const bool fp8 = info_a.is_fp8();
+  const bool python = options.language == UserLanguage::python;
+  QC_INPUT(fp8 == info_b.is_fp8(),
+           "{}: `{}` is {} but `{}` is {}: verify compares two arms of the same format (FP8 arms take FP8 codes, "
+           "docs/accumulation.md)",
+           python ? "arm_a, arm_b" : "--arms", info_a.label, fp8 ? "FP8" : "INT8", info_b.label, fp8 ? "INT8" : "FP8");
   Arm* arms[2] = {&arm_a, &arm_b};
   const ArmInfo infos[2] = {info_a, info_b};
   if (fp8) {
-    for (const ArmInfo& i : infos) (void)fp8_accumulation_model(i.accumulation_model);  // a name it can evaluate
+    for (const ArmInfo& i : infos) {
+      if (!i.accumulation_model.empty()) (void)fp8_accumulation_model(i.accumulation_model);  // a name it can evaluate
+    }
+    const auto model_of = [](const ArmInfo& i) {
+      return i.accumulation_model.empty() ? std::string("none declared, unmodelled") : i.accumulation_model;
+    };
     result.reference = fmt::format(
         "the declared accumulation models (A: {}, B: {}; on a run whose record names another, such as cuBLASLt's "
         "split-K form, that one) evaluated on the layer's FP8 codes {}, then each arm's declared epilogue (A: {}, "
         "B: {}) on the host",
-        info_a.accumulation_model, info_b.accumulation_model,
+        model_of(info_a), model_of(info_b),
         reference == VerifyReference::gpu ? "on " + cuda_device_description() + " (the models' CUDA evaluation)"
                                           : "on the host (Highway)",
         formula_a->name, formula_b->name);
@@ -452,7 +464,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     std::future<RangeStats> stats;  // C2: the exact statistics of the whole layer, computed beside the arms
     for (size_t msi = 0; msi < ms.size(); ++msi) {
       const int64_t m = ms[msi];
-      const LayerOperands rows = first_rows(full, m);
+      const LayerOperands rows = first_rows(full, m, python ? "m_sweep" : "--m-sweep");
       // FP8: the declared models (and the arms' exposed accumulators) on the codes; no integer reference.
       std::shared_ptr<Fp8LayerReference> fp8_ref;
       if (fp8) fp8_ref = fp8_layer_reference(arms, infos, rows, reference, options.threads);
@@ -512,10 +524,17 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         if (mode != ScaleMode::real) run.pow2_not_commutable = c5_not_commutable(formula_a, formula_b, ops.has_bias());
         std::shared_ptr<Fp8RunReference> fp8_run;
         if (fp8) {
-          run.unmodelled_a = accumulation_model_refusal(out_a.record.extra);
-          run.unmodelled_b = accumulation_model_refusal(out_b.record.extra);
-          run.model_a = claimed_model(out_a.record.extra, info_a.accumulation_model);
-          run.model_b = claimed_model(out_b.record.extra, info_b.accumulation_model);
+          // An arm that declares no model is unmodelled on every run, whatever its record says.
+          const auto unmodelled = [](const ArmInfo& i, const RunRecord& rec) {
+            return i.accumulation_model.empty() ? std::string(kUndeclaredModel) : accumulation_model_refusal(rec.extra);
+          };
+          const auto claimed = [](const ArmInfo& i, const RunRecord& rec) {
+            return i.accumulation_model.empty() ? std::string() : claimed_model(rec.extra, i.accumulation_model);
+          };
+          run.unmodelled_a = unmodelled(info_a, out_a.record);
+          run.unmodelled_b = unmodelled(info_b, out_b.record);
+          run.model_a = claimed(info_a, out_a.record);
+          run.model_b = claimed(info_b, out_b.record);
           fp8_run = std::make_shared<Fp8RunReference>();
           for (int s = 0; s < 2; ++s) {
             const std::string& claimed = s ? run.model_b : run.model_a;
@@ -654,6 +673,17 @@ void fp8_stage(VerifyResult& r) {
   }
   for (const CheckResult& c : r.checks) {
     if (c.verdict != Verdict::fail) continue;
+    // C6 failing on differences no declared model predicts (an arm that declares none): the stage
+    // cannot be named, the tolerance is what failed.
+    const nlohmann::json& beyond = c.evidence.contains("unpredicted_beyond_tolerance") ? c.evidence["unpredicted_beyond_tolerance"]
+                                                                                       : nlohmann::json(nullptr);
+    if (c.id == "C6" && beyond.is_number() && beyond.get<int64_t>() > 0) {
+      r.stage = "not localized";
+      r.stage_detail = fmt::format("{} differences that no declared model predicts exceed the tolerance (an arm declares "
+                                   "no accumulation model: declare it, or run identify); {}",
+                                   beyond.get<int64_t>(), c.summary);
+      return;
+    }
     r.stage = c.id == "C5" ? "epilogue" : "accumulation model";
     r.stage_detail = fmt::format("{} failed: {}", c.id, c.summary);
     return;
@@ -699,6 +729,7 @@ VerifyResult merge_verifications(const ArmInfo& arm_a, const ArmInfo& arm_b, con
       }
     }
   }
+  result.interchangeability = decide_interchangeability(facts_from_verify(result, options.language));
   return result;
 }
 
@@ -708,6 +739,9 @@ namespace {
 // results (docs/results-schema.md); `lossless` adds the fields that make it read back exactly
 // (layer_verification_from_json): the per-layer form the ranks of an MPI job and `--resume` exchange.
 nlohmann::json run_json(const LayerRun& x, bool lossless) {
+  // A count that was not taken (-1: the arm exposes no accumulator, declares no formula, nothing was
+  // predicted) is null: nothing was compared, and no number claims otherwise.
+  const auto count = [](int64_t v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
   nlohmann::json j = {{"layer", x.layer},
                       {"m", x.m},
                       {"n", x.n},
@@ -722,21 +756,22 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
                       {"subnormal", {x.cmp.subnormal_a, x.cmp.subnormal_b}},
                       {"nonfinite_pairs", x.cmp.nonfinite_pairs},
                       {"operands_identical", x.operands_identical},
-                      {"acc_mismatch", {x.acc_mismatch_a, x.acc_mismatch_b}},
+                      {"acc_mismatch", {count(x.acc_mismatch_a), count(x.acc_mismatch_b)}},
                       {"prediction_held", x.prediction_held},
                       {"pow2_excluded", x.pow2_excluded},
                       {"pow2_violations", x.pow2_violations},
                       {"pow2_not_commutable", x.pow2_not_commutable},
-                      {"formula_mismatch", {x.formula_mismatch_a, x.formula_mismatch_b}},
-                      {"predicted_diff", x.predicted_diff},
-                      {"predicted_equals_observed", x.predicted_equals_observed},
+                      {"formula_mismatch", {count(x.formula_mismatch_a), count(x.formula_mismatch_b)}},
+                      {"predicted_diff", count(x.predicted_diff)},
+                      {"predicted_equals_observed",
+                       x.predicted_diff < 0 ? nlohmann::json(nullptr) : nlohmann::json(x.predicted_equals_observed)},
                       {"first", x.cmp.first}};
   if (x.fp8) {
     const auto refused = [](const std::string& why) { return why.empty() ? nlohmann::json(nullptr) : nlohmann::json(why); };
     j["fp8"] = true;
     j["models"] = {refused(x.model_a), refused(x.model_b)};
     j["unmodelled"] = {refused(x.unmodelled_a), refused(x.unmodelled_b)};
-    j["model_acc_diff"] = x.model_acc_diff;
+    j["model_acc_diff"] = count(x.model_acc_diff);
     j["model_first"] = x.model_first;
     j["acc_first"] = x.acc_first_mismatch;
     j["acc_note"] = x.acc_note;
@@ -767,6 +802,11 @@ nlohmann::json to_json(const VerifyResult& r) {
       j["accumulation_model"] = i.accumulation_model;
       j["accumulation_formula"] = accumulation_formula(fp8_accumulation_model(i.accumulation_model).model);
       j["declared_epilogue"] = std::string(declared(i)->name);
+    } else if (i.is_fp8()) {  // FP8, no model declared: nothing predicted its outputs
+      j["accumulation_model"] = nullptr;
+      j["accumulation_formula"] = nullptr;
+      j["fp8_model_unknown"] = true;
+      j["declared_epilogue"] = std::string(declared(i)->name);
     }
     return j;
   };
@@ -779,9 +819,13 @@ nlohmann::json to_json(const VerifyResult& r) {
           {"seconds", seconds},
           {"wall_seconds", r.wall_seconds},
           {"runs", runs}};
-  if (!r.arm_a.accumulation_model.empty()) {
+  j["interchangeability"] = to_json(r.interchangeability);
+  if (r.arm_a.is_fp8()) {
+    const auto model = [](const ArmInfo& i) {
+      return i.accumulation_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(i.accumulation_model);
+    };
     j["fp8"] = {{"reference", "model"},
-                {"models", {r.arm_a.accumulation_model, r.arm_b.accumulation_model}},
+                {"models", {model(r.arm_a), model(r.arm_b)}},
                 {"stage", r.stage.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.stage)},
                 {"stage_detail", r.stage_detail}};
   }
@@ -813,18 +857,21 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
       r.cmp = x.at("cmp").get<Comparison>();
       r.operands_identical = x.at("operands_identical").get<bool>();
       r.operands_note = x.at("operands_note").get<std::string>();
-      r.acc_mismatch_a = x.at("acc_mismatch").at(0).get<int64_t>();
-      r.acc_mismatch_b = x.at("acc_mismatch").at(1).get<int64_t>();
+      // Counts not taken are null (written before: -1); both read back as -1.
+      const auto count = [](const nlohmann::json& v) { return v.is_null() ? int64_t{-1} : v.get<int64_t>(); };
+      r.acc_mismatch_a = count(x.at("acc_mismatch").at(0));
+      r.acc_mismatch_b = count(x.at("acc_mismatch").at(1));
       r.acc_first_mismatch = x.at("acc_first_mismatch").get<std::vector<std::string>>();
       r.prediction_held = x.at("prediction_held").get<bool>();
       r.pow2_excluded = x.at("pow2_excluded").get<int64_t>();
       r.pow2_violations = x.at("pow2_violations").get<int64_t>();
       r.pow2_first = x.at("pow2_first").get<std::vector<DiffElement>>();
       r.pow2_not_commutable = x.at("pow2_not_commutable").get<bool>();
-      r.formula_mismatch_a = x.at("formula_mismatch").at(0).get<int64_t>();
-      r.formula_mismatch_b = x.at("formula_mismatch").at(1).get<int64_t>();
-      r.predicted_diff = x.at("predicted_diff").get<int64_t>();
-      r.predicted_equals_observed = x.at("predicted_equals_observed").get<bool>();
+      r.formula_mismatch_a = count(x.at("formula_mismatch").at(0));
+      r.formula_mismatch_b = count(x.at("formula_mismatch").at(1));
+      r.predicted_diff = count(x.at("predicted_diff"));
+      const nlohmann::json& equal = x.at("predicted_equals_observed");
+      r.predicted_equals_observed = equal.is_null() || equal.get<bool>();
       if (x.value("fp8", false)) {
         r.fp8 = true;
         const auto refused = [](const nlohmann::json& why) { return why.is_null() ? std::string() : why.get<std::string>(); };
@@ -832,7 +879,7 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
         r.model_b = refused(x.at("models").at(1));
         r.unmodelled_a = refused(x.at("unmodelled").at(0));
         r.unmodelled_b = refused(x.at("unmodelled").at(1));
-        r.model_acc_diff = x.at("model_acc_diff").get<int64_t>();
+        r.model_acc_diff = count(x.at("model_acc_diff"));
         r.model_first = x.at("model_first").get<std::vector<std::string>>();
         r.acc_note = x.at("acc_note").get<std::string>();
       }

@@ -14,6 +14,7 @@
 
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
+#include "checks/interchangeability.hpp"
 #include "qconform/check.hpp"
 #include "qconform/compare.hpp"
 
@@ -33,6 +34,10 @@ struct PredictionSet {
   std::string operands_path;
   std::string operands_sha256;
   std::vector<LayerPrediction> layers;
+  // Pinned: read from a predictions file whose SHA-256 was checked before any arm ran (`verify
+  // --predictions P --pin SHA`, conform's own pin). False: computed in this run, so C2 only says
+  // what the exact emulation found, never that a pin matches. Not part of the file.
+  bool pinned = false;
 };
 
 struct PredictionSummary {
@@ -57,7 +62,8 @@ PredictionSet prediction_set_from_json(const nlohmann::json& j, const std::strin
 
 enum class ScaleMode { real, pow2_channel, pow2_layer };
 std::string_view scale_mode_name(ScaleMode mode);
-ScaleMode scale_mode_from_name(std::string_view name);
+// `option` names what gave `name` in messages (`--scales` in the CLI, `scales` from Python).
+ScaleMode scale_mode_from_name(std::string_view name, std::string_view option = "--scales");
 // pow2-channel: every weight scale rounded to its nearest power of two (in log2), activation
 // scales untouched — the probe checkpoint's rewrite. pow2-layer: every activation scale and every
 // weight scale of the layer set to one power of two each (the nearest, in log2, to the layer's
@@ -83,7 +89,14 @@ struct VerifyOptions {
   CompareOptions compare;
   VerifyReference reference = VerifyReference::automatic;
   int threads = 0;
+  // The words of verify's messages and advice: the CLI's flags or the Python API's argument names.
+  UserLanguage language = UserLanguage::cli;
 };
+
+// The reason an FP8 run is unmodelled when its arm declares no accumulation model at all
+// (`ArmInfo::fp8_model_unknown`); any other reason is the arm's record refusing its declared model.
+inline constexpr std::string_view kUndeclaredModel =
+    "the arm declares no accumulation model: its model is unknown until measured (run identify)";
 
 // The reason an FP8 arm's run record refuses its declared model (cuBLASLt's split-K:
 // `extra.accumulation_model` null and `extra.accumulation_model_refused`), "" when it claims it.
@@ -115,10 +128,12 @@ struct LayerRun {
   int64_t pow2_excluded = 0, pow2_violations = 0;
   std::vector<DiffElement> pow2_first;
   bool pow2_not_commutable = false;   // a declared formula adds bias after a rounding
-  // Declared formulas: outputs that differ from the arm's own declared formula, and whether the
-  // observed set of differing elements equals the set the two formulas predict.
+  // Declared formulas: outputs that differ from the arm's own declared formula (-1: the arm declares
+  // none), and whether the observed set of differing elements equals the set the two formulas predict
+  // (`predicted_diff` -1: not both arms declare a formula, nothing was predicted and
+  // `predicted_equals_observed` means nothing). The JSON writes every -1 here as null.
   int64_t formula_mismatch_a = -1, formula_mismatch_b = -1;
-  int64_t predicted_diff = -1;        // -1: not both arms declare a formula
+  int64_t predicted_diff = -1;
   bool predicted_equals_observed = true;
   // FP8 pairs (both arms declare an accumulation model, docs/accumulation.md): the reference is each
   // arm's declared model on the layer's codes plus its declared epilogue, so `formula_mismatch` counts
@@ -127,7 +142,8 @@ struct LayerRun {
   // the observed differences of a power-of-two run where the two models' accumulators are equal.
   bool fp8 = false;
   std::string model_a, model_b;            // the model each arm's run claimed ("" when unmodelled)
-  std::string unmodelled_a, unmodelled_b;  // non-empty: the arm's record refused its model on this run (why)
+  std::string unmodelled_a, unmodelled_b;  // non-empty: why the arm is unmodelled on this run (its record refused
+                                           // its model, or `kUndeclaredModel`: it declares none)
   int64_t model_acc_diff = -1;             // elements where the two models' fp32 accumulators differ bitwise
   std::vector<std::string> model_first;    // the first outputs off their model, described with bit patterns
   std::string acc_note;                    // why an FP8 arm's accumulator was not compared ("" when it was)
@@ -144,6 +160,9 @@ struct VerifyResult {
   // model" (an arm off its declared model, its accumulator exposed and off too, or not exposed),
   // "epilogue" (accumulator on its model, outputs off), and the sentence that says which arm and where.
   std::string stage, stage_detail;
+  // The answer a team acts on (identical / explained / unexplained / different), decided from the
+  // checks above (interchangeability.hpp).
+  InterchangeabilityAnswer interchangeability;
   // Wall seconds per phase (arm A, arm B, reference accumulation, ...), in first-seen order: where
   // verify spent its time (`verify --timings`). The element passes run on worker threads beside the
   // next run's arms, so the phases can add up to more than `wall_seconds`.
@@ -202,6 +221,6 @@ VerifyResult merge_verifications(const ArmInfo& a, const ArmInfo& b, const std::
                                  const VerifyOptions& options);
 
 // A layer's operands restricted to its first `m` rows (a view, no copy).
-LayerOperands first_rows(const LayerOperands& ops, int64_t m);
+LayerOperands first_rows(const LayerOperands& ops, int64_t m, std::string_view option = "--m-sweep");
 
 }  // namespace qc

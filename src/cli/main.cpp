@@ -18,6 +18,7 @@
 
 #include "arms/plugin/plugin_arm.hpp"
 #include "cli/cli.hpp"
+#include "cli/did_you_mean.hpp"
 #include "dist/dist.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
@@ -164,6 +165,8 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
+    // CLI11 names what it refused; the nearest verb or flag is ours to suggest.
+    if (code != 0) std::fputs(unknown_name_hints(app, argc, argv).c_str(), stderr);
     return code == 0 ? kExitOk : kExitBadInput;
   }
 

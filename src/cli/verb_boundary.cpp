@@ -36,6 +36,7 @@ VerbRunner setup_boundary(CLI::App& app) {
       if (!*verbose && c.verdict == Verdict::pass && c.group == group) continue;
       group = c.group;
       fmt::print("  {:<22} {:<46} {}\n", verdict_name(c.verdict), c.id, c.detail);
+      if (c.verdict == Verdict::fail) fmt::print("  {:<22} inputs: {}\n  {:<22} points to: {}\n", "", c.inputs, "", c.points_to);
     }
     fmt::print("\nC1 {}: {}\n", verdict_name(r.c1.verdict), r.c1.summary);
     if (r.c1.verdict == Verdict::fail) fmt::print("points to: {}\n", r.c1.points_to);

@@ -49,7 +49,9 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_option("--arms", *arms, "the two arms A,B (A is the reference)")->capture_default_str();
   app.add_option("--model", o->model, "llama2.c checkpoint or HF / compressed-tensors directory (default: a seeded "
                                       "synthetic W8A8 model)");
-  app.add_option("--tokenizer", o->tokenizer, "llama2.c tokenizer (text prompts)");
+  app.add_option("--tokenizer", o->tokenizer,
+                 "llama2.c tokenizer (text prompts); default: the first tok*.bin beside a llama2.c --model, as `make "
+                 "demo` finds it (without one conform warns that it falls back to random-token prompts)");
   app.add_option("--prompts", o->prompts, "prompts: text lines (with --tokenizer) or token JSONL");
   app.add_option("--out", o->out_dir, "output directory")->capture_default_str();
   app.add_option("--max-new", o->max_new, "tokens to generate per prompt")
@@ -67,7 +69,7 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_option("--tolerance-ulps", o->tolerance_ulps, "C6 tolerance in bf16 ulps")
       ->capture_default_str()
       ->check(non_negative_integer(o->tolerance_ulps));
-  app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (default: report)")
+  app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (without it C7 only reports: verdict `reported`)")
       ->check(finite_in(0, 1));
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");
   app.add_option("--element", o->element,
@@ -102,20 +104,36 @@ VerbRunner setup_conform(CLI::App& app) {
     progress.finish();
     if (!dist::world().root()) return kExitOk;  // rank 0 reports and writes
     const auto& r = outcome.results;
-    fmt::print("qconform conform: {} vs {} on {}\n\n", o->arm_a, o->arm_b, r["model"].get<std::string>());
+    fmt::print("qconform conform: {} vs {} on {}\n", o->arm_a, o->arm_b, r["model"].get<std::string>());
+    // The answer first: what a team may do with the pair (docs/checks.md, "The interchangeability answer").
+    const nlohmann::json& answer = r["interchangeability"];
+    fmt::print("interchangeability: {} — {}\n", answer["answer"].get<std::string>(), answer["reason"].get<std::string>());
+    if (answer["advice"].is_string()) fmt::print("  next: {}\n", answer["advice"].get<std::string>());
+    fmt::print("\nprompts: {}\n", r["prompts"]["source"].get<std::string>());
+    if (r["prompts"]["warning"].is_string()) fmt::print("WARNING: {}\n", r["prompts"]["warning"].get<std::string>());
     for (size_t side = 0; side < r["arms"].size(); ++side) fmt::print("{}\n", formula_line(side == 0 ? "A" : "B", r["arms"][side]));
     fmt::print("\n");
     fmt::print("{:<4}{:<26}{:<22}{}\n", "", "check", "verdict", "evidence");
     for (const auto& c : r["checks"]) {
       fmt::print("{:<4}{:<26}{:<22}{}\n", c["id"].get<std::string>(), c["title"].get<std::string>(),
                  c["verdict"].get<std::string>(), c["summary"].get<std::string>());
-      if (c["verdict"] == "fail") fmt::print("{:<30}points to: {}\n", "", c["points_to"].get<std::string>());
+      if (c["verdict"] != "fail") continue;
+      fmt::print("{:<30}points to: {}\n", "", c["points_to"].get<std::string>());
+      // C1: each failed case by name, its inputs, what the arm returned against what was expected.
+      for (const auto& f : c["evidence"].value("failed_cases", nlohmann::json::array())) {
+        // The cause is printed once: the check's "points to" above already names the first case's.
+        const std::string cause = f["points_to"].get<std::string>();
+        fmt::print("{:<30}case {} (arm {} {}): inputs {}; {}{}\n", "", f["id"].get<std::string>(),
+                   f["arm"].get<std::string>(), f["label"].get<std::string>(), f["inputs"].get<std::string>(),
+                   printable_text(f["detail"].get<std::string>(), 2000),
+                   c["points_to"].get<std::string>().ends_with(cause) ? "" : "; points to " + cause);
+      }
     }
     fmt::print("\npredictions pinned: {}\nresults: {}\nreport:  {}\n",
                r["pin"].is_string() ? r["pin"].get<std::string>() : "none (FP8 pair: C2 does not apply)",
                outcome.results_path, outcome.report_path);
-    fmt::print("{}\n", outcome.passed ? "verdict: every falsifiable check passed"
-                                      : "verdict: a check FAILED (see points-to above)");
+    fmt::print("{}\n", outcome.passed ? "checks: no falsifiable check failed (the answer above says what that licenses)"
+                                      : "checks: a check FAILED (see points-to above)");
     return outcome.passed ? kExitOk : kExitCheckFailed;
   };
 }

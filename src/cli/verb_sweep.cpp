@@ -1,4 +1,4 @@
-// `qconform sweep --pair A,B --k 512,1024,...,32768 --m 512 --n 1024 --seeds 5 [--json F]`:
+// `qconform sweep --arms A,B --k 512,1024,...,32768 --m 512 --n 1024 --seeds 5 [--json F]`:
 // divergence versus reduction depth for two arms of one format (paper Section VII), with the fits
 // of prevalence versus K. See docs/sweep.md.
 #include <fmt/format.h>
@@ -25,8 +25,8 @@ VerbRunner setup_sweep(CLI::App& app) {
   auto ks = std::make_shared<std::string>("512,1024,2048,4096,8192,16384,32768");
   auto o = std::make_shared<SweepOptions>();
   auto json = std::make_shared<std::string>();
-  app.add_option("--pair", *pair,
-                 "two arms of one format, A,B: INT8 arm labels (cpu:vllm-cutlass,cpu:vllm-triton) or FP8 arms "
+  app.add_option("--arms,--pair", *pair,
+                 "two arms of one format, A,B (`--pair` is the old spelling): INT8 arm labels (cpu:vllm-cutlass,cpu:vllm-triton) or FP8 arms "
                  "(cpu:fp8-<model>: hopper-fp8-chain, hopper-fp8-promote4, exact, sequential, blocked-<chunk>, "
                  "split-k-<splits>; the old aliases fp8:sequential, fp8:blocked-<chunk>, fp8:split-k-<splits>, "
                  "fp8:exact; cuda:cublaslt-fp8[-fastacc]; docs/accumulation.md)")
@@ -54,10 +54,10 @@ VerbRunner setup_sweep(CLI::App& app) {
   return [=] {
     SweepOptions opts = *o;
     opts.explained = !*no_explained;
-    std::tie(opts.arm_a, opts.arm_b) = parse_pair("--pair", *pair);
+    std::tie(opts.arm_a, opts.arm_b) = parse_pair("--arms", *pair);
     std::vector<PathUse> paths_in;
-    add_arm_inputs(paths_in, "--pair", opts.arm_a);
-    add_arm_inputs(paths_in, "--pair", opts.arm_b);
+    add_arm_inputs(paths_in, "--arms", opts.arm_a);
+    add_arm_inputs(paths_in, "--arms", opts.arm_b);
     check_output_paths(paths_in, {{"--json", *json}, {"--manifest", manifest_path(*manifest, *json)}});
     opts.ks = parse_positive_list("--k", *ks);
     Progress progress("sweep");

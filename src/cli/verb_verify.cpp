@@ -71,10 +71,19 @@ void print_table(const VerifyResult& r, bool per_layer) {
       if (c.verdict == Verdict::fail) fmt::print("    {}\n", f.is_string() ? f.get<std::string>() : f.dump());
     }
   }
-  if (!r.arm_a.accumulation_model.empty()) {
-    // FP8: the verdict names the stage (operands, accumulation model, epilogue) and the arm.
-    fmt::print("\nFP8 verdict: {}\n", r.stage.empty() ? "every arm on its declared model; predicted set == observed set"
-                                                         : fmt::format("the {} stage: {}", r.stage, r.stage_detail));
+  if (r.arm_a.is_fp8()) {
+    // FP8: the verdict names the stage (operands, accumulation model, epilogue) and the arm; with no
+    // failure it says only what was compared.
+    bool all_predicted = !r.runs.empty(), any_modelled = false;
+    for (const LayerRun& x : r.runs) {
+      all_predicted = all_predicted && x.predicted_diff >= 0;
+      any_modelled = any_modelled || x.formula_mismatch_a >= 0 || x.formula_mismatch_b >= 0;
+    }
+    const std::string clean = all_predicted  ? "every arm on its declared model; predicted set == observed set"
+                              : any_modelled ? "every modelled arm on its declared model; the differences with an "
+                                               "unmodelled arm were not predicted"
+                                             : "no arm was checked against a model (none declared or claimed)";
+    fmt::print("\nFP8 verdict: {}\n", r.stage.empty() ? clean : fmt::format("the {} stage: {}", r.stage, r.stage_detail));
     for (const LayerRun& x : r.runs) {
       for (const auto& [side, why] : {std::pair{"A", &x.unmodelled_a}, std::pair{"B", &x.unmodelled_b}}) {
         if (!why->empty()) {
@@ -84,9 +93,11 @@ void print_table(const VerifyResult& r, bool per_layer) {
     }
   }
   if (r.total_real.bitwise_diff > 0) {
-    fmt::print("\nfirst real-scale differences ({}):\n", r.arm_a.accumulation_model.empty()
-                                                             ? "expected within tolerance"
-                                                             : "each predicted by the declared models unless C6 says otherwise");
+    const bool predicted = std::all_of(r.runs.begin(), r.runs.end(), [](const LayerRun& x) { return x.predicted_diff >= 0; });
+    fmt::print("\nfirst real-scale differences ({}):\n",
+               !predicted ? "not predicted: an arm declares no formula or model, or refused it"
+               : r.arm_a.is_fp8() ? "each predicted by the declared models unless C6 says otherwise"
+                                  : "each predicted by the declared formulas unless C6 says otherwise");
     for (const DiffElement& d : r.total_real.first) fmt::print("  {}\n", describe(d));
   }
 }
@@ -195,6 +206,7 @@ VerbRunner setup_verify(CLI::App& app) {
                "{}: --pin expected sha256:{}, found sha256:{}: the predictions file is not the one that was pinned",
                o->predictions, strip_prefix(o->pin), predictions_digest);
       predictions = prediction_set_from_json(parse_json(text, o->predictions), o->predictions);
+      predictions.pinned = true;  // its digest was checked against --pin above
     } else {
       QC_INPUT(o->pin.empty(), "--pin given without --predictions");
     }
@@ -311,6 +323,8 @@ VerbRunner setup_verify(CLI::App& app) {
     }
     result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     fmt::print("verify {} vs {} on {} ({} layers, {})\n", label_a, label_b, o->operands, set.size(), set.sha256);
+    // The answer first: what a team may do with the pair (docs/checks.md, "The interchangeability answer").
+    fmt::print("{}", describe(result.interchangeability));
     if (world.size > 1 || !resumed.empty()) {
       fmt::print("{} layers run on {} rank{} ({}){}\n", todo.size(), world.size, world.size == 1 ? "" : "s",
                  dist::description(), resumed.empty() ? "" : fmt::format(", {} resumed from {}", resumed.size(), o->resume));
@@ -319,6 +333,8 @@ VerbRunner setup_verify(CLI::App& app) {
     for (const ArmInfo* arm : {&result.arm_a, &result.arm_b}) {
       if (!arm->accumulation_model.empty()) {
         fmt::print("{} declares accumulation model {}\n", arm->label, arm->accumulation_model);
+      } else if (arm->is_fp8()) {
+        fmt::print("{} is an FP8 arm that declares no accumulation model: its outputs are not predicted\n", arm->label);
       }
     }
     fmt::print("reference: {}\n\n", result.reference);

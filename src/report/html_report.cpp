@@ -22,10 +22,12 @@
 #include "core/fileio.hpp"
 #include "core/results_json.hpp"
 #include "report/assets.hpp"
+#include "report/html_page.hpp"
 
 namespace qc {
 
 using nlohmann::json;
+using namespace html;  // the page builder and the tolerant accessors (html_page.hpp)
 
 std::string html_escape(std::string_view text) {
   std::string out;
@@ -72,43 +74,6 @@ std::string find_chartjs() {
 
 namespace {
 
-// ---- tolerant accessors: a missing sub-field shows as "-", never aborts the report ----------
-
-std::string str(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key)) return "";
-  const json& v = j.at(key);
-  if (v.is_string()) return v.get<std::string>();
-  if (v.is_null()) return "";
-  return v.dump();
-}
-
-std::optional<double> num(const json& j, const char* key) {
-  if (!j.is_object() || !j.contains(key) || !j.at(key).is_number()) return std::nullopt;
-  return j.at(key).get<double>();
-}
-
-const json& sub(const json& j, const char* key) {
-  static const json kNull;
-  return j.is_object() && j.contains(key) ? j.at(key) : kNull;
-}
-
-std::string fmt_num(std::optional<double> v, int precision = 2) {
-  if (!v) return "-";
-  if (std::isfinite(*v) && *v == std::floor(*v) && std::fabs(*v) < 1e15) return fmt::format("{:.0f}", *v);
-  return fmt::format("{:.{}f}", *v, precision);
-}
-
-json num_or_null(std::optional<double> v) { return v && std::isfinite(*v) ? json(*v) : json(nullptr); }
-
-std::string verdict_class(const std::string& v) {
-  if (v == "pass" || v == "fail" || v == "not-applicable" || v == "outside-jurisdiction") return v;
-  return "unknown";
-}
-
-std::string badge(const std::string& verdict) {
-  return fmt::format("<span class=\"verdict {}\">{}</span>", verdict_class(verdict), html_escape(verdict));
-}
-
 // Validates the top level and the JSON type of each section.
 void validate(const json& r) {
   QC_INPUT(r.is_object(), "results: expected a JSON object, found {}", r.type_name());
@@ -151,216 +116,7 @@ void validate(const json& r) {
   }
 }
 
-std::string pre_json(const json& v, size_t limit = 20000) {
-  std::string s = v.dump(1, ' ', false, json::error_handler_t::replace);
-  if (s.size() > limit) s = s.substr(0, limit) + fmt::format("\n... ({} more characters in results.json)", s.size() - limit);
-  return "<pre>" + html_escape(s) + "</pre>";
-}
-
-// Colours (colour-blind safe, Okabe–Ito) for the scale regimes and series.
-constexpr const char* kPalette[] = {"#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442",
-                                    "#000000"};
-
-std::string mode_colour(const std::string& mode) {
-  if (mode == "real") return kPalette[0];
-  if (mode == "pow2-channel") return kPalette[1];
-  if (mode == "pow2-layer") return kPalette[2];
-  return kPalette[3];
-}
-
-class Page {
- public:
-  explicit Page(bool charts) : charts_(charts) {}
-
-  void raw(std::string_view s) { out_ += s; }
-  template <typename... Args>
-  void f(fmt::format_string<Args...> format, Args&&... args) {
-    out_ += fmt::format(format, std::forward<Args>(args)...);
-  }
-
-  // A figure: a canvas that the script fills from `config`. `log2_axes` get "2^k" tick labels.
-  void chart(const std::string& caption, json config, std::vector<std::string> log2_axes = {}, int height = 360) {
-    if (!charts_) return;
-    const std::string id = fmt::format("qc-chart-{}", charts_json_.size());
-    config["options"]["animation"] = false;
-    config["options"]["responsive"] = true;
-    config["options"]["maintainAspectRatio"] = false;
-    charts_json_.push_back({{"id", id}, {"config", std::move(config)}, {"log2_axes", log2_axes}});
-    f("<figure><div class=\"chart-box\" style=\"height:{}px\"><canvas id=\"{}\" role=\"img\" aria-label=\"{}\">"
-      "</canvas></div><figcaption>{}</figcaption></figure>\n",
-      height, id, html_escape(caption), html_escape(caption));
-  }
-  // A table that sits under a chart: collapsed when the chart is there, open when it is not.
-  void table_start(const std::string& label) {
-    f("<details class=\"data\"{}><summary>{}</summary>\n", charts_ ? "" : " open", html_escape(label));
-  }
-  void table_end() { raw("</details>\n"); }
-
-  bool charts() const { return charts_; }
-  const json& charts_json() const { return charts_json_; }
-  std::string& text() { return out_; }
-
- private:
-  bool charts_;
-  std::string out_;
-  json charts_json_ = json::array();
-};
-
 // ---- sections ------------------------------------------------------------------------------------
-
-void verdict_section(Page& p, const json& results) {
-  const json& checks = sub(results, "checks");
-  p.raw("<section id=\"verdicts\"><h2>Verdicts</h2>\n");
-  if (!checks.is_array() || checks.empty()) {
-    p.raw("<p class=\"note\">No checks in these results.</p></section>\n");
-    return;
-  }
-  p.raw("<table class=\"verdicts\"><thead><tr><th>check</th><th>verdict</th><th>evidence</th><th>a violation points "
-        "first to</th><th>exclusions</th></tr></thead><tbody>\n");
-  for (const json& c : checks) {
-    const std::string verdict = str(c, "verdict");
-    std::string exclusions;
-    if (const json& ex = sub(c, "exclusions"); ex.is_array()) {
-      for (const json& e : ex) exclusions += "<li>" + html_escape(e.is_string() ? e.get<std::string>() : e.dump()) + "</li>";
-    }
-    if (exclusions.empty()) exclusions = "<span class=\"muted\">none</span>";
-    else exclusions = "<ul>" + exclusions + "</ul>";
-    const bool tolerance = c.is_object() && c.contains("falsifiable") && c.at("falsifiable").is_boolean() &&
-                           !c.at("falsifiable").get<bool>();
-    p.f("<tr class=\"row-{}\"><td><b>{}</b> {}{}</td><td>{}</td><td>{}", verdict_class(verdict), html_escape(str(c, "id")),
-        html_escape(str(c, "title")), tolerance ? " <span class=\"muted\">(tolerance-based)</span>" : "", badge(verdict),
-        html_escape(str(c, "summary")));
-    if (const json& ev = sub(c, "evidence"); !ev.is_null() && !(ev.is_object() && ev.empty())) {
-      p.f("<details><summary>evidence</summary>{}</details>", pre_json(ev));
-    }
-    p.f("</td><td>{}</td><td>{}</td></tr>\n", html_escape(str(c, "points_to")), exclusions);
-  }
-  p.raw("</tbody></table></section>\n");
-}
-
-// The arm's formula: declared, identified by `qconform identify` (conform runs it on arms that
-// declare none: verdict, probes, held-out figures), or none. `formula` is conform's summary
-// (docs/results-schema.md); without one (a verify results file) the declared epilogue speaks.
-std::string formula_cell(const json& a, const std::string& epilogue) {
-  const json& f = sub(a, "formula");
-  const std::string source = str(f, "source");
-  if (source.empty()) {
-    return epilogue.empty() ? "<span class=\"muted\">none declared</span>"
-                            : fmt::format("declared: <code>{}</code>", html_escape(epilogue));
-  }
-  if (source == "declared") {
-    const std::string name = str(f, "declared"), formula = str(f, "formula");
-    return fmt::format("declared: <code>{}</code>{}", html_escape(name),
-                       formula.empty() || formula == name ? std::string() : fmt::format("<div><code>{}</code></div>", html_escape(formula)));
-  }
-  if (source == "none") return fmt::format("<span class=\"muted\">none: {}</span>", html_escape(str(f, "reason")));
-  const std::string verdict = str(f, "verdict");
-  const json& heldout = sub(f, "heldout");
-  const auto count = [](const json& v) { return v.is_number_integer() ? std::to_string(v.get<int64_t>()) : std::string("?"); };
-  std::string cell = fmt::format("identified by <code>qconform identify</code>: {} &middot; {} probes &middot; held-out {}/{} explained",
-                                 fmt::format("<span class=\"verdict {}\">{}</span>",
-                                             verdict == "identified" ? "pass" : verdict == "unexplained" ? "fail" : "unknown",
-                                             html_escape(verdict)),
-                                 count(sub(f, "probes")), count(sub(heldout, "matching")), count(sub(heldout, "outputs")));
-  if (verdict == "identified") {
-    std::string named;
-    for (const json& n : sub(f, "named")) named += (named.empty() ? "" : ", ") + html_escape(n.is_string() ? n.get<std::string>() : n.dump());
-    cell += fmt::format("<div><code>{}</code>{}</div><div class=\"muted\">declared for C1&ndash;C6 as <code>{}</code></div>",
-                        html_escape(str(f, "formula")), named.empty() ? std::string(" (not a production formula of the table)") : " = " + named,
-                        html_escape(str(f, "declared")));
-    return cell;
-  }
-  cell += fmt::format("<div class=\"muted\">{}; conform went on without a declared formula for this arm</div>", html_escape(str(f, "reason")));
-  for (const json& c : sub(f, "survivors")) cell += fmt::format("<div>class: <code>{}</code></div>", html_escape(c.is_string() ? c.get<std::string>() : c.dump()));
-  for (const json& e : sub(f, "separation")) cell += fmt::format("<div class=\"muted\">{}</div>", html_escape(str(e, "summary")));
-  return cell;
-}
-
-void arms_section(Page& p, const json& results) {
-  json arms = sub(results, "arms");
-  if (!arms.is_array() || arms.empty()) arms = sub(sub(results, "verify"), "arms");
-  if (!arms.is_array() || arms.empty()) return;
-  p.raw("<section id=\"arms\"><h2>Arms and the kernel that actually ran</h2>\n"
-        "<table><thead><tr><th>arm</th><th>kernel (reported by the arm)</th><th>epilogue</th><th>formula</th><th>device</th>"
-        "<th>library</th><th>build</th></tr></thead><tbody>\n");
-  for (const json& a : arms) {
-    const json& rec = sub(a, "record");
-    std::string label = str(a, "label");
-    if (label.empty()) label = str(rec, "arm");
-    const std::string kernel = str(rec, "kernel");
-    std::string epilogue = str(rec, "epilogue");
-    if (epilogue.empty()) epilogue = str(a, "epilogue");
-    p.f("<tr><td><code>{}</code><div class=\"muted\">{}</div></td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-        "<td>{}</td></tr>\n",
-        html_escape(label), html_escape(str(a, "description")),
-        kernel.empty() ? "<span class=\"verdict fail\">no kernel evidence</span>" : html_escape(kernel),
-        html_escape(epilogue.empty() ? "-" : epilogue), formula_cell(a, epilogue), html_escape(str(rec, "device")),
-        html_escape(str(rec, "library")), html_escape(str(rec, "build")));
-  }
-  p.raw("</tbody></table></section>\n");
-}
-
-// A section heading for a check: its title from the check table (`qconform checks`), so the
-// report cannot name a check differently from the CLI, the JSON and docs/checks.md.
-std::string check_heading(std::string_view id) {
-  std::string title = check_spec(id).title;
-  if (!title.empty()) title[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(title[0])));
-  return fmt::format("{} ({})", title, id);
-}
-
-void manifests_section(Page& p, const json& results) {
-  const json& m = sub(results, "manifests");
-  if (!m.is_object()) return;
-  p.f("<section id=\"identity\"><h2>{}</h2>\n", html_escape(check_heading("C0")));
-  if (const json& join = sub(m, "join"); join.is_object()) {
-    const bool verified = join.contains("verified") && join.at("verified").is_boolean() && join.at("verified").get<bool>();
-    p.f("<p>Treatment <code>{}</code>: {}</p>\n", html_escape(str(join, "treatment")),
-        verified ? "<span class=\"verdict pass\">verified</span> the runs differ only in the declared treatment."
-                 : "<span class=\"verdict fail\">not verified</span> the runs differ outside the declared treatment, "
-                   "or the evidence is incomplete.");
-    const json& fields = sub(join, "fields");
-    if (fields.is_array()) {
-      std::string treatment_rows, violation_rows, all_rows;
-      for (const json& fr : fields) {
-        const std::string row =
-            fmt::format("<tr class=\"{}\"><td><code>{}</code></td><td>{}</td><td><code>{}</code></td><td><code>{}</code>"
-                        "</td><td>{}</td></tr>\n",
-                        sub(fr, "violation").is_boolean() && sub(fr, "violation").get<bool>() ? "row-fail" : "",
-                        html_escape(str(fr, "field")), html_escape(str(fr, "status")),
-                        html_escape(sub(fr, "a").is_null() ? "(absent)" : sub(fr, "a").dump()),
-                        html_escape(sub(fr, "b").is_null() ? "(absent)" : sub(fr, "b").dump()), html_escape(str(fr, "note")));
-        all_rows += row;
-        if (str(fr, "status") == "differs (treatment)") treatment_rows += row;
-        if (sub(fr, "violation").is_boolean() && sub(fr, "violation").get<bool>()) violation_rows += row;
-      }
-      const char* head = "<table><thead><tr><th>field</th><th>status</th><th>A</th><th>B</th><th>note</th></tr></thead>"
-                         "<tbody>\n";
-      if (!violation_rows.empty()) p.f("<h3>Violations</h3>{}{}</tbody></table>\n", head, violation_rows);
-      if (!treatment_rows.empty()) p.f("<h3>Declared differences</h3>{}{}</tbody></table>\n", head, treatment_rows);
-      p.f("<details class=\"data\"><summary>every compared field</summary>{}{}</tbody></table></details>\n", head,
-          all_rows);
-    }
-  }
-  if (const json& files = sub(m, "files"); files.is_array()) {
-    for (const json& file : files) {
-      const json& man = sub(file, "manifest");
-      p.f("<h3>Manifest <code>{}</code></h3><p>kind {}, arm <code>{}</code>, kernel {}, created {}, qconform {}</p>\n",
-          html_escape(str(file, "path")), html_escape(str(man, "kind")), html_escape(str(man, "arm")),
-          html_escape(str(sub(man, "treatment"), "kernel").empty() ? "(no kernel evidence)"
-                                                                  : str(sub(man, "treatment"), "kernel")),
-          html_escape(str(man, "created")), html_escape(str(man, "project_version")));
-      if (const json& inputs = sub(man, "inputs"); inputs.is_object() && !inputs.empty()) {
-        p.raw("<table><thead><tr><th>input</th><th>path</th><th>sha256</th></tr></thead><tbody>\n");
-        for (const auto& [role, e] : inputs.items()) {
-          p.f("<tr><td>{}</td><td><code>{}</code></td><td><code>{}</code></td></tr>\n", html_escape(role),
-              html_escape(str(e, "path")), html_escape(str(e, "sha256")));
-        }
-        p.raw("</tbody></table>\n");
-      }
-    }
-  }
-  p.raw("</section>\n");
-}
 
 void headroom_section(Page& p, const json& results) {
   const json& layers = sub(sub(results, "predictions"), "layers");
@@ -511,7 +267,12 @@ void fp8_verify_section(Page& p, const json& results) {
       "arm's declared epilogue. {}</p>\n",
       html_escape(model(0)), html_escape(model(1)), html_escape(str(verify, "reference")));
   const std::string stage = str(fp8, "stage");
-  if (stage.empty()) {
+  const bool all_predicted = std::all_of(runs.begin(), runs.end(), [](const json& r) { return num(r, "predicted_diff").has_value(); });
+  if (stage.empty() && !all_predicted) {
+    p.raw("<p><span class=\"verdict not-applicable\">not every run was predicted</span> an arm declares no model, or "
+          "its record refused it: those runs' differences were not predicted (nothing off a model was found where a "
+          "model was declared)</p>\n");
+  } else if (stage.empty()) {
     p.raw("<p><span class=\"verdict pass\">every arm on its declared model; predicted set == observed set</span></p>\n");
   } else {
     p.f("<p><span class=\"verdict fail\">the {} stage</span> {}</p>\n", html_escape(stage),
@@ -781,9 +542,12 @@ std::string render_report(const json& results, const ReportOptions& options) {
          html_escape(title), html_escape(str(results, "created").empty() ? "-" : str(results, "created")),
          html_escape(str(results, "project_version").empty() ? "-" : str(results, "project_version")),
          kSchemaVersion);
+  answer_banner(page, results);
   if (checks.is_array() && !checks.empty()) {
     if (failed.empty()) {
-      page.f("<div class=\"banner pass\">No check failed ({} passed of {}).</div>\n", passed, checks.size());
+      page.f("<div class=\"banner pass\">No check failed ({} passed of {}; the others say what they could not "
+             "decide).</div>\n",
+             passed, checks.size());
     } else {
       std::vector<std::string> esc;
       for (const std::string& id : failed) esc.push_back(html_escape(id));

@@ -101,6 +101,10 @@ def test_conform_on_an_fp8_pair_predicts_every_difference(tmp_path):
     runs = results["verify"]["runs"]
     assert all(x["fp8"] and x["predicted_equals_observed"] and x["formula_mismatch"] == [0, 0] for x in runs)
     assert sum(x["bitwise_diff"] for x in runs) > 0
+    # ... so the answer is `explained`, localized to the accumulation (the two models differ there).
+    answer = results["interchangeability"]
+    assert answer["answer"] == "explained" and "accumulation stage" in answer["reason"], answer
+    assert r.stdout.splitlines()[1].startswith("interchangeability: explained"), r.stdout
     # The manifests and headers record the FP8 mode; the replays differ only in the arm.
     header = json.loads((out / "replay.A.jsonl").read_text().splitlines()[0])
     assert header["linear_mode"] == "w8a8-fp8" and header["element"] == "e4m3", header

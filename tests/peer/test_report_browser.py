@@ -153,6 +153,25 @@ def test_report_renders_every_figure_without_console_errors(sample):
     print(f"screenshot: {shot}")
 
 
+def test_report_fits_1280_pixels_with_the_answer_first_and_manifests_collapsed(sample):
+    """At 1280 px the page has no horizontal scroll; the answer banner comes before the verdict table;
+    the manifests sit collapsed in a <details> under the identity contract."""
+    need_chromium()
+    chartjs = chartjs_path()
+    if chartjs is None:
+        pytest.skip("SKIPPED: Chart.js not found (Debian package libjs-chart.js): the layout script does not run")
+    report = sample / "report-1280.html"
+    run([tool("qc_render_report"), sample / "results.json", report, "--chartjs", chartjs])
+    out, _ = chromium(["--window-size=1280,2000", "--dump-dom", report.as_uri()], sample)
+    dom = Dom()
+    dom.feed(out)
+    scroll, viewport = int(dom.body.get("data-scroll-width", "0")), int(dom.body.get("data-viewport-width", "0"))
+    assert 0 < viewport <= 1280 and scroll <= viewport, f"horizontal scroll at 1280 px: {scroll} > {viewport}"
+    assert out.index('id="qc-answer"') < out.index('id="verdicts"'), "the answer must come first"
+    details = re.search(r'<details class="data" id="qc-manifests"([^>]*)>', out)
+    assert details and "open" not in details.group(1), "the manifests must be collapsed"
+
+
 def test_tables_only_when_chartjs_is_missing(sample, tmp_path):
     need_chromium()
     report = tmp_path / "report.html"

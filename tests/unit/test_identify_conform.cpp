@@ -63,7 +63,7 @@ TEST(ConformIdentify, AnUndeclaredArmIsIdentifiedAndItsFormulaDeclared) {
   EXPECT_EQ(f["provenance"], fmt::format("identified by qconform identify, {} probes, held-out {}/{}", f["probes"].get<int64_t>(),
                                          f["heldout"]["matching"].get<int64_t>(), f["heldout"]["outputs"].get<int64_t>()));
   // ... and declared for the rest of conform: verify ran it as vllm-triton, checked it against that
-  // formula and predicted the differences with A exactly (predicted_diff is -1 when an arm declares
+  // formula and predicted the differences with A exactly (predicted_diff is null when an arm declares
   // nothing).
   EXPECT_EQ(arms[1]["epilogue"], "vllm-triton");
   EXPECT_NE(arms[1]["description"].get<std::string>().find(f["provenance"].get<std::string>()), std::string::npos);
@@ -88,7 +88,7 @@ TEST(ConformIdentify, AnUndeclaredArmIsIdentifiedAndItsFormulaDeclared) {
   const nlohmann::json& b = without.results.at("arms")[1];
   EXPECT_EQ(b["formula"]["source"], "none") << b.dump(1);
   EXPECT_EQ(b["epilogue"], "");
-  for (const auto& run : without.results["verify"]["runs"]) EXPECT_EQ(run["predicted_diff"].get<int64_t>(), -1) << run.dump();
+  for (const auto& run : without.results["verify"]["runs"]) EXPECT_TRUE(run["predicted_diff"].is_null()) << run.dump();
 }
 
 TEST(ConformIdentify, AnUnexplainedArmIsReportedAndGoesOnUndeclared) {
@@ -111,7 +111,7 @@ TEST(ConformIdentify, AnUnexplainedArmIsReportedAndGoesOnUndeclared) {
   EXPECT_FALSE(f.contains("provenance"));
   // Conform went on without a declaration for B, as before.
   EXPECT_EQ(b["epilogue"], "");
-  for (const auto& run : out.results["verify"]["runs"]) EXPECT_EQ(run["predicted_diff"].get<int64_t>(), -1) << run.dump();
+  for (const auto& run : out.results["verify"]["runs"]) EXPECT_TRUE(run["predicted_diff"].is_null()) << run.dump();
   const std::string html = slurp(out.report_path);
   EXPECT_NE(html.find(">unexplained</span>"), std::string::npos);
   EXPECT_NE(html.find("conform went on without a declared formula for this arm"), std::string::npos);

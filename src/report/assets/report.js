@@ -41,5 +41,8 @@
   body.setAttribute('data-charts-rendered', String(drawn));
   body.setAttribute('data-charts-status', drawn === specs.length && errors.length === 0 ? 'ok' : 'incomplete');
   document.title = document.title + ' [charts ' + drawn + '/' + specs.length + ']';
+  // The layout, for a headless browser to check that the page fits its window (no horizontal scroll).
+  body.setAttribute('data-scroll-width', String(document.documentElement.scrollWidth));
+  body.setAttribute('data-viewport-width', String(document.documentElement.clientWidth));
   showErrors();
 })();
