@@ -154,8 +154,9 @@ VerbRunner setup_verify(CLI::App& app) {
                  "there (digest-checked)");
   app.add_option("--declare", o->declare,
                  "declare the epilogue an arm computes, A=<formula> or B=<formula>: a name of `qconform arms` or a "
-                 "formula string of the formula space (what `qconform identify` prints); verify then checks that arm "
-                 "against it bit for bit and predicts the differences exactly (repeatable)");
+                 "formula string of the formula space (what `qconform identify` prints); for an FP8 arm also "
+                 "B='<accumulation model>; <epilogue over d>' (identify's `declare it` line); verify then checks that "
+                 "arm against it bit for bit and predicts the differences exactly (repeatable)");
   add_gpu_per_rank_option(app, o->gpu_per_rank);
   add_manifest_option(app, o->manifest);
   return [o] {
