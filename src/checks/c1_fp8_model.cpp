@@ -319,15 +319,7 @@ class Measurer {
                r_.arm.label, d.size(), m * n, m, n);
       return d;
     }
-    OperandStorage st;
-    st.a_q.assign(reinterpret_cast<const int8_t*>(a.data()), reinterpret_cast<const int8_t*>(a.data()) + a.size());
-    st.w_q.assign(reinterpret_cast<const int8_t*>(w.data()), reinterpret_cast<const int8_t*>(w.data()) + w.size());
-    st.a_scale.assign(static_cast<size_t>(m), 1.0f);
-    st.w_scale.assign(static_cast<size_t>(n), 1.0f);
-    st.a_type = st.w_type = ElementType::e4m3;
-    const LayerOperands ops = make_operands(fmt::format("fp8-probe-{}x{}x{}", m, n, k), m, n, k, std::move(st),
-                                            "identify: FP8 accumulation probe, unit scales");
-    ArmOutput out = arm_.run(ops);
+    ArmOutput out = arm_.run(unit_scale_layer(a, w, m, n, k, fmt::format("fp8-probe-{}x{}x{}", m, n, k)));
     QC_INPUT(static_cast<int64_t>(out.y.size()) == m * n, "arm {}: run returned {} outputs for an FP8 probe, expected {} ({}x{})",
              r_.arm.label, out.y.size(), m * n, m, n);
     nlohmann::json rec;
@@ -338,18 +330,24 @@ class Measurer {
     return d;
   }
 
-  // Through `run`: which format the arm returns, from d = 1 (one product 1 x 1) with unit scales.
-  void calibrate_output() {
-    const int64_t m = 16, n = 16, k = 16;
-    std::vector<uint8_t> a(static_cast<size_t>(m * k), 0), w(static_cast<size_t>(n * k), 0);
-    a[0] = w[0] = 0x38;  // e4m3fn 1.0
+  // An e4m3 layer of codes `a` [m,k], `w` [n,k] with unit scales and no bias: what `run` is given here.
+  static LayerOperands unit_scale_layer(const std::vector<uint8_t>& a, const std::vector<uint8_t>& w, int64_t m, int64_t n,
+                                        int64_t k, std::string name) {
     OperandStorage st;
     st.a_q.assign(reinterpret_cast<const int8_t*>(a.data()), reinterpret_cast<const int8_t*>(a.data()) + a.size());
     st.w_q.assign(reinterpret_cast<const int8_t*>(w.data()), reinterpret_cast<const int8_t*>(w.data()) + w.size());
     st.a_scale.assign(static_cast<size_t>(m), 1.0f);
     st.w_scale.assign(static_cast<size_t>(n), 1.0f);
     st.a_type = st.w_type = ElementType::e4m3;
-    const ArmOutput out = arm_.run(make_operands("fp8-output-format", m, n, k, std::move(st), "identify: output format probe"));
+    return make_operands(std::move(name), m, n, k, std::move(st), "FP8 accumulation probe through run, unit scales");
+  }
+
+  // Through `run`: which format the arm returns, from d = 1 (one product 1 x 1) with unit scales.
+  void calibrate_output() {
+    const int64_t m = 16, n = 16, k = 16;
+    std::vector<uint8_t> a(static_cast<size_t>(m * k), 0), w(static_cast<size_t>(n * k), 0);
+    a[0] = w[0] = 0x38;  // e4m3fn 1.0
+    const ArmOutput out = arm_.run(unit_scale_layer(a, w, m, n, k, "fp8-output-format"));
     QC_INPUT(out.y.size() == static_cast<size_t>(m * n), "arm {}: run returned {} outputs for a {}x{} layer", r_.arm.label,
              out.y.size(), m, n);
     QC_INPUT(out.y[0] == 0x3F80 || out.y[0] == 0x3C00,

@@ -59,10 +59,11 @@ std::string describe_fp8_accumulation(const IdentifyResult& r, const std::string
                               f["candidates_tried"].get<int64_t>(), evidence);
   for (const auto& n : f["split_k_runs"]) s += fmt::format("NOTE: the arm's record says split-K: {}\n", n.get<std::string>());
   if (!r.accumulation_formula.empty()) {
-    s += fmt::format("accumulation: {}\n  named: {}; against the declaration ({}): {}\n", r.accumulation_formula,
+    const std::string declared = f["declared"].get<std::string>();
+    s += fmt::format("accumulation: {}\n  named: {}; {}\n", r.accumulation_formula,
                      r.named.empty() ? std::string("none (not a named accumulation model)") : fmt::format("{}", fmt::join(r.named, ", ")),
-                     f["declared"].get<std::string>().empty() ? std::string("none") : f["declared"].get<std::string>(),
-                     f["verdict"].get<std::string>());
+                     declared.empty() ? std::string("the arm declares no model")
+                                      : fmt::format("against the declaration ({}): {}", declared, f["verdict"].get<std::string>()));
     const size_t members = f["equivalent"].size();
     if (members > 1) s += fmt::format("  class: {} parameter sets explain every probe\n", members);
     s += fmt::format("  confirmation: {} of {} random outputs agree\n", f["confirmation"]["matching"].get<int64_t>(),

@@ -170,6 +170,7 @@ class Identifier {
   std::optional<Operand> separating_fp8(const FormulaPoint& a, const FormulaPoint& b, const Operand& base, int64_t n);
   LayerOperands build(const ProbeSpec& spec, const std::string& name) const;
   int64_t probe_limit() const;
+  std::optional<Operand> separator_try(const FormulaPoint& pa, const FormulaPoint& pb, bool bias_ok, bool inside, int t);
   std::optional<Operand> find_separator(const Candidate& a, const Candidate& b, int64_t m, bool bias_ok, bool inside,
                                         std::vector<std::string>* why_outside);
   // identify_confirmation.cpp

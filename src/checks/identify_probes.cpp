@@ -408,6 +408,47 @@ ProbeSpec Identifier::design(int64_t m, bool with_bias, bool plain, int64_t* sco
   return s;
 }
 
+// One operand the separator search tries for points `pa`, `pb` (try `t` of kSeparationTries), one
+// they give different outputs on, or nullopt. Outside jurisdiction, the first half stays near it
+// (the scales of the search inside, the accumulator up to 2^9 past the bound), so that the operand
+// reported is as ordinary as can be; the second half goes anywhere.
+std::optional<Operand> Identifier::separator_try(const FormulaPoint& pa, const FormulaPoint& pb, bool bias_ok, bool inside,
+                                                 int t) {
+  const bool near = inside || t < kSeparationTries / 2;
+  const bool fp8 = input_ == FormulaInput::fp32;
+  const int jbits = std::clamp(options_.jurisdiction_acc_bits, 8, 31);
+  const int acc_bits = inside ? std::min(jbits >= 31 ? 30 : jbits, kSeparationAccBits) : near ? std::min(jbits + 9, 40) : 40;
+  const int64_t acc_max = int64_t{1} << acc_bits;
+  // FP8: a random element (in column 0 of the layout); INT8: an accumulator near a power of two or of any magnitude.
+  Operand o = fp8 ? random_fp8_operand(0) : Operand{};
+  const int lo = fp8 ? -12 : -24, hi = fp8 ? 2 : 6;
+  o.sa = near ? rng_.scale(lo, hi) : rng_.scale(-150, 100);
+  o.sw = near ? rng_.scale(lo, hi) : rng_.scale(-150, 100);
+  if (bias_ok && rng_.below(2) == 0) {
+    // A bias near the output's size puts the add's rounding in play.
+    const double y = fp8 ? std::fabs(static_cast<double>(o.d)) * o.sa * o.sw
+                         : std::ldexp(1.0, static_cast<int>(rng_.below(acc_bits))) * o.sa * o.sw;
+    const float bv = static_cast<float>(std::ldexp(y * (1.0 + rng_.uniform()), -10 + static_cast<int>(rng_.below(14))));
+    o.bias = f32_to_bf16(rng_.below(3) == 0 ? -bv : bv);
+  }
+  if (!fp8) {
+    if (rng_.below(3) == 0) {
+      o.acc = (int64_t{1} << (1 + rng_.below(acc_bits - 1))) + rng_.below(7) - 3;
+    } else {
+      o.acc = static_cast<int64_t>(std::ldexp(1.0, static_cast<int>(rng_.below(acc_bits))) * (1.0 + rng_.uniform()));
+    }
+    o.acc = std::min(o.acc, acc_max);
+    if (rng_.below(4) == 0) o.acc = -o.acc;
+  }
+  if (eval(pa, o) != eval(pb, o)) return o;
+  // Bisection on the output steps of `a` finds the rare operands where `b` steps elsewhere.
+  if (fp8) return separating_fp8(pa, pb, o, 0);
+  const auto acc = separating_acc(pa, pb, o.sa, o.sw, o.bias, rng_, acc_max, acc_bits - 3);
+  if (!acc) return std::nullopt;
+  o.acc = *acc;
+  return o;
+}
+
 // An operand on which candidates `a` and `b` give different outputs at shape (m, kCols). `inside`:
 // only operands in jurisdiction whose accumulator a probe can build (|acc| <= 2^kSeparationAccBits);
 // else anywhere (the accumulator up to 2^40, scales over the whole fp32 range, subnormals
@@ -420,64 +461,10 @@ std::optional<Operand> Identifier::find_separator(const Candidate& a, const Cand
   std::optional<Operand> best;
   std::vector<std::string> best_why;
   for (int t = 0; t < kSeparationTries; ++t) {
-    if (input_ == FormulaInput::fp32) {
-      // FP8: random elements (in column 0 of the layout) and scales over the same ranges; no bisection.
-      const bool near = inside || t < kSeparationTries / 2;
-      Operand o = random_fp8_operand(0);
-      o.sa = near ? rng_.scale(-12, 2) : rng_.scale(-150, 100);
-      o.sw = near ? rng_.scale(-12, 2) : rng_.scale(-150, 100);
-      if (bias_ok && rng_.below(2) == 0) {
-        const double y = static_cast<double>(o.d) * o.sa * o.sw;
-        const float bv = static_cast<float>(std::ldexp(std::fabs(y) * (1.0 + rng_.uniform()), -10 + static_cast<int>(rng_.below(14))));
-        o.bias = f32_to_bf16(rng_.below(3) == 0 ? -bv : bv);
-      }
-      if (eval(pa, o) == eval(pb, o)) {
-        const auto sep = separating_fp8(pa, pb, o, 0);
-        if (!sep) continue;
-        o = *sep;
-      }
-      std::vector<std::string> why = outside_jurisdiction(pa, o, jbits);
-      for (std::string& w : outside_jurisdiction(pb, o, jbits)) {
-        if (std::find(why.begin(), why.end(), w) == why.end()) why.push_back(std::move(w));
-      }
-      if (inside && !why.empty()) continue;
-      if (!best || why.size() < best_why.size()) {
-        best = o;
-        best_why = why;
-        if (why.size() <= 1) break;
-      }
-      continue;
-    }
-    // Outside jurisdiction, the first half stays near it (the scales of the search inside, the
-    // accumulator up to 2^9 past the bound), so that the operand reported is as ordinary as can be;
-    // the second half goes anywhere.
-    const bool near = inside || t < kSeparationTries / 2;
-    const int acc_bits = inside ? std::min(jbits >= 31 ? 30 : jbits, kSeparationAccBits) : near ? std::min(jbits + 9, 40) : 40;
-    const int64_t acc_max = int64_t{1} << acc_bits;
-    Operand o;
-    o.sa = near ? rng_.scale(-24, 6) : rng_.scale(-150, 100);
-    o.sw = near ? rng_.scale(-24, 6) : rng_.scale(-150, 100);
-    if (bias_ok && rng_.below(2) == 0) {
-      // A bias near the output's size puts the add's rounding in play.
-      const double y = std::ldexp(1.0, static_cast<int>(rng_.below(acc_bits))) * o.sa * o.sw;
-      const float bv = static_cast<float>(std::ldexp(y * (1.0 + rng_.uniform()), -10 + static_cast<int>(rng_.below(14))));
-      o.bias = f32_to_bf16(rng_.below(3) == 0 ? -bv : bv);
-    }
-    if (rng_.below(3) == 0) {
-      o.acc = (int64_t{1} << (1 + rng_.below(acc_bits - 1))) + rng_.below(7) - 3;
-    } else {
-      o.acc = static_cast<int64_t>(std::ldexp(1.0, static_cast<int>(rng_.below(acc_bits))) * (1.0 + rng_.uniform()));
-    }
-    o.acc = std::min(o.acc, acc_max);
-    if (rng_.below(4) == 0) o.acc = -o.acc;
-    if (eval(pa, o.acc, o.sa, o.sw, o.bias) == eval(pb, o.acc, o.sa, o.sw, o.bias)) {
-      // Bisection on the output steps of `a` finds the rare accumulators where `b` steps elsewhere.
-      const auto acc = separating_acc(pa, pb, o.sa, o.sw, o.bias, rng_, acc_max, acc_bits - 3);
-      if (!acc) continue;
-      o.acc = *acc;
-    }
-    std::vector<std::string> why = outside_jurisdiction(pa, o, jbits);
-    for (std::string& w : outside_jurisdiction(pb, o, jbits)) {
+    const std::optional<Operand> o = separator_try(pa, pb, bias_ok, inside, t);
+    if (!o) continue;
+    std::vector<std::string> why = outside_jurisdiction(pa, *o, jbits);
+    for (std::string& w : outside_jurisdiction(pb, *o, jbits)) {
       if (std::find(why.begin(), why.end(), w) == why.end()) why.push_back(std::move(w));
     }
     if (inside && !why.empty()) continue;

@@ -143,7 +143,7 @@ void validate(const std::string& path, const Descriptor& d) {
              "plugin (QC_ARM_FLAG_FP8_KERNEL, QC_ARM_FLAG_FP8_GEMM or an accumulation_model): it has no INT32 "
              "accumulator", p);
     if (!d.fp8_kernel()) {
-      QC_INPUT(!d.has_epilogue, "plugin `{}`: field `epilogue`: expected NULL for an FP8 GEMM plugin (qconform applies "
+      QC_INPUT(!d.has_epilogue, "plugin `{}`: field `epilogue`: expected NULL for an FP8 plugin that is a GEMM (qconform applies "
                "the `{}` epilogue to its fp32 output; a kernel with its own epilogue sets QC_ARM_FLAG_FP8_KERNEL), "
                "found \"{}\"", p, fp8_epilogue().name, printable(d.epilogue));
     } else if (d.has_epilogue) {
