@@ -89,10 +89,8 @@ constexpr int64_t kLongK = kFp8LongK;
 constexpr int64_t kStepK = 128;
 constexpr int64_t kShortK = 16;
 
-}  // namespace
-
-std::vector<Fp8Probe> design_fp8_probes(uint64_t seed) {
-  Designer d;
+// The short probes (K = 16 and 128): kept bits, cancellation, alignment, steps.
+void design_short_probes(Designer& d) {
   const double mants[] = {1.0, 1.125, 1.5, 1.75, 1.875};
   // Short probes first: they are the cheapest to evaluate and eliminate most parameter sets.
   // kept-bits: 2^16 (256·256) then ±m·2^(16-b) (and the reverse order, and two equal small
@@ -163,6 +161,11 @@ std::vector<Fp8Probe> design_fp8_probes(uint64_t seed) {
     t.emplace_back(j, 4.0);
     d.add(fmt::format("steps/{}x2^-12+4", j), "steps", kStepK, t);
   }
+}
+
+// The long probes (K = 256, 1024, 1536): random operands, structure, promotion.
+void design_long_probes(Designer& d, uint64_t seed) {
+  const double big = 65536.0;  // 2^16 = 256 * 256
   // random: dense randn·2 operands (the H200 measurement's), K = 256.
   std::mt19937_64 rng(seed ^ 0x5eed);
   std::normal_distribution<float> nd(0.0f, 2.0f);
@@ -237,6 +240,14 @@ std::vector<Fp8Probe> design_fp8_probes(uint64_t seed) {
     d.add(fmt::format("promotion/2^16@0+2x{}*2^{}@{},{}", 0.75, 16 - b, kLongK - 2, kLongK - 1), "promotion", kLongK,
           {{0, big}, {kLongK - 2, s}, {kLongK - 1, s}});
   }
+}
+
+}  // namespace
+
+std::vector<Fp8Probe> design_fp8_probes(uint64_t seed) {
+  Designer d;
+  design_short_probes(d);
+  design_long_probes(d, seed);
   return d.probes;
 }
 
