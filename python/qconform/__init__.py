@@ -371,10 +371,11 @@ def boundary(arm_spec: ArmSpec, *, max_k: int = 32768, overflow_probe: bool = Tr
 def identify(arm_spec: ArmSpec, *, seed: Optional[int] = None) -> Dict[str, Any]:
     """Which epilogue formula an INT8 arm (a label, an :class:`Arm` or any callable) computes:
     designed probes through the arm over the formula space, then a held-out confirmation on
-    synthetic operands. For an FP8 arm (one that declares an accumulation model, e.g.
-    ``"cpu:fp8-hopper-fp8-chain"``) the formula is its accumulation model measured through the
-    arm (what ``boundary`` measures, docs/accumulation.md) plus the declared ``fp8-scaled``
-    epilogue, and the dict has ``fp8_accumulation``. Returns the dict ``qconform identify --json`` writes (``verdict``
+    synthetic operands. For an FP8 arm (``"cpu:fp8-hopper-fp8-chain"``, a callable made with
+    ``element="e4m3"``, declared or not) the formula is its accumulation model measured through the
+    arm (what ``boundary`` measures, docs/accumulation.md; through its bf16 output when it offers no
+    unscaled GEMM) and its epilogue, identified over the formulas of ``d``; the dict has
+    ``fp8_accumulation``, ``accumulation_model`` (what to declare) and ``fp8_epilogue``. Returns the dict ``qconform identify --json`` writes (``verdict``
     ``identified`` / ``ambiguous`` / ``unexplained``, ``formula``, ``named``, ``explained``,
     ``candidates``, ``probes``, ...) plus ``printout``, the text the CLI prints. The formula string
     can be passed back as ``arm(fn, epilogue=formula)``; see docs/identify.md."""

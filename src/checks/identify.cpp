@@ -151,7 +151,6 @@ std::string describe(const IdentifyResult& r) { return describe(r, "cli"); }
 
 std::string describe(const IdentifyResult& r, const std::string& language) {
   std::string s = fmt::format("identify {} (declares {})\n", r.arm.label, r.arm.epilogue.empty() ? "nothing" : r.arm.epilogue);
-  if (r.verdict == "not-supported") return s + r.reason + "\n";
   if (!r.fp8_accumulation.is_null()) s += describe_fp8_accumulation(r, language);
   if (!r.probes.empty() && r.probes[0].contains("eliminated")) s += describe_probes(r);
   s += fmt::format("\nverdict: {}\n", r.verdict);

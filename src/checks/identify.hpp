@@ -30,7 +30,7 @@ struct IdentifyOptions {
 struct IdentifyResult {
   ArmInfo arm;
   RunRecord record;
-  std::string verdict;   // "identified", "ambiguous", "unexplained", "not-supported"
+  std::string verdict;   // "identified", "ambiguous", "unexplained"
   std::string formula;   // identified: the class's formula (notation); else ""
   std::vector<std::string> named;  // production formulas of the table in the identified class
   std::string reason;    // one paragraph: why this verdict
