@@ -68,11 +68,13 @@ float e4m3_value(uint8_t c) {
   return (c & 0x80) ? -v : v;
 }
 
-// An FP8 kernel: e4m3 codes decoded by hand, a sequential fp32 sum, then `body(d, sa, sw, bias)`.
+// An FP8 kernel: e4m3 codes decoded by hand, a sequential fp32 sum (K ascending, or descending),
+// then `body(d, sa, sw, bias)`.
 template <typename Body>
 class HandFp8Kernel final : public Arm {
  public:
-  HandFp8Kernel(std::string label, Body body) : label_(std::move(label)), body_(body) {}
+  HandFp8Kernel(std::string label, Body body, bool descending = false)
+      : label_(std::move(label)), body_(body), descending_(descending) {}
   ArmInfo info() const override {
     ArmInfo i;
     i.label = label_;
@@ -88,7 +90,10 @@ class HandFp8Kernel final : public Arm {
     for (int64_t m = 0; m < ops.m; ++m) {
       for (int64_t n = 0; n < ops.n; ++n) {
         float d = 0.0f;
-        for (int64_t k = 0; k < ops.k; ++k) d = d + e4m3_value(a[m * ops.k + k]) * e4m3_value(w[n * ops.k + k]);
+        for (int64_t i = 0; i < ops.k; ++i) {
+          const int64_t k = descending_ ? ops.k - 1 - i : i;
+          d = d + e4m3_value(a[m * ops.k + k]) * e4m3_value(w[n * ops.k + k]);
+        }
         out.y.push_back(body_(d, ops.a_scale[m], ops.w_scale[n],
                               ops.has_bias() ? std::optional<float>(bf16_to_f32(ops.bias[n])) : std::nullopt));
       }
@@ -100,6 +105,7 @@ class HandFp8Kernel final : public Arm {
  private:
   std::string label_;
   Body body_;
+  bool descending_;
 };
 
 // PyTorch's rowwise CUTLASS FP8 path with the scales in the other order: bf16(rn32(rn32(d*sw)*sa)).
@@ -133,31 +139,13 @@ TEST(IdentifyFp8, AKernelIsIdentifiedAsItsModelAndItsEpilogue) {
 }
 
 // K summed in descending order: no model of the FP8 family; the accumulation is where it is exceeded.
-class DescendingKernel final : public Arm {
- public:
-  ArmInfo info() const override {
-    ArmInfo i;
-    i.label = "test:fp8-descending";
-    i.element = ElementType::e4m3;
-    return i;
-  }
-  ArmOutput run(const LayerOperands& ops) override {
-    const auto* a = reinterpret_cast<const uint8_t*>(ops.a_q.data());
-    const auto* w = reinterpret_cast<const uint8_t*>(ops.w_q.data());
-    ArmOutput out;
-    for (int64_t m = 0; m < ops.m; ++m) {
-      for (int64_t n = 0; n < ops.n; ++n) {
-        float d = 0.0f;
-        for (int64_t k = ops.k - 1; k >= 0; --k) d = d + e4m3_value(a[m * ops.k + k]) * e4m3_value(w[n * ops.k + k]);
-        out.y.push_back(f32_to_bf16((d * ops.a_scale[m]) * ops.w_scale[n]));
-      }
-    }
-    return out;
-  }
-};
+uint16_t triton_order(float d, float sa, float sw, std::optional<float> bias) {
+  if (bias) throw Error(ErrorKind::input, "test kernel takes no bias", __FILE__, __LINE__, "bias");
+  return f32_to_bf16((d * sa) * sw);
+}
 
 TEST(IdentifyFp8, AnAccumulationOutsideTheFamilyIsUnexplainedAtTheAccumulation) {
-  DescendingKernel arm;
+  HandFp8Kernel<decltype(&triton_order)> arm("test:fp8-descending", &triton_order, /*descending=*/true);
   const IdentifyResult r = identify(arm);
   ASSERT_EQ(r.verdict, "unexplained") << describe(r);
   ASSERT_FALSE(r.diagnosis.empty());
