@@ -44,15 +44,24 @@ struct ArmInfo {
   bool is_mutant = false;
   std::string breaks_stage;        // mutants: the stage they break ("accumulation", "epilogue", ...)
   // FP8 arms: the name of the accumulation model the arm declares it follows (docs/accumulation.md,
-  // e.g. "hopper-fp8-promote4"); "" for INT8 arms and for FP8 arms whose model is unknown (below).
+  // e.g. "hopper-fp8-promote4"); "" for INT8 arms and for FP8 arms that declare none. Non-empty
+  // marks the arm as FP8.
   std::string accumulation_model;
-  // An FP8 arm that declares no accumulation model (an undeclared FP8 callable or plugin): it takes
-  // FP8 codes like every FP8 arm, but its model is unknown until measured (`qconform identify`).
-  // verify and conform run it, report its differences as not predicted and the pair as `unexplained`
-  // at best (docs/checks.md). Always false when `accumulation_model` names a model.
-  bool fp8_model_unknown = false;
-  // FP8 arms: those that declare a model, and those whose model is unknown.
-  bool is_fp8() const { return !accumulation_model.empty() || fp8_model_unknown; }
+  // The element type the arm's `run` takes: int8, or e4m3 for an FP8 arm. An FP8 arm that declares
+  // no model (`fp8() && accumulation_model.empty()`: a callable made with `element="e4m3"`, a plugin
+  // with QC_ARM_FLAG_FP8_KERNEL and no model) has a model and an epilogue that are unknown until
+  // measured: `qconform identify` measures both (docs/identify.md, "FP8 arms"), and its outputs are
+  // not predicted until they are declared.
+  ElementType element = ElementType::int8;
+  // FP8 arms: `fp8_accumulate` (the unscaled fp32 GEMM d) is offered. An arm that declares a model
+  // offers it by definition; an FP8 kernel that is only a whole layer (codes and scales in, bf16 out)
+  // does not, and is measured through `run`.
+  bool unscaled_entry = false;
+  bool fp8() const { return element != ElementType::int8 || !accumulation_model.empty(); }
+  // An FP8 arm whose model is unknown until measured: verify and conform run it, report its
+  // differences as not predicted and the pair as `unexplained` at best (docs/checks.md).
+  bool fp8_model_unknown() const { return fp8() && accumulation_model.empty(); }
+  bool offers_unscaled() const { return unscaled_entry || !accumulation_model.empty(); }
   // The arm's calls (`run`, `fp8_accumulate`) may be made from several host threads at once: it
   // guards its own state (the CUDA arms hold a lock around their device buffers). verify then asks
   // an FP8 arm for its fp32 accumulator beside the run loop instead of before the layer's runs.

@@ -18,7 +18,15 @@
  * with `args->d` non-NULL: `a_q` [m,k] and `w_q` [n,k] hold e4m3fn codes (bit patterns; read them
  * as uint8_t), and the plugin writes d [m,n] fp32, the unscaled GEMM sum_k a[m,k]*w[n,k] as its
  * kernel accumulates it; `a_scale`, `w_scale`, `bias`, `y` and `acc` are NULL on such a call
- * (qconform applies the `fp8-scaled` epilogue itself). Full guide: docs/plugins.md.
+ * (qconform applies the `fp8-scaled` epilogue itself).
+ *
+ * FP8 plugins without a declaration (flags, qconform 0.6+): QC_ARM_FLAG_FP8_KERNEL makes `run` a whole
+ * FP8 layer: with `args->d == NULL` it receives e4m3fn codes in `a_q` and `w_q`, the layer's scales and
+ * bias, and writes y bf16 [m,n], its epilogue its own (`epilogue`: a formula over the fp32 GEMM result
+ * `d`, e.g. "bf16(rn32(sa * rn32(d * sw)))", or NULL). QC_ARM_FLAG_FP8_GEMM says that `run` with
+ * `args->d != NULL` computes the unscaled d (implied by `accumulation_model`). Without a model the
+ * plugin's model (and a kernel's epilogue) are unknown until `qconform identify` measures them.
+ * Full guide: docs/plugins.md.
  */
 #ifndef QCONFORM_ARM_ABI_H
 #define QCONFORM_ARM_ABI_H
@@ -36,6 +44,10 @@ extern "C" {
 /* `qc_arm_v1.flags`: the plugin writes the INT32 accumulator when `acc` is non-NULL (and then
  * sets `*acc_written = 1`). qconform then exposes it to check C4. */
 #define QC_ARM_FLAG_WRITES_ACC 0x1u
+/* An FP8 kernel: `run` with `d == NULL` takes e4m3fn codes with scales and bias, writes y (above). */
+#define QC_ARM_FLAG_FP8_KERNEL 0x2u
+/* An FP8 GEMM: `run` with `d != NULL` writes the unscaled fp32 d (above). */
+#define QC_ARM_FLAG_FP8_GEMM 0x4u
 
 /* The arguments of one call. Every pointer is valid for the whole call; the plugin may use
  * threads internally but must have finished writing `y` and `acc` when `run` returns. */

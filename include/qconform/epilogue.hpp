@@ -65,7 +65,7 @@ struct Epilogue {
   std::string_view pow2_class(bool has_bias) const;
 };
 
-// The epilogue named `name`, or the epilogue of a formula string in the notation of the formula
+// The epilogue named `name` (the integer rows and `fp8-scaled`), or the epilogue of a formula string in the notation of the formula
 // space (`bf16(rn32(sa * rn32(f32(acc) * sw)))`, docs/identify.md): such an epilogue is created
 // once per distinct formula and lives as long as the program. QC_INPUT error listing the valid
 // names, or saying why the formula is not a point of the space, otherwise.

@@ -75,9 +75,16 @@ enum class BiasMode {
 // output rounding and type. Every named fp32 formula of the table is a point
 // (`Epilogue::point`); `formula::apply_point` is their one generic text.
 
-// int -> first working value: fp32 round-to-nearest-even, fp32 round-toward-zero, straight to bf16
-// or fp16 (one rounding each, RNE), or `exact` (no rounding until the output: the `exact` formula).
-enum class AccConversion { f32_rn, f32_rz, bf16_rn, f16_rn, exact };
+// The accumulator the epilogue starts from: an exact integer (INT8: int32, or int64 beyond INT32),
+// or the fp32 result `d` of an FP8 GEMM (its accumulation model's, docs/accumulation.md).
+enum class FormulaInput { integer, fp32 };
+// The accumulator -> first working value. An integer: fp32 round-to-nearest-even, fp32
+// round-toward-zero, straight to bf16 or fp16 (one RNE rounding each), through fp32 to bf16 or fp16
+// (two RNE roundings: what PyTorch's `int32_tensor.to(torch.bfloat16)` and the type promotion of
+// `int32_tensor * bf16_tensor` compute, docs/identify.md), or `exact` (no rounding until the output:
+// the `exact` formula). An fp32 `d`: `f32_rn` keeps it, `bf16_rn` / `f16_rn` round it once (RNE);
+// the other conversions do not apply to it.
+enum class AccConversion { f32_rn, f32_rz, bf16_rn, f16_rn, exact, bf16_via_f32, f16_via_f32 };
 // A precision a scale is cast to or an intermediate rounds to (RNE); the output type (bf16, f16).
 enum class Precision { f32, bf16, f16 };
 // The order and grouping of the two scale products.
@@ -104,10 +111,15 @@ struct FormulaPoint {
   bool fma = false;                  // an add that follows a multiply is contracted into one FMA
   OutRounding rounding = OutRounding::rn;
   Precision out = Precision::bf16;   // bf16 or f16 (the bit pattern the epilogue returns)
+  // The second product, rounded to fp32, then to this (unless it is fused with the bias add): an
+  // intermediate stored in bf16 or fp16 before the bias is added or the output rounded.
+  Precision second = Precision::f32;
+  FormulaInput input = FormulaInput::integer;
 
   constexpr bool operator==(const FormulaPoint& o) const {
     return conv == o.conv && sa == o.sa && sw == o.sw && grouping == o.grouping && first == o.first &&
-           bias == o.bias && fma == o.fma && rounding == o.rounding && out == o.out;
+           bias == o.bias && fma == o.fma && rounding == o.rounding && out == o.out && second == o.second &&
+           input == o.input;
   }
   constexpr bool operator!=(const FormulaPoint& o) const { return !(*this == o); }
 };
@@ -300,13 +312,22 @@ QC_FORMULA_FN uint16_t out_round(Precision p, OutRounding r, float x) {
 // An output bit pattern widened back to fp32 (exact).
 QC_FORMULA_FN float widen_out(Precision p, uint16_t b) { return p == Precision::f16 ? f16_value(b) : bf16_value(b); }
 
-// The accumulator converted as `c` says (`exact` is not a conversion: host-only, `exact_bf16`).
+// The accumulator converted as `c` says (`exact` is not a conversion: host-only, `exact_bf16`). An
+// fp32 accumulator (an FP8 GEMM's `d`) is kept or rounded once to bf16 / fp16.
 template <typename Acc>
 QC_FORMULA_FN float convert_acc(AccConversion c, Acc acc) {
-  if (c == AccConversion::f32_rz) return to_f32_rz(acc);
-  if (c == AccConversion::bf16_rn) return to_narrow_rn(Precision::bf16, acc);
-  if (c == AccConversion::f16_rn) return to_narrow_rn(Precision::f16, acc);
-  return to_f32_rn(acc);
+  if constexpr (std::is_floating_point<Acc>::value) {
+    if (c == AccConversion::bf16_rn) return round_to(Precision::bf16, acc);
+    if (c == AccConversion::f16_rn) return round_to(Precision::f16, acc);
+    return acc;
+  } else {
+    if (c == AccConversion::f32_rz) return to_f32_rz(acc);
+    if (c == AccConversion::bf16_rn) return to_narrow_rn(Precision::bf16, acc);
+    if (c == AccConversion::f16_rn) return to_narrow_rn(Precision::f16, acc);
+    if (c == AccConversion::bf16_via_f32) return round_to(Precision::bf16, to_f32_rn(acc));
+    if (c == AccConversion::f16_via_f32) return round_to(Precision::f16, to_f32_rn(acc));
+    return to_f32_rn(acc);
+  }
 }
 
 // ---- Shape dispatch ---------------------------------------------------------------------------
@@ -404,12 +425,13 @@ QC_FORMULA_FN auto apply(Acc acc, F sa, F sw, BiasMode bias_mode, bool has_bias,
 // (docs/identify.md):
 //   1. the accumulator converted (`p.conv`); each scale cast (`p.sa`, `p.sw`);
 //   2. the first product of `p.grouping`, rounded to fp32 and then to `p.first`;
-//   3. the second product, rounded to fp32, or fused with the bias add (`p.fma`, bias before the
-//      output) into one FMA;
+//   3. the second product, rounded to fp32 and then to `p.second`, or fused with the bias add
+//      (`p.fma`, bias before the output) into one FMA;
 //   4. the bias: an fp32 add before the output rounding, or after it (the output rounded, widened,
 //      the bias added in fp32, rounded again);
 //   5. the output rounding `p.rounding` to `p.out`.
-// `Acc`, `F` are an integer accumulator and `float`; the formula-space printer and the class
+// `Acc`, `F` are the accumulator (an integer, or the fp32 `d` of an FP8 GEMM for a point whose
+// `input` is `fp32`) and `float`; the formula-space printer and the class
 // computation instantiate them with symbolic types (src/epilogue/formula_space.cpp), so the
 // notation of a point and its equivalence class are read from this very text.
 template <typename Acc, typename F>
@@ -431,7 +453,7 @@ QC_FORMULA_FN auto apply_point(const FormulaPoint& p, Acc acc, F sa_in, F sw_in,
   }
   const bool add_before = has_bias && p.bias == BiasPlacement::before_output;
   if (add_before && p.fma) return out_round(p.out, p.rounding, fma_rn(l, r, bias));
-  const F y = mul_rn(l, r);
+  const F y = round_to(p.second, mul_rn(l, r));
   if (add_before) return out_round(p.out, p.rounding, add_rn(y, bias));
   if (has_bias && p.bias == BiasPlacement::after_output) {
     return out_round(p.out, p.rounding, add_rn(widen_out(p.out, out_round(p.out, p.rounding, y)), bias));

@@ -77,8 +77,9 @@ def exact_accumulate(a_q: ArrayLike, w_q: ArrayLike, *, wide: Optional[bool] = N
 
 def apply_epilogue(name: str, acc: ArrayLike, a_scale: ArrayLike, w_scale: ArrayLike,
                    bias: Optional[ArrayLike] = None, *, threads: int = 0) -> np.ndarray:
-    """The named bit-exact epilogue (``qconform.epilogues()``) on int32 or int64 accumulators
-    ``[M, N]``: returns bf16 bit patterns (uint16) ``[M, N]``."""
+    """The named bit-exact epilogue (``qconform.epilogues()``, or a formula string) on int32 or int64
+    accumulators ``[M, N]``, or on an FP8 GEMM's float32 ``d`` for an FP8 formula (over ``d``, or
+    ``"fp8-scaled"``): returns bf16 bit patterns (uint16) ``[M, N]``."""
     return _qconform.apply_epilogue(name, to_host(acc), to_host(a_scale), to_host(w_scale),
                                     None if bias is None else to_host(bias), threads)
 
@@ -125,10 +126,38 @@ def _python_library() -> str:
     return ", ".join(parts)
 
 
+def _takes_positional(fn: Callable[..., Any], count: int) -> Optional[bool]:
+    """Whether ``fn`` can be called with ``count`` positional arguments (None: its signature is unknown)."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    try:
+        sig.bind(*range(count))
+    except TypeError:
+        return False
+    return True
+
+
+def _fp8_kind(spec: Callable[..., Any], accumulation_model: Optional[str], accumulate: Any) -> str:
+    """An FP8 callable is a kernel ``fn(a_q, a_scale, w_q, w_scale, bias) -> y`` or a GEMM ``fn(a, w) -> d``:
+    its signature says which; ``accumulate=`` makes it a kernel."""
+    if accumulate is not None:
+        return "fp8-kernel"
+    five, two = _takes_positional(spec, 5), _takes_positional(spec, 2)
+    if five and not two:
+        return "fp8-kernel"
+    if two and not five:
+        return "fp8-gemm"
+    # Both or unknown: a declared model keeps its old meaning (the unscaled GEMM), else the kernel.
+    return "fp8-gemm" if accumulation_model else "fp8-kernel"
+
+
 def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = None,
         exposes_accumulator: bool = False, description: Optional[str] = None,
         device: Optional[str] = None, library: Optional[str] = None,
-        accumulation_model: Optional[str] = None) -> Arm:
+        accumulation_model: Optional[str] = None, element: Optional[str] = None,
+        accumulate: Optional[Callable[..., Any]] = None) -> Arm:
     """An :class:`Arm` from a label (``"cpu:vllm-cutlass"``), an existing arm, or a callable.
 
     A callable ``fn(a_q, a_scale, w_q, w_scale, bias) -> y`` receives read-only NumPy views of the
@@ -156,7 +185,20 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
     one has no e4m3 encoding) and applies the ``fp8-scaled`` epilogue to ``d``. The declaration is
     the callable's claim, recorded in ``info["accumulation_model"]`` and in the run record; check it
     with :func:`fp8_accumulate` against ``"cpu:fp8-<model>"``.
+
+    FP8 callables need no declaration: ``element="e4m3"`` makes an FP8 arm whose accumulation model
+    (and, for a kernel, its epilogue) is unknown until :func:`identify` measures it. The callable is
+    either a whole FP8 *kernel* with the INT8 signature, ``fn(a_q, a_scale, w_q, w_scale, bias) -> y``
+    (``a_q`` uint8 ``[M, K]`` and ``w_q`` uint8 ``[N, K]`` e4m3fn codes, fp32 scales, ``bias`` bf16
+    or ``None``, ``y`` bf16 ``[M, N]``: its epilogue is its own), or an unscaled *GEMM*
+    ``fn(a, w) -> d`` as above (qconform applies ``fp8-scaled``); its signature says which (a callable
+    that takes five arguments is a kernel, two a GEMM). A kernel may offer its unscaled GEMM too:
+    ``accumulate=g`` with ``g(a, w) -> d`` (identify then measures the model through ``g`` and the
+    epilogue through ``fn``). A kernel's ``epilogue`` is a formula over ``d``
+    (``"bf16(rn32(sa * rn32(d * sw)))"``, what :func:`identify` returns), and ``accumulation_model`` may
+    be given with it: what identify measured, declared back for :func:`verify`.
     """
+    fp8 = element is not None or accumulation_model is not None or accumulate is not None
     if isinstance(spec, Arm):
         return spec
     if isinstance(spec, str):
@@ -167,13 +209,25 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
     if not callable(spec):
         raise InputError(f"arm: expected a label such as 'cpu:vllm-cutlass', a qconform.Arm or a callable "
                          f"f(a_q, a_scale, w_q, w_scale, bias) -> y, found {type(spec).__qualname__}")
+    if element is not None and element != "e4m3":
+        raise InputError(f"arm: element: expected 'e4m3' (an FP8 callable receives e4m3fn codes), found {element!r}")
+    if accumulate is not None and not callable(accumulate):
+        raise InputError(f"arm: accumulate: expected a callable g(a, w) -> d, found {type(accumulate).__qualname__}")
+    if not fp8:
+        kind = "int8"
+        if _takes_positional(spec, 2) and _takes_positional(spec, 5) is False:
+            raise InputError("arm: the callable takes 2 arguments (a, w), an FP8 GEMM's unscaled entry; an INT8 arm "
+                             "takes fn(a_q, a_scale, w_q, w_scale, bias) -> y. Pass element='e4m3' (qconform.identify "
+                             "then measures its accumulation model) or accumulation_model=... to declare one")
+    else:
+        kind = _fp8_kind(spec, accumulation_model, accumulate)
     kernel = name if name else _callable_name(spec)
     label = kernel if ":" in kernel else f"python:{kernel}"
     return _qconform.python_arm(
         spec, to_host, label, kernel, epilogue or "", bool(exposes_accumulator),
         description or f"Python callable {kernel}",
         device or f"python (host: {platform.machine()})", library or _python_library(), "",
-        accumulation_model or "")
+        accumulation_model or "", kind, accumulate)
 
 
 def fp8_accumulate(arm_spec: ArmSpec, a: ArrayLike, w: ArrayLike, *, threads: int = 0) -> Dict[str, Any]:
@@ -317,10 +371,11 @@ def boundary(arm_spec: ArmSpec, *, max_k: int = 32768, overflow_probe: bool = Tr
 def identify(arm_spec: ArmSpec, *, seed: Optional[int] = None) -> Dict[str, Any]:
     """Which epilogue formula an INT8 arm (a label, an :class:`Arm` or any callable) computes:
     designed probes through the arm over the formula space, then a held-out confirmation on
-    synthetic operands. For an FP8 arm (one that declares an accumulation model, e.g.
-    ``"cpu:fp8-hopper-fp8-chain"``) the formula is its accumulation model measured through the
-    arm (what ``boundary`` measures, docs/accumulation.md) plus the declared ``fp8-scaled``
-    epilogue, and the dict has ``fp8_accumulation``. Returns the dict ``qconform identify --json`` writes (``verdict``
+    synthetic operands. For an FP8 arm (``"cpu:fp8-hopper-fp8-chain"``, a callable made with
+    ``element="e4m3"``, declared or not) the formula is its accumulation model measured through the
+    arm (what ``boundary`` measures, docs/accumulation.md; through its bf16 output when it offers no
+    unscaled GEMM) and its epilogue, identified over the formulas of ``d``; the dict has
+    ``fp8_accumulation``, ``accumulation_model`` (what to declare) and ``fp8_epilogue``. Returns the dict ``qconform identify --json`` writes (``verdict``
     ``identified`` / ``ambiguous`` / ``unexplained``, ``formula``, ``named``, ``explained``,
     ``candidates``, ``probes``, ...) plus ``printout``, the text the CLI prints. The formula string
     can be passed back as ``arm(fn, epilogue=formula)``; see docs/identify.md."""

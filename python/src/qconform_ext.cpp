@@ -426,6 +426,9 @@ nb::dict info_to_dict(const qc::ArmInfo& i) {
   d["is_mutant"] = i.is_mutant;
   d["breaks_stage"] = i.breaks_stage;
   d["accumulation_model"] = i.accumulation_model;  // FP8 arms: the declared model (docs/accumulation.md); "" otherwise
+  d["element"] = std::string(qc::element_type_name(i.element));  // "e4m3" for every FP8 arm, declared or not
+  d["fp8"] = i.fp8();
+  d["unscaled_entry"] = i.offers_unscaled();
   return d;
 }
 
@@ -439,48 +442,94 @@ std::string type_qualname(nb::handle obj) {
   return nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).attr("__qualname__")));
 }
 
-// An arm whose kernel is a Python callable `fn(a_q, a_scale, w_q, w_scale, bias) -> y` (or
-// `-> (y, acc)` when it exposes its accumulator). The operands reach `fn` as read-only NumPy views
-// (no copy); `normalize(obj)` (from the Python layer) turns torch tensors and ml_dtypes arrays into
-// NumPy arrays that nanobind can read; then the output is checked strictly: [M,N] bf16, and
-// [M,N] int32 for the accumulator.
+// What a Python callable is (`qconform.arm`, which reads it from the callable's signature and the
+// arguments given): an INT8 kernel `fn(a_q, a_scale, w_q, w_scale, bias) -> y`; an FP8 GEMM
+// `fn(a, w) -> d` (the unscaled fp32 result; qconform applies `fp8-scaled`); or an FP8 kernel with the
+// INT8 signature over e4m3 codes, scales in and bf16 out (its epilogue its own), optionally with its
+// unscaled GEMM beside it (`accumulate=`).
+enum class PyArmKind { int8, fp8_gemm, fp8_kernel };
+
+PyArmKind py_arm_kind(const std::string& kind) {
+  if (kind == "int8") return PyArmKind::int8;
+  if (kind == "fp8-gemm") return PyArmKind::fp8_gemm;
+  QC_INPUT(kind == "fp8-kernel", "python_arm: kind: expected int8, fp8-gemm or fp8-kernel, found `{}`", kind);
+  return PyArmKind::fp8_kernel;
+}
+
+// An arm whose kernel is a Python callable (`PyArmKind`). The operands reach `fn` as read-only NumPy
+// views (no copy; FP8 codes as uint8 bit patterns); `normalize(obj)` (from the Python layer) turns
+// torch tensors and ml_dtypes arrays into NumPy arrays that nanobind can read; then the output is
+// checked strictly: [M,N] bf16, [M,N] int32 for an INT8 kernel's accumulator, [M,N] float32 for d.
 class PythonArm final : public qc::Arm {
  public:
-  PythonArm(nb::callable fn, nb::callable normalize, qc::ArmInfo info, qc::RunRecord record)
-      : fn_(std::move(fn)), normalize_(std::move(normalize)), info_(std::move(info)), record_(std::move(record)) {
+  PythonArm(nb::callable fn, nb::object accumulate, nb::callable normalize, qc::ArmInfo info, qc::RunRecord record,
+            PyArmKind kind)
+      : fn_(std::move(fn)), accumulate_(std::move(accumulate)), normalize_(std::move(normalize)), info_(std::move(info)),
+        record_(std::move(record)), kind_(kind) {
     if (!info_.accumulation_model.empty()) {
-      // An FP8 callable: the model must be one qconform can evaluate (unknown names: InputError
-      // listing them); the output goes through the FP8 epilogue, as every FP8 arm's does.
+      // A declared model must be one qconform can evaluate (unknown names: InputError listing them).
       (void)qc::fp8_accumulation_model(info_.accumulation_model);
-      const std::string fp8 = std::string(qc::fp8_epilogue().name);
+    }
+    if (kind_ == PyArmKind::int8) {
+      if (!info_.epilogue.empty()) {
+        const qc::Epilogue& e = qc::epilogue(info_.epilogue);  // unknown names: InputError listing the valid ones
+        QC_INPUT(e.name != qc::fp8_epilogue().name && !(e.kind == qc::EpilogueKind::point && e.space.input == qc::FormulaInput::fp32),
+                 "arm `{}`: epilogue: \"{}\" is an FP8 formula (over d); an INT8 callable's epilogue is written over acc, "
+                 "or pass element=\"e4m3\" for an FP8 kernel",
+                 info_.label, info_.epilogue);
+      }
+      return;
+    }
+    info_.element = qc::ElementType::e4m3;
+    QC_INPUT(!info_.exposes_accumulator,
+             "arm `{}`: exposes_accumulator=True: an FP8 callable has no INT32 accumulator; expected "
+             "exposes_accumulator=False (an FP8 kernel offers its fp32 GEMM as accumulate=fn(a, w) -> d)",
+             info_.label);
+    const std::string fp8 = std::string(qc::fp8_epilogue().name);
+    if (kind_ == PyArmKind::fp8_gemm) {
+      // The callable returns the unscaled fp32 GEMM; qconform applies the FP8 epilogue, as every FP8 arm does.
       QC_INPUT(info_.epilogue.empty() || info_.epilogue == fp8,
-               "arm `{}`: epilogue: an FP8 callable (accumulation_model=\"{}\") returns the unscaled fp32 GEMM and "
-               "qconform applies the `{}` epilogue; expected no epilogue or \"{}\", found \"{}\"",
-               info_.label, info_.accumulation_model, fp8, fp8, info_.epilogue);
-      QC_INPUT(!info_.exposes_accumulator,
-               "arm `{}`: exposes_accumulator=True: an FP8 callable (accumulation_model=\"{}\") has no INT32 "
-               "accumulator; expected exposes_accumulator=False",
-               info_.label, info_.accumulation_model);
+               "arm `{}`: epilogue: an FP8 callable fn(a, w) -> d returns the unscaled fp32 GEMM and qconform applies the "
+               "`{}` epilogue; expected no epilogue or \"{}\", found \"{}\" (a kernel with its own epilogue takes "
+               "fn(a_q, a_scale, w_q, w_scale, bias) -> y)",
+               info_.label, fp8, fp8, info_.epilogue);
       info_.epilogue = fp8;
       record_.epilogue = fp8;
-    } else if (!info_.epilogue.empty()) {
-      (void)qc::epilogue(info_.epilogue);  // unknown names: InputError listing the valid ones
+      info_.unscaled_entry = true;
+      return;
     }
+    // An FP8 kernel: its epilogue is its own, declared (a formula over the fp32 `d`) or not.
+    if (!info_.epilogue.empty()) {
+      const qc::Epilogue& e = qc::epilogue(info_.epilogue);
+      QC_INPUT(e.name == fp8 || (e.kind == qc::EpilogueKind::point && e.space.input == qc::FormulaInput::fp32),
+               "arm `{}`: epilogue: \"{}\" is a formula over an integer accumulator; an FP8 kernel's epilogue is written "
+               "over the fp32 GEMM result d, e.g. \"bf16(rn32(rn32(d * sa) * sw))\"",
+               info_.label, info_.epilogue);
+    }
+    info_.unscaled_entry = accumulate_.is_valid() && !accumulate_.is_none();
   }
 
   qc::ArmInfo info() const override { return info_; }
 
   qc::ArmOutput run(const qc::LayerOperands& ops) override {
-    // An INT8 callable (no accumulation model declared) refuses FP8 layers, as the built-in INT8 arms do.
+    // An INT8 callable refuses FP8 layers, as the built-in INT8 arms do.
     qc::check_arm_takes_layer(info_, ops);
     const std::string context = fmt::format("layer `{}` ({}x{}x{})", ops.name, ops.m, ops.n, ops.k);
-    return guarded(context, context, [&] { return info_.accumulation_model.empty() ? run_with_gil(ops) : run_fp8_with_gil(ops); });
+    return guarded(context, context, [&] {
+      if (kind_ == PyArmKind::fp8_gemm) return run_fp8_with_gil(ops);
+      return run_with_gil(ops);
+    });
   }
 
-  // FP8 callables: d = fn(a, w), a [m,k] and w [n,k] e4m3 codes (uint8), d float32 [m,n].
+  // FP8 callables: d = fn(a, w) (an FP8 GEMM) or accumulate(a, w) (an FP8 kernel's unscaled entry),
+  // a [m,k] and w [n,k] e4m3 codes (uint8), d float32 [m,n].
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int /*threads*/) override {
-    if (info_.accumulation_model.empty()) return qc::Arm::fp8_accumulate(a, w, m, n, k, record, 0);  // the INT8 refusal
+    if (kind_ == PyArmKind::int8) return qc::Arm::fp8_accumulate(a, w, m, n, k, record, 0);  // the INT8 refusal
+    QC_INPUT(info_.unscaled_entry,
+             "arm `{}` is an FP8 kernel fn(a_q, a_scale, w_q, w_scale, bias) -> y without an unscaled entry; pass "
+             "accumulate=fn(a, w) -> d to qconform.arm to offer its fp32 GEMM",
+             info_.label);
     const std::string context = fmt::format("FP8 GEMM {}x{}x{}", m, n, k);
     std::vector<float> d = guarded(context, context, [&] {
       const size_t mm = static_cast<size_t>(m), nn = static_cast<size_t>(n), kk = static_cast<size_t>(k);
@@ -489,11 +538,12 @@ class PythonArm final : public qc::Arm {
       nb::object wv = numpy_from_vector(std::vector<uint8_t>(w, w + n * k), {nn, kk});
       return call_fp8(av, wv, m, n, fmt::format("arm `{}` on an FP8 GEMM {}x{}x{}", info_.label, m, n, k));
     });
-    record = {{"arm", info_.label},
-              {"kernel", record_.kernel},
-              {"accumulation_model", info_.accumulation_model},
-              {"accumulation_formula", qc::accumulation_formula(qc::fp8_accumulation_model(info_.accumulation_model).model)},
-              {"accumulation_model_declared_by", "the Python callable (its declaration, not a measurement)"}};
+    record = {{"arm", info_.label}, {"kernel", record_.kernel}};
+    if (!info_.accumulation_model.empty()) {
+      record["accumulation_model"] = info_.accumulation_model;
+      record["accumulation_formula"] = qc::accumulation_formula(qc::fp8_accumulation_model(info_.accumulation_model).model);
+      record["accumulation_model_declared_by"] = "the Python callable (its declaration, not a measurement)";
+    }
     return d;
   }
 
@@ -525,23 +575,30 @@ class PythonArm final : public qc::Arm {
     }
   }
 
-  // d = fn(a, w) checked: float32 [m, n].
+  // d = fn(a, w) (or accumulate(a, w)) checked: float32 [m, n].
   std::vector<float> call_fp8(nb::handle a, nb::handle w, int64_t m, int64_t n, const std::string& who) {
-    nb::object result = fn_(a, w);
+    nb::object result = kind_ == PyArmKind::fp8_kernel ? accumulate_(a, w) : fn_(a, w);
     const std::string what = who + ": output d (the unscaled fp32 GEMM)";
     const HostArray<float> d = host_array<float>(as_array(normalize_(result), what), what, Elem::f32, {2});
     QC_INPUT(d.dim(0) == m && d.dim(1) == n, "{}: expected shape [{},{}] (M,N), found {}", what, m, n, shape_text(d.array));
     return std::vector<float>(d.data.begin(), d.data.end());
   }
 
-  // An FP8 callable on a layer: the layer's e4m3 codes (an FP8 layer's own, or an INT8 layer's
-  // codes re-encoded exactly, `fp8_layer_codes`), d = fn(a, w), then the FP8 epilogue.
-  qc::ArmOutput run_fp8_with_gil(const qc::LayerOperands& ops) {
+  // The e4m3 codes an FP8 callable receives for a layer: an FP8 layer's own, or an INT8 layer's codes
+  // re-encoded exactly (`fp8_layer_codes`).
+  qc::Fp8LayerCodes e4m3_codes(const qc::LayerOperands& ops) const {
     ops.validate();
-    QC_INPUT(!ops.has_bias(), "arm `{}`: layer `{}`: the FP8 arms take no bias (not modelled)", info_.label, ops.name);
-    const qc::Fp8LayerCodes codes = qc::fp8_layer_codes(info_.label, ops);
+    qc::Fp8LayerCodes codes = qc::fp8_layer_codes(info_.label, ops);
     QC_INPUT(codes.a_format == qc::Fp8Format::e4m3 && codes.w_format == qc::Fp8Format::e4m3,
              "arm `{}`: layer `{}`: e5m2 operands: a Python FP8 callable receives e4m3 codes only", info_.label, ops.name);
+    return codes;
+  }
+
+  // An FP8 GEMM callable on a layer: its codes, d = fn(a, w), then the FP8 epilogue.
+  qc::ArmOutput run_fp8_with_gil(const qc::LayerOperands& ops) {
+    QC_INPUT(!ops.has_bias(), "arm `{}`: layer `{}`: an FP8 GEMM callable fn(a, w) -> d takes no bias (qconform's "
+             "`fp8-scaled` epilogue adds none)", info_.label, ops.name);
+    const qc::Fp8LayerCodes codes = e4m3_codes(ops);
     const size_t m = static_cast<size_t>(ops.m), n = static_cast<size_t>(ops.n), k = static_cast<size_t>(ops.k);
     nb::object av = numpy_from_vector(std::vector<uint8_t>(codes.a.begin(), codes.a.end()), {m, k});
     nb::object wv = numpy_from_vector(std::vector<uint8_t>(codes.w.begin(), codes.w.end()), {n, k});
@@ -552,8 +609,10 @@ class PythonArm final : public qc::Arm {
                        out.y.data());
     out.record = record_;
     out.record.arm = info_.label;
-    out.record.extra["accumulation_model"] = info_.accumulation_model;
-    out.record.extra["accumulation_model_declared_by"] = "the Python callable (its declaration, not a measurement)";
+    if (!info_.accumulation_model.empty()) {
+      out.record.extra["accumulation_model"] = info_.accumulation_model;
+      out.record.extra["accumulation_model_declared_by"] = "the Python callable (its declaration, not a measurement)";
+    }
     out.record.extra["operands"] = codes.description;
     return out;
   }
@@ -562,11 +621,21 @@ class PythonArm final : public qc::Arm {
   nb::callable callable() const { return fn_; }
 
  private:
+  // The INT8 signature fn(a_q, a_scale, w_q, w_scale, bias): int8 codes for an INT8 kernel, the
+  // layer's e4m3 codes (uint8 bit patterns) for an FP8 kernel.
   qc::ArmOutput run_with_gil(const qc::LayerOperands& ops) {
     const size_t m = static_cast<size_t>(ops.m), n = static_cast<size_t>(ops.n), k = static_cast<size_t>(ops.k);
-    nb::object a_q = numpy_view(ops.a_q, {m, k}, ops.keepalive);
+    std::optional<qc::Fp8LayerCodes> codes;
+    nb::object a_q, w_q;
+    if (kind_ == PyArmKind::fp8_kernel) {
+      codes.emplace(e4m3_codes(ops));
+      a_q = numpy_from_vector(std::vector<uint8_t>(codes->a.begin(), codes->a.end()), {m, k});
+      w_q = numpy_from_vector(std::vector<uint8_t>(codes->w.begin(), codes->w.end()), {n, k});
+    } else {
+      a_q = numpy_view(ops.a_q, {m, k}, ops.keepalive);
+      w_q = numpy_view(ops.w_q, {n, k}, ops.keepalive);
+    }
     nb::object a_scale = numpy_view(ops.a_scale, {m}, ops.keepalive);
-    nb::object w_q = numpy_view(ops.w_q, {n, k}, ops.keepalive);
     nb::object w_scale = numpy_view(ops.w_scale, {n}, ops.keepalive);
     nb::object bias = ops.has_bias() ? numpy_view(ops.bias, {n}, ops.keepalive) : nb::none();
     nb::object result = fn_(a_q, a_scale, w_q, w_scale, bias);
@@ -601,12 +670,22 @@ class PythonArm final : public qc::Arm {
     out.record = record_;
     out.record.arm = info_.label;
     out.record.epilogue = info_.epilogue;
+    if (codes) {
+      out.record.extra["operands"] = codes->description;
+      if (!info_.accumulation_model.empty()) {
+        out.record.extra["accumulation_model"] = info_.accumulation_model;
+        out.record.extra["accumulation_model_declared_by"] = "the Python callable (its declaration, not a measurement)";
+      }
+    }
     return out;
   }
 
-  nb::callable fn_, normalize_;
+  nb::callable fn_;
+  nb::object accumulate_;  // an FP8 kernel's unscaled entry, or None
+  nb::callable normalize_;
   qc::ArmInfo info_;
   qc::RunRecord record_;
+  PyArmKind kind_;
 };
 
 }  // namespace
@@ -697,6 +776,7 @@ NB_MODULE(_qconform, m) {
          int threads) -> nb::object {
         const qc::Epilogue& e = qc::epilogue(name);
         const bool wide = acc_arr.dtype() == nb::dtype<int64_t>();
+        const bool fp32 = acc_arr.dtype() == nb::dtype<float>();  // an FP8 GEMM's d (an FP8 formula, `fp8-scaled`)
         const HostArray<float> sa = host_array<float>(sa_arr, "a_scale", Elem::f32, {1});
         const HostArray<float> sw = host_array<float>(sw_arr, "w_scale", Elem::f32, {1});
         const int64_t M = sa.dim(0), N = sw.dim(0);
@@ -711,7 +791,11 @@ NB_MODULE(_qconform, m) {
           QC_INPUT(acc.dim(0) == M && acc.dim(1) == N, "acc: expected shape [{},{}] (len(a_scale), len(w_scale)), found {}",
                    M, N, shape_text(acc.array));
         };
-        if (wide) {
+        if (fp32) {
+          const HostArray<float> acc = host_array<float>(acc_arr, "acc", Elem::f32, {2});
+          check_acc_shape(acc);
+          without_gil([&] { qc::apply_epilogue(e, acc.data.data(), sa.data.data(), sw.data.data(), b, M, N, y.data(), threads); });
+        } else if (wide) {
           const HostArray<int64_t> acc = host_array<int64_t>(acc_arr, "acc", Elem::i64, {2});
           check_acc_shape(acc);
           without_gil([&] { qc::apply_epilogue(e, acc.data.data(), sa.data.data(), sw.data.data(), b, M, N, y.data(), threads); });
@@ -837,7 +921,7 @@ NB_MODULE(_qconform, m) {
       [](nb::callable fn, nb::callable normalize, const std::string& label, const std::string& kernel,
          const std::string& epilogue, bool exposes_accumulator, const std::string& description,
          const std::string& device, const std::string& library, const std::string& build,
-         const std::string& accumulation_model) {
+         const std::string& accumulation_model, const std::string& kind, nb::object accumulate) {
         qc::ArmInfo info;
         info.label = label;
         info.accumulation_model = accumulation_model;
@@ -851,10 +935,11 @@ NB_MODULE(_qconform, m) {
         record.device = device;
         record.library = library;
         record.build = build;
-        return std::make_unique<PythonArm>(std::move(fn), std::move(normalize), std::move(info), std::move(record));
+        return std::make_unique<PythonArm>(std::move(fn), std::move(accumulate), std::move(normalize), std::move(info),
+                                           std::move(record), py_arm_kind(kind));
       },
       "fn"_a, "normalize"_a, "label"_a, "kernel"_a, "epilogue"_a, "exposes_accumulator"_a, "description"_a,
-      "device"_a, "library"_a, "build"_a, "accumulation_model"_a = "");
+      "device"_a, "library"_a, "build"_a, "accumulation_model"_a = "", "kind"_a = "int8", "accumulate"_a = nb::none());
 
   // ---- operands ----
   m.def(
@@ -966,9 +1051,8 @@ NB_MODULE(_qconform, m) {
         std::string text;
         without_gil([&] {
           const qc::IdentifyResult r = qc::identify(arm, o);
-          QC_INPUT(r.verdict != "not-supported", "{}", r.reason);
           j = qc::to_json(r);
-          text = qc::describe(r);
+          text = qc::describe(r, "python");
         });
         j["printout"] = text;
         return json_to_py(j);

@@ -109,6 +109,9 @@ NamedAccumModel fp8_accumulation_model(std::string_view name) {
       return r;
     }
   }
+  if (is_fp8_model_spelling(name)) {
+    return {std::string(name), parse_fp8_model_spelling(name), "a model spelled out field by field (measured by qconform identify)"};
+  }
   if (name.starts_with("blocked-")) {
     const int64_t c = parse_count(name.substr(8), name);
     return {std::string(name), fp32_sum(static_cast<int32_t>(c), 1),

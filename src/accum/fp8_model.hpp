@@ -70,6 +70,14 @@ NamedAccumModel fp8_accumulation_model(std::string_view name);
 std::string cublaslt_split_k_model(std::string_view model, long long split_k, long long reduction_scheme,
                                    std::string& refusal);
 
+// Every model spelled out, `fp8-model(step_k=..,term_bits=..,...)` with every field of
+// `Fp8AccumModel` (fp8_model_spelling.cpp): `fp8_accumulation_model` reads it back, so a measured
+// model without a name can be declared (qconform identify). `parse_fp8_model_spelling`: QC_INPUT
+// naming the field for a bad spelling.
+std::string fp8_model_spelling(const Fp8AccumModel& m);
+bool is_fp8_model_spelling(std::string_view text);
+Fp8AccumModel parse_fp8_model_spelling(std::string_view text);
+
 // The names `qconform arms` lists (fixed rows, then "blocked-<chunk>", "split-k-<splits>").
 std::vector<std::string> fp8_accumulation_model_names();
 

@@ -39,14 +39,15 @@ void from_json(const nlohmann::json& j, RunRecord& r) {
 }
 
 std::vector<float> Arm::fp8_accumulate(const uint8_t*, const uint8_t*, int64_t, int64_t, int64_t, nlohmann::json&, int) {
-  QC_FAIL_INPUT("arm `{}` is not an FP8 arm (it declares no accumulation model); FP8 arms: cpu:fp8-<model>, "
+  QC_FAIL_INPUT("arm `{}` offers no unscaled FP8 GEMM (it is not an FP8 arm, or an FP8 kernel with only its scaled entry); "
+                "FP8 arms with one: cpu:fp8-<model>, "
                 "cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc",
                 printable_text(info().label));
 }
 
 void check_arm_takes_layer(const ArmInfo& info, const LayerOperands& ops) {
-  if (!ops.fp8() || info.is_fp8()) return;
-  QC_FAIL_INPUT("arm `{}` is an INT8 arm (it declares no FP8 accumulation model) and cannot run layer `{}` "
+  if (!ops.fp8() || info.fp8()) return;
+  QC_FAIL_INPUT("arm `{}` is an INT8 arm (neither an FP8 element nor an FP8 accumulation model) and cannot run layer `{}` "
                 "({}x{}x{}, {} activations x {} weights, from {}); FP8 layers run on the FP8 arms: cpu:fp8-<model>, "
                 "cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc",
                 printable_text(info.label), printable_text(ops.name), ops.m, ops.n, ops.k,
@@ -71,7 +72,7 @@ class Int8LayerGuard final : public Arm {
 };
 
 std::unique_ptr<Arm> guarded(std::unique_ptr<Arm> arm) {
-  if (!arm || arm->info().is_fp8()) return arm;  // FP8 arms take FP8 and INT8 layers
+  if (!arm || arm->info().fp8()) return arm;  // FP8 arms take FP8 and INT8 layers
   return std::make_unique<Int8LayerGuard>(std::move(arm));
 }
 }  // namespace

@@ -618,7 +618,9 @@ namespace {
 // the declaration and explains every confirmation output.
 BoundaryResult run_fp8_boundary(Arm& arm, const BoundaryOptions& options) {
   BoundaryResult r;
-  r.fp8 = measure_fp8_accumulation(arm, options.fp8);
+  Fp8MeasureOptions mo = options.fp8;
+  mo.through_run = mo.through_run || !arm.info().offers_unscaled();  // a kernel with only its scaled entry
+  r.fp8 = measure_fp8_accumulation(arm, mo);
   const Fp8Measurement& m = *r.fp8;
   r.arm = m.arm;
   r.record.arm = m.arm.label;
@@ -700,7 +702,7 @@ BoundaryResult run_fp8_boundary(Arm& arm, const BoundaryOptions& options) {
 }  // namespace
 
 BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options) {
-  if (arm.info().is_fp8()) return run_fp8_boundary(arm, options);
+  if (arm.info().fp8()) return run_fp8_boundary(arm, options);
   return Suite(arm, options).run();
 }
 

@@ -18,6 +18,8 @@
 // probe that each single-field alternative fails to predict.
 #include "checks/c1_fp8_model.hpp"
 
+#include "checks/c1_fp8_probes.hpp"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -29,6 +31,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <tuple>
 
 #include "accum/fp8_model.hpp"
 #include "core/parallel.hpp"
@@ -89,227 +92,6 @@ bool same(const Fp8AccumModel& x, const Fp8AccumModel& y) {
          a.result_bits == b.result_bits && a.result_rounding == b.result_rounding && a.alignment == b.alignment &&
          a.promote_steps == b.promote_steps && a.promote_bits == b.promote_bits &&
          a.promote_rounding == b.promote_rounding && a.splits == b.splits;
-}
-
-// ---- probe design ------------------------------------------------------------------------------
-
-// The e4m3fn code of an exactly representable value (QC_CHECK otherwise: a design error).
-uint8_t code_of(double v) {
-  const uint8_t c = f32_to_e4m3fn(static_cast<float>(v), false);
-  QC_CHECK(accum_model::fp8_code_finite(c, Fp8Format::e4m3) && static_cast<double>(e4m3fn_to_f32(c)) == v,
-           "fp8 probe design: {} is not an e4m3fn value", v);
-  return c;
-}
-
-// A pair of codes whose product is exactly v (both normal where possible), or nullopt.
-std::optional<std::pair<uint8_t, uint8_t>> factor(double v) {
-  std::optional<std::pair<uint8_t, uint8_t>> best;
-  int best_rank = 99;
-  const uint8_t sign = v < 0 ? 0x80 : 0;
-  const double u = std::fabs(v);
-  for (int a = 1; a < 0x7F; ++a) {
-    const double av = e4m3fn_to_f32(static_cast<uint8_t>(a));
-    const double wv = u / av;
-    if (wv > 448.0 || wv < 0x1p-9) continue;
-    const uint8_t wc = f32_to_e4m3fn(static_cast<float>(wv), false);
-    if (!accum_model::fp8_code_finite(wc, Fp8Format::e4m3) || static_cast<double>(e4m3fn_to_f32(wc)) * av != u) {
-      continue;
-    }
-    // Prefer normal codes (the alignment exponent is then floor(log2)), then a power-of-two w.
-    const int rank = ((a >> 3) == 0) * 4 + ((wc >> 3) == 0) * 4 + ((wc & 7) != 0);
-    if (rank < best_rank) {
-      best_rank = rank;
-      best = std::make_pair(static_cast<uint8_t>(a | sign), wc);
-    }
-  }
-  return best;
-}
-
-struct Designer {
-  std::vector<Fp8Probe> probes;
-
-  bool add(std::string id, std::string family, int64_t k, const std::vector<std::pair<int64_t, double>>& terms) {
-    Fp8Probe p;
-    p.id = std::move(id);
-    p.family = std::move(family);
-    p.k = k;
-    for (const auto& [pos, v] : terms) {
-      const auto f = factor(v);
-      if (!f) return false;  // no pair of e4m3 codes has this product: the design skips it
-      p.terms.push_back({pos, f->first, f->second});
-    }
-    probes.push_back(std::move(p));
-    return true;
-  }
-  void add_terms(std::string id, std::string family, int64_t k, std::vector<Fp8Probe::Term> terms) {
-    Fp8Probe p;
-    p.id = std::move(id);
-    p.family = std::move(family);
-    p.k = k;
-    p.terms = std::move(terms);
-    probes.push_back(std::move(p));
-  }
-  void add_pair(std::string id, std::string family, int64_t k, const std::vector<std::tuple<int64_t, double, double>>& t) {
-    Fp8Probe p;
-    p.id = std::move(id);
-    p.family = std::move(family);
-    p.k = k;
-    for (const auto& [pos, a, w] : t) p.terms.push_back({pos, code_of(a), code_of(w)});
-    probes.push_back(std::move(p));
-  }
-};
-
-constexpr int64_t kLongK = 1024;  // structure and promotion probes: boundaries up to 512 products apart
-constexpr int64_t kStepK = 128;
-constexpr int64_t kShortK = 16;
-
-std::vector<Fp8Probe> design_probes(uint64_t seed) {
-  Designer d;
-  const double mants[] = {1.0, 1.125, 1.5, 1.75, 1.875};
-  // Short probes first: they are the cheapest to evaluate and eliminate most parameter sets.
-  // kept-bits: 2^16 (256·256) then ±m·2^(16-b) (and the reverse order, and two equal small
-  // terms): the bits a step keeps below its largest term, and whether it truncates (rz) or rounds
-  // (rn); m = 1.125 next to a half ulp tells a rounded term from an exact one (double rounding).
-  const double big = 65536.0;
-  for (int b = 4; b <= 30; ++b) {
-    for (double m : mants) {
-      const double s = m * std::ldexp(1.0, 16 - b);
-      for (int sign : {1, -1}) {
-        d.add(fmt::format("kept-bits/2^16{}{}*2^{}", sign > 0 ? "+" : "-", m, 16 - b), "kept-bits", kShortK,
-              {{0, big}, {1, sign * s}});
-      }
-      d.add(fmt::format("kept-bits/{}*2^{}+2^16", m, 16 - b), "kept-bits", kShortK, {{0, s}, {1, big}});
-      if (m == 1.5 || m == 1.0) {
-        d.add(fmt::format("kept-bits/2^16+2x{}*2^{}", m, 16 - b), "kept-bits", kShortK, {{0, big}, {1, s}, {2, s}});
-        d.add(fmt::format("kept-bits/-2^16+2x{}*2^{}", m, 16 - b), "kept-bits", kShortK, {{0, -big}, {1, s}, {2, s}});
-      }
-    }
-  }
-  // cancel: 2^16 - B' leaves a small sum whose own exponent is below E = 16: the terms are rounded
-  // relative to E, the result relative to its own exponent, so term and result bits separate.
-  for (double bp : {32768.0, 49152.0, 57344.0, 61440.0}) {
-    for (int b = 8; b <= 30; ++b) {
-      for (double m : {1.0, 1.5, 1.75}) {
-        const double s = m * std::ldexp(1.0, 16 - b);
-        d.add(fmt::format("cancel/2^16-{}+{}*2^{}", bp, m, 16 - b), "cancel", kShortK, {{0, big}, {1, -bp}, {2, s}});
-        if (m == 1.5) {
-          d.add(fmt::format("cancel/{}*2^{}+2^16-{}", m, 16 - b, bp), "cancel", kShortK, {{0, s}, {1, big}, {2, -bp}});
-        }
-      }
-    }
-  }
-  // alignment: a product of two mantissas >= sqrt(2) lies one binade above e(a)+e(b); a small term
-  // next to it is rounded to 2^(e(a)+e(b)-bits) (exponent-sum rule) or to 2^(floor(log2|ab|)-bits).
-  for (double m : {1.5, 1.75, 1.875}) {
-    for (int b = 6; b <= 18; ++b) {
-      for (double sm : {1.0, 1.5}) {
-        const auto f = factor(sm * std::ldexp(1.0, -b));
-        if (!f) continue;
-        const Fp8Probe::Term big{0, code_of(m), code_of(m)};
-        d.add_terms(fmt::format("alignment/{}^2+{}*2^-{}", m, sm, b), "alignment", kShortK,
-                    {big, {1, f->first, f->second}});
-        d.add_terms(fmt::format("alignment/{}*2^-{}+{}^2", sm, b, m), "alignment", kShortK,
-                    {{0, f->first, f->second}, {1, big.a, big.w}});
-      }
-    }
-  }
-  // alignment inside a step: two small terms beside the product (each below the grid of one rule
-  // only), and the product less a smaller product, so that the step's result has a lower exponent
-  // than E and keeps what the alignment let through.
-  for (double m : {1.5, 1.75}) {
-    for (int b = 10; b <= 16; ++b) {
-      const auto f = factor(std::ldexp(1.0, -b));
-      if (!f) continue;
-      const Fp8Probe::Term big{0, code_of(m), code_of(m)}, small1{1, f->first, f->second}, small2{2, f->first, f->second};
-      d.add_terms(fmt::format("alignment/{}^2+2x2^-{}", m, b), "alignment", kShortK, {big, small1, small2});
-      d.add_terms(fmt::format("alignment/{}^2-1.5*1.25+2^-{}", m, b), "alignment", kShortK,
-                  {big, {1, code_of(-1.5), code_of(1.25)}, small2});
-    }
-  }
-  // steps: 2^-12 at positions 0..j-1, then 4 at j. The small terms in the same step as the 4 are
-  // aligned to it and lost; those in earlier steps are summed first and survive: the count that
-  // survives is step_k·floor(j/step_k).
-  for (int64_t j : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65, 127}) {
-    std::vector<std::pair<int64_t, double>> t;
-    for (int64_t i = 0; i < j; ++i) t.emplace_back(i, 0x1p-12);
-    t.emplace_back(j, 4.0);
-    d.add(fmt::format("steps/{}x2^-12+4", j), "steps", kStepK, t);
-  }
-  // random: dense randn·2 operands (the H200 measurement's), K = 256.
-  std::mt19937_64 rng(seed ^ 0x5eed);
-  std::normal_distribution<float> nd(0.0f, 2.0f);
-  for (int r = 0; r < 8; ++r) {
-    Fp8Probe p;
-    p.id = fmt::format("random/{}", r);
-    p.family = "random";
-    p.k = 256;
-    for (int64_t i = 0; i < p.k; ++i) {
-      p.terms.push_back({i, f32_to_e4m3fn(nd(rng), true), f32_to_e4m3fn(nd(rng), true)});
-    }
-    d.probes.push_back(std::move(p));
-  }
-  // structure: 2^6 at j-1, 2^-18 at j and j+1. Together (one chain, one step of rounded terms) the
-  // small terms are lost; separated from 2^6 by a promotion or split boundary (or all in one exact
-  // step) they survive as 2^6 + 2^-17 in an fp32 add.
-  std::set<int64_t> js;
-  for (int64_t j = 1; j <= 9; ++j) js.insert(j);
-  for (int64_t j = 16; j < kLongK - 1; j += 8) js.insert(j);
-  for (int64_t j : {17, 33, 65, 129, 257, 341, 342, 682, 683, 1022}) js.insert(j);
-  for (int64_t j : js) {
-    d.add_pair(fmt::format("structure/2^6@{}+2x2^-18", j - 1), "structure", kLongK,
-               {{j - 1, 8.0, 8.0}, {j, 0x1p-9, 0x1p-9}, {j + 1, 0x1p-9, 0x1p-9}});
-  }
-  // structure, exact sums: 2^-18 at 0, 2^8 at j-1, -2^8 at j. One exact sum keeps 2^-18; fp32
-  // partials lose it unless 2^8 and -2^8 cancel inside one partial: a split boundary between j-1
-  // and j shows even when every partial is exact.
-  for (int64_t j : {1, 64, 128, 129, 256, 257, 341, 342, 384, 512, 513, 640, 682, 683, 768, 896, 1023}) {
-    d.add_pair(fmt::format("structure/2^-18@0+2^8@{}-2^8@{}", j - 1, j), "structure", kLongK,
-               {{0, 0x1p-9, 0x1p-9}, {j - 1, 16.0, 16.0}, {j, -16.0, 16.0}});
-  }
-  // structure, separate partials: 2^6 at 0, 2^-18 at j1 and at j2 in different chains. A running
-  // sum (one accumulator, or chains promoted into one D) meets 2^6 first and loses both; partials
-  // that start from zero (split-K ranges) sum the two small terms to 2^-17 first, which survives.
-  for (const auto& [j1, j2] : std::vector<std::pair<int64_t, int64_t>>{
-           {40, 100}, {130, 170}, {260, 330}, {300, 500}, {350, 600}, {520, 1000}, {600, 700}, {700, 1000}, {900, 1000}}) {
-    d.add_pair(fmt::format("structure/2^6@0+2^-18@{}+2^-18@{}", j1, j2), "structure", kLongK,
-               {{0, 8.0, 8.0}, {j1, 0x1p-9, 0x1p-9}, {j2, 0x1p-9, 0x1p-9}});
-  }
-  // The same at a second K: a split-K range is K/splits long, a promotion interval is not, so
-  // `blocked-128` and `split-k-8` (equal at K = 1024) separate here.
-  constexpr int64_t kOtherK = 1536;
-  for (int64_t j : {128, 192, 256, 384, 512, 768, 1024, 1152, 1280}) {
-    d.add_pair(fmt::format("structure/K{}/2^6@{}+2x2^-18", kOtherK, j - 1), "structure", kOtherK,
-               {{j - 1, 8.0, 8.0}, {j, 0x1p-9, 0x1p-9}, {j + 1, 0x1p-9, 0x1p-9}});
-  }
-  for (const auto& [j1, j2] : std::vector<std::pair<int64_t, int64_t>>{{200, 300}, {600, 700}, {800, 1500}, {1300, 1500}}) {
-    d.add_pair(fmt::format("structure/K{}/2^6@0+2^-18@{}+2^-18@{}", kOtherK, j1, j2), "structure", kOtherK,
-               {{0, 8.0, 8.0}, {j1, 0x1p-9, 0x1p-9}, {j2, 0x1p-9, 0x1p-9}});
-  }
-  for (int r = 0; r < 4; ++r) {
-    Fp8Probe p;
-    p.id = fmt::format("random/k{}/{}", kLongK, r);
-    p.family = "random";
-    p.k = kLongK;
-    for (int64_t i = 0; i < p.k; ++i) {
-      p.terms.push_back({i, f32_to_e4m3fn(nd(rng), true), f32_to_e4m3fn(nd(rng), true)});
-    }
-    d.probes.push_back(std::move(p));
-  }
-  // promotion: 2^16 at 0, ±m·2^(16-b) at K-1 (the last chain, the last range): the promotion add's
-  // (or the split reduction's) bits and rounding; and two small terms summed in the last chain.
-  for (int b = 10; b <= 30; ++b) {
-    for (double m : {1.0, 1.125, 1.5, 1.75}) {
-      const double s = m * std::ldexp(1.0, 16 - b);
-      for (int sign : {1, -1}) {
-        d.add(fmt::format("promotion/2^16@0{}{}*2^{}@{}", sign > 0 ? "+" : "-", m, 16 - b, kLongK - 1), "promotion",
-              kLongK, {{0, big}, {kLongK - 1, sign * s}});
-      }
-    }
-    const double s = 0.75 * std::ldexp(1.0, 16 - b);
-    d.add(fmt::format("promotion/2^16@0+2x{}*2^{}@{},{}", 0.75, 16 - b, kLongK - 2, kLongK - 1), "promotion", kLongK,
-          {{0, big}, {kLongK - 2, s}, {kLongK - 1, s}});
-  }
-  return d.probes;
 }
 
 // Dense rows of a probe.
@@ -446,7 +228,14 @@ class Measurer {
     const auto since = [](std::chrono::steady_clock::time_point t) {
       return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     };
-    r_.probes = design_probes(o_.seed);
+    r_.probes = design_fp8_probes(o_.seed);
+    if (o_.through_run) {
+      r_.observed_through = "run (unit scales, the arm's own output rounding)";
+      calibrate_output();
+      for (Fp8Probe& v : readable_fp8_variants(r_.probes)) r_.probes.push_back(std::move(v));
+    } else {
+      r_.observed_through = "fp8_accumulate (the unscaled fp32 d)";
+    }
     run_probes();
     r_.seconds_probes = since(t0);
     const auto t1 = std::chrono::steady_clock::now();
@@ -486,9 +275,7 @@ class Measurer {
         }
       }
       nlohmann::json record;
-      const std::vector<float> d = arm_.fp8_accumulate(a.data(), w.data(), m, n, k, record, o_.threads);
-      QC_INPUT(static_cast<int64_t>(d.size()) == m * n, "arm {}: fp8_accumulate returned {} outputs, expected {} ({}x{})",
-               r_.arm.label, d.size(), m * n, m, n);
+      const std::vector<float> d = observe(a, w, m, n, k, record);
       if (r_.record.is_null()) r_.record = record;
       const std::string note = split_k_note(record);
       if (!note.empty()) r_.split_k_runs.push_back(fmt::format("probes M={} N={} K={}: {}", m, n, k, note));
@@ -496,8 +283,80 @@ class Measurer {
     }
   }
 
+  bool is_readable(size_t probe) const { return r_.probes[probe].id.rfind("readable/", 0) == 0; }
+
   bool explains(const Fp8AccumModel& m, size_t probe) const {
-    return f32_bits(predict(m, rows_[probe], r_.probes[probe].k)) == f32_bits(r_.probes[probe].observed);
+    return matches(predict(m, rows_[probe], r_.probes[probe].k), r_.probes[probe].observed);
+  }
+
+  // Whether the arm's observation agrees with a model's `d`: bit for bit through `fp8_accumulate`;
+  // through `run`, as Fp8MeasureOptions::through_run says (the output is some conversion of `d`).
+  bool matches(float predicted, float observed) const {
+    if (!o_.through_run) return f32_bits(predicted) == f32_bits(observed);
+    const auto exact_in = [&](bool f16) {
+      return f16 ? f16_to_f32(f32_to_f16(predicted)) == predicted : bf16_to_f32(f32_to_bf16(predicted)) == predicted;
+    };
+    if (std::isfinite(predicted) && exact_in(false) && exact_in(true)) return f32_bits(predicted) == f32_bits(observed);
+    const float mag = std::fabs(predicted);
+    if (!(mag >= 0x1p-14f && mag <= 65504.0f)) return true;  // an fp16 path would leave its normal range: no constraint
+    // The two neighbours of `d` in the output format (every monotone chain of roundings ends on one).
+    const bool f16 = output_f16_;
+    const uint16_t down = f16 ? f32_to_f16(predicted) : f32_to_bf16_rz(predicted);
+    const float dv = f16 ? f16_to_f32(down) : bf16_to_f32(down);
+    uint16_t other = down;
+    if (dv != predicted) other = std::fabs(dv) < mag ? static_cast<uint16_t>(down + 1) : static_cast<uint16_t>(down - 1);
+    const float ov = f16 ? f16_to_f32(other) : bf16_to_f32(other);
+    return f32_bits(observed) == f32_bits(dv) || f32_bits(observed) == f32_bits(ov);
+  }
+
+  // The arm's observation of one batch: `d` through `fp8_accumulate`, or through `run` the layer with
+  // unit scales and no bias, the output widened to fp32.
+  std::vector<float> observe(const std::vector<uint8_t>& a, const std::vector<uint8_t>& w, int64_t m, int64_t n, int64_t k,
+                             nlohmann::json& record) {
+    if (!o_.through_run) {
+      std::vector<float> d = arm_.fp8_accumulate(a.data(), w.data(), m, n, k, record, o_.threads);
+      QC_INPUT(static_cast<int64_t>(d.size()) == m * n, "arm {}: fp8_accumulate returned {} outputs, expected {} ({}x{})",
+               r_.arm.label, d.size(), m * n, m, n);
+      return d;
+    }
+    ArmOutput out = arm_.run(unit_scale_layer(a, w, m, n, k, fmt::format("fp8-probe-{}x{}x{}", m, n, k)));
+    QC_INPUT(static_cast<int64_t>(out.y.size()) == m * n, "arm {}: run returned {} outputs for an FP8 probe, expected {} ({}x{})",
+             r_.arm.label, out.y.size(), m * n, m, n);
+    nlohmann::json rec;
+    to_json(rec, out.record);
+    record = rec;
+    std::vector<float> d(out.y.size());
+    for (size_t i = 0; i < d.size(); ++i) d[i] = output_f16_ ? f16_to_f32(out.y[i]) : bf16_to_f32(out.y[i]);
+    return d;
+  }
+
+  // An e4m3 layer of codes `a` [m,k], `w` [n,k] with unit scales and no bias: what `run` is given here.
+  static LayerOperands unit_scale_layer(const std::vector<uint8_t>& a, const std::vector<uint8_t>& w, int64_t m, int64_t n,
+                                        int64_t k, std::string name) {
+    OperandStorage st;
+    st.a_q.assign(reinterpret_cast<const int8_t*>(a.data()), reinterpret_cast<const int8_t*>(a.data()) + a.size());
+    st.w_q.assign(reinterpret_cast<const int8_t*>(w.data()), reinterpret_cast<const int8_t*>(w.data()) + w.size());
+    st.a_scale.assign(static_cast<size_t>(m), 1.0f);
+    st.w_scale.assign(static_cast<size_t>(n), 1.0f);
+    st.a_type = st.w_type = ElementType::e4m3;
+    return make_operands(std::move(name), m, n, k, std::move(st), "FP8 accumulation probe through run, unit scales");
+  }
+
+  // Through `run`: which format the arm returns, from d = 1 (one product 1 x 1) with unit scales.
+  void calibrate_output() {
+    const int64_t m = 16, n = 16, k = 16;
+    std::vector<uint8_t> a(static_cast<size_t>(m * k), 0), w(static_cast<size_t>(n * k), 0);
+    a[0] = w[0] = 0x38;  // e4m3fn 1.0
+    const ArmOutput out = arm_.run(unit_scale_layer(a, w, m, n, k, "fp8-output-format"));
+    QC_INPUT(out.y.size() == static_cast<size_t>(m * n), "arm {}: run returned {} outputs for a {}x{} layer", r_.arm.label,
+             out.y.size(), m, n);
+    QC_INPUT(out.y[0] == 0x3F80 || out.y[0] == 0x3C00,
+             "arm {}: with a = w = 1.0 at k = 0 and unit scales, y[0,0] is 0x{:04x}; expected 1.0 as bf16 (0x3f80) or "
+             "fp16 (0x3c00): the arm's output is not its layer's scaled product (identify measures FP8 arms that return "
+             "y = epilogue(d, a_scale, w_scale))",
+             r_.arm.label, out.y[0]);
+    output_f16_ = out.y[0] == 0x3C00;
+    r_.output_format = output_f16_ ? "fp16" : "bf16";
   }
 
   // Probes in [0, count) of `order` that m explains before the first it does not (count = all).
@@ -540,7 +399,7 @@ class Measurer {
   std::vector<Fp8AccumModel> stage_structure() {
     std::vector<size_t> order;
     for (size_t i = 0; i < r_.probes.size(); ++i) {
-      if (r_.probes[i].family == "structure") order.push_back(i);
+      if (r_.probes[i].family == "structure" && (!o_.through_run || is_readable(i))) order.push_back(i);
     }
     std::vector<Fp8AccumModel> reps;
     for (AccumRounding pr : {AccumRounding::nearest_even, AccumRounding::toward_zero}) {
@@ -561,7 +420,7 @@ class Measurer {
     for (int sk : {1, 2, 4, 8, 16, 32, 64, 0}) {
       for (int ps : {0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512}) {
         if (sk == 0 && ps != 0) continue;
-        if (ps * std::max(sk, 1) > kLongK / 2) continue;
+        if (ps * std::max(sk, 1) > kFp8LongK / 2) continue;
         for (int sp : {1, 2, 3, 4, 8}) {
           Fp8AccumModel s;
           s.step_k = sk;
@@ -602,9 +461,12 @@ class Measurer {
     std::vector<size_t> order(r_.probes.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     // Cheap probes first; of the long ones, the promotion probes (they separate the promotion adds)
-    // before the structure probes (stage 1 used them already).
+    // before the structure probes (stage 1 used them already). Through `run`, the readable variants
+    // before the originals, whose outputs constrain d only to its bf16 neighbours.
     std::stable_sort(order.begin(), order.end(), [&](size_t x, size_t y) {
-      const auto key = [&](size_t i) { return std::make_pair(r_.probes[i].k, r_.probes[i].family == "structure"); };
+      const auto key = [&](size_t i) {
+        return std::make_tuple(o_.through_run && !is_readable(i), r_.probes[i].k, r_.probes[i].family == "structure");
+      };
       return key(x) < key(y);
     });
     struct Terms {
@@ -766,7 +628,7 @@ class Measurer {
         a.value = field_value(alt, f);
         for (size_t i = 0; i < r_.probes.size(); ++i) {
           const float pr = predict(alt, rows_[i], r_.probes[i].k);
-          if (f32_bits(pr) != f32_bits(r_.probes[i].observed)) {
+          if (!matches(pr, r_.probes[i].observed)) {
             a.probe = r_.probes[i].id;
             a.observed = r_.probes[i].observed;
             a.predicted = pr;
@@ -821,9 +683,7 @@ class Measurer {
       for (auto& c : a) c = f32_to_e4m3fn(nd(rng), true);
       for (auto& c : w) c = f32_to_e4m3fn(nd(rng), true);
       nlohmann::json record;
-      const std::vector<float> d = arm_.fp8_accumulate(a.data(), w.data(), m, n, k, record, o_.threads);
-      QC_INPUT(static_cast<int64_t>(d.size()) == m * n, "arm {}: fp8_accumulate returned {} outputs, expected {}",
-               r_.arm.label, d.size(), m * n);
+      const std::vector<float> d = observe(a, w, m, n, k, record);
       const std::string note = split_k_note(record);
       if (!note.empty()) r_.split_k_runs.push_back(fmt::format("confirmation M={} N={} K={}: {}", m, n, k, note));
       const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {m, n, k}};
@@ -834,7 +694,7 @@ class Measurer {
         fp8_model_evaluate(model, g, e.data(), o_.threads);
         int64_t same_bits = 0;
         for (size_t i = 0; i < e.size(); ++i) {
-          if (f32_bits(e[i]) == f32_bits(d[i])) {
+          if (matches(e[i], d[i])) {
             ++same_bits;
           } else if (first.is_null()) {
             first = fmt::format("d[{},{}]: arm {}, model {}", static_cast<int64_t>(i) / n, static_cast<int64_t>(i) % n,
@@ -887,6 +747,7 @@ class Measurer {
   std::optional<Fp8AccumModel> best_;
   std::atomic<size_t> best_prefix_seen_{0};
   std::set<std::array<int32_t, 10>> respelled_;
+  bool output_f16_ = false;  // through `run`: the arm returns fp16 bit patterns (calibrate_output)
   size_t best_prefix_ = 0, best_miss_ = SIZE_MAX;
 };
 
@@ -931,125 +792,6 @@ Fp8Measurement measure_fp8_accumulation(Arm& arm, const Fp8MeasureOptions& optio
   // An arm without fp8_accumulate (every INT8 arm) refuses the first probe batch with an input
   // error naming it.
   return Measurer(arm, options).run();
-}
-
-namespace {
-nlohmann::json model_json(const Fp8AccumModel& m) {
-  return {{"step_k", m.step_k},
-          {"term_bits", m.term_bits},
-          {"term_rounding", rtag(m.term_rounding)},
-          {"result_bits", m.result_bits},
-          {"result_rounding", rtag(m.result_rounding)},
-          {"alignment", m.alignment == AccumAlignment::exponent_sum ? "exponent_sum" : "exact_exponent"},
-          {"promote_steps", m.promote_steps},
-          {"promote_bits", m.promote_bits},
-          {"promote_rounding", rtag(m.promote_rounding)},
-          {"splits", m.splits},
-          {"formula", accumulation_formula(m)}};
-}
-}  // namespace
-
-nlohmann::json to_json(const Fp8Measurement& r) {
-  nlohmann::json ev = nlohmann::json::array();
-  for (const auto& e : r.evidence) {
-    nlohmann::json alts = nlohmann::json::array();
-    for (const auto& a : e.alternatives) {
-      nlohmann::json x = {{"value", a.value}};
-      if (a.probe.empty()) {
-        x["eliminated_by"] = nullptr;
-        x["note"] = "no probe separates it: equivalent on these probes";
-      } else {
-        x["eliminated_by"] = a.probe;
-        x["observed"] = fbits(a.observed);
-        x["predicted"] = fbits(a.predicted);
-      }
-      alts.push_back(x);
-    }
-    ev.push_back({{"parameter", e.parameter}, {"value", e.value}, {"declared", e.declared}, {"alternatives", alts}});
-  }
-  nlohmann::json probes = nlohmann::json::array();
-  for (const Fp8Probe& p : r.probes) {
-    nlohmann::json terms = nlohmann::json::array();
-    if (p.family != "random") {
-      for (const auto& t : p.terms) terms.push_back({t.pos, fmt::format("{:#04x}", t.a), fmt::format("{:#04x}", t.w)});
-    }
-    probes.push_back({{"id", p.id}, {"family", p.family}, {"k", p.k}, {"terms", terms}, {"observed", fbits(p.observed)}});
-  }
-  nlohmann::json eq = nlohmann::json::array();
-  for (const auto& m : r.equivalent) eq.push_back(model_json(m));
-  return {{"declared", r.declared_name},
-          {"declared_model", r.declared_known ? model_json(r.declared) : nlohmann::json(nullptr)},
-          {"verdict", r.verdict},
-          {"reason", r.reason},
-          {"measured", r.measured ? model_json(r.model) : nlohmann::json(nullptr)},
-          {"named", r.model_name},
-          {"equivalent", eq},
-          {"differing_fields", r.differing_fields},
-          {"order", r.order},
-          {"evidence", ev},
-          {"contradiction", r.contradiction},
-          {"candidates_tried", r.candidates_tried},
-          {"split_k_runs", r.split_k_runs},
-          {"record", r.record},
-          {"confirmation",
-           {{"outputs", r.confirm_outputs},
-            {"matching", r.confirm_matching},
-            {"declared_matching", r.confirm_declared_matching},
-            {"shapes", r.confirmation}}},
-          {"probes", probes},
-          {"seconds", r.seconds},
-          {"seconds_parts", {{"probes", r.seconds_probes}, {"search", r.seconds_search}, {"confirmation", r.seconds_confirm}}}};
-}
-
-std::string describe(const Fp8Measurement& r) {
-  std::string s = fmt::format("FP8 accumulation model of {} (declares {}), measured with {} probes through "
-                              "fp8_accumulate\n",
-                              r.arm.label, r.declared_name.empty() ? "nothing" : r.declared_name, r.probes.size());
-  for (const std::string& note : r.split_k_runs) s += fmt::format("  NOTE: the arm's record says split-K: {}\n", note);
-  if (r.measured) {
-    s += fmt::format("\n  {:<17} {:<16} {:<16} {}\n", "parameter", "measured", "declared", "evidence (alternative: first probe it fails)");
-    for (const auto& e : r.evidence) {
-      std::vector<std::string> alts;
-      for (const auto& a : e.alternatives) {
-        alts.push_back(a.probe.empty() ? fmt::format("{}: not separated (equivalent)", a.value)
-                                       : fmt::format("{}: {} gives {}, predicts {}", a.value, a.probe, fbits(a.observed),
-                                                     fbits(a.predicted)));
-      }
-      s += fmt::format("  {:<17} {:<16} {:<16} {}\n", e.parameter, e.value, e.declared,
-                       alts.empty() ? std::string("(no alternative acts)") : alts.front());
-      for (size_t i = 1; i < alts.size(); ++i) s += fmt::format("  {:<51} {}\n", "", alts[i]);
-    }
-    s += fmt::format("\n  model:   {}\n  named:   {}\n  order:   {}\n", accumulation_formula(r.model),
-                     r.model_name.empty() ? std::string("none (not a named model)") : r.model_name, r.order);
-    if (r.equivalent.size() > 1) {
-      s += fmt::format("  class:   {} parameter sets explain every probe, e.g.\n", r.equivalent.size());
-      for (size_t i = 1; i < r.equivalent.size() && i < 6; ++i) {
-        s += fmt::format("           {}\n", accumulation_formula(r.equivalent[i]));
-      }
-    }
-  }
-  s += fmt::format("\n  verdict: {}\n  {}\n", r.verdict, r.reason);
-  if (r.contradiction.contains("declared_first_miss") && r.verdict == "not a model of this family") {
-    const auto& p = r.contradiction["declared_first_miss"];
-    s += fmt::format("  the declared model first fails probe {}: the arm gives {}, the model {}\n", p["id"].get<std::string>(),
-                     p["observed"].get<std::string>(), p["predicted"].get<std::string>());
-  }
-  s += fmt::format("  confirmation on random randn*2 e4m3 operands:");
-  for (const auto& row : r.confirmation) {
-    s += fmt::format(" {}x{}x{}", row["m"].get<int64_t>(), row["n"].get<int64_t>(), row["k"].get<int64_t>());
-  }
-  s += "\n";
-  if (r.measured) {
-    s += fmt::format("    measured model: {} of {} outputs equal bit for bit\n", r.confirm_matching, r.confirm_outputs);
-  }
-  if (r.confirm_declared_matching >= 0) {
-    s += fmt::format("    declared model: {} of {} outputs equal bit for bit\n", r.confirm_declared_matching,
-                     r.confirm_outputs);
-  }
-  s += fmt::format("  ({} parameter sets tried; {:.1f} s: probes through the arm {:.1f} s, search {:.1f} s, "
-                   "confirmation {:.1f} s)\n",
-                   r.candidates_tried, r.seconds, r.seconds_probes, r.seconds_search, r.seconds_confirm);
-  return s;
 }
 
 }  // namespace qc

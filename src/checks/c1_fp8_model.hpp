@@ -24,6 +24,14 @@ struct Fp8MeasureOptions {
   // Confirmation shapes {M, N, K}: random e4m3 codes of randn·2 (the operands of the H200 measurement).
   std::vector<std::array<int64_t, 3>> confirm_shapes = {{128, 32, 256}, {128, 32, 1024}, {128, 16, 4096}};
   int threads = 0;  // CPU threads of the arm and of the model evaluation (0: all)
+  // Measure through `run` rather than `fp8_accumulate`: for an FP8 arm whose only entry is the whole
+  // layer (e4m3 codes and scales in, bf16 out). Every probe batch is a layer with unit scales and no
+  // bias, the arm's output widened to fp32; since only 8 (bf16) or 11 (fp16) bits of `d` come back,
+  // the probes gain their readable variants (c1_fp8_probes.hpp), and a parameter set explains a probe
+  // when the output is what any conversion of its `d` to the output format gives: `d` itself where `d`
+  // is exact in bf16 and fp16, one of the two neighbours of `d` in the output format where it is not
+  // (and is within fp16's normal range), no constraint otherwise (docs/identify.md, "FP8 arms").
+  bool through_run = false;
 };
 
 // One probe: a dot product of `k` terms, zero except at `terms` (position, a code, w code).
@@ -56,6 +64,10 @@ struct Fp8ParameterEvidence {
 
 struct Fp8Measurement {
   ArmInfo arm;
+  // "fp8_accumulate (the unscaled fp32 d)" or "run (unit scales, the bf16 output)"; through `run`, the
+  // output format the calibration found ("bf16" or "fp16").
+  std::string observed_through;
+  std::string output_format;
   nlohmann::json record;   // the arm's record of its first probe batch
   std::vector<std::string> split_k_runs;  // probe/confirmation runs whose record says split-K (not one pass)
   std::string declared_name;  // the arm's declared model ("" when it declares none)

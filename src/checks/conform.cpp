@@ -421,9 +421,9 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   QC_INPUT(o.arm_a != o.arm_b, "--arms {},{}: expected two different arms (the treatment)", o.arm_a, o.arm_b);
   // An FP8 pair (both arms declare an accumulation model) runs the decoder in mode w8a8-fp8 and is
   // verified against the declared models (docs/accumulation.md); a mixed pair compares nothing.
-  const bool fp8 = arm_a->info().is_fp8();
-  QC_INPUT(fp8 == arm_b->info().is_fp8(),
-           "--arms {},{}: expected two INT8 arms or two FP8 arms (FP8 arms take FP8 codes), found "
+  const bool fp8 = arm_a->info().fp8();
+  QC_INPUT(fp8 == arm_b->info().fp8(),
+           "--arms {},{}: expected two INT8 arms or two FP8 arms (an FP8 element or accumulation model), found "
            "arm A {} and arm B {}",
            o.arm_a, o.arm_b, fp8 ? "FP8" : "INT8", fp8 ? "INT8" : "FP8");
   for (const auto& [flag, value] : {std::pair{"--element", &o.element}, std::pair{"--act-scale", &o.act_scale},
@@ -443,11 +443,11 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
     const ArmInfo info = (*arms[side])->info();
     if (!info.accumulation_model.empty()) {
       formulas[side] = declared_fp8_formula(info);  // its model is measured by C1, not identified
-    } else if (info.is_fp8() && !o.identify) {
+    } else if (info.fp8() && !o.identify) {
       formulas[side] = {{"source", "none"},
                         {"reason", "FP8 arm with no declared accumulation model; not identified (--no-identify): its "
                                    "differences are not predicted"}};
-    } else if (!info.is_fp8() && !info.epilogue.empty()) {
+    } else if (!info.fp8() && !info.epilogue.empty()) {
       formulas[side] = declared_formula(info);
     } else if (!o.identify) {
       formulas[side] = {{"source", "none"}, {"reason", "declares no formula; not identified (--no-identify)"}};

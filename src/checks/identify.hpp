@@ -30,7 +30,7 @@ struct IdentifyOptions {
 struct IdentifyResult {
   ArmInfo arm;
   RunRecord record;
-  std::string verdict;   // "identified", "ambiguous", "unexplained", "not-supported"
+  std::string verdict;   // "identified", "ambiguous", "unexplained"
   std::string formula;   // identified: the class's formula (notation); else ""
   std::vector<std::string> named;  // production formulas of the table in the identified class
   std::string reason;    // one paragraph: why this verdict
@@ -50,20 +50,31 @@ struct IdentifyResult {
   // FP8 arms: the accumulation model measured through the arm (c1_fp8_model.hpp, the measurement
   // `boundary` makes), to_json of it; null for INT8 arms.
   nlohmann::json fp8_accumulation;
+  // FP8 arms whose model was measured: its declaration (a table name, or `fp8-model(...)` spelled out,
+  // which `fp8_accumulation_model` reads back) and formula, and the identified epilogue over `d` with
+  // the named rows in its class (`fp8-scaled`); `formula` then joins the two.
+  std::string accumulation_model, accumulation_formula;
+  std::string epilogue_formula;
+  std::vector<std::string> epilogue_named;
   double seconds = 0;
 };
 
-// FP8 arms (ArmInfo::accumulation_model non-empty): the formula is the measured accumulation model
-// (measure_fp8_accumulation) then the declared `fp8-scaled` epilogue (not probed); the held-out
-// confirmation is the measurement's, on random operands no probe used.
+// FP8 arms (`ArmInfo::fp8()`, declared or not): the formula is the accumulation model measured through
+// the arm (measure_fp8_accumulation: `fp8_accumulate` where the arm offers it, else `run`) then the
+// epilogue identified over the FP8 space; the held-out confirmation runs FP8 `synth` layers through the
+// arm, model and epilogue together.
 IdentifyResult identify(Arm& arm, const IdentifyOptions& options = {});
 nlohmann::json to_json(const IdentifyResult& r);
-// The printout a person reads.
+// The printout a person reads; its advice (how to see the evidence, how to declare the answer) in the
+// CLI's words (flags, `qconform boundary --arm X`), or with `language` "python" in the Python binding's
+// (argument names, `qconform.boundary(arm)`), so that a suggestion can be followed where it is read.
 std::string describe(const IdentifyResult& r);
+std::string describe(const IdentifyResult& r, const std::string& language);
 
-// What a caller declares for an identified arm (conform, docs/identify.md "Using the answer"): the
-// table's name when the class holds a named row (a shape dispatch has no formula string), else
-// the formula string. "" unless the verdict is `identified`.
+// What a caller declares for an identified arm (conform, `verify --declare`, docs/identify.md "Using
+// the answer"): the table's name when the class holds a named row (a shape dispatch has no formula
+// string), else the formula string; for an FP8 arm `<model>; <epilogue>` (declare_formula reads it).
+// "" unless the verdict is `identified`.
 std::string identified_declaration(const IdentifyResult& r);
 // One line of provenance: "identified by qconform identify, 6 probes, held-out 450560/450560".
 std::string identify_provenance(const IdentifyResult& r);

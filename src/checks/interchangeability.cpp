@@ -173,7 +173,7 @@ namespace {
 // What to run or declare so that an arm's differences become predicted, in the user's words.
 std::string advice_for(const ArmInfo& arm, char side, UserLanguage language) {
   const std::string py = side == 'A' ? "arm_a" : "arm_b";
-  if (arm.is_fp8()) {
+  if (arm.fp8()) {
     return language == UserLanguage::python
                ? fmt::format("run `qconform.identify({})`, which measures its accumulation model, and declare it as "
                              "`qconform.arm(fn, accumulation_model=<model>)`",
@@ -195,7 +195,7 @@ std::string advice_for(const ArmInfo& arm, char side, UserLanguage language) {
 
 InterchangeabilityFacts facts_from_verify(const VerifyResult& r, UserLanguage language) {
   InterchangeabilityFacts f;
-  const bool fp8 = r.arm_a.is_fp8();
+  const bool fp8 = r.arm_a.fp8();
   for (const CheckResult& c : r.checks) {
     if (c.verdict != Verdict::fail) continue;
     std::string detail = fp8 && !r.stage_detail.empty() ? r.stage_detail : c.points_to;
@@ -232,10 +232,10 @@ InterchangeabilityFacts facts_from_verify(const VerifyResult& r, UserLanguage la
   }
   std::vector<std::string> advice;
   for (const auto& [arm, side] : {std::pair{&r.arm_a, 'A'}, std::pair{&r.arm_b, 'B'}}) {
-    const bool undeclared = arm->is_fp8() ? arm->accumulation_model.empty() : arm->epilogue.empty();
+    const bool undeclared = arm->fp8() ? arm->accumulation_model.empty() : arm->epilogue.empty();
     if (!undeclared || f.unpredicted_runs == 0) continue;
     f.unpredicted_why.insert(f.unpredicted_why.begin() + static_cast<std::ptrdiff_t>(advice.size()),
-                             fmt::format("no {} declared for {} ({})", arm->is_fp8() ? "accumulation model" : "formula",
+                             fmt::format("no {} declared for {} ({})", arm->fp8() ? "accumulation model" : "formula",
                                          side, arm->label));
     advice.push_back(advice_for(*arm, side, language));
   }

@@ -142,7 +142,7 @@ LayerOperands synth_fp8_layer(const std::string& name, int64_t m, int64_t n, int
   return make_operands(name, m, n, k, std::move(s), std::move(source));
 }
 
-bool is_fp8_arm(std::string_view label) { return make_arm(label)->info().is_fp8(); }
+bool is_fp8_arm(std::string_view label) { return make_arm(label)->info().fp8(); }
 
 // ------------------------------------------------------------------------------------------------
 // Cells
@@ -216,8 +216,8 @@ SweepResult run_sweep(const SweepOptions& o) {
   const ArmInfo info[2] = {arm_a->info(), arm_b->info()};
   std::string why_unexplained;  // "" when both arms declare a model (FP8) or a formula (INT8)
   for (const ArmInfo& i : info) {
-    if (why_unexplained.empty() && (i.is_fp8() ? i.accumulation_model.empty() : i.epilogue.empty())) {
-      why_unexplained = fmt::format("arm {} declares no {}", i.label, i.is_fp8() ? "accumulation model" : "formula");
+    if (why_unexplained.empty() && (i.fp8() ? i.accumulation_model.empty() : i.epilogue.empty())) {
+      why_unexplained = fmt::format("arm {} declares no {}", i.label, i.fp8() ? "accumulation model" : "formula");
     }
   }
   const bool gpu_models = cuda_available(nullptr);

@@ -71,7 +71,7 @@ auto timed(PhaseSeconds& seconds, std::string_view phase, Fn&& fn) {
 // result; an FP8 arm that names none (cuBLASLt, which scales inside the library) is held to
 // `fp8-scaled`, the one FP8 epilogue (the FP8 sweep applies it to every FP8 arm too).
 const Epilogue* declared(const ArmInfo& info) {
-  if (info.is_fp8()) {
+  if (info.fp8()) {
     return info.epilogue.empty() || info.epilogue == fp8_epilogue().name ? &fp8_epilogue() : &epilogue(info.epilogue);
   }
   return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue);
@@ -333,9 +333,9 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   result.reference = reference_description(reference);
   // An FP8 pair: both arms are FP8 arms, and the reference is each arm's declared model (an arm whose
   // model is unknown is unmodelled on every run: nothing predicts its outputs).
-  const bool fp8 = info_a.is_fp8();
+  const bool fp8 = info_a.fp8();
   const bool python = options.language == UserLanguage::python;
-  QC_INPUT(fp8 == info_b.is_fp8(),
+  QC_INPUT(fp8 == info_b.fp8(),
            "{}: `{}` is {} but `{}` is {}: verify compares two arms of the same format (FP8 arms take FP8 codes, "
            "docs/accumulation.md)",
            python ? "arm_a, arm_b" : "--arms", info_a.label, fp8 ? "FP8" : "INT8", info_b.label, fp8 ? "INT8" : "FP8");
@@ -802,7 +802,7 @@ nlohmann::json to_json(const VerifyResult& r) {
       j["accumulation_model"] = i.accumulation_model;
       j["accumulation_formula"] = accumulation_formula(fp8_accumulation_model(i.accumulation_model).model);
       j["declared_epilogue"] = std::string(declared(i)->name);
-    } else if (i.is_fp8()) {  // FP8, no model declared: nothing predicted its outputs
+    } else if (i.fp8()) {  // FP8, no model declared: nothing predicted its outputs
       j["accumulation_model"] = nullptr;
       j["accumulation_formula"] = nullptr;
       j["fp8_model_unknown"] = true;
@@ -820,7 +820,7 @@ nlohmann::json to_json(const VerifyResult& r) {
           {"wall_seconds", r.wall_seconds},
           {"runs", runs}};
   j["interchangeability"] = to_json(r.interchangeability);
-  if (r.arm_a.is_fp8()) {
+  if (r.arm_a.fp8()) {
     const auto model = [](const ArmInfo& i) {
       return i.accumulation_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(i.accumulation_model);
     };

@@ -71,7 +71,7 @@ void print_table(const VerifyResult& r, bool per_layer) {
       if (c.verdict == Verdict::fail) fmt::print("    {}\n", f.is_string() ? f.get<std::string>() : f.dump());
     }
   }
-  if (r.arm_a.is_fp8()) {
+  if (r.arm_a.fp8()) {
     // FP8: the verdict names the stage (operands, accumulation model, epilogue) and the arm; with no
     // failure it says only what was compared.
     bool all_predicted = !r.runs.empty(), any_modelled = false;
@@ -96,7 +96,7 @@ void print_table(const VerifyResult& r, bool per_layer) {
     const bool predicted = std::all_of(r.runs.begin(), r.runs.end(), [](const LayerRun& x) { return x.predicted_diff >= 0; });
     fmt::print("\nfirst real-scale differences ({}):\n",
                !predicted ? "not predicted: an arm declares no formula or model, or refused it"
-               : r.arm_a.is_fp8() ? "each predicted by the declared models unless C6 says otherwise"
+               : r.arm_a.fp8() ? "each predicted by the declared models unless C6 says otherwise"
                                   : "each predicted by the declared formulas unless C6 says otherwise");
     for (const DiffElement& d : r.total_real.first) fmt::print("  {}\n", describe(d));
   }
@@ -169,8 +169,9 @@ VerbRunner setup_verify(CLI::App& app) {
                  "locked while the run writes it)");
   app.add_option("--declare", o->declare,
                  "declare the epilogue an arm computes, A=<formula> or B=<formula>: a name of `qconform arms` or a "
-                 "formula string of the formula space (what `qconform identify` prints); verify then checks that arm "
-                 "against it bit for bit and predicts the differences exactly (repeatable)");
+                 "formula string of the formula space (what `qconform identify` prints); for an FP8 arm also "
+                 "B='<accumulation model>; <epilogue over d>' (identify's `declare it` line); verify then checks that "
+                 "arm against it bit for bit and predicts the differences exactly (repeatable)");
   add_gpu_per_rank_option(app, o->gpu_per_rank);
   add_manifest_option(app, o->manifest);
   return [o] {
@@ -333,7 +334,7 @@ VerbRunner setup_verify(CLI::App& app) {
     for (const ArmInfo* arm : {&result.arm_a, &result.arm_b}) {
       if (!arm->accumulation_model.empty()) {
         fmt::print("{} declares accumulation model {}\n", arm->label, arm->accumulation_model);
-      } else if (arm->is_fp8()) {
+      } else if (arm->fp8()) {
         fmt::print("{} is an FP8 arm that declares no accumulation model: its outputs are not predicted\n", arm->label);
       }
     }

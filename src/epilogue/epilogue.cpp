@@ -217,10 +217,9 @@ namespace {
 // The formula table: one row per named epilogue. The first `kIntegerRows` take an integer
 // accumulator and are what `all_epilogues()` (and so every INT8 arm family) enumerates; the FP8
 // scaled epilogue follows. Adding a formula: its row here, its body in epilogue_formula.hpp.
-// Each integer row ends with its point of the formula space (docs/identify.md), in notation, and
-// `sglang-sm90` with the point it computes under swap-AB: tests/unit/test_formula_space.cpp checks
-// that body and point give the same bits. The FP8 row has none yet: the FP8 accumulation part of
-// the space comes with issue #14.
+// Each row ends with its point of the formula space (docs/identify.md), in notation (the FP8 row's
+// over the fp32 `d`), and `sglang-sm90` with the point it computes under swap-AB:
+// tests/unit/test_formula_space.cpp checks that body and point give the same bits.
 constexpr size_t kIntegerRows = 7;
 constexpr std::array<Epilogue, kIntegerRows + 1> kEpilogues{{
     {"vllm-cutlass", EpilogueKind::vllm_cutlass, BiasMode::refuse,
@@ -255,7 +254,8 @@ constexpr std::array<Epilogue, kIntegerRows + 1> kEpilogues{{
     // FP8: the fp32 GEMM result `d` scaled in the Triton order (the same body as `vllm-triton`).
     {"fp8-scaled", EpilogueKind::vllm_triton, BiasMode::refuse, "bf16(rn32(rn32(d*sa)*sw))",
      "qconform FP8 path: the fp32 result of an FP8 e4m3 GEMM (CPU emulation or cuBLASLt) scaled per token, "
-     "then per channel"},
+     "then per channel",
+     "bf16(rn32(rn32(d * sa) * sw))"},
 }};
 
 // Rows [m0, m1) of a tile through formula body `K` (resolved: `sglang_sm90` already mapped).
@@ -327,10 +327,16 @@ EpilogueKind checked_kind(const Epilogue& e, const float* sa, const float* sw, c
   }
   const EpilogueKind kind = formula::instance_kind(e.kind, layer_m, N);
   if constexpr (std::is_floating_point_v<Acc>) {
-    QC_INPUT(kind != EpilogueKind::exact,
+    QC_INPUT(kind != EpilogueKind::exact && !(kind == EpilogueKind::point && e.space.conv == AccConversion::exact),
              "epilogue `{}`: the exact formula needs an integer accumulator, found an fp32 one", e.name);
-    QC_INPUT(kind != EpilogueKind::point,
-             "epilogue `{}`: formula-space points take an integer accumulator (the FP8 part of the space is issue #14)",
+    QC_INPUT(kind != EpilogueKind::point || e.space.input == FormulaInput::fp32,
+             "epilogue `{}`: a formula over an integer accumulator (`acc`) given the fp32 result of an FP8 GEMM; "
+             "write it over `d` (e.g. `bf16(rn32(rn32(d * sa) * sw))`)",
+             e.name);
+  } else {
+    QC_INPUT(kind != EpilogueKind::point || e.space.input == FormulaInput::integer,
+             "epilogue `{}`: a formula over an FP8 GEMM's fp32 result (`d`) given integer accumulators; write it over "
+             "`acc` (e.g. `bf16(rn32(sa * rn32(f32(acc) * sw)))`)",
              e.name);
   }
   QC_CHECK(kind == EpilogueKind::exact || kind == EpilogueKind::point || formula::has_body(kind),
@@ -351,6 +357,7 @@ void kind_rows(const Epilogue& e, EpilogueKind kind, const Acc* acc, const float
       return point_rows(e.space, acc, sa, sw, bias, m0, m1, N, y);
     }
   } else {
+    if (kind == EpilogueKind::point) return point_rows(e.space, acc, sa, sw, bias, m0, m1, N, y);
     if (kind == EpilogueKind::vllm_triton && bias == nullptr) {
       return epilogue_detail::triton_f32_rows(acc + m0 * N, sa + m0, sw, m1 - m0, N, y + m0 * N);
     }
@@ -382,6 +389,8 @@ uint16_t Epilogue::apply(int64_t acc, float sa, float sw, std::optional<uint16_t
   if (kind == EpilogueKind::exact) return exact_bf16(acc, sa, sw, bias_bf16);
   if (kind == EpilogueKind::point) {
     if (space.conv == AccConversion::exact) return exact_bf16(acc, sa, sw, bias_bf16);
+    QC_INPUT(space.input == FormulaInput::integer,
+             "epilogue `{}`: a formula over an FP8 GEMM's fp32 result (`d`) given an integer accumulator", name);
     return formula::apply_point(space, acc, sa, sw, bias_bf16.has_value(),
                                 bias_bf16 ? formula::bf16_value(*bias_bf16) : 0.0f);
   }
@@ -403,7 +412,7 @@ std::string_view Epilogue::pow2_class(bool has_bias) const {
     const FormulaPoint& p = space;
     if (p.conv == AccConversion::exact) return "exact";
     if (p.conv != AccConversion::f32_rn || p.sa != Precision::f32 || p.sw == Precision::f16 || p.first != Precision::f32 ||
-        p.rounding != OutRounding::rn || p.out != Precision::bf16) {
+        p.second != Precision::f32 || p.rounding != OutRounding::rn || p.out != Precision::bf16) {
       return "";
     }
     if (!has_bias) return "scaled-product";
@@ -449,7 +458,8 @@ const Epilogue& point_epilogue(const FormulaPoint& p) {
   if (p.conv == AccConversion::exact) {
     mode = BiasMode::exact;
   } else if (p.bias == BiasPlacement::before_output) {
-    mode = p.fma ? BiasMode::fma : BiasMode::muladd;
+    // A second product stored in bf16 or fp16 before the add is a bias after a rounding.
+    mode = p.fma ? BiasMode::fma : p.second != Precision::f32 ? BiasMode::after_bf16 : BiasMode::muladd;
   } else if (p.bias == BiasPlacement::after_output) {
     mode = BiasMode::after_bf16;
   }
@@ -463,14 +473,15 @@ const Epilogue& epilogue(std::string_view name) {
   for (const Epilogue& e : all_epilogues()) {
     if (e.name == name) return e;
   }
+  if (name == fp8_epilogue().name) return fp8_epilogue();
   if (looks_like_formula(name)) return point_epilogue(parse_formula(name));
   std::string valid;
   for (const Epilogue& e : all_epilogues()) {
     if (!valid.empty()) valid += ", ";
     valid += e.name;
   }
-  QC_FAIL_INPUT("unknown epilogue `{}`: expected one of {}, or a formula of the formula space such as `{}` "
-                "(docs/identify.md)", name, valid, formula_notation(FormulaPoint{}));
+  QC_FAIL_INPUT("unknown epilogue `{}`: expected one of {} (FP8: {}), or a formula of the formula space such as `{}` "
+                "(docs/identify.md)", name, valid, fp8_epilogue().name, formula_notation(FormulaPoint{}));
 }
 
 void apply_epilogue(const Epilogue& e, const int32_t* acc, const float* sa, const float* sw, const uint16_t* bias,
@@ -496,7 +507,8 @@ void check_epilogue_inputs(const Epilogue& e, const float* sa, const float* sw, 
 void apply_epilogue_rows_unchecked(const Epilogue& e, const float* acc, int64_t layer_m, int64_t row0, int64_t rows,
                                    const float* sa, const float* sw, const uint16_t* bias, int64_t N, uint16_t* y_bf16) {
   const EpilogueKind kind = formula::instance_kind(e.kind, layer_m, N);
-  QC_CHECK(formula::has_body(kind), "apply_epilogue_rows_unchecked: epilogue `{}` has no fp32 body (unchecked?)", e.name);
+  QC_CHECK(formula::has_body(kind) || (kind == EpilogueKind::point && e.space.input == FormulaInput::fp32),
+           "apply_epilogue_rows_unchecked: epilogue `{}` has no fp32 body (unchecked?)", e.name);
   kind_rows(e, kind, acc + row0 * N, sa + row0, sw, bias, 0, rows, N, y_bf16);
 }
 

@@ -21,13 +21,25 @@ namespace notation {
 struct P {
   std::string s;
 };
-struct PAcc {};
+// The accumulator: the integer `acc` (printed converted, `f32(acc)`) or an FP8 GEMM's fp32 `d`.
+struct PAcc {
+  bool fp32 = false;
+};
 
-P convert_acc(AccConversion c, PAcc) {
+P convert_acc(AccConversion c, PAcc a) {
+  if (a.fp32) {
+    switch (c) {
+      case AccConversion::bf16_rn: return {"bf16(d)"};
+      case AccConversion::f16_rn: return {"f16(d)"};
+      default: return {"d"};
+    }
+  }
   switch (c) {
     case AccConversion::f32_rz: return {"f32_rz(acc)"};
     case AccConversion::bf16_rn: return {"bf16(acc)"};
     case AccConversion::f16_rn: return {"f16(acc)"};
+    case AccConversion::bf16_via_f32: return {"bf16(f32(acc))"};
+    case AccConversion::f16_via_f32: return {"f16(f32(acc))"};
     default: return {"f32(acc)"};
   }
 }
@@ -57,18 +69,32 @@ struct K {
   bool product = false;  // an exact (unrounded) product of `factors`
   std::vector<std::string> factors;
 };
-struct KAcc {};
+struct KAcc {
+  bool fp32 = false;
+};
 
 constexpr int kF32Bits = 24, kBf16Bits = 8, kF16Bits = 11;
 int precision_bits(Precision p) { return p == Precision::bf16 ? kBf16Bits : p == Precision::f16 ? kF16Bits : kF32Bits; }
 
 K leaf(std::string s, int bits) { return K{std::move(s), bits, false, {}}; }
 
-K convert_acc(AccConversion c, KAcc) {
+K convert_acc(AccConversion c, KAcc a) {
+  if (a.fp32) {
+    switch (c) {
+      case AccConversion::bf16_rn: return leaf("bf16(d)", kBf16Bits);
+      case AccConversion::f16_rn: return leaf("f16(d)", kF16Bits);
+      default: return leaf("d", kF32Bits);
+    }
+  }
   switch (c) {
     case AccConversion::f32_rz: return leaf("f32_rz(acc)", kF32Bits);
     case AccConversion::bf16_rn: return leaf("bf16(acc)", kBf16Bits);
-    case AccConversion::f16_rn: return leaf("f16(acc)", kF16Bits);
+    // In jurisdiction an fp16 accumulator is below 65504 < 2^24, where the fp32 conversion is exact:
+    // through fp32 or straight, one rounding to fp16.
+    case AccConversion::f16_rn:
+    case AccConversion::f16_via_f32: return leaf("f16(acc)", kF16Bits);
+    // Through fp32 to bf16 rounds twice beyond 2^24 (double rounding): not the direct conversion.
+    case AccConversion::bf16_via_f32: return leaf("bf16(f32(acc))", kBf16Bits);
     default: return leaf("f32(acc)", kF32Bits);
   }
 }
@@ -103,10 +129,22 @@ K fma_rn(const K& a, const K& b, const K& c) {
   if (a.bits + b.bits <= kF32Bits) return add_rn(exact_product(a, b), c);  // the product is exact
   return leaf("fma(" + joined_sorted({a.s, b.s}, ", ") + ", " + c.s + ")", kF32Bits);
 }
+// True when `s` is one call `name(...)` whose parentheses enclose the rest of the text.
+bool is_call_of(const std::string& s, const std::string& name) {
+  if (s.rfind(name + "(", 0) != 0 || s.back() != ')') return false;
+  int depth = 0;
+  for (size_t i = name.size(); i < s.size(); ++i) {
+    depth += s[i] == '(' ? 1 : s[i] == ')' ? -1 : 0;
+    if (depth == 0) return i + 1 == s.size();
+  }
+  return false;
+}
 K out_round(Precision p, OutRounding r, const K& x) {
   const bool exact = x.bits <= precision_bits(p);  // the rounding mode cannot matter
   const char* name = p == Precision::f16 ? (r == OutRounding::rz && !exact ? "f16_rz" : "f16")
                                          : (r == OutRounding::rz && !exact ? "bf16_rz" : "bf16");
+  // A value already rounded to the output's format (an intermediate stored in it) is its output.
+  if (exact && is_call_of(x.s, name)) return leaf(x.s, precision_bits(p));
   return leaf(std::string(name) + "(" + x.s + ")", precision_bits(p));
 }
 K widen_out(Precision, const K& x) { return x; }
@@ -222,23 +260,37 @@ constexpr FormulaPoint kExactPoint{AccConversion::exact, Precision::f32, Precisi
                                    Precision::bf16};
 constexpr const char* kExactNotation = "bf16(acc * sa * sw + f32(bias))";
 
-// canonical notation -> point (the first point of the enumeration with that notation).
+// canonical notation -> point, over both spaces (integer and FP8 accumulators: `acc` and `d`).
 const std::map<std::string, FormulaPoint>& notation_index() {
   static const std::map<std::string, FormulaPoint> index = [] {
     std::map<std::string, FormulaPoint> m;
-    for (const FormulaPoint& p : formula_space()) m.emplace(canonical(Parser(formula_notation(p)).parse()), p);
+    for (FormulaInput in : {FormulaInput::integer, FormulaInput::fp32}) {
+      for (const FormulaPoint& p : formula_space(in)) {
+        const bool fresh = m.emplace(canonical(Parser(formula_notation(p)).parse()), p).second;
+        QC_CHECK(fresh, "formula space: two points print `{}`", formula_notation(p));
+      }
+    }
     return m;
   }();
   return index;
 }
 
 const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : p == Precision::f16 ? "fp16" : "fp32"; }
-const char* conversion_name(AccConversion c) {
-  switch (c) {
+const char* conversion_name(const FormulaPoint& p) {
+  if (p.input == FormulaInput::fp32) {
+    switch (p.conv) {
+      case AccConversion::bf16_rn: return "fp32 d rounded to bf16 (RNE)";
+      case AccConversion::f16_rn: return "fp32 d rounded to fp16 (RNE)";
+      default: return "fp32 d as it is";
+    }
+  }
+  switch (p.conv) {
     case AccConversion::f32_rn: return "fp32 RNE";
     case AccConversion::f32_rz: return "fp32 RZ";
     case AccConversion::bf16_rn: return "bf16 RNE (direct)";
     case AccConversion::f16_rn: return "fp16 RNE (direct)";
+    case AccConversion::bf16_via_f32: return "fp32 RNE, then bf16 RNE (two roundings)";
+    case AccConversion::f16_via_f32: return "fp32 RNE, then fp16 RNE (two roundings)";
     case AccConversion::exact: return "exact (no rounding before the output)";
   }
   return "?";
@@ -262,41 +314,72 @@ const char* bias_name(const FormulaPoint& p) {
 
 }  // namespace
 
-const std::vector<FormulaPoint>& formula_space() {
-  static const std::vector<FormulaPoint> space = [] {
-    std::vector<FormulaPoint> v;
-    const AccConversion convs[] = {AccConversion::f32_rn, AccConversion::f32_rz, AccConversion::bf16_rn, AccConversion::f16_rn};
-    const Precision precs[] = {Precision::f32, Precision::bf16, Precision::f16};
-    const ScaleGrouping groups[] = {ScaleGrouping::acc_sw_sa, ScaleGrouping::acc_sa_sw, ScaleGrouping::scales_first};
-    const BiasPlacement biases[] = {BiasPlacement::none, BiasPlacement::before_output, BiasPlacement::after_output};
-    for (AccConversion c : convs)
-      for (Precision sa : precs)
-        for (Precision sw : precs)
-          for (ScaleGrouping g : groups)
-            for (Precision first : precs)
-              for (BiasPlacement b : biases)
-                for (bool fma : {false, true})
-                  for (OutRounding r : {OutRounding::rn, OutRounding::rz})
-                    for (Precision out : {Precision::bf16, Precision::f16}) {
-                      v.push_back(FormulaPoint{c, sa, sw, g, first, b, fma, r, out});
-                    }
-    v.push_back(kExactPoint);
-    return v;
-  }();
-  return space;
+namespace {
+
+// The points over one accumulator type. The tail after the output parameters lists only flags that
+// act: an FMA only fuses a bias add before the output (then the second product is not rounded
+// apart), so every point has one notation and one parse (docs/identify.md, "The formula space").
+std::vector<FormulaPoint> enumerate_space(FormulaInput input) {
+  std::vector<FormulaPoint> v;
+  const std::vector<AccConversion> convs =
+      input == FormulaInput::fp32
+          ? std::vector<AccConversion>{AccConversion::f32_rn, AccConversion::bf16_rn, AccConversion::f16_rn}
+          : std::vector<AccConversion>{AccConversion::f32_rn,  AccConversion::f32_rz,       AccConversion::bf16_rn,
+                                       AccConversion::f16_rn,  AccConversion::bf16_via_f32, AccConversion::f16_via_f32};
+  const Precision precs[] = {Precision::f32, Precision::bf16, Precision::f16};
+  const ScaleGrouping groups[] = {ScaleGrouping::acc_sw_sa, ScaleGrouping::acc_sa_sw, ScaleGrouping::scales_first};
+  struct Tail {
+    BiasPlacement bias;
+    bool fma;
+    Precision second;
+  };
+  std::vector<Tail> tails;
+  for (BiasPlacement b : {BiasPlacement::none, BiasPlacement::before_output, BiasPlacement::after_output}) {
+    for (Precision second : precs) tails.push_back({b, false, second});
+    if (b == BiasPlacement::before_output) tails.push_back({b, true, Precision::f32});
+  }
+  for (AccConversion c : convs)
+    for (Precision sa : precs)
+      for (Precision sw : precs)
+        for (ScaleGrouping g : groups)
+          for (Precision first : precs)
+            for (const Tail& t : tails)
+              for (OutRounding r : {OutRounding::rn, OutRounding::rz})
+                for (Precision out : {Precision::bf16, Precision::f16}) {
+                  FormulaPoint p{c, sa, sw, g, first, t.bias, t.fma, r, out};
+                  p.second = t.second;
+                  p.input = input;
+                  v.push_back(p);
+                }
+  if (input == FormulaInput::integer) v.push_back(kExactPoint);
+  return v;
+}
+
+}  // namespace
+
+const std::vector<FormulaPoint>& formula_space(FormulaInput input) {
+  static const std::vector<FormulaPoint> integer = enumerate_space(FormulaInput::integer);
+  static const std::vector<FormulaPoint> fp32 = enumerate_space(FormulaInput::fp32);
+  return input == FormulaInput::fp32 ? fp32 : integer;
 }
 
 std::string formula_notation(const FormulaPoint& p) {
   if (p.conv == AccConversion::exact) return kExactNotation;
   using notation::P;
-  return formula::apply_point(p, notation::PAcc{}, P{"sa"}, P{"sw"}, p.bias != BiasPlacement::none, P{"f32(bias)"}).s;
+  return formula::apply_point(p, notation::PAcc{p.input == FormulaInput::fp32}, P{"sa"}, P{"sw"},
+                              p.bias != BiasPlacement::none, P{"f32(bias)"})
+      .s;
 }
 
 bool looks_like_formula(std::string_view text) { return text.find('(') != std::string_view::npos; }
 
 FormulaPoint parse_formula(std::string_view text) {
   if (!looks_like_formula(text)) {
-    for (const Epilogue& e : all_epilogues()) {
+    std::vector<const Epilogue*> rows;
+    for (const Epilogue& e : all_epilogues()) rows.push_back(&e);
+    rows.push_back(&fp8_epilogue());
+    for (const Epilogue* row : rows) {
+      const Epilogue& e = *row;
       if (e.name != text) continue;
       QC_INPUT(!e.point.empty() && e.swap_point.empty(),
                "formula `{}`: the named formula dispatches on the GEMM's shape and is no single point of the space", text);
@@ -310,8 +393,9 @@ FormulaPoint parse_formula(std::string_view text) {
   const auto it = index.find(c);
   QC_INPUT(it != index.end(),
            "formula `{}` is not a point of the formula space: expected bf16|bf16_rz|f16|f16_rz( ... ) over f32(acc), "
-           "f32_rz(acc), bf16(acc) or f16(acc), the scales sa, sw (optionally bf16(..)/f16(..)), fp32 products "
-           "rn32(x * y), an optional bias f32(bias) (rn32(y + f32(bias)), fma(x, y, f32(bias)) or "
+           "f32_rz(acc), bf16(acc), f16(acc), bf16(f32(acc)) or f16(f32(acc)) (an FP8 GEMM's fp32 result: d, bf16(d) "
+           "or f16(d)), the scales sa, sw (optionally bf16(..)/f16(..)), fp32 products rn32(x * y) (optionally "
+           "rounded on, bf16(rn32(x * y))), an optional bias f32(bias) (rn32(y + f32(bias)), fma(x, y, f32(bias)) or "
            "rn32(f32(bf16(y)) + f32(bias))); see docs/identify.md, e.g. `{}`",
            text, formula_notation(FormulaPoint{}));
   return it->second;
@@ -322,21 +406,24 @@ std::string formula_class_key(const FormulaPoint& p) {
   using classkey::K;
   const K sa = classkey::leaf("sa", classkey::kF32Bits), sw = classkey::leaf("sw", classkey::kF32Bits);
   const K bias = classkey::leaf("bias", classkey::kBf16Bits);
-  const std::string plain = formula::apply_point(p, classkey::KAcc{}, sa, sw, false, bias).s;
+  const classkey::KAcc acc{p.input == FormulaInput::fp32};
+  const std::string plain = formula::apply_point(p, acc, sa, sw, false, bias).s;
   const std::string with = p.bias == BiasPlacement::none ? std::string("refuses a bias")
-                                                           : formula::apply_point(p, classkey::KAcc{}, sa, sw, true, bias).s;
+                                                           : formula::apply_point(p, acc, sa, sw, true, bias).s;
   return plain + " | " + with;
 }
 
 nlohmann::json describe_point(const FormulaPoint& p) {
   if (p.conv == AccConversion::exact) {
-    return {{"conversion", conversion_name(p.conv)}, {"bias", "in the exact sum"}, {"output", "bf16 RNE, one rounding"}};
+    return {{"conversion", conversion_name(p)}, {"bias", "in the exact sum"}, {"output", "bf16 RNE, one rounding"}};
   }
-  return {{"conversion", conversion_name(p.conv)},
+  return {{"accumulator", p.input == FormulaInput::fp32 ? "fp32 d (FP8 GEMM)" : "integer"},
+          {"conversion", conversion_name(p)},
           {"sa", precision_name(p.sa)},
           {"sw", precision_name(p.sw)},
           {"grouping", grouping_name(p.grouping)},
           {"first_product", precision_name(p.first)},
+          {"second_product", p.bias == BiasPlacement::before_output && p.fma ? "fused with the bias add" : precision_name(p.second)},
           {"bias", bias_name(p)},
           {"fma", p.fma},
           {"output", fmt::format("{} {}", p.out == Precision::f16 ? "fp16" : "bf16", p.rounding == OutRounding::rz ? "RZ" : "RNE")}};
@@ -344,10 +431,11 @@ nlohmann::json describe_point(const FormulaPoint& p) {
 
 std::string point_summary(const FormulaPoint& p) {
   if (p.conv == AccConversion::exact) return "exact: acc*sa*sw (+ bias) rounded once to bf16 (RNE)";
-  return fmt::format("acc -> {}; sa {}, sw {}; {} with the first product in {}; bias {}; output {} {}",
-                     conversion_name(p.conv), precision_name(p.sa), precision_name(p.sw), grouping_name(p.grouping),
-                     precision_name(p.first), bias_name(p), p.out == Precision::f16 ? "fp16" : "bf16",
-                     p.rounding == OutRounding::rz ? "RZ" : "RNE");
+  return fmt::format("{} -> {}; sa {}, sw {}; {} with the first product in {}, the second in {}; bias {}; output {} {}",
+                     p.input == FormulaInput::fp32 ? "d" : "acc", conversion_name(p), precision_name(p.sa),
+                     precision_name(p.sw), grouping_name(p.grouping), precision_name(p.first),
+                     p.bias == BiasPlacement::before_output && p.fma ? "the fused add" : precision_name(p.second),
+                     bias_name(p), p.out == Precision::f16 ? "fp16" : "bf16", p.rounding == OutRounding::rz ? "RZ" : "RNE");
 }
 
 std::optional<FormulaPoint> row_point(const Epilogue& e) {

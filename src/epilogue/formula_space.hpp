@@ -16,20 +16,23 @@
 
 namespace qc {
 
-// Every point of the space, in a fixed order: the product of conversion (fp32 RNE, fp32 RZ, bf16,
-// fp16) x activation-scale cast x weight-scale cast (fp32, bf16, fp16) x grouping (3) x precision of
-// the first product (fp32, bf16, fp16) x bias (none, before, after) x FMA contraction (off, on) x
-// output rounding (RNE, RZ) x output type (bf16, fp16), then the `exact` point.
-const std::vector<FormulaPoint>& formula_space();
+// Every point of the space over one accumulator type, in a fixed order: the product of conversion
+// (integer: fp32 RNE, fp32 RZ, bf16, fp16, through fp32 to bf16, through fp32 to fp16; an FP8 GEMM's
+// fp32 d: kept, bf16, fp16) x activation-scale cast x weight-scale cast (fp32, bf16, fp16) x
+// grouping (3) x precision of the first product (fp32, bf16, fp16) x the tail (no bias, bias after
+// the output rounding, or bias added before it, each with the second product in fp32, bf16 or
+// fp16; or the bias add fused with the second product into one FMA: 10) x output rounding (RNE, RZ)
+// x output type (bf16, fp16), then, for integers, the `exact` point. Sizes in docs/identify.md.
+const std::vector<FormulaPoint>& formula_space(FormulaInput input = FormulaInput::integer);
 
 // The point's notation, e.g. `bf16(rn32(sa * rn32(f32(acc) * sw)))`: the formula with a bias when
 // the point takes one (drop the bias term for the formula without one).
 std::string formula_notation(const FormulaPoint& p);
 
-// The point a notation string denotes. Whitespace and the order of the operands of `*`, `+` and
-// the two factors of `fma` do not matter. Two points whose notation is the same string (an FMA
-// flag with no add to contract) parse to the one without the flag. QC_INPUT naming the column for
-// a syntax error, and saying what is not in the space otherwise.
+// The point a notation string denotes (either space: `acc` is an integer accumulator, `d` an FP8
+// GEMM's fp32 result). Whitespace and the order of the operands of `*`, `+` and the two factors of
+// `fma` do not matter; a name of the table (`vllm-cutlass`, `fp8-scaled`) is its point. QC_INPUT
+// naming the column for a syntax error, and saying what is not in the space otherwise.
 FormulaPoint parse_formula(std::string_view text);
 // True when `text` looks like a formula rather than a name (it has a parenthesis).
 bool looks_like_formula(std::string_view text);

@@ -118,8 +118,8 @@ W8a8Linear::W8a8Linear(W8a8Options options) : state_(std::make_shared<State>()) 
   state_->arm = make_arm(options.arm);
   state_->info = state_->arm->info();
   if (options.fp8) {
-    QC_INPUT(state_->info.is_fp8(),
-             "--arm `{}` in mode w8a8-fp8: expected an FP8 arm (one that declares an accumulation model: "
+    QC_INPUT(state_->info.fp8(),
+             "--arm `{}` in mode w8a8-fp8: expected an FP8 arm (an FP8 element or an accumulation model: "
              "cpu:fp8-<model>, cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc; `qconform arms` lists them), found an "
              "INT8 arm",
              options.arm);
@@ -128,10 +128,10 @@ W8a8Linear::W8a8Linear(W8a8Options options) : state_(std::make_shared<State>()) 
                                  element_types_spec(f.act, f.weight), to_string(f.act_scaling),
                                  to_string(f.weight_scaling), options.pow2);
   } else {
-    QC_INPUT(!state_->info.is_fp8(),
-             "--arm `{}` in mode w8a8: expected an INT8 arm, found an FP8 arm (accumulation model {}); mode w8a8 "
+    QC_INPUT(!state_->info.fp8(),
+             "--arm `{}` in mode w8a8: expected an INT8 arm, found an FP8 arm (accumulation model `{}`); mode w8a8 "
              "quantizes to INT8: use --mode w8a8-fp8 to run FP8 operands through it",
-             options.arm, state_->info.fp8_model_unknown ? std::string("unknown") : state_->info.accumulation_model);
+             options.arm, state_->info.fp8_model_unknown() ? std::string("unknown") : state_->info.accumulation_model);
     state_->source = fmt::format("model run, w8a8 act={} pow2={}", options.act_quantizer, options.pow2);
   }
   state_->options = std::move(options);

@@ -32,23 +32,48 @@ struct Gen {
 };
 
 TEST(FormulaSpace, SizeAndEveryPointPrintsAndParsesBack) {
-  const auto& space = formula_space();
-  EXPECT_EQ(space.size(), 4u * 3 * 3 * 3 * 3 * 3 * 2 * 2 * 2 + 1);
+  // Integer accumulators: 6 conversions x 3 x 3 scale casts x 3 groupings x 3 first-product
+  // precisions x 10 tails (no bias, bias after the output, bias before it, each with 3 second-product
+  // precisions, and the fused bias add) x 2 roundings x 2 output types, and `exact`; FP8's fp32 `d`:
+  // 3 conversions, the rest the same.
+  EXPECT_EQ(formula_space().size(), 6u * 3 * 3 * 3 * 3 * 10 * 2 * 2 + 1);
+  EXPECT_EQ(formula_space(FormulaInput::fp32).size(), 3u * 3 * 3 * 3 * 3 * 10 * 2 * 2);
   std::set<std::string> notations;
-  for (const FormulaPoint& p : space) {
-    const std::string s = formula_notation(p);
-    const FormulaPoint q = parse_formula(s);
-    EXPECT_EQ(formula_notation(q), s);
-    if (q != p) {
-      // Only an FMA flag with no add to contract prints the same: the parser returns the point
-      // without it, and the two are one class.
-      EXPECT_TRUE(p.fma && !q.fma) << s;
-      EXPECT_EQ(formula_class_key(p), formula_class_key(q)) << s;
+  for (FormulaInput in : {FormulaInput::integer, FormulaInput::fp32}) {
+    for (const FormulaPoint& p : formula_space(in)) {
+      EXPECT_EQ(p.input, in);
+      const std::string s = formula_notation(p);
+      const FormulaPoint q = parse_formula(s);
+      EXPECT_EQ(formula_notation(q), s);
+      EXPECT_TRUE(q == p) << s;  // every point has its own notation
+      EXPECT_EQ(s.find("acc") == std::string::npos, in == FormulaInput::fp32) << s;
+      notations.insert(s);
     }
-    notations.insert(s);
   }
-  // The distinct notations: everything but the FMA flag where nothing follows a multiply with an add.
-  EXPECT_EQ(notations.size(), 4u * 3 * 3 * 3 * 3 * 4 * 2 * 2 + 1);
+  EXPECT_EQ(notations.size(), formula_space().size() + formula_space(FormulaInput::fp32).size());
+}
+
+// The conversions PyTorch's type promotion makes (c10::BFloat16 has only a float constructor, so an
+// int32 becomes a float first, RNE, then a bf16, RNE: docs/identify.md): two roundings where the
+// direct conversion makes one, and they part where the fp32 rounding lands on a bf16 midpoint.
+TEST(FormulaSpace, TwoStepConversionRoundsTwice) {
+  const FormulaPoint two = parse_formula("bf16(rn32(rn32(bf16(f32(acc)) * sa) * sw))");
+  const FormulaPoint one = parse_formula("bf16(rn32(rn32(bf16(acc) * sa) * sw))");
+  EXPECT_EQ(two.conv, AccConversion::bf16_via_f32);
+  EXPECT_EQ(one.conv, AccConversion::bf16_rn);
+  // 2^24 + 2^16 + 1: fp32 rounds it to 2^24 + 2^16 (even), exactly a bf16 midpoint, which rounds to even
+  // (2^24); the integer itself lies above the midpoint, so the direct conversion rounds up.
+  const int64_t acc = (int64_t{1} << 24) + (int64_t{1} << 16) + 1;
+  EXPECT_EQ(formula::convert_acc(AccConversion::bf16_via_f32, acc), 0x1p24f);
+  EXPECT_EQ(formula::convert_acc(AccConversion::bf16_rn, acc), 0x1p24f + 0x1p17f);
+  EXPECT_NE(formula::apply_point(two, acc, 1.0f, 1.0f, false, 0.0f), formula::apply_point(one, acc, 1.0f, 1.0f, false, 0.0f));
+  EXPECT_NE(formula_class_key(two), formula_class_key(one));
+  // Through fp32 to fp16 equals the direct conversion wherever fp16 is finite (|acc| < 2^24: fp32 exact).
+  EXPECT_EQ(formula_class_key(parse_formula("f16(rn32(f16(f32(acc)) * rn32(sw * sa)))")),
+            formula_class_key(parse_formula("f16(rn32(f16(acc) * rn32(sw * sa)))")));
+  // An FP8 GEMM's d converted: kept, or rounded once.
+  EXPECT_EQ(parse_formula("bf16(rn32(rn32(bf16(d) * sa) * sw))").conv, AccConversion::bf16_rn);
+  EXPECT_EQ(parse_formula("fp8-scaled"), parse_formula("bf16(rn32(rn32(d * sa) * sw))"));
 }
 
 TEST(FormulaSpace, ParserIgnoresSpacingAndOperandOrder) {
@@ -157,6 +182,34 @@ TEST(FormulaSpace, EveryNamedRowIsAPointBitForBit) {
   }
 }
 
+// The FP8 row `fp8-scaled` and its point over the fp32 `d` give the same bits: through the tile API
+// (the row's SIMD fast path and the point's scalar text), on d of every magnitude, midpoints included.
+TEST(FormulaSpace, TheFp8RowIsAPointBitForBit) {
+  const Epilogue& row = fp8_epilogue();
+  ASSERT_FALSE(row.point.empty());
+  const Epilogue& as_point = epilogue(std::string(row.point));
+  ASSERT_EQ(as_point.kind, EpilogueKind::point);
+  EXPECT_EQ(as_point.space.input, FormulaInput::fp32);
+  Gen g{31};
+  const int64_t M = 64, N = 257;
+  std::vector<float> d(M * N), sa(M), sw(N);
+  for (auto& x : d) x = g.scale(-20, 30) * (g.below(3) == 0 ? -1.0f : 1.0f);
+  for (int i = 0; i < 50; ++i) d[static_cast<size_t>(g.below(M * N))] = 0.0f;
+  for (auto& x : sa) x = g.scale(-12, 2);
+  for (auto& x : sw) x = g.scale(-12, 2);
+  std::vector<uint16_t> a(M * N), b(M * N);
+  apply_epilogue(row, d.data(), sa.data(), sw.data(), nullptr, M, N, a.data(), 2);
+  apply_epilogue(as_point, d.data(), sa.data(), sw.data(), nullptr, M, N, b.data(), 1);
+  int64_t bad = 0;
+  for (size_t e = 0; e < a.size(); ++e) bad += a[e] != b[e];
+  EXPECT_EQ(bad, 0);
+  // An FP8 formula is refused on integer accumulators, an integer one on fp32 results.
+  const int32_t acc = 5;
+  uint16_t y = 0;
+  EXPECT_THROW(apply_epilogue(as_point, &acc, sa.data(), sw.data(), nullptr, 1, 1, &y), Error);
+  EXPECT_THROW(apply_epilogue(epilogue("bf16(rn32(sa * rn32(f32(acc) * sw)))"), d.data(), sa.data(), sw.data(), nullptr, 1, 1, &y), Error);
+}
+
 TEST(FormulaSpace, PointEpilogueTileEqualsElements) {
   const Epilogue& e = epilogue("bf16_rz(rn32(f32(bf16_rz(rn32(rn32(f32_rz(acc) * bf16(sa)) * sw))) + f32(bias)))");
   Gen g{7};
@@ -193,9 +246,9 @@ TEST(FormulaSpace, PointsOfOneClassAgreeInJurisdiction) {
   std::map<std::string, std::vector<const FormulaPoint*>> classes;
   for (const FormulaPoint& p : space) classes[formula_class_key(p)].push_back(&p);
   EXPECT_LT(classes.size(), space.size());
-  // The brief's example: an FMA flag with no add after the multiply changes nothing.
+  // A second product stored in bf16 before a bf16 RNE output changes nothing without a bias.
   FormulaPoint a{}, b{};
-  b.fma = true;
+  b.second = Precision::bf16;
   EXPECT_EQ(formula_class_key(a), formula_class_key(b));
   // bf16 accumulator and scales: every product of them is exact in fp32, so all three groupings agree.
   FormulaPoint g1{AccConversion::bf16_rn, Precision::bf16, Precision::bf16, ScaleGrouping::acc_sa_sw};
@@ -217,6 +270,10 @@ TEST(FormulaSpace, PointsOfOneClassAgreeInJurisdiction) {
     c.bias = f32_to_bf16(g.scale(-4, 4) * (c.acc < 0 ? -1.0f : 1.0f));  // same sign: no cancellation
     cases.push_back(c);
   }
+  // FP8: the same over the fp32 d (d of 14 significant bits or fewer, as the accumulation models give).
+  for (const FormulaPoint& p : formula_space(FormulaInput::fp32)) classes["fp32 " + formula_class_key(p)].push_back(&p);
+  std::vector<float> ds;
+  for (const Case& c : cases) ds.push_back(std::ldexp(static_cast<float>(c.acc / 4), -3));
   int64_t compared = 0;
   for (const auto& [key, members] : classes) {
     if (members.size() < 2) continue;
@@ -225,10 +282,14 @@ TEST(FormulaSpace, PointsOfOneClassAgreeInJurisdiction) {
       const FormulaPoint& other = *members[i];
       for (bool with_bias : {false, true}) {
         if (with_bias && first.bias == BiasPlacement::none) continue;
-        for (const Case& c : cases) {
+        for (size_t ci = 0; ci < cases.size(); ++ci) {
+          const Case& c = cases[ci];
           const float bias = bf16_to_f32(c.bias);
-          const uint16_t x = formula::apply_point(first, c.acc, c.sa, c.sw, with_bias, bias);
-          const uint16_t y = formula::apply_point(other, c.acc, c.sa, c.sw, with_bias, bias);
+          const bool fp32 = first.input == FormulaInput::fp32;
+          const uint16_t x = fp32 ? formula::apply_point(first, ds[ci], c.sa, c.sw, with_bias, bias)
+                                  : formula::apply_point(first, c.acc, c.sa, c.sw, with_bias, bias);
+          const uint16_t y = fp32 ? formula::apply_point(other, ds[ci], c.sa, c.sw, with_bias, bias)
+                                  : formula::apply_point(other, c.acc, c.sa, c.sw, with_bias, bias);
           ++compared;
           if (x != y) {
             FAIL() << "class " << key << ": " << formula_notation(first) << " gives " << hex(x) << ", "

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "checks/identify.hpp"
 #include "epilogue/formula_space.hpp"
@@ -173,6 +174,93 @@ TEST(Identify, FormulasOutsideTheTableAreIdentifiedExactly) {
   EXPECT_EQ(formula_class_key(parse_formula(rb.formula)), formula_class_key(parse_formula("f16(rn32(f32(acc) * bf16(rn32(sw * sa))))")))
       << rb.formula;
   EXPECT_EQ(rb.matching, rb.outputs);
+}
+
+// PyTorch's eager W8A8 (torchao `int_scaled_matmul`: `c * scales` with c int32 and bf16 scales):
+// type promotion turns the int32 into a bf16 through a float (two roundings), and every product is
+// computed in fp32 and stored in bf16; the bias is a bf16 add. Written with plain operators and the
+// fp32 -> bf16 conversion only.
+uint16_t torch_two_step(int64_t acc, float sa, float sw, std::optional<float> bias) {
+  const float c = bf16_round(static_cast<float>(acc));       // int32 -> float (RNE) -> bf16 (RNE)
+  const float y1 = bf16_round(c * bf16_round(sa));            // bf16 * bf16: computed in fp32, stored bf16
+  const float y2 = bf16_round(y1 * bf16_round(sw));
+  return f32_to_bf16(bias ? y2 + *bias : y2);                 // + bf16 bias: fp32 add, stored bf16
+}
+
+TEST(Identify, ThePyTorchTwoStepConversionIsAPointOfTheSpace) {
+  HandArm<decltype(&torch_two_step)> arm("test:torch-two-step", &torch_two_step);
+  const IdentifyResult r = identify(arm);
+  ASSERT_EQ(r.verdict, "identified") << describe(r);
+  EXPECT_EQ(formula_class_key(parse_formula(r.formula)),
+            formula_class_key(parse_formula(
+                "bf16(rn32(f32(bf16(rn32(bf16(rn32(bf16(f32(acc)) * bf16(sa))) * bf16(sw)))) + f32(bias)))")))
+      << r.formula;
+  EXPECT_EQ(parse_formula(r.formula).conv, AccConversion::bf16_via_f32) << r.formula;
+  EXPECT_EQ(r.matching, r.outputs);
+  EXPECT_GT(r.outputs, 10000);
+}
+
+// #26: a bias-free kernel equal to a named formula without its bias term is named after it.
+uint16_t sm89_without_bias(int64_t acc, float sa, float sw, std::optional<float> bias) {
+  if (bias) throw Error(ErrorKind::input, "test arm takes no bias", __FILE__, __LINE__, "bias");
+  return f32_to_bf16(static_cast<float>(acc) * (sw * sa));
+}
+
+TEST(Identify, ABiasFreeKernelIsTheNamedFormulaWithoutItsBias) {
+  HandArm<decltype(&sm89_without_bias)> arm("test:sm89-no-bias", &sm89_without_bias);
+  const IdentifyResult r = identify(arm);
+  ASSERT_EQ(r.verdict, "identified") << describe(r);
+  EXPECT_EQ(r.named, std::vector<std::string>{"sglang-sm89 (no bias)"}) << describe(r);
+  EXPECT_NE(describe(r).find("named:   sglang-sm89 (no bias)"), std::string::npos) << describe(r);
+  // Declared, it is its formula (the named row would take a bias the kernel refuses).
+  EXPECT_EQ(identified_declaration(r), r.formula);
+  // The class listing shows each member once, and not the formula line again.
+  const auto& members = r.candidates["survivors"][0]["member_formulas"];
+  std::set<std::string> seen;
+  for (const auto& f : members) {
+    EXPECT_TRUE(seen.insert(f.get<std::string>()).second) << f;
+    EXPECT_NE(f.get<std::string>(), r.formula);
+  }
+}
+
+// A conversion outside the space (fp32 round half away from zero: it parts from RNE on the ties
+// beyond 2^24) is unexplained, and the diagnosis names the stage: the accumulator conversion, not
+// the accumulator (the exact integer accumulation has no freedom), with the nearest candidate.
+uint16_t rna_conversion(int64_t acc, float sa, float sw, std::optional<float> bias) {
+  if (bias) throw Error(ErrorKind::input, "test arm takes no bias", __FILE__, __LINE__, "bias");
+  const long double a = static_cast<long double>(acc);
+  float f = static_cast<float>(acc);
+  const float other = std::nextafter(f, static_cast<long double>(f) < a ? INFINITY : -INFINITY);
+  const long double df = std::fabs(static_cast<long double>(f) - a), dother = std::fabs(static_cast<long double>(other) - a);
+  if (dother == df && std::fabs(other) > std::fabs(f)) f = other;  // a tie: away from zero
+  return f32_to_bf16(sa * (f * sw));
+}
+
+TEST(Identify, AConversionOutsideTheSpaceIsLocalizedToTheConversion) {
+  HandArm<decltype(&rna_conversion)> arm("test:rna-conversion", &rna_conversion);
+  const IdentifyResult r = identify(arm);
+  ASSERT_EQ(r.verdict, "unexplained") << describe(r);
+  EXPECT_FALSE(has_diagnosis(r, "accumulator")) << describe(r);
+  const nlohmann::json* stage = nullptr;
+  for (const auto& d : r.diagnosis) {
+    if (d["kind"] == "stage") stage = &d;
+  }
+  ASSERT_NE(stage, nullptr) << describe(r);
+  EXPECT_EQ((*stage)["stage"], "the accumulator conversion") << stage->dump(1);
+  EXPECT_EQ((*stage)["region"], "|acc| > 2^24") << stage->dump(1);
+  EXPECT_EQ(formula_class_key(parse_formula((*stage)["nearest"].get<std::string>())),
+            formula_class_key(parse_formula("vllm-cutlass")))
+      << stage->dump(1);
+  EXPECT_GT((*stage)["unexplained_inside"].get<int64_t>(), 0);
+  // Every separating output it lists lies beyond 2^24 and is what the arm gives, not the nearest.
+  ASSERT_FALSE((*stage)["first"].empty());
+  for (const auto& u : (*stage)["first"]) {
+    EXPECT_GT(std::llabs(u["acc"].get<int64_t>()), int64_t{1} << 24) << u;
+    EXPECT_NE(u["got"], u["formula_gives"]) << u;
+  }
+  EXPECT_NE(describe(r).find("the accumulator conversion: no candidate of the space explains the outputs with |acc| > 2^24"),
+            std::string::npos)
+      << describe(r);
 }
 
 // Two classes that part only beyond 2^24: the accumulator converted to fp32 RNE or toward zero

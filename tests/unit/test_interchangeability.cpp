@@ -116,7 +116,7 @@ class Undeclared final : public Arm {
     i.label = label_;
     i.epilogue = fp8_ ? i.epilogue : "";
     i.accumulation_model = "";
-    i.fp8_model_unknown = fp8_;
+    if (fp8_) i.element = ElementType::e4m3;
     i.exposes_accumulator = false;
     return i;
   }
@@ -284,7 +284,7 @@ TEST(InterchangeabilityVerify, AnUndeclaredFp8ArmIsUnexplainedWithTheAdviceToIde
   const std::vector<LayerOperands> layers = fp8_layers();
   auto a = make_arm("cpu:fp8-hopper-fp8-promote4");
   Undeclared b("cpu:fp8-hopper-fp8-chain", /*fp8=*/true);
-  ASSERT_TRUE(b.info().is_fp8());
+  ASSERT_TRUE(b.info().fp8());
   ASSERT_TRUE(b.info().accumulation_model.empty());
   for (const UserLanguage language : {UserLanguage::cli, UserLanguage::python}) {
     for (const int64_t tolerance : {int64_t{1}, int64_t{1} << 14}) {

@@ -444,6 +444,45 @@ TEST(PluginArm, Fp8DeclarationsAreCheckedAndOldDescriptorsStillLoad) {
   }
 }
 
+// The flags of an FP8 plugin that declares nothing (QC_ARM_FLAG_FP8_KERNEL, QC_ARM_FLAG_FP8_GEMM):
+// an FP8 arm without a model, its epilogue (when declared) a formula over d, no INT32 accumulator;
+// a kernel without the GEMM flag refuses `fp8_accumulate` in the words of its ABI.
+TEST(PluginArm, UndeclaredFp8FlagsAreCheckedAndMakeAnFp8Arm) {
+  const std::string kernel = compile_plugin_source(
+      "fp8_kernel_flag",
+      plugin_source("QC_ARM_ABI_VERSION, sizeof(qc_arm_v1), \"k\", \"bf16(rn32(sa * rn32(d * sw)))\", "
+                    "QC_ARM_FLAG_FP8_KERNEL, bad_run, NULL, NULL",
+                    kFillRun));
+  const std::string int_formula = compile_plugin_source(
+      "fp8_kernel_int_formula",
+      plugin_source("QC_ARM_ABI_VERSION, sizeof(qc_arm_v1), \"k\", \"vllm-cutlass\", QC_ARM_FLAG_FP8_KERNEL, bad_run, "
+                    "NULL, NULL",
+                    kFillRun));
+  const std::string with_acc = compile_plugin_source(
+      "fp8_gemm_acc", plugin_source("QC_ARM_ABI_VERSION, sizeof(qc_arm_v1), \"k\", NULL, "
+                                    "QC_ARM_FLAG_FP8_GEMM | QC_ARM_FLAG_WRITES_ACC, bad_run, NULL, NULL",
+                                    kFillRun));
+  REQUIRE_PLUGIN(kernel);
+  REQUIRE_PLUGIN(int_formula);
+  REQUIRE_PLUGIN(with_acc);
+  for (const char* prefix : {"plugin:", "plugin-inproc:"}) {
+    SCOPED_TRACE(prefix);
+    auto arm = make_arm(prefix + kernel);
+    const ArmInfo info = arm->info();
+    EXPECT_TRUE(info.fp8());
+    EXPECT_EQ(info.element, ElementType::e4m3);
+    EXPECT_EQ(info.accumulation_model, "");
+    EXPECT_FALSE(info.offers_unscaled());
+    EXPECT_EQ(info.epilogue, "bf16(rn32(sa * rn32(d * sw)))");
+    EXPECT_EQ(arm->run(layer(2, 3, 4, false, 1, /*fill=*/3)).y.size(), 6u);  // INT8 codes 3 re-encoded to e4m3
+    nlohmann::json rec;
+    const uint8_t one = 0x38;
+    EXPECT_THROW((void)arm->fp8_accumulate(&one, &one, 1, 1, 1, rec), Error);
+    expect_input_error(prefix + int_formula, {"field `epilogue`", "a formula over an integer accumulator"});
+    expect_input_error(prefix + with_acc, {"field `flags`", "QC_ARM_FLAG_WRITES_ACC on an FP8 plugin"});
+  }
+}
+
 // A plugin that writes nothing leaves NaN (the unwritten marker), never a plausible value.
 TEST(PluginArm, UnwrittenOutputsAreNaN) {
   const std::string so = compile_plugin_source(

@@ -100,6 +100,10 @@ struct Descriptor {
   bool has_name = false, has_epilogue = false, has_run = false, has_model = false;
   uint64_t flags = 0;
   std::string name, epilogue, accumulation_model;
+  // An FP8 kernel (`run` takes the layer's e4m3 codes and scales, writes y), an FP8 GEMM (`run` with
+  // `d` writes the unscaled d; every plugin that declares a model is one).
+  bool fp8_kernel() const { return (flags & QC_ARM_FLAG_FP8_KERNEL) != 0; }
+  bool fp8_gemm() const { return has_model || (flags & QC_ARM_FLAG_FP8_GEMM) != 0; }
 };
 
 // Everything the library declares, checked before its `run` is ever called.
@@ -125,22 +129,36 @@ void validate(const std::string& path, const Descriptor& d) {
   QC_INPUT(!controls, "plugin `{}`: field `name`: expected printable characters, found \"{}\" (control characters "
            "escaped as \\xNN)", p, printable(d.name));
   QC_INPUT(d.has_run, "plugin `{}`: field `run`: expected a function pointer, found NULL", p);
-  QC_INPUT((d.flags & ~uint64_t{QC_ARM_FLAG_WRITES_ACC}) == 0,
-           "plugin `{}`: field `flags`: expected only QC_ARM_FLAG_* bits (0x{:x}), found 0x{:x}", p,
-           QC_ARM_FLAG_WRITES_ACC, d.flags);
-  if (d.has_model) {
-    // An FP8 plugin: a model qconform can evaluate; qconform applies the FP8 epilogue itself and
-    // there is no INT32 accumulator.
-    try {
-      (void)fp8_accumulation_model(d.accumulation_model);
-    } catch (const Error& e) {
-      QC_FAIL_INPUT("plugin `{}`: field `accumulation_model`: {}", p, printable(e.what()));
+  constexpr uint64_t kKnownFlags = QC_ARM_FLAG_WRITES_ACC | QC_ARM_FLAG_FP8_KERNEL | QC_ARM_FLAG_FP8_GEMM;
+  QC_INPUT((d.flags & ~kKnownFlags) == 0,
+           "plugin `{}`: field `flags`: expected only QC_ARM_FLAG_* bits (0x{:x}), found 0x{:x}", p, kKnownFlags, d.flags);
+  if (d.fp8_kernel() || d.fp8_gemm()) {
+    // An FP8 plugin: a declared model is one qconform can evaluate, and there is no INT32 accumulator.
+    if (d.has_model) {
+      try {
+        (void)fp8_accumulation_model(d.accumulation_model);
+      } catch (const Error& e) {
+        QC_FAIL_INPUT("plugin `{}`: field `accumulation_model`: {}", p, printable(e.what()));
+      }
     }
-    QC_INPUT(!d.has_epilogue, "plugin `{}`: field `epilogue`: expected NULL for an FP8 plugin (accumulation_model "
-             "\"{}\": qconform applies the `{}` epilogue to its fp32 output), found \"{}\"", p,
-             printable(d.accumulation_model), fp8_epilogue().name, printable(d.epilogue));
-    QC_INPUT((d.flags & QC_ARM_FLAG_WRITES_ACC) == 0, "plugin `{}`: field `flags`: QC_ARM_FLAG_WRITES_ACC with "
-             "accumulation_model \"{}\": an FP8 plugin has no INT32 accumulator", p, printable(d.accumulation_model));
+    QC_INPUT((d.flags & QC_ARM_FLAG_WRITES_ACC) == 0, "plugin `{}`: field `flags`: QC_ARM_FLAG_WRITES_ACC on an FP8 "
+             "plugin (QC_ARM_FLAG_FP8_KERNEL, QC_ARM_FLAG_FP8_GEMM or an accumulation_model): it has no INT32 "
+             "accumulator", p);
+    if (!d.fp8_kernel()) {
+      QC_INPUT(!d.has_epilogue, "plugin `{}`: field `epilogue`: expected NULL for an FP8 plugin that is a GEMM (qconform applies "
+               "the `{}` epilogue to its fp32 output; a kernel with its own epilogue sets QC_ARM_FLAG_FP8_KERNEL), "
+               "found \"{}\"", p, fp8_epilogue().name, printable(d.epilogue));
+    } else if (d.has_epilogue) {
+      const Epilogue* e = nullptr;
+      try {
+        e = &qc::epilogue(d.epilogue);
+      } catch (const Error& err) {
+        QC_FAIL_INPUT("plugin `{}`: field `epilogue`: {}", p, printable(err.what()));
+      }
+      QC_INPUT(e->name == fp8_epilogue().name || (e->kind == EpilogueKind::point && e->space.input == FormulaInput::fp32),
+               "plugin `{}`: field `epilogue`: \"{}\" is a formula over an integer accumulator; an FP8 kernel's epilogue "
+               "is written over the fp32 GEMM result d, e.g. \"bf16(rn32(sa * rn32(d * sw)))\"", p, printable(d.epilogue));
+    }
   } else if (d.has_epilogue) {
     try {
       (void)qc::epilogue(d.epilogue);
@@ -162,9 +180,11 @@ struct Loaded {
     i.description = fmt::format("plugin `{}` ({}), kernel `{}`, {}", printable(file.path), file.sha256,
                                 printable(d.name),
                                 isolated ? "isolated in a worker process" : "in-process (unprotected)");
-    i.epilogue = d.has_model ? std::string(fp8_epilogue().name) : d.has_epilogue ? d.epilogue : "";
+    i.epilogue = d.fp8_gemm() && !d.fp8_kernel() ? std::string(fp8_epilogue().name) : d.has_epilogue ? d.epilogue : "";
     i.exposes_accumulator = (d.flags & QC_ARM_FLAG_WRITES_ACC) != 0;
     i.accumulation_model = d.has_model ? d.accumulation_model : "";
+    if (d.fp8_kernel() || d.fp8_gemm()) i.element = ElementType::e4m3;
+    i.unscaled_entry = d.fp8_gemm();
     return i;
   }
 
@@ -201,11 +221,30 @@ struct Loaded {
 
   // The record of an FP8 call (`Arm::fp8_accumulate`).
   nlohmann::json fp8_record() const {
-    return {{"arm", label},
-            {"kernel", d.name},
-            {"accumulation_model", d.accumulation_model},
-            {"accumulation_formula", accumulation_formula(fp8_accumulation_model(d.accumulation_model).model)},
-            {"plugin", identity_extra()}};
+    nlohmann::json r = {{"arm", label}, {"kernel", d.name}, {"plugin", identity_extra()}};
+    if (d.has_model) {
+      r["accumulation_model"] = d.accumulation_model;
+      r["accumulation_formula"] = accumulation_formula(fp8_accumulation_model(d.accumulation_model).model);
+    }
+    return r;
+  }
+
+  // `run` of an FP8 kernel plugin: the layer's e4m3 codes (an FP8 layer's own, an INT8 layer's codes
+  // re-encoded exactly) with its scales and bias through `layer` (the plugin's INT8-shaped call).
+  template <class LayerCall>
+  ArmOutput run_kernel(const LayerOperands& ops, LayerCall&& layer) const {
+    ops.validate();
+    Fp8LayerCodes codes = fp8_layer_codes(label, ops);
+    QC_INPUT(codes.a_format == Fp8Format::e4m3 && codes.w_format == Fp8Format::e4m3,
+             "arm `{}`: layer `{}`: e5m2 operands: the plugin ABI passes e4m3fn codes only", printable(label),
+             printable(ops.name));
+    LayerOperands view = ops;
+    view.a_q = {reinterpret_cast<const int8_t*>(codes.a.data()), codes.a.size()};
+    view.w_q = {reinterpret_cast<const int8_t*>(codes.w.data()), codes.w.size()};
+    view.a_type = view.w_type = ElementType::e4m3;
+    ArmOutput out = layer(view);
+    out.record.extra["operands"] = codes.description;
+    return out;
   }
 
   // `run` of an FP8 plugin: the layer's e4m3 codes through `fp8` (the plugin's FP8 call), then the
@@ -316,18 +355,25 @@ class InprocPluginArm final : public Arm {
 
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int threads) override {
-    if (!lp_.d.has_model) return Arm::fp8_accumulate(a, w, m, n, k, record, threads);  // the INT8 refusal
+    if (!lp_.d.fp8_gemm()) return Arm::fp8_accumulate(a, w, m, n, k, record, threads);  // the INT8 refusal
     std::vector<float> d = call_fp8(a, w, m, n, k);
     record = lp_.fp8_record();
     return d;
   }
 
   ArmOutput run(const LayerOperands& ops) override {
-    if (lp_.d.has_model) {
+    if (lp_.d.fp8_kernel()) return lp_.run_kernel(ops, [&](const LayerOperands& view) { return run_layer(view); });
+    if (lp_.d.fp8_gemm()) {
       return lp_.run_fp8(ops, [&](const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
         return call_fp8(a, w, m, n, k);
       });
     }
+    return run_layer(ops);
+  }
+
+ private:
+  // One call of the plugin's `run` on a layer's codes (int8, or an FP8 kernel's e4m3 codes).
+  ArmOutput run_layer(const LayerOperands& ops) {
     ops.validate();
     const size_t count = static_cast<size_t>(ops.m * ops.n);
     std::vector<uint16_t> y(count, kUnwrittenBf16);
@@ -355,7 +401,6 @@ class InprocPluginArm final : public Arm {
     return lp_.finish(ops, rc, error.data(), acc_written, std::move(y), std::move(acc));
   }
 
- private:
   std::vector<float> call_fp8(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
     float unwritten;
     std::memcpy(&unwritten, &kUnwrittenF32, sizeof unwritten);
@@ -756,18 +801,25 @@ class IsolatedPluginArm final : public Arm {
 
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int threads) override {
-    if (!lp_.d.has_model) return Arm::fp8_accumulate(a, w, m, n, k, record, threads);  // the INT8 refusal
+    if (!lp_.d.fp8_gemm()) return Arm::fp8_accumulate(a, w, m, n, k, record, threads);  // the INT8 refusal
     std::vector<float> d = call_fp8(a, w, m, n, k);
     record = lp_.fp8_record();
     return d;
   }
 
   ArmOutput run(const LayerOperands& ops) override {
-    if (lp_.d.has_model) {
+    if (lp_.d.fp8_kernel()) return lp_.run_kernel(ops, [&](const LayerOperands& view) { return run_layer(view); });
+    if (lp_.d.fp8_gemm()) {
       return lp_.run_fp8(ops, [&](const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
         return call_fp8(a, w, m, n, k);
       });
     }
+    return run_layer(ops);
+  }
+
+ private:
+  // One request to the worker on a layer's codes (int8, or an FP8 kernel's e4m3 codes).
+  ArmOutput run_layer(const LayerOperands& ops) {
     ops.validate();
     std::lock_guard<std::mutex> lock(mutex_);  // one request in flight per worker
     if (!worker_) restart();
@@ -825,7 +877,6 @@ class IsolatedPluginArm final : public Arm {
     return lp_.finish(ops, rc, error.data(), acc_written, std::vector<uint16_t>(y0, y0 + count), std::move(acc));
   }
 
- private:
   // One FP8 call: the codes into the operand mapping, `d` out of the output mapping.
   std::vector<float> call_fp8(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
     std::lock_guard<std::mutex> lock(mutex_);
