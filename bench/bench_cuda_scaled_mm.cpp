@@ -30,6 +30,10 @@ int main() {
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
 #include "arms/cuda/cuda.hpp"
+#ifdef QC_WITH_CUTLASS
+#include "arms/cutlass/cutlass_dispatch.hpp"
+#include "arms/cutlass/kernels/sm90_cutlass_scaled_mm.cuh"
+#endif
 
 namespace {
 
@@ -122,6 +126,39 @@ void bench_gemm(int m, int n, int k) {
                                  EpilogueKind::vllm_cutlass, BiasMode::muladd, nullptr);
   });
 
+#ifdef QC_WITH_CUTLASS
+  {
+    // CUTLASS's own sm90 INT8 GEMM with vLLM's ScaledEpilogue, the configuration vLLM picks for this
+    // shape: the same formula as the pipeline's (`vllm-cutlass` = `vllm-cutlass-muladd` without a
+    // bias), so the outputs must be identical.
+    using cutlass_launch = cutlass_kernels::LaunchResult (*)(const cutlass_kernels::ScaledMmArgs&, bool);
+    static constexpr cutlass_launch kLaunch[] = {
+        cutlass_kernels::launch_int8_vllm_config0, cutlass_kernels::launch_int8_vllm_config1,
+        cutlass_kernels::launch_int8_vllm_config2, cutlass_kernels::launch_int8_vllm_config3,
+        cutlass_kernels::launch_int8_vllm_config4};
+    const int config = static_cast<int>(cutlass_arms::vllm_int8_config(m, n));
+    cuda::DeviceBuffer<uint16_t> y_cutlass(static_cast<size_t>(m) * n);
+    cutlass_kernels::ScaledMmArgs c;
+    c.sa = sa.get(), c.sw = sw.get(), c.y = y_cutlass.get(), c.m = m, c.n = n, c.k = k;
+    const char* error = nullptr;
+    const double t = median_ms([&](int i) {
+      c.a = as[i % copies].get(), c.w = ws[i % copies].get();
+      error = kLaunch[config](c, false).error;
+    });
+    c.a = as[0].get(), c.w = ws[0].get();
+    kLaunch[config](c, false);
+    plan.run(as[0].get(), ws[0].get(), acc.get(), nullptr, nullptr, nullptr);
+    launch_int32_scaled_epilogue(acc.get(), sa.get(), sw.get(), nullptr, y_lt.get(), m, n, EpilogueKind::vllm_cutlass,
+                                 BiasMode::muladd, nullptr);
+    QC_CUDA_CHECK(cudaDeviceSynchronize());
+    const auto ya = y_cutlass.to_host(), yb = y_lt.to_host();
+    size_t diff = 0;
+    for (size_t i = 0; i < ya.size(); ++i) diff += ya[i] != yb[i];
+    std::printf("  CUTLASS (vLLM %s) %.4f ms = %5.0f TOPS  speed vs pipeline %.2fx  (vs GEMM alone %.2fx)  bitwise diffs %zu%s%s\n",
+                cutlass_arms::kInt8ConfigTable[config].name, t, ops / t / 1e9, t_pipe / t, t_lt / t, diff,
+                error ? "  error: " : "", error ? error : "");
+  }
+#endif
   std::vector<MmTile> tiles = {MmTile::automatic};
   if (m <= 64) {
     tiles.insert(tiles.end(), {MmTile::m16n32_k4, MmTile::m16n64_k4, MmTile::m32n64_k4, MmTile::m64n128});

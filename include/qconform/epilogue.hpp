@@ -78,6 +78,10 @@ std::span<const Epilogue> all_epilogues();
 // the host (`apply_epilogue` over `const float*`), the cuBLASLt FP8 arms on the device when
 // cuBLASLt cannot scale itself. Not in `all_epilogues()`: no INT8 arm is named after it.
 const Epilogue& fp8_epilogue();
+// The FP8 rows of the table: `fp8-scaled` first, then the epilogues real FP8 kernels declare
+// (`torch-rowwise`: PyTorch's CUTLASS rowwise tree, the `cuda:cutlass-fp8-rowwise` arms'). `epilogue`
+// finds them by name too.
+std::span<const Epilogue> fp8_epilogues();
 
 // Whole tile, row-major: y[m,n] = apply(acc[m,n], sa[m], sw[n], bias[n], M, N).
 // `bias` may be null. Validates first (QC_INPUT): every `sa`, `sw` finite and > 0, every bias

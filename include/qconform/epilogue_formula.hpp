@@ -56,7 +56,14 @@ namespace qc {
 // rounded result in integer arithmetic, host-only (`qc::exact_bf16` in epilogue.hpp).
 // `point` is a point of the formula space (`FormulaPoint` below, `Epilogue::space`), evaluated by
 // `formula::apply_point`: the epilogue of a formula string (`qconform identify`, `verify --declare`).
-enum class EpilogueKind { vllm_cutlass, vllm_triton, sglang_sm89, sglang_sm90, exact, point };
+// `torch_rowwise` (FP8) has no body of its own either: PyTorch's sm90 `f8f8bf16_rowwise` epilogue tree,
+// `Cast(Add(Bias, Multiply(WScale, Multiply(XScale, Accum))))`, whose Bias broadcasts 0 without a bias
+// pointer (the add is always there, and turns a -0 into +0), in the orientation PyTorch's dispatch
+// picks for the shape (`torch_rowwise_transposes`): `torch_rowwise_xw` = bf16(rn32(rn32(rn32(d*sa)*sw) + 0))
+// or, transposed (X and W swap roles), `torch_rowwise_wx` = bf16(rn32(rn32(sa*rn32(d*sw)) + 0)).
+enum class EpilogueKind {
+  vllm_cutlass, vllm_triton, sglang_sm89, sglang_sm90, exact, point, torch_rowwise, torch_rowwise_xw, torch_rowwise_wx
+};
 
 // How the formula adds a bias (stored as bf16, one per output column n).
 enum class BiasMode {
@@ -192,6 +199,10 @@ QC_FORMULA_FN float bf16_value(uint16_t b) {
   return bf16_to_f32(b);
 #endif
 }
+
+// The +0 a formula adds where its tree adds a bias node without a bias (`torch_rowwise`); symbolic
+// readers of the text overload it to print "0".
+QC_FORMULA_FN float zero_of(float) { return 0.0f; }
 
 // ---- The primitives of the formula space (host: integer and bit arithmetic; device: intrinsics)
 //
@@ -339,17 +350,57 @@ QC_FORMULA_FN constexpr bool sglang_sm90_swaps(int64_t m_rows, int64_t n_cols) {
   return m_rows <= 16 || (m_rows <= 64 && n_cols > 1280);
 }
 
-// The kind whose body `apply` runs for `kind` on an m_rows x n_cols GEMM: itself, except
-// `sglang_sm90`, which resolves to the CUTLASS or (under swap-AB) the Triton order.
+// PyTorch's sm90 rowwise FP8 dispatch (aten/src/ATen/native/cuda/RowwiseScaledMM.cu,
+// `dispatch_fp8_rowwise_kernel_on_cluster_size_and_transpose`), for an m_rows x n_cols output: M and N
+// rounded up to 64, then a cluster shape, whether the problem runs transposed (Dᵀ = W·Xᵀ: the
+// epilogue tree then multiplies by sw first, sa second) and the scheduler's swizzle. The orientation
+// is the one part the numerics depend on; the CUTLASS arms (src/arms/cutlass/) launch the rest.
+// PyTorch computes `M * N` in `int`; here it is int64 (equal for every shape that does not overflow).
+struct TorchRowwiseChoice {
+  bool transposed;
+  int cluster_m, cluster_n;
+  int swizzle;
+};
+QC_FORMULA_FN constexpr TorchRowwiseChoice torch_rowwise_choice(int64_t m_rows, int64_t n_cols) {
+  const int64_t M = (m_rows + 63) / 64 * 64, N = (n_cols + 63) / 64 * 64;
+  if (M == 64 && N >= 3072) return {false, 1, 2, 1};
+  if (N == 64 && M >= 3072) return {true, 1, 2, 1};
+  if (M == 192 && N >= 4096) return {true, 1, 2, 1};
+  if (N == 192 && M >= 4096) return {false, 1, 2, 1};
+  if (M * N <= int64_t{4096} * 4096) {
+    if (M % 256 > 0 && N % 256 == 0) return {true, 2, 1, 1};
+    if (N % 256 > 0 && M % 256 == 0) return {false, 2, 1, 1};
+  }
+  if (M % 256 > 0 && N % 256 > 0) return {(M <= N) != (M * N <= int64_t{1024} * 1024), 2, 1, 1};
+  if (M >= 4096 && N >= 4096) return {M < N, 2, 1, 8};
+  if ((M <= N) != (M >= 2048 && N >= 2048)) return {true, 1, 2, 1};
+  return {true, 2, 1, 1};
+}
+QC_FORMULA_FN constexpr bool torch_rowwise_transposes(int64_t m_rows, int64_t n_cols) {
+  return torch_rowwise_choice(m_rows, n_cols).transposed;
+}
+
+// The kind whose body `apply` runs for `kind` on an m_rows x n_cols GEMM: itself, except the
+// shape-dispatching kinds: `sglang_sm90` resolves to the CUTLASS or (under swap-AB) the Triton order,
+// `torch_rowwise` to its X-first or (transposed) W-first tree.
 QC_FORMULA_FN constexpr EpilogueKind instance_kind(EpilogueKind kind, int64_t m_rows, int64_t n_cols) {
+  if (kind == EpilogueKind::torch_rowwise) {
+    return torch_rowwise_transposes(m_rows, n_cols) ? EpilogueKind::torch_rowwise_wx : EpilogueKind::torch_rowwise_xw;
+  }
   if (kind != EpilogueKind::sglang_sm90) return kind;
   return sglang_sm90_swaps(m_rows, n_cols) ? EpilogueKind::vllm_triton : EpilogueKind::vllm_cutlass;
 }
 
-// True for the kinds `apply` has a body for (what `instance_kind` can return, except `exact`).
-QC_FORMULA_FN constexpr bool has_body(EpilogueKind kind) {
+// True for the kinds qconform's own CUDA kernels have an instance of (`visit_kernel_instance`).
+QC_FORMULA_FN constexpr bool has_kernel_instance(EpilogueKind kind) {
   return kind == EpilogueKind::vllm_cutlass || kind == EpilogueKind::vllm_triton ||
          kind == EpilogueKind::sglang_sm89;
+}
+// True for the kinds `apply` has a body for (what `instance_kind` can return, except `exact` and
+// `point`): the kernel instances and PyTorch's two rowwise trees (host only: the CUTLASS arm runs the
+// real ones).
+QC_FORMULA_FN constexpr bool has_body(EpilogueKind kind) {
+  return has_kernel_instance(kind) || kind == EpilogueKind::torch_rowwise_xw || kind == EpilogueKind::torch_rowwise_wx;
 }
 
 // The name kernel identities print for an instance kind ("vllm-cutlass", ...).
@@ -361,6 +412,9 @@ constexpr const char* kind_name(EpilogueKind kind) {
     case EpilogueKind::sglang_sm90: return "sglang-sm90";
     case EpilogueKind::exact: return "exact";
     case EpilogueKind::point: return "point";
+    case EpilogueKind::torch_rowwise: return "torch-rowwise";
+    case EpilogueKind::torch_rowwise_xw: return "torch-rowwise-xw";
+    case EpilogueKind::torch_rowwise_wx: return "torch-rowwise-wx";
   }
   return "?";
 }
@@ -373,6 +427,9 @@ constexpr const char* scale_order(EpilogueKind kind) {
     case EpilogueKind::sglang_sm90: return "sw first, then sa; sa first under swap-AB";
     case EpilogueKind::exact: return "exact product";
     case EpilogueKind::point: return "as the formula-space point says";
+    case EpilogueKind::torch_rowwise: return "sa first, then sw; sw first when PyTorch transposes; then + 0";
+    case EpilogueKind::torch_rowwise_xw: return "sa first, then sw, then + 0";
+    case EpilogueKind::torch_rowwise_wx: return "sw first, then sa, then + 0";
   }
   return "?";
 }
@@ -411,11 +468,17 @@ QC_FORMULA_FN auto apply(Acc acc, F sa, F sw, BiasMode bias_mode, bool has_bias,
     const F y = mul_rn(mul_rn(x, sa), sw);
     if (!has_bias) return bf16_rn(y);
     return bf16_rn(add_rn(bf16_value(bf16_rn(y)), bias));
-  } else {
+  } else if constexpr (K == EpilogueKind::sglang_sm89) {
     // SGLang SM80/86/89 epilogue visitor: the two scales multiplied together first; a bias is an
     // fp32 add before the one conversion.
     const F y = mul_rn(x, mul_rn(sw, sa));
     return bf16_rn(has_bias ? add_rn(y, bias) : y);
+  } else {
+    // PyTorch's rowwise tree: Multiply(WScale, Multiply(XScale, Accum)), then Add(Bias, .) with a
+    // bias of 0 when none is given (the FP8 arms take none), then the bf16 cast. Transposed, the
+    // "X" scale is sw and the "W" scale sa.
+    const F y = K == EpilogueKind::torch_rowwise_xw ? mul_rn(mul_rn(x, sa), sw) : mul_rn(sa, mul_rn(x, sw));
+    return bf16_rn(add_rn(y, has_bias ? bias : zero_of(y)));
   }
 }
 
@@ -462,15 +525,24 @@ QC_FORMULA_FN auto apply_point(const FormulaPoint& p, Acc acc, F sa_in, F sw_in,
 }
 
 // Calls `fn(std::integral_constant<EpilogueKind, K>{})` with the instance kind `kind` as a
-// compile-time constant, so that a caller instantiates one loop or kernel per formula body: the
-// CPU tile loop and every CUDA launcher dispatch through here. Precondition: `has_body(kind)`
-// (callers check and report; anything else falls to the CUTLASS body).
+// compile-time constant, so that a caller instantiates one loop or kernel per formula body: every
+// CUDA launcher dispatches through here. Precondition: `has_kernel_instance(kind)` (callers check
+// and report; anything else falls to the CUTLASS body).
 template <typename Fn>
-inline decltype(auto) visit_instance(EpilogueKind kind, Fn&& fn) {
+inline decltype(auto) visit_kernel_instance(EpilogueKind kind, Fn&& fn) {
   switch (kind) {
     case EpilogueKind::vllm_triton: return fn(std::integral_constant<EpilogueKind, EpilogueKind::vllm_triton>{});
     case EpilogueKind::sglang_sm89: return fn(std::integral_constant<EpilogueKind, EpilogueKind::sglang_sm89>{});
     default: return fn(std::integral_constant<EpilogueKind, EpilogueKind::vllm_cutlass>{});
+  }
+}
+// The same over every body (`has_body`): the CPU tile loop and the per-element `Epilogue::apply`.
+template <typename Fn>
+inline decltype(auto) visit_instance(EpilogueKind kind, Fn&& fn) {
+  switch (kind) {
+    case EpilogueKind::torch_rowwise_xw: return fn(std::integral_constant<EpilogueKind, EpilogueKind::torch_rowwise_xw>{});
+    case EpilogueKind::torch_rowwise_wx: return fn(std::integral_constant<EpilogueKind, EpilogueKind::torch_rowwise_wx>{});
+    default: return visit_kernel_instance(kind, static_cast<Fn&&>(fn));
   }
 }
 

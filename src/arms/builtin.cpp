@@ -1,5 +1,7 @@
 // The one place that knows which arm backends this build contains.
-#include "arms/absent_backends.hpp"  // generated: QC_ONEDNN_ABSENT
+#include "arms/absent_backends.hpp"  // generated: QC_ONEDNN_ABSENT, QC_CUTLASS_ABSENT
+#include <string_view>
+
 #include "arms/backends.hpp"
 #include "qconform/arm.hpp"
 #include "arms/cpu/cpu_arms.hpp"
@@ -39,6 +41,9 @@ const std::vector<AbsentBackend>& absent_arm_backends() {
 #endif
 #ifndef QC_WITH_CUDA
     a.push_back({"cuda", "this build has no CUDA (no nvcc found at configure time, or QCONFORM_WITH_CUDA=OFF)"});
+#else
+    // The CUTLASS arms live in the `cuda` namespace (cuda:cutlass-*) but need CUTLASS's headers too.
+    if (std::string_view(QC_CUTLASS_ABSENT) != "") a.push_back({"cuda:cutlass-*", QC_CUTLASS_ABSENT});
 #endif
     return a;
   }();

@@ -221,7 +221,8 @@ namespace {
 // over the fp32 `d`), and `sglang-sm90` with the point it computes under swap-AB:
 // tests/unit/test_formula_space.cpp checks that body and point give the same bits.
 constexpr size_t kIntegerRows = 7;
-constexpr std::array<Epilogue, kIntegerRows + 1> kEpilogues{{
+constexpr size_t kFp8Rows = 2;
+constexpr std::array<Epilogue, kIntegerRows + kFp8Rows> kEpilogues{{
     {"vllm-cutlass", EpilogueKind::vllm_cutlass, BiasMode::refuse,
      "bf16(rn32(sa * rn32(f32(acc) * sw))); with a bias: refused (ambiguous, use -fma or -muladd)",
      "vLLM CUTLASS c3x/c2x ScaledEpilogue (CutlassInt8ScaledMMLinearKernel)",
@@ -256,6 +257,13 @@ constexpr std::array<Epilogue, kIntegerRows + 1> kEpilogues{{
      "qconform FP8 path: the fp32 result of an FP8 e4m3 GEMM (CPU emulation or cuBLASLt) scaled per token, "
      "then per channel",
      "bf16(rn32(rn32(d * sa) * sw))"},
+    // PyTorch's sm90 rowwise FP8 `_scaled_mm` (CUTLASS): the tree Cast(Add(Bias=0, Multiply(WScale,
+    // Multiply(XScale, Accum)))) in the orientation of its shape dispatch (`torch_rowwise_transposes`).
+    {"torch-rowwise", EpilogueKind::torch_rowwise, BiasMode::refuse,
+     "bf16(rn32(rn32(rn32(d*sa)*sw) + 0)); when PyTorch runs the problem transposed: bf16(rn32(rn32(sa*rn32(d*sw)) + 0)); "
+     "with a bias: refused (not modelled)",
+     "PyTorch f8f8bf16_rowwise, sm90 CUTLASS (aten/src/ATen/native/cuda/RowwiseScaledMM.cu), the "
+     "cuda:cutlass-fp8-rowwise arms"},  // no point: the space has no always-present zero bias and no shape dispatch over d
 }};
 
 // Rows [m0, m1) of a tile through formula body `K` (resolved: `sglang_sm90` already mapped).
@@ -435,6 +443,8 @@ std::span<const Epilogue> all_epilogues() { return std::span<const Epilogue>(kEp
 
 const Epilogue& fp8_epilogue() { return kEpilogues[kIntegerRows]; }
 
+std::span<const Epilogue> fp8_epilogues() { return std::span<const Epilogue>(kEpilogues).subspan(kIntegerRows); }
+
 namespace {
 
 // The epilogues of formula strings: one per distinct point, alive as long as the program (verify,
@@ -470,13 +480,12 @@ const Epilogue& point_epilogue(const FormulaPoint& p) {
 }  // namespace
 
 const Epilogue& epilogue(std::string_view name) {
-  for (const Epilogue& e : all_epilogues()) {
+  for (const Epilogue& e : kEpilogues) {
     if (e.name == name) return e;
   }
-  if (name == fp8_epilogue().name) return fp8_epilogue();
   if (looks_like_formula(name)) return point_epilogue(parse_formula(name));
   std::string valid;
-  for (const Epilogue& e : all_epilogues()) {
+  for (const Epilogue& e : kEpilogues) {
     if (!valid.empty()) valid += ", ";
     valid += e.name;
   }

@@ -663,6 +663,7 @@ Sym to_f32_rn(const SymAcc& acc) { return {"f32(" + acc.name + ")"}; }
 Sym to_f32_rn(const Sym& d) { return d; }  // an fp32 accumulator enters unchanged (the header's float overload)
 Sym bf16_rn(const Sym& x) { return {"bf16(" + x.s + ")"}; }
 Sym bf16_value(const Sym& x) { return {"f32(" + x.s + ")"}; }
+Sym zero_of(const Sym&) { return {"0"}; }
 
 // The row's formula read through `formula::apply` of its instance kind for an m x n GEMM.
 template <typename Acc>
@@ -743,6 +744,15 @@ TEST(EpilogueFormulaText, ReadsAsTheReferenceFormulas) {
   std::erase(compact, ' ');
   EXPECT_EQ(compact, fp8.formula);
   EXPECT_FALSE(fp8.accepts_bias());
+  // PyTorch's rowwise tree (RowwiseScaledMM.cu): the scale products in the orientation of its shape
+  // dispatch, then the bias node's add of 0. M = 128, N = 2048 runs transposed (M % 256 > 0 and
+  // N % 256 == 0 with M*N <= 4096^2); M = 64, N = 6144 does not (the "M == 64 && N >= 3072" case).
+  const qc::Epilogue& torch = E("torch-rowwise");
+  EXPECT_EQ(read(torch, Sym{"d"}, false, 128, 2048), "bf16(rn32(rn32(sa * rn32(d * sw)) + 0))");
+  EXPECT_EQ(read(torch, Sym{"d"}, false, 64, 6144), "bf16(rn32(rn32(rn32(d * sa) * sw) + 0))");
+  EXPECT_FALSE(torch.accepts_bias());
+  EXPECT_EQ(qc::fp8_epilogues().size(), 2u);
+  EXPECT_EQ(&qc::fp8_epilogues()[0], &fp8);
   // Every row but `exact` has a body in the shared text; `exact` (integer arithmetic) is host-only.
   for (const qc::Epilogue& e : qc::all_epilogues()) {
     EXPECT_EQ(qc::formula::has_body(qc::formula::instance_kind(e.kind, 512, 4096)), e.kind != qc::EpilogueKind::exact)

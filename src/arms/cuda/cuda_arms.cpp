@@ -18,6 +18,7 @@
 #include "arms/cuda/cuda_common.hpp"
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
+#include "arms/cutlass/cutlass_arms.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
@@ -347,7 +348,8 @@ void register_cuda_arms() {
   register_arm_backend(ArmBackend{
       "cuda",
       "NVIDIA GPU arms: qconform's INT8 tensor-core kernel with a fused named epilogue (mma-<epilogue>), cuBLASLt "
-      "INT8 + declared epilogue, cuBLASLt FP8 (default and fast accumulation)",
+      "INT8 + declared epilogue, cuBLASLt FP8 (default and fast accumulation); with CUTLASS's headers, real CUTLASS "
+      "kernels of vLLM's INT8 and PyTorch's rowwise FP8 scaled-MM (cutlass-*)",
       [] {
         std::vector<std::string> names;
         for (const Epilogue& e : all_epilogues()) {
@@ -356,6 +358,7 @@ void register_cuda_arms() {
         names.emplace_back("cublaslt-int8");
         names.emplace_back("cublaslt-fp8");
         names.emplace_back("cublaslt-fp8-fastacc");
+        for (std::string& v : cutlass_arm_variants()) names.push_back(std::move(v));
         return names;
       },
       [](std::string_view variant) -> std::unique_ptr<Arm> {
@@ -363,6 +366,7 @@ void register_cuda_arms() {
         if (variant == "cublaslt-int8") return std::make_unique<cuda::CublasLtInt8Arm>();
         if (variant == "cublaslt-fp8") return std::make_unique<cuda::CublasLtFp8Arm>(false);
         if (variant == "cublaslt-fp8-fastacc") return std::make_unique<cuda::CublasLtFp8Arm>(true);
+        if (is_cutlass_variant(variant)) return make_cutlass_arm(variant);
         std::string formulas;  // the epilogues with a kernel instance, from the formula table
         for (const Epilogue& e : all_epilogues()) {
           if (e.kind == EpilogueKind::exact) continue;

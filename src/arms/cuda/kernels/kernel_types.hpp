@@ -21,7 +21,7 @@ enum class MmTile : int {
 // by `formula::instance_kind` first; `exact` is CPU-only), and a bias only where the formula
 // takes one. The host arms refuse both earlier with QC_INPUT errors; this guards direct callers.
 inline const char* launch_formula_error(EpilogueKind kind, BiasMode mode, bool has_bias) {
-  if (!formula::has_body(kind)) return "no kernel instance for this formula kind";
+  if (!formula::has_kernel_instance(kind)) return "no kernel instance for this formula kind";
   if (has_bias && (mode == BiasMode::refuse || mode == BiasMode::exact)) return "a bias for a formula that refuses one";
   return nullptr;
 }

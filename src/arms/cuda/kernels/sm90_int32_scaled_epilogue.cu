@@ -78,7 +78,7 @@ std::string launch_int32_scaled_epilogue(const int32_t* acc, const float* sa, co
     return std::string("error: launch_int32_scaled_epilogue: ") + why;
   constexpr int kThreads = 256;
   const int grid = grid_for(static_cast<int64_t>(m) * (n / 8), kThreads);
-  formula::visit_instance(formula, [&](auto kind) {
+  formula::visit_kernel_instance(formula, [&](auto kind) {
     int32_scaled_epilogue_kernel<decltype(kind)::value>
         <<<grid, kThreads, 0, stream>>>(acc, sa, sw, bias, y, m, n, bias_mode);
   });
@@ -96,7 +96,7 @@ std::string launch_f32_scale_to_bf16(const float* d, const float* sa, const floa
     return std::string("error: launch_f32_scale_to_bf16: ") + why;
   constexpr int kThreads = 256;
   const int grid = grid_for(static_cast<int64_t>(m) * n, kThreads);
-  formula::visit_instance(formula, [&](auto kind) {
+  formula::visit_kernel_instance(formula, [&](auto kind) {
     f32_scale_to_bf16_kernel<decltype(kind)::value><<<grid, kThreads, 0, stream>>>(d, sa, sw, y, m, n);
   });
   const cudaError_t err = cudaGetLastError();

@@ -313,7 +313,7 @@ std::string launch_int8_scaled_mm(const ScaledMmArgs& args, cudaStream_t stream)
            id.substr(13) + ")";
     tile = tile == MmTile::wg128x256 ? MmTile::m128n256 : MmTile::m128n128;
   }
-  const std::string id = formula::visit_instance(
+  const std::string id = formula::visit_kernel_instance(
       args.formula, [&](auto kind) { return launch_formula<decltype(kind)::value>(args, tile, stream); });
   return id.rfind("error:", 0) == 0 ? id : id + note;
 }

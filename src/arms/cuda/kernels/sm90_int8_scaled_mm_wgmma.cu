@@ -494,7 +494,7 @@ template <int BN, int STAGES>
 std::string launch_wgmma_tile(const ScaledMmArgs& args, cudaStream_t stream) {
   if (const char* why = launch_formula_error(args.formula, args.bias_mode, args.bias != nullptr))
     return std::string("error: launch_int8_scaled_mm_wgmma: ") + why;
-  return formula::visit_instance(
+  return formula::visit_kernel_instance(
       args.formula, [&](auto kind) { return launch_wgmma_config<BN, STAGES, decltype(kind)::value>(args, stream); });
 }
 

@@ -1,0 +1,86 @@
+# CUTLASS, an optional dependency of the CUDA build (the CUTLASS arms, src/arms/cutlass/).
+#
+# Its C++ headers come from a CUTLASS include directory (QCONFORM_CUTLASS_DIR: a CUTLASS checkout,
+# or the `cutlass_library/source` folder of the `nvidia-cutlass` wheel, or its `include/` folder), or
+# else from the installed `nvidia-cutlass` Python package (`pip install nvidia-cutlass`), found
+# without importing it. Sets:
+#   QC_CUTLASS          ON when the arms are built
+#   QC_CUTLASS_ABSENT   why not, for `qconform arms` ("" when built)
+#   QC_CUTLASS_VERSION  "4.2.0" (from cutlass/version.h)
+#   QC_CUTLASS_INCLUDES the include directories (include/ and tools/util/include/)
+# The instances compile slowly (about a CPU-minute each): configure with QCONFORM_WITH_CUTLASS=OFF to
+# leave them out of a CUDA build, or build on many cores (the GPU machine: docs/gpu.md).
+
+set(QC_CUTLASS OFF)
+set(QC_CUTLASS_VERSION "")
+set(QC_CUTLASS_INCLUDES "")
+set(QC_CUTLASS_ABSENT "the build option QCONFORM_WITH_CUTLASS is OFF")
+
+function(_qc_cutlass_root_from dir out_var)
+  # Accept the folder holding cutlass/version.h, or one whose include/ (or source/include/) holds it.
+  foreach(candidate "${dir}" "${dir}/include" "${dir}/source/include" "${dir}/cutlass_library/source/include")
+    if(EXISTS "${candidate}/cutlass/version.h")
+      get_filename_component(abs "${candidate}" ABSOLUTE)
+      set(${out_var} "${abs}" PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  set(${out_var} "" PARENT_SCOPE)
+endfunction()
+
+if(NOT QC_CUDA)
+  set(QC_CUTLASS_ABSENT "this build has no CUDA")
+elseif(NOT QCONFORM_WITH_CUTLASS STREQUAL "OFF")
+  set(_qc_cutlass_inc "")
+  set(_qc_cutlass_from "")
+  if(QCONFORM_CUTLASS_DIR)
+    _qc_cutlass_root_from("${QCONFORM_CUTLASS_DIR}" _qc_cutlass_inc)
+    set(_qc_cutlass_from "QCONFORM_CUTLASS_DIR=${QCONFORM_CUTLASS_DIR}")
+    if(NOT _qc_cutlass_inc)
+      message(FATAL_ERROR "QCONFORM_CUTLASS_DIR=${QCONFORM_CUTLASS_DIR}: expected a folder with cutlass/version.h "
+                          "(itself, or its include/ or source/include/), found none")
+    endif()
+  else()
+    find_package(Python3 QUIET COMPONENTS Interpreter)
+    if(Python3_Interpreter_FOUND)
+      execute_process(
+        COMMAND ${Python3_EXECUTABLE} -c
+          "import importlib.util as u; s = u.find_spec('cutlass_library'); print(s.submodule_search_locations[0] if s else '')"
+        OUTPUT_VARIABLE _qc_cutlass_pkg OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
+      if(_qc_cutlass_pkg)
+        _qc_cutlass_root_from("${_qc_cutlass_pkg}" _qc_cutlass_inc)
+        set(_qc_cutlass_from "the nvidia-cutlass Python package (${_qc_cutlass_pkg})")
+      endif()
+    endif()
+  endif()
+  if(_qc_cutlass_inc)
+    file(STRINGS "${_qc_cutlass_inc}/cutlass/version.h" _qc_v REGEX "#define CUTLASS_(MAJOR|MINOR|PATCH) ")
+    string(REGEX REPLACE ".*CUTLASS_MAJOR ([0-9]+).*CUTLASS_MINOR ([0-9]+).*CUTLASS_PATCH ([0-9]+).*" "\\1.\\2.\\3"
+           QC_CUTLASS_VERSION "${_qc_v}")
+    get_filename_component(_qc_cutlass_root "${_qc_cutlass_inc}/.." ABSOLUTE)
+    set(QC_CUTLASS_INCLUDES "${_qc_cutlass_inc}")
+    if(EXISTS "${_qc_cutlass_root}/tools/util/include/cutlass/util/packed_stride.hpp")
+      list(APPEND QC_CUTLASS_INCLUDES "${_qc_cutlass_root}/tools/util/include")
+    endif()
+    set(QC_CUTLASS ON)
+    set(QC_CUTLASS_ABSENT "")
+    message(STATUS "CUTLASS ${QC_CUTLASS_VERSION} from ${_qc_cutlass_from}: the cuda:cutlass-* arms are built")
+  else()
+    set(QC_CUTLASS_ABSENT "CUTLASS's headers were not found at configure time (pass -DQCONFORM_CUTLASS_DIR=<dir>, or pip install nvidia-cutlass)")
+    if(QCONFORM_WITH_CUTLASS STREQUAL "ON")
+      message(FATAL_ERROR "QCONFORM_WITH_CUTLASS=ON: ${QC_CUTLASS_ABSENT}")
+    endif()
+    message(STATUS "${QC_CUTLASS_ABSENT}; the cuda:cutlass-* arms are not built")
+  endif()
+endif()
+
+# The kernels: one object library, sm_90a only, compiled as the engines compile CUTLASS (nvcc's
+# default --fmad=true: vLLM's `multiply_add` becomes one FFMA), not with qconform_flags' --fmad=false.
+if(QC_CUTLASS)
+  file(GLOB QC_CUTLASS_KERNELS CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/src/arms/cutlass/kernels/*.cu)
+  add_library(qconform_cutlass_kernels OBJECT ${QC_CUTLASS_KERNELS})
+  set_target_properties(qconform_cutlass_kernels PROPERTIES CUDA_ARCHITECTURES 90a POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(qconform_cutlass_kernels PRIVATE ${QC_CUTLASS_INCLUDES})
+  target_compile_options(qconform_cutlass_kernels PRIVATE --expt-relaxed-constexpr -Xcompiler=-Wno-unused-parameter)
+  target_compile_definitions(qconform_cutlass_kernels PRIVATE NDEBUG)
+endif()
