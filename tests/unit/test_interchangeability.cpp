@@ -348,9 +348,19 @@ TEST(InterchangeabilityConform, AnUndeclaredFp8ArmRunsToAnHonestAnswer) {
   o.sweep_ks = {256};
   o.sweep_seeds = 1;
   o.out_dir = dir.file("out");
+  // Identified first (conform's default): identify measures B's model, which then is its declaration,
+  // so every difference is predicted.
+  {
+    ConformOptions identified = o;
+    identified.out_dir = dir.file("out-identified");
+    const nlohmann::json r = run_conform(identified).results;
+    EXPECT_EQ(r["interchangeability"]["answer"], "explained") << r["interchangeability"].dump(1);
+  }
+  o.identify = false;  // as declared: nothing predicts B's outputs
   const ConformOutcome out = run_conform(o);
   const nlohmann::json& r = out.results;
   const std::string answer = r["interchangeability"]["answer"];
+  ASSERT_FALSE(r["interchangeability"]["evidence"]["failed"].empty()) << r["interchangeability"].dump(1);
   // hopper-fp8-chain against hopper-fp8-promote4 differs by up to tens of ulps on the tiny model: nothing
   // predicts that, and it is beyond the tolerance (C6 fails, not localized); the advice still says how
   // to make it predicted.
