@@ -26,6 +26,7 @@
 #include "qconform/error.hpp"
 #include "checks/verify.hpp"
 #include "model/model.hpp"
+#include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
 #include "core/operands_io.hpp"
 #include "model/tokenizer.hpp"
