@@ -27,6 +27,7 @@
 #include "checks/verify.hpp"
 #include "model/model.hpp"
 #include "core/numerics_checked.hpp"
+#include "core/numerics_ref.hpp"
 #include "qconform/numerics.hpp"
 #include "core/operands_io.hpp"
 #include "model/tokenizer.hpp"
