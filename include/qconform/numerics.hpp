@@ -74,19 +74,24 @@ enum class Rounding : uint8_t { toward_zero, nearest_even };
 constexpr const char* rounding_tag(Rounding r) { return r == Rounding::toward_zero ? "rz" : "rn"; }
 
 // u / 2^shift rounded to an integer (shift >= 0, any size: a shift of the whole width or more
-// leaves 0, or 1 when rounding to nearest and u is above the half). Round half to even compares
-// the dropped remainder with one half; a tie keeps the even quotient. Branch-free, so loops over it
+// leaves 0, or 1 when rounding to nearest and u is above the half). Round half to even: the dropped
+// remainder `rem` rounds the quotient up when rem > half, or rem == half and the quotient is odd,
+// i.e. exactly when rem + (half - 1) + (q & 1) carries into bit `shift` (the bias trick
+// `(u + 0x7FFF + lsb) >> 16` of bf16, applied to the remainder alone so that nothing overflows:
+// rem + half < 2^(shift + 1) <= 2^width). Arithmetic only, no comparison, so loops over it
 // vectorize. The quotient never overflows (it is below 2^(width - 1) before the increment).
 template <class U>
 QC_NUM_FN U round_shift(U u, int shift, Rounding r) {
   constexpr int kWidth = static_cast<int>(sizeof(U) * 8);
   if (shift <= 0) return u;
-  if (shift > kWidth) return 0;  // u < 2^width <= half: below one half
-  const U q = shift == kWidth ? U{0} : u >> shift;
-  const U rem = shift == kWidth ? u : u & ((U{1} << shift) - 1);
+  if (shift >= kWidth) {  // u < 2^width <= 2 * half: 1 only above the half of a width-sized shift
+    return shift == kWidth && r == Rounding::nearest_even && u > (U{1} << (kWidth - 1)) ? U{1} : U{0};
+  }
+  const U q = u >> shift;
+  if (r == Rounding::toward_zero) return q;
+  const U rem = u & ((U{1} << shift) - 1);
   const U half = U{1} << (shift - 1);
-  const bool up = r == Rounding::nearest_even && ((rem > half) | ((rem == half) & ((q & 1) != 0)));
-  return q + (up ? 1 : 0);
+  return q + ((rem + (half - 1) + (q & 1)) >> shift);
 }
 
 // u rounded to `bits` >= 1 significant bits, on u's own scale: round_shift by the excess, shifted
@@ -304,11 +309,14 @@ QC_NUM_FN uint32_t encode_exact(bool neg, U sig, int q, Rounding r, bool saturat
 //    NaN into an infinity); the others return their canonical NaN (what ml_dtypes returns).
 // 2. Infinity: saturating mode clamps it like any other out-of-range value (PTX `.satfinite`).
 // 3. Zero keeps its sign.
-// 4. A row with fp32's exponent field (bf16): rounding the magnitude bits by the mantissa
-//    difference is the whole conversion (the bias trick `(u + 0x7FFF + lsb) >> 16` is this
-//    round_shift); a carry out of the mantissa rounds into the exponent, to inf at the top.
-// 5. Any other row: unpack (|x| = sig · 2^q exactly, fp32 subnormals without implicit bit) and
+// 4. Any other row: unpack (|x| = sig · 2^q exactly, fp32 subnormals without implicit bit) and
 //    `encode_exact`.
+// A row with fp32's exponent field (bf16) takes a shortcut that is the same rule (tests/unit/
+// test_numerics_core.cpp holds the two equal): rounding the magnitude bits by the mantissa
+// difference is the whole conversion (the bias trick `(u + 0x7FFF + lsb) >> 16` is this
+// round_shift); a carry out of the mantissa rounds into the exponent, to inf at the top; ±0 and
+// ±inf map to themselves, and a NaN's payload is already in place. Branch-free (selects only), so
+// that loops over it vectorize: this is every bf16 output's conversion.
 template <const FloatFormat& F>
 QC_NUM_FN uint32_t encode(float x, Rounding r, bool saturate) {
   constexpr int kDrop = kFp32.mantissa_bits - F.mantissa_bits;
@@ -316,6 +324,14 @@ QC_NUM_FN uint32_t encode(float x, Rounding r, bool saturate) {
   const uint32_t u = f32_bits(x);
   const uint32_t a = u & kFp32.magnitude_mask();
   const uint32_t sign = (u >> 31) != 0 ? F.sign_bit() : 0u;
+  if constexpr (F.fp32_layout()) {
+    static_assert(F.nan_keeps_payload, "a row with fp32's layout keeps NaN payloads");
+    const uint32_t nan = F.inf_bits() | (uint32_t{1} << (F.mantissa_bits - 1)) | ((a >> kDrop) & F.mantissa_mask());
+    const uint32_t mag = round_shift(a, kDrop, r);  // fp32 overflows no finite value of this row by
+    // truncation, so only rounding to nearest reaches inf (0x7F80 for bf16), which saturation clamps.
+    const uint32_t kept = saturate && mag > F.max_finite_bits() ? F.max_finite_bits() : mag;
+    return sign | (a > kFp32.inf_bits() ? nan : kept);
+  }
   if (a > kFp32.inf_bits()) {                                                        // 1.
     if constexpr (F.nan_keeps_payload) {
       return sign | F.inf_bits() | (uint32_t{1} << (F.mantissa_bits - 1)) | ((a >> kDrop) & F.mantissa_mask());
@@ -327,13 +343,8 @@ QC_NUM_FN uint32_t encode(float x, Rounding r, bool saturate) {
     return sign | (saturate ? F.max_finite_bits() : F.inf_bits() != 0 ? F.inf_bits() : F.nan);
   }
   if (a == 0) return sign;                                                           // 3.
-  if constexpr (F.fp32_layout()) {                                                   // 4.
-    const uint32_t mag = round_shift(a, kDrop, r);
-    return sign | (mag > F.max_finite_bits() ? detail::overflow_bits<F>(r, saturate) : mag);
-  } else {                                                                           // 5.
-    const Unpacked p = unpack<kFp32>(u);
-    return encode_exact<F>(p.neg, p.sig, p.exp, r, saturate);
-  }
+  const Unpacked p = unpack<kFp32>(u);                                               // 4.
+  return encode_exact<F>(p.neg, p.sig, p.exp, r, saturate);
 }
 
 // int64 -> row F, rounded by `r` (INT64_MIN's magnitude 2^63 fits uint64).
