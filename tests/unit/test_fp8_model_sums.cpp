@@ -45,6 +45,19 @@ std::vector<uint8_t> random_codes(size_t n, Fp8Format f, std::mt19937_64& rng) {
   return v;
 }
 
+// Random e4m3 x e4m3 operands of one GEMM (the codes own the memory `g` points into).
+struct RandomGemm {
+  std::vector<uint8_t> a, w;
+  Fp8Gemm g;
+  RandomGemm(uint64_t seed, int64_t m, int64_t n, int64_t k) {
+    std::mt19937_64 rng(seed);
+    a = random_codes(static_cast<size_t>(m * k), Fp8Format::e4m3, rng);
+    w = random_codes(static_cast<size_t>(n * k), Fp8Format::e4m3, rng);
+    g = Fp8Gemm{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {m, n, k}};
+  }
+  RandomGemm(const RandomGemm&) = delete;  // `g` points into this object's vectors
+};
+
 // Reference and fast evaluation of a named model.
 struct Both {
   std::vector<float> ref, fast;
@@ -128,11 +141,10 @@ TEST(Fp8ModelSums, OrdersOnAHandBuiltCase) {
 // The range models against fp32 loops written here: ranges [b_r, b_{r+1}) each summed from +0 in fp32
 // (one rounding per add: -ffp-contract=off), the partials added in order into an fp32 total.
 TEST(Fp8ModelSums, RangeModelsAreFp32RangeSums) {
-  std::mt19937_64 rng(11);
   const int64_t M = 4, N = 50, K = 1000;
-  const auto a = random_codes(static_cast<size_t>(M * K), Fp8Format::e4m3, rng);
-  const auto w = random_codes(static_cast<size_t>(N * K), Fp8Format::e4m3, rng);
-  const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {M, N, K}};
+  const RandomGemm op(11, M, N, K);
+  const std::vector<uint8_t>&a = op.a, &w = op.w;
+  const Fp8Gemm& g = op.g;
   const auto bounds_every = [&](int64_t c) {
     std::vector<int64_t> b;
     for (int64_t k = 0; k < K; k += c) b.push_back(k);
@@ -175,11 +187,10 @@ TEST(Fp8ModelSums, RangeModelsAreFp32RangeSums) {
 // Recursive summation bound: |sequential - exact| <= (K-1)·u·Σ|p| with u = 2^-24 (plus the final
 // rounding), and K = 4096 random e4m3 products do round somewhere.
 TEST(Fp8ModelSums, SequentialRespectsTheErrorBound) {
-  std::mt19937_64 rng(5);
   const int64_t m = 4, n = 6, k = 4096;
-  const auto a = random_codes(static_cast<size_t>(m * k), Fp8Format::e4m3, rng);
-  const auto w = random_codes(static_cast<size_t>(n * k), Fp8Format::e4m3, rng);
-  const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {m, n, k}};
+  const RandomGemm op(5, m, n, k);
+  const std::vector<uint8_t>&a = op.a, &w = op.w;
+  const Fp8Gemm& g = op.g;
   const Both seq = evaluate("sequential", g), ex = evaluate("exact", g);
   int differs = 0;
   for (int64_t i = 0; i < m * n; ++i) {
