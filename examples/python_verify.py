@@ -30,26 +30,17 @@ def synth_layer(rng, name, m, n, k):
     return {"name": name, "a_q": a_q, "a_scale": a_scale, "w_q": w_q, "w_scale": w_scale}
 
 
-def round_to_bf16_bits(x):
-    """float32 -> bf16 bit patterns, round to nearest even, in integer arithmetic."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
-    bits = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    nan = np.isnan(x)
-    bits[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
-    return bits
-
-
 def vllm_triton_numpy(a_q, a_scale, w_q, w_scale, bias):
     """y = bf16(rn32(rn32(f32(acc) * sa) * sw)), bias added after the bf16 rounding."""
     acc = a_q.astype(np.int64) @ w_q.astype(np.int64).T       # exact integers
     t = acc.astype(np.float32)                                 # f32(acc): one RNE rounding
     t = t * a_scale.astype(np.float32)[:, None]                # rn32(f32(acc) * sa)
     t = t * w_scale.astype(np.float32)[None, :]                # rn32(... * sw)
-    y = round_to_bf16_bits(t)
+    y = qconform.float32_to_bf16_bits(t)
     if bias is not None:
         yf = (y.astype(np.uint32) << 16).view(np.float32)
         bf = (bias.astype(np.uint32) << 16).view(np.float32)
-        y = round_to_bf16_bits(yf + bf[None, :])
+        y = qconform.float32_to_bf16_bits(yf + bf[None, :])
     return y
 
 

@@ -50,7 +50,7 @@ import hashlib, json, pathlib, sys
 out = pathlib.Path(sys.argv[1])
 # Fields that name the build or measure time; everything else must be identical.
 SKIP = {"qconform_version", "version", "seconds", "wall_seconds", "timings", "created", "created_at",
-        "timestamp", "started", "finished", "elapsed_seconds", "duration_seconds"}
+        "timestamp", "started", "finished", "elapsed_seconds", "duration_seconds", "seconds_parts"}
 # Kinds renamed to the rule `qconform-<name>` (docs/results-schema.md): old spelling -> new. Applied
 # to the `before` side only, so an `after` binary that still wrote an old spelling would differ.
 KIND_RENAMES = {"qconform.transfer": "qconform-transfer"}

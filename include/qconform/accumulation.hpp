@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "qconform/numerics.hpp"
+
 namespace qc {
 
 // Shape of one accumulation: `a` [m,k], `w` [n,k], `acc` [m,n].
@@ -143,7 +145,8 @@ RangeStats exact_range_stats(const int8_t* a, const int8_t* w, AccumShape s, int
 // sum is +0.
 //
 // CUDA compiles this section as C++17 (host and device, `__int128` in both); keep it free of
-// C++20 and of any project header.
+// C++20 and of any project header but the numeric core (numerics.hpp: device-safe, C++17), whose
+// traits rows decode the FP8 codes and whose `round_shift` is every rounding below.
 #if defined(__CUDACC__)
 #define QC_ACCUM_FN __host__ __device__ __forceinline__
 #else
@@ -153,7 +156,9 @@ RangeStats exact_range_stats(const int8_t* a, const int8_t* w, AccumShape s, int
 namespace qc {
 
 enum class Fp8Format : uint8_t { e4m3, e5m2 };  // OCP e4m3fn (bias 7, no inf) and e5m2 (bias 15)
-enum class AccumRounding : uint8_t { toward_zero, nearest_even };
+// The rounding of a model's terms, step results and promotions: the core's `Rounding`
+// (toward_zero, nearest_even), under the name the model's API has always used.
+using AccumRounding = Rounding;
 enum class AccumAlignment : uint8_t { exponent_sum, exact_exponent };
 
 // The parameters of a model (plain data: host and device). Names, printed formulas, the table
@@ -183,14 +188,21 @@ inline constexpr int kUnitExp = -32;
 
 // True for a finite code (e4m3fn: not S.1111.111; e5m2: exponent field != 31).
 QC_ACCUM_FN constexpr bool fp8_code_finite(uint8_t c, Fp8Format f) {
-  return f == Fp8Format::e4m3 ? (c & 0x7F) != 0x7F : ((c >> 2) & 0x1F) != 0x1F;
+  return f == Fp8Format::e4m3 ? is_finite<kE4M3>(c) : is_finite<kE5M2>(c);
+}
+
+// True for a zero code (+0 or -0: the magnitude bits are 0; both rows have 7 of them).
+QC_ACCUM_FN constexpr bool fp8_code_zero(uint8_t c) {
+  static_assert(kE4M3.magnitude_mask() == 0x7F && kE5M2.magnitude_mask() == 0x7F, "FP8 codes: 1 sign, 7 magnitude bits");
+  return (c & kE4M3.magnitude_mask()) == 0;
 }
 
 // The index of the first non-finite code of codes[0..count), or -1 when every code is finite. A
 // branch-free scan first (the compiler vectorizes it: operands are checked at memory speed on every
 // arm run), the search only when some code is not finite. Host only.
 inline int64_t fp8_first_nonfinite(const uint8_t* codes, int64_t count, Fp8Format f) {
-  const uint8_t mask = f == Fp8Format::e4m3 ? 0x7F : 0x7C;  // e4m3fn NaN: S.1111.111; e5m2 S.11111.xx
+  // A code is not finite exactly when all the bits of its row's `nonfinite_mask` are set.
+  const auto mask = static_cast<uint8_t>(f == Fp8Format::e4m3 ? kE4M3.nonfinite_mask() : kE5M2.nonfinite_mask());
   uint8_t any = 0;
   for (int64_t i = 0; i < count; ++i) any |= static_cast<uint8_t>((codes[i] & mask) == mask);
   if (any == 0) return -1;
@@ -201,53 +213,27 @@ inline int64_t fp8_first_nonfinite(const uint8_t* codes, int64_t count, Fp8Forma
 }
 
 // The value of a finite code times 2^16 (an exact integer: the smallest subnormals are 2^-9 and
-// 2^-16). e4m3fn: S.EEEE.MMM, subnormal M·2^-9, normal (8+M)·2^(E-10); e5m2: S.EEEEE.MM,
-// subnormal M·2^-16, normal (4+M)·2^(E-17).
+// 2^-16): the core's `scaled_int` of the format's row.
 QC_ACCUM_FN constexpr int64_t fp8_times_2p16(uint8_t c, Fp8Format f) {
-  int64_t mag = 0;
-  if (f == Fp8Format::e4m3) {
-    const int e = (c >> 3) & 0xF, m = c & 7;
-    mag = e == 0 ? int64_t{m} << 7 : int64_t{8 + m} << (e + 6);
-  } else {
-    const int e = (c >> 2) & 0x1F, m = c & 3;
-    mag = e == 0 ? int64_t{m} : int64_t{4 + m} << (e - 1);
-  }
-  return (c & 0x80) ? -mag : mag;
+  return f == Fp8Format::e4m3 ? scaled_int<kE4M3>(c, -16) : scaled_int<kE5M2>(c, -16);
 }
 
-// e(x): floor(log2|x|) of a normal code, the minimum normal exponent (-6, -14) of a subnormal one.
+// e(x): floor(log2|x|) of a normal code, the minimum normal exponent (-6, -14) of a subnormal one
+// (the core's `exponent_of`).
 QC_ACCUM_FN constexpr int fp8_exponent(uint8_t c, Fp8Format f) {
-  if (f == Fp8Format::e4m3) {
-    const int e = (c >> 3) & 0xF;
-    return e == 0 ? -6 : e - 7;
-  }
-  const int e = (c >> 2) & 0x1F;
-  return e == 0 ? -14 : e - 15;
+  return f == Fp8Format::e4m3 ? exponent_of<kE4M3>(c) : exponent_of<kE5M2>(c);
 }
 
 // Position of the highest set bit of x > 0.
-QC_ACCUM_FN int msb(Wide x) {
-  const uint64_t hi = static_cast<uint64_t>(static_cast<unsigned __int128>(x) >> 64);
-  const uint64_t lo = static_cast<uint64_t>(x);
-#if defined(__CUDA_ARCH__)
-  return hi ? 127 - __clzll(static_cast<long long>(hi)) : 63 - __clzll(static_cast<long long>(lo));
-#else
-  return hi ? 127 - __builtin_clzll(hi) : 63 - __builtin_clzll(lo);
-#endif
-}
+QC_ACCUM_FN int msb(Wide x) { return significant_bits(static_cast<u128>(x)) - 1; }
 
-// x rounded to a multiple of 2^shift units (shift <= 0: x is on that grid already).
+// x rounded to a multiple of 2^shift units (shift <= 0: x is on that grid already): the core's
+// `round_shift` on the magnitude. Every |x| here is < 2^95, so a nonzero quotient has shift < 96.
 QC_ACCUM_FN Wide round_to_grid(Wide x, int shift, AccumRounding r) {
   if (shift <= 0 || x == 0) return x;
-  if (shift >= 126) shift = 126;  // every |x| here is < 2^95: the result is 0 or (RNE) still 0
   const bool neg = x < 0;
-  const Wide u = neg ? -x : x;
-  Wide q = u >> shift;
-  if (r == AccumRounding::nearest_even) {
-    const Wide rem = u - (q << shift), half = Wide{1} << (shift - 1);
-    if (rem > half || (rem == half && (q & 1) != 0)) q += 1;
-  }
-  const Wide v = q << shift;
+  const u128 q = round_shift(static_cast<u128>(neg ? -x : x), shift, r);
+  const Wide v = q == 0 ? Wide{0} : static_cast<Wide>(q << shift);
   return neg ? -v : v;
 }
 
@@ -280,15 +266,13 @@ QC_ACCUM_FN Wide step(const Fp8AccumModel& m, Wide c, const Wide* p, const int* 
   return round_relative(s, m.result_bits, m.result_rounding);
 }
 
-// An exact fp32-representable value in units of 2^-32 -> float (exact).
+// An exact fp32-representable value in units of 2^-32 -> float: the core's `encode_exact` into
+// the fp32 row, which rounds nothing here.
 QC_ACCUM_FN float to_float(Wide x) {
   if (x == 0) return 0.0f;
   const bool neg = x < 0;
-  const Wide u = neg ? -x : x;
-  const int top = msb(u);
-  const int sh = top > 62 ? top - 62 : 0;  // <= 24 significant bits: the low bits shifted out are 0
-  const double v = ldexp(static_cast<double>(static_cast<int64_t>(u >> sh)), sh + kUnitExp);
-  return static_cast<float>(neg ? -v : v);
+  return f32_from_bits(encode_exact<kFp32>(neg, static_cast<u128>(neg ? -x : x), kUnitExp, Rounding::nearest_even,
+                                           /*saturate=*/false));
 }
 
 // The products of one step: a[k0..k1) · w[k0..k1) (finite codes), at most 64 per call.

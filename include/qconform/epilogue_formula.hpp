@@ -12,8 +12,8 @@
 //   add_rn(a, b)     a + b                                      __fadd_rn(a, b)
 //   fma_rn(a, b, c)  std::fma(a, b, c)                          __fmaf_rn(a, b, c)
 //   to_f32_rn(acc)   static_cast<float>(acc) (x86 cvtsi2ss)     __int2float_rn / __ll2float_rn
-//   bf16_rn(x)       qc::f32_to_bf16(x) (numerics.hpp)          __float2bfloat16_rn(x)
-//   bf16_value(b)    qc::bf16_to_f32(b) (exact widening)        __uint_as_float(b << 16)
+//   bf16_rn(x)       qc::f32_to_bf16(x) (the numeric core)      __float2bfloat16_rn(x)
+//   bf16_value(b)    qc::bf16_to_f32(b) (exact widening)        the same core function
 //
 // The host's `*` and `+` round once only because the project compiles with -ffp-contract=off
 // (CMakeLists.txt, `qconform_flags`); `tests/unit/test_epilogue.cpp` (`EpilogueFormulaText.*`)
@@ -23,9 +23,10 @@
 // bit for bit. NaN inputs are outside this contract (the tile entry points reject non-finite
 // scales and biases): the host keeps a NaN's payload, the device may return a canonical NaN.
 //
-// Under nvcc this header includes nothing of the project (no fmt, no JSON), only <cuda_bf16.h>;
-// in host compilations it takes `f32_to_bf16` from numerics.hpp, the host's one fp32 -> bf16.
-// CUDA compiles it as C++17: keep it free of C++20.
+// It includes nothing of the project but the numeric core (numerics.hpp: no fmt, no exceptions,
+// device-safe), and under nvcc <cuda_bf16.h> / <cuda_fp16.h>: every host column below is the core
+// (in nvcc's host pass too), the device column the intrinsics. CUDA compiles it as C++17: keep it
+// free of C++20.
 //
 // Adding a formula: a kind below (with its `kind_name` and `scale_order`), its body in `apply`, its
 // case in `visit_instance`, and its row in the table of `src/epilogue/epilogue.cpp`: two places
@@ -35,17 +36,15 @@
 #include <cstdint>
 #include <type_traits>
 
-#if defined(__CUDACC__)
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include <cmath>
-#include <cstring>
-#define QC_FORMULA_FN __host__ __device__ __forceinline__
-#else
 #include <cmath>
 
 #include "qconform/numerics.hpp"
+
+#if defined(__CUDACC__)
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#define QC_FORMULA_FN __host__ __device__ __forceinline__
+#else
 #define QC_FORMULA_FN inline
 #endif
 
@@ -179,26 +178,15 @@ QC_FORMULA_FN float to_f32_rn(float acc) { return acc; }
 
 // fp32 -> bf16 bit pattern, round to nearest even.
 QC_FORMULA_FN uint16_t bf16_rn(float x) {
-#if defined(__CUDACC__)
-  return __bfloat16_as_ushort(__float2bfloat16_rn(x));  // host-callable too (nvcc's host pass)
+#if defined(__CUDA_ARCH__)
+  return __bfloat16_as_ushort(__float2bfloat16_rn(x));
 #else
   return f32_to_bf16(x);
 #endif
 }
 
-// bf16 bit pattern -> fp32, exact (bf16 is the top half of an fp32).
-QC_FORMULA_FN float bf16_value(uint16_t b) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(uint32_t{b} << 16);
-#elif defined(__CUDACC__)
-  const uint32_t u = uint32_t{b} << 16;  // nvcc's host pass (the kernels never call it there)
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#else
-  return bf16_to_f32(b);
-#endif
-}
+// bf16 bit pattern -> fp32, exact (bf16 is the top half of an fp32): the core's decoding, on both sides.
+QC_FORMULA_FN float bf16_value(uint16_t b) { return bf16_to_f32(b); }
 
 // The +0 a formula adds where its tree adds a bias node without a bias (`torch_rowwise`); symbolic
 // readers of the text overload it to print "0".
@@ -206,90 +194,53 @@ QC_FORMULA_FN float zero_of(float) { return 0.0f; }
 
 // ---- The primitives of the formula space (host: integer and bit arithmetic; device: intrinsics)
 //
-//   primitive            host                                        device
-//   to_f32_rz(acc)       RNE cast stepped toward zero when it grew   __int2float_rz / __ll2float_rz
-//   to_narrow_rn(p, acc) integer rounding to 8 / 11 significant bits  __int2bfloat16_rn, __int2half_rn (ll too)
-//   round_to(p, x)       f32_to_bf16 / f32_to_f16, widened back      __float2bfloat16_rn / __float2half_rn
-//   out_round(p, r, x)   f32_to_bf16(_rz) / f32_to_f16 (RZ: stepped) __float2bfloat16_rn/_rz, __float2half_rn/_rz
-//   widen_out(p, b)      exact                                       exact
-
-namespace detail {
-// |acc| rounded to `bits` significant bits, round half to even, as an exact float. For fp16 (`f16`)
-// anything at or above 65520 (the midpoint above the largest finite 65504) becomes inf.
-template <typename Acc>
-QC_FORMULA_FN float int_to_narrow_host(Acc acc, int bits, bool f16) {
-  const bool neg = acc < 0;
-  uint64_t u = neg ? uint64_t{0} - static_cast<uint64_t>(acc) : static_cast<uint64_t>(acc);
-  int width = 0;
-  for (uint64_t v = u; v != 0; v >>= 1) ++width;
-  int shift = width > bits ? width - bits : 0;
-  if (shift > 0) {
-    const uint64_t q = u >> shift, rem = u & ((uint64_t{1} << shift) - 1), half = uint64_t{1} << (shift - 1);
-    u = (rem > half || (rem == half && (q & 1u) != 0)) ? q + 1 : q;  // q + 1 may carry to 2^bits: still exact
-  }
-  float v = static_cast<float>(u);  // u < 2^(bits + 1): exact
-  for (int i = 0; i < shift; ++i) v *= 2.0f;
-  if (f16 && v > 65504.0f) v = INFINITY;
-  return neg ? -v : v;
-}
-// fp32 -> fp16 bit pattern, round toward zero: the RNE result stepped back when it grew in
-// magnitude (inf becomes the largest finite 0x7BFF); NaN stays the RNE NaN.
-QC_FORMULA_FN uint16_t f16_rz_host(float x, uint16_t rne, float rne_value) {
-  if (x != x) return rne;
-  if ((rne_value < 0 ? -rne_value : rne_value) > (x < 0 ? -x : x)) return static_cast<uint16_t>(rne - 1);
-  return rne;
-}
-}  // namespace detail
+//   primitive            host (the numeric core)                      device
+//   to_f32_rz(acc)       i64_to_f32_rz (encode_int, toward zero)      __int2float_rz / __ll2float_rz
+//   to_narrow_rn(p, acc) encode_int<kBf16 / kFp16> (RNE), widened      __int2bfloat16_rn, __int2half_rn (ll too)
+//   round_to(p, x)       f32_to_bf16 / f32_to_f16, widened back       __float2bfloat16_rn / __float2half_rn
+//   out_round(p, r, x)   f32_to_bf16(_rz) / f32_to_f16(_rz)           __float2bfloat16_rn/_rz, __float2half_rn/_rz
+//   widen_out(p, b)      exact                                        exact
 
 // Integer accumulator -> fp32, round toward zero.
 QC_FORMULA_FN float to_f32_rz(int32_t acc) {
 #if defined(__CUDA_ARCH__)
   return __int2float_rz(acc);
 #else
-  const float f = static_cast<float>(acc);
-  const double d = static_cast<double>(f), a = static_cast<double>(acc);  // both exact in fp64
-  return (d > a && a >= 0) || (d < a && a < 0) ? std::nextafter(f, 0.0f) : f;
+  return i64_to_f32_rz(acc);
 #endif
 }
 QC_FORMULA_FN float to_f32_rz(int64_t acc) {
 #if defined(__CUDA_ARCH__)
   return __ll2float_rz(acc);
 #else
-  const float f = static_cast<float>(acc);
-  // |f| reaches 2^63 only by rounding up (INT64_MIN, exactly -2^63, excepted); below that, f is an
-  // integer that fits int64 and compares exactly.
-  bool grew;
-  if (f >= 0x1p63f || f <= -0x1p63f) {
-    grew = acc != INT64_MIN;
-  } else {
-    const int64_t fi = static_cast<int64_t>(f);
-    grew = acc >= 0 ? fi > acc : fi < acc;
-  }
-  return grew ? std::nextafter(f, 0.0f) : f;
+  return i64_to_f32_rz(acc);
 #endif
 }
 
-// Integer accumulator straight to bf16 or fp16 (one RNE rounding), as an exact float value.
+// Integer accumulator straight to bf16 or fp16 (one RNE rounding; fp16: at or above 65520, the
+// midpoint above the largest finite 65504, gives inf), as an exact float value.
 template <typename Acc>
 QC_FORMULA_FN float to_narrow_rn(Precision p, Acc acc) {
 #if defined(__CUDA_ARCH__)
   if (p == Precision::bf16) return __bfloat162float(__ll2bfloat16_rn(static_cast<long long>(acc)));
   return __half2float(__ll2half_rn(static_cast<long long>(acc)));
 #else
-  return detail::int_to_narrow_host(acc, p == Precision::bf16 ? 8 : 11, p == Precision::f16);
+  const int64_t v = static_cast<int64_t>(acc);
+  if (p == Precision::bf16) return bf16_to_f32(static_cast<uint16_t>(encode_int<kBf16>(v, Rounding::nearest_even, false)));
+  return f16_to_f32(static_cast<uint16_t>(encode_int<kFp16>(v, Rounding::nearest_even, false)));
 #endif
 }
 
 // fp32 -> fp16 bit pattern, round to nearest even.
 QC_FORMULA_FN uint16_t f16_rn(float x) {
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
   return __half_as_ushort(__float2half_rn(x));
 #else
   return f32_to_f16(x);
 #endif
 }
 QC_FORMULA_FN float f16_value(uint16_t b) {
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
   return __half2float(__ushort_as_half(b));
 #else
   return f16_to_f32(b);
@@ -306,15 +257,14 @@ QC_FORMULA_FN float round_to(Precision p, float x) {
 // The output rounding: fp32 -> bf16 or fp16 bit pattern, RNE or RZ.
 QC_FORMULA_FN uint16_t out_round(Precision p, OutRounding r, float x) {
   if (p == Precision::f16) {
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
     return __half_as_ushort(r == OutRounding::rz ? __float2half_rz(x) : __float2half_rn(x));
 #else
-    const uint16_t rne = f16_rn(x);
-    return r == OutRounding::rz ? detail::f16_rz_host(x, rne, f16_value(rne)) : rne;
+    return r == OutRounding::rz ? f32_to_f16_rz(x) : f16_rn(x);
 #endif
   }
   if (r == OutRounding::rn) return bf16_rn(x);
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
   return __bfloat16_as_ushort(__float2bfloat16_rz(x));
 #else
   return f32_to_bf16_rz(x);

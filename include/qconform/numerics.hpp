@@ -1,33 +1,193 @@
-// Bit-exact scalar numerics: the conversions and distances every other part of qconform uses.
+// The numeric core: one traits row per number format, and every decode, encode, rounding and
+// distance derived from it, for the host and the device.
 //
-// Everything here is a small constexpr bit manipulation with NaN, rounding and saturation
-// handled explicitly. Callers must compile with `-ffp-contract=off` and without fast-math (the
-// project's flags do). Types are raw bit patterns (`uint16_t` for bf16/fp16, `uint8_t` for fp8)
-// so nothing converts implicitly. `docs/numerics.md` states every function's semantics, how each
-// mode relates to ml_dtypes, numpy and PTX, and the peer-test results.
+// Device-safe by construction: every function is `constexpr` and, under nvcc, `__host__
+// __device__`; nothing here throws, formats or includes anything but <cstdint> (no fmt, no project
+// header), and it compiles as C++17 (the CUDA sources' standard) as well as C++20. A precondition is
+// therefore stated, not checked: the checked host wrappers (`bf16_ulp_distance`, the power-of-two
+// rounding of scales) live beside it in src/core/numerics_checked.hpp, and the named fp64
+// references (`qc::ref::*`, written independently for the exhaustive tests and `selfcheck`) in
+// src/core/numerics_ref.hpp.
 //
-// Beside the fast paths live the named references (`qc::ref::*`, end of this file): the same
-// conversions written differently (fp64 arithmetic with explicit tie handling) so that the
-// exhaustive tests and `qconform selfcheck` compare two independent implementations.
+// The shape follows ml_dtypes' `Traits<>` / `ConvertImpl`: a format is a row of `FloatFormat`
+// (storage bits, exponent and mantissa widths, bias, which encodings are inf / NaN), a row's facts
+// (largest finite pattern, exponent range, masks) are member functions of it, and the conversions
+// are templates over the row (`decode_f32<kE4M3>`, `encode<kBf16>`), written once in numbered
+// steps. The familiar names (`f32_to_bf16`, `e4m3fn_to_f32`, ...) are one-line instances. A new
+// number format is a new row (docs/architecture.md, "Where a newcomer adds").
+//
+// Bit patterns travel as raw integers (`uint16_t` bf16/fp16, `uint8_t` fp8) so nothing converts
+// implicitly. Callers that claim bit-exactness compile with `-ffp-contract=off` and without
+// fast-math (the project's flags; nvcc: `--fmad=false`). docs/numerics.md states every function's
+// semantics, how each mode relates to ml_dtypes, numpy and PTX, and the tests that pin them.
 #pragma once
 
-#include <bit>
-#include <cmath>
 #include <cstdint>
-#include <limits>
 
-#include "qconform/error.hpp"
+#if defined(__CUDACC__)
+#define QC_NUM_FN __host__ __device__ __forceinline__ constexpr
+#else
+#define QC_NUM_FN constexpr
+#endif
 
 namespace qc {
 
-constexpr uint32_t f32_bits(float x) { return std::bit_cast<uint32_t>(x); }
-constexpr float f32_from_bits(uint32_t b) { return std::bit_cast<float>(b); }
+// ------------------------------------------------------------------------------------------------
+// Bits
+// ------------------------------------------------------------------------------------------------
 
-static_assert(sizeof(float) == 4 && std::numeric_limits<float>::is_iec559, "qconform needs IEEE binary32 floats");
-static_assert(std::numeric_limits<float>::digits == 24, "binary32 has a 24-bit significand");
+QC_NUM_FN uint32_t f32_bits(float x) { return __builtin_bit_cast(uint32_t, x); }
+QC_NUM_FN float f32_from_bits(uint32_t b) { return __builtin_bit_cast(float, b); }
+QC_NUM_FN uint64_t f64_bits(double x) { return __builtin_bit_cast(uint64_t, x); }
+QC_NUM_FN double f64_from_bits(uint64_t b) { return __builtin_bit_cast(double, b); }
+
+static_assert(sizeof(float) == 4 && sizeof(double) == 8, "qconform needs IEEE binary32 and binary64");
+static_assert(f32_bits(1.0f) == 0x3F800000u && f32_bits(-0x1p-149f) == 0x80000001u, "binary32 layout");
+static_assert(f64_bits(1.0) == 0x3FF0000000000000ull, "binary64 layout");
+
+using u128 = unsigned __int128;
+
+// The number of significant bits of `u` (0 for 0): std::bit_width, for uint32_t, uint64_t and
+// unsigned __int128, on the device too.
+template <class U>
+QC_NUM_FN int significant_bits(U u) {
+  if constexpr (sizeof(U) == 16) {
+    const uint64_t hi = static_cast<uint64_t>(u >> 64);
+    return hi != 0 ? 128 - __builtin_clzll(hi) : significant_bits(static_cast<uint64_t>(u));
+  } else if constexpr (sizeof(U) == 8) {
+    return u != 0 ? 64 - __builtin_clzll(static_cast<unsigned long long>(u)) : 0;
+  } else {
+    return u != 0 ? 32 - __builtin_clz(static_cast<unsigned>(u)) : 0;
+  }
+}
+static_assert(significant_bits(0u) == 0 && significant_bits(1u) == 1 && significant_bits(0x80000000u) == 32);
+static_assert(significant_bits(uint64_t{1} << 40) == 41 && significant_bits(u128{1} << 100) == 101);
 
 // ------------------------------------------------------------------------------------------------
-// Classification
+// Rounding an integer: the one round-half-even (and round-toward-zero) of the project
+// ------------------------------------------------------------------------------------------------
+
+enum class Rounding : uint8_t { toward_zero, nearest_even };
+
+// The one name table of `Rounding`: "rz" / "rn", as the accumulation formulas print them (rz13 =
+// truncated to 13 fraction bits, rn23 = an fp32 rounding).
+constexpr const char* rounding_tag(Rounding r) { return r == Rounding::toward_zero ? "rz" : "rn"; }
+
+// u / 2^shift rounded to an integer (shift >= 0, any size: a shift of the whole width or more
+// leaves 0, or 1 when rounding to nearest and u is above the half). Round half to even: the dropped
+// remainder `rem` rounds the quotient up when rem > half, or rem == half and the quotient is odd,
+// i.e. exactly when rem + (half - 1) + (q & 1) carries into bit `shift` (the bias trick
+// `(u + 0x7FFF + lsb) >> 16` of bf16, applied to the remainder alone so that nothing overflows:
+// rem + half < 2^(shift + 1) <= 2^width). Arithmetic only, no comparison, so loops over it
+// vectorize. The quotient never overflows (it is below 2^(width - 1) before the increment).
+template <class U>
+QC_NUM_FN U round_shift(U u, int shift, Rounding r) {
+  constexpr int kWidth = static_cast<int>(sizeof(U) * 8);
+  if (shift <= 0) return u;
+  if (shift >= kWidth) {  // u < 2^width <= 2 * half: 1 only above the half of a width-sized shift
+    return shift == kWidth && r == Rounding::nearest_even && u > (U{1} << (kWidth - 1)) ? U{1} : U{0};
+  }
+  const U q = u >> shift;
+  if (r == Rounding::toward_zero) return q;
+  const U rem = u & ((U{1} << shift) - 1);
+  const U half = U{1} << (shift - 1);
+  return q + ((rem + (half - 1) + (q & 1)) >> shift);
+}
+
+// u rounded to `bits` >= 1 significant bits, on u's own scale: round_shift by the excess, shifted
+// back. A carry may reach 2^significant_bits(u) (still exact); precondition: that fits U.
+template <class U>
+QC_NUM_FN U round_to_bits(U u, int bits, Rounding r) {
+  const int shift = significant_bits(u) - bits;
+  if (shift <= 0) return u;
+  return round_shift(u, shift, r) << shift;
+}
+
+static_assert(round_shift(0x18u, 4, Rounding::nearest_even) == 2 && round_shift(0x28u, 4, Rounding::nearest_even) == 2);
+static_assert(round_shift(0x29u, 4, Rounding::nearest_even) == 3 && round_shift(0x2Fu, 4, Rounding::toward_zero) == 2);
+static_assert(round_shift(0x80000001u, 32, Rounding::nearest_even) == 1 && round_shift(0x80000000u, 32, Rounding::nearest_even) == 0);
+static_assert(round_shift(0xFFFFFFFFu, 33, Rounding::nearest_even) == 0);
+static_assert(round_to_bits(uint64_t{0x1FF}, 8, Rounding::nearest_even) == 0x200);  // a carry to the next power
+
+// ------------------------------------------------------------------------------------------------
+// The traits table: one row per format
+// ------------------------------------------------------------------------------------------------
+
+// Which encodings are not finite numbers.
+enum class Specials : uint8_t {
+  ieee,      // all-ones exponent: inf (mantissa 0) and NaN (mantissa != 0): fp32, bf16, fp16, e5m2
+  nan_only,  // no infinity; the all-ones magnitude is the one NaN ("fn"/"fnu": e4m3fn, e8m0fnu)
+  none,      // every encoding is a finite number (e2m1fn)
+};
+
+// One binary floating-point format: sign (optional), exponent, mantissa (explicit fraction bits,
+// with an implicit leading bit for normal values), in that order from the top bit of `bits`.
+struct FloatFormat {
+  const char* name;
+  int bits;           // storage bits
+  int exponent_bits;
+  int mantissa_bits;
+  int bias;
+  bool has_sign;
+  bool subnormals;    // exponent field 0 holds the subnormals (else it is the lowest binade: e8m0)
+  Specials specials;
+  uint32_t nan;       // magnitude bits of the NaN the encoders here produce (0: the format has none)
+  bool nan_keeps_payload;  // encoding an fp32 NaN keeps its top payload bits (bf16, fp16: as F16C)
+
+  // The facts every conversion reads, derived from the row.
+  QC_NUM_FN uint32_t sign_bit() const { return has_sign ? uint32_t{1} << (bits - 1) : 0u; }
+  QC_NUM_FN uint32_t magnitude_mask() const {
+    return static_cast<uint32_t>((uint64_t{1} << (exponent_bits + mantissa_bits)) - 1);
+  }
+  QC_NUM_FN uint32_t mantissa_mask() const { return (uint32_t{1} << mantissa_bits) - 1; }
+  QC_NUM_FN uint32_t exponent_all_ones() const { return (uint32_t{1} << exponent_bits) - 1; }
+  // Magnitude bits of +inf; 0 when the format has no infinity.
+  QC_NUM_FN uint32_t inf_bits() const { return specials == Specials::ieee ? exponent_all_ones() << mantissa_bits : 0u; }
+  QC_NUM_FN uint32_t max_finite_bits() const {
+    return specials == Specials::ieee ? inf_bits() - 1 : specials == Specials::nan_only ? magnitude_mask() - 1
+                                                                                         : magnitude_mask();
+  }
+  // A pattern b is not finite exactly when (b & mask) == mask (mask 0: every pattern is finite).
+  QC_NUM_FN uint32_t nonfinite_mask() const {
+    return specials == Specials::ieee ? inf_bits() : specials == Specials::nan_only ? magnitude_mask() : 0u;
+  }
+  // floor(log2) of the smallest normal value, of the largest finite value, and the exponent of
+  // the smallest positive value (the subnormal spacing).
+  QC_NUM_FN int min_normal_exponent() const { return subnormals ? 1 - bias : -bias; }
+  QC_NUM_FN int max_exponent() const { return static_cast<int>(max_finite_bits() >> mantissa_bits) - bias; }
+  QC_NUM_FN int min_exponent() const { return subnormals ? 1 - bias - mantissa_bits : -bias; }
+  // The same exponent field as fp32 (bf16, fp32 itself): conversions are shifts of the pattern.
+  QC_NUM_FN bool fp32_layout() const {
+    return exponent_bits == 8 && bias == 127 && has_sign && subnormals && specials == Specials::ieee;
+  }
+};
+
+//                                   name      bits exp man bias sign  subn  specials            NaN  payload
+inline constexpr FloatFormat kFp32{"fp32",     32,  8, 23, 127, true, true, Specials::ieee, 0x7FC00000, true};
+inline constexpr FloatFormat kBf16{"bf16",     16,  8,  7, 127, true, true, Specials::ieee, 0x7FC0, true};
+inline constexpr FloatFormat kFp16{"fp16",     16,  5, 10,  15, true, true, Specials::ieee, 0x7E00, true};
+// OCP FP8 E4M3 "fn": no infinity; S.1111.111 is the only NaN; max 448 = S.1111.110.
+inline constexpr FloatFormat kE4M3{"e4m3fn",    8,  4,  3,   7, true, true, Specials::nan_only, 0x7F, false};
+// OCP FP8 E5M2: IEEE-like; S.11111.00 is inf, S.11111.{01,10,11} NaN; quiet NaN S.11111.10.
+inline constexpr FloatFormat kE5M2{"e5m2",      8,  5,  2,  15, true, true, Specials::ieee, 0x7E, false};
+// Room for the microscaling formats (OCP MX): rows and decoding; no encoder takes them yet (below).
+// E8M0 (the MX block scale): unsigned powers of two 2^(E-127), E = 0xFF is NaN, no zero.
+inline constexpr FloatFormat kE8M0{"e8m0fnu",   8,  8,  0, 127, false, false, Specials::nan_only, 0xFF, false};
+// E2M1 (the MXFP4 element): every pattern finite, max 6, min subnormal 0.5.
+inline constexpr FloatFormat kE2M1{"e2m1fn",    4,  2,  1,   1, true, true, Specials::none, 0, false};
+
+// A two's-complement integer format (the INT8 codes, and room for INT4).
+struct IntFormat {
+  const char* name;
+  int bits;
+  QC_NUM_FN int32_t min() const { return -(int32_t{1} << (bits - 1)); }
+  QC_NUM_FN int32_t max() const { return (int32_t{1} << (bits - 1)) - 1; }
+};
+inline constexpr IntFormat kInt8{"int8", 8};
+inline constexpr IntFormat kInt4{"int4", 4};
+
+// ------------------------------------------------------------------------------------------------
+// Classification and limits of a row
 // ------------------------------------------------------------------------------------------------
 
 enum class FpClass { zero, subnormal, normal, inf, nan };
@@ -43,522 +203,430 @@ constexpr const char* fp_class_name(FpClass c) {
   return "?";
 }
 
-namespace detail {
-// Classifies a sign-magnitude binary float from its exponent field and mantissa field, for
-// formats whose all-ones exponent encodes inf (mantissa 0) and NaN (mantissa != 0).
-constexpr FpClass classify_ieee(uint32_t exp_field, uint32_t man_field, uint32_t exp_all_ones) {
-  if (exp_field == exp_all_ones) return man_field == 0 ? FpClass::inf : FpClass::nan;
-  if (exp_field == 0) return man_field == 0 ? FpClass::zero : FpClass::subnormal;
+template <const FloatFormat& F>
+QC_NUM_FN bool is_nan(uint32_t b) {
+  const uint32_t mag = b & F.magnitude_mask();
+  if constexpr (F.specials == Specials::ieee) return mag > F.inf_bits();
+  if constexpr (F.specials == Specials::nan_only) return mag == F.magnitude_mask();
+  return false;
+}
+template <const FloatFormat& F>
+QC_NUM_FN bool is_finite(uint32_t b) {
+  if constexpr (F.specials == Specials::none) return true;
+  return (b & F.nonfinite_mask()) != F.nonfinite_mask();
+}
+template <const FloatFormat& F>
+QC_NUM_FN FpClass classify(uint32_t b) {
+  const uint32_t mag = b & F.magnitude_mask();
+  if (is_nan<F>(b)) return FpClass::nan;
+  if (!is_finite<F>(b)) return FpClass::inf;
+  if (mag == 0 && F.subnormals) return FpClass::zero;
+  if ((mag >> F.mantissa_bits) == 0 && F.subnormals) return FpClass::subnormal;
   return FpClass::normal;
 }
-}  // namespace detail
 
-constexpr FpClass classify_f32(float x) {
-  const uint32_t u = f32_bits(x);
-  return detail::classify_ieee((u >> 23) & 0xFFu, u & 0x7FFFFFu, 0xFFu);
-}
-constexpr FpClass classify_bf16(uint16_t b) { return detail::classify_ieee((b >> 7) & 0xFFu, b & 0x7Fu, 0xFFu); }
-constexpr FpClass classify_f16(uint16_t b) { return detail::classify_ieee((b >> 10) & 0x1Fu, b & 0x3FFu, 0x1Fu); }
-
-constexpr bool f32_is_nan(float x) { return (f32_bits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
-constexpr bool f32_is_finite(float x) { return (f32_bits(x) & 0x7F800000u) != 0x7F800000u; }
-constexpr bool bf16_is_nan(uint16_t b) { return (b & 0x7FFFu) > 0x7F80u; }
-constexpr bool bf16_is_finite(uint16_t b) { return (b & 0x7F80u) != 0x7F80u; }
-
-// 2^k as an fp32, exactly, for k in [-149, 127] (subnormal powers included).
-constexpr float pow2_f32(int k) {
-  return k >= -126 ? f32_from_bits(static_cast<uint32_t>(k + 127) << 23) : f32_from_bits(1u << (k + 149));
-}
-
-// ------------------------------------------------------------------------------------------------
-// bf16 (1 sign, 8 exponent, 7 mantissa bits: the top half of an fp32)
-// ------------------------------------------------------------------------------------------------
-
-// bf16 -> fp32 is exact: bf16 is the top half of an fp32. NaN payloads (signalling ones too) are
-// kept bit for bit.
-constexpr float bf16_to_f32(uint16_t b) { return f32_from_bits(uint32_t{b} << 16); }
-
-// fp32 -> bf16, round to nearest, ties to even.
-// 1. NaN stays NaN: keep sign and the top payload bits, set the quiet bit (a payload living only
-//    in the low 16 bits would otherwise vanish and turn the NaN into an infinity).
-// 2. Finite and infinite values: add the rounding bias 0x7FFF plus the lowest kept bit, then
-//    truncate. A carry out of the mantissa rounds into the exponent, which gives overflow to inf.
-//    fp32 subnormals round to bf16 subnormals (never flushed); ±0 and ±inf map to themselves.
-constexpr uint16_t f32_to_bf16(float x) {
-  const uint32_t u = f32_bits(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  }
-  const uint32_t lsb = (u >> 16) & 1u;
-  return static_cast<uint16_t>((u + 0x7FFFu + lsb) >> 16);
-}
-
-// fp32 -> bf16, round toward zero (truncation). A real bug class (some kernels truncate), kept
-// here so that the `mutant:` arms and the tests share one definition.
-// 1. NaN stays NaN and quiet, exactly as in `f32_to_bf16`.
-// 2. Everything else: drop the low 16 bits. Magnitudes never grow, so nothing overflows.
-constexpr uint16_t f32_to_bf16_rz(float x) {
-  const uint32_t u = f32_bits(x);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
-    return static_cast<uint16_t>((u >> 16) | 0x0040u);
-  }
-  return static_cast<uint16_t>(u >> 16);
-}
-
-inline constexpr uint16_t kBf16MaxFinite = 0x7F7F;  // (2 - 2^-7) * 2^127
-inline constexpr uint16_t kBf16Inf = 0x7F80;
-inline constexpr uint16_t kBf16MinSubnormal = 0x0001;  // 2^-133
-static_assert(bf16_to_f32(0x3F80) == 1.0f);
-static_assert(bf16_to_f32(kBf16MaxFinite) == 0x1.FEp127f);
-static_assert(bf16_to_f32(kBf16MinSubnormal) == 0x1p-133f);
-static_assert(bf16_to_f32(0x0080) == 0x1p-126f);  // smallest normal
-static_assert(f32_to_bf16(1.0f) == 0x3F80);
-static_assert(f32_to_bf16(0x1.01p0f) == 0x3F80);        // tie, kept LSB even: down
-static_assert(f32_to_bf16(0x1.03p0f) == 0x3F82);        // tie, kept LSB odd: up
-static_assert(f32_to_bf16(0x1.FFp127f) == kBf16Inf);    // midpoint above max rounds to inf (even)
-static_assert(f32_to_bf16(-0.0f) == 0x8000);
-static_assert(f32_to_bf16_rz(0x1.03p0f) == 0x3F81);
-static_assert(f32_to_bf16_rz(-0x1.FFFFFEp127f) == 0xFF7F);
-static_assert(f32_to_bf16(0x1.FEFFFEp127f) == kBf16MaxFinite);  // just below that midpoint
-
-// ------------------------------------------------------------------------------------------------
-// Narrow binary formats: fp16, OCP FP8 e4m3fn and e5m2
-// ------------------------------------------------------------------------------------------------
-
-// The encoding facts of a narrow format with an implicit leading bit. Used as a template
-// parameter so each conversion is one formula instantiated three times, not three copies.
-struct NarrowFormat {
-  int exp_bits;
-  int man_bits;
-  int bias;
-  uint32_t max_finite;  // magnitude bits of the largest finite value
-  uint32_t inf;         // magnitude bits of +inf; 0 when the format has no infinity (e4m3fn)
-  uint32_t nan;         // magnitude bits of the canonical NaN this library produces
-  bool keep_nan_payload;  // fp16: keep the top payload bits of an fp32 NaN (as x86 F16C does)
+// A finite pattern as an exact (-1)^neg · sig · 2^exp, the implicit bit included in `sig`.
+struct Unpacked {
+  bool neg;
+  uint32_t sig;
+  int exp;
 };
+template <const FloatFormat& F>
+QC_NUM_FN Unpacked unpack(uint32_t b) {
+  const uint32_t field = (b & F.magnitude_mask()) >> F.mantissa_bits;
+  const uint32_t man = b & F.mantissa_mask();
+  const bool neg = (b & F.sign_bit()) != 0;
+  if (field == 0 && F.subnormals) return {neg, man, F.min_exponent()};
+  return {neg, man | (uint32_t{1} << F.mantissa_bits), static_cast<int>(field) - F.bias - F.mantissa_bits};
+}
 
-// IEEE binary16.
-inline constexpr NarrowFormat kF16{5, 10, 15, 0x7BFF, 0x7C00, 0x7E00, true};
-// OCP FP8 E4M3 "fn": no infinity; S.1111.111 is the only NaN; max 448 = S.1111.110.
-inline constexpr NarrowFormat kE4M3FN{4, 3, 7, 0x7E, 0, 0x7F, false};
-// OCP FP8 E5M2: IEEE-like; S.11111.00 is inf, S.11111.{01,10,11} NaN; quiet NaN S.11111.10.
-inline constexpr NarrowFormat kE5M2{5, 2, 15, 0x7B, 0x7C, 0x7E, false};
+// The alignment exponent of a finite nonzero pattern: floor(log2|x|) of a normal value, the
+// smallest normal exponent of a subnormal one (the FP8 accumulation models' e(x)).
+template <const FloatFormat& F>
+QC_NUM_FN int exponent_of(uint32_t b) {
+  const int field = static_cast<int>((b & F.magnitude_mask()) >> F.mantissa_bits);
+  return field == 0 && F.subnormals ? F.min_normal_exponent() : field - F.bias;
+}
+
+// A finite pattern's value divided by 2^unit_exp, as an exact integer. Precondition: unit_exp <=
+// F.min_exponent() (every value is a multiple of 2^unit_exp) and the result fits int64.
+template <const FloatFormat& F>
+QC_NUM_FN int64_t scaled_int(uint32_t b, int unit_exp) {
+  const Unpacked u = unpack<F>(b);
+  const int64_t mag = static_cast<int64_t>(u.sig) << (u.exp - unit_exp);
+  return u.neg ? -mag : mag;
+}
+
+// ------------------------------------------------------------------------------------------------
+// Encoding: an exact value, a float, an integer -> a row's pattern
+// ------------------------------------------------------------------------------------------------
 
 namespace detail {
 
-// fp32 -> narrow format, round to nearest even, in the numbered steps of ml_dtypes' ConvertImpl.
-template <NarrowFormat F>
-constexpr uint32_t narrow_from_f32(float x, bool saturate) {
-  constexpr int kSignShift = F.exp_bits + F.man_bits;
-  constexpr int kEmin = 1 - F.bias;  // exponent of the smallest normal
-  const uint32_t u = f32_bits(x);
-  const uint32_t sign = (u >> 31) << kSignShift;
-  const uint32_t a = u & 0x7FFFFFFFu;
-  // What an out-of-range magnitude becomes: the largest finite value when saturating, else
-  // infinity, or NaN in a format without infinity.
-  const uint32_t overflow = saturate ? F.max_finite : (F.inf != 0 ? F.inf : F.nan);
+// What an out-of-range magnitude becomes. Toward zero, and when saturating: the largest finite
+// value (IEEE round-toward-zero never overflows to inf; PTX `.satfinite`); else infinity, or NaN in
+// a format without infinity.
+template <const FloatFormat& F>
+QC_NUM_FN uint32_t overflow_bits(Rounding r, bool saturate) {
+  if (saturate || r == Rounding::toward_zero) return F.max_finite_bits();
+  return F.inf_bits() != 0 ? F.inf_bits() : F.nan;
+}
 
-  // 1. NaN in, NaN out (sign kept). fp16 keeps the top payload bits and sets the quiet bit;
-  //    fp8 returns its canonical NaN (what ml_dtypes returns).
-  if (a > 0x7F800000u) {
-    if constexpr (F.keep_nan_payload) {
-      const uint32_t payload = (a >> (23 - F.man_bits)) & ((1u << F.man_bits) - 1u);
-      return sign | F.inf | (1u << (F.man_bits - 1)) | payload;
+}  // namespace detail
+
+// The exact value (-1)^neg · sig · 2^q (sig > 0, U unsigned: uint32_t, uint64_t or unsigned
+// __int128) rounded into row F, in the numbered steps of ml_dtypes' ConvertImpl:
+// 1. e = floor(log2(sig · 2^q)); anything above the largest binade overflows (step 5).
+// 2. The target exponent te: e, but never below the smallest normal exponent, so values in the
+//    subnormal range get the subnormal spacing 2^(min_normal_exponent - mantissa_bits).
+// 3. Shift to the target spacing 2^(te - mantissa_bits) and round (`round_shift`); a shift <= 0
+//    means sig has fewer bits than the format keeps (exact).
+// 4. Pack: k still holds the implicit bit at position mantissa_bits (or is below it for a
+//    subnormal result, where te - min_normal_exponent == 0), so adding the biased exponent
+//    (te - min_normal_exponent) << mantissa_bits gives the pattern; a rounding carry
+//    (k == 2^(mantissa_bits + 1)) flows into the exponent. A value that rounds to 0 gives ±0.
+// 5. Overflow: anything above the largest finite pattern (e4m3fn's NaN slot S.1111.111, and
+//    e5m2/fp16/bf16 infinity reached by rounding included) gives `detail::overflow_bits`.
+template <const FloatFormat& F, class U>
+QC_NUM_FN uint32_t encode_exact(bool neg, U sig, int q, Rounding r, bool saturate) {
+  static_assert(F.subnormals && F.specials != Specials::none,
+                "encode: no encoder for this row yet (formats without subnormals or without a NaN)");
+  const uint32_t sign = neg ? F.sign_bit() : 0u;
+  const int e = q + significant_bits(sig) - 1;                                      // 1.
+  if (e > F.max_exponent()) return sign | detail::overflow_bits<F>(r, saturate);
+  const int te = e < F.min_normal_exponent() ? F.min_normal_exponent() : e;       // 2.
+  const int shift = te - F.mantissa_bits - q;                                      // 3.
+  const U k = shift <= 0 ? static_cast<U>(sig << -shift) : round_shift(sig, shift, r);
+  const uint32_t mag =                                                             // 4.
+      (static_cast<uint32_t>(te - F.min_normal_exponent()) << F.mantissa_bits) + static_cast<uint32_t>(k);
+  if (mag > F.max_finite_bits()) return sign | detail::overflow_bits<F>(r, saturate);  // 5.
+  return sign | mag;
+}
+
+// fp32 -> row F, rounded by `r`; `saturate` as in `detail::overflow_bits`.
+// 1. NaN in, NaN out (sign kept): formats with `nan_keeps_payload` keep the top payload bits and
+//    set the quiet bit (a payload living only in the low bits would otherwise vanish and turn the
+//    NaN into an infinity); the others return their canonical NaN (what ml_dtypes returns).
+// 2. Infinity: saturating mode clamps it like any other out-of-range value (PTX `.satfinite`).
+// 3. Zero keeps its sign.
+// 4. Any other row: unpack (|x| = sig · 2^q exactly, fp32 subnormals without implicit bit) and
+//    `encode_exact`.
+// A row with fp32's exponent field (bf16) takes a shortcut that is the same rule (tests/unit/
+// test_numerics_core.cpp holds the two equal): rounding the magnitude bits by the mantissa
+// difference is the whole conversion (the bias trick `(u + 0x7FFF + lsb) >> 16` is this
+// round_shift); a carry out of the mantissa rounds into the exponent, to inf at the top; ±0 and
+// ±inf map to themselves, and a NaN's payload is already in place. Branch-free (selects only), so
+// that loops over it vectorize: this is every bf16 output's conversion.
+template <const FloatFormat& F>
+QC_NUM_FN uint32_t encode(float x, Rounding r, bool saturate) {
+  constexpr int kDrop = kFp32.mantissa_bits - F.mantissa_bits;
+  static_assert(kDrop >= 0, "encode: F is narrower than fp32");
+  const uint32_t u = f32_bits(x);
+  const uint32_t a = u & kFp32.magnitude_mask();
+  const uint32_t sign = (u >> 31) != 0 ? F.sign_bit() : 0u;
+  if constexpr (F.fp32_layout()) {
+    static_assert(F.nan_keeps_payload, "a row with fp32's layout keeps NaN payloads");
+    const uint32_t nan = F.inf_bits() | (uint32_t{1} << (F.mantissa_bits - 1)) | ((a >> kDrop) & F.mantissa_mask());
+    const uint32_t mag = round_shift(a, kDrop, r);  // fp32 overflows no finite value of this row by
+    // truncation, so only rounding to nearest reaches inf (0x7F80 for bf16), which saturation clamps.
+    const uint32_t kept = saturate && mag > F.max_finite_bits() ? F.max_finite_bits() : mag;
+    return sign | (a > kFp32.inf_bits() ? nan : kept);
+  }
+  if (a > kFp32.inf_bits()) {                                                        // 1.
+    if constexpr (F.nan_keeps_payload) {
+      return sign | F.inf_bits() | (uint32_t{1} << (F.mantissa_bits - 1)) | ((a >> kDrop) & F.mantissa_mask());
     } else {
       return sign | F.nan;
     }
   }
-  // 2. Infinity: saturating mode clamps it like any other out-of-range value (PTX `.satfinite`).
-  if (a == 0x7F800000u) return sign | overflow;
-  // 3. Zero keeps its sign.
-  if (a == 0) return sign;
-  // 4. Unpack: |x| = sig * 2^q exactly, with sig < 2^24 (fp32 subnormals have no implicit bit).
-  const uint32_t exp32 = a >> 23;
-  const uint32_t sig = exp32 == 0 ? (a & 0x7FFFFFu) : ((a & 0x7FFFFFu) | 0x800000u);
-  const int q = exp32 == 0 ? -149 : static_cast<int>(exp32) - 150;
-  // 5. Target exponent: floor(log2|x|), but never below the smallest normal exponent, so values
-  //    in the subnormal range get the subnormal spacing 2^(kEmin - man_bits).
-  const int e = q + static_cast<int>(std::bit_width(sig)) - 1;
-  const int te = e < kEmin ? kEmin : e;
-  // 6. Shift and round to nearest even. The target spacing is 2^(te - man_bits); `shift` >= 1
-  //    for every fp32 input (fp32 has more mantissa bits than any narrow format). A shift of 25
-  //    already rounds every sig < 2^24 to zero, so larger shifts are clamped to it.
-  int shift = te - F.man_bits - q;
-  if (shift > 25) shift = 25;
-  uint32_t k = sig >> shift;
-  const uint32_t rem = sig & ((1u << shift) - 1u);
-  const uint32_t half = 1u << (shift - 1);
-  if (rem > half || (rem == half && (k & 1u) != 0)) ++k;
-  // 7. Pack. `k` still holds the implicit bit at position man_bits (or is below it for a
-  //    subnormal result, where te + bias - 1 == 0), so adding (te + bias - 1) << man_bits gives
-  //    the biased exponent; a rounding carry (k == 2^(man_bits+1)) flows into the exponent.
-  const uint32_t mag = (static_cast<uint32_t>(te + F.bias - 1) << F.man_bits) + k;
-  // 8. Overflow: anything above the largest finite encoding (this includes e4m3fn's NaN slot
-  //    S.1111.111 and e5m2/fp16 infinity reached by rounding).
-  if (mag > F.max_finite) return sign | overflow;
-  return sign | mag;
+  if (a == kFp32.inf_bits()) {                                                       // 2.
+    return sign | (saturate ? F.max_finite_bits() : F.inf_bits() != 0 ? F.inf_bits() : F.nan);
+  }
+  if (a == 0) return sign;                                                           // 3.
+  const Unpacked p = unpack<kFp32>(u);                                               // 4.
+  return encode_exact<F>(p.neg, p.sig, p.exp, r, saturate);
 }
 
-// narrow format -> fp32, exact (every narrow value is an fp32 normal).
-template <NarrowFormat F>
-constexpr float widen_to_f32(uint32_t b) {
-  constexpr int kSignShift = F.exp_bits + F.man_bits;
-  constexpr uint32_t kManMask = (1u << F.man_bits) - 1u;
-  constexpr uint32_t kExpAllOnes = (1u << F.exp_bits) - 1u;
-  const uint32_t sign = ((b >> kSignShift) & 1u) << 31;
-  const uint32_t mag = b & ((1u << kSignShift) - 1u);
-  const uint32_t exp_field = mag >> F.man_bits;
-  const uint32_t man = mag & kManMask;
-  // 1. Non-finite encodings. IEEE-like formats: all-ones exponent is inf (man 0) or NaN, whose
-  //    payload is shifted into place unchanged. e4m3fn: only S.1111.111 is NaN (fp32 quiet NaN).
-  if constexpr (F.inf != 0) {
-    if (exp_field == kExpAllOnes) {
-      return f32_from_bits(sign | 0x7F800000u | (man << (23 - F.man_bits)));
+// int64 -> row F, rounded by `r` (INT64_MIN's magnitude 2^63 fits uint64).
+template <const FloatFormat& F>
+QC_NUM_FN uint32_t encode_int(int64_t v, Rounding r, bool saturate) {
+  if (v == 0) return 0;
+  const uint64_t mag = v < 0 ? uint64_t{0} - static_cast<uint64_t>(v) : static_cast<uint64_t>(v);
+  return encode_exact<F>(v < 0, mag, 0, r, saturate);
+}
+
+// ------------------------------------------------------------------------------------------------
+// Decoding: a row's pattern -> fp32 / fp64, exact (every value of every row is an fp32 value)
+// ------------------------------------------------------------------------------------------------
+
+// row F -> fp32, exact.
+// 1. A row with fp32's exponent field (bf16): the pattern is the top of an fp32; NaN payloads
+//    (signalling ones too) are kept bit for bit.
+// 2. Non-finite patterns: IEEE-like rows shift the payload into place unchanged (inf: none);
+//    `nan_only` rows give the fp32 quiet NaN with the sign kept.
+// 3. Finite: unpack and encode the exact value into fp32 (`encode_exact` rounds nothing here).
+template <const FloatFormat& F>
+QC_NUM_FN float decode_f32(uint32_t b) {
+  if constexpr (F.fp32_layout()) return f32_from_bits(b << (32 - F.bits));            // 1.
+  const uint32_t sign = (b & F.sign_bit()) != 0 ? 0x80000000u : 0u;
+  if (!is_finite<F>(b)) {                                                              // 2.
+    if constexpr (F.specials == Specials::ieee) {
+      return f32_from_bits(sign | kFp32.inf_bits() | ((b & F.mantissa_mask()) << (kFp32.mantissa_bits - F.mantissa_bits)));
     }
-  } else {
-    if (mag == F.nan) return f32_from_bits(sign | 0x7FC00000u);
+    return f32_from_bits(sign | kFp32.nan);
   }
-  // 2. Zero.
-  if (mag == 0) return f32_from_bits(sign);
-  // 3. Subnormal: man * 2^(1 - bias - man_bits); normalize so the top set bit becomes implicit.
-  if (exp_field == 0) {
-    const int top = static_cast<int>(std::bit_width(man)) - 1;
-    const uint32_t exp32 = static_cast<uint32_t>(1 - F.bias - F.man_bits + top + 127);
-    const uint32_t frac = (man ^ (1u << top)) << (23 - top);
-    return f32_from_bits(sign | (exp32 << 23) | frac);
-  }
-  // 4. Normal: rebias the exponent, widen the mantissa.
-  const uint32_t exp32 = exp_field - static_cast<uint32_t>(F.bias) + 127u;
-  return f32_from_bits(sign | (exp32 << 23) | (man << (23 - F.man_bits)));
+  const Unpacked p = unpack<F>(b);                                                     // 3.
+  if (p.sig == 0) return f32_from_bits(sign);
+  return f32_from_bits(encode_exact<kFp32>(p.neg, p.sig, p.exp, Rounding::nearest_even, false));
 }
 
-}  // namespace detail
-
-// fp32 <-> fp16 (IEEE binary16), round to nearest even, subnormals kept, overflow to ±inf.
-// NaN: sign kept, quiet bit set, top 9 payload bits kept (x86 F16C `vcvtps2ph` semantics).
-constexpr uint16_t f32_to_f16(float x) {
-  return static_cast<uint16_t>(detail::narrow_from_f32<kF16>(x, /*saturate=*/false));
+// row F -> fp64, exact: the fp32 value widened (the widening is exact, NaN payloads shifted).
+template <const FloatFormat& F>
+QC_NUM_FN double decode_f64(uint32_t b) {
+  const uint32_t u = f32_bits(decode_f32<F>(b));
+  const uint64_t sign = uint64_t{u >> 31} << 63;
+  const uint32_t a = u & kFp32.magnitude_mask();
+  if (a >= kFp32.inf_bits()) return f64_from_bits(sign | 0x7FF0000000000000ull | (uint64_t{a & 0x7FFFFFu} << 29));
+  if (a == 0) return f64_from_bits(sign);
+  // |x| = sig · 2^exp exactly, normalized into binary64 (never subnormal there: exp >= -149).
+  const Unpacked p = unpack<kFp32>(u);
+  const int top = significant_bits(p.sig) - 1;
+  const uint64_t frac = (uint64_t{p.sig} << (52 - top)) & 0xFFFFFFFFFFFFFull;
+  return f64_from_bits(sign | (static_cast<uint64_t>(p.exp + top + 1023) << 52) | frac);
 }
-constexpr float f16_to_f32(uint16_t b) { return detail::widen_to_f32<kF16>(b); }
+
+// The row's limits as fp32 values (`min_subnormal`: the smallest positive value, 2^min_exponent).
+template <const FloatFormat& F>
+QC_NUM_FN float max_finite() { return decode_f32<F>(F.max_finite_bits()); }
+template <const FloatFormat& F>
+QC_NUM_FN float min_normal() { return decode_f32<F>(F.subnormals ? uint32_t{1} << F.mantissa_bits : 0u); }
+template <const FloatFormat& F>
+QC_NUM_FN float min_subnormal() { return decode_f32<F>(F.subnormals ? 1u : 0u); }
+
+// ------------------------------------------------------------------------------------------------
+// The ordered (monotone) bit-pattern distance
+// ------------------------------------------------------------------------------------------------
+
+// Maps a pattern to a monotone integer line: +x -> +magnitude bits, -x -> -magnitude bits. Both
+// zeros map to 0: the ulp distance is a *numerical* measure and +0 == -0 numerically; a
+// sign-of-zero difference is a bitwise divergence, which the bitwise comparison counts separately
+// (the paper separates the two estimators). So the distance from -min_subnormal to +min_subnormal
+// is 2 (through the one zero).
+template <const FloatFormat& F>
+QC_NUM_FN int64_t ordered(uint32_t b) {
+  static_assert(F.has_sign, "ordered: an unsigned row is ordered by its magnitude bits already");
+  const int64_t mag = b & F.magnitude_mask();
+  return (b & F.sign_bit()) != 0 ? -mag : mag;
+}
+
+// The number of spacings between two *finite* patterns, counted across zero. Precondition: both
+// finite (callers sort out NaN and inf first, so that a NaN can never pass a tolerance; the checked
+// host form is `bf16_ulp_distance` in src/core/numerics_checked.hpp).
+template <const FloatFormat& F>
+QC_NUM_FN uint32_t ordered_distance(uint32_t a, uint32_t b) {
+  const int64_t d = ordered<F>(a) - ordered<F>(b);
+  return static_cast<uint32_t>(d < 0 ? -d : d);
+}
+
+// ------------------------------------------------------------------------------------------------
+// The named instances
+// ------------------------------------------------------------------------------------------------
+
+QC_NUM_FN FpClass classify_f32(float x) { return classify<kFp32>(f32_bits(x)); }
+QC_NUM_FN FpClass classify_bf16(uint16_t b) { return classify<kBf16>(b); }
+QC_NUM_FN FpClass classify_f16(uint16_t b) { return classify<kFp16>(b); }
+QC_NUM_FN bool f32_is_nan(float x) { return is_nan<kFp32>(f32_bits(x)); }
+QC_NUM_FN bool f32_is_finite(float x) { return is_finite<kFp32>(f32_bits(x)); }
+QC_NUM_FN bool bf16_is_nan(uint16_t b) { return is_nan<kBf16>(b); }
+QC_NUM_FN bool bf16_is_finite(uint16_t b) { return is_finite<kBf16>(b); }
+QC_NUM_FN bool e4m3fn_is_finite(uint8_t b) { return is_finite<kE4M3>(b); }
+QC_NUM_FN bool e5m2_is_finite(uint8_t b) { return is_finite<kE5M2>(b); }
+
+// 2^k as an fp32, exactly, for k in [-149, 127] (subnormal powers included).
+QC_NUM_FN float pow2_f32(int k) {
+  return k >= -126 ? f32_from_bits(static_cast<uint32_t>(k + 127) << 23) : f32_from_bits(1u << (k + 149));
+}
+// True when s is a positive finite power of two (normal or subnormal).
+QC_NUM_FN bool is_pow2_f32(float s) {
+  const uint32_t u = f32_bits(s);
+  if ((u >> 31) != 0 || u == 0 || !is_finite<kFp32>(u)) return false;
+  const uint32_t sig = unpack<kFp32>(u).sig;
+  return (sig & (sig - 1)) == 0;
+}
+
+// bf16 (1 sign, 8 exponent, 7 mantissa bits: the top half of an fp32).
+// bf16 -> fp32 is exact; NaN payloads (signalling ones too) are kept bit for bit.
+QC_NUM_FN float bf16_to_f32(uint16_t b) { return decode_f32<kBf16>(b); }
+// fp32 -> bf16, round to nearest, ties to even. NaN stays NaN: sign and the top payload bits
+// kept, quiet bit set. fp32 subnormals round to bf16 subnormals (never flushed); ±0 and ±inf map
+// to themselves; overflow (at or above the midpoint 0x1.FFp127 above max) gives ±inf.
+QC_NUM_FN uint16_t f32_to_bf16(float x) {
+  return static_cast<uint16_t>(encode<kBf16>(x, Rounding::nearest_even, /*saturate=*/false));
+}
+// fp32 -> bf16, round toward zero (truncation). A real bug class (some kernels truncate), kept
+// here so that the `mutant:` arms and the tests share one definition. NaN as `f32_to_bf16`;
+// magnitudes never grow, so nothing overflows.
+QC_NUM_FN uint16_t f32_to_bf16_rz(float x) {
+  return static_cast<uint16_t>(encode<kBf16>(x, Rounding::toward_zero, /*saturate=*/false));
+}
+
+// fp32 <-> fp16 (IEEE binary16), subnormals kept. RNE: overflow (>= 65520) to ±inf; RZ: to the
+// largest finite ±65504 (±inf stays inf). NaN: sign kept, quiet bit set, top 9 payload bits kept
+// (x86 F16C `vcvtps2ph` semantics).
+QC_NUM_FN uint16_t f32_to_f16(float x) {
+  return static_cast<uint16_t>(encode<kFp16>(x, Rounding::nearest_even, /*saturate=*/false));
+}
+QC_NUM_FN uint16_t f32_to_f16_rz(float x) {
+  return static_cast<uint16_t>(encode<kFp16>(x, Rounding::toward_zero, /*saturate=*/false));
+}
+QC_NUM_FN float f16_to_f32(uint16_t b) { return decode_f32<kFp16>(b); }
 
 // fp32 -> OCP FP8 e4m3fn, round to nearest even. e4m3fn has no infinity:
 //   saturate == false (ml_dtypes' `astype(float8_e4m3fn)`): |x| that rounds above 448, and ±inf,
 //     give NaN 0x7F/0xFF (sign kept).
 //   saturate == true (PTX `cvt.rn.satfinite.e4m3x2.f32`, CUDA `__NV_SATFINITE`): they give ±448.
 // NaN in gives sign|0x7F in both modes.
-constexpr uint8_t f32_to_e4m3fn(float x, bool saturate) {
-  return static_cast<uint8_t>(detail::narrow_from_f32<kE4M3FN>(x, saturate));
+QC_NUM_FN uint8_t f32_to_e4m3fn(float x, bool saturate) {
+  return static_cast<uint8_t>(encode<kE4M3>(x, Rounding::nearest_even, saturate));
 }
-constexpr float e4m3fn_to_f32(uint8_t b) { return detail::widen_to_f32<kE4M3FN>(b); }
+QC_NUM_FN float e4m3fn_to_f32(uint8_t b) { return decode_f32<kE4M3>(b); }
 
 // fp32 -> OCP FP8 e5m2, round to nearest even.
 //   saturate == false (ml_dtypes' astype): overflow and ±inf give ±inf (0x7C/0xFC).
 //   saturate == true (PTX `.satfinite`): they give ±57344 (0x7B/0xFB).
 // NaN in gives the quiet NaN sign|0x7E in both modes (ml_dtypes' pattern).
-constexpr uint8_t f32_to_e5m2(float x, bool saturate) {
-  return static_cast<uint8_t>(detail::narrow_from_f32<kE5M2>(x, saturate));
+QC_NUM_FN uint8_t f32_to_e5m2(float x, bool saturate) {
+  return static_cast<uint8_t>(encode<kE5M2>(x, Rounding::nearest_even, saturate));
 }
-constexpr float e5m2_to_f32(uint8_t b) { return detail::widen_to_f32<kE5M2>(b); }
+QC_NUM_FN float e5m2_to_f32(uint8_t b) { return decode_f32<kE5M2>(b); }
 
-// Encoding facts, checked at compile time.
-static_assert(f16_to_f32(0x7BFF) == 65504.0f);                 // fp16 max
-static_assert(f16_to_f32(0x0001) == 0x1p-24f);                 // fp16 min subnormal
-static_assert(f16_to_f32(0x0400) == 0x1p-14f);                 // fp16 min normal
-static_assert(f16_to_f32(0x3C00) == 1.0f);
-static_assert(f32_to_f16(65519.996f) == 0x7BFF);                // below the midpoint 65520
-static_assert(f32_to_f16(65520.0f) == 0x7C00);                  // midpoint above max: to inf (even)
-static_assert(f32_to_f16(0x1p-25f) == 0x0000);                  // half the min subnormal: tie to 0
-static_assert(f32_to_f16(0x1.8p-24f) == 0x0002);                // 1.5 min subnormal: tie to even 2
-static_assert(e4m3fn_to_f32(0x7E) == 448.0f);                   // e4m3fn max
-static_assert(e4m3fn_to_f32(0x01) == 0x1p-9f);                  // e4m3fn min subnormal
-static_assert(e4m3fn_to_f32(0x08) == 0x1p-6f);                  // e4m3fn min normal
-static_assert(f32_is_nan(e4m3fn_to_f32(0x7F)) && f32_is_nan(e4m3fn_to_f32(0xFF)));
-static_assert(f32_to_e4m3fn(464.0f, false) == 0x7E);            // midpoint 448|480: even is 448
-static_assert(f32_to_e4m3fn(464.00003f, false) == 0x7F);        // above it: NaN (no inf)
-static_assert(f32_to_e4m3fn(464.00003f, true) == 0x7E);
-static_assert(f32_to_e4m3fn(-std::numeric_limits<float>::infinity(), false) == 0xFF);
-static_assert(f32_to_e4m3fn(-std::numeric_limits<float>::infinity(), true) == 0xFE);
-static_assert(f32_to_e4m3fn(0x1p-10f, false) == 0x00);          // half the min subnormal: tie to 0
-static_assert(f32_to_e4m3fn(-0.0f, false) == 0x80);
-static_assert(e5m2_to_f32(0x7B) == 57344.0f);                   // e5m2 max
-static_assert(e5m2_to_f32(0x01) == 0x1p-16f);                   // e5m2 min subnormal
-static_assert(e5m2_to_f32(0x04) == 0x1p-14f);                   // e5m2 min normal
-static_assert(e5m2_to_f32(0x7C) == std::numeric_limits<float>::infinity());
-static_assert(f32_to_e5m2(61440.0f, false) == 0x7C);            // midpoint 57344|65536: to inf (even)
-static_assert(f32_to_e5m2(61439.996f, false) == 0x7B);
-static_assert(f32_to_e5m2(61440.0f, true) == 0x7B);
-static_assert(f32_to_e5m2(std::numeric_limits<float>::quiet_NaN(), true) == 0x7E);
+// Maps a bf16 to the monotone integer line (`ordered`): finite values into [-0x7F7F, 0x7F7F],
+// ±inf to ±0x7F80.
+QC_NUM_FN int32_t bf16_ordered(uint16_t b) { return static_cast<int32_t>(ordered<kBf16>(b)); }
+// `ordered_distance` of two finite bf16 (precondition; checked: `bf16_ulp_distance`).
+QC_NUM_FN uint32_t bf16_ordered_distance(uint16_t a, uint16_t b) { return ordered_distance<kBf16>(a, b); }
+
+// Bitwise equality: +0 and -0 differ, NaNs are equal only with identical payloads.
+QC_NUM_FN bool bitwise_equal_bf16(uint16_t a, uint16_t b) { return a == b; }
+QC_NUM_FN bool bitwise_equal_f32(float a, float b) { return f32_bits(a) == f32_bits(b); }
+
+inline constexpr uint16_t kBf16MaxFinite = kBf16.max_finite_bits();  // (2 - 2^-7) * 2^127
+inline constexpr uint16_t kBf16Inf = kBf16.inf_bits();
+inline constexpr uint16_t kBf16MinSubnormal = 0x0001;  // 2^-133
 
 // ------------------------------------------------------------------------------------------------
 // Integers
 // ------------------------------------------------------------------------------------------------
 
-// fp32 -> int8 with the semantics of PTX `cvt.rni.sat.s8.f32`: round to nearest integer, ties to
-// even, saturate to [-128, 127], NaN -> 0. Independent of the FPU rounding mode.
+// fp32 -> a signed integer row, with the semantics of PTX `cvt.rni.sat.s8.f32`: round to nearest
+// integer, ties to even, saturate to [min, max], NaN -> 0. Independent of the FPU rounding mode.
 // 1. NaN gives 0.
-// 2. Saturate: anything >= 127.5 rounds to >= 128 and clamps to 127; anything <= -128.5 rounds
-//    to <= -128 and clamps to -128 (±inf included).
-// 3. Round half even inside (-128.5, 127.5): `x - trunc(x)` is exact there.
-constexpr int8_t f32_to_s8_rni_sat(float x) {
+// 2. Saturate: anything >= max + 0.5 rounds to >= max + 1 and clamps to max; anything <= min - 0.5
+//    rounds to <= min - 1 and clamps to min (±inf included).
+// 3. Round half even inside (min - 0.5, max + 0.5): `x - trunc(x)` is exact there.
+template <const IntFormat& I>
+QC_NUM_FN int32_t round_to_int_sat(float x) {
+  static_assert(I.bits <= 24, "round_to_int_sat: the half-integer thresholds must be exact fp32 values");
   if (f32_is_nan(x)) return 0;
-  if (x >= 127.5f) return 127;
-  if (x <= -128.5f) return -128;
-  int t = static_cast<int>(x);
+  if (x >= static_cast<float>(I.max()) + 0.5f) return I.max();
+  if (x <= static_cast<float>(I.min()) - 0.5f) return I.min();
+  int32_t t = static_cast<int32_t>(x);
   const float frac = x - static_cast<float>(t);
   if (frac > 0.5f || (frac == 0.5f && (t & 1) != 0)) ++t;
   if (frac < -0.5f || (frac == -0.5f && (t & 1) != 0)) --t;
-  return static_cast<int8_t>(t);
+  return t;
 }
-static_assert(f32_to_s8_rni_sat(2.5f) == 2 && f32_to_s8_rni_sat(3.5f) == 4 && f32_to_s8_rni_sat(-2.5f) == -2);
-static_assert(f32_to_s8_rni_sat(127.5f) == 127 && f32_to_s8_rni_sat(-128.5f) == -128);
-static_assert(f32_to_s8_rni_sat(-127.5f) == -128 && f32_to_s8_rni_sat(126.5f) == 126);
+QC_NUM_FN int8_t f32_to_s8_rni_sat(float x) { return static_cast<int8_t>(round_to_int_sat<kInt8>(x)); }
+
+// A pattern of a signed integer row (the low `bits` bits), sign-extended.
+template <const IntFormat& I>
+QC_NUM_FN int32_t decode_int(uint32_t b) {
+  const uint32_t field = b & ((uint32_t{1} << I.bits) - 1);
+  return (field >> (I.bits - 1)) != 0 ? static_cast<int32_t>(field) - (int32_t{1} << I.bits) : static_cast<int32_t>(field);
+}
 
 // int32 -> fp32 with round-to-nearest-even (what C++ and CUTLASS do on these targets; exact while
 // |v| <= 2^24). At run time this is the CPU's `cvtsi2ss`, which rounds by MXCSR.RC; `qconform
 // selfcheck` verifies RC is round-to-nearest. `i64_to_f32` below does not depend on it.
-constexpr float i32_to_f32(int32_t v) { return static_cast<float>(v); }
+QC_NUM_FN float i32_to_f32(int32_t v) { return static_cast<float>(v); }
 
-// int64 -> fp32, round to nearest even, by explicit bit manipulation (no FPU rounding mode).
-// 1. Split into sign and magnitude (INT64_MIN's magnitude 2^63 fits in uint64).
-// 2. Round the magnitude to 24 significant bits, ties to even; a carry to 2^24 renormalizes.
-// 3. Pack: |v| = sig * 2^s with sig in [2^23, 2^24), so the biased exponent is s + 150.
-constexpr float i64_to_f32(int64_t v) {
-  const bool negative = v < 0;
-  const uint64_t mag = negative ? ~static_cast<uint64_t>(v) + 1u : static_cast<uint64_t>(v);
-  if (mag == 0) return 0.0f;
-  const int n = static_cast<int>(std::bit_width(mag));
-  int s = n - 24;
-  uint64_t sig;
-  if (s <= 0) {
-    sig = mag << -s;
-  } else {
-    sig = mag >> s;
-    const uint64_t rem = mag & ((uint64_t{1} << s) - 1u);
-    const uint64_t half = uint64_t{1} << (s - 1);
-    if (rem > half || (rem == half && (sig & 1u) != 0)) ++sig;
-    if (sig == (uint64_t{1} << 24)) {
-      sig >>= 1;
-      ++s;
-    }
-  }
-  const uint32_t bits = (negative ? 0x80000000u : 0u) | (static_cast<uint32_t>(s + 150) << 23) |
-                        static_cast<uint32_t>(sig - (uint64_t{1} << 23));
-  return f32_from_bits(bits);
-}
+// int64 -> fp32, round to nearest even (or toward zero), by explicit bit manipulation
+// (`encode_int`: no FPU rounding mode involved).
+QC_NUM_FN float i64_to_f32(int64_t v) { return f32_from_bits(encode_int<kFp32>(v, Rounding::nearest_even, false)); }
+QC_NUM_FN float i64_to_f32_rz(int64_t v) { return f32_from_bits(encode_int<kFp32>(v, Rounding::toward_zero, false)); }
+
+// ------------------------------------------------------------------------------------------------
+// Encoding facts, checked at compile time
+// ------------------------------------------------------------------------------------------------
+
+// The rows' limits.
+static_assert(max_finite<kFp32>() == 0x1.FFFFFEp127f && min_subnormal<kFp32>() == 0x1p-149f && min_normal<kFp32>() == 0x1p-126f);
+static_assert(max_finite<kBf16>() == 0x1.FEp127f && min_subnormal<kBf16>() == 0x1p-133f && min_normal<kBf16>() == 0x1p-126f);
+static_assert(max_finite<kFp16>() == 65504.0f && min_subnormal<kFp16>() == 0x1p-24f && min_normal<kFp16>() == 0x1p-14f);
+static_assert(max_finite<kE4M3>() == 448.0f && min_subnormal<kE4M3>() == 0x1p-9f && min_normal<kE4M3>() == 0x1p-6f);
+static_assert(max_finite<kE5M2>() == 57344.0f && min_subnormal<kE5M2>() == 0x1p-16f && min_normal<kE5M2>() == 0x1p-14f);
+static_assert(max_finite<kE8M0>() == 0x1p127f && min_subnormal<kE8M0>() == 0x1p-127f && decode_f32<kE8M0>(127) == 1.0f);
+static_assert(max_finite<kE2M1>() == 6.0f && min_subnormal<kE2M1>() == 0.5f && min_normal<kE2M1>() == 1.0f);
+static_assert(kE4M3.max_finite_bits() == 0x7E && kE4M3.inf_bits() == 0 && kE4M3.nonfinite_mask() == 0x7F);
+static_assert(kE5M2.max_finite_bits() == 0x7B && kE5M2.inf_bits() == 0x7C && kE5M2.nonfinite_mask() == 0x7C);
+static_assert(kBf16.max_finite_bits() == 0x7F7F && kBf16.inf_bits() == 0x7F80 && kFp16.inf_bits() == 0x7C00);
+static_assert(kE8M0.max_finite_bits() == 0xFE && !is_finite<kE8M0>(0xFF) && is_finite<kE2M1>(0xF));
+static_assert(kFp32.min_exponent() == -149 && kBf16.min_exponent() == -133 && kE4M3.min_exponent() == -9 &&
+              kE5M2.min_exponent() == -16 && kE4M3.max_exponent() == 8 && kE5M2.max_exponent() == 15);
+static_assert(kInt8.min() == -128 && kInt8.max() == 127 && kInt4.min() == -8 && kInt4.max() == 7);
+static_assert(decode_int<kInt4>(0x8) == -8 && decode_int<kInt4>(0x7) == 7 && decode_int<kInt8>(0xFF) == -1);
+
+// bf16.
+static_assert(bf16_to_f32(0x3F80) == 1.0f);
+static_assert(bf16_to_f32(0x0080) == 0x1p-126f);  // smallest normal
+static_assert(f32_to_bf16(1.0f) == 0x3F80);
+static_assert(f32_to_bf16(0x1.01p0f) == 0x3F80);        // tie, kept LSB even: down
+static_assert(f32_to_bf16(0x1.03p0f) == 0x3F82);        // tie, kept LSB odd: up
+static_assert(f32_to_bf16(0x1.FFp127f) == kBf16Inf);    // midpoint above max rounds to inf (even)
+static_assert(f32_to_bf16(0x1.FEFFFEp127f) == kBf16MaxFinite);  // just below that midpoint
+static_assert(f32_to_bf16(-0.0f) == 0x8000);
+static_assert(f32_to_bf16(f32_from_bits(0xFFA12345u)) == 0xFFE1);  // NaN: sign, top payload, quiet bit
+static_assert(f32_to_bf16(f32_from_bits(0x7F800001u)) == 0x7FC0);  // a low-bits-only payload stays NaN
+static_assert(f32_to_bf16_rz(0x1.03p0f) == 0x3F81);
+static_assert(f32_to_bf16_rz(-0x1.FFFFFEp127f) == 0xFF7F);
+// fp16.
+static_assert(f16_to_f32(0x3C00) == 1.0f);
+static_assert(f32_to_f16(65519.996f) == 0x7BFF);                // below the midpoint 65520
+static_assert(f32_to_f16(65520.0f) == 0x7C00);                  // midpoint above max: to inf (even)
+static_assert(f32_to_f16_rz(65520.0f) == 0x7BFF && f32_to_f16_rz(f32_from_bits(0xFF800000u)) == 0xFC00);
+static_assert(f32_to_f16(0x1p-25f) == 0x0000);                  // half the min subnormal: tie to 0
+static_assert(f32_to_f16(0x1.8p-24f) == 0x0002);                // 1.5 min subnormal: tie to even 2
+// e4m3fn.
+static_assert(is_nan<kE4M3>(0x7F) && is_nan<kE4M3>(0xFF) && !is_nan<kE4M3>(0x7E));
+static_assert(f32_to_e4m3fn(464.0f, /*saturate=*/false) == 0x7E);        // midpoint 448|480: even is 448
+static_assert(f32_to_e4m3fn(464.00003f, /*saturate=*/false) == 0x7F);    // above it: NaN (no inf)
+static_assert(f32_to_e4m3fn(464.00003f, /*saturate=*/true) == 0x7E);
+static_assert(f32_to_e4m3fn(f32_from_bits(0xFF800000u), /*saturate=*/false) == 0xFF);  // -inf: NaN
+static_assert(f32_to_e4m3fn(f32_from_bits(0xFF800000u), /*saturate=*/true) == 0xFE);   // -inf: -448
+static_assert(f32_to_e4m3fn(0x1p-10f, /*saturate=*/false) == 0x00);      // half the min subnormal: tie to 0
+static_assert(f32_to_e4m3fn(-0.0f, /*saturate=*/false) == 0x80);
+static_assert(scaled_int<kE4M3>(0x01, -9) == 1 && scaled_int<kE4M3>(0x7E, -9) == 448 * 512 &&
+              scaled_int<kE4M3>(0xB8, -9) == -512);
+static_assert(exponent_of<kE4M3>(0x01) == -6 && exponent_of<kE4M3>(0x38) == 0 && exponent_of<kE5M2>(0x01) == -14);
+// e5m2.
+static_assert(e5m2_to_f32(0x7C) == f32_from_bits(0x7F800000u) && is_nan<kE5M2>(0x7D) && !is_nan<kE5M2>(0x7C));
+static_assert(f32_to_e5m2(61440.0f, /*saturate=*/false) == 0x7C);        // midpoint 57344|65536: to inf (even)
+static_assert(f32_to_e5m2(61439.996f, /*saturate=*/false) == 0x7B);
+static_assert(f32_to_e5m2(61440.0f, /*saturate=*/true) == 0x7B);
+static_assert(f32_to_e5m2(f32_from_bits(0x7FC00000u), /*saturate=*/true) == 0x7E);
+// Integers.
+static_assert(f32_to_s8_rni_sat(2.5f) == 2 && f32_to_s8_rni_sat(3.5f) == 4 && f32_to_s8_rni_sat(-2.5f) == -2);
+static_assert(f32_to_s8_rni_sat(127.5f) == 127 && f32_to_s8_rni_sat(-128.5f) == -128);
+static_assert(f32_to_s8_rni_sat(-127.5f) == -128 && f32_to_s8_rni_sat(126.5f) == 126);
 static_assert(i32_to_f32(16777215) == 16777215.0f && i32_to_f32(16777217) == 16777216.0f);
 static_assert(i64_to_f32(16777217) == 16777216.0f && i64_to_f32(16777219) == 16777220.0f);
 static_assert(i64_to_f32(INT64_MIN) == -0x1p63f && i64_to_f32(INT64_MAX) == 0x1p63f);
+static_assert(i64_to_f32_rz(16777219) == 16777218.0f && i64_to_f32_rz(-16777219) == -16777218.0f);
+// Distances.
+static_assert(bf16_ordered_distance(0x0000, 0x8000) == 0 && !bitwise_equal_bf16(0x0000, 0x8000));
+static_assert(bf16_ordered_distance(0x0001, 0x8001) == 2);
+static_assert(bf16_ordered_distance(0x3F80, 0x3F81) == 1 && bf16_ordered_distance(0x7F7F, 0xFF7F) == 2 * 0x7F7F);
+static_assert(ordered_distance<kFp32>(0x7F7FFFFF, 0xFF7FFFFF) == 2u * 0x7F7FFFFFu);
+static_assert(pow2_f32(-149) == 0x1p-149f && pow2_f32(127) == 0x1p127f && is_pow2_f32(0x1p-149f) && !is_pow2_f32(3.0f));
 
-// ------------------------------------------------------------------------------------------------
-// Distances and equality
-// ------------------------------------------------------------------------------------------------
-
-// Maps a bf16 bit pattern to a monotone integer line: +x -> +magnitude bits, -x -> -magnitude
-// bits. Both zeros map to 0: the ulp distance is a *numerical* measure and +0 == -0 numerically;
-// a sign-of-zero difference is a bitwise divergence, which `bitwise_equal_bf16` counts
-// separately (the paper separates the two estimators). So the distance from -2^-133 to +2^-133
-// is 2 (through the one zero). Finite values map into [-0x7F7F, 0x7F7F]; ±inf to ±0x7F80.
-constexpr int32_t bf16_ordered(uint16_t b) {
-  const int32_t magnitude = b & 0x7FFF;
-  return (b & 0x8000) != 0 ? -magnitude : magnitude;
-}
-
-// Ordered bit-pattern distance between two *finite* bf16 values (number of bf16 spacings
-// between them, counted across zero). Precondition (QC_CHECK, an internal error): both finite;
-// callers sort out NaN and inf first, so that a NaN can never pass a tolerance.
-constexpr uint32_t bf16_ulp_distance(uint16_t a, uint16_t b) {
-  QC_CHECK(bf16_is_finite(a) && bf16_is_finite(b),
-           "bf16_ulp_distance needs finite operands, got 0x{:04x} and 0x{:04x}", a, b);
-  const int32_t d = bf16_ordered(a) - bf16_ordered(b);
-  return static_cast<uint32_t>(d < 0 ? -d : d);
-}
-
-// Bitwise equality: +0 and -0 differ, NaNs are equal only with identical payloads.
-constexpr bool bitwise_equal_bf16(uint16_t a, uint16_t b) { return a == b; }
-constexpr bool bitwise_equal_f32(float a, float b) { return f32_bits(a) == f32_bits(b); }
-
-static_assert(bf16_ulp_distance(0x0000, 0x8000) == 0 && !bitwise_equal_bf16(0x0000, 0x8000));
-static_assert(bf16_ulp_distance(0x0001, 0x8001) == 2);
-static_assert(bf16_ulp_distance(0x3F80, 0x3F81) == 1 && bf16_ulp_distance(0x7F7F, 0xFF7F) == 2 * 0x7F7F);
-
-// ------------------------------------------------------------------------------------------------
-// Power-of-two rounding of a positive finite scale
-// ------------------------------------------------------------------------------------------------
-
-namespace detail {
-// |s| = sig * 2^q exactly with sig having `width` significant bits; returns e = floor(log2 s).
-struct Pow2Split {
-  uint64_t sig;
-  int width;
-  int e;
-};
-constexpr Pow2Split split_positive_f32(float s) {
-  const uint32_t a = f32_bits(s);
-  const uint32_t exp32 = a >> 23;
-  const uint64_t sig = exp32 == 0 ? (a & 0x7FFFFFu) : ((a & 0x7FFFFFu) | 0x800000u);
-  const int q = exp32 == 0 ? -149 : static_cast<int>(exp32) - 150;
-  const int width = static_cast<int>(std::bit_width(sig));
-  return {sig, width, q + width - 1};
-}
-constexpr void require_positive_scale(float s, const char* flavour) {
-  QC_INPUT(f32_is_finite(s) && s > 0.0f,
-           "{}: a scale must be positive and finite, found {} (bits 0x{:08x})", flavour, s, f32_bits(s));
-}
-constexpr float pow2_or_overflow(int e, float s, const char* flavour) {
-  QC_INPUT(e <= 127, "{}: scale {} (bits 0x{:08x}) rounds to 2^128, beyond fp32", flavour, s, f32_bits(s));
-  return pow2_f32(e);
-}
-}  // namespace detail
-
-// Nearest power of two in log2: 2^e for s in [2^e, sqrt(2)*2^e], 2^(e+1) above. The threshold is
-// irrational, so there is no tie; the comparison m > sqrt(2) (m = s / 2^e) is done exactly as
-// sig^2 > 2^(2*width - 1) in integers. THE PROBE USES THIS FLAVOUR: a scale rounding perturbs
-// the model multiplicatively, and nearest-in-log2 bounds the ratio by sqrt(2) both ways.
-constexpr float pow2_nearest_log2(float s) {
-  detail::require_positive_scale(s, "pow2_nearest_log2");
-  const detail::Pow2Split p = detail::split_positive_f32(s);
-  const bool up = p.sig * p.sig > (uint64_t{1} << (2 * p.width - 1));
-  return detail::pow2_or_overflow(up ? p.e + 1 : p.e, s, "pow2_nearest_log2");
-}
-
-// Nearest power of two in value: 2^e for s < 1.5*2^e, 2^(e+1) for s >= 1.5*2^e (the midpoint
-// 1.5*2^e is a tie and rounds up). Compared exactly as 2*sig >= 3*2^(width-1).
-constexpr float pow2_nearest_value(float s) {
-  detail::require_positive_scale(s, "pow2_nearest_value");
-  const detail::Pow2Split p = detail::split_positive_f32(s);
-  const bool up = 2 * p.sig >= 3 * (uint64_t{1} << (p.width - 1));
-  return detail::pow2_or_overflow(up ? p.e + 1 : p.e, s, "pow2_nearest_value");
-}
-
-// True when s is a positive finite power of two (normal or subnormal).
-constexpr bool is_pow2_f32(float s) {
-  return f32_is_finite(s) && s > 0.0f && std::has_single_bit(detail::split_positive_f32(s).sig);
-}
-
-// The power-of-two argument's jurisdiction for one output `acc·sa·sw`, decided from exact values
-// (never from an arm's output): every intermediate product (`acc·sa`, `acc·sw`, `sa·sw`,
-// `acc·sa·sw`) is a normal finite fp32 number and the result stays below bf16's overflow
-// threshold (2 − 2^-8)·2^127; for acc = 0 only `sa·sw` matters. Scaling by 2^e commutes with
-// rounding inside it; outside (subnormal, overflow) the argument makes no claim.
-inline bool pow2_in_jurisdiction(int64_t acc, float sa, float sw) {
-  constexpr double kMinNormal = 0x1p-126, kMaxFinite = 0x1.fffffep127, kBf16Overflow = 0x1.ff8p127;
-  const auto normal = [&](double p) { return p >= kMinNormal && p <= kMaxFinite; };
-  const double s = static_cast<double>(sa) * static_cast<double>(sw);
-  if (!normal(s)) return false;
-  if (acc == 0) return true;
-  const double a = std::fabs(static_cast<double>(acc));
-  return normal(a * sa) && normal(a * sw) && normal(a * s) && a * s < kBf16Overflow;
-}
-
-static_assert(pow2_nearest_log2(1.4142135f) == 1.0f && pow2_nearest_log2(1.4142137f) == 2.0f);
-static_assert(pow2_nearest_value(1.4999999f) == 1.0f && pow2_nearest_value(1.5f) == 2.0f);
-static_assert(pow2_nearest_log2(0x1.8p-148f) == 0x1p-147f && is_pow2_f32(0x1p-149f) && !is_pow2_f32(3.0f));
-
-// ------------------------------------------------------------------------------------------------
-// Named references: the same conversions written differently, for tests and `selfcheck`
-// ------------------------------------------------------------------------------------------------
-//
-// These use fp64 arithmetic (every fp32 and every narrow value is exact in fp64, and so are the
-// distances compared below) and explicit tie handling; they share no code with the fast paths.
-// They are slow and obviously right; never use them on a hot path. NaN policy is restated.
-namespace ref {
-
-// fp32 -> bf16 RNE: find the two bf16 values bracketing |x| and compare the distances in fp64.
-// Ties go to the candidate with the even last bit. The value above the largest finite bf16 is
-// 2^128 on the unbounded-exponent grid; choosing it means overflow to inf.
-inline uint16_t f32_to_bf16(float x) {
-  const uint32_t u = f32_bits(x);
-  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
-  const double d = std::fabs(static_cast<double>(x));
-  const uint16_t below = static_cast<uint16_t>((u & 0x7FFFFFFFu) >> 16);  // |x| truncated
-  const uint16_t above = static_cast<uint16_t>(below + 1);
-  const double d_below = static_cast<double>(f32_from_bits(uint32_t{below} << 16));
-  const double d_above_raw = static_cast<double>(f32_from_bits(uint32_t{above} << 16));
-  const double d_above = above == 0x7F80 ? 0x1p128 : d_above_raw;
-  const double gap_below = d - d_below;
-  const double gap_above = d_above - d;
-  // `&` and `|` (not `&&`, `||`) and overrides instead of early returns keep a loop over this
-  // function branch-free, so the exhaustive test vectorizes.
-  const bool take_above = (gap_above < gap_below) | ((gap_above == gap_below) & ((below & 1u) != 0));
-  const uint16_t magnitude = take_above ? above : below;
-  const bool is_inf = (u & 0x7FFFFFFFu) == 0x7F800000u;
-  const bool is_nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
-  const uint16_t rounded = static_cast<uint16_t>(sign | (is_inf ? 0x7F80u : magnitude));
-  const uint16_t result = is_nan ? static_cast<uint16_t>((u >> 16) | 0x0040u) : rounded;  // NaN: quiet
-  return result;
-}
-
-// fp32 -> bf16 round toward zero: the bracketing candidate nearer to zero.
-inline uint16_t f32_to_bf16_rz(float x) {
-  const uint32_t u = f32_bits(x);
-  return x != x ? static_cast<uint16_t>((u >> 16) | 0x0040u) : static_cast<uint16_t>(u >> 16);
-}
-
-// Value of a finite narrow-format encoding, in fp64 by the textbook formula.
-inline double narrow_value(uint32_t magnitude_bits, int exp_bits, int man_bits, int bias) {
-  const uint32_t e = magnitude_bits >> man_bits;
-  const uint32_t m = magnitude_bits & ((1u << man_bits) - 1u);
-  (void)exp_bits;
-  if (e == 0) return std::ldexp(static_cast<double>(m), 1 - bias - man_bits);
-  return std::ldexp(1.0 + std::ldexp(static_cast<double>(m), -man_bits), static_cast<int>(e) - bias);
-}
-
-// fp32 (finite or inf, not NaN) -> narrow format RNE, via frexp/floor in fp64. `max_value` is the
-// largest finite value (a literal the caller states), `inf_or_nan` what overflow gives when not
-// saturating. Returns sign | magnitude bits.
-inline uint32_t narrow_rne(float x, int exp_bits, int man_bits, int bias, double max_value, uint32_t max_bits,
-                           uint32_t inf_or_nan, bool saturate) {
-  const uint32_t sign = std::signbit(x) ? (1u << (exp_bits + man_bits)) : 0u;
-  const double a = std::fabs(static_cast<double>(x));
-  if (std::isinf(a)) return sign | (saturate ? max_bits : inf_or_nan);
-  if (a == 0.0) return sign;
-  int fe = 0;
-  (void)std::frexp(a, &fe);  // a = f * 2^fe, f in [0.5, 1): floor(log2 a) = fe - 1
-  const int emin = 1 - bias;
-  int te = fe - 1 < emin ? emin : fe - 1;
-  const double spacing = std::ldexp(1.0, te - man_bits);
-  const double m = a / spacing;  // exact: division by a power of two
-  double k = std::floor(m);
-  const double frac = m - k;
-  if (frac > 0.5 || (frac == 0.5 && std::fmod(k, 2.0) == 1.0)) k += 1.0;
-  if (k * spacing > max_value) return sign | (saturate ? max_bits : inf_or_nan);
-  const double implicit = std::ldexp(1.0, man_bits);
-  if (k == 2.0 * implicit) {  // rounded up to the next binade
-    k = implicit;
-    ++te;
-  }
-  if (k < implicit) return sign | static_cast<uint32_t>(k);  // subnormal (te == emin) or zero
-  return sign | (static_cast<uint32_t>(te + bias) << man_bits) | static_cast<uint32_t>(k - implicit);
-}
-
-inline uint16_t f32_to_f16(float x) {
-  const uint32_t u = f32_bits(x);
-  if (std::isnan(x)) {  // quiet, sign and top 9 payload bits kept
-    return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7E00u | ((u >> 13) & 0x1FFu));
-  }
-  return static_cast<uint16_t>(narrow_rne(x, 5, 10, 15, 65504.0, 0x7BFF, 0x7C00, false));
-}
-inline uint8_t f32_to_e4m3fn(float x, bool saturate) {
-  if (std::isnan(x)) return std::signbit(x) ? 0xFF : 0x7F;
-  return static_cast<uint8_t>(narrow_rne(x, 4, 3, 7, 448.0, 0x7E, 0x7F, saturate));
-}
-inline uint8_t f32_to_e5m2(float x, bool saturate) {
-  if (std::isnan(x)) return std::signbit(x) ? 0xFE : 0x7E;
-  return static_cast<uint8_t>(narrow_rne(x, 5, 2, 15, 57344.0, 0x7B, 0x7C, saturate));
-}
-
-// PTX cvt.rni.sat.s8.f32 in fp64: nearbyint under the default rounding mode is not used on
-// purpose (it depends on the FPU state); floor and an explicit tie rule instead.
-inline int8_t f32_to_s8_rni_sat(float x) {
-  if (std::isnan(x)) return 0;
-  const double d = static_cast<double>(x);
-  double r = std::floor(d);
-  const double frac = d - r;
-  if (frac > 0.5 || (frac == 0.5 && std::fmod(r, 2.0) != 0.0)) r += 1.0;
-  if (r > 127.0) return 127;
-  if (r < -128.0) return -128;
-  return static_cast<int8_t>(r);
-}
-
-}  // namespace ref
 }  // namespace qc

@@ -75,7 +75,10 @@ def bf16_bits_to_float32(y: Any) -> np.ndarray:
 
 def float32_to_bf16_bits(x: Any) -> np.ndarray:
     """float32 to bf16 bit patterns with round-to-nearest-even (NaN kept quiet), in NumPy integer
-    arithmetic: no dependence on ml_dtypes or on the FPU rounding mode."""
+    arithmetic: no dependence on ml_dtypes or on the FPU rounding mode. The NumPy form of the C++
+    numeric core's ``encode<kBf16>`` (include/qconform/numerics.hpp: the magnitude rounded by 16 bits,
+    half to even; a NaN's top payload kept, quiet bit set); tests/peer/test_numerics_peer.py pins the
+    two bit for bit."""
     f = np.ascontiguousarray(np.asarray(x, dtype=np.float32))
     u = f.view(np.uint32).astype(np.uint64)
     rounded = (u + 0x7FFF + ((u >> 16) & 1)) >> 16

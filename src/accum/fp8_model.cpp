@@ -61,8 +61,6 @@ int64_t parse_count(std::string_view text, std::string_view name) {
   return v;
 }
 
-const char* rounding_tag(AccumRounding r) { return r == AccumRounding::toward_zero ? "rz" : "rn"; }
-
 }  // namespace
 
 const std::vector<NamedAccumModel>& fp8_accumulation_models() {

@@ -3,7 +3,7 @@
 // once for host and device so that the host tests pin it against the 128-bit reference bit for bit
 // (tests/unit/test_accumulation_model.cpp, `AccumulationModel.PerOutputFp32EvaluationEqualsReference`;
 // the device spelling of `round_term` and `add_max` by tests/gpu/test_cuda_fp8_model.cpp). C++17, no
-// project header but accumulation.hpp.
+// project header but accumulation.hpp (and the numeric core it includes).
 //
 // Why fp32 is exact here (`applies` states the conditions; every named Hopper model meets them):
 // - A code is v = mi · 2^(e - f) with mi < 2^(f+1) (f = 3 fraction bits for e4m3, 2 for e5m2) and e its
@@ -27,7 +27,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "qconform/accumulation.hpp"
 
@@ -48,36 +47,16 @@ struct Term {
 
 QC_ACCUM_FN Term decode(uint8_t c, Fp8Format f) {
   const float v = static_cast<float>(accum_model::fp8_times_2p16(c, f)) * 0x1p-16f;  // exact: <= 17 bits
-  return Term{v, (c & 0x7F) == 0 ? kNoExponent : accum_model::fp8_exponent(c, f)};
+  return Term{v, accum_model::fp8_code_zero(c) ? kNoExponent : accum_model::fp8_exponent(c, f)};
 }
 
-QC_ACCUM_FN uint32_t bits_of(float x) {
-#if defined(__CUDA_ARCH__)
-  return __float_as_uint(x);
-#else
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-#endif
-}
-
-QC_ACCUM_FN float from_bits(uint32_t u) {
-#if defined(__CUDA_ARCH__)
-  return __uint_as_float(u);
-#else
-  float x;
-  std::memcpy(&x, &u, sizeof x);
-  return x;
-#endif
-}
-
-// 2^e exactly, for -126 <= e <= 127.
-QC_ACCUM_FN float pow2(int e) { return from_bits(static_cast<uint32_t>(e + 127) << 23); }
+// 2^e exactly, for -126 <= e <= 127 (a normal fp32: the biased exponent alone).
+QC_ACCUM_FN float pow2(int e) { return f32_from_bits(static_cast<uint32_t>(e + kFp32.bias) << kFp32.mantissa_bits); }
 
 // floor(log2|c|) of a normal c (every C the models produce is normal), kNoExponent for +-0.
 QC_ACCUM_FN int exponent_of(float c) {
-  const uint32_t b = bits_of(c) & 0x7FFFFFFFu;
-  return b == 0 ? kNoExponent : static_cast<int>(b >> 23) - 127;
+  const uint32_t b = f32_bits(c) & kFp32.magnitude_mask();
+  return b == 0 ? kNoExponent : static_cast<int>(b >> kFp32.mantissa_bits) - kFp32.bias;
 }
 
 QC_ACCUM_FN float add_rn(float x, float y) {
@@ -88,13 +67,15 @@ QC_ACCUM_FN float add_rn(float x, float y) {
 #endif
 }
 
-// An fp32 integer s (|s| < 2^24) rounded to `bits` fraction bits relative to its own exponent.
+// An fp32 integer s (|s| < 2^24) rounded to `bits` fraction bits relative to its own exponent: the
+// core's `round_shift` of the magnitude bits by the dropped fraction bits (fp32 is sign-magnitude,
+// and a carry into the exponent is the correct result).
 QC_ACCUM_FN float round_significand(float s, int bits, bool nearest) {
-  if (bits >= 23) return s;
-  const int drop = 23 - bits;
-  uint32_t u = bits_of(s);
-  if (nearest) u += (1u << (drop - 1)) - 1u + ((u >> drop) & 1u);  // half to even, on the magnitude
-  return from_bits(u & ~((1u << drop) - 1u));
+  if (bits >= kFp32.mantissa_bits) return s;
+  const int drop = kFp32.mantissa_bits - bits;
+  const uint32_t u = f32_bits(s);
+  const uint32_t mag = round_shift(u & kFp32.magnitude_mask(), drop, nearest ? Rounding::nearest_even : Rounding::toward_zero);
+  return f32_from_bits((u & kFp32.sign_bit()) | (mag << drop));
 }
 
 // The parameters the step loop reads, taken out of the model once.
@@ -142,7 +123,7 @@ QC_ACCUM_FN StepParams step_params(const Fp8AccumModel& m) {
 QC_ACCUM_FN int32_t round_term(float x, float up, bool nearest) {
 #if defined(__CUDA_ARCH__)
   const float biased = nearest ? __fmaf_rn(fabsf(x), up, 0x1p23f) : __fmaf_rz(fabsf(x), up, 0x1p23f);
-  const int32_t magnitude = __float_as_int(biased) & 0x7FFFFF;
+  const int32_t magnitude = __float_as_int(biased) & static_cast<int32_t>(kFp32.mantissa_mask());
   const int32_t sign = __float_as_int(x) >> 31;  // 0 or -1
   return (magnitude ^ sign) - sign;
 #else

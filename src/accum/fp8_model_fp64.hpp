@@ -44,7 +44,7 @@ QC_ACCUM_FN Path path_of(const Fp8AccumModel& m, Fp8Format fa, Fp8Format fw, int
   return Path::reference;
 }
 
-// A finite code's value (exact: an integer below 2^32 scaled by a power of two).
+// A finite code's value (exact: an integer below 2^32 scaled by a power of two; the core's row decodes it).
 QC_ACCUM_FN double value(uint8_t c, Fp8Format f) {
   return static_cast<double>(accum_model::fp8_times_2p16(c, f)) * 0x1p-16;
 }
@@ -168,7 +168,7 @@ QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel& m, Path path, const A* a, Fp
         }
         for (int r = 0; r < TM; ++r) {
           for (int c = 0; c < TN; ++c) {
-            if ((ca[r] & 0x7F) == 0 || (cw[c] & 0x7F) == 0) continue;  // a zero product (±0 codes, both formats)
+            if (accum_model::fp8_code_zero(ca[r]) || accum_model::fp8_code_zero(cw[c])) continue;  // a zero product
             const int pe = sum_rule ? ea[r] + ew[c] : ilogb(value(ca[r], fa) * value(cw[c], fw));
             e[r][c] = any[r][c] && e[r][c] > pe ? e[r][c] : pe;
             any[r][c] = true;

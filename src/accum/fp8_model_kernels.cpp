@@ -7,7 +7,8 @@
 // of kNR = 32 output channels, [panel][k][kNR] (zero-padded past N), outputs [M,N] fp32. Each lane
 // of a vector is one output (m, n); the lanes advance through k together, so each dot product keeps
 // exactly its declared order; independent dot products run side by side; nothing is reassociated.
-// Built with `-ffp-contract=off` (no FMA contraction of `Mul` + `Add`).
+// Built with `-ffp-contract=off` (no FMA contraction of `Mul` + `Add`). Codes are decoded once, through
+// 256-entry tables made from the numeric core's rows (`tables`), never re-derived in lanes.
 //
 // Three kernels:
 // - `SumPanel` (moved here from src/checks/sweep.cpp): exact products summed in fp32, one rounding
@@ -227,33 +228,6 @@ void StepPanel1(const Fp8AccumModel& m, const double* const* av, const double* c
   StepPanelImpl<kFp8NR / kL, 1>(m, av, ae, wv, we, K, out);
 }
 
-// e4m3fn codes -> their fp64 values (exact), `count` codes; finite codes only. Per lane:
-// magnitude bits 0EEEEMMM, x·2^9 = (8+M)·2^(E-1) (E >= 1) or M (E = 0), an integer < 2^18.
-void DecodeE4m3F64(const uint8_t* HWY_RESTRICT src, int64_t count, double* HWY_RESTRICT dst) {
-  const hn::ScalableTag<double> d;
-  const hn::Rebind<int32_t, decltype(d)> di;
-  const hn::Rebind<uint8_t, decltype(d)> du8;
-  const int64_t kL = static_cast<int64_t>(hn::Lanes(d));
-  const auto scale = hn::Set(d, 0x1p-9);
-  int64_t i = 0;
-  for (; i + kL <= count; i += kL) {
-    const auto c = hn::PromoteTo(di, hn::LoadU(du8, src + i));
-    const auto e = hn::And(hn::ShiftRight<3>(c), hn::Set(di, 15));
-    const auto m = hn::And(c, hn::Set(di, 7));
-    const auto normal = hn::Gt(e, hn::Zero(di));
-    const auto mant = hn::IfThenElse(normal, hn::Or(m, hn::Set(di, 8)), m);
-    const auto sh = hn::IfThenElseZero(normal, hn::Sub(e, hn::Set(di, 1)));
-    auto x = hn::Shl(mant, sh);
-    x = hn::IfThenElse(hn::Ne(hn::And(c, hn::Set(di, 0x80)), hn::Zero(di)), hn::Neg(x), x);
-    hn::StoreU(hn::Mul(hn::PromoteTo(d, x), scale), d, dst + i);
-  }
-  for (; i < count; ++i) {
-    const int c = src[i], e = (c >> 3) & 15, m = c & 7;
-    const double x = e > 0 ? static_cast<double>((8 + m) << (e - 1)) : static_cast<double>(m);
-    dst[i] = (c & 0x80 ? -x : x) * 0x1p-9;
-  }
-}
-
 // The exact sum of `exact_f64`: out[i][j] = sum_k a[i][k]·w[j][k] for i < M, j < nw, `a` [M][K]
 // and `w` [nw][K] fp64 values, out [M][ldo] fp64. Every product and every partial sum is exact
 // (the caller's bound), so any order gives the same value: lanes run along k (the operands' own
@@ -316,7 +290,6 @@ HWY_EXPORT(SumPanelF32);
 HWY_EXPORT(StepPanel);
 HWY_EXPORT(StepPanel1);
 HWY_EXPORT(TargetOf);
-HWY_EXPORT(DecodeE4m3F64);
 HWY_EXPORT(ExactDotRows);
 
 namespace {
@@ -325,7 +298,8 @@ constexpr int64_t kNR = HWY_NAMESPACE::kFp8NR;
 constexpr int64_t kMR = HWY_NAMESPACE::kFp8MR;
 
 // code -> fp32 value (exact) and e(x) (zero codes: -4096, so that e(a)+e(b) of a zero product is
-// below every real exponent). Finite codes only (validated by the callers).
+// below every real exponent), from the numeric core's rows: the one decoding of a code. Finite codes
+// only (validated by the callers).
 struct Tables {
   std::array<float, 256> value, exponent;
 };
@@ -335,13 +309,18 @@ const Tables& tables(Fp8Format f) {
     for (int b = 0; b < 256; ++b) {
       const auto c = static_cast<uint8_t>(b);
       t.value[static_cast<size_t>(b)] = fmt == Fp8Format::e4m3 ? e4m3fn_to_f32(c) : e5m2_to_f32(c);
-      const bool zero = (c & 0x7F) == 0;
-      t.exponent[static_cast<size_t>(b)] = zero ? -4096.0f : static_cast<float>(accum_model::fp8_exponent(c, fmt));
+      t.exponent[static_cast<size_t>(b)] = accum_model::fp8_code_zero(c) ? -4096.0f : static_cast<float>(accum_model::fp8_exponent(c, fmt));
     }
     return t;
   };
   static const Tables e4 = make(Fp8Format::e4m3), e5 = make(Fp8Format::e5m2);
   return f == Fp8Format::e4m3 ? e4 : e5;
+}
+
+// Codes -> fp64 values (exact), through the same table.
+void decode_f64(const uint8_t* src, int64_t count, Fp8Format f, double* value) {
+  const Tables& t = tables(f);
+  for (int64_t i = 0; i < count; ++i) value[i] = t.value[src[i]];
 }
 
 void decode(const uint8_t* src, int64_t count, Fp8Format f, float* value, float* exponent) {
@@ -465,8 +444,8 @@ void exact_e4m3(const Fp8Gemm& g, float* d, int threads) {
   const AccumShape s = g.s;
   if (s.m == 0 || s.n == 0) return;
   const std::unique_ptr<double[]> av(new double[static_cast<size_t>(s.m * s.k)]);  // written in full below
-  HWY_DYNAMIC_DISPATCH(DecodeE4m3F64)(g.a, s.m * s.k, av.get());
-  // Blocks of w rows: each worker decodes its rows (contiguous, vectorized) and dots them with
+  decode_f64(g.a, s.m * s.k, g.a_format, av.get());
+  // Blocks of w rows: each worker decodes its rows (contiguous, a table lookup) and dots them with
   // every row of a; kRows keeps the decoded block and a's rows in L2 for K up to a few thousand.
   constexpr int64_t kRows = 8;
   const int64_t blocks = (s.n + kRows - 1) / kRows;
@@ -476,7 +455,7 @@ void exact_e4m3(const Fp8Gemm& g, float* d, int threads) {
     thread_local std::vector<double> wv, out;
     wv.resize(static_cast<size_t>(std::max(wv.size(), static_cast<size_t>(kRows * s.k))));
     out.resize(static_cast<size_t>(std::max(out.size(), static_cast<size_t>(s.m * kRows))));
-    HWY_DYNAMIC_DISPATCH(DecodeE4m3F64)(g.w + j0 * s.k, nw * s.k, wv.data());
+    decode_f64(g.w + j0 * s.k, nw * s.k, g.w_format, wv.data());
     HWY_DYNAMIC_DISPATCH(ExactDotRows)(av.get(), s.m, wv.data(), nw, s.k, out.data(), nw);
     for (int64_t i = 0; i < s.m; ++i) {
       // fp64 -> fp32: the one rounding (to nearest even) of the exact sum.

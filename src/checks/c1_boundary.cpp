@@ -15,6 +15,7 @@
 #include "qconform/accumulation.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
+#include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
 #include "synth/synth.hpp"
 #include "arms/environment.hpp"

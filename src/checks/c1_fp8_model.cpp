@@ -44,8 +44,6 @@ namespace {
 
 std::string fbits(float f) { return fmt::format("{:#010x} ({:.9g})", f32_bits(f), f); }
 
-const char* rtag(AccumRounding r) { return r == AccumRounding::toward_zero ? "rz" : "rn"; }
-
 // Parameters that do not act are set to the defaults of the named models, so that equal
 // behaviour has one spelling: exact terms ignore term rounding and alignment; no promotion ignores
 // the promotion add.
@@ -124,16 +122,16 @@ std::string split_k_note(const nlohmann::json& record) {
 std::string field_value(const Fp8AccumModel& m, const std::string& f) {
   if (f == "step_k") return m.step_k == 0 ? std::string("0 (whole range)") : fmt::format("{}", m.step_k);
   if (f == "term_bits") return m.term_bits < 0 ? std::string("-1 (exact)") : fmt::format("{}", m.term_bits);
-  if (f == "term_rounding") return m.term_bits < 0 ? std::string("- (exact terms)") : rtag(m.term_rounding);
+  if (f == "term_rounding") return m.term_bits < 0 ? std::string("- (exact terms)") : rounding_tag(m.term_rounding);
   if (f == "result_bits") return fmt::format("{}", m.result_bits);
-  if (f == "result_rounding") return rtag(m.result_rounding);
+  if (f == "result_rounding") return rounding_tag(m.result_rounding);
   if (f == "alignment") {
     return m.term_bits < 0 ? std::string("- (exact terms)")
                            : m.alignment == AccumAlignment::exponent_sum ? "e(a)+e(b)" : "e(a*b)";
   }
   if (f == "promote_steps") return m.promote_steps == 0 ? std::string("0 (never)") : fmt::format("{}", m.promote_steps);
   if (f == "promote_bits") return m.promote_steps == 0 ? std::string("- (no promotion)") : fmt::format("{}", m.promote_bits);
-  if (f == "promote_rounding") return m.promote_steps == 0 ? std::string("- (no promotion)") : rtag(m.promote_rounding);
+  if (f == "promote_rounding") return m.promote_steps == 0 ? std::string("- (no promotion)") : rounding_tag(m.promote_rounding);
   if (f == "splits") return fmt::format("{}", m.splits);
   return "?";
 }

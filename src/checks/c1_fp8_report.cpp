@@ -11,20 +11,19 @@ namespace qc {
 
 namespace {
 std::string fbits(float f) { return fmt::format("{:#010x} ({:.9g})", f32_bits(f), f); }
-const char* rtag(AccumRounding r) { return r == AccumRounding::toward_zero ? "rz" : "rn"; }
 }  // namespace
 
 namespace {
 nlohmann::json model_json(const Fp8AccumModel& m) {
   return {{"step_k", m.step_k},
           {"term_bits", m.term_bits},
-          {"term_rounding", rtag(m.term_rounding)},
+          {"term_rounding", rounding_tag(m.term_rounding)},
           {"result_bits", m.result_bits},
-          {"result_rounding", rtag(m.result_rounding)},
+          {"result_rounding", rounding_tag(m.result_rounding)},
           {"alignment", m.alignment == AccumAlignment::exponent_sum ? "exponent_sum" : "exact_exponent"},
           {"promote_steps", m.promote_steps},
           {"promote_bits", m.promote_bits},
-          {"promote_rounding", rtag(m.promote_rounding)},
+          {"promote_rounding", rounding_tag(m.promote_rounding)},
           {"splits", m.splits},
           {"formula", accumulation_formula(m)}};
 }

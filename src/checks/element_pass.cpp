@@ -9,6 +9,7 @@
 
 #include "checks/element_pass_kernels.hpp"
 #include "core/parallel.hpp"
+#include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc {
@@ -101,7 +102,7 @@ void fp8_output_element(const ElementContext& run, int64_t i, int64_t row, int64
   if (t.pow2_first.size() < run.compare.max_listed) {
     const bool finite = bf16_is_finite(x) && bf16_is_finite(z);
     t.pow2_first.push_back(DiffElement{layer, row, col, x, z, bf16_to_f32(x), bf16_to_f32(z),
-                                       finite ? bf16_ulp_distance(x, z) : -1});
+                                       finite ? static_cast<int64_t>(bf16_ordered_distance(x, z)) : -1});
   }
 }
 
@@ -274,7 +275,7 @@ ElementPass pass_rows(const ElementContext& run, int64_t r0, int64_t r1, double 
           if (t.pow2_first.size() < max_listed) {
             const bool finite = bf16_is_finite(x) && bf16_is_finite(z);
             t.pow2_first.push_back(DiffElement{ops.name, row, col, x, z, bf16_to_f32(x), bf16_to_f32(z),
-                                               finite ? bf16_ulp_distance(x, z) : -1});
+                                               finite ? static_cast<int64_t>(bf16_ordered_distance(x, z)) : -1});
           }
         }
       }

@@ -173,7 +173,8 @@ SweepCell measure_cell(const std::vector<uint16_t>& a, const std::vector<uint16_
     if (std::fabs(av) < limit) continue;
     ++cell.measured;
     rel.push_back(std::fabs(av - bv) / std::fabs(av));
-    if (bf16_ulp_distance(a[i], b[i]) >= 2) ++cell.ge2ulp;
+    QC_DCHECK(bf16_is_finite(a[i]) && bf16_is_finite(b[i]), "sweep: ulp distance of a non-finite pair");
+    if (bf16_ordered_distance(a[i], b[i]) >= 2) ++cell.ge2ulp;
   }
   cell.median_rel = median(std::move(rel));
   return cell;

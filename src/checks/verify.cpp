@@ -26,6 +26,7 @@
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "checks/verify.hpp"
+#include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
 #include "core/parallel.hpp"
 

@@ -17,6 +17,7 @@
 #include "cli/cli.hpp"
 #include "core/fileio.hpp"
 #include "core/results_json.hpp"
+#include "core/numerics_ref.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc::cli {

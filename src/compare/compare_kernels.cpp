@@ -1,9 +1,10 @@
 // The Highway fast path of `compare_bf16_rows` (compare_kernels.hpp), compiled once per Highway
-// target (the `foreach_target.h` pattern) and selected at run time. Written from the definitions in
-// include/qconform/numerics.hpp (`classify_bf16`, `bf16_is_finite`) and compare.cpp: a bf16 bit
-// pattern `x` with magnitude bits `m = x & 0x7fff` is NaN when m > 0x7f80, infinite when
-// m == 0x7f80, subnormal when 0 < m < 0x0080, finite when m < 0x7f80. Magnitudes fit int16 lanes, so
-// every comparison is a signed 16-bit one.
+// target (the `foreach_target.h` pattern) and selected at run time. The vector form of the numeric
+// core's bf16 row (include/qconform/numerics.hpp: `classify<kBf16>`, `is_finite`, `ordered`), every
+// constant taken from `kBf16`: a bf16 bit pattern `x` with magnitude bits `m = x & 0x7fff` is NaN when
+// m > 0x7f80 (inf), infinite when m == 0x7f80, subnormal when 0 < m < 0x0080, finite when m < 0x7f80.
+// Magnitudes fit int16 lanes, so every comparison is a signed 16-bit one. tests/unit/
+// test_numerics_lanes.cpp runs the distance lanes on every pair of bf16 patterns against the core.
 //
 // Most pairs of a verify run are equal, and an equal pair only adds to counters; the lanes here do
 // that, and hand every differing pair (ulp distance, relative error, the "first" list) to the scalar
@@ -19,6 +20,7 @@
 #include <cstdint>
 
 #include "compare/compare_kernels.hpp"
+#include "qconform/numerics.hpp"
 
 HWY_BEFORE_NAMESPACE();
 namespace qc::compare_detail {
@@ -30,9 +32,9 @@ int64_t ScanBf16Pairs(const uint16_t* HWY_RESTRICT a, const uint16_t* HWY_RESTRI
   const hn::ScalableTag<int16_t> d;
   const hn::RebindToUnsigned<decltype(d)> du;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d));
-  const auto magnitude = hn::Set(d, 0x7fff);
-  const auto infinity = hn::Set(d, 0x7f80);
-  const auto min_normal = hn::Set(d, 0x0080);
+  const auto magnitude = hn::Set(d, static_cast<int16_t>(kBf16.magnitude_mask()));
+  const auto infinity = hn::Set(d, static_cast<int16_t>(kBf16.inf_bits()));
+  const auto min_normal = hn::Set(d, static_cast<int16_t>(1 << kBf16.mantissa_bits));
   const auto zero = hn::Zero(d);
   const auto near_limit = hn::Set(d, static_cast<int16_t>(near_zero_bits));
   int64_t nan_a = 0, nan_b = 0, inf_a = 0, inf_b = 0, sub_a = 0, sub_b = 0, finite_pairs = 0;
@@ -92,7 +94,9 @@ int64_t ScanDifferingPairs(const uint16_t* HWY_RESTRICT x, const uint16_t* HWY_R
   const hn::Rebind<float, decltype(d64)> df;
   const hn::Rebind<uint16_t, decltype(d64)> du16;
   const int64_t lanes = static_cast<int64_t>(hn::Lanes(d64));
-  const auto magnitude = hn::Set(di, 0x7fff), infinity = hn::Set(di, 0x7f80), sign = hn::Set(di, 0x8000);
+  const auto magnitude = hn::Set(di, static_cast<int32_t>(kBf16.magnitude_mask()));
+  const auto infinity = hn::Set(di, static_cast<int32_t>(kBf16.inf_bits()));
+  const auto sign = hn::Set(di, static_cast<int32_t>(kBf16.sign_bit()));
   const auto zero = hn::Zero(di), near_limit = hn::Set(di, static_cast<int32_t>(near_zero_bits));
   const auto no_ulp = hn::Set(di, kNoUlp);
   auto max_ulp = hn::Zero(di);
@@ -115,8 +119,8 @@ int64_t ScanDifferingPairs(const uint16_t* HWY_RESTRICT x, const uint16_t* HWY_R
     max_ulp = hn::Max(max_ulp, hn::IfThenElseZero(finite, dist));
     hn::StoreU(hn::DemoteTo(du16, dist), du16, ulp + i);
     // Values: bf16 is the top half of an fp32, exactly widened to fp64.
-    const auto xv = hn::PromoteTo(d64, hn::BitCast(df, hn::ShiftLeft<16>(bx)));
-    const auto yv = hn::PromoteTo(d64, hn::BitCast(df, hn::ShiftLeft<16>(by)));
+    const auto xv = hn::PromoteTo(d64, hn::BitCast(df, hn::ShiftLeft<32 - kBf16.bits>(bx)));
+    const auto yv = hn::PromoteTo(d64, hn::BitCast(df, hn::ShiftLeft<32 - kBf16.bits>(by)));
     const auto abs_diff = hn::Abs(hn::Sub(xv, yv));
     const auto near64 = WidenMask(d64, di, near), far64 = WidenMask(d64, di, hn::AndNot(near, finite));
     near_max_abs = hn::Max(near_max_abs, hn::IfThenElseZero(near64, abs_diff));

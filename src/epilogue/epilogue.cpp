@@ -25,17 +25,8 @@
 namespace qc {
 namespace {
 
-using u128 = unsigned __int128;
-
 // ---------------------------------------------------------------------------------------------
 // `exact`: values as sign · integer · 2^exp, summed exactly, rounded once.
-
-int bitlen(u128 v) {
-  const uint64_t hi = static_cast<uint64_t>(v >> 64);
-  const uint64_t lo = static_cast<uint64_t>(v);
-  if (hi != 0) return 128 - std::countl_zero(hi);
-  return 64 - std::countl_zero(lo);  // 0 for v == 0
-}
 
 struct Term {
   bool neg = false;
@@ -43,57 +34,18 @@ struct Term {
   int exp = 0;
 };
 
-// A finite fp32 as sign · (24-bit integer) · 2^exp (exact; subnormals have exp = -149).
+// A finite fp32 as sign · (24-bit integer) · 2^exp (exact; subnormals have exp = -149): the core's
+// `unpack` of the fp32 row.
 Term decompose_f32(float x) {
-  const uint32_t u = f32_bits(x);
-  const uint32_t e = (u >> 23) & 0xFFu;
-  const uint32_t m = u & 0x7FFFFFu;
-  Term t;
-  t.neg = (u >> 31) != 0;
-  if (e == 0) {
-    t.sig = m;
-    t.exp = -149;
-  } else {
-    t.sig = m | 0x800000u;
-    t.exp = static_cast<int>(e) - 150;
-  }
-  return t;
+  const Unpacked u = unpack<kFp32>(f32_bits(x));
+  return Term{u.neg, u.sig, u.exp};
 }
 
-// Rounds sign · n · 2^e (n > 0) to bf16 with round-to-nearest-even, subnormals and overflow.
-// 1. Find the exponent `k` of the leading bit and the weight `lsb` of the last kept bit
-//    (k - 7 for normals, the subnormal quantum 2^-133 below 2^-126).
-// 2. Shift, compare the dropped remainder with one half, round half to even.
-// 3. Encode: a carry out of the significand moves into the exponent field naturally; anything
-//    at or above the inf encoding is inf.
+// Rounds sign · n · 2^e (n > 0) to bf16 with round-to-nearest-even, subnormals and overflow: the
+// core's `encode_exact` into the bf16 row (its numbered steps: the leading bit's exponent, the
+// subnormal floor, round_shift of the dropped bits, the carry into the exponent, inf above max).
 uint16_t round_to_bf16(bool neg, u128 n, int e) {
-  const uint16_t sign = neg ? 0x8000u : 0u;
-  const int k = bitlen(n) - 1 + e;
-  if (k > 128) return static_cast<uint16_t>(sign | 0x7F80u);
-  const int lsb = k >= -126 ? k - 7 : -133;
-  const int shift = lsb - e;
-  uint64_t q;
-  if (shift <= 0) {
-    q = static_cast<uint64_t>(n << (-shift));  // fewer than 8 significant bits: exact
-  } else if (shift > 127) {
-    // Only reachable below the normal range. n < 2^bitlen <= 2^(shift-1) is below half a quantum
-    // unless shift == 128 == bitlen(n); then compare with the half 2^127 directly (tie -> even 0).
-    q = (bitlen(n) < shift || n <= (u128{1} << 127)) ? 0 : 1;
-  } else {
-    const u128 quotient = n >> shift;
-    const u128 rem = n - (quotient << shift);
-    const u128 half = u128{1} << (shift - 1);
-    q = static_cast<uint64_t>(quotient);
-    if (rem > half || (rem == half && (q & 1u) != 0)) ++q;
-  }
-  uint64_t bits;
-  if (k >= -126) {
-    bits = (static_cast<uint64_t>(k + 127) << 7) + q - 128;  // q in [128, 256]
-  } else {
-    bits = q;  // subnormal; q == 128 encodes the smallest normal
-  }
-  if (bits >= 0x7F80u) bits = 0x7F80u;
-  return static_cast<uint16_t>(sign | bits);
+  return static_cast<uint16_t>(encode_exact<kBf16>(neg, n, e, Rounding::nearest_even, /*saturate=*/false));
 }
 
 // Exact sum of two nonzero terms, rounded once. If the smaller term lies entirely below
@@ -112,8 +64,8 @@ uint16_t round_sum_to_bf16(Term a, Term b) {
     t->sig >>= tz;
     t->exp += tz;
   }
-  const int lead_a = bitlen(a.sig) - 1 + a.exp;
-  const int lead_b = bitlen(b.sig) - 1 + b.exp;
+  const int lead_a = significant_bits(a.sig) - 1 + a.exp;
+  const int lead_b = significant_bits(b.sig) - 1 + b.exp;
   Term& big = lead_a >= lead_b ? a : b;
   Term& small = lead_a >= lead_b ? b : a;
   const int lead_big = std::max(lead_a, lead_b);
@@ -124,7 +76,7 @@ uint16_t round_sum_to_bf16(Term a, Term b) {
     small.exp = q - 1;
   }
   const int e = std::min(big.exp, small.exp);
-  const int width = std::max(bitlen(big.sig) + big.exp, bitlen(small.sig) + small.exp) - e;
+  const int width = std::max(significant_bits(big.sig) + big.exp, significant_bits(small.sig) + small.exp) - e;
   QC_CHECK(width <= 124, "exact epilogue: aligned width {} exceeds 124 bits (exps {}, {})", width, big.exp,
            small.exp);
   const u128 x = big.sig << (big.exp - e);
@@ -146,16 +98,18 @@ bool exact_bf16_fast(int64_t acc, float sa, float sw, const float* bias, uint16_
   const double p = static_cast<double>(acc) * static_cast<double>(sa);  // exact
   const double y = bias ? std::fma(p, static_cast<double>(sw), static_cast<double>(*bias))
                         : p * static_cast<double>(sw);
-  const uint64_t u = std::bit_cast<uint64_t>(y);
+  const uint64_t u = f64_bits(y);
   const uint64_t mag = u & 0x7FFFFFFFFFFFFFFFull;
   const int e = static_cast<int>(mag >> 52) - 1023;
-  if (y == 0.0 || e < -126 || e >= 127) return false;  // zero sign rules, bf16 subnormal, overflow
-  constexpr uint64_t kHalf = uint64_t{1} << 44;       // half a bf16 ulp in fp64 mantissa units
+  if (y == 0.0 || e < kBf16.min_normal_exponent() || e >= kBf16.max_exponent()) return false;  // zero sign rules, bf16 subnormal, overflow
+  constexpr int kDrop = 52 - kBf16.mantissa_bits;      // fp64 mantissa bits below bf16's
+  constexpr uint64_t kHalf = uint64_t{1} << (kDrop - 1);  // half a bf16 ulp in fp64 mantissa units
   if ((mag & ((kHalf << 1) - 1)) == kHalf) return false;  // on a midpoint: maybe double rounding
-  const uint64_t r = (mag + kHalf) >> 45;                  // not a tie: round half up is RNE here
-  // r = biased fp64 exponent << 7 | 7 mantissa bits (a carry moved into the exponent); rebias.
-  const uint64_t bits = r - (uint64_t{1023 - 127} << 7);
-  *out = static_cast<uint16_t>(((u >> 48) & 0x8000u) | bits);
+  // Not a tie: the core's round_shift of the fp64 pattern is the bf16 rounding. r = biased fp64
+  // exponent << 7 | 7 mantissa bits (a carry moved into the exponent); rebias.
+  const uint64_t r = round_shift(mag, kDrop, Rounding::nearest_even);
+  const uint64_t bits = r - (uint64_t{1023 - kBf16.bias} << kBf16.mantissa_bits);
+  *out = static_cast<uint16_t>(((u >> 63) != 0 ? kBf16.sign_bit() : 0u) | bits);
   return true;
 }
 

@@ -12,7 +12,8 @@
 namespace qc {
 
 namespace {
-// NaN -> 0; saturate outside (-128.5, 127.5) (±inf included); inside, `round_integral`.
+// NaN -> 0; saturate outside (-128.5, 127.5) (±inf included); inside, `round_integral` (SGLang's
+// round half away from zero: the core's round_to_int_sat has no such mode).
 template <class Round>
 int8_t saturate_s8(float x, Round round_integral) {
   if (std::isnan(x)) return 0;
@@ -22,11 +23,9 @@ int8_t saturate_s8(float x, Round round_integral) {
 }
 }  // namespace
 
-int8_t sat_s8_rne(float x) {
-  // cvt.rni.sat: `nearbyint` under the default round-to-nearest-even mode; `-fno-fast-math` keeps
-  // it from being replaced by a truncation.
-  return saturate_s8(x, [](float v) { return std::nearbyint(v); });
-}
+// cvt.rni.sat: the numeric core's `f32_to_s8_rni_sat` (round half to even without the FPU's
+// rounding mode; equal to `nearbyint` under the default mode on every fp32).
+int8_t sat_s8_rne(float x) { return f32_to_s8_rni_sat(x); }
 
 int8_t sat_s8_round_half_away(float x) {
   return saturate_s8(x, [](float v) { return std::round(v); });  // C `round`, like libdevice.round
@@ -155,7 +154,7 @@ void check_fp8_target(const char* who, ElementType target) {
 
 float fp8_max(ElementType target) {
   check_fp8_target("fp8_max", target);
-  return target == ElementType::e4m3 ? e4m3fn_to_f32(kE4M3FN.max_finite) : e5m2_to_f32(kE5M2.max_finite);
+  return target == ElementType::e4m3 ? max_finite<kE4M3>() : max_finite<kE5M2>();
 }
 
 float fp8_min_scaling_factor(ElementType target) {

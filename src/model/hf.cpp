@@ -24,6 +24,7 @@
 #include "core/fileio.hpp"
 #include "core/output_lock.hpp"
 #include "model/model.hpp"
+#include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
 #include "core/safetensors.hpp"
 #include "core/shard_index.hpp"
@@ -306,7 +307,7 @@ class TensorReader {
     std::vector<int8_t> out(s.begin(), s.end());
     for (size_t i = 0; fp8 && i < out.size(); ++i) {
       const uint8_t code = static_cast<uint8_t>(out[i]);
-      QC_INPUT((code & 0x7F) != 0x7F, "{}: tensor `{}` element [{}, {}]: expected a finite e4m3 code, found 0x{:02x} (a "
+      QC_INPUT(e4m3fn_is_finite(code), "{}: tensor `{}` element [{}, {}]: expected a finite e4m3 code, found 0x{:02x} (a "
                "NaN encoding)", path_of(name), name, i / static_cast<size_t>(shape[1]), i % static_cast<size_t>(shape[1]),
                code);
     }

@@ -15,6 +15,7 @@
 
 #include "qconform/error.hpp"
 #include "model/model.hpp"
+#include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc {

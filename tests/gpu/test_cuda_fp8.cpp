@@ -17,7 +17,7 @@
 #include "arms/cuda/cuda.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
-#include "accum/fp8_emulation.hpp"
+#include "accum/fp8_model.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc {
@@ -88,9 +88,10 @@ TEST(CudaFp8Gemm, RawGemmAgainstEmulatedOrders) {
   const auto a = draw(static_cast<size_t>(m * k)), w = draw(static_cast<size_t>(n * k));
   const AccumShape s{m, n, k};
   std::vector<float> exact(m * n), seq(m * n), blk(m * n);
-  fp8_gemm_exact(a.data(), w.data(), s, exact.data());
-  fp8_gemm_emulate(a.data(), w.data(), s, {Fp8AccumOrder::sequential}, seq.data());
-  fp8_gemm_emulate(a.data(), w.data(), s, {Fp8AccumOrder::blocked, 128}, blk.data());
+  const Fp8Gemm g{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, s};
+  fp8_model_evaluate(fp8_accumulation_model("exact").model, g, exact.data());
+  fp8_model_evaluate(fp8_accumulation_model("sequential").model, g, seq.data());
+  fp8_model_evaluate(fp8_accumulation_model("blocked-128").model, g, blk.data());
   for (bool fast : {false, true}) {
     RunRecord rec;
     const std::vector<float> d = fp8_gemm_cublaslt_f32(a.data(), w.data(), s, fast, &rec);

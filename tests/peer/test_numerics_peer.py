@@ -12,11 +12,13 @@ behaviour instead (see docs/numerics.md):
 
     QCONFORM_BUILD=$PWD/build python3 -m pytest -q tests/peer/test_numerics_peer.py
 """
+import importlib.util
+
 import numpy as np
 import ml_dtypes
 import pytest
 
-from conftest import run, tool
+from conftest import REPO, run, tool
 
 BF16, E4M3, E5M2 = ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2
 F32_INF_BITS = 0x7F800000
@@ -132,6 +134,23 @@ def test_bf16_rne_matches_ml_dtypes(inputs, tmp_path):
     assert np.array_equal(got[nan] >> 15, want[nan] >> 15)  # same sign as ml_dtypes
 
 
+def test_python_bf16_rounding_equals_the_core(inputs, tmp_path):
+    """The Python package's fp32 -> bf16 (python/qconform/_arrays.py, NumPy integer arithmetic: Python
+    cannot include the C++ core) is pinned to the core's `f32_to_bf16` (qc_convert) bit for bit on the
+    whole input set, NaN payloads included."""
+    spec = importlib.util.spec_from_file_location("qconform_arrays", REPO / "python" / "qconform" / "_arrays.py")
+    arrays = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(arrays)
+    x, path = inputs
+    core = convert("bf16", path, np.uint16, tmp_path)
+    with np.errstate(invalid="ignore", over="ignore"):
+        py = arrays.float32_to_bf16_bits(x)
+    assert py.dtype == np.uint16
+    assert_bits_equal(x, py, core, "python float32_to_bf16_bits vs the core", 4)
+    back = arrays.bf16_bits_to_float32(core)
+    assert np.array_equal(back.view(np.uint32), core.astype(np.uint32) << 16)  # exact widening
+
+
 def test_bf16_rz_matches_ml_dtypes_stepped_toward_zero(inputs, tmp_path):
     """Truncation, derived from ml_dtypes' RNE: if RNE moved away from zero, step one bf16 back."""
     x, path = inputs
@@ -195,9 +214,15 @@ def test_s8_rni_sat_matches_numpy_rint_clip(inputs, tmp_path):
 
 
 @pytest.mark.parametrize("fmt,dtype,nbits", [("bf16", BF16, 16), ("f16", np.float16, 16),
-                                             ("e4m3", E4M3, 8), ("e5m2", E5M2, 8)])
+                                             ("e4m3", E4M3, 8), ("e5m2", E5M2, 8),
+                                             ("e8m0", getattr(ml_dtypes, "float8_e8m0fnu", None), 8),
+                                             ("e2m1", getattr(ml_dtypes, "float4_e2m1fn", None), 4)])
 def test_decode_every_pattern_matches_peer(tmp_path, fmt, dtype, nbits):
-    pats = np.arange(2 ** nbits, dtype=np.uint8 if nbits == 8 else np.uint16)
+    """Every pattern of every row the core decodes (e8m0 and e2m1: the MX rows, decoded but not
+    encoded yet) against ml_dtypes' decoding."""
+    if dtype is None:
+        pytest.skip(f"SKIPPED: ml_dtypes {ml_dtypes.__version__} has no {fmt} dtype (0.5 or later has)")
+    pats = np.arange(2 ** nbits, dtype=np.uint16 if nbits == 16 else np.uint8)
     path = tmp_path / f"{fmt}.bits"
     pats.tofile(path)
     got = convert(f"dec-{fmt}", path, np.float32, tmp_path)

@@ -4,7 +4,7 @@
 //   encode modes read little-endian float32 and write the raw encoding:
 //     bf16, bf16-rz, f16 (uint16 each); e4m3, e4m3-sat, e5m2, e5m2-sat (uint8); s8 (int8)
 //   decode modes read the raw encoding and write float32:
-//     dec-bf16, dec-f16 (uint16 in); dec-e4m3, dec-e5m2 (uint8 in)
+//     dec-bf16, dec-f16 (uint16 in); dec-e4m3, dec-e5m2, dec-e8m0, dec-e2m1 (uint8 in; e2m1: the low 4 bits)
 // Deliberately self-contained (plain stdio) so it depends on nothing but numerics.hpp.
 #include <cstdint>
 #include <cstdio>
@@ -45,7 +45,7 @@ std::vector<unsigned char> map(const std::vector<unsigned char>& in, Fn fn) {
 int main(int argc, char** argv) {
   if (argc != 4) {
     std::fprintf(stderr, "usage: qc_convert MODE IN OUT  (MODE: bf16 bf16-rz f16 e4m3 e4m3-sat e5m2 e5m2-sat s8 "
-                         "dec-bf16 dec-f16 dec-e4m3 dec-e5m2)\n");
+                         "dec-bf16 dec-f16 dec-e4m3 dec-e5m2 dec-e8m0 dec-e2m1)\n");
     return 2;
   }
   const std::string mode = argv[1];
@@ -86,6 +86,12 @@ int main(int argc, char** argv) {
   } else if (mode == "dec-e5m2") {
     unit = 1;
     out = map<uint8_t, float>(in, [](uint8_t b) { return qc::e5m2_to_f32(b); });
+  } else if (mode == "dec-e8m0") {
+    unit = 1;
+    out = map<uint8_t, float>(in, [](uint8_t b) { return qc::decode_f32<qc::kE8M0>(b); });
+  } else if (mode == "dec-e2m1") {
+    unit = 1;
+    out = map<uint8_t, float>(in, [](uint8_t b) { return qc::decode_f32<qc::kE2M1>(b & 0xFu); });
   } else {
     std::fprintf(stderr, "qc_convert: unknown mode '%s'\n", mode.c_str());
     return 2;

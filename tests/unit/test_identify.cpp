@@ -13,6 +13,7 @@
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
+#include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc {

@@ -26,6 +26,8 @@
 #include "qconform/error.hpp"
 #include "checks/verify.hpp"
 #include "model/model.hpp"
+#include "core/numerics_checked.hpp"
+#include "core/numerics_ref.hpp"
 #include "qconform/numerics.hpp"
 #include "core/operands_io.hpp"
 #include "model/tokenizer.hpp"

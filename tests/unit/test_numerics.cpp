@@ -24,6 +24,8 @@
 #include <immintrin.h>
 #endif
 
+#include "core/numerics_checked.hpp"
+#include "core/numerics_ref.hpp"
 #include "qconform/numerics.hpp"
 
 namespace {

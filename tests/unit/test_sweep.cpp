@@ -1,5 +1,5 @@
-// The depth sweep (src/checks/sweep.cpp): the fast FP8 kernels are bit-identical to their named
-// scalar references, the epilogue to a second implementation in fp64, the magnitude statistics to
+// The depth sweep (src/checks/sweep.cpp): the fast FP8 kernels are bit-identical to the models' one
+// scalar reference, the epilogue to a second implementation in fp64, the magnitude statistics to
 // hand-made pairs, and tiny sweeps of both formats run (INT8: max 1 ulp).
 #include <gtest/gtest.h>
 
@@ -7,7 +7,6 @@
 
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
-#include "accum/fp8_emulation.hpp"
 #include "accum/fp8_model.hpp"
 #include "checks/sweep.hpp"
 #include "synth/synth.hpp"
@@ -41,19 +40,18 @@ void expect_same_f32(const std::vector<float>& want, const std::vector<float>& g
 
 }  // namespace
 
-// The model a sweep order names (src/accum/fp8_model.hpp) and its fast evaluation: what the
-// `fp8:` arms run.
-std::string model_of(const qc::Fp8AccumSpec& spec) {
-  switch (spec.order) {
-    case qc::Fp8AccumOrder::sequential: return "sequential";
-    case qc::Fp8AccumOrder::blocked: return fmt::format("blocked-{}", spec.chunk);
-    case qc::Fp8AccumOrder::split_k: return fmt::format("split-k-{}", spec.splits);
+// A named model's fast evaluation (what the `fp8:` arms run) and its one scalar reference.
+void model_run(const std::string& model, const uint8_t* a, const uint8_t* w, qc::AccumShape s, float* d, bool fast) {
+  const qc::Fp8Gemm g{a, qc::Fp8Format::e4m3, w, qc::Fp8Format::e4m3, s};
+  const qc::Fp8AccumModel m = qc::fp8_accumulation_model(model).model;
+  if (fast) {
+    qc::fp8_model_evaluate(m, g, d, 2);
+  } else {
+    qc::fp8_model_reference(m, g, d);
   }
-  return "?";
 }
 void model_fast(const std::string& model, const uint8_t* a, const uint8_t* w, qc::AccumShape s, float* d) {
-  qc::fp8_model_evaluate(qc::fp8_accumulation_model(model).model,
-                         qc::Fp8Gemm{a, qc::Fp8Format::e4m3, w, qc::Fp8Format::e4m3, s}, d, 2);
+  model_run(model, a, w, s, d, true);
 }
 
 TEST(SweepFp8, FastKernelsAreBitIdenticalToReferences) {
@@ -67,21 +65,14 @@ TEST(SweepFp8, FastKernelsAreBitIdenticalToReferences) {
       const std::vector<uint8_t> a = kind ? random_e4m3(static_cast<size_t>(c.m * c.k), 11) : real.a;
       const std::vector<uint8_t> w = kind ? random_e4m3(static_cast<size_t>(c.n * c.k), 12) : real.w;
       const qc::AccumShape s{c.m, c.n, c.k};
-      std::vector<qc::Fp8AccumSpec> specs{{qc::Fp8AccumOrder::sequential, 128, 1},
-                                          {qc::Fp8AccumOrder::blocked, 128, 1},
-                                          {qc::Fp8AccumOrder::blocked, 7, 1},
-                                          {qc::Fp8AccumOrder::split_k, 128, std::min<int64_t>(4, c.k)},
-                                          {qc::Fp8AccumOrder::split_k, 128, 1}};
-      for (const auto& spec : specs) {
+      for (const std::string& model : {std::string("sequential"), std::string("blocked-128"), std::string("blocked-7"),
+                                       fmt::format("split-k-{}", std::min<int64_t>(4, c.k)), std::string("split-k-1"),
+                                       std::string("exact")}) {
         std::vector<float> want(static_cast<size_t>(c.m * c.n)), got(want.size());
-        qc::fp8_gemm_emulate(a.data(), w.data(), s, spec, want.data(), 1);
-        model_fast(model_of(spec), a.data(), w.data(), s, got.data());
-        expect_same_f32(want, got, c.n, fmt::format("{}x{}x{} {} {}", c.m, c.n, c.k, kind ? "random" : "real", spec.name()));
+        model_run(model, a.data(), w.data(), s, want.data(), false);
+        model_run(model, a.data(), w.data(), s, got.data(), true);
+        expect_same_f32(want, got, c.n, fmt::format("{}x{}x{} {} {}", c.m, c.n, c.k, kind ? "random" : "real", model));
       }
-      std::vector<float> want(static_cast<size_t>(c.m * c.n)), got(want.size());
-      qc::fp8_gemm_exact(a.data(), w.data(), s, want.data(), 1);
-      model_fast("exact", a.data(), w.data(), s, got.data());
-      expect_same_f32(want, got, c.n, fmt::format("{}x{}x{} {} exact", c.m, c.n, c.k, kind ? "random" : "real"));
     }
   }
   // Some order must actually differ from the exact sum on realistic operands at depth, or the

@@ -4,13 +4,16 @@
 // by design: every thread streams 16-byte vectors of both arrays (two vectors of each in flight),
 // counts in registers, and only differing pairs touch the shared-memory histogram. Non-finite
 // values are sorted out before any distance is computed: a NaN is never "close".
-// The ordered distance maps a bf16 to a signed integer (negative values mirrored below +0), so
-// +0 and -0 are at distance 0 (counted as a bitwise difference in bucket 0) and adjacent finite
-// values are at distance 1.
+// The ordered distance is the numeric core's (include/qconform/numerics.hpp, `bf16_ordered_distance`,
+// the same function the CPU comparison calls): a bf16 maps to a signed integer (negative values
+// mirrored below +0), so +0 and -0 are at distance 0 (counted as a bitwise difference in bucket 0)
+// and adjacent finite values are at distance 1.
 //
 // Test: `make test-gpu` (tests/gpu/test_cuda_compare.cpp checks it against a CPU loop, and the
 // benchmark reports GB/s against a cudaMemcpy device-to-device copy).
 #include "sm90_compare_bf16.cuh"
+
+#include "qconform/numerics.hpp"
 
 namespace qc::cuda_kernels {
 namespace {
@@ -19,24 +22,17 @@ struct Local {
   unsigned long long bitwise = 0, finite = 0, nonfinite = 0, max_ulp = 0, first = ~0ull;
 };
 
-__device__ __forceinline__ int32_t ordered(uint32_t h) {
-  return (h & 0x8000u) ? -static_cast<int32_t>(h & 0x7FFFu) : static_cast<int32_t>(h);
-}
-
 __device__ __forceinline__ void compare_one(uint32_t x, uint32_t y, unsigned long long index, Local& l,
                                             unsigned long long* hist) {
   if (x == y) return;
   l.bitwise++;
   if (index < l.first) l.first = index;
-  const bool x_finite = (x & 0x7F80u) != 0x7F80u;
-  const bool y_finite = (y & 0x7F80u) != 0x7F80u;
-  if (!x_finite || !y_finite) {
+  if (!bf16_is_finite(static_cast<uint16_t>(x)) || !bf16_is_finite(static_cast<uint16_t>(y))) {
     l.nonfinite++;
     return;
   }
   l.finite++;
-  const int32_t d = ordered(x) - ordered(y);
-  const uint32_t ad = static_cast<uint32_t>(d < 0 ? -d : d);
+  const uint32_t ad = bf16_ordered_distance(static_cast<uint16_t>(x), static_cast<uint16_t>(y));
   if (ad > l.max_ulp) l.max_ulp = ad;
   const int bucket = ad == 0 ? 0 : 32 - __clz(ad);
   atomicAdd(&hist[bucket < kUlpBuckets ? bucket : kUlpBuckets - 1], 1ull);
