@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <map>
@@ -621,9 +622,70 @@ BoundaryResult run_fp8_boundary(Arm& arm, const BoundaryOptions& options) {
   return r;
 }
 
+// C1 of a block-scaled FP8 arm: the chain and the K block measured at unit scales, the promotion form on
+// random scales; C1 passes when the measurement matches the declared block model.
+BoundaryResult run_block_boundary(Arm& arm, const BoundaryOptions& options) {
+  BoundaryResult r;
+  r.block = measure_block_model(arm, options.block);
+  const BlockMeasurement& m = *r.block;
+  r.arm = m.arm;
+  r.record.arm = m.arm.label;
+  const nlohmann::json& rec = m.structure.record;
+  r.record.kernel = rec.value("kernel", std::string());
+  r.record.device = rec.value("device", std::string());
+  if (rec.contains("extra")) r.record.extra = rec.at("extra");
+  r.environment = environment_stamp();
+  r.environment["arm"] = rec;
+  r.conversion_mode = "not applicable (block-scaled FP8: the fp32 accumulator D is rounded once, to bf16)";
+  const bool known = m.declared.has_value();
+  BoundaryCase chain = new_case("block-structure", "block-structure/chain");
+  chain.verdict = known && m.chain_model && model_differences(*m.chain_model, m.declared->chain.model).empty()
+                      ? Verdict::pass
+                      : Verdict::fail;
+  chain.detail = fmt::format("measured {}, declared {}", m.chain.empty() ? "none (" + m.reason + ")" : m.chain,
+                             known ? m.declared->chain.name : "unknown");
+  r.cases.push_back(std::move(chain));
+  BoundaryCase block = new_case("block-structure", "block-structure/block");
+  block.verdict = m.structure_measured && m.promotion_interval == m.block_k_probed ? Verdict::pass : Verdict::fail;
+  block.detail = fmt::format("on K blocks of {} at unit scales: promoted every {} products", m.block_k_probed,
+                             m.promotion_interval);
+  r.cases.push_back(std::move(block));
+  if (m.structure_measured) {
+    BoundaryCase conf = new_case("block-structure", "block-structure/confirmation");
+    conf.verdict = m.structure.confirm_matching == m.structure.confirm_outputs ? Verdict::pass : Verdict::fail;
+    conf.detail = fmt::format("{} of {} random unit-scale outputs equal the measured structure", m.structure.confirm_matching,
+                              m.structure.confirm_outputs);
+    r.cases.push_back(std::move(conf));
+  }
+  BoundaryCase form = new_case("block-form", "block-form/random-scales");
+  const std::string declared_form = known ? std::string(block_promotion_name(m.declared->form)) : "";
+  form.verdict = known && std::find(m.form_class.begin(), m.form_class.end(), declared_form) != m.form_class.end()
+                     ? Verdict::pass
+                     : Verdict::fail;
+  std::vector<std::string> counts;
+  for (const BlockFormEvidence& e : m.forms) counts.push_back(fmt::format("{} {}/{}", e.form, e.matching, m.form_outputs));
+  form.detail = m.forms.empty() ? "not measured: " + m.reason
+                                : fmt::format("forms explaining every output: {} (declared {}); {}",
+                                              m.form_class.empty() ? "none" : fmt::format("{}", fmt::join(m.form_class, ", ")),
+                                              declared_form, fmt::join(counts, ", "));
+  r.cases.push_back(std::move(form));
+  for (const char* family : kBoundaryFamiliesBlock) {
+    int total = 0;
+    for (const BoundaryCase& bc : r.cases) total += bc.group == family;
+    r.families[family] = {{"cases", total}, {"ran_through_arm", total}};
+  }
+  const bool pass = m.verdict == "matches declaration" &&
+                    std::all_of(r.cases.begin(), r.cases.end(), [](const BoundaryCase& c) { return c.verdict == Verdict::pass; });
+  r.c1 = make_check("C1", m.verdict == "not measured" ? Verdict::not_applicable : pass ? Verdict::pass : Verdict::fail);
+  r.c1.summary = fmt::format("block model {}: {}", m.verdict, m.reason);
+  r.c1.evidence = {{"verdict", m.verdict}, {"reason", m.reason}, {"families", r.families}};
+  return r;
+}
+
 }  // namespace
 
 BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options) {
+  if (is_block_model_name(arm.info().accumulation_model)) return run_block_boundary(arm, options);
   if (!arm.info().accumulation_model.empty()) return run_fp8_boundary(arm, options);
   return Suite(arm, options).run();
 }
@@ -643,7 +705,8 @@ nlohmann::json to_json(const BoundaryResult& r) {
                            {"families", r.families},
                            {"families_not_run", r.families_not_run},
                            {"cases", cases},
-                           {"fp8_accumulation", r.fp8 ? to_json(*r.fp8) : nlohmann::json(nullptr)}});
+                           {"fp8_accumulation", r.fp8 ? to_json(*r.fp8) : nlohmann::json(nullptr)},
+                           {"block_accumulation", r.block ? to_json(*r.block) : nlohmann::json(nullptr)}});
 }
 
 }  // namespace qc

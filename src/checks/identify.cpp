@@ -8,6 +8,7 @@
 // the final partial K tile, so that the arm computes exactly the accumulators the design chose
 // through its own code path.
 #include "checks/identify.hpp"
+#include "epilogue/block_models.hpp"
 
 #include <fmt/format.h>
 
@@ -1136,6 +1137,16 @@ IdentifyResult Identifier::run() {
   const auto t0 = std::chrono::steady_clock::now();
   r_.arm = arm_.info();
   r_.outputs = 0;
+  if (is_block_model_name(r_.arm.accumulation_model)) {
+    // Block-scaled FP8: the block model (chain, K block, promotion form) is measured by `boundary`
+    // (measure_block_model, src/checks/c1_block_model.hpp); identify's formula space does not hold it yet.
+    r_.verdict = "not-supported";
+    r_.reason = fmt::format("identify: arm {} is a block-scaled FP8 arm (block model {}); identifying a block model is "
+                            "not implemented in identify: `qconform boundary --arm {}` measures its chain, K block and "
+                            "promotion form",
+                            r_.arm.label, r_.arm.accumulation_model, r_.arm.label);
+    return r_;
+  }
   if (!r_.arm.accumulation_model.empty()) {
     identify_fp8();
     r_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -17,6 +17,7 @@
 
 #include "accum/fp8_model.hpp"
 #include "arms/cuda/cuda.hpp"
+#include "epilogue/block_models.hpp"
 #include "checks/c2_range.hpp"
 #include "checks/c3_shared_operands.hpp"
 #include "checks/c4_accumulator.hpp"
@@ -71,6 +72,7 @@ auto timed(PhaseSeconds& seconds, std::string_view phase, Fn&& fn) {
 // result; an FP8 arm that names none (cuBLASLt, which scales inside the library) is held to
 // `fp8-scaled`, the one FP8 epilogue (the FP8 sweep applies it to every FP8 arm too).
 const Epilogue* declared(const ArmInfo& info) {
+  if (is_block_model_name(info.accumulation_model)) return nullptr;  // bf16 = RNE(D) is part of the block model
   if (!info.accumulation_model.empty()) {
     return info.epilogue.empty() || info.epilogue == fp8_epilogue().name ? &fp8_epilogue() : &epilogue(info.epilogue);
   }
@@ -114,6 +116,51 @@ struct Fp8LayerReference {
     }
     seconds += seconds_since(t0);
     return &d.emplace(name, std::move(out)).first->second;
+  }
+  // Block pairs: a block model's D under one run's scales (`scaled`: these rows with the regime's
+  // scales), evaluated on the host. The runs of a (layer, rows) are passed one after another, so the
+  // models of a previous regime are dropped when the next regime's are made.
+  const std::vector<float>* block_model(const std::string& name, ScaleMode mode, const LayerOperands& scaled) {
+    std::lock_guard lock(mu);
+    const std::string key = fmt::format("{}@{}", name, scale_mode_name(mode));
+    if (const auto it = d.find(key); it != d.end()) return &it->second;
+    std::erase_if(d, [&](const auto& e) { return !e.first.ends_with(fmt::format("@{}", scale_mode_name(mode))); });
+    const BlockModel model = fp8_block_model(name);
+    const auto t0 = std::chrono::steady_clock::now();
+    const Fp8BlockGemm g = fp8_block_gemm("verify (the block models' reference)", codes, scaled);
+    validate_block_model_for(model, g, fmt::format("verify: model {}: layer `{}`", name, scaled.name));
+    std::vector<float> out(static_cast<size_t>(g.codes.s.m * g.codes.s.n));
+    fp8_block_evaluate(model, g, out.data(), threads);
+    seconds += seconds_since(t0);
+    return &d.emplace(key, std::move(out)).first->second;
+  }
+  // Block pairs of two chains: 1 where some K block's chain result differs between the models, else 0
+  // (whatever the scales: computed once per (layer, rows)).
+  const std::vector<uint8_t>& chains_differ(const BlockModel& a, const BlockModel& b, const LayerOperands& rows) {
+    std::lock_guard lock(mu);
+    const std::string pair = a.chain.name + "|" + b.chain.name;
+    if (chain_mask && chain_pair == pair) return *chain_mask;
+    const auto t0 = std::chrono::steady_clock::now();
+    const Fp8Gemm g = codes.gemm();
+    const int64_t M = g.s.m, N = g.s.n, K = g.s.k, bk = rows.scale_block_k();
+    std::vector<uint8_t> mask(static_cast<size_t>(M * N), 0);
+    std::vector<uint8_t> ab, wb;
+    std::vector<float> ca(mask.size()), cb(mask.size());
+    for (int64_t k0 = 0; k0 < K; k0 += bk) {
+      const int64_t len = std::min(bk, K - k0);
+      ab.resize(static_cast<size_t>(M * len));
+      wb.resize(static_cast<size_t>(N * len));
+      for (int64_t i = 0; i < M; ++i) std::copy_n(g.a + i * K + k0, len, ab.data() + i * len);
+      for (int64_t j = 0; j < N; ++j) std::copy_n(g.w + j * K + k0, len, wb.data() + j * len);
+      const Fp8Gemm block{ab.data(), g.a_format, wb.data(), g.w_format, {M, N, len}};
+      fp8_model_evaluate(a.chain.model, block, ca.data(), threads);
+      fp8_model_evaluate(b.chain.model, block, cb.data(), threads);
+      for (size_t i = 0; i < mask.size(); ++i) mask[i] |= f32_bits(ca[i]) != f32_bits(cb[i]);
+    }
+    seconds += seconds_since(t0);
+    chain_mask = std::move(mask);
+    chain_pair = pair;
+    return *chain_mask;
   }
   // The evaluation time since the last call (the phase "reference accumulation (declared models)").
   double take_seconds() {
@@ -166,7 +213,9 @@ struct Fp8LayerReference {
 
  private:
   std::mutex mu;
-  std::map<std::string, std::vector<float>> d;  // by model name
+  std::map<std::string, std::vector<float>> d;  // by model name (block models: name@regime)
+  std::optional<std::vector<uint8_t>> chain_mask;  // `chains_differ` of the chains `chain_pair` names
+  std::string chain_pair;
   std::optional<GpuFp8Codes> gpu;
   double seconds = 0;
 
@@ -182,6 +231,9 @@ std::shared_ptr<Fp8LayerReference> fp8_layer_reference(Arm* arms[2], const ArmIn
   ref->where = where;
   ref->threads = threads;
   ref->codes = fp8_layer_codes("verify (the accumulation models' reference)", rows);
+  // Block pairs: the arms expose their D with each run (`ArmOutput::d`), and the models depend on the
+  // scales, so everything is evaluated per run (`block_model`).
+  if (is_block_model_name(infos[0].accumulation_model)) return ref;
   std::vector<int> beside;
   for (int s = 0; s < 2; ++s) {
     ref->acc_beside[s] = infos[s].concurrent_calls;
@@ -228,6 +280,53 @@ struct Fp8AccumulatorCheck {
   std::once_flag once;
   ElementTally tally;
 };
+
+// A block pair's run reference: each modelled arm's block model under this run's scales, each arm's
+// exposed D with it, and under power-of-two scales C5's jurisdiction. There, every scale product is exact
+// and every promotion form gives the same D, so the arms must agree bitwise wherever their chains agree
+// in every K block; where the chains differ the models predict the difference. `key` marks the elements
+// where they differ (D of A, and D of B made unequal there), and the return value counts the elements
+// whose chains agree but whose models' D do not: a scale product left fp32's exact range (subnormal or
+// overflowing), outside the probe's jurisdiction. `key_store` of `f` owns B's key.
+int64_t block_run_reference(Fp8RunReference& f, Fp8LayerReference& ref, const LayerOperands& ops, ScaleMode mode,
+                            const std::array<const ArmOutput*, 2>& out) {
+  f.block = true;
+  for (int s = 0; s < 2; ++s) {
+    if (!f.modelled[s]) continue;
+    f.d[s] = ref.block_model(f.model[s], mode, ops);
+    if (out[s]->d) {
+      QC_INPUT(static_cast<int64_t>(out[s]->d->size()) == ops.m * ops.n,
+               "arm {} returned an fp32 accumulator of {} elements for layer `{}`, expected {}x{}", out[s]->record.arm,
+               out[s]->d->size(), ops.name, ops.m, ops.n);
+      f.arm_acc[s] = &*out[s]->d;
+      f.acc_d[s] = f.d[s];
+      f.acc_model[s] = f.model[s];
+    }
+  }
+  if (mode == ScaleMode::real || !f.modelled[0] || !f.modelled[1]) return 0;
+  // The chains each run claims (a claimed model is a block model of the same table).
+  const BlockModel a = fp8_block_model(f.model[0]), b = fp8_block_model(f.model[1]);
+  const std::vector<float>& da = *f.d[0];
+  const std::vector<float>& db = *f.d[1];
+  const bool same_chain = a.chain.name == b.chain.name;
+  const std::vector<uint8_t>* differ = same_chain ? nullptr : &ref.chains_differ(a, b, ops);
+  int64_t excluded = 0;
+  if (differ != nullptr) {
+    f.key_store = db;
+    for (size_t i = 0; i < db.size(); ++i) {
+      if ((*differ)[i]) {
+        f.key_store[i] = f32_from_bits(f32_bits(da[i]) ^ 1u);  // unequal to A's: outside the required identity
+      } else {
+        excluded += f32_bits(da[i]) != f32_bits(db[i]);
+      }
+    }
+    f.key[0] = &da;
+    f.key[1] = &f.key_store;
+  } else {
+    for (size_t i = 0; i < db.size(); ++i) excluded += f32_bits(da[i]) != f32_bits(db[i]);
+  }
+  return excluded;
+}
 
 }  // namespace
 
@@ -290,6 +389,11 @@ LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode) {
   std::vector<float> sw(ops.w_scale.begin(), ops.w_scale.end());
   if (mode == ScaleMode::pow2_channel) {
     for (float& s : sw) s = pow2_nearest_log2(s);
+    // Block-scaled: the activation group scales too (UE8M0-like), so that every product C*sa*sb of the
+    // promotion is exact and the promotion forms agree (docs/checks.md, "C5 on block-scaled pairs").
+    if (ops.block_scaled()) {
+      for (float& s : sa) s = pow2_nearest_log2(s);
+    }
   } else {
     const auto geometric_mean = [](const std::vector<float>& v) {
       double log_sum = 0;
@@ -307,7 +411,7 @@ LayerOperands first_rows(const LayerOperands& ops, int64_t m) {
   LayerOperands out = ops;
   out.m = m;
   out.a_q = ops.a_q.first(static_cast<size_t>(m * ops.k));
-  out.a_scale = ops.a_scale.first(static_cast<size_t>(m));
+  out.a_scale = ops.a_scale.first(static_cast<size_t>(m * ops.a_scaling.scale_cols(ops.k)));
   return out;
 }
 
@@ -334,7 +438,21 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
            info_a.label, fp8 ? "FP8" : "INT8", info_b.label, fp8 ? "INT8" : "FP8");
   Arm* arms[2] = {&arm_a, &arm_b};
   const ArmInfo infos[2] = {info_a, info_b};
-  if (fp8) {
+  // A block-scaled pair: both arms declare block models, whose scales act inside the accumulation.
+  const bool block = fp8 && is_block_model_name(info_a.accumulation_model);
+  QC_INPUT(!fp8 || block == is_block_model_name(info_b.accumulation_model),
+           "--arms: `{}` declares {} but `{}` declares {}: verify compares two block-scaled FP8 arms (block models, "
+           "on block-scaled layers) or two FP8 arms of unscaled models, never one of each (no layer runs on both)",
+           info_a.label, info_a.accumulation_model, info_b.label, info_b.accumulation_model);
+  if (block) {
+    for (const ArmInfo& i : infos) (void)fp8_block_model(i.accumulation_model);  // a name it can evaluate
+    result.reference = fmt::format(
+        "the declared block models (A: {}, B: {}) evaluated on the layer's FP8 codes and each run's scales on the host "
+        "(Highway; {}): per K block the model's chain from zero, its promotion form into an fp32 D, bf16 = RNE(D)",
+        info_a.accumulation_model, info_b.accumulation_model,
+        reference == VerifyReference::gpu ? "the block models have no CUDA evaluation yet, so the host evaluates them"
+                                          : "the host reference");
+  } else if (fp8) {
     for (const ArmInfo& i : infos) (void)fp8_accumulation_model(i.accumulation_model);  // a name it can evaluate
     result.reference = fmt::format(
         "the declared accumulation models (A: {}, B: {}; on a run whose record names another, such as cuBLASLt's "
@@ -361,7 +479,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   struct PendingRun {
     LayerRun run;
     size_t layer = 0;
-    bool last_of_layer = false, a_has_acc = false, b_has_acc = false;
+    bool last_of_layer = false, a_has_acc = false, b_has_acc = false;  // block pairs: the fp32 D (`ArmOutput::d`)
     std::future<std::pair<ElementPass, double>> pass;
     std::shared_ptr<Fp8LayerReference> fp8;  // FP8 pairs: the models' reference of this (layer, rows)
   };
@@ -399,12 +517,22 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
       // FP8: each count only where the arm claims its model on this run (else -1: unmodelled).
       const Fp8LayerReference& f = *pending->fp8;
       const bool modelled[2] = {run.unmodelled_a.empty(), run.unmodelled_b.empty()};
-      // The accumulator is compared with the model its own call claimed, whatever the run claimed.
-      run.acc_mismatch_a = f.has_acc[0] ? t.acc_mismatch[0] : -1;
-      run.acc_mismatch_b = f.has_acc[1] ? t.acc_mismatch[1] : -1;
       std::vector<std::string> notes;
-      for (int s = 0; s < 2; ++s) {
-        if (!f.acc_note[s].empty()) notes.push_back(fmt::format("{}: {}", s ? "B" : "A", f.acc_note[s]));
+      if (run.block) {
+        // Block pairs: each arm's D of this run against its block model of this run (when both exist).
+        const bool exposed[2] = {pending->a_has_acc, pending->b_has_acc};
+        run.acc_mismatch_a = exposed[0] && modelled[0] ? t.acc_mismatch[0] : -1;
+        run.acc_mismatch_b = exposed[1] && modelled[1] ? t.acc_mismatch[1] : -1;
+        for (int s = 0; s < 2; ++s) {
+          if (!exposed[s]) notes.push_back(fmt::format("{}: exposes no fp32 accumulator D with its run", s ? "B" : "A"));
+        }
+      } else {
+        // The accumulator is compared with the model its own call claimed, whatever the run claimed.
+        run.acc_mismatch_a = f.has_acc[0] ? t.acc_mismatch[0] : -1;
+        run.acc_mismatch_b = f.has_acc[1] ? t.acc_mismatch[1] : -1;
+        for (int s = 0; s < 2; ++s) {
+          if (!f.acc_note[s].empty()) notes.push_back(fmt::format("{}: {}", s ? "B" : "A", f.acc_note[s]));
+        }
       }
       run.acc_note = fmt::format("{}", fmt::join(notes, "; "));
       run.formula_mismatch_a = modelled[0] ? t.formula_mismatch[0] : -1;
@@ -415,6 +543,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         run.predicted_equals_observed = t.predicted_vs_observed == 0;
         run.model_acc_diff = t.model_acc_diff;
         if (run.mode != ScaleMode::real) {
+          run.pow2_excluded = t.pow2_excluded;
           run.pow2_violations = t.pow2_violations;
           run.pow2_first = t.pow2_first;
         }
@@ -481,6 +610,8 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         run.int32_overflow = pred.stats.int32_overflow_count > 0;
         if (fp8) {  // C2's range has no meaning for a floating-point accumulation
           run.fp8 = true;
+          run.block = block;
+          run.scaling = ops.scaling_description();
           run.safe = false;
           run.int32_overflow = false;
         }
@@ -526,10 +657,29 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
         finish_pending();
         const bool last_of_layer = msi + 1 == ms.size() && mi + 1 == options.modes.size();
-        PendingRun next{std::move(run), li, last_of_layer, out_a.acc.has_value(), out_b.acc.has_value(), {}, fp8_ref};
+        const bool a_acc = block ? out_a.d.has_value() : out_a.acc.has_value();
+        const bool b_acc = block ? out_b.d.has_value() : out_b.acc.has_value();
+        PendingRun next{std::move(run), li, last_of_layer, a_acc, b_acc, {}, fp8_ref};
         const std::string label = m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m);
-        next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops, label, mode,
-                                                    fp8_ref, fp8_run, fp8_acc, a = std::move(out_a), b = std::move(out_b)] {
+        next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops,
+                                                    label, mode, block, fp8_ref, fp8_run, fp8_acc,
+                                                    a = std::move(out_a), b = std::move(out_b)] {
+          if (fp8_run && block) {  // the block models of this run's scales, and C5's jurisdiction
+            const int64_t excluded = block_run_reference(*fp8_run, *fp8_ref, ops, mode, {&a, &b});
+            const auto t0 = std::chrono::steady_clock::now();
+            ElementPass pass = element_pass(ElementContext{.ops = ops,
+                                                           .label = label,
+                                                           .mode = mode,
+                                                           .safe = false,
+                                                           .exact = *exact,
+                                                           .out = {&a, &b},
+                                                           .formula = {nullptr, nullptr},
+                                                           .compare = options.compare,
+                                                           .threads = options.threads,
+                                                           .fp8 = fp8_run.get()});
+            pass.tally.pow2_excluded = excluded;
+            return std::pair(std::move(pass), seconds_since(t0));
+          }
           if (fp8_run) {  // the claimed models' accumulators (timed as the reference's phase, not this one)
             fp8_ref->wait_accumulators();
             for (int s = 0; s < 2; ++s) {
@@ -734,6 +884,8 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
   if (x.fp8) {
     const auto refused = [](const std::string& why) { return why.empty() ? nlohmann::json(nullptr) : nlohmann::json(why); };
     j["fp8"] = true;
+    j["block_scaled"] = x.block;
+    j["scaling"] = x.scaling;
     j["models"] = {refused(x.model_a), refused(x.model_b)};
     j["unmodelled"] = {refused(x.unmodelled_a), refused(x.unmodelled_b)};
     j["model_acc_diff"] = x.model_acc_diff;
@@ -765,8 +917,8 @@ nlohmann::json to_json(const VerifyResult& r) {
                      {"record", rec}};
     if (!i.accumulation_model.empty()) {  // FP8: what the arm declared, which the reference evaluated
       j["accumulation_model"] = i.accumulation_model;
-      j["accumulation_formula"] = accumulation_formula(fp8_accumulation_model(i.accumulation_model).model);
-      j["declared_epilogue"] = std::string(declared(i)->name);
+      j["accumulation_formula"] = declared_model_formula(i.accumulation_model);
+      j["declared_epilogue"] = declared(i) ? std::string(declared(i)->name) : "bf16 = RNE(D), part of the block model";
     }
     return j;
   };
@@ -827,6 +979,8 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
       r.predicted_equals_observed = x.at("predicted_equals_observed").get<bool>();
       if (x.value("fp8", false)) {
         r.fp8 = true;
+        r.block = x.value("block_scaled", false);
+        r.scaling = x.value("scaling", "");
         const auto refused = [](const nlohmann::json& why) { return why.is_null() ? std::string() : why.get<std::string>(); };
         r.model_a = refused(x.at("models").at(0));
         r.model_b = refused(x.at("models").at(1));

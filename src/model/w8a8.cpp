@@ -222,6 +222,8 @@ void W8a8Linear::operator()(const LinearLayer& layer, const float* x, int64_t M,
   ops.bias = w.bias;
   ops.a_type = fp8 ? fp8->act : ElementType::int8;
   ops.w_type = w.type;
+  if (fp8 && fp8->act_scaling == Fp8ActScaling::per_tensor) ops.a_scaling = ScaleLayout::per_tensor();
+  if (fp8 && fp8->weight_scaling == WeightScaling::per_tensor) ops.w_scaling = ScaleLayout::per_tensor();
   ops.source = st.source;
   ops.keepalive = call;
 
