@@ -591,18 +591,30 @@ class PythonArm final : public qc::Arm {
     return std::vector<float>(d.data.begin(), d.data.end());
   }
 
-  // An FP8 callable on a layer: the layer's e4m3 codes (an FP8 layer's own, or an INT8 layer's
-  // codes re-encoded exactly, `fp8_layer_codes`), d = fn(a, w), then the FP8 epilogue.
-  qc::ArmOutput run_fp8_with_gil(const qc::LayerOperands& ops) {
+  // What an FP8 or block-scaled callable receives of a layer: its e4m3 codes (an FP8 layer's own, or an
+  // INT8 layer's codes re-encoded exactly, `fp8_layer_codes`), copied into uint8 arrays.
+  struct Fp8Inputs {
+    qc::Fp8LayerCodes codes;
+    nb::object a, w;
+  };
+  Fp8Inputs fp8_inputs(const qc::LayerOperands& ops) {
     ops.validate();
     QC_INPUT(!ops.has_bias(), "arm `{}`: layer `{}`: the FP8 arms take no bias (not modelled)", info_.label, ops.name);
-    const qc::Fp8LayerCodes codes = qc::fp8_layer_codes(info_.label, ops);
-    QC_INPUT(codes.a_format == qc::Fp8Format::e4m3 && codes.w_format == qc::Fp8Format::e4m3,
+    Fp8Inputs in;
+    in.codes = qc::fp8_layer_codes(info_.label, ops);
+    QC_INPUT(in.codes.a_format == qc::Fp8Format::e4m3 && in.codes.w_format == qc::Fp8Format::e4m3,
              "arm `{}`: layer `{}`: e5m2 operands: a Python FP8 callable receives e4m3 codes only", info_.label, ops.name);
     const size_t m = static_cast<size_t>(ops.m), n = static_cast<size_t>(ops.n), k = static_cast<size_t>(ops.k);
-    nb::object av = numpy_from_vector(std::vector<uint8_t>(codes.a.begin(), codes.a.end()), {m, k});
-    nb::object wv = numpy_from_vector(std::vector<uint8_t>(codes.w.begin(), codes.w.end()), {n, k});
-    const std::vector<float> d = call_fp8(av, wv, ops.m, ops.n, fmt::format("arm `{}` on layer `{}`", info_.label, ops.name));
+    in.a = numpy_from_vector(std::vector<uint8_t>(in.codes.a.begin(), in.codes.a.end()), {m, k});
+    in.w = numpy_from_vector(std::vector<uint8_t>(in.codes.w.begin(), in.codes.w.end()), {n, k});
+    return in;
+  }
+
+  // An FP8 callable on a layer: d = fn(a, w) on the layer's codes, then the FP8 epilogue.
+  qc::ArmOutput run_fp8_with_gil(const qc::LayerOperands& ops) {
+    const Fp8Inputs in = fp8_inputs(ops);
+    const qc::Fp8LayerCodes& codes = in.codes;
+    const std::vector<float> d = call_fp8(in.a, in.w, ops.m, ops.n, fmt::format("arm `{}` on layer `{}`", info_.label, ops.name));
     qc::ArmOutput out;
     out.y.resize(d.size());
     qc::apply_epilogue(qc::fp8_epilogue(), d.data(), ops.a_scale.data(), ops.w_scale.data(), nullptr, ops.m, ops.n,
@@ -620,18 +632,12 @@ class PythonArm final : public qc::Arm {
   // [ceil(N/b_n), ceil(K/b_k)] or [N]) and block_size = [b_n, b_k] (vLLM's `w8a8_block_fp8_matmul`
   // order); d float32 [M, N] is the kernel's fp32 D, rounded here to bf16 (RNE) and exposed as `ArmOutput::d`.
   qc::ArmOutput run_block_with_gil(const qc::LayerOperands& ops) {
-    ops.validate();
-    QC_INPUT(!ops.has_bias(), "arm `{}`: layer `{}`: the FP8 arms take no bias (not modelled)", info_.label, ops.name);
-    const qc::Fp8LayerCodes codes = qc::fp8_layer_codes(info_.label, ops);
-    QC_INPUT(codes.a_format == qc::Fp8Format::e4m3 && codes.w_format == qc::Fp8Format::e4m3,
-             "arm `{}`: layer `{}`: e5m2 operands: a Python FP8 callable receives e4m3 codes only", info_.label, ops.name);
-    const size_t m = static_cast<size_t>(ops.m), n = static_cast<size_t>(ops.n), k = static_cast<size_t>(ops.k);
+    const Fp8Inputs in = fp8_inputs(ops);
+    const qc::Fp8LayerCodes& codes = in.codes;
     const auto dims = [&](const qc::ScaleLayout& l, int64_t rows) {
       return l.k_blocked() ? std::vector<size_t>{static_cast<size_t>(l.scale_rows(rows)), static_cast<size_t>(l.scale_cols(ops.k))}
                            : std::vector<size_t>{static_cast<size_t>(rows)};
     };
-    nb::object av = numpy_from_vector(std::vector<uint8_t>(codes.a.begin(), codes.a.end()), {m, k});
-    nb::object wv = numpy_from_vector(std::vector<uint8_t>(codes.w.begin(), codes.w.end()), {n, k});
     nb::object sa = numpy_from_vector(std::vector<float>(ops.a_scale.begin(), ops.a_scale.end()), dims(ops.a_scaling, ops.m));
     nb::object sw = numpy_from_vector(std::vector<float>(ops.w_scale.begin(), ops.w_scale.end()), dims(ops.w_scaling, ops.n));
     const int64_t block_n = ops.w_scaling.granularity == qc::ScaleGranularity::per_block ? ops.w_scaling.block_rows : 1;
@@ -639,7 +645,7 @@ class PythonArm final : public qc::Arm {
     block_size.append(block_n);
     block_size.append(ops.scale_block_k());
     const std::string who = fmt::format("arm `{}` on layer `{}`", info_.label, ops.name);
-    nb::object result = fn_(av, wv, sa, sw, block_size);
+    nb::object result = fn_(in.a, in.w, sa, sw, block_size);
     const std::string what = who + ": output d (the block-scaled fp32 D)";
     const HostArray<float> d = host_array<float>(as_array(normalize_(result), what), what, Elem::f32, {2});
     QC_INPUT(d.dim(0) == ops.m && d.dim(1) == ops.n, "{}: expected shape [{},{}] (M,N), found {}", what, ops.m, ops.n,

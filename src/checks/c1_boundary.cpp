@@ -559,6 +559,19 @@ class Suite {
 
 namespace {
 
+// The result's arm, record and environment from the record of a measurement's first probe batch.
+void take_record(BoundaryResult& r, const ArmInfo& arm, const nlohmann::json& rec) {
+  r.arm = arm;
+  r.record.arm = arm.label;
+  r.record.kernel = rec.value("kernel", std::string());
+  r.record.device = rec.value("device", std::string());
+  r.record.library = rec.value("library", std::string());
+  r.record.build = rec.value("build", std::string());
+  if (rec.contains("extra")) r.record.extra = rec.at("extra");
+  r.environment = environment_stamp();
+  r.environment["arm"] = rec;
+}
+
 // C1 of an FP8 arm: one case per parameter of the measured model (pass: it equals the declared
 // value), one for the confirmation on random operands; C1 passes when the measured model matches
 // the declaration and explains every confirmation output.
@@ -566,15 +579,7 @@ BoundaryResult run_fp8_boundary(Arm& arm, const BoundaryOptions& options) {
   BoundaryResult r;
   r.fp8 = measure_fp8_accumulation(arm, options.fp8);
   const Fp8Measurement& m = *r.fp8;
-  r.arm = m.arm;
-  r.record.arm = m.arm.label;
-  r.record.kernel = m.record.value("kernel", std::string());
-  r.record.device = m.record.value("device", std::string());
-  r.record.library = m.record.value("library", std::string());
-  r.record.build = m.record.value("build", std::string());
-  if (m.record.contains("extra")) r.record.extra = m.record.at("extra");
-  r.environment = environment_stamp();
-  r.environment["arm"] = m.record;
+  take_record(r, m.arm, m.record);
   r.conversion_mode = "not applicable (FP8: the fp32 accumulator is the output)";
   if (m.measured) {
     for (const Fp8ParameterEvidence& e : m.evidence) {
@@ -628,14 +633,7 @@ BoundaryResult run_block_boundary(Arm& arm, const BoundaryOptions& options) {
   BoundaryResult r;
   r.block = measure_block_model(arm, options.block);
   const BlockMeasurement& m = *r.block;
-  r.arm = m.arm;
-  r.record.arm = m.arm.label;
-  const nlohmann::json& rec = m.structure.record;
-  r.record.kernel = rec.value("kernel", std::string());
-  r.record.device = rec.value("device", std::string());
-  if (rec.contains("extra")) r.record.extra = rec.at("extra");
-  r.environment = environment_stamp();
-  r.environment["arm"] = rec;
+  take_record(r, m.arm, m.structure.record);
   r.conversion_mode = "not applicable (block-scaled FP8: the fp32 accumulator D is rounded once, to bf16)";
   const bool known = m.declared.has_value();
   BoundaryCase chain = new_case("block-structure", "block-structure/chain");

@@ -412,6 +412,14 @@ std::string_view to_string(WeightScaling scaling) {
   return scaling == WeightScaling::per_tensor ? "per-tensor" : "per-channel";
 }
 
+std::string Fp8Quantization::act_scale_spec() const {
+  return act_blocks ? act_blocks->spec() : std::string(to_string(act_scaling));
+}
+
+std::string Fp8Quantization::weight_scale_spec() const {
+  return weight_blocks ? weight_blocks->spec() : std::string(to_string(weight_scaling));
+}
+
 std::string fp8_act_quantizer_description(Fp8ActScaling scaling) {
   return scaling == Fp8ActScaling::per_tensor
              ? "vllm dynamic per-tensor fp8: scale=absmax/max, q=rne(clamp(x*(1/scale)))"

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -211,6 +212,14 @@ struct Fp8Quantization {
   ElementType act = ElementType::e4m3, weight = ElementType::e4m3;
   Fp8ActScaling act_scaling = Fp8ActScaling::per_token;
   WeightScaling weight_scaling = WeightScaling::per_channel;
+  // Block-scaled FP8 (`--act-scale per-token-group:<g> --weight-scale per-block:<b_n>x<b_k>`, e4m3): both set,
+  // the two scalings above then unused; activations by vLLM's per_token_group_quant_fp8, weights by
+  // DeepGEMM's per_block_cast_to_fp8 (a block-scaled checkpoint: its own).
+  std::optional<ScaleLayout> act_blocks, weight_blocks;
+  bool block_scaled() const { return act_blocks.has_value(); }
+  // The spellings: "per-token", "per-token-group:128", ...
+  std::string act_scale_spec() const;
+  std::string weight_scale_spec() const;
   bool operator==(const Fp8Quantization&) const = default;
 };
 

@@ -24,7 +24,7 @@ from fractions import Fraction
 import ml_dtypes
 import numpy as np
 import pytest
-from safetensors.numpy import load_file
+from safetensors import safe_open
 
 from conftest import run, tool
 from test_python_binding import qc  # noqa: F401  (the fixture that finds or builds the extension)
@@ -264,7 +264,7 @@ def test_python_block_callable_verified_against_the_cpu_arm(qc, block_layer):
         return composed_d(qc, layer, "triton", bk=block_size[1], bn=block_size[0])
 
     mine = qc.arm(triton_numpy, accumulation_model="block-triton", block_size=(16, 128))
-    assert mine.info()["block_size"] == (16, 128)
+    assert mine.info["block_size"] == (16, 128)
     r = qc.verify(mine, "cpu:fp8-block-triton", [block_layer], scales="real,pow2-channel", reference="cpu")
     assert calls and calls[0] == [16, 128]
     for x in r["runs"]:
@@ -284,8 +284,9 @@ def test_verify_two_cpu_block_arms_of_different_forms(tmp_path):
     ops = tmp_path / "ops.safetensors"
     run([tool("qconform"), "synth", "--shapes", "32x160x520,32x96x384", "--element", "e4m3", "--act-scale",
          "per-token-group:128", "--weight-scale", "per-block:128x128", "--out", ops])
-    tensors = load_file(str(ops))  # the safetensors library reads what synth wrote
-    assert tensors["layer0.a_scale"].shape == (32, 5) and tensors["layer0.w_scale"].shape == (2, 5)
+    with safe_open(str(ops), framework="numpy") as f:  # the safetensors library reads what synth wrote
+        assert f.metadata()["weight_scale"] == "per-block:128x128"
+        assert f.get_tensor("layer0.a_scale").shape == (32, 5) and f.get_tensor("layer0.w_scale").shape == (2, 5)
     out = tmp_path / "v.json"
     r = run([tool("qconform"), "verify", ops, "--arms", "cpu:fp8-block-triton,cpu:fp8-block-deepgemm-nofma",
              "--json", out, "--reference", "cpu"], check=False)
@@ -314,3 +315,48 @@ def test_verify_ue8m0_operands_zero_differences(tmp_path):
     assert r.returncode == 0, r.stdout + r.stderr
     doc = json.loads(out.read_text())
     assert all(x["bitwise_diff"] == 0 and x["predicted_diff"] == 0 for x in doc["runs"])
+
+
+# ---- block-scaled checkpoints, read by the safetensors library ------------------------------------
+
+def raw_tensors(path):
+    """name -> (dtype, shape, bytes) from the file's header (the library's numpy reader has no float8)."""
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(n))
+        data = f.read()
+    return {k: (v["dtype"], v["shape"], data[v["data_offsets"][0]:v["data_offsets"][1]])
+            for k, v in header.items() if k != "__metadata__"}
+
+
+@pytest.mark.parametrize("fmt,quantizer,scale_key", [("hf-fp8", "deepgemm", "weight_scale_inv"),
+                                                     ("compressed-tensors-fp8-block", "compressed-tensors", "weight_scale")])
+def test_synth_model_block_checkpoints_match_numpy(tmp_path, fmt, quantizer, scale_key):
+    for f in ("hf", fmt):
+        args = [tool("qconform"), "synth-model", "--config", "tiny-qwen3", "--seed", "5", "--out", tmp_path / f,
+                "--format", f]
+        if f != "hf":
+            args += ["--weight-scale", "per-block:32x32"]
+        run(args)
+    config = json.loads((tmp_path / fmt / "config.json").read_text())["quantization_config"]
+    if fmt == "hf-fp8":
+        assert config == {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [32, 32]}
+    else:
+        g = config["config_groups"]["group_0"]
+        assert g["weights"]["strategy"] == "block" and g["weights"]["block_structure"] == [32, 32]
+        assert g["input_activations"]["strategy"] == "group" and g["input_activations"]["group_size"] == 32
+    with safe_open(str(tmp_path / "hf" / "model.safetensors"), framework="numpy") as f:
+        fp32 = {k: f.get_tensor(k) for k in f.keys() if k.endswith("_proj.weight")}
+    with safe_open(str(tmp_path / fmt / "model.safetensors"), framework="numpy") as f:
+        scales = {k: f.get_tensor(k) for k in f.keys() if k.endswith(scale_key)}
+    raw = raw_tensors(tmp_path / fmt / "model.safetensors")
+    assert len(fp32) == len(scales) > 0
+    for name, w in fp32.items():
+        dtype, shape, data = raw[name]
+        assert dtype == "F8_E4M3" and shape == list(w.shape)
+        q = np.frombuffer(data, np.uint8).reshape(shape)
+        pq, ps = peer_block(w, quantizer, False, 32, 32, "f32")
+        s = scales[name[:-len("weight")] + scale_key]
+        assert s.dtype == np.float32 and s.shape == ps.shape, (name, s.shape, ps.shape)
+        assert np.array_equal(s.view(np.uint32), ps.view(np.uint32)), name
+        assert np.array_equal(q, pq), name

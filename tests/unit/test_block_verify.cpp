@@ -14,6 +14,7 @@
 
 #include "checks/c1_boundary.hpp"
 #include "checks/verify.hpp"
+#include "verify_test_util.hpp"
 #include "epilogue/block_models.hpp"
 #include "input_error.hpp"
 #include "qconform/arm.hpp"
@@ -33,18 +34,8 @@ std::vector<LayerOperands> block_layers(bool ue8m0) {
   return synth_operands(o);
 }
 
-VerifyOptions cpu_options() {
-  VerifyOptions o;
-  o.reference = VerifyReference::cpu;
-  return o;
-}
-
-const CheckResult& check(const VerifyResult& r, const std::string& id) {
-  for (const CheckResult& c : r.checks) {
-    if (c.id == id) return c;
-  }
-  throw std::runtime_error("no check " + id);
-}
+using test::check;
+using test::cpu_options;
 
 VerifyResult verify_pair(const std::string& a, const std::string& b, const std::vector<LayerOperands>& layers) {
   auto arm_a = make_arm(a);
