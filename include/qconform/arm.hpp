@@ -33,6 +33,10 @@ void from_json(const nlohmann::json& j, RunRecord& r);
 struct ArmOutput {
   std::vector<uint16_t> y;                  // [m,n] bf16 bit patterns
   std::optional<std::vector<int32_t>> acc;  // [m,n] INT32 accumulator, when the arm exposes it
+  // Block-scaled FP8 arms: the fp32 accumulator D [m,n] that `y` was rounded from (the scales act
+  // inside the accumulation, so D depends on them), when the arm exposes it; verify compares it with
+  // the arm's declared block model (C4).
+  std::optional<std::vector<float>> d;
   RunRecord record;
 };
 
@@ -45,8 +49,12 @@ struct ArmInfo {
   std::string breaks_stage;        // mutants: the stage they break ("accumulation", "epilogue", ...)
   // FP8 arms: the name of the accumulation model the arm declares it follows (docs/accumulation.md,
   // e.g. "hopper-fp8-promote4"); "" for INT8 arms and for FP8 arms that declare none. Non-empty
-  // marks the arm as FP8.
+  // marks the arm as FP8. A block model ("block-triton", `is_block_model_name`) marks a block-scaled
+  // FP8 arm: it takes layers whose scales act per K block (per-token-group, per-block) and no others.
   std::string accumulation_model;
+  // Block-scaled FP8 arms: the scale block the kernel takes, K columns per scale and weight rows per
+  // scale row (a kernel compiled for 128x128 blocks); 0 = any the model can evaluate.
+  int64_t block_k = 0, block_n = 0;
   // The element type the arm's `run` takes: int8, or e4m3 for an FP8 arm. An FP8 arm that declares
   // no model (`fp8() && accumulation_model.empty()`: a callable made with `element="e4m3"`, a plugin
   // with QC_ARM_FLAG_FP8_KERNEL and no model) has a model and an epilogue that are unknown until
@@ -98,9 +106,12 @@ void register_arm_backend(ArmBackend backend);
 // `check_arm_takes_layer`.
 std::unique_ptr<Arm> make_arm(std::string_view label);
 
-// The one element-type check between an arm and a layer: an INT8 arm (empty
-// `info.accumulation_model`) given an FP8 layer is an input error naming the arm, the layer, its
-// shape and element types. FP8 arms take both (an INT8 layer's codes re-encoded exactly to e4m3).
+// The one check between an arm and a layer's element types and scale granularity, each refusal an
+// input error naming the arm, the layer, its shape, element types and scales: an INT8 arm (empty
+// `info.accumulation_model`) given an FP8 layer; an FP8 arm of an unscaled model given a block-scaled
+// layer (its scales would be ignored) and a block-scaled arm given any other; a block-scaled arm given
+// a scale block other than its `block_k` x `block_n`. FP8 arms take INT8 layers too (their codes
+// re-encoded exactly to e4m3).
 void check_arm_takes_layer(const ArmInfo& info, const LayerOperands& ops);
 // Every listable arm label, backends in registration order.
 std::vector<std::string> list_arms();

@@ -26,7 +26,21 @@
  * `d`, e.g. "bf16(rn32(sa * rn32(d * sw)))", or NULL). QC_ARM_FLAG_FP8_GEMM says that `run` with
  * `args->d != NULL` computes the unscaled d (implied by `accumulation_model`). Without a model the
  * plugin's model (and a kernel's epilogue) are unknown until `qconform identify` measures them.
- * Full guide: docs/plugins.md.
+ *
+ * Block-scaled FP8 plugins (appended fields, ABI revision 3): a plugin whose `accumulation_model` is a
+ * block model ("block-triton", "block-deepgemm", ...; docs/accumulation.md) is a block-scaled FP8 arm.
+ * qconform then calls `run` on block-scaled layers only, with `args->d` non-NULL and `args->block_k` > 0:
+ * `a_q` [m,k] and `w_q` [n,k] e4m3fn codes, `a_scale` [m, a_scale_cols] and `w_scale`
+ * [ceil(n / w_block_rows), w_scale_cols] fp32 row-major (one scale per token and K block, per block of
+ * w_block_rows weight rows and K block; a_scale_cols or w_scale_cols 1: one per row for every block),
+ * and the plugin writes d [m,n] fp32, its accumulator D with the scales applied, before any rounding to
+ * bf16 (qconform rounds it, RNE). `bias`, `y` and `acc` are NULL. `block_k`/`block_n` of the descriptor
+ * declare the one scale block the kernel takes (0: any); layers with another are refused before `run`.
+ *
+ * Revisions (all ABI version 1; each only appends): 1 INT8 arms; 2 FP8 arms (`d`, `accumulation_model`);
+ * 3 block-scaled FP8 arms (the block fields of both structs). The flags QC_ARM_FLAG_FP8_KERNEL and
+ * QC_ARM_FLAG_FP8_GEMM (undeclared FP8 plugins) are bits of the existing `flags` field. Full guide:
+ * docs/plugins.md.
  */
 #ifndef QCONFORM_ARM_ABI_H
 #define QCONFORM_ARM_ABI_H
@@ -39,6 +53,7 @@ extern "C" {
 #endif
 
 #define QC_ARM_ABI_VERSION 1u
+#define QC_ARM_ABI_REVISION 3u /* the newest revision this header describes (see above) */
 #define QC_ARM_V1_ENTRY_SYMBOL "qc_arm_v1_entry"
 
 /* `qc_arm_v1.flags`: the plugin writes the INT32 accumulator when `acc` is non-NULL (and then
@@ -68,7 +83,17 @@ typedef struct qc_arm_args_v1 {
   /* Appended (FP8 plugins); present when struct_size >= offsetof(qc_arm_args_v1, d) + sizeof(float*),
    * which every qconform that calls an FP8 plugin passes. */
   float* d; /* FP8 calls: [m,n] fp32 out, every element must be written; NULL on INT8 calls */
+  /* Appended (block-scaled FP8 plugins, revision 3); present when struct_size >=
+   * QC_ARM_ARGS_V1_BLOCK_SIZE, which every qconform that calls a block-scaled plugin passes. 0 on every
+   * call that is not block-scaled. */
+  int64_t block_k;      /* K columns per scale (the K block; the last block may be shorter) */
+  int64_t a_scale_cols; /* columns of a_scale: ceil(k / block_k) per token group, 1 per token */
+  int64_t w_block_rows; /* rows of w_q per row of w_scale: b_n per block, 1 per channel */
+  int64_t w_scale_cols; /* columns of w_scale: ceil(k / block_k) per block, 1 per channel */
 } qc_arm_args_v1;
+
+/* The size of qc_arm_args_v1 up to its block fields (revision 3). */
+#define QC_ARM_ARGS_V1_BLOCK_SIZE (offsetof(qc_arm_args_v1, w_scale_cols) + sizeof(int64_t))
 
 typedef struct qc_arm_v1 {
   uint32_t abi_version; /* QC_ARM_ABI_VERSION */
@@ -82,6 +107,9 @@ typedef struct qc_arm_v1 {
   void* ctx; /* passed back to run() unchanged */
   /* Appended (FP8 plugins); read only when struct_size covers it. */
   const char* accumulation_model; /* the FP8 accumulation model the kernel follows, or NULL (an INT8 arm) */
+  /* Appended (block-scaled FP8 plugins, revision 3); read only when struct_size covers them. */
+  int64_t block_k; /* the K block of the scales the kernel takes (0: any) */
+  int64_t block_n; /* the weight rows per scale row it takes (0: any) */
 } qc_arm_v1;
 
 /* The size of the first qc_arm_v1 (up to `ctx`): the least `struct_size` qconform accepts. */

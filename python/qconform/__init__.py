@@ -157,7 +157,7 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
         exposes_accumulator: bool = False, description: Optional[str] = None,
         device: Optional[str] = None, library: Optional[str] = None,
         accumulation_model: Optional[str] = None, element: Optional[str] = None,
-        accumulate: Optional[Callable[..., Any]] = None) -> Arm:
+        accumulate: Optional[Callable[..., Any]] = None, block_size: Optional[Sequence[int]] = None) -> Arm:
     """An :class:`Arm` from a label (``"cpu:vllm-cutlass"``), an existing arm, or a callable.
 
     A callable ``fn(a_q, a_scale, w_q, w_scale, bias) -> y`` receives read-only NumPy views of the
@@ -197,6 +197,15 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
     epilogue through ``fn``). A kernel's ``epilogue`` is a formula over ``d``
     (``"bf16(rn32(sa * rn32(d * sw)))"``, what :func:`identify` returns), and ``accumulation_model`` may
     be given with it: what identify measured, declared back for :func:`verify`.
+
+    With a *block* model (``accumulation_model="block-triton"``, ``"block-deepgemm"``, ...: block-scaled
+    FP8, docs/accumulation.md) the callable is a block-scaled kernel: ``fn(a, w, a_scale, w_scale,
+    block_size) -> d`` receives the e4m3fn codes as above, ``a_scale`` float32 ``[M, ceil(K/g)]`` (or
+    ``[M]``), ``w_scale`` float32 ``[ceil(N/b_n), ceil(K/b_k)]`` (or ``[N]``) and ``block_size`` ``[b_n,
+    b_k]`` (the argument order of vLLM's ``w8a8_block_fp8_matmul``), and returns ``d`` float32 ``[M, N]``,
+    the kernel's fp32 accumulator before the bf16 rounding; :func:`run` rounds it to bf16 (RNE) and verify
+    holds ``d`` to the declared block model. ``block_size=(b_n, b_k)`` declares the one scale block the
+    kernel takes (layers with another are refused); by default any.
     """
     fp8 = element is not None or accumulation_model is not None or accumulate is not None
     if isinstance(spec, Arm):
@@ -219,6 +228,8 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
             raise InputError("arm: the callable takes 2 arguments (a, w), an FP8 GEMM's unscaled entry; an INT8 arm "
                              "takes fn(a_q, a_scale, w_q, w_scale, bias) -> y. Pass element='e4m3' (qconform.identify "
                              "then measures its accumulation model) or accumulation_model=... to declare one")
+    elif accumulation_model and accumulation_model.startswith("block-"):
+        kind = "fp8-block"  # fn(a, w, a_scale, w_scale, block_size) -> d, the block-scaled fp32 D
     else:
         kind = _fp8_kind(spec, accumulation_model, accumulate)
     kernel = name if name else _callable_name(spec)
@@ -227,7 +238,15 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
         spec, to_host, label, kernel, epilogue or "", bool(exposes_accumulator),
         description or f"Python callable {kernel}",
         device or f"python (host: {platform.machine()})", library or _python_library(), "",
-        accumulation_model or "", kind, accumulate)
+        accumulation_model or "", kind, accumulate, *_block_size(block_size))
+
+
+def _block_size(block_size: Optional[Sequence[int]]) -> Tuple[int, int]:
+    if block_size is None:
+        return 0, 0
+    if len(block_size) != 2 or not all(isinstance(x, int) and x > 0 for x in block_size):
+        raise InputError(f"block_size: expected (rows, cols), two positive integers, found {block_size!r}")
+    return int(block_size[0]), int(block_size[1])
 
 
 def fp8_accumulate(arm_spec: ArmSpec, a: ArrayLike, w: ArrayLike, *, threads: int = 0) -> Dict[str, Any]:
@@ -245,7 +264,8 @@ def fp8_accumulate(arm_spec: ArmSpec, a: ArrayLike, w: ArrayLike, *, threads: in
 
 
 def run(arm_spec: ArmSpec, layer: Mapping[str, Any]) -> Dict[str, Any]:
-    """Runs one arm on one layer dict: ``{"y": uint16 [M,N], "acc": int32 [M,N] | None, "record": dict}``."""
+    """Runs one arm on one layer dict: ``{"y": uint16 [M,N], "acc": int32 [M,N] | None, "d": float32 [M,N] |
+    None (a block-scaled FP8 arm's fp32 D), "record": dict}``."""
     return arm(arm_spec).run(_layer_to_host(layer))
 
 
@@ -314,7 +334,8 @@ def quantize_activations(x: Any, quantizer: str = "vllm", *,
 def synth(shapes: str = "tiny", m: int = 16, *, seed: int = 0, bias: bool = False,
           outlier_fraction: float = 0.005, outlier_gain: float = 30.0, weight_sigma: float = 0.02,
           act_quantizer: str = "vllm", threads: int = 0, element: str = "int8", act_scale: str = "per-token",
-          weight_scale: str = "per-channel") -> List[Dict[str, Any]]:
+          weight_scale: str = "per-channel", weight_quantizer: str = "deepgemm",
+          ue8m0: bool = False) -> List[Dict[str, Any]]:
     """Synthetic operands, byte for byte those of ``qconform synth`` with the same options.
 
     ``shapes``: ``"qwen3-1.7b"`` (196 layers), ``"qwen3-8b"`` (252), ``"tiny"`` or ``"MxNxK"``
@@ -323,9 +344,13 @@ def synth(shapes: str = "tiny", m: int = 16, *, seed: int = 0, bias: bool = Fals
     ``a_q``/``w_q`` are uint8 bit patterns (``a_q.view(ml_dtypes.float8_e4m3fn)`` gives values).
     FP8 only: ``act_scale`` ``"per-token"``/``"per-tensor"``, ``weight_scale``
     ``"per-channel"``/``"per-tensor"`` (a per-tensor scale is repeated in ``a_scale``/``w_scale``).
+    Block-scaled FP8 (e4m3): ``act_scale="per-token-group:128"`` (``a_scale`` [M, ceil(K/128)];
+    ``act_quantizer`` ``"vllm"``, ``"sglang"`` or ``"deepgemm"``), ``weight_scale="per-block:128x128"``
+    (``w_scale`` [ceil(N/128), ceil(K/128)]; ``weight_quantizer`` ``"deepgemm"`` or
+    ``"compressed-tensors"``), ``ue8m0=True`` for power-of-two scales.
     """
     return _qconform.synth(shapes, m, seed, bias, outlier_fraction, outlier_gain, weight_sigma,
-                           act_quantizer, threads, element, act_scale, weight_scale)
+                           act_quantizer, threads, element, act_scale, weight_scale, weight_quantizer, ue8m0)
 
 
 # ---- checks -------------------------------------------------------------------------------------

@@ -47,6 +47,7 @@
 #include "checks/verify.hpp"
 #include "checks/verify_results.hpp"
 #include "accum/fp8_model.hpp"
+#include "epilogue/block_models.hpp"
 #include "qconform/operands.hpp"
 #include "core/operands_io.hpp"
 #include "epilogue/quantize.hpp"
@@ -269,10 +270,13 @@ std::shared_ptr<const void> hold(std::unique_ptr<PyLayerHold> h) {
   });
 }
 
-// One layer from a dict {name, a_q, a_scale, w_q, w_scale, bias?, source?, a_type?, w_type?}:
-// zero-copy views of contiguous arrays, strict checks of every dtype and shape. `a_type`/`w_type`
-// ("int8" by default, "e4m3", "e5m2") give the element types; an FP8 operand is a uint8 (or int8)
-// array of its bit patterns (`x.view(np.uint8)` of an ml_dtypes float8 array).
+// One layer from a dict {name, a_q, a_scale, w_q, w_scale, bias?, source?, a_type?, w_type?,
+// act_scale?, weight_scale?, ue8m0?}: zero-copy views of contiguous arrays, strict checks of every dtype
+// and shape. `a_type`/`w_type` ("int8" by default, "e4m3", "e5m2") give the element types; an FP8 operand
+// is a uint8 (or int8) array of its bit patterns (`x.view(np.uint8)` of an ml_dtypes float8 array).
+// `act_scale`/`weight_scale` give the scale layouts in the operand files' spelling ("per-token" and
+// "per-channel" by default; "per-token-group:128" takes a_scale [M, ceil(K/128)], "per-block:128x128"
+// w_scale [ceil(N/128), ceil(K/128)]); `ue8m0` True requires every scale to be a power of two.
 qc::ElementType element_type_from(const nb::dict& d, const char* key, const std::string& where) {
   if (!d.contains(key) || d[key].is_none()) return qc::ElementType::int8;
   std::string t;
@@ -287,13 +291,16 @@ qc::LayerOperands operands_from_dict(nb::handle obj, const std::string& where) {
   nb::dict d;
   QC_INPUT(nb::try_cast(obj, d, false), "{}: expected a dict with keys name, a_q, a_scale, w_q, w_scale and optional bias, found {}",
            where, nb::cast<std::string>(nb::str(nb::handle(reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()))).attr("__qualname__"))));
-  static const std::vector<std::string> known{"name", "a_q", "a_scale", "w_q", "w_scale", "bias", "source", "a_type", "w_type"};
+  static const std::vector<std::string> known{"name",   "a_q",    "a_scale",   "w_q",          "w_scale", "bias",
+                                              "source", "a_type", "w_type", "act_scale", "weight_scale", "ue8m0"};
   for (auto [key, value] : d) {
     std::string k;
     QC_INPUT(nb::try_cast(key, k, false), "{}: keys must be strings", where);
     QC_INPUT(std::find(known.begin(), known.end(), k) != known.end(),
              "{}: unknown key `{}`; expected name, a_q, a_scale, w_q, w_scale, bias (optional), source (optional), "
-             "a_type and w_type (optional: int8, e4m3, e5m2)", where, k);
+             "a_type and w_type (optional: int8, e4m3, e5m2), act_scale and weight_scale (optional: per-token, "
+             "per-tensor, per-token-group:<g>; per-channel, per-tensor, per-block:<rows>x<cols>), ue8m0 (optional)",
+             where, k);
   }
   std::string name;
   QC_INPUT(d.contains("name") && nb::try_cast(d["name"], name, false), "{}: key `name` (a string) is missing", where);
@@ -312,13 +319,37 @@ qc::LayerOperands operands_from_dict(nb::handle obj, const std::string& where) {
   const int64_t m = h->a_q.dim(0), k = h->a_q.dim(1), n = h->w_q.dim(0);
   QC_INPUT(h->w_q.dim(1) == k, "{}.w_q: expected shape [N,{}] (K of a_q [{},{}]), found [{},{}]", lw, k, m, k, n,
            h->w_q.dim(1));
-  const auto vector_shape = [&](const HostArray<float>& s, int64_t want, const char* key, const char* dim) {
-    const bool ok = s.shape.size() == 1 ? s.dim(0) == want : (s.dim(0) == want && s.dim(1) == 1);
-    QC_INPUT(ok, "{}.{}: expected shape [{}] or [{},1] ({} = {}), found {}", lw, key, want, want, dim, want,
-             shape_text(s.array));
+  const auto layout_from = [&](const char* key, bool weights) {
+    if (!d.contains(key) || d[key].is_none()) return weights ? qc::ScaleLayout::per_channel() : qc::ScaleLayout::per_token();
+    std::string spec;
+    QC_INPUT(nb::try_cast(d[key], spec, false), "{}.{}: expected a string such as {}", lw, key,
+             weights ? "\"per-block:128x128\"" : "\"per-token-group:128\"");
+    return qc::parse_scale_layout(spec, weights, fmt::format("{}.{}", lw, key));
   };
-  vector_shape(h->a_scale, m, "a_scale", "M");
-  vector_shape(h->w_scale, n, "w_scale", "N");
+  qc::ScaleLayout a_scaling = layout_from("act_scale", false), w_scaling = layout_from("weight_scale", true);
+  if (d.contains("ue8m0") && !d["ue8m0"].is_none()) {
+    bool ue8m0 = false;
+    QC_INPUT(nb::try_cast(d["ue8m0"], ue8m0, false), "{}.ue8m0: expected True or False", lw);
+    a_scaling.ue8m0 = w_scaling.ue8m0 = ue8m0;
+  }
+  // A per-row vector [R] or [R,1], or the [rows, cols] matrix of a scale per K group / block.
+  const auto scale_shape = [&](const HostArray<float>& s, const qc::ScaleLayout& l, int64_t rows, const char* key,
+                               const char* dim) {
+    const int64_t r = l.scale_rows(rows), c = l.scale_cols(k);
+    if (l.k_blocked()) {
+      QC_INPUT(s.shape.size() == 2 && s.dim(0) == r && s.dim(1) == c,
+               "{}.{}: expected shape [{},{}] ({} scales: ceil({}/{}) by ceil({}/{})), found {}", lw, key, r, c, l.spec(),
+               rows, l.block_rows, k, l.block_k, shape_text(s.array));
+      return;
+    }
+    const bool ok = s.shape.size() == 1 ? s.dim(0) == r : (s.dim(0) == r && s.dim(1) == 1);
+    QC_INPUT(ok, "{}.{}: expected shape [{}] or [{},1] ({} = {}), found {}{}", lw, key, r, r, dim, r, shape_text(s.array),
+             s.shape.size() == 2 && s.dim(1) > 1 ? fmt::format("; a scale per K group or block needs the key `{}`",
+                                                              std::string_view(key) == "a_scale" ? "act_scale" : "weight_scale")
+                                                  : std::string());
+  };
+  scale_shape(h->a_scale, a_scaling, m, "a_scale", "M");
+  scale_shape(h->w_scale, w_scaling, n, "w_scale", "N");
   if (d.contains("bias") && !d["bias"].is_none()) {
     h->bias = host_array<uint16_t>(as_array(d["bias"], lw + ".bias"), lw + ".bias", Elem::bf16, {1});
     QC_INPUT(h->bias->dim(0) == n, "{}.bias: expected shape [{}] (N), found [{}]", lw, n, h->bias->dim(0));
@@ -340,8 +371,10 @@ qc::LayerOperands operands_from_dict(nb::handle obj, const std::string& where) {
   ops.source = source;
   ops.a_type = a_type;
   ops.w_type = w_type;
+  ops.a_scaling = a_scaling;
+  ops.w_scaling = w_scaling;
   ops.keepalive = hold(std::move(h));
-  ops.validate();  // an INT8/FP8 mix and NaN/inf codes are input errors here
+  ops.validate();  // an INT8/FP8 mix, NaN/inf codes and scales off their layout are input errors here
   return ops;
 }
 
@@ -377,13 +410,20 @@ nb::dict layer_to_dict(const qc::LayerOperands& l) {
   d["name"] = l.name;
   // FP8 codes come out as uint8 bit patterns (view them as ml_dtypes float8), INT8 codes as int8.
   d["a_q"] = l.fp8() ? numpy_view(l.a_codes(), {m, k}, l.keepalive) : numpy_view(l.a_q, {m, k}, l.keepalive);
-  d["a_scale"] = numpy_view(l.a_scale, {m}, l.keepalive);
+  const auto scale_dims = [&](const qc::ScaleLayout& sl, int64_t rows) {
+    return sl.k_blocked() ? std::vector<size_t>{static_cast<size_t>(sl.scale_rows(rows)), static_cast<size_t>(sl.scale_cols(l.k))}
+                          : std::vector<size_t>{static_cast<size_t>(rows)};
+  };
+  d["a_scale"] = numpy_view(l.a_scale, scale_dims(l.a_scaling, l.m), l.keepalive);
   d["w_q"] = l.fp8() ? numpy_view(l.w_codes(), {n, k}, l.keepalive) : numpy_view(l.w_q, {n, k}, l.keepalive);
-  d["w_scale"] = numpy_view(l.w_scale, {n}, l.keepalive);
+  d["w_scale"] = numpy_view(l.w_scale, scale_dims(l.w_scaling, l.n), l.keepalive);
   d["bias"] = l.has_bias() ? numpy_view(l.bias, {n}, l.keepalive) : nb::none();
   d["source"] = l.source;
   d["a_type"] = std::string(qc::element_type_name(l.a_type));
   d["w_type"] = std::string(qc::element_type_name(l.w_type));
+  d["act_scale"] = l.a_scaling.spec();
+  d["weight_scale"] = l.w_scaling.spec();
+  d["ue8m0"] = l.a_scaling.ue8m0 && l.w_scaling.ue8m0;
   return d;
 }
 
@@ -429,6 +469,7 @@ nb::dict info_to_dict(const qc::ArmInfo& i) {
   d["element"] = std::string(qc::element_type_name(i.element));  // "e4m3" for every FP8 arm, declared or not
   d["fp8"] = i.fp8();
   d["unscaled_entry"] = i.offers_unscaled();
+  d["block_size"] = nb::make_tuple(i.block_n, i.block_k);  // block-scaled arms: the scale block they take ((0, 0): any)
   return d;
 }
 
@@ -447,12 +488,13 @@ std::string type_qualname(nb::handle obj) {
 // `fn(a, w) -> d` (the unscaled fp32 result; qconform applies `fp8-scaled`); or an FP8 kernel with the
 // INT8 signature over e4m3 codes, scales in and bf16 out (its epilogue its own), optionally with its
 // unscaled GEMM beside it (`accumulate=`).
-enum class PyArmKind { int8, fp8_gemm, fp8_kernel };
+enum class PyArmKind { int8, fp8_gemm, fp8_kernel, fp8_block };
 
 PyArmKind py_arm_kind(const std::string& kind) {
   if (kind == "int8") return PyArmKind::int8;
   if (kind == "fp8-gemm") return PyArmKind::fp8_gemm;
-  QC_INPUT(kind == "fp8-kernel", "python_arm: kind: expected int8, fp8-gemm or fp8-kernel, found `{}`", kind);
+  if (kind == "fp8-block") return PyArmKind::fp8_block;
+  QC_INPUT(kind == "fp8-kernel", "python_arm: kind: expected int8, fp8-gemm, fp8-kernel or fp8-block, found `{}`", kind);
   return PyArmKind::fp8_kernel;
 }
 
@@ -466,6 +508,18 @@ class PythonArm final : public qc::Arm {
             PyArmKind kind)
       : fn_(std::move(fn)), accumulate_(std::move(accumulate)), normalize_(std::move(normalize)), info_(std::move(info)),
         record_(std::move(record)), kind_(kind) {
+    if (kind_ == PyArmKind::fp8_block) {
+      // A block-scaled FP8 callable: d = fn(a, w, a_scale, w_scale, block_size) is its fp32 D, which
+      // qconform rounds to bf16 (RNE) and exposes to verify; the block model must be one qconform knows.
+      (void)qc::fp8_block_model(info_.accumulation_model);
+      QC_INPUT(info_.epilogue.empty() && !info_.exposes_accumulator,
+               "arm `{}`: a block-scaled FP8 callable (accumulation_model=\"{}\") returns its fp32 D, which qconform "
+               "rounds to bf16; expected no epilogue and exposes_accumulator=False, found epilogue \"{}\" and "
+               "exposes_accumulator={}",
+               info_.label, info_.accumulation_model, info_.epilogue, info_.exposes_accumulator);
+      info_.element = qc::ElementType::e4m3;
+      return;
+    }
     if (!info_.accumulation_model.empty()) {
       // A declared model must be one qconform can evaluate (unknown names: InputError listing them).
       (void)qc::fp8_accumulation_model(info_.accumulation_model);
@@ -516,6 +570,7 @@ class PythonArm final : public qc::Arm {
     qc::check_arm_takes_layer(info_, ops);
     const std::string context = fmt::format("layer `{}` ({}x{}x{})", ops.name, ops.m, ops.n, ops.k);
     return guarded(context, context, [&] {
+      if (kind_ == PyArmKind::fp8_block) return run_block_with_gil(ops);
       if (kind_ == PyArmKind::fp8_gemm) return run_fp8_with_gil(ops);
       return run_with_gil(ops);
     });
@@ -526,6 +581,10 @@ class PythonArm final : public qc::Arm {
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int /*threads*/) override {
     if (kind_ == PyArmKind::int8) return qc::Arm::fp8_accumulate(a, w, m, n, k, record, 0);  // the INT8 refusal
+    QC_INPUT(kind_ != PyArmKind::fp8_block,
+             "arm `{}` is a block-scaled FP8 callable (block model {}): its accumulation takes scales, so it has no "
+             "unscaled fp8_accumulate; `run` it on a block-scaled layer (`boundary` measures it at unit scales that way)",
+             info_.label, info_.accumulation_model);
     QC_INPUT(info_.unscaled_entry,
              "arm `{}` is an FP8 kernel fn(a_q, a_scale, w_q, w_scale, bias) -> y without an unscaled entry; pass "
              "accumulate=fn(a, w) -> d to qconform.arm to offer its fp32 GEMM",
@@ -541,7 +600,7 @@ class PythonArm final : public qc::Arm {
     record = {{"arm", info_.label}, {"kernel", record_.kernel}};
     if (!info_.accumulation_model.empty()) {
       record["accumulation_model"] = info_.accumulation_model;
-      record["accumulation_formula"] = qc::accumulation_formula(qc::fp8_accumulation_model(info_.accumulation_model).model);
+      record["accumulation_formula"] = qc::declared_model_formula(info_.accumulation_model);
       record["accumulation_model_declared_by"] = "the Python callable (its declaration, not a measurement)";
     }
     return d;
@@ -614,6 +673,48 @@ class PythonArm final : public qc::Arm {
       out.record.extra["accumulation_model_declared_by"] = "the Python callable (its declaration, not a measurement)";
     }
     out.record.extra["operands"] = codes.description;
+    return out;
+  }
+
+  // A block-scaled FP8 callable on a block-scaled layer: d = fn(a, w, a_scale, w_scale, block_size) with
+  // the e4m3 codes (uint8), the scales in their layouts (a_scale [M, ceil(K/g)] or [M]; w_scale
+  // [ceil(N/b_n), ceil(K/b_k)] or [N]) and block_size = [b_n, b_k] (vLLM's `w8a8_block_fp8_matmul`
+  // order); d float32 [M, N] is the kernel's fp32 D, rounded here to bf16 (RNE) and exposed as `ArmOutput::d`.
+  qc::ArmOutput run_block_with_gil(const qc::LayerOperands& ops) {
+    QC_INPUT(!ops.has_bias(), "arm `{}`: layer `{}`: the FP8 arms take no bias (not modelled)", info_.label, ops.name);
+    const qc::Fp8LayerCodes codes = e4m3_codes(ops);
+    struct {
+      nb::object a, w;
+    } in{numpy_from_vector(std::vector<uint8_t>(codes.a.begin(), codes.a.end()),
+                           {static_cast<size_t>(ops.m), static_cast<size_t>(ops.k)}),
+         numpy_from_vector(std::vector<uint8_t>(codes.w.begin(), codes.w.end()),
+                           {static_cast<size_t>(ops.n), static_cast<size_t>(ops.k)})};
+    const auto dims = [&](const qc::ScaleLayout& l, int64_t rows) {
+      return l.k_blocked() ? std::vector<size_t>{static_cast<size_t>(l.scale_rows(rows)), static_cast<size_t>(l.scale_cols(ops.k))}
+                           : std::vector<size_t>{static_cast<size_t>(rows)};
+    };
+    nb::object sa = numpy_from_vector(std::vector<float>(ops.a_scale.begin(), ops.a_scale.end()), dims(ops.a_scaling, ops.m));
+    nb::object sw = numpy_from_vector(std::vector<float>(ops.w_scale.begin(), ops.w_scale.end()), dims(ops.w_scaling, ops.n));
+    const int64_t block_n = ops.w_scaling.granularity == qc::ScaleGranularity::per_block ? ops.w_scaling.block_rows : 1;
+    nb::list block_size;
+    block_size.append(block_n);
+    block_size.append(ops.scale_block_k());
+    const std::string who = fmt::format("arm `{}` on layer `{}`", info_.label, ops.name);
+    nb::object result = fn_(in.a, in.w, sa, sw, block_size);
+    const std::string what = who + ": output d (the block-scaled fp32 D)";
+    const HostArray<float> d = host_array<float>(as_array(normalize_(result), what), what, Elem::f32, {2});
+    QC_INPUT(d.dim(0) == ops.m && d.dim(1) == ops.n, "{}: expected shape [{},{}] (M,N), found {}", what, ops.m, ops.n,
+             shape_text(d.array));
+    qc::ArmOutput out;
+    out.d = std::vector<float>(d.data.begin(), d.data.end());
+    out.y.resize(out.d->size());
+    for (size_t i = 0; i < out.y.size(); ++i) out.y[i] = qc::f32_to_bf16((*out.d)[i]);
+    out.record = record_;
+    out.record.arm = info_.label;
+    out.record.extra["accumulation_model"] = info_.accumulation_model;
+    out.record.extra["accumulation_model_declared_by"] = "the Python callable (its declaration, not a measurement)";
+    out.record.extra["operands"] = codes.description;
+    out.record.extra["scales"] = ops.scaling_description();
     return out;
   }
 
@@ -883,6 +984,8 @@ NB_MODULE(_qconform, m) {
             const std::vector<size_t> shape{static_cast<size_t>(ops.m), static_cast<size_t>(ops.n)};
             d["y"] = numpy_from_vector(std::move(out.y), shape);
             d["acc"] = out.acc ? numpy_from_vector(std::move(*out.acc), shape) : nb::none();
+            // Block-scaled FP8 arms: the fp32 accumulator D that `y` was rounded from (None when not exposed).
+            d["d"] = out.d ? numpy_from_vector(std::move(*out.d), shape) : nb::none();
             d["record"] = record_to_py(out.record);
             return d;
           },
@@ -921,10 +1024,16 @@ NB_MODULE(_qconform, m) {
       [](nb::callable fn, nb::callable normalize, const std::string& label, const std::string& kernel,
          const std::string& epilogue, bool exposes_accumulator, const std::string& description,
          const std::string& device, const std::string& library, const std::string& build,
-         const std::string& accumulation_model, const std::string& kind, nb::object accumulate) {
+         const std::string& accumulation_model, const std::string& kind, nb::object accumulate, int64_t block_n, int64_t block_k) {
         qc::ArmInfo info;
         info.label = label;
         info.accumulation_model = accumulation_model;
+        QC_INPUT(block_n >= 0 && block_k >= 0, "block_size: expected non-negative (rows, cols), found ({}, {})", block_n,
+                 block_k);
+        QC_INPUT((block_n == 0 && block_k == 0) || qc::is_block_model_name(accumulation_model),
+                 "block_size: only a block-scaled FP8 callable (accumulation_model=\"block-...\") takes one");
+        info.block_n = block_n;
+        info.block_k = block_k;
         info.description = description;
         info.epilogue = epilogue;
         info.exposes_accumulator = exposes_accumulator;
@@ -939,7 +1048,7 @@ NB_MODULE(_qconform, m) {
                                            std::move(record), py_arm_kind(kind));
       },
       "fn"_a, "normalize"_a, "label"_a, "kernel"_a, "epilogue"_a, "exposes_accumulator"_a, "description"_a,
-      "device"_a, "library"_a, "build"_a, "accumulation_model"_a = "", "kind"_a = "int8", "accumulate"_a = nb::none());
+      "device"_a, "library"_a, "build"_a, "accumulation_model"_a = "", "kind"_a = "int8", "accumulate"_a = nb::none(), "block_n"_a = 0, "block_k"_a = 0);
 
   // ---- operands ----
   m.def(
@@ -967,8 +1076,11 @@ NB_MODULE(_qconform, m) {
       "synth",
       [](const std::string& shapes, int64_t m_rows, uint64_t seed, bool bias, double outlier_fraction,
          double outlier_gain, double weight_sigma, const std::string& act_quantizer, int threads,
-         const std::string& element, const std::string& act_scale, const std::string& weight_scale) {
+         const std::string& element, const std::string& act_scale, const std::string& weight_scale,
+         const std::string& weight_quantizer, bool ue8m0) {
         qc::SynthOptions o;
+        o.weight_quantizer = weight_quantizer;
+        o.ue8m0 = ue8m0;
         o.shapes = shapes;
         o.m = m_rows;
         o.seed = seed;
@@ -989,7 +1101,8 @@ NB_MODULE(_qconform, m) {
       },
       "shapes"_a, "m"_a, "seed"_a, "bias"_a, "outlier_fraction"_a, "outlier_gain"_a, "weight_sigma"_a,
       "act_quantizer"_a, "threads"_a, "element"_a = "int8",
-      "act_scale"_a = "per-token", "weight_scale"_a = "per-channel");
+      "act_scale"_a = "per-token", "weight_scale"_a = "per-channel", "weight_quantizer"_a = "deepgemm",
+      "ue8m0"_a = false);
 
   // ---- checks ----
   m.def(

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "arms/backends.hpp"
+#include "epilogue/block_models.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
@@ -46,34 +47,68 @@ std::vector<float> Arm::fp8_accumulate(const uint8_t*, const uint8_t*, int64_t, 
 }
 
 void check_arm_takes_layer(const ArmInfo& info, const LayerOperands& ops) {
-  if (!ops.fp8() || info.fp8()) return;
-  QC_FAIL_INPUT("arm `{}` is an INT8 arm (neither an FP8 element nor an FP8 accumulation model) and cannot run layer `{}` "
-                "({}x{}x{}, {} activations x {} weights, from {}); FP8 layers run on the FP8 arms: cpu:fp8-<model>, "
-                "cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc",
-                printable_text(info.label), printable_text(ops.name), ops.m, ops.n, ops.k,
-                element_type_name(ops.a_type), element_type_name(ops.w_type), printable_text(ops.source));
+  const std::string layer = fmt::format("layer `{}` ({}x{}x{}, {} activations x {} weights, {} scales, from {})",
+                                        printable_text(ops.name), ops.m, ops.n, ops.k, element_type_name(ops.a_type),
+                                        element_type_name(ops.w_type), ops.scaling_description(),
+                                        printable_text(ops.source));
+  const std::string arm = printable_text(info.label);
+  if (!info.fp8()) {
+    QC_INPUT(!ops.fp8(),
+             "arm `{}` is an INT8 arm (neither an FP8 element nor an FP8 accumulation model) and cannot run {}; FP8 "
+             "layers run on the "
+             "FP8 arms: cpu:fp8-<model>, cpu:fp8-block-<form> (block-scaled), cuda:cublaslt-fp8, "
+             "cuda:cublaslt-fp8-fastacc",
+             arm, layer);
+    return;
+  }
+  const bool block_arm = is_block_model_name(info.accumulation_model);
+  QC_INPUT(block_arm || !ops.block_scaled(),
+           "arm `{}` accumulates without scales (model {}; its epilogue applies one scale per row and per column "
+           "afterwards) and cannot run {}: its per-K-block scales act inside the accumulation; block-scaled layers run "
+           "on the block-scaled arms: cpu:fp8-block-<form> (docs/accumulation.md, \"Block-scaled FP8\")",
+           arm, info.accumulation_model.empty() ? std::string("undeclared") : info.accumulation_model, layer);
+  if (!block_arm) return;
+  QC_INPUT(ops.block_scaled(),
+           "arm `{}` is a block-scaled FP8 arm (model {}) and cannot run {}: expected per-token-group or per-block "
+           "scales (`synth --act-scale per-token-group:128 --weight-scale per-block:128x128`); unscaled FP8 layers run "
+           "on cpu:fp8-<model>",
+           arm, info.accumulation_model, layer);
+  QC_INPUT(info.block_k == 0 || ops.scale_block_k() == info.block_k,
+           "arm `{}` takes K blocks of {} products and cannot run {}: its scales cut K into blocks of {}", arm,
+           info.block_k, layer, ops.scale_block_k());
+  const int64_t rows = ops.w_scaling.granularity == ScaleGranularity::per_block ? ops.w_scaling.block_rows : 1;
+  QC_INPUT(info.block_n == 0 || rows == info.block_n,
+           "arm `{}` takes weight scales per block of {} rows and cannot run {}: its weight scales cover {} row(s) "
+           "each",
+           arm, info.block_n, layer, rows);
 }
 
 namespace {
-// Every INT8 arm `make_arm` creates (cpu, onednn, mutant, cuda mma/cublaslt-int8, plugin, and the
-// declared arms wrapping them) runs behind this guard, so that an FP8 layer is refused in one place
-// before any kernel reinterprets its FP8 bit patterns as int8 codes.
-class Int8LayerGuard final : public Arm {
+// Every arm `make_arm` creates (cpu, onednn, mutant, cuda, plugin, and the declared arms wrapping them)
+// runs behind this guard, so that a layer an arm cannot take (an FP8 layer on an INT8 arm, a block-scaled
+// layer on an arm that would ignore its scales, and the reverse) is refused in one place before any
+// kernel reinterprets its bytes.
+class LayerGuard final : public Arm {
  public:
-  explicit Int8LayerGuard(std::unique_ptr<Arm> arm) : arm_(std::move(arm)) {}
+  explicit LayerGuard(std::unique_ptr<Arm> arm) : arm_(std::move(arm)), info_(arm_->info()) {}
   ArmInfo info() const override { return arm_->info(); }
   ArmOutput run(const LayerOperands& ops) override {
-    check_arm_takes_layer(arm_->info(), ops);
+    check_arm_takes_layer(info_, ops);
     return arm_->run(ops);
+  }
+  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                    nlohmann::json& record, int threads) override {
+    return arm_->fp8_accumulate(a, w, m, n, k, record, threads);
   }
 
  private:
   std::unique_ptr<Arm> arm_;
+  ArmInfo info_;  // what the arm declared when it was made (the check's input; `info()` stays the arm's own)
 };
 
 std::unique_ptr<Arm> guarded(std::unique_ptr<Arm> arm) {
-  if (!arm || arm->info().fp8()) return arm;  // FP8 arms take FP8 and INT8 layers
-  return std::make_unique<Int8LayerGuard>(std::move(arm));
+  if (!arm) return arm;
+  return std::make_unique<LayerGuard>(std::move(arm));
 }
 }  // namespace
 

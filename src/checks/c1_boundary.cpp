@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <cctype>
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <map>
@@ -614,6 +615,19 @@ class Suite {
 
 namespace {
 
+// The result's arm, record and environment from the record of a measurement's first probe batch.
+void take_record(BoundaryResult& r, const ArmInfo& arm, const nlohmann::json& rec) {
+  r.arm = arm;
+  r.record.arm = arm.label;
+  r.record.kernel = rec.value("kernel", std::string());
+  r.record.device = rec.value("device", std::string());
+  r.record.library = rec.value("library", std::string());
+  r.record.build = rec.value("build", std::string());
+  if (rec.contains("extra")) r.record.extra = rec.at("extra");
+  r.environment = environment_stamp();
+  r.environment["arm"] = rec;
+}
+
 // C1 of an FP8 arm: one case per parameter of the measured model (pass: it equals the declared
 // value), one for the confirmation on random operands; C1 passes when the measured model matches
 // the declaration and explains every confirmation output.
@@ -623,15 +637,7 @@ BoundaryResult run_fp8_boundary(Arm& arm, const BoundaryOptions& options) {
   mo.through_run = mo.through_run || !arm.info().offers_unscaled();  // a kernel with only its scaled entry
   r.fp8 = measure_fp8_accumulation(arm, mo);
   const Fp8Measurement& m = *r.fp8;
-  r.arm = m.arm;
-  r.record.arm = m.arm.label;
-  r.record.kernel = m.record.value("kernel", std::string());
-  r.record.device = m.record.value("device", std::string());
-  r.record.library = m.record.value("library", std::string());
-  r.record.build = m.record.value("build", std::string());
-  if (m.record.contains("extra")) r.record.extra = m.record.at("extra");
-  r.environment = environment_stamp();
-  r.environment["arm"] = m.record;
+  take_record(r, m.arm, m.record);
   r.conversion_mode = "not applicable (FP8: the fp32 accumulator is the output)";
   if (m.measured) {
     for (const Fp8ParameterEvidence& e : m.evidence) {
@@ -700,9 +706,63 @@ BoundaryResult run_fp8_boundary(Arm& arm, const BoundaryOptions& options) {
   return r;
 }
 
+// C1 of a block-scaled FP8 arm: the chain and the K block measured at unit scales, the promotion form on
+// random scales; C1 passes when the measurement matches the declared block model.
+BoundaryResult run_block_boundary(Arm& arm, const BoundaryOptions& options) {
+  BoundaryResult r;
+  r.block = measure_block_model(arm, options.block);
+  const BlockMeasurement& m = *r.block;
+  take_record(r, m.arm, m.structure.record);
+  r.conversion_mode = "not applicable (block-scaled FP8: the fp32 accumulator D is rounded once, to bf16)";
+  const bool known = m.declared.has_value();
+  BoundaryCase chain = new_case("block-structure", "block-structure/chain");
+  chain.verdict = known && m.chain_model && model_differences(*m.chain_model, m.declared->chain.model).empty()
+                      ? Verdict::pass
+                      : Verdict::fail;
+  chain.detail = fmt::format("measured {}, declared {}", m.chain.empty() ? "none (" + m.reason + ")" : m.chain,
+                             known ? m.declared->chain.name : "unknown");
+  r.cases.push_back(std::move(chain));
+  BoundaryCase block = new_case("block-structure", "block-structure/block");
+  block.verdict = m.structure_measured && m.promotion_interval == m.block_k_probed ? Verdict::pass : Verdict::fail;
+  block.detail = fmt::format("on K blocks of {} at unit scales: promoted every {} products", m.block_k_probed,
+                             m.promotion_interval);
+  r.cases.push_back(std::move(block));
+  if (m.structure_measured) {
+    BoundaryCase conf = new_case("block-structure", "block-structure/confirmation");
+    conf.verdict = m.structure.confirm_matching == m.structure.confirm_outputs ? Verdict::pass : Verdict::fail;
+    conf.detail = fmt::format("{} of {} random unit-scale outputs equal the measured structure", m.structure.confirm_matching,
+                              m.structure.confirm_outputs);
+    r.cases.push_back(std::move(conf));
+  }
+  BoundaryCase form = new_case("block-form", "block-form/random-scales");
+  const std::string declared_form = known ? std::string(block_promotion_name(m.declared->form)) : "";
+  form.verdict = known && std::find(m.form_class.begin(), m.form_class.end(), declared_form) != m.form_class.end()
+                     ? Verdict::pass
+                     : Verdict::fail;
+  std::vector<std::string> counts;
+  for (const BlockFormEvidence& e : m.forms) counts.push_back(fmt::format("{} {}/{}", e.form, e.matching, m.form_outputs));
+  form.detail = m.forms.empty() ? "not measured: " + m.reason
+                                : fmt::format("forms explaining every output: {} (declared {}); {}",
+                                              m.form_class.empty() ? "none" : fmt::format("{}", fmt::join(m.form_class, ", ")),
+                                              declared_form, fmt::join(counts, ", "));
+  r.cases.push_back(std::move(form));
+  for (const char* family : kBoundaryFamiliesBlock) {
+    int total = 0;
+    for (const BoundaryCase& bc : r.cases) total += bc.group == family;
+    r.families[family] = {{"cases", total}, {"ran_through_arm", total}};
+  }
+  const bool pass = m.verdict == "matches declaration" &&
+                    std::all_of(r.cases.begin(), r.cases.end(), [](const BoundaryCase& c) { return c.verdict == Verdict::pass; });
+  r.c1 = make_check("C1", m.verdict == "not measured" ? Verdict::not_applicable : pass ? Verdict::pass : Verdict::fail);
+  r.c1.summary = fmt::format("block model {}: {}", m.verdict, m.reason);
+  r.c1.evidence = {{"verdict", m.verdict}, {"reason", m.reason}, {"families", r.families}};
+  return r;
+}
+
 }  // namespace
 
 BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options) {
+  if (is_block_model_name(arm.info().accumulation_model)) return run_block_boundary(arm, options);
   if (arm.info().fp8()) return run_fp8_boundary(arm, options);
   return Suite(arm, options).run();
 }
@@ -732,7 +792,8 @@ nlohmann::json to_json(const BoundaryResult& r) {
                            {"families", r.families},
                            {"families_not_run", r.families_not_run},
                            {"cases", cases},
-                           {"fp8_accumulation", r.fp8 ? to_json(*r.fp8) : nlohmann::json(nullptr)}});
+                           {"fp8_accumulation", r.fp8 ? to_json(*r.fp8) : nlohmann::json(nullptr)},
+                           {"block_accumulation", r.block ? to_json(*r.block) : nlohmann::json(nullptr)}});
 }
 
 }  // namespace qc

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "checks/c1_block_model.hpp"
 #include "checks/c1_fp8_model.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/check.hpp"
@@ -34,6 +35,7 @@ struct BoundaryOptions {
   int64_t max_k = 32768;       // accumulation sweep K in {512, ..., max_k}
   bool overflow_probe = true;  // K = 131072 all -128*-128: the exact value leaves INT32
   Fp8MeasureOptions fp8;       // FP8 arms: the model measurement (c1_fp8_model.hpp)
+  BlockMeasureOptions block;   // block-scaled FP8 arms: the block model measurement (c1_block_model.hpp)
 };
 
 // The mandatory probe families: C1 passes only when each ran through the arm. FP8 arms (those that
@@ -42,6 +44,7 @@ struct BoundaryOptions {
 inline constexpr const char* kBoundaryFamilies[] = {"int-to-fp32", "accumulation", "pow2-commutation",
                                                     "bf16-midpoints", "subnormal"};
 inline constexpr const char* kBoundaryFamiliesFp8[] = {"fp8-model", "fp8-confirmation"};
+inline constexpr const char* kBoundaryFamiliesBlock[] = {"block-structure", "block-form"};
 
 struct BoundaryResult {
   ArmInfo arm;
@@ -54,12 +57,15 @@ struct BoundaryResult {
   std::vector<std::string> families_not_run;            // families no probe of which ran through the arm
   // FP8 arms: the measured accumulation model (the cases are its parameters and its confirmation).
   std::optional<Fp8Measurement> fp8;
+  // Block-scaled FP8 arms: the measured block model (the cases are its chain, its block and its form).
+  std::optional<BlockMeasurement> block;
   // True when C1 checked something in every family (pass or fail); false = nothing to check.
   bool checked() const { return families_not_run.empty(); }
 };
 
 // An FP8 arm (ArmInfo::accumulation_model non-empty) has its accumulation model measured
-// (measure_fp8_accumulation) instead of the INT8 families.
+// (measure_fp8_accumulation) instead of the INT8 families; a block-scaled one its block model
+// (measure_block_model).
 BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options = {});
 nlohmann::json to_json(const BoundaryResult& r);
 

@@ -26,8 +26,11 @@ CheckResult c2_range(const std::vector<LayerRun>& runs, const PredictionSet& pre
     // FP8: no range can make a floating-point accumulation exact, and none is needed: the declared
     // models predict every element (C4-C6). A pass here would claim something nothing checked.
     CheckResult c2 = make_check("C2", Verdict::not_applicable);
-    c2.summary = "not applicable: FP8 accumulation is floating point; the models predict every element";
-    c2.evidence = {{"fp8", true}};
+    const bool block = runs.front().block;
+    c2.summary = block ? "not applicable: block-scaled FP8 accumulation is floating point and its scales act inside "
+                         "it (per K block); the block models predict every element"
+                       : "not applicable: FP8 accumulation is floating point; the models predict every element";
+    c2.evidence = {{"fp8", true}, {"block_scaled", block}};
     return c2;
   }
   CheckResult c2 = make_check("C2", Verdict::pass);

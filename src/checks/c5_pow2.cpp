@@ -22,7 +22,7 @@ namespace {
 // must sit where the two declared models' fp32 accumulators differ.
 CheckResult c5_fp8(const std::vector<LayerRun>& runs) {
   CheckResult c5 = make_check("C5", Verdict::not_applicable);
-  int64_t checked = 0, differing = 0, acc_differ = 0, violations = 0, not_commutable = 0, unmodelled = 0;
+  int64_t checked = 0, differing = 0, acc_differ = 0, violations = 0, not_commutable = 0, unmodelled = 0, excluded = 0;
   std::vector<std::string> first;
   for (const LayerRun& r : runs) {
     if (r.mode == ScaleMode::real) continue;
@@ -38,23 +38,41 @@ CheckResult c5_fp8(const std::vector<LayerRun>& runs) {
     differing += r.cmp.bitwise_diff;
     acc_differ += r.model_acc_diff;
     violations += r.pow2_violations;
+    excluded += r.pow2_excluded;
     for (const DiffElement& d : r.pow2_first) {
       if (first.size() < 10) {
-        first.push_back(fmt::format("{} ({}): the two models' fp32 accumulators are equal there", describe(d),
-                                    scale_mode_name(r.mode)));
+        first.push_back(fmt::format("{} ({}): {}", describe(d), scale_mode_name(r.mode),
+                                    r.block ? "the two arms' chains agree in every K block there"
+                                            : "the two models' fp32 accumulators are equal there"));
       }
     }
   }
   if (checked) c5.verdict = violations ? Verdict::fail : Verdict::pass;
-  c5.summary = checked ? fmt::format("{} power-of-two runs: {} elements differ, {} of them where the two models' fp32 "
-                                     "accumulators are equal (the claim is 0; the models' accumulators differ at {} "
-                                     "elements); {} runs not commutable, {} runs unmodelled",
-                                     checked, differing, violations, acc_differ, not_commutable, unmodelled)
-                       : "no power-of-two run where both arms claim their models and their epilogues commute";
+  const bool block = !runs.empty() && runs.front().block;
+  if (block) {
+    // Block-scaled: with every scale a power of two every promotion form gives the same D, so the arms must
+    // agree wherever their chains agree in every K block (the elements a scale product took out of fp32's
+    // exact range excepted, and counted).
+    c5.summary = checked ? fmt::format("{} power-of-two runs (every activation and weight scale a power of two): {} "
+                                       "elements differ, {} of them where the two arms' chains agree in every K block "
+                                       "(the claim is 0; the two block models' accumulations differ at {} elements, "
+                                       "every one predicted; {} excluded: a scale product outside fp32's exact range); "
+                                       "{} runs unmodelled",
+                                       checked, differing, violations, acc_differ, excluded, unmodelled)
+                         : "no power-of-two run where both arms claim their block models";
+  } else {
+    c5.summary = checked ? fmt::format("{} power-of-two runs: {} elements differ, {} of them where the two models' fp32 "
+                                       "accumulators are equal (the claim is 0; the models' accumulators differ at {} "
+                                       "elements); {} runs not commutable, {} runs unmodelled",
+                                       checked, differing, violations, acc_differ, not_commutable, unmodelled)
+                         : "no power-of-two run where both arms claim their models and their epilogues commute";
+  }
   c5.evidence = {{"runs", checked},
                  {"differing", differing},
                  {"model_accumulators_differ", acc_differ},
                  {"violations", violations},
+                 {"excluded", excluded},
+                 {"block_scaled", block},
                  {"not_commutable_runs", not_commutable},
                  {"unmodelled_runs", unmodelled},
                  {"first", first}};

@@ -18,6 +18,7 @@
 #include "checks/c5_pow2.hpp"
 #include "checks/c7_transfer.hpp"
 #include "checks/sweep.hpp"
+#include "epilogue/block_models.hpp"
 #include "accum/fp8_model.hpp"
 #include "qconform/epilogue.hpp"
 #include "dist/dist.hpp"
@@ -231,7 +232,15 @@ W8a8Options w8a8_options(const ConformOptions& o, const Model& model, const std:
   w.act_quantizer = o.act_quantizer;
   w.pow2 = pow2;
   w.weight_dtype = weight_scale_dtype_for(model.config);
-  if (fp8) w.fp8 = fp8_quantization(o.element, o.act_scale, o.weight_scale, weight_storage(model));
+  if (fp8) {
+    // A block-scaled pair without scale flags runs DeepSeek's layout, 1x128 activation groups and 128x128
+    // weight blocks (a block-scaled checkpoint: its own blocks).
+    const bool block = is_block_model_name(make_arm(arm)->info().accumulation_model);
+    const WeightStorage stored = weight_storage(model);
+    const std::string act = block && o.act_scale.empty() ? "per-token-group:128" : o.act_scale;
+    const std::string weight = block && o.weight_scale.empty() && !stored.blocks ? "per-block:128x128" : o.weight_scale;
+    w.fp8 = fp8_quantization(o.element, act, weight, stored);
+  }
   return w;
 }
 
@@ -357,6 +366,12 @@ std::unique_ptr<Arm> identify_undeclared(std::unique_ptr<Arm> arm, const std::st
 // What an FP8 arm declares, for results.json and the report: its accumulation model (measured by C1)
 // and the epilogue verify holds it to.
 nlohmann::json declared_fp8_formula(const ArmInfo& info) {
+  if (is_block_model_name(info.accumulation_model)) {  // the scales and the bf16 rounding are part of the model
+    return {{"source", "declared"},
+            {"declared", info.accumulation_model},
+            {"accumulation_model", info.accumulation_model},
+            {"formula", declared_model_formula(info.accumulation_model)}};
+  }
   const std::string epilogue = info.epilogue.empty() ? std::string(fp8_epilogue().name) : info.epilogue;
   return {{"source", "declared"},
           {"declared", fmt::format("{} + {}", info.accumulation_model, epilogue)},
@@ -388,11 +403,14 @@ nlohmann::json fp8_depth_curve(const ConformOptions& o) {
                       {"explained_of", w.explained_of}});
   }
   return {{"x", "k"},
-          {"description", fmt::format("{} vs {} on synthetic FP8 operands (M = {}, N = {}, {} seeds per K): the share "
+          {"description", fmt::format("{} vs {} on synthetic {}FP8 operands (M = {}, N = {}, {} seeds per K): the share "
                                       "of differing elements whose two values the declared accumulation models "
                                       "predicted exactly is the explained column",
-                                      o.arm_a, o.arm_b, o.sweep_m, o.sweep_n, o.sweep_seeds)},
-          {"series", {{{"name", fmt::format("FP8 {} vs {}", o.arm_a, o.arm_b)}, {"points", points}}}},
+                                      o.arm_a, o.arm_b, r.format == SweepFormat::fp8_block ? "block-scaled " : "",
+                                      o.sweep_m, o.sweep_n, o.sweep_seeds)},
+          {"series", {{{"name", fmt::format("{}FP8 {} vs {}", r.format == SweepFormat::fp8_block ? "block-scaled " : "",
+                                            o.arm_a, o.arm_b)},
+                       {"points", points}}}},
           {"sweep", to_json(r)}};
 }
 

@@ -94,7 +94,7 @@ void fp8_output_element(const ElementContext& run, int64_t i, int64_t row, int64
   const bool predicted = want[0] != want[1];
   t.predicted_diff += predicted;
   t.predicted_vs_observed += predicted != (x != z);
-  const bool acc_differs = f32_bits((*f.d[0])[i]) != f32_bits((*f.d[1])[i]);
+  const bool acc_differs = f32_bits((*f.differ_key(0))[i]) != f32_bits((*f.differ_key(1))[i]);
   t.model_acc_diff += acc_differs;
   if (run.mode == ScaleMode::real || x == z || acc_differs) return;
   // Power-of-two scales: a difference where the two models' accumulators agree came from neither model.
@@ -150,6 +150,21 @@ void fp8_accumulator_rows(const Fp8RunReference& f, const LayerOperands& ops, in
 // outputs, the arms' outputs and the models' accumulators stay in the core's cache.
 constexpr int64_t kChunkElements = 16384;
 
+// Rows [r0, r0 + rows) of arm s's model outputs into `out`: its declared epilogue over the model's fp32
+// accumulators (checked once for the whole tile by the caller: `apply_epilogue_rows_unchecked`), or, on a
+// block-scaled pair, bf16 = RNE(D) of the block model's D.
+void model_outputs(const ElementContext& run, int s, int64_t r0, int64_t rows, uint16_t* out) {
+  const Fp8RunReference& f = *run.fp8;
+  const LayerOperands& ops = run.ops;
+  if (f.block) {
+    const float* d = f.d[s]->data() + r0 * ops.n;
+    for (int64_t i = 0; i < rows * ops.n; ++i) out[i] = f32_to_bf16(d[i]);
+    return;
+  }
+  apply_epilogue_rows_unchecked(*run.formula[s], f.d[s]->data(), ops.m, r0, rows, ops.a_scale.data(),
+                                ops.w_scale.data(), nullptr, ops.n, out);
+}
+
 // Rows [r0, r1) of an FP8 run, fast: the same steps as `pass_fp8_rows_reference`, the models' outputs
 // a few rows at a time (`apply_epilogue_rows_unchecked`: `element_pass` checked the whole tile), the
 // counts in SIMD lanes (element_pass_kernels.cpp), the listed elements and the tails through the
@@ -171,9 +186,7 @@ void pass_fp8_rows_fast(const ElementContext& run, int64_t r0, int64_t r1, Eleme
   for (int64_t c0 = r0; c0 < r1; c0 += chunk_rows) {
     const int64_t c1 = std::min(r1, c0 + chunk_rows);
     for (int s = 0; s < 2; ++s) {
-      if (!f.modelled[s]) continue;
-      apply_epilogue_rows_unchecked(*run.formula[s], f.d[s]->data(), ops.m, c0, c1 - c0, ops.a_scale.data(),
-                                    ops.w_scale.data(), nullptr, cols, want[s].data());
+      if (f.modelled[s]) model_outputs(run, s, c0, c1 - c0, want[s].data());
     }
     const int64_t base = c0 * cols, end = c1 * cols;
     for (int64_t at = base; at < end;) {
@@ -181,7 +194,7 @@ void pass_fp8_rows_fast(const ElementContext& run, int64_t r0, int64_t r1, Eleme
       for (int s = 0; s < 2; ++s) {
         scan.want[s] = f.modelled[s] ? want[s].data() + (at - base) : nullptr;
         scan.got[s] = run.out[s]->y.data() + at;
-        scan.d[s] = both ? f.d[s]->data() + at : nullptr;
+        scan.d[s] = both ? f.differ_key(s)->data() + at : nullptr;
       }
       scan.pow2 = pow2;
       scan.list_models = t.model_first.size() < 10;
@@ -318,7 +331,7 @@ ElementPass element_pass(const ElementContext& run) {
   const Fp8RunReference& f = *run.fp8;
   // The checks `apply_epilogue` makes on the whole tile (the blocks apply the epilogues unchecked), A first.
   for (int s = 0; s < 2; ++s) {
-    if (f.modelled[s]) {
+    if (f.modelled[s] && !f.block) {
       check_epilogue_inputs(*run.formula[s], run.ops.a_scale.data(), run.ops.w_scale.data(), nullptr, run.ops.m,
                             run.ops.n, run.ops.m);
     }
@@ -339,8 +352,12 @@ ElementPass element_pass_reference(const ElementContext& run) {
   for (int s = 0; s < 2; ++s) {
     if (!f.modelled[s]) continue;
     model_y[s].resize(static_cast<size_t>(run.ops.m * run.ops.n));
-    apply_epilogue(*run.formula[s], f.d[s]->data(), run.ops.a_scale.data(), run.ops.w_scale.data(), nullptr,
-                   run.ops.m, run.ops.n, model_y[s].data(), run.threads);
+    if (f.block) {
+      for (size_t i = 0; i < model_y[s].size(); ++i) model_y[s][i] = f32_to_bf16((*f.d[s])[i]);  // RNE(D)
+    } else {
+      apply_epilogue(*run.formula[s], f.d[s]->data(), run.ops.a_scale.data(), run.ops.w_scale.data(), nullptr,
+                     run.ops.m, run.ops.n, model_y[s].data(), run.threads);
+    }
   }
   return pass_blocks(run, PassImpl::reference, model_y);
 }

@@ -47,6 +47,16 @@ struct Fp8RunReference {
   // `fp8_accumulator_tally` found them: they do not depend on the scales, so verify compares them once
   // per (layer, rows) and hands the counts to each run. Null: the pass compares them itself.
   const ElementTally* acc_tally = nullptr;
+  // Block-scaled pairs (block models, src/epilogue/block_models.hpp): `d` holds each block model's fp32
+  // D under the run's scales, the outputs are bf16 = RNE(D) (no epilogue: `ElementContext::formula` is
+  // null), and the arms' exposed accumulators are their D of this run (`ArmOutput::d`).
+  bool block = false;
+  // What "the two models' accumulations differ" compares bitwise, element by element (the power-of-two
+  // jurisdiction of C5): null, the models' accumulators `d`; for block pairs whose chains differ, `d`
+  // with B's side made unequal wherever a K block's chain differs between the two models.
+  const std::vector<float>* key[2] = {nullptr, nullptr};
+  std::vector<float> key_store;  // owns B's key when `key[1]` is set
+  const std::vector<float>* differ_key(int s) const { return key[s] != nullptr ? key[s] : d[s]; }
 };
 
 // Everything one element pass reads: the run's operands and scale regime, the exact accumulators,

@@ -2,6 +2,7 @@
 // printout a person reads, and in brief for conform's declarations. The identification itself is
 // `identify_detail::Identifier` (identify_internal.hpp and the identify_*.cpp files beside this one).
 #include "checks/identify.hpp"
+#include "epilogue/block_models.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -12,6 +12,7 @@
 #include "accum/fp8_model.hpp"
 #include "checks/identify_internal.hpp"
 #include "core/parallel.hpp"
+#include "epilogue/block_models.hpp"
 #include "epilogue/formula_space.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/error.hpp"
@@ -275,6 +276,16 @@ IdentifyResult Identifier::run() {
   const auto t0 = std::chrono::steady_clock::now();
   r_.arm = arm_.info();
   r_.outputs = 0;
+  if (is_block_model_name(r_.arm.accumulation_model)) {
+    // Block-scaled FP8: the block model (chain, K block, promotion form) is measured by `boundary`
+    // (measure_block_model, src/checks/c1_block_model.hpp); identify's formula space does not hold it yet.
+    r_.verdict = "not-supported";
+    r_.reason = fmt::format("identify: arm {} is a block-scaled FP8 arm (block model {}); identifying a block model is "
+                            "not implemented in identify: `qconform boundary --arm {}` measures its chain, K block and "
+                            "promotion form",
+                            r_.arm.label, r_.arm.accumulation_model, r_.arm.label);
+    return r_;
+  }
   if (r_.arm.fp8()) {
     identify_fp8();
   } else {

@@ -27,6 +27,7 @@
 #include "core/parallel.hpp"
 #include "accum/fp8_model.hpp"
 #include "checks/sweep.hpp"
+#include "epilogue/block_models.hpp"
 #include "checks/verify.hpp"
 #include "synth/synth.hpp"
 #include "core/results_json.hpp"
@@ -185,10 +186,18 @@ SweepCell measure_cell(const std::vector<uint16_t>& a, const std::vector<uint16_
 // ------------------------------------------------------------------------------------------------
 
 SweepFormat sweep_pair_format(const std::string& arm_a, const std::string& arm_b) {
-  const bool fa = is_fp8_arm(arm_a), fb = is_fp8_arm(arm_b);
-  QC_INPUT(fa == fb, "--arms: `{}` is {} but `{}` is {}; a sweep compares two arms of the same format", arm_a,
-           fa ? "FP8" : "INT8", arm_b, fb ? "FP8" : "INT8");
-  return fa ? SweepFormat::fp8 : SweepFormat::int8;
+  const auto format_of = [](const std::string& label) {
+    const ArmInfo i = make_arm(label)->info();
+    return !i.fp8() ? SweepFormat::int8
+                    : is_block_model_name(i.accumulation_model) ? SweepFormat::fp8_block : SweepFormat::fp8;
+  };
+  const auto name = [](SweepFormat f) {
+    return f == SweepFormat::int8 ? "INT8" : f == SweepFormat::fp8 ? "FP8" : "block-scaled FP8";
+  };
+  const SweepFormat fa = format_of(arm_a), fb = format_of(arm_b);
+  QC_INPUT(fa == fb, "--arms: `{}` is {} but `{}` is {}; a sweep compares two arms of the same format", arm_a, name(fa),
+           arm_b, name(fb));
+  return fa;
 }
 
 SweepResult run_sweep(const SweepOptions& o) {
@@ -283,6 +292,36 @@ SweepResult run_sweep(const SweepOptions& o) {
           }
           explained = count_explained(ya, yb, p[0], p[1]);
         }
+      } else if (r.format == SweepFormat::fp8_block) {
+        SynthOptions so;
+        so.shapes = fmt::format("{}x{}x{}", o.m, o.n, k);
+        so.m = o.m;
+        so.seed = seed;
+        so.threads = o.threads;
+        so.element = "e4m3";
+        so.act_scale = fmt::format("per-token-group:{}", o.block);
+        so.weight_scale = fmt::format("per-block:{}x{}", o.block, o.block);
+        const std::vector<LayerOperands> layers = synth_operands(so);
+        QC_CHECK(layers.size() == 1, "synth_operands({}) gave {} layers", so.shapes, layers.size());
+        const LayerOperands& ops = layers[0];
+        ArmOutput oa = arm_a->run(ops);
+        ArmOutput ob = arm_b->run(ops);
+        ya = std::move(oa.y), yb = std::move(ob.y);
+        rec_a = oa.record, rec_b = ob.record;
+        if (explained_note.empty()) {  // each run's claimed block model under the cell's scales, RNE(D)
+          const Fp8LayerCodes codes = fp8_layer_codes("sweep", ops);
+          const Fp8BlockGemm g = fp8_block_gemm("sweep", codes, ops);
+          std::vector<uint16_t> p[2];
+          for (int s2 = 0; s2 < 2; ++s2) {
+            const nlohmann::json& rec = s2 ? rec_b : rec_a;
+            const BlockModel model = fp8_block_model(claimed_model(rec.at("extra"), info[s2].accumulation_model));
+            std::vector<float> d(ya.size());
+            fp8_block_evaluate(model, g, d.data(), o.threads);
+            p[s2].resize(d.size());
+            for (size_t i = 0; i < d.size(); ++i) p[s2][i] = f32_to_bf16(d[i]);
+          }
+          explained = count_explained(ya, yb, p[0], p[1]);
+        }
       } else {
         const Fp8Operands ops = synth_fp8_operands(o.m, o.n, k, seed);
         ya = run_fp8(*arm_a, ops, rec_a);
@@ -369,7 +408,7 @@ nlohmann::json to_json(const SweepResult& r) {
   nlohmann::json j = results_envelope("sweep");
   j["qconform_version"] = version();
   j["pair"] = {o.arm_a, o.arm_b};
-  j["format"] = r.format == SweepFormat::int8 ? "int8" : "fp8";
+  j["format"] = r.format == SweepFormat::int8 ? "int8" : r.format == SweepFormat::fp8 ? "fp8" : "fp8-block";
   j["arms"] = r.arms;
   j["m"] = o.m;
   j["n"] = o.n;
@@ -442,11 +481,11 @@ nlohmann::json to_json(const SweepResult& r) {
 }
 
 std::string format_sweep(const SweepResult& r) {
-  const bool ppm = r.format == SweepFormat::int8;
+  const bool ppm = r.format != SweepFormat::fp8;  // block-scaled forms move bf16 outputs rarely: ppm
   const double scale = ppm ? 1e6 : 100.0;
   const char* unit = ppm ? "ppm" : "%";
   std::string out = fmt::format("sweep {} vs {} ({}), M={} N={}, {} seed(s), {:.1f} s\n", r.options.arm_a,
-                                r.options.arm_b, ppm ? "INT8" : "FP8", r.options.m, r.options.n, r.options.seeds,
+                                r.options.arm_b, ppm ? "INT8" : r.format == SweepFormat::fp8 ? "FP8" : "block-scaled FP8", r.options.m, r.options.n, r.options.seeds,
                                 r.seconds);
   out += fmt::format("{:>7} {:>9} {:>11} {:>23} {:>9} {:>10} {:>10} {:>10} {:>8} {:>10}\n", "K", "differ",
                      fmt::format("prev {}", unit), fmt::format("{:.0f}% CI ({})", r.options.confidence * 100, unit),

@@ -13,6 +13,11 @@
 //         records; on CUDA builds `cuda:cublaslt-fp8` and `cuda:cublaslt-fp8-fastacc`
 //         (cuBLASLt's fp32 output). Every FP8 arm's fp32 result d (`Arm::fp8_accumulate`) goes
 //         through one epilogue: y = bf16(rn32(rn32(d·s_a)·s_w)).
+//   block-scaled FP8  two arms that declare block models (`cpu:fp8-block-<form>[+<chain>]`, block-scaled
+//         Python callables and plugins), operands from `synth_operands` as `synth --element e4m3
+//         --act-scale per-token-group:<b> --weight-scale per-block:<b>x<b>` (vLLM's group quantizer,
+//         DeepGEMM's block quantizer; `block`, default 128), each arm's `run` (bf16 = RNE(D)); the
+//         explained column from each arm's block model under the cell's scales.
 //   A pair that mixes the formats is an input error.
 #pragma once
 
@@ -29,7 +34,7 @@
 
 namespace qc {
 
-enum class SweepFormat { int8, fp8 };
+enum class SweepFormat { int8, fp8, fp8_block };
 
 // A realistic FP8 (e4m3fn) layer: activations [M,K] and weights [N,K] drawn Gaussian (Irwin–Hall
 // from splitmix64, integer arithmetic only) with a few heavy outlier activation channels,
@@ -85,6 +90,7 @@ struct SweepOptions {
   int64_t m = 512, n = 1024;
   int seeds = 5;
   uint64_t first_seed = 0;  // seeds first_seed .. first_seed + seeds − 1
+  int64_t block = 128;      // block-scaled pairs: 1 x block activation groups, block x block weight blocks
   double confidence = 0.95;
   int threads = 0;
   // The "explained" column: evaluate each arm's declared model (FP8: its accumulation model + the

@@ -17,12 +17,14 @@
 
 #include "accum/fp8_model.hpp"
 #include "arms/cuda/cuda.hpp"
+#include "epilogue/block_models.hpp"
 #include "checks/c2_range.hpp"
 #include "checks/c3_shared_operands.hpp"
 #include "checks/c4_accumulator.hpp"
 #include "checks/c5_pow2.hpp"
 #include "checks/c6_tolerance.hpp"
 #include "checks/element_pass.hpp"
+#include "checks/fp8_reference.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "checks/verify.hpp"
@@ -39,19 +41,6 @@ ExactAccumulators exact_acc(const LayerOperands& ops, VerifyReference where, int
   const AccumShape s{ops.m, ops.n, ops.k};
   return where == VerifyReference::gpu ? exact_accumulate_gpu(ops.a_q.data(), ops.w_q.data(), s)
                                        : exact_accumulate(ops.a_q.data(), ops.w_q.data(), s, threads);
-}
-
-using PhaseSeconds = std::vector<std::pair<std::string, double>>;
-
-void add_seconds(PhaseSeconds& seconds, std::string_view phase, double dt) {
-  for (auto& [name, total] : seconds) {
-    if (name == phase) return void(total += dt);
-  }
-  seconds.emplace_back(phase, dt);
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // Adds the wall time of `fn` to `seconds[phase]` and returns what `fn` returns.
@@ -72,168 +61,12 @@ auto timed(PhaseSeconds& seconds, std::string_view phase, Fn&& fn) {
 // result; an FP8 arm that names none (cuBLASLt, which scales inside the library) is held to
 // `fp8-scaled`, the one FP8 epilogue (the FP8 sweep applies it to every FP8 arm too).
 const Epilogue* declared(const ArmInfo& info) {
+  if (is_block_model_name(info.accumulation_model)) return nullptr;  // bf16 = RNE(D) is part of the block model
   if (info.fp8()) {
     return info.epilogue.empty() || info.epilogue == fp8_epilogue().name ? &fp8_epilogue() : &epilogue(info.epilogue);
   }
   return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue);
 }
-
-// The reference side of an FP8 pair for one (layer, rows): the layer's codes, the fp32 accumulators
-// of every model a run claims, evaluated once each (on the host, or on the GPU when verify's
-// reference is the GPU; the codes do not depend on the scale regime), and the fp32 accumulators the
-// arms expose (`Arm::fp8_accumulate`, e4m3 x e4m3 codes only) with the model that call claimed.
-// Models are evaluated by the element passes that need them and, on a GPU reference, ahead of them
-// beside the run loop (`prefetch`, started by `fp8_layer_reference`): `mu` serializes the
-// evaluations; the passes read the vectors through pointers, which stay valid (std::map nodes do
-// not move). An arm that declares `ArmInfo::concurrent_calls` is asked for its accumulator beside the
-// run loop too (`accumulators`); the others on the run loop's thread, before the layer's runs.
-struct Fp8LayerReference {
-  Fp8LayerCodes codes;
-  VerifyReference where = VerifyReference::cpu;
-  int threads = 0;
-  // Read only after `wait_accumulators`.
-  std::vector<float> arm_acc[2];                // empty when `acc_note[s]` says why
-  std::string acc_model[2];                     // the model the accumulator call claimed
-  bool has_acc[2] = {false, false};
-  std::string acc_note[2];
-  double acc_seconds[2] = {0, 0};               // the accumulator calls' time (their phases)
-  bool acc_beside[2] = {false, false};          // made beside the run loop
-
-  const std::vector<float>* model(const std::string& name) {
-    std::lock_guard lock(mu);
-    if (const auto it = d.find(name); it != d.end()) return &it->second;
-    const NamedAccumModel named = fp8_accumulation_model(name);
-    const auto t0 = std::chrono::steady_clock::now();
-    const Fp8Gemm g = codes.gemm();
-    std::vector<float> out;
-    if (where == VerifyReference::gpu) {
-      if (!gpu) gpu.emplace(g.a, g.a_format, g.w, g.w_format, g.s);  // the codes uploaded once for every model
-      out = gpu->evaluate(named.model);
-    } else {
-      out.resize(static_cast<size_t>(g.s.m * g.s.n));
-      fp8_model_evaluate(named.model, g, out.data(), threads);
-    }
-    seconds += seconds_since(t0);
-    return &d.emplace(name, std::move(out)).first->second;
-  }
-  // The evaluation time since the last call (the phase "reference accumulation (declared models)").
-  double take_seconds() {
-    std::lock_guard lock(mu);
-    return std::exchange(seconds, 0.0);
-  }
-  // Arm s's accumulator call, its claimed model or the reason it has none. Input errors other than
-  // the arm's refusal propagate.
-  void call_accumulator(int s, Arm& arm, const ArmInfo& info, const LayerOperands& rows) {
-    if (info.accumulation_model.empty()) {
-      acc_note[s] = "declares no accumulation model: no model to compare its accumulator with";
-      return;
-    }
-    if (codes.a_format != Fp8Format::e4m3 || codes.w_format != Fp8Format::e4m3) {
-      acc_note[s] = fmt::format("the fp32 accumulator interface takes e4m3 x e4m3 codes; layer `{}` is {}", rows.name,
-                                codes.description);
-      return;
-    }
-    nlohmann::json record;
-    const auto t0 = std::chrono::steady_clock::now();
-    try {
-      arm_acc[s] = arm.fp8_accumulate(codes.a.data(), codes.w.data(), rows.m, rows.n, rows.k, record, threads);
-      acc_seconds[s] += seconds_since(t0);
-    } catch (const Error& e) {
-      acc_seconds[s] += seconds_since(t0);
-      acc_note[s] = fmt::format("exposes no fp32 accumulator: {}", e.what());
-      return;
-    }
-    QC_INPUT(static_cast<int64_t>(arm_acc[s].size()) == rows.m * rows.n,
-             "arm {}: fp32 accumulator of {} elements for layer `{}`, expected {}x{}", info.label, arm_acc[s].size(),
-             rows.name, rows.m, rows.n);
-    // The call's record: a RunRecord (`extra` inside) or the CPU arms' flat object.
-    const nlohmann::json& extra = record.contains("extra") ? record["extra"] : record;
-    acc_model[s] = claimed_model(extra, info.accumulation_model);
-    if (acc_model[s].empty()) {
-      acc_note[s] = "the accumulator call's record refused the model: " + accumulation_model_refusal(extra);
-      arm_acc[s].clear();
-      return;
-    }
-    has_acc[s] = true;
-  }
-  // Waits for the accumulator calls made beside the run loop; rethrows what they threw.
-  void wait_accumulators() const {
-    const std::shared_future<void> calls = accumulators;  // a copy per waiter (element passes run on their threads)
-    if (calls.valid()) calls.get();
-  }
-  // The accumulator calls' time as phases, once (the first run of the layer that finishes adds it).
-  void take_accumulator_seconds(PhaseSeconds& to) {
-    for (int s = 0; s < 2; ++s) {
-      const double t = std::exchange(acc_seconds[s], 0.0);
-      if (t > 0) add_seconds(to, fmt::format("arm {} fp32 accumulator{}", s ? "B" : "A", acc_beside[s] ? " (beside the runs)" : ""), t);
-    }
-  }
-
- private:
-  std::mutex mu;
-  std::map<std::string, std::vector<float>> d;  // by model name
-  std::optional<GpuFp8Codes> gpu;
-  double seconds = 0;
-
- public:
-  // Declared last, destroyed first: their destructors wait for the tasks, which use the members above.
-  std::shared_future<void> accumulators;
-  std::future<void> prefetch;
-};
-
-std::shared_ptr<Fp8LayerReference> fp8_layer_reference(Arm* arms[2], const ArmInfo infos[2], const LayerOperands& rows,
-                                                       VerifyReference where, int threads) {
-  auto ref = std::make_shared<Fp8LayerReference>();
-  ref->where = where;
-  ref->threads = threads;
-  ref->codes = fp8_layer_codes("verify (the accumulation models' reference)", rows);
-  std::vector<int> beside;
-  for (int s = 0; s < 2; ++s) {
-    ref->acc_beside[s] = infos[s].concurrent_calls;
-    if (ref->acc_beside[s]) {
-      beside.push_back(s);
-    } else {
-      ref->call_accumulator(s, *arms[s], infos[s], rows);
-    }
-  }
-  if (!beside.empty()) {
-    // B's call first: the run loop runs arm A next (an arm's own calls take turns).
-    std::reverse(beside.begin(), beside.end());
-    ref->accumulators = std::async(std::launch::async, [r = ref.get(), beside, arms = std::array{arms[0], arms[1]},
-                                                        infos = std::array{infos[0], infos[1]}, rows] {
-                          for (int s : beside) r->call_accumulator(s, *arms[s], infos[s], rows);
-                        }).share();
-  }
-  if (where == VerifyReference::gpu) {
-    // The declared models evaluated on the GPU while the arms run on the host's thread (a run or
-    // accumulator call that claims another, such as a split-K form, has it evaluated by the element
-    // pass that needs it). A failure here is not lost: the element pass that needs the model
-    // evaluates it again and reports the error.
-    std::vector<std::string> names;
-    for (int s = 0; s < 2; ++s) {
-      if (!infos[s].accumulation_model.empty() &&
-          std::find(names.begin(), names.end(), infos[s].accumulation_model) == names.end()) {
-        names.push_back(infos[s].accumulation_model);
-      }
-    }
-    ref->prefetch = std::async(std::launch::async, [r = ref.get(), names] {
-      for (const std::string& name : names) {
-        try {
-          r->model(name);
-        } catch (const std::exception&) {  // evaluated (and reported) again where it is needed
-        }
-      }
-    });
-  }
-  return ref;
-}
-
-// The element passes' comparison of the exposed accumulators for one (layer, rows), made by whichever
-// pass comes first (they run one after another; `call_once` says so without relying on it).
-struct Fp8AccumulatorCheck {
-  std::once_flag once;
-  ElementTally tally;
-};
 
 }  // namespace
 
@@ -296,6 +129,11 @@ LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode) {
   std::vector<float> sw(ops.w_scale.begin(), ops.w_scale.end());
   if (mode == ScaleMode::pow2_channel) {
     for (float& s : sw) s = pow2_nearest_log2(s);
+    // Block-scaled: the activation group scales too (UE8M0-like), so that every product C*sa*sb of the
+    // promotion is exact and the promotion forms agree (docs/checks.md, "C5 on block-scaled pairs").
+    if (ops.block_scaled()) {
+      for (float& s : sa) s = pow2_nearest_log2(s);
+    }
   } else {
     const auto geometric_mean = [](const std::vector<float>& v) {
       double log_sum = 0;
@@ -313,7 +151,7 @@ LayerOperands first_rows(const LayerOperands& ops, int64_t m, std::string_view o
   LayerOperands out = ops;
   out.m = m;
   out.a_q = ops.a_q.first(static_cast<size_t>(m * ops.k));
-  out.a_scale = ops.a_scale.first(static_cast<size_t>(m));
+  out.a_scale = ops.a_scale.first(static_cast<size_t>(m * ops.a_scaling.scale_cols(ops.k)));
   return out;
 }
 
@@ -342,7 +180,21 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
            python ? "arm_a, arm_b" : "--arms", info_a.label, fp8 ? "FP8" : "INT8", info_b.label, fp8 ? "INT8" : "FP8");
   Arm* arms[2] = {&arm_a, &arm_b};
   const ArmInfo infos[2] = {info_a, info_b};
-  if (fp8) {
+  // A block-scaled pair: both arms declare block models, whose scales act inside the accumulation.
+  const bool block = fp8 && is_block_model_name(info_a.accumulation_model);
+  QC_INPUT(!fp8 || block == is_block_model_name(info_b.accumulation_model),
+           "--arms: `{}` declares {} but `{}` declares {}: verify compares two block-scaled FP8 arms (block models, "
+           "on block-scaled layers) or two FP8 arms of unscaled models, never one of each (no layer runs on both)",
+           info_a.label, info_a.accumulation_model, info_b.label, info_b.accumulation_model);
+  if (block) {
+    for (const ArmInfo& i : infos) (void)fp8_block_model(i.accumulation_model);  // a name it can evaluate
+    result.reference = fmt::format(
+        "the declared block models (A: {}, B: {}) evaluated on the layer's FP8 codes and each run's scales on the host "
+        "(Highway; {}): per K block the model's chain from zero, its promotion form into an fp32 D, bf16 = RNE(D)",
+        info_a.accumulation_model, info_b.accumulation_model,
+        reference == VerifyReference::gpu ? "the block models have no CUDA evaluation yet, so the host evaluates them"
+                                          : "the host reference");
+  } else if (fp8) {
     for (const ArmInfo& i : infos) {
       if (!i.accumulation_model.empty()) (void)fp8_accumulation_model(i.accumulation_model);  // a name it can evaluate
     }
@@ -374,7 +226,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   struct PendingRun {
     LayerRun run;
     size_t layer = 0;
-    bool last_of_layer = false, a_has_acc = false, b_has_acc = false;
+    bool last_of_layer = false, a_has_acc = false, b_has_acc = false;  // block pairs: the fp32 D (`ArmOutput::d`)
     std::future<std::pair<ElementPass, double>> pass;
     std::shared_ptr<Fp8LayerReference> fp8;  // FP8 pairs: the models' reference of this (layer, rows)
   };
@@ -412,12 +264,22 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
       // FP8: each count only where the arm claims its model on this run (else -1: unmodelled).
       const Fp8LayerReference& f = *pending->fp8;
       const bool modelled[2] = {run.unmodelled_a.empty(), run.unmodelled_b.empty()};
-      // The accumulator is compared with the model its own call claimed, whatever the run claimed.
-      run.acc_mismatch_a = f.has_acc[0] ? t.acc_mismatch[0] : -1;
-      run.acc_mismatch_b = f.has_acc[1] ? t.acc_mismatch[1] : -1;
       std::vector<std::string> notes;
-      for (int s = 0; s < 2; ++s) {
-        if (!f.acc_note[s].empty()) notes.push_back(fmt::format("{}: {}", s ? "B" : "A", f.acc_note[s]));
+      if (run.block) {
+        // Block pairs: each arm's D of this run against its block model of this run (when both exist).
+        const bool exposed[2] = {pending->a_has_acc, pending->b_has_acc};
+        run.acc_mismatch_a = exposed[0] && modelled[0] ? t.acc_mismatch[0] : -1;
+        run.acc_mismatch_b = exposed[1] && modelled[1] ? t.acc_mismatch[1] : -1;
+        for (int s = 0; s < 2; ++s) {
+          if (!exposed[s]) notes.push_back(fmt::format("{}: exposes no fp32 accumulator D with its run", s ? "B" : "A"));
+        }
+      } else {
+        // The accumulator is compared with the model its own call claimed, whatever the run claimed.
+        run.acc_mismatch_a = f.has_acc[0] ? t.acc_mismatch[0] : -1;
+        run.acc_mismatch_b = f.has_acc[1] ? t.acc_mismatch[1] : -1;
+        for (int s = 0; s < 2; ++s) {
+          if (!f.acc_note[s].empty()) notes.push_back(fmt::format("{}: {}", s ? "B" : "A", f.acc_note[s]));
+        }
       }
       run.acc_note = fmt::format("{}", fmt::join(notes, "; "));
       run.formula_mismatch_a = modelled[0] ? t.formula_mismatch[0] : -1;
@@ -428,6 +290,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         run.predicted_equals_observed = t.predicted_vs_observed == 0;
         run.model_acc_diff = t.model_acc_diff;
         if (run.mode != ScaleMode::real) {
+          run.pow2_excluded = t.pow2_excluded;
           run.pow2_violations = t.pow2_violations;
           run.pow2_first = t.pow2_first;
         }
@@ -494,6 +357,8 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         run.int32_overflow = pred.stats.int32_overflow_count > 0;
         if (fp8) {  // C2's range has no meaning for a floating-point accumulation
           run.fp8 = true;
+          run.block = block;
+          run.scaling = ops.scaling_description();
           run.safe = false;
           run.int32_overflow = false;
         }
@@ -546,10 +411,29 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
         finish_pending();
         const bool last_of_layer = msi + 1 == ms.size() && mi + 1 == options.modes.size();
-        PendingRun next{std::move(run), li, last_of_layer, out_a.acc.has_value(), out_b.acc.has_value(), {}, fp8_ref};
+        const bool a_acc = block ? out_a.d.has_value() : out_a.acc.has_value();
+        const bool b_acc = block ? out_b.d.has_value() : out_b.acc.has_value();
+        PendingRun next{std::move(run), li, last_of_layer, a_acc, b_acc, {}, fp8_ref};
         const std::string label = m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m);
-        next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops, label, mode,
-                                                    fp8_ref, fp8_run, fp8_acc, a = std::move(out_a), b = std::move(out_b)] {
+        next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops,
+                                                    label, mode, block, fp8_ref, fp8_run, fp8_acc,
+                                                    a = std::move(out_a), b = std::move(out_b)] {
+          if (fp8_run && block) {  // the block models of this run's scales, and C5's jurisdiction
+            const int64_t excluded = block_run_reference(*fp8_run, *fp8_ref, ops, mode, {&a, &b});
+            const auto t0 = std::chrono::steady_clock::now();
+            ElementPass pass = element_pass(ElementContext{.ops = ops,
+                                                           .label = label,
+                                                           .mode = mode,
+                                                           .safe = false,
+                                                           .exact = *exact,
+                                                           .out = {&a, &b},
+                                                           .formula = {nullptr, nullptr},
+                                                           .compare = options.compare,
+                                                           .threads = options.threads,
+                                                           .fp8 = fp8_run.get()});
+            pass.tally.pow2_excluded = excluded;
+            return std::pair(std::move(pass), seconds_since(t0));
+          }
           if (fp8_run) {  // the claimed models' accumulators (timed as the reference's phase, not this one)
             fp8_ref->wait_accumulators();
             for (int s = 0; s < 2; ++s) {
@@ -770,6 +654,8 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
   if (x.fp8) {
     const auto refused = [](const std::string& why) { return why.empty() ? nlohmann::json(nullptr) : nlohmann::json(why); };
     j["fp8"] = true;
+    j["block_scaled"] = x.block;
+    j["scaling"] = x.scaling;
     j["models"] = {refused(x.model_a), refused(x.model_b)};
     j["unmodelled"] = {refused(x.unmodelled_a), refused(x.unmodelled_b)};
     j["model_acc_diff"] = count(x.model_acc_diff);
@@ -801,8 +687,8 @@ nlohmann::json to_json(const VerifyResult& r) {
                      {"record", rec}};
     if (!i.accumulation_model.empty()) {  // FP8: what the arm declared, which the reference evaluated
       j["accumulation_model"] = i.accumulation_model;
-      j["accumulation_formula"] = accumulation_formula(fp8_accumulation_model(i.accumulation_model).model);
-      j["declared_epilogue"] = std::string(declared(i)->name);
+      j["accumulation_formula"] = declared_model_formula(i.accumulation_model);
+      j["declared_epilogue"] = declared(i) ? std::string(declared(i)->name) : "bf16 = RNE(D), part of the block model";
     } else if (i.fp8()) {  // FP8, no model declared: nothing predicted its outputs
       j["accumulation_model"] = nullptr;
       j["accumulation_formula"] = nullptr;
@@ -875,6 +761,8 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
       r.predicted_equals_observed = equal.is_null() || equal.get<bool>();
       if (x.value("fp8", false)) {
         r.fp8 = true;
+        r.block = x.value("block_scaled", false);
+        r.scaling = x.value("scaling", "");
         const auto refused = [](const nlohmann::json& why) { return why.is_null() ? std::string() : why.get<std::string>(); };
         r.model_a = refused(x.at("models").at(0));
         r.model_b = refused(x.at("models").at(1));

@@ -65,7 +65,8 @@ std::string_view scale_mode_name(ScaleMode mode);
 // `option` names what gave `name` in messages (`--scales` in the CLI, `scales` from Python).
 ScaleMode scale_mode_from_name(std::string_view name, std::string_view option = "--scales");
 // pow2-channel: every weight scale rounded to its nearest power of two (in log2), activation
-// scales untouched — the probe checkpoint's rewrite. pow2-layer: every activation scale and every
+// scales untouched — the probe checkpoint's rewrite; on a block-scaled layer every activation group
+// scale as well (the UE8M0 probe: each scale product in the promotion is then exact). pow2-layer: every activation scale and every
 // weight scale of the layer set to one power of two each (the nearest, in log2, to the layer's
 // geometric-mean scale) — the paper's layer-level regime, one point in scale space per layer.
 LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode);
@@ -141,6 +142,13 @@ struct LayerRun {
   // `predicted_diff` the elements where model A + epilogue != model B + epilogue, and `pow2_violations`
   // the observed differences of a power-of-two run where the two models' accumulators are equal.
   bool fp8 = false;
+  // Block-scaled pairs (both arms declare block models, on a layer whose scales act per K block): the
+  // models' D depends on the run's scales, `acc_mismatch` counts the arm's exposed D (`ArmOutput::d`) off
+  // its model, `model_acc_diff` the elements where the two models' accumulations differ (D, or under
+  // power-of-two scales a K block's chain), and `pow2_excluded` those whose chains agree but whose D do
+  // not (a scale product outside fp32's exact range).
+  bool block = false;
+  std::string scaling;                     // FP8: the layer's scale layouts (`scaling_description`)
   std::string model_a, model_b;            // the model each arm's run claimed ("" when unmodelled)
   std::string unmodelled_a, unmodelled_b;  // non-empty: why the arm is unmodelled on this run (its record refused
                                            // its model, or `kUndeclaredModel`: it declares none)

@@ -44,7 +44,9 @@ inline std::vector<PathUse> model_run_inputs(const ModelRunArgs& run, PathUse in
 inline void add_model_option(CLI::App& app, ModelRunArgs& a) {
   app.add_option("--model", a.model,
                  "llama2.c checkpoint (.bin, legacy or v1), or a directory: Hugging Face layout (config.json + "
-                 "model.safetensors, fp32/bf16, or compressed-tensors W8A8: INT8 int-quantized or FP8 float-quantized), or model.bin (llama2.c)")
+                 "model.safetensors, fp32/bf16, or compressed-tensors W8A8: INT8 int-quantized or FP8 float-quantized, "
+                 "or block-scaled FP8: Hugging Face quant_method fp8 with weight_block_size, compressed-tensors "
+                 "strategy block), or model.bin (llama2.c)")
       ->required()
       ->check(CLI::ExistingPath);
 }
@@ -68,10 +70,12 @@ inline void add_mode_options(CLI::App& app, ModelRunArgs& a, bool with_mode) {
                  "synth --element`); an FP8 checkpoint's weights are e4m3");
   app.add_option("--act-scale", a.act_scale,
                  "w8a8-fp8: activation scales, per-token (default, vLLM's dynamic_per_token_scaled_fp8_quant) or per-tensor "
-                 "(dynamic_scaled_fp8_quant: the scale then depends on the whole batch)");
+                 "(dynamic_scaled_fp8_quant: the scale then depends on the whole batch), or per-token-group:<g> "
+                 "(block-scaled, vLLM's per_token_group_quant_fp8; default on a block-scaled checkpoint, with its K block)");
   app.add_option("--weight-scale", a.weight_scale,
-                 "w8a8-fp8: weight scales, per-channel or per-tensor (compressed-tensors); default: an FP8 checkpoint's "
-                 "own, else per-channel");
+                 "w8a8-fp8: weight scales, per-channel or per-tensor (compressed-tensors), or per-block:<rows>x<cols> "
+                 "(block-scaled: DeepGEMM's per_block_cast_to_fp8, with a block-scaled arm, default cpu:fp8-block-triton); "
+                 "default: an FP8 checkpoint's own, else per-channel");
   app.add_flag("--pow2", a.pow2,
                "w8a8, w8a8-fp8: round every weight scale to its nearest power of two (log2) before use: the probe, in memory");
 }

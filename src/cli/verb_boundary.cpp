@@ -31,6 +31,7 @@ VerbRunner setup_boundary(CLI::App& app) {
     fmt::print("boundary suite (C1) for {}\n  kernel: {}\n  device: {}\n  build: {}\n\n", r.arm.label, r.record.kernel,
                r.record.device, r.record.build);
     if (r.fp8) fmt::print("{}\n", describe(*r.fp8));
+    if (r.block) fmt::print("{}\n", describe(*r.block));
     std::string group;
     for (const BoundaryCase& c : r.cases) {
       if (!*verbose && c.verdict == Verdict::pass && c.group == group) continue;

@@ -75,9 +75,12 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_option("--element", o->element,
                  "FP8 arms: element types, activations-weights: e4m3 (default), e5m2, e5m2-e4m3 or e4m3-e5m2 (as "
                  "`generate --mode w8a8-fp8`)");
-  app.add_option("--act-scale", o->act_scale, "FP8 arms: activation scales per-token (default) or per-tensor (vLLM's dynamic paths)");
+  app.add_option("--act-scale", o->act_scale,
+                 "FP8 arms: activation scales per-token (default) or per-tensor (vLLM's dynamic paths); block-scaled "
+                 "arms (cpu:fp8-block-<form>): per-token-group:<g> (default per-token-group:128)");
   app.add_option("--weight-scale", o->weight_scale,
-                 "FP8 arms: weight scales per-channel (default; an FP8 checkpoint's own) or per-tensor");
+                 "FP8 arms: weight scales per-channel (default; an FP8 checkpoint's own) or per-tensor; block-scaled "
+                 "arms: per-block:<rows>x<cols> (default per-block:128x128, a block-scaled checkpoint's own)");
   auto sweep_ks = std::make_shared<std::string>();
   app.add_option("--sweep-k", *sweep_ks,
                  "FP8 arms: the depth curve's K values (comma list; default 256,512,1024,2048,4096,8192; `none`: no curve)");

@@ -29,11 +29,17 @@ VerbRunner setup_sweep(CLI::App& app) {
                  "two arms of one format, A,B (`--pair` is the old spelling): INT8 arm labels (cpu:vllm-cutlass,cpu:vllm-triton) or FP8 arms "
                  "(cpu:fp8-<model>: hopper-fp8-chain, hopper-fp8-promote4, exact, sequential, blocked-<chunk>, "
                  "split-k-<splits>; the old aliases fp8:sequential, fp8:blocked-<chunk>, fp8:split-k-<splits>, "
-                 "fp8:exact; cuda:cublaslt-fp8[-fastacc]; docs/accumulation.md)")
+                 "fp8:exact; cuda:cublaslt-fp8[-fastacc]; docs/accumulation.md) or block-scaled FP8 arms "
+                 "(cpu:fp8-block-<form>[+<chain>], on block-scaled operands, --block)")
       ->required();
   app.add_option("--k", *ks, "comma-separated reduction depths")->capture_default_str();
   app.add_option("--m", o->m, "rows (tokens)")->capture_default_str()->check(positive_integer(o->m));
   app.add_option("--n", o->n, "output channels")->capture_default_str()->check(positive_integer(o->n));
+  app.add_option("--block", o->block,
+                 "block-scaled FP8 pairs (cpu:fp8-block-<form>): 1 x BLOCK activation groups and BLOCK x BLOCK weight "
+                 "blocks")
+      ->capture_default_str()
+      ->check(positive_integer(o->block));
   app.add_option("--seeds", o->seeds, "seeds per depth")->capture_default_str()->check(positive_integer(o->seeds));
   app.add_option("--first-seed", o->first_seed, "first seed")
       ->capture_default_str()

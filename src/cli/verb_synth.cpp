@@ -27,17 +27,27 @@ VerbRunner setup_synth(CLI::App& app) {
       ->capture_default_str()
       ->check(non_negative_integer(o->seed));
   app.add_flag("--bias", o->bias, "add a bf16 bias per output channel");
-  app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang, reciprocal")
+  app.add_option("--act-quantizer", o->act_quantizer,
+                 "activation quantizer: vllm, sglang, reciprocal (INT8); vllm (FP8 per token or tensor); vllm, sglang, "
+                 "deepgemm (FP8 per-token-group: their per_token_group_quant_fp8 / per_token_cast_to_fp8)")
       ->capture_default_str();
   app.add_option("--element", o->element,
                  "element types, activations-weights: int8, e4m3, e5m2, e5m2-e4m3 (FP8: vLLM's dynamic per-token "
                  "FP8 activations, compressed-tensors' per-channel FP8 weights)")
       ->capture_default_str();
-  app.add_option("--act-scale", o->act_scale, "FP8 activation scales: per-token or per-tensor (vLLM's dynamic paths)")
+  app.add_option("--act-scale", o->act_scale,
+                 "FP8 activation scales: per-token or per-tensor (vLLM's dynamic paths), or per-token-group:<g> "
+                 "(block-scaled FP8: one scale per token and g columns of K, a_scale [M, ceil(K/g)])")
       ->capture_default_str();
   app.add_option("--weight-scale", o->weight_scale,
-                 "FP8 weight scales: per-channel or per-tensor (compressed-tensors; per tensor stored as N equal entries)")
+                 "FP8 weight scales: per-channel or per-tensor (compressed-tensors; per tensor stored as N equal "
+                 "entries), or per-block:<rows>x<cols> (block-scaled FP8, w_scale [ceil(N/rows), ceil(K/cols)])")
       ->capture_default_str();
+  app.add_option("--weight-quantizer", o->weight_quantizer,
+                 "per-block FP8 weights: deepgemm (per_block_cast_to_fp8) or compressed-tensors (strategy block)")
+      ->capture_default_str();
+  app.add_flag("--ue8m0", o->ue8m0,
+               "block-scaled FP8: every scale rounded up to a power of two (UE8M0, DeepSeek-V3.1's scale_fmt)");
   app.add_option("--outlier-fraction", o->outlier_fraction, "share of heavy outlier activation channels")
       ->capture_default_str()
       ->check(finite_in(0, 1));
@@ -70,8 +80,8 @@ VerbRunner setup_synth(CLI::App& app) {
           {"m", std::to_string(rows)},
           {"seed", std::to_string(o->seed)},
           {"element", o->element},
-          {"act_quantizer", fp8_act_quantizer_description(parse_fp8_act_scaling(o->act_scale))},
-          {"weight_quantizer", fp8_weight_quantizer_description(parse_weight_scaling(o->weight_scale))}};
+          {"act_quantizer", synth_act_quantizer_description(*o)},
+          {"weight_quantizer", synth_weight_quantizer_description(*o)}};
     };
     std::string shards;
     if (shard_size->empty()) {

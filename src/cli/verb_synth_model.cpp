@@ -27,9 +27,12 @@ VerbRunner setup_synth_model(CLI::App& app) {
   app.add_option("--out", a->out, "output directory (must not exist)")->required();
   app.add_option("--format", a->format,
                  "hf (default) | compressed-tensors (int-quantized W8A8) | compressed-tensors-fp8 (float-quantized: "
-                 "e4m3 weights, as vLLM's FP8-dynamic checkpoints) | llama2c");
+                 "e4m3 weights, as vLLM's FP8-dynamic checkpoints) | hf-fp8 (block-scaled: quant_method fp8, "
+                 "weight_block_size, weight_scale_inv, as DeepSeek-V3 and Qwen3-FP8) | compressed-tensors-fp8-block "
+                 "(strategy block) | llama2c");
   app.add_option("--weight-scale", a->weight_scale,
-                 "compressed-tensors-fp8: per-channel (default, weight_scale [N,1]) or per-tensor (weight_scale [1])");
+                 "compressed-tensors-fp8: per-channel (default, weight_scale [N,1]) or per-tensor (weight_scale [1]); "
+                 "hf-fp8, compressed-tensors-fp8-block: per-block:<rows>x<cols> (default per-block:128x128)");
   app.add_option("--dtype", a->dtype, "f32 (default) | bf16 (hf and compressed-tensors)");
   app.add_option("--sequences", a->sequences, "token sequences in tokens.jsonl (default 4)")
       ->check(positive_integer(a->sequences));
@@ -41,11 +44,19 @@ VerbRunner setup_synth_model(CLI::App& app) {
     config.dtype = a->dtype;
     QC_INPUT(a->length <= config.max_seq_len, "--length {}: expected at most the model's max_seq_len {}", a->length,
              config.max_seq_len);
-    QC_INPUT(a->weight_scale.empty() || format == ModelFormat::compressed_tensors_fp8,
-             "--weight-scale `{}`: expected it only with --format compressed-tensors-fp8, found --format {}",
+    const bool block = format == ModelFormat::hf_fp8 || format == ModelFormat::compressed_tensors_fp8_block;
+    QC_INPUT(a->weight_scale.empty() || format == ModelFormat::compressed_tensors_fp8 || block,
+             "--weight-scale `{}`: expected it only with --format compressed-tensors-fp8, hf-fp8 or "
+             "compressed-tensors-fp8-block, found --format {}",
              a->weight_scale, a->format);
+    std::optional<ScaleLayout> blocks;
+    if (block && !a->weight_scale.empty()) {
+      blocks = parse_scale_layout(a->weight_scale, /*weights=*/true, "--weight-scale");
+      QC_INPUT(blocks->k_blocked(), "--weight-scale `{}` with --format {}: expected per-block:<rows>x<cols>",
+               a->weight_scale, a->format);
+    }
     Model model = synth_model(config, a->seed);
-    if (!a->weight_scale.empty()) model = fp8_quantized(model, parse_weight_scaling(a->weight_scale));
+    if (!a->weight_scale.empty() && !block) model = fp8_quantized(model, parse_weight_scaling(a->weight_scale));
     // Token ids from their own stream: BOS, then uniform ids above the special tokens 0..2.
     uint64_t state = a->seed ^ 0x746f6b656e73ull;  // "tokens"
     std::string tokens;
@@ -56,7 +67,7 @@ VerbRunner setup_synth_model(CLI::App& app) {
       }
       tokens += nlohmann::json{{"prompt", s}, {"tokens", t}}.dump() + "\n";
     }
-    save_model(model, a->out, format, {{"tokens.jsonl", tokens}});
+    save_model(model, a->out, format, {{"tokens.jsonl", tokens}}, blocks);
     int64_t params = static_cast<int64_t>(model.embed.size() + model.lm_head.size());
     for (const LinearLayer* l : model.linear_layers()) params += l->n_out * l->k_in;
     fmt::print("synth-model: {} ({} layers, hidden {}, intermediate {}, {}/{} heads of {}, vocab {}, {} params), seed "

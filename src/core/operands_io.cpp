@@ -56,11 +56,54 @@ DType code_dtype(ElementType t) {
   return t == ElementType::int8 ? DType::i8 : t == ElementType::e4m3 ? DType::e4m3 : DType::e5m2;
 }
 
-// A per-row vector stored as [R] or [R,1].
-int64_t vector_length(const SafetensorsFile& file, const std::string& key, const Tensor& t) {
-  QC_INPUT(t.ndim() == 1 || t.dim(1) == 1, "{}: tensor `{}`: expected shape [R] or [R,1], found {}", file.path, key,
-           shape_string(t.shape()));
-  return t.dim(0);
+// The scale layouts of every layer of an operand file, from its metadata (docs/formats.md):
+// `act_scale` ("per-token", "per-tensor", "per-token-group:<g>"), `weight_scale` ("per-channel",
+// "per-tensor", "per-block:<rows>x<cols>") and `scale_fmt` ("ue8m0": every scale a power of two; "fp32"
+// or absent: any finite positive fp32). Absent keys: per-token x per-channel, the format's first layout.
+struct FileScaling {
+  ScaleLayout a = ScaleLayout::per_token(), w = ScaleLayout::per_channel();
+};
+
+constexpr const char* kActScaleKey = "act_scale";
+constexpr const char* kWeightScaleKey = "weight_scale";
+constexpr const char* kScaleFmtKey = "scale_fmt";
+
+FileScaling file_scaling(const std::map<std::string, std::string>& metadata, const std::string& path) {
+  FileScaling f;
+  if (const auto it = metadata.find(kActScaleKey); it != metadata.end()) {
+    f.a = parse_scale_layout(it->second, /*weights=*/false, fmt::format("{}: metadata `{}`", path, kActScaleKey));
+  }
+  if (const auto it = metadata.find(kWeightScaleKey); it != metadata.end()) {
+    f.w = parse_scale_layout(it->second, /*weights=*/true, fmt::format("{}: metadata `{}`", path, kWeightScaleKey));
+  }
+  if (const auto it = metadata.find(kScaleFmtKey); it != metadata.end()) {
+    QC_INPUT(it->second == "ue8m0" || it->second == "fp32",
+             "{}: metadata `{}`: expected \"ue8m0\" (every scale a power of two) or \"fp32\", found \"{}\"", path,
+             kScaleFmtKey, it->second);
+    f.a.ue8m0 = f.w.ue8m0 = it->second == "ue8m0";
+  }
+  return f;
+}
+
+// A scale tensor in `layout`: a per-row vector [R] or [R,1], or, k-blocked, the matrix [rows, cols].
+void expect_scale_shape(const SafetensorsFile& file, const std::string& layer, const char* part, const Tensor& t,
+                        const ScaleLayout& layout, int64_t operand_rows, int64_t k, const char* rows_of) {
+  const int64_t rows = layout.scale_rows(operand_rows), cols = layout.scale_cols(k);
+  if (layout.k_blocked()) {
+    QC_INPUT(t.ndim() == 2 && t.dim(0) == rows && t.dim(1) == cols,
+             "{}: layer `{}`, tensor `{}`: expected shape [{}, {}] ({} scales: ceil({}/{}) {} by ceil({}/{}) along K), "
+             "found {}",
+             file.path, layer, part, rows, cols, layout.spec(), operand_rows, layout.block_rows, rows_of, k,
+             layout.block_k, shape_string(t.shape()));
+    return;
+  }
+  QC_INPUT((t.ndim() == 1 || t.dim(1) == 1) && t.dim(0) == rows,
+           "{}: layer `{}`, tensor `{}`: expected shape [{}] or [{}, 1] ({} scales, one per row of {}), found {}{}",
+           file.path, layer, part, rows, rows, layout.spec(), rows_of, shape_string(t.shape()),
+           t.ndim() == 2 && t.dim(1) > 1 ? fmt::format("; a scale per K group or block needs the file's metadata `{}` "
+                                                       "to say so (e.g. per-token-group:128, per-block:128x128)",
+                                                       part == std::string_view("a_scale") ? kActScaleKey : kWeightScaleKey)
+                                         : std::string());
 }
 
 }  // namespace
@@ -153,7 +196,8 @@ std::vector<std::string> layer_order(const std::vector<std::string>& keys, const
 }
 
 // Layer `name` of `file`, validated; its views keep `file` (and so its mapping) alive.
-LayerOperands layer_of(const std::shared_ptr<SafetensorsFile>& file, const std::string& name, const std::string& path) {
+LayerOperands layer_of(const std::shared_ptr<SafetensorsFile>& file, const std::string& name, const std::string& path,
+                       const FileScaling& scaling) {
   const ElementType a_type = code_type(*file, name + ".a_q"), w_type = code_type(*file, name + ".w_q");
   const Tensor& a_q = expect(*file, name + ".a_q", code_dtype(a_type), 2, 2);
   const Tensor& w_q = expect(*file, name + ".w_q", code_dtype(w_type), 2, 2);
@@ -167,12 +211,10 @@ LayerOperands layer_of(const std::shared_ptr<SafetensorsFile>& file, const std::
   ops.n = w_q.dim(0);
   QC_INPUT(w_q.dim(1) == ops.k, "{}: layer `{}`: a_q is {} but w_q is {}: expected the same K (columns)", path, name,
            shape_string(a_q.shape()), shape_string(w_q.shape()));
-  QC_INPUT(vector_length(*file, name + ".a_scale", a_scale) == ops.m,
-           "{}: layer `{}`, tensor `a_scale`: expected {} entries (rows of a_q), found shape {}", path, name, ops.m,
-           shape_string(a_scale.shape()));
-  QC_INPUT(vector_length(*file, name + ".w_scale", w_scale) == ops.n,
-           "{}: layer `{}`, tensor `w_scale`: expected {} entries (rows of w_q), found shape {}", path, name, ops.n,
-           shape_string(w_scale.shape()));
+  expect_scale_shape(*file, name, "a_scale", a_scale, scaling.a, ops.m, ops.k, "rows of a_q");
+  expect_scale_shape(*file, name, "w_scale", w_scale, scaling.w, ops.n, ops.k, "rows of w_q");
+  ops.a_scaling = scaling.a;
+  ops.w_scaling = scaling.w;
   ops.a_type = a_type;
   ops.w_type = w_type;
   ops.a_q = a_q.span<int8_t>();
@@ -244,6 +286,7 @@ OperandSet open_sharded(const std::string& path, bool with_digest) {
     layers_of_shard[shard].push_back(i);
   }
   set.headers.resize(order.size());
+  const FileScaling scaling = file_scaling(set.metadata, path);
   for (const std::string& shard : ix.shards) {
     const std::string shard_path = (std::filesystem::path(ix.dir) / shard).string();
     auto file = std::make_shared<SafetensorsFile>(read_safetensors(shard_path));  // the header only is read
@@ -253,7 +296,7 @@ OperandSet open_sharded(const std::string& path, bool with_digest) {
                path, tensor, it == ix.weight_map.end() ? std::string("nothing") : it->second, shard);
     }
     for (size_t i : layers_of_shard[shard]) {
-      const LayerOperands ops = layer_of(file, order[i], shard_path);
+      const LayerOperands ops = layer_of(file, order[i], shard_path, scaling);
       set.headers[i] = {ops.name, ops.m, ops.n, ops.k, shard};
     }
   }  // the shard is unmapped here
@@ -266,7 +309,7 @@ OperandSet open_sharded(const std::string& path, bool with_digest) {
   };
   auto checked = std::make_shared<Checked>();
   const std::string dir = ix.dir;
-  set.loader = [path, dir, order, shard_of, digests, checked](size_t i) {
+  set.loader = [path, dir, order, shard_of, digests, checked, scaling](size_t i) {
     const std::string& shard = shard_of->at(i);
     const std::string shard_path = (std::filesystem::path(dir) / shard).string();
     {
@@ -280,7 +323,7 @@ OperandSet open_sharded(const std::string& path, bool with_digest) {
         checked->shards.insert(shard);
       }
     }
-    return layer_of(std::make_shared<SafetensorsFile>(read_safetensors(shard_path)), order[i], shard_path);
+    return layer_of(std::make_shared<SafetensorsFile>(read_safetensors(shard_path)), order[i], shard_path, scaling);
   };
   return set;
 }
@@ -314,14 +357,53 @@ OperandSet load_operands(const std::string& path, bool with_digest) {
   if (with_digest) digest = std::async(std::launch::async, [path] { return sha256_file(path); });
   std::vector<std::string> keys;
   for (const auto& [key, tensor] : file->tensors) keys.push_back(key);
+  const FileScaling scaling = file_scaling(set.metadata, path);
   for (const std::string& name : layer_order(keys, set.metadata, path)) {
-    set.layers.push_back(layer_of(file, name, path));
+    set.layers.push_back(layer_of(file, name, path, scaling));
     const LayerOperands& ops = set.layers.back();
     set.headers.push_back({ops.name, ops.m, ops.n, ops.k});
   }
   if (digest.valid()) set.sha256 = digest.get();
   return set;
 }
+
+namespace {
+// The metadata that records the layers' scale layouts (`file_scaling` reads it back): one layout per
+// operand for the whole file, so every layer must share it (`check_same_scaling`); the keys are written
+// only for a layout other than the default per-token x per-channel fp32 (files of those stay byte for
+// byte as before), and a key the caller's metadata names already must agree with the layers.
+void check_same_scaling(const std::string& path, const LayerOperands& first, const LayerOperands& l) {
+  QC_INPUT(l.a_scaling == first.a_scaling && l.w_scaling == first.w_scaling,
+           "{}: layer `{}` has {} scales but layer `{}` has {}: expected one scale layout for every layer of an operand "
+           "file (its metadata act_scale, weight_scale, scale_fmt)",
+           path, l.name, l.scaling_description(), first.name, first.scaling_description());
+}
+
+void record_scaling(const std::string& path, const ScaleLayout& a, const ScaleLayout& w,
+                    std::map<std::string, std::string>& metadata) {
+  const FileScaling defaults;
+  const bool ue8m0 = a.ue8m0 && w.ue8m0;
+  const struct {
+    const char* key;
+    std::string value;
+    bool non_default;
+  } keys[] = {{kActScaleKey, a.spec(), a.spec() != defaults.a.spec()},
+              {kWeightScaleKey, w.spec(), w.spec() != defaults.w.spec()},
+              {kScaleFmtKey, ue8m0 ? "ue8m0" : "fp32", ue8m0}};
+  for (const auto& k : keys) {
+    const auto it = metadata.find(k.key);
+    QC_CHECK(it == metadata.end() || it->second == k.value, "save_operands {}: metadata `{}` = \"{}\" but the layers' scales are {}",
+             path, k.key, it == metadata.end() ? std::string() : it->second, k.value);
+    if (k.non_default) metadata[k.key] = k.value;
+  }
+}
+
+// A scale tensor's shape in the file: [R] per row, or the [rows, cols] matrix of a k-blocked layout.
+std::vector<int64_t> scale_shape(const ScaleLayout& l, int64_t rows, int64_t k) {
+  if (!l.k_blocked()) return {rows};
+  return {l.scale_rows(rows), l.scale_cols(k)};
+}
+}  // namespace
 
 void save_operands(const std::string& path, const std::vector<LayerOperands>& layers,
                    std::map<std::string, std::string> metadata) {
@@ -337,20 +419,25 @@ void save_operands(const std::string& path, const std::vector<LayerOperands>& la
              "{}: layer name `{}`: expected a non-empty name without commas (the metadata `layers` lists names "
              "separated by commas)", path, ops.name);
     tensors.emplace_back(ops.name + ".a_q", view(code_dtype(ops.a_type), {ops.m, ops.k}, ops.a_q, ops));
-    tensors.emplace_back(ops.name + ".a_scale", view(DType::f32, {ops.m}, ops.a_scale, ops));
+    tensors.emplace_back(ops.name + ".a_scale", view(DType::f32, scale_shape(ops.a_scaling, ops.m, ops.k), ops.a_scale, ops));
     tensors.emplace_back(ops.name + ".w_q", view(code_dtype(ops.w_type), {ops.n, ops.k}, ops.w_q, ops));
-    tensors.emplace_back(ops.name + ".w_scale", view(DType::f32, {ops.n}, ops.w_scale, ops));
+    tensors.emplace_back(ops.name + ".w_scale", view(DType::f32, scale_shape(ops.w_scaling, ops.n, ops.k), ops.w_scale, ops));
     if (ops.has_bias()) {
       tensors.emplace_back(ops.name + ".bias", view(DType::bf16, {ops.n}, ops.bias, ops));
     }
     order += (order.empty() ? "" : ",") + ops.name;
   }
   metadata["layers"] = order;
+  if (!layers.empty()) {
+    for (const LayerOperands& l : layers) check_same_scaling(path, layers.front(), l);
+    record_scaling(path, layers.front().a_scaling, layers.front().w_scaling, metadata);
+  }
   write_safetensors(path, tensors, metadata);
 }
 
 int64_t operand_bytes(const LayerOperands& ops) {
-  return ops.m * ops.k + 4 * ops.m + ops.n * ops.k + 4 * ops.n + (ops.has_bias() ? 2 * ops.n : 0);
+  return ops.m * ops.k + 4 * static_cast<int64_t>(ops.a_scale.size()) + ops.n * ops.k +
+         4 * static_cast<int64_t>(ops.w_scale.size()) + (ops.has_bias() ? 2 * ops.n : 0);
 }
 
 ShardedOperandWriter::ShardedOperandWriter(std::string index_path, std::map<std::string, std::string> metadata,
@@ -366,6 +453,15 @@ ShardedOperandWriter::ShardedOperandWriter(std::string index_path, std::map<std:
 
 void ShardedOperandWriter::add(LayerOperands layer) {
   QC_INPUT(!finished_, "{}: a layer added after the index was written", index_path_);
+  // The index's metadata records the set's scale layout (every shard's too): the first layer sets it.
+  if (!first_layer_) {
+    record_scaling(index_path_, layer.a_scaling, layer.w_scaling, metadata_);
+    first_layer_.emplace();
+    first_layer_->name = layer.name;
+    first_layer_->a_scaling = layer.a_scaling;
+    first_layer_->w_scaling = layer.w_scaling;
+  }
+  check_same_scaling(index_path_, *first_layer_, layer);
   const int64_t bytes = operand_bytes(layer);
   if (!pending_.empty() && pending_bytes_ + bytes > shard_bytes_) flush();
   pending_bytes_ += bytes;

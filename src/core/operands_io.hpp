@@ -1,11 +1,14 @@
 // Operand files: safetensors (one file, or shards named by an index, docs/formats.md) with keys `<layer>.a_q` i8 [M,K], `<layer>.a_scale` f32 [M] (or
 // [M,1]), `<layer>.w_q` i8 [N,K], `<layer>.w_scale` f32 [N] (or [N,1]), optional `<layer>.bias`
 // bf16 [N]. `__metadata__` records the source; its key `layers` (comma-separated) fixes the layer
-// order, otherwise layers are ordered naturally (numbers compared as numbers).
+// order, otherwise layers are ordered naturally (numbers compared as numbers). Its keys `act_scale`,
+// `weight_scale` and `scale_fmt` give every layer's scale layout (per-token-group a_scale [M, ceil(K/g)],
+// per-block w_scale [ceil(N/b_n), ceil(K/b_k)], UE8M0 scales); without them, per token x per channel.
 #pragma once
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -74,6 +77,7 @@ class ShardedOperandWriter {
   std::map<std::string, std::string> weight_map_;
   std::string order_;
   bool finished_ = false;
+  std::optional<LayerOperands> first_layer_;  // the first layer's name and scale layouts (no bytes held)
 };
 
 // Natural order: "layers.2.q" < "layers.10.q".

@@ -204,6 +204,171 @@ void quantize_weights_fp8(ElementType target, WeightScaling scaling, const float
                              [q, target](int64_t i, float v) { q[i] = fp8_clamp_rne(target, v); });
 }
 
+// ------------------------------------------------------------------------------------------------
+// Block-scaled FP8
+// ------------------------------------------------------------------------------------------------
+
+float ue8m0_ceil(float s) {
+  // 1. The biased exponent, plus one when any fraction bit is set (s is not a power of two already).
+  const uint32_t bits = f32_bits(std::fabs(s));
+  const uint32_t exp = ((bits >> 23) & 0xFFu) + ((bits & 0x7FFFFFu) != 0 ? 1u : 0u);
+  // 2. Clamped to the normal exponents 1..254 (2^-126 .. 2^127), the fraction cleared.
+  return f32_from_bits(std::clamp<uint32_t>(exp, 1, 254) << 23);
+}
+
+GroupQuantizer group_quantizer(std::string_view name, std::string_view what) {
+  if (name == "vllm") return GroupQuantizer::vllm;
+  if (name == "sglang") return GroupQuantizer::sglang;
+  if (name == "deepgemm") return GroupQuantizer::deepgemm;
+  QC_FAIL_INPUT("{} `{}`: expected a per-token-group FP8 quantizer: vllm, sglang or deepgemm", what, name);
+}
+
+std::string_view group_quantizer_name(GroupQuantizer q) {
+  switch (q) {
+    case GroupQuantizer::vllm: return "vllm";
+    case GroupQuantizer::sglang: return "sglang";
+    case GroupQuantizer::deepgemm: return "deepgemm";
+  }
+  return "?";
+}
+
+std::string group_quantizer_description(GroupQuantizer q, bool ue8m0) {
+  switch (q) {
+    case GroupQuantizer::vllm:
+      return ue8m0 ? "vllm per_token_group_quant_fp8 ue8m0: a=fmax(absmax,1e-10), s=ceil_pow2(fmax(a/448,1e-10)), "
+                     "q=rne(clamp(x/s))"
+                   : "vllm per_token_group_quant_fp8: a=fmax(absmax,1e-10), s=a/448, q=rne(clamp(x/s))";
+    case GroupQuantizer::sglang:
+      return ue8m0 ? "sglang per_token_group_quant_8bit ue8m0: a=fmax(absmax,1e-10), s=ceil_pow2(a*(1/448)), "
+                     "q=rne(clamp(x*(1/s)))"
+                   : "sglang per_token_group_quant_8bit: a=fmax(absmax,1e-10), s=a*(1/448), q=rne(clamp(x*(448/a)))";
+    case GroupQuantizer::deepgemm:
+      return ue8m0 ? "deepgemm per_token_cast_to_fp8 ue8m0: a=fmax(absmax,1e-4), s=ceil_to_ue8m0(a/448), "
+                     "q=rne(x*(1/s))"
+                   : "deepgemm per_token_cast_to_fp8: a=fmax(absmax,1e-4), s=a/448, q=rne(x*(1/s))";
+  }
+  return "?";
+}
+
+BlockQuantizer block_quantizer(std::string_view name, std::string_view what) {
+  if (name == "deepgemm") return BlockQuantizer::deepgemm;
+  if (name == "compressed-tensors") return BlockQuantizer::compressed_tensors;
+  QC_FAIL_INPUT("{} `{}`: expected a per-block FP8 weight quantizer: deepgemm or compressed-tensors", what, name);
+}
+
+std::string_view block_quantizer_name(BlockQuantizer q) {
+  return q == BlockQuantizer::deepgemm ? "deepgemm" : "compressed-tensors";
+}
+
+std::string block_quantizer_description(BlockQuantizer q, bool ue8m0) {
+  if (q == BlockQuantizer::compressed_tensors) return "compressed-tensors fp8 block: s=absmax/448, q=rne(clamp(w/s))";
+  return ue8m0 ? "deepgemm per_block_cast_to_fp8 ue8m0: a=fmax(absmax,1e-4), s=ceil_to_ue8m0(a/448), q=rne(w*(1/s))"
+               : "deepgemm per_block_cast_to_fp8: a=fmax(absmax,1e-4), s=a/448, q=rne(w*(1/s))";
+}
+
+namespace {
+void check_block_target(const char* who, ElementType target) {
+  QC_INPUT(target == ElementType::e4m3,
+           "{}: field target: expected e4m3 (the block-scaled FP8 quantizers of vLLM, SGLang and DeepGEMM write "
+           "float8_e4m3fn), found {}",
+           who, element_type_name(target));
+}
+}  // namespace
+
+void quantize_activations_fp8_groups(ElementType target, GroupQuantizer q, int64_t g, bool ue8m0, const float* x,
+                                     int64_t M, int64_t K, uint8_t* codes, float* scales) {
+  const char* who = "quantize_activations_fp8_groups";
+  QC_INPUT(M >= 0 && K >= 0 && g >= 1, "{}: expected M, K >= 0 and a group size >= 1, found M={} K={} g={}", who, M, K, g);
+  check_block_target(who, target);
+  const float max = fp8_max(target);
+  const int64_t groups = (K + g - 1) / g;
+  for (int64_t m = 0; m < M; ++m) {
+    for (int64_t gi = 0; gi < groups; ++gi) {
+      const float* v = x + m * K + gi * g;
+      uint8_t* out = codes + m * K + gi * g;
+      const int64_t n = std::min(g, K - gi * g);
+      // 1. The group's absmax (`fmax` skips NaN as CUDA's `fmaxf`), floored as each kernel floors it.
+      float a = q == GroupQuantizer::deepgemm ? 1e-4f : 1e-10f;
+      for (int64_t i = 0; i < n; ++i) a = std::fmax(a, std::fabs(v[i]));
+      // 2. The stored scale, and the codes: a quotient (vLLM) or a product with a multiplier.
+      float s = 0.0f;
+      switch (q) {
+        case GroupQuantizer::vllm:
+          s = a / max;
+          if (ue8m0) s = ue8m0_ceil(std::fmax(s, 1e-10f));  // vLLM floors the scale at 1e-10 before log2f
+          for (int64_t i = 0; i < n; ++i) out[i] = fp8_clamp_rne(target, v[i] / s);
+          break;
+        case GroupQuantizer::sglang: {
+          constexpr float kInvMax = 1.0f / 448.0f;  // `MAX_8BIT_INV`, a constexpr fp32 quotient
+          s = a * kInvMax;
+          float mult = max / a;
+          if (ue8m0) {
+            s = ue8m0_ceil(s);
+            mult = 1.0f / s;  // fast_pow2(-e): exact
+          }
+          for (int64_t i = 0; i < n; ++i) out[i] = fp8_clamp_rne(target, v[i] * mult);
+          break;
+        }
+        case GroupQuantizer::deepgemm: {
+          s = a / 448.0f;
+          if (ue8m0) s = ue8m0_ceil(s);
+          const float inv = 1.0f / s;
+          for (int64_t i = 0; i < n; ++i) out[i] = fp8_clamp_rne(target, v[i] * inv);
+          break;
+        }
+      }
+      scales[m * groups + gi] = s;
+    }
+  }
+}
+
+void quantize_weights_fp8_blocks(ElementType target, BlockQuantizer q, int64_t b_n, int64_t b_k, bool ue8m0,
+                                 const float* w, int64_t N, int64_t K, uint8_t* codes, float* scales,
+                                 WeightScaleDtype dtype) {
+  const char* who = "quantize_weights_fp8_blocks";
+  QC_INPUT(N >= 0 && K >= 0 && b_n >= 1 && b_k >= 1, "{}: expected N, K >= 0 and blocks of at least 1x1, found N={} K={} "
+           "block {}x{}", who, N, K, b_n, b_k);
+  check_block_target(who, target);
+  QC_INPUT(!(ue8m0 && q == BlockQuantizer::compressed_tensors),
+           "{}: --ue8m0 with the compressed-tensors block quantizer: expected fp32 scales (compressed-tensors has no "
+           "UE8M0 format; DeepGEMM's per_block_cast_to_fp8 has: use the deepgemm quantizer)",
+           who);
+  const bool bf16 = dtype == WeightScaleDtype::bf16;
+  auto model = [bf16](float v) { return bf16 ? bf16_to_f32(f32_to_bf16(v)) : v; };  // value in the model dtype
+  for (int64_t i = 0; i < N * K; ++i) {
+    QC_INPUT(std::isfinite(w[i]), "{}: field w[{},{}]: expected finite, found {}", who, i / K, i % K, w[i]);
+  }
+  const float max = fp8_max(target);
+  const int64_t rows = (N + b_n - 1) / b_n, cols = (K + b_k - 1) / b_k;
+  for (int64_t br = 0; br < rows; ++br) {
+    for (int64_t bc = 0; bc < cols; ++bc) {
+      const int64_t n0 = br * b_n, n1 = std::min(N, n0 + b_n), k0 = bc * b_k, k1 = std::min(K, k0 + b_k);
+      // 1. The block's absmax over its own elements (DeepGEMM pads with zeros, which change nothing).
+      float a = q == BlockQuantizer::deepgemm ? 1e-4f : 0.0f;
+      for (int64_t n = n0; n < n1; ++n) {
+        for (int64_t k = k0; k < k1; ++k) a = std::max(a, std::fabs(model(w[n * K + k])));
+      }
+      // 2. The scale and the codes.
+      float s = 0.0f;
+      if (q == BlockQuantizer::deepgemm) {
+        s = a / 448.0f;
+        if (ue8m0) s = ue8m0_ceil(s);
+        const float inv = 1.0f / s;
+        for (int64_t n = n0; n < n1; ++n) {
+          for (int64_t k = k0; k < k1; ++k) codes[n * K + k] = fp8_clamp_rne(target, model(w[n * K + k]) * inv);
+        }
+      } else {
+        s = model(a / max);
+        if (s == 0.0f) s = bf16 ? 0x1p-7f : 0x1p-23f;  // compressed-tensors: zero scale -> dtype eps
+        for (int64_t n = n0; n < n1; ++n) {
+          for (int64_t k = k0; k < k1; ++k) codes[n * K + k] = fp8_clamp_rne(target, model(model(w[n * K + k]) / s));
+        }
+      }
+      scales[br * cols + bc] = s;
+    }
+  }
+}
+
 }  // namespace qc
 
 namespace qc {
@@ -244,6 +409,14 @@ std::string_view to_string(Fp8ActScaling scaling) {
 
 std::string_view to_string(WeightScaling scaling) {
   return scaling == WeightScaling::per_tensor ? "per-tensor" : "per-channel";
+}
+
+std::string Fp8Quantization::act_scale_spec() const {
+  return act_blocks ? act_blocks->spec() : std::string(to_string(act_scaling));
+}
+
+std::string Fp8Quantization::weight_scale_spec() const {
+  return weight_blocks ? weight_blocks->spec() : std::string(to_string(weight_scaling));
 }
 
 std::string fp8_act_quantizer_description(Fp8ActScaling scaling) {

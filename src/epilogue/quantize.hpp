@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -137,6 +138,73 @@ std::string_view to_string(WeightScaling scaling);
 std::string fp8_act_quantizer_description(Fp8ActScaling scaling);
 std::string fp8_weight_quantizer_description(WeightScaling scaling);
 
+// ------------------------------------------------------------------------------------------------
+// Block-scaled FP8 (DeepSeek-V3 style): activations per token in groups of g columns along K (1×g),
+// weights per block of b_n rows × b_k columns. Sources (read 2026-12-04 through the search tool;
+// docs/epilogues.md, "Block-scaled FP8 quantizers", quotes them):
+//   vLLM csrc/quantization/8bit/fp8/per_token_group_quant.cu, `per_token_group_quant_8bit_kernel` (what
+//     vLLM's `per_token_group_quant_fp8` in vllm/model_executor/layers/quantization/utils/fp8_utils.py
+//     calls on CUDA): absmax from eps = 1e-10 up, `y_s = absmax / max`, UE8M0:
+//     `y_s = exp2f(ceilf(log2f(fmaxf(fabsf(y_s), 1e-10f))))`, `q = fminf(fmaxf(x / y_s, -max), max)`
+//     converted to e4m3 (round to nearest even).
+//   SGLang sgl-kernel/csrc/gemm/per_token_group_quant_8bit.cu (what `sglang_per_token_group_quant_fp8`
+//     in python/sglang/srt/layers/quantization/fp8_kernel.py calls), `calculate_fp8_scales`: absmax from
+//     1e-10 up, stored scale `absmax * (1.0f / max)`, multiplier `max / absmax`, `q = satfinite(x *
+//     multiplier)`; UE8M0: `e = fast_log2_ceil(absmax * (1.0f / max))` (exponent bits, +1 when any
+//     fraction bit is set), stored scale 2^e, multiplier 2^-e.
+//   DeepGEMM deep_gemm/utils/math.py, `per_token_cast_to_fp8` / `per_block_cast_to_fp8` (DeepSeek's
+//     published quantizers): absmax clamped to 1e-4 from below, `sf = absmax / 448`, UE8M0
+//     `ceil_to_ue8m0(sf)` (exponent + (fraction != 0)), `q = (x * (1.0 / sf)).to(float8_e4m3fn)`; the
+//     operand is zero-padded to whole groups/blocks, so a partial group's absmax is its own columns'.
+//   compressed-tensors (strategy "block", `calculate_qparams` / `_quantize`): `scale = absmax / 448`,
+//     a zero scale replaced by the dtype's epsilon, `q = clamp(w / scale, -448, 448)` (as the per-channel
+//     FP8 weights above).
+// ------------------------------------------------------------------------------------------------
+
+// The smallest power of two >= s, for finite s > 0 up to 2^127 (larger: 2^127): DeepGEMM's
+// `ceil_to_ue8m0` and SGLang's `fast_log2_ceil` + `fast_pow2`, exact bit arithmetic; a subnormal s
+// gives 2^-126. vLLM's `exp2f(ceilf(log2f(s)))` equals it wherever log2f rounds correctly; a log2f
+// that rounds s just above a power of two (within a few fp32 ulps) down onto the integer gives the
+// power below instead (docs/epilogues.md).
+float ue8m0_ceil(float s);
+
+enum class GroupQuantizer {
+  vllm,      // a = fmax(absmax, 1e-10); s = a/max (ue8m0: ue8m0_ceil(fmax(s, 1e-10))); q = sat(x/s)
+  sglang,    // a = fmax(absmax, 1e-10); s = a*(1/max), q = sat(x*(max/a)); ue8m0: s = ue8m0_ceil(s), q = sat(x*(1/s))
+  deepgemm,  // a = fmax(absmax, 1e-4); s = a/448 (ue8m0: ue8m0_ceil(s)); q = sat(x*(1/s))
+};
+// "vllm", "sglang", "deepgemm"; QC_INPUT naming `what` and the valid names otherwise.
+GroupQuantizer group_quantizer(std::string_view name, std::string_view what);
+std::string_view group_quantizer_name(GroupQuantizer q);
+// One line, the formula as operand-file metadata and run records print it.
+std::string group_quantizer_description(GroupQuantizer q, bool ue8m0);
+
+// Rows of an [M, K] row-major fp32 activation tile, per token in groups of `g` columns (the last group
+// of a row may be shorter: its own columns, as DeepGEMM's zero padding gives), to e4m3 codes (`target`
+// must be e4m3, the one type these kernels write: QC_INPUT otherwise; max = 448). `scales` receives
+// [M, ceil(K/g)] row-major. NaN inputs are skipped by the absmax (`fmax`) and map to +max
+// (`fp8_clamp_rne`), as for the per-token quantizer.
+void quantize_activations_fp8_groups(ElementType target, GroupQuantizer q, int64_t g, bool ue8m0, const float* x,
+                                     int64_t M, int64_t K, uint8_t* codes, float* scales);
+
+enum class BlockQuantizer {
+  deepgemm,            // per_block_cast_to_fp8: a = fmax(absmax, 1e-4); s = a/448 (ue8m0: ue8m0_ceil); q = sat(w*(1/s))
+  compressed_tensors,  // strategy block: s = absmax/max (0 -> the dtype's epsilon; ue8m0: ue8m0_ceil); q = sat(w/s)
+};
+BlockQuantizer block_quantizer(std::string_view name, std::string_view what);  // "deepgemm", "compressed-tensors"
+std::string_view block_quantizer_name(BlockQuantizer q);
+std::string block_quantizer_description(BlockQuantizer q, bool ue8m0);
+
+// `w [N, K]` row-major fp32 weights per block of `b_n` rows × `b_k` columns (partial blocks at the N
+// and K edges: their own elements) to e4m3 codes (`target` e4m3 only, as above); `scales` receives
+// [ceil(N/b_n), ceil(K/b_k)] row-major. `dtype` bf16: weights, scales and quotients in bf16 as for the
+// per-channel FP8 weights (compressed-tensors; DeepGEMM computes in fp32 from bf16 weights: only the
+// weights are rounded to bf16 first). `ue8m0` with compressed-tensors is refused (it has no such
+// format). QC_INPUT error on a non-finite weight (names the coordinate).
+void quantize_weights_fp8_blocks(ElementType target, BlockQuantizer q, int64_t b_n, int64_t b_k, bool ue8m0,
+                                 const float* w, int64_t N, int64_t K, uint8_t* codes, float* scales,
+                                 WeightScaleDtype dtype = WeightScaleDtype::f32);
+
 // What one W8A8-FP8 layer is quantized to: vLLM's dynamic FP8 activations and compressed-tensors'
 // FP8 weights, with their element types and scale granularities. The defaults are what vLLM runs
 // for a compressed-tensors FP8-dynamic checkpoint (e4m3 × e4m3, per token × per channel).
@@ -144,6 +212,14 @@ struct Fp8Quantization {
   ElementType act = ElementType::e4m3, weight = ElementType::e4m3;
   Fp8ActScaling act_scaling = Fp8ActScaling::per_token;
   WeightScaling weight_scaling = WeightScaling::per_channel;
+  // Block-scaled FP8 (`--act-scale per-token-group:<g> --weight-scale per-block:<b_n>x<b_k>`, e4m3): both set,
+  // the two scalings above then unused; activations by vLLM's per_token_group_quant_fp8, weights by
+  // DeepGEMM's per_block_cast_to_fp8 (a block-scaled checkpoint: its own).
+  std::optional<ScaleLayout> act_blocks, weight_blocks;
+  bool block_scaled() const { return act_blocks.has_value(); }
+  // The spellings: "per-token", "per-token-group:128", ...
+  std::string act_scale_spec() const;
+  std::string weight_scale_spec() const;
   bool operator==(const Fp8Quantization&) const = default;
 };
 

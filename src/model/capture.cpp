@@ -53,6 +53,8 @@ CaptureResult capture_operands(const Model& model, const W8a8Options& options,
     s.bias.assign(a.first.bias.begin(), a.first.bias.end());
     s.a_type = a.first.a_type;  // FP8 captures keep their element types (F8_E4M3 / F8_E5M2 tensors)
     s.w_type = a.first.w_type;
+    s.a_scaling = a.first.a_scaling;  // and their scale layouts (the file's act_scale / weight_scale metadata)
+    s.w_scaling = a.first.w_scaling;
     result.layers.push_back(make_operands(l->name, a.m, a.first.n, a.first.k, std::move(s),
                                           fmt::format("capture of {} ({} prompts)", model.source, prompts.size())));
     result.outputs.push_back(std::move(a.y));

@@ -151,12 +151,13 @@ std::string_view to_string(LinearMode mode) {
   return "?";
 }
 
-std::string_view default_arm(LinearMode mode) {
+std::string_view default_arm(LinearMode mode, bool block_scaled) {
   switch (mode) {
     case LinearMode::fp32: return "";
     case LinearMode::w8a8: return "cpu:vllm-cutlass";
-    // cuBLASLt's default FP8 path (not the fast accumulation) follows this model (docs/accumulation.md).
-    case LinearMode::w8a8_fp8: return "cpu:fp8-hopper-fp8-promote4";
+    // cuBLASLt's default FP8 path (not the fast accumulation) follows this model (docs/accumulation.md);
+    // block-scaled, SGLang's and vLLM's Triton kernel (measured on the H200) follows block-triton.
+    case LinearMode::w8a8_fp8: return block_scaled ? "cpu:fp8-block-triton" : "cpu:fp8-hopper-fp8-promote4";
   }
   return "";
 }

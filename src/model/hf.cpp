@@ -23,6 +23,7 @@
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
 #include "core/output_lock.hpp"
+#include "model/hf_block.hpp"
 #include "model/model.hpp"
 #include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
@@ -143,6 +144,7 @@ WeightStorage validate_quantization_config(const std::string& file, const nlohma
   const nlohmann::json* out_act = field(g, "output_activations");
   QC_INPUT(!out_act, "{}: field `{}.output_activations`: expected null, found {}", file, where,
            out_act ? out_act->dump() : "");
+  if (fp8 && is_compressed_tensors_block_group(g)) return validate_compressed_tensors_block_group(file, g, where);
   // The element type: compressed-tensors' `type` "int" with 8 bits is int8, "float" with 8 bits is
   // float8_e4m3fn (the only FP8 type its float-quantized compressor writes).
   const char* type = fp8 ? "float" : "int";
@@ -229,7 +231,7 @@ HfHeader parse_config(const std::string& file) {
     }
   }
   if (const nlohmann::json* q = field(j, "quantization_config")) {
-    h.weights = validate_quantization_config(file, *q);
+    h.weights = is_hf_fp8_config(*q) ? validate_hf_fp8_config(file, *q) : validate_quantization_config(file, *q);
   }
   c.validate(file);
   return h;
@@ -353,12 +355,15 @@ class TensorReader {
 // checkpoint.
 void dequantize(LinearLayer& l) {
   const bool fp8 = l.weight_type != ElementType::int8;
+  // The scale of element (i, j): its row's, or its block's (block-scaled FP8).
+  const ScaleLayout layout = l.weight_blocks ? *l.weight_blocks : ScaleLayout::per_channel();
   l.weight.resize(static_cast<size_t>(l.n_out * l.k_in));
   for (int64_t i = 0; i < l.n_out; ++i) {
     for (int64_t j = 0; j < l.k_in; ++j) {
       const size_t at = static_cast<size_t>(i * l.k_in + j);
       const float v = fp8 ? e4m3fn_to_f32(static_cast<uint8_t>(l.weight_q[at])) : static_cast<float>(l.weight_q[at]);
-      l.weight[at] = v * l.weight_scale[static_cast<size_t>(i)];
+      const int64_t kb = layout.k_blocked() ? j / layout.block_k : 0;
+      l.weight[at] = v * l.weight_scale[static_cast<size_t>(layout.index(i, kb, l.k_in))];
     }
   }
 }
@@ -376,7 +381,25 @@ LinearLayer read_linear(TensorReader& r, const std::string& name, int64_t n, int
     l.weight_type = storage.type;
     l.weight_scaling = storage.scaling;
     l.weight_q = r.codes(key + ".weight", {n, k}, storage.type);
-    const std::string skey = key + ".weight_scale";
+    const std::string skey = key + (storage.hf_fp8 ? ".weight_scale_inv" : ".weight_scale");
+    if (storage.blocks) {
+      // Block-scaled: one scale per block, [ceil(n/b_n), ceil(k/b_k)] (F32 or BF16).
+      const ScaleLayout& b = *storage.blocks;
+      l.weight_blocks = b;
+      l.weight_scale = r.floats(skey, {b.scale_rows(n), b.scale_cols(k)});
+      for (size_t i = 0; i < l.weight_scale.size(); ++i) {
+        const float s = l.weight_scale[i];
+        const int64_t row = static_cast<int64_t>(i) / b.scale_cols(k), col = static_cast<int64_t>(i) % b.scale_cols(k);
+        QC_INPUT(std::isfinite(s) && s > 0, "{}: tensor `{}` element [{}, {}]: expected a finite scale > 0, found {}",
+                 r.path_of(skey), skey, row, col, s);
+        QC_INPUT(!b.ue8m0 || (f32_bits(s) & 0x7FFFFFu) == 0,
+                 "{}: tensor `{}` element [{}, {}]: expected a power of two (scale_fmt ue8m0), found {}", r.path_of(skey),
+                 skey, row, col, s);
+      }
+      dequantize(l);
+      if (bias) l.bias = r.floats(key + ".bias", {n});
+      return l;
+    }
     if (storage.scaling == WeightScaling::per_channel) {
       l.weight_scale = r.floats(skey, {n, 1});
     } else {
@@ -446,7 +469,9 @@ std::string hf_config_json(const Model& m, const WeightStorage& weights) {
   j["bos_token_id"] = c.bos_id;
   if (c.stop_ids.size() == 1) j["eos_token_id"] = c.stop_ids[0];
   else if (!c.stop_ids.empty()) j["eos_token_id"] = c.stop_ids;
-  if (weights.quantized) {
+  if (weights.blocks) {
+    j["quantization_config"] = block_quantization_config(weights);
+  } else if (weights.quantized) {
     const bool fp8 = weights.type != ElementType::int8;
     const char* type = fp8 ? "float" : "int";
     const char* format = fp8 ? "float-quantized" : "int-quantized";
@@ -552,6 +577,31 @@ Model fp8_quantized(const Model& model, WeightScaling scaling) {
       l->weight_scale.resize(static_cast<size_t>(l->n_out));
       quantize_weights_fp8(ElementType::e4m3, scaling, l->weight.data(), l->n_out, l->k_in,
                            reinterpret_cast<uint8_t*>(l->weight_q.data()), l->weight_scale.data(), dtype);
+      dequantize(*l);  // what load_hf gives for the written checkpoint
+    }
+  }
+  return m;
+}
+
+Model fp8_block_quantized(const Model& model, const ScaleLayout& blocks, BlockQuantizer quantizer) {
+  Model m = model;
+  const WeightScaleDtype dtype = weight_scale_dtype_for(m.config);
+  for (DecoderLayer& L : m.layers) {
+    for (LinearLayer* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) {
+      if (l->quantized()) {
+        QC_INPUT(l->weight_type == ElementType::e4m3 && l->weight_blocks == blocks,
+                 "{}: layer `{}`: expected an unquantized layer or e4m3 weights in {} blocks to quantize to block-scaled "
+                 "FP8, found {}",
+                 model.source, l->name, blocks.spec(), weight_storage(*l).describe());
+        continue;
+      }
+      l->weight_type = ElementType::e4m3;
+      l->weight_blocks = blocks;
+      l->weight_q.resize(static_cast<size_t>(l->n_out * l->k_in));
+      l->weight_scale.resize(static_cast<size_t>(blocks.scale_count(l->n_out, l->k_in)));
+      quantize_weights_fp8_blocks(ElementType::e4m3, quantizer, blocks.block_rows, blocks.block_k, blocks.ue8m0,
+                                  l->weight.data(), l->n_out, l->k_in, reinterpret_cast<uint8_t*>(l->weight_q.data()),
+                                  l->weight_scale.data(), dtype);
       dequantize(*l);  // what load_hf gives for the written checkpoint
     }
   }
@@ -708,8 +758,12 @@ ModelFormat parse_model_format(std::string_view text) {
   if (text == "hf") return ModelFormat::hf;
   if (text == "compressed-tensors") return ModelFormat::compressed_tensors;
   if (text == "compressed-tensors-fp8") return ModelFormat::compressed_tensors_fp8;
+  if (text == "hf-fp8") return ModelFormat::hf_fp8;
+  if (text == "compressed-tensors-fp8-block") return ModelFormat::compressed_tensors_fp8_block;
   if (text == "llama2c") return ModelFormat::llama2c;
-  QC_FAIL_INPUT("--format: expected `hf`, `compressed-tensors`, `compressed-tensors-fp8` or `llama2c`, found `{}`", text);
+  QC_FAIL_INPUT("--format: expected `hf`, `compressed-tensors`, `compressed-tensors-fp8`, `hf-fp8`, "
+                "`compressed-tensors-fp8-block` or `llama2c`, found `{}`",
+                text);
 }
 
 std::string_view to_string(ModelFormat format) {
@@ -717,13 +771,15 @@ std::string_view to_string(ModelFormat format) {
     case ModelFormat::hf: return "hf";
     case ModelFormat::compressed_tensors: return "compressed-tensors";
     case ModelFormat::compressed_tensors_fp8: return "compressed-tensors-fp8";
+    case ModelFormat::hf_fp8: return "hf-fp8";
+    case ModelFormat::compressed_tensors_fp8_block: return "compressed-tensors-fp8-block";
     case ModelFormat::llama2c: return "llama2c";
   }
   return "?";
 }
 
 void save_model(const Model& model, const std::string& out, ModelFormat format,
-                const std::map<std::string, std::string>& extra_files) {
+                const std::map<std::string, std::string>& extra_files, const std::optional<ScaleLayout>& blocks) {
   model.check_shapes();
   TempDir tmp(out);
   for (const auto& [name, content] : extra_files) write_file_atomic((fs::path(tmp.path) / name).string(), content);
@@ -743,10 +799,16 @@ void save_model(const Model& model, const std::string& out, ModelFormat format,
   }
   const bool quantize = format == ModelFormat::compressed_tensors;
   const bool quantize_fp8 = format == ModelFormat::compressed_tensors_fp8;
-  // FP8: every layer e4m3 with one scaling (an FP8 model keeps its own, else per channel, as FP8_DYNAMIC).
+  const bool hf_fp8 = format == ModelFormat::hf_fp8;
+  const bool quantize_block = hf_fp8 || format == ModelFormat::compressed_tensors_fp8_block;
+  // FP8: every layer e4m3 with one scaling (an FP8 model keeps its own, else per channel, as FP8_DYNAMIC);
+  // block-scaled: every layer in `blocks` (a block-scaled model's own, else 128x128).
   const WeightStorage stored = weight_storage(model);
+  const ScaleLayout block = blocks ? *blocks : stored.blocks ? *stored.blocks : ScaleLayout::block(128, 128);
   const Model m = with_rope_style(
-      quantize_fp8 ? fp8_quantized(model, stored.quantized ? stored.scaling : WeightScaling::per_channel) : model,
+      quantize_fp8     ? fp8_quantized(model, stored.quantized ? stored.scaling : WeightScaling::per_channel)
+      : quantize_block ? fp8_block_quantized(model, block, hf_fp8 ? BlockQuantizer::deepgemm : BlockQuantizer::compressed_tensors)
+                       : model,
       RopeStyle::rotate_half);
   const ModelConfig& c = m.config;
   QC_INPUT(c.dtype == "f32" || c.dtype == "bf16", "{}: model dtype `{}`: expected f32 or bf16", out, c.dtype);
@@ -776,6 +838,14 @@ void save_model(const Model& model, const std::string& out, ModelFormat format,
       }
       add_codes(key + ".weight", DType::i8, q, l.n_out, l.k_in);
       add(key + ".weight_scale", s, {l.n_out, 1});
+    } else if (quantize_block) {
+      add_codes(key + ".weight", DType::e4m3, l.weight_q, l.n_out, l.k_in);
+      const std::vector<int64_t> shape{block.scale_rows(l.n_out), block.scale_cols(l.k_in)};
+      if (hf_fp8) {  // DeepSeek-V3 stores `weight_scale_inv` in fp32 whatever the model dtype
+        tensors.emplace_back(key + ".weight_scale_inv", float_tensor(l.weight_scale, shape, DType::f32, key));
+      } else {
+        add(key + ".weight_scale", l.weight_scale, shape);
+      }
     } else if (quantize_fp8) {
       add_codes(key + ".weight", DType::e4m3, l.weight_q, l.n_out, l.k_in);
       if (l.weight_scaling == WeightScaling::per_tensor) {
@@ -804,9 +874,11 @@ void save_model(const Model& model, const std::string& out, ModelFormat format,
   }
   add("model.norm.weight", m.final_norm, {c.hidden});
   if (!c.tie_embeddings) add("lm_head.weight", m.lm_head, {c.vocab, c.hidden});
-  write_file_atomic((fs::path(tmp.path) / "config.json").string(), hf_config_json(m, quantize      ? WeightStorage{true, ElementType::int8, WeightScaling::per_channel}
-                                                  : quantize_fp8 ? weight_storage(m)
-                                                                 : WeightStorage{}));
+  WeightStorage written = quantize ? WeightStorage{true, ElementType::int8, WeightScaling::per_channel}
+                         : quantize_fp8 || quantize_block ? weight_storage(m)
+                                                          : WeightStorage{};
+  written.hf_fp8 = hf_fp8;
+  write_file_atomic((fs::path(tmp.path) / "config.json").string(), hf_config_json(m, written));
   write_safetensors((fs::path(tmp.path) / "model.safetensors").string(), tensors,
                     {{"format", "pt"}});
   tmp.commit(out);

@@ -78,6 +78,9 @@ struct LinearLayer {
                                      // scale repeated n_out times, as operand files keep it)
   ElementType weight_type = ElementType::int8;
   WeightScaling weight_scaling = WeightScaling::per_channel;
+  // Block-scaled FP8 checkpoints (Hugging Face `quant_method: fp8` with `weight_block_size`,
+  // compressed-tensors strategy "block"): the block, and `weight_scale` holds [ceil(n/b_n), ceil(k/b_k)].
+  std::optional<ScaleLayout> weight_blocks;
   bool quantized() const { return !weight_q.empty(); }
 };
 
@@ -90,6 +93,8 @@ struct WeightStorage {
   bool quantized = false;
   ElementType type = ElementType::int8;
   WeightScaling scaling = WeightScaling::per_channel;
+  std::optional<ScaleLayout> blocks;  // block-scaled FP8 weights: their block
+  bool hf_fp8 = false;                // block-scaled, in the Hugging Face fp8 format (scales in `weight_scale_inv`)
   // "unquantized", "compressed-tensors int-quantized (int8, per-channel scales)", "compressed-tensors
   // float-quantized (e4m3, per-tensor scales)": for messages and run headers.
   std::string describe() const;
@@ -151,8 +156,9 @@ enum class LinearMode { fp32, w8a8, w8a8_fp8 };
 LinearMode parse_linear_mode(std::string_view text);  // "fp32", "w8a8", "w8a8-fp8"; QC_INPUT on anything else
 std::string_view to_string(LinearMode mode);
 // The arm a mode runs when none is named: cpu:vllm-cutlass (w8a8), cpu:fp8-hopper-fp8-promote4
-// (w8a8-fp8: the model of cuBLASLt's default FP8 path); "" for fp32.
-std::string_view default_arm(LinearMode mode);
+// (w8a8-fp8: the model of cuBLASLt's default FP8 path; block-scaled: cpu:fp8-block-triton, the model
+// of SGLang's and vLLM's Triton block kernel); "" for fp32.
+std::string_view default_arm(LinearMode mode, bool block_scaled = false);
 
 struct W8a8Options {
   std::string arm;                     // "" = the mode's `default_arm`
@@ -250,10 +256,14 @@ std::vector<std::pair<std::string, std::string>> model_files(const std::string& 
 // `weight` [N,K] + `weight_scale` [N,1], or F8_E4M3 `weight` [N,K] + `weight_scale` [N,1] (strategy
 // channel) or [1] / [] (strategy tensor), the scales in the model dtype. Every tensor must be present with its expected dtype and shape, and no
 // other tensor may be present.
+// Block-scaled FP8 checkpoints (src/model/hf_block.hpp): the Hugging Face `quant_method: fp8` format with
+// `weight_block_size` (F8_E4M3 `weight`, `weight_scale_inv` [ceil(N/b_n), ceil(K/b_k)] F32 or BF16) and
+// compressed-tensors' block strategy (`weight_scale` of that shape in the model dtype).
 Model load_hf(const std::string& dir);
 
-enum class ModelFormat { hf, compressed_tensors, compressed_tensors_fp8, llama2c };
-// "hf", "compressed-tensors", "compressed-tensors-fp8", "llama2c"
+enum class ModelFormat { hf, compressed_tensors, compressed_tensors_fp8, hf_fp8, compressed_tensors_fp8_block, llama2c };
+// "hf", "compressed-tensors", "compressed-tensors-fp8", "hf-fp8" (block-scaled, DeepSeek-V3's layout),
+// "compressed-tensors-fp8-block", "llama2c"
 ModelFormat parse_model_format(std::string_view text);
 std::string_view to_string(ModelFormat format);
 // Writes `model` into the directory `out` (built in a temporary directory and renamed into place;
@@ -266,9 +276,18 @@ std::string_view to_string(ModelFormat format);
 // A layer quantized to the other format is an input error. Rotary layouts are converted:
 // hf/compressed-tensors store rotate_half, llama2c stores interleaved (q/k rows permuted as Hugging
 // Face's `convert_llama_weights_to_hf.py` does).
+// hf-fp8 and compressed-tensors-fp8-block write block-scaled checkpoints (`blocks`, default 128x128),
+// quantizing every layer not yet block-scaled with `fp8_block_quantized` (hf-fp8: DeepGEMM's
+// per_block_cast_to_fp8, fp32 `weight_scale_inv`; compressed-tensors-fp8-block: its block strategy,
+// `weight_scale` in the model dtype).
 // `extra_files` (name -> content) are written into the directory too (e.g. a tokens JSONL).
 void save_model(const Model& model, const std::string& out, ModelFormat format,
-                const std::map<std::string, std::string>& extra_files = {});
+                const std::map<std::string, std::string>& extra_files = {},
+                const std::optional<ScaleLayout>& blocks = std::nullopt);
+// The same model with every linear layer not yet quantized quantized to e4m3 per block (`blocks`) with
+// `quantize_weights_fp8_blocks` (`quantizer`), `weight` replaced by the dequantization; layers already
+// block-scaled with these blocks stay; any other quantized layer is an input error.
+Model fp8_block_quantized(const Model& model, const ScaleLayout& blocks, BlockQuantizer quantizer);
 
 // The same model with every linear layer that is not yet quantized quantized to e4m3 with
 // `quantize_weights_fp8` (`scaling`, in the model dtype), its codes and scales kept and `weight`

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "epilogue/block_models.hpp"
 #include "qconform/error.hpp"
 #include "model/model.hpp"
 #include "core/numerics_checked.hpp"
@@ -30,6 +31,7 @@ struct CachedWeight {
   ElementType type = ElementType::int8;
   std::vector<int8_t> w_q;  // int8 codes, or FP8 bit patterns when `type` is e4m3/e5m2
   std::vector<float> w_scale;
+  ScaleLayout w_scaling = ScaleLayout::per_channel();  // block-scaled: the weight blocks
   std::vector<uint16_t> bias;  // bf16 bit patterns, empty when the layer has none
 };
 
@@ -75,10 +77,20 @@ struct W8a8Linear::State {
       c->type = layer.weight_type;
       c->w_q = layer.weight_q;
       c->w_scale = layer.weight_scale;
+      if (layer.weight_blocks) c->w_scaling = *layer.weight_blocks;
     } else {
       c->w_q.resize(static_cast<size_t>(layer.n_out * layer.k_in));
       c->w_scale.resize(static_cast<size_t>(layer.n_out));
-      if (options.fp8) {
+      if (options.fp8 && options.fp8->weight_blocks) {
+        // Block-scaled: DeepGEMM's per_block_cast_to_fp8 (DeepSeek's published block quantizer).
+        const ScaleLayout& b = *options.fp8->weight_blocks;
+        c->type = options.fp8->weight;
+        c->w_scaling = b;
+        c->w_scale.resize(static_cast<size_t>(b.scale_count(layer.n_out, layer.k_in)));
+        quantize_weights_fp8_blocks(c->type, BlockQuantizer::deepgemm, b.block_rows, b.block_k, b.ue8m0,
+                                    layer.weight.data(), layer.n_out, layer.k_in,
+                                    reinterpret_cast<uint8_t*>(c->w_q.data()), c->w_scale.data(), options.weight_dtype);
+      } else if (options.fp8) {
         c->type = options.fp8->weight;
         quantize_weights_fp8(c->type, options.fp8->weight_scaling, layer.weight.data(), layer.n_out, layer.k_in,
                              reinterpret_cast<uint8_t*>(c->w_q.data()), c->w_scale.data(), options.weight_dtype);
@@ -88,7 +100,7 @@ struct W8a8Linear::State {
       }
     }
     QC_CHECK(c->w_q.size() == static_cast<size_t>(layer.n_out * layer.k_in) &&
-                 c->w_scale.size() == static_cast<size_t>(layer.n_out),
+                 static_cast<int64_t>(c->w_scale.size()) == c->w_scaling.scale_count(layer.n_out, layer.k_in),
              "w8a8: layer `{}` has inconsistent quantized weights", layer.name);
     if (options.pow2) {
       // The probe: each scale to its nearest power of two in log2 (a scale never leaves [s/√2, s·√2]).
@@ -101,7 +113,8 @@ struct W8a8Linear::State {
 };
 
 W8a8Linear::W8a8Linear(W8a8Options options) : state_(std::make_shared<State>()) {
-  if (options.arm.empty()) options.arm = std::string(default_arm(linear_mode(options)));
+  const bool block = options.fp8 && options.fp8->block_scaled();
+  if (options.arm.empty()) options.arm = std::string(default_arm(linear_mode(options), block));
   state_->act = act_quantizer(options.act_quantizer);
   QC_INPUT(state_->act != ActQuantizer::static_,
            "--act-quantizer `static`: the model quantizes activations per token dynamically; expected `vllm`, "
@@ -125,9 +138,17 @@ W8a8Linear::W8a8Linear(W8a8Options options) : state_(std::make_shared<State>()) 
              "INT8 arm",
              options.arm);
     const Fp8Quantization& f = *options.fp8;
+    const bool block_arm = is_block_model_name(state_->info.accumulation_model);
+    QC_INPUT(block_arm == block,
+             "--arm `{}` in mode w8a8-fp8 with --act-scale {} --weight-scale {}: expected {} (`qconform arms` lists "
+             "them), found {} arm (accumulation model {})",
+             options.arm, f.act_scale_spec(), f.weight_scale_spec(),
+             block ? "a block-scaled FP8 arm, cpu:fp8-block-<form>, for block-scaled operands"
+                   : "an FP8 arm of an unscaled model (cpu:fp8-<model>, cuda:cublaslt-fp8)",
+             block_arm ? "a block-scaled" : "an unscaled FP8", state_->info.accumulation_model);
     state_->source = fmt::format("model run, w8a8-fp8 element={} act_scale={} weight_scale={} pow2={}",
-                                 element_types_spec(f.act, f.weight), to_string(f.act_scaling),
-                                 to_string(f.weight_scaling), options.pow2);
+                                 element_types_spec(f.act, f.weight), f.act_scale_spec(), f.weight_scale_spec(),
+                                 options.pow2);
   } else {
     QC_INPUT(!state_->info.fp8(),
              "--arm `{}` in mode w8a8: expected an INT8 arm, found an FP8 arm (accumulation model `{}`); mode w8a8 "
@@ -152,13 +173,14 @@ WeightScaleDtype weight_scale_dtype_for(const ModelConfig& config) {
 
 std::string WeightStorage::describe() const {
   if (!quantized) return "unquantized";
+  if (blocks) return fmt::format("block-scaled FP8 ({}, {} scales)", element_type_name(type), blocks->spec());
   return fmt::format("compressed-tensors {} ({}, {} scales)", type == ElementType::int8 ? "int-quantized" : "float-quantized",
                      element_type_name(type), to_string(scaling));
 }
 
 WeightStorage weight_storage(const LinearLayer& layer) {
   if (!layer.quantized()) return {};
-  return {true, layer.weight_type, layer.weight_scaling};
+  return {true, layer.weight_type, layer.weight_scaling, layer.weight_blocks};
 }
 
 WeightStorage weight_storage(const Model& model) {
@@ -189,11 +211,11 @@ void check_checkpoint_takes_options(const std::string& where, const WeightStorag
            "its own codes: {})",
            where, element_types_spec(f.act, f.weight), element_type_name(weights.type), element_type_name(f.weight),
            weights.describe());
-  QC_INPUT(f.weight_scaling == weights.scaling,
+  const std::string stored = weights.blocks ? weights.blocks->spec() : std::string(to_string(weights.scaling));
+  QC_INPUT(f.weight_blocks == weights.blocks && (weights.blocks || f.weight_scaling == weights.scaling),
            "{}: --weight-scale `{}`: expected the checkpoint's weight scaling {}, found {} (the checkpoint stores its "
            "own scales: {})",
-           where, to_string(f.weight_scaling), to_string(weights.scaling), to_string(f.weight_scaling),
-           weights.describe());
+           where, f.weight_scale_spec(), stored, f.weight_scale_spec(), weights.describe());
 }
 
 void W8a8Linear::operator()(const LinearLayer& layer, const float* x, int64_t M, float* y) const {
@@ -203,7 +225,13 @@ void W8a8Linear::operator()(const LinearLayer& layer, const float* x, int64_t M,
   call->a_q.resize(static_cast<size_t>(M * layer.k_in));
   call->a_scale.resize(static_cast<size_t>(M));
   const std::optional<Fp8Quantization>& fp8 = st.options.fp8;
-  if (fp8) {
+  if (fp8 && fp8->act_blocks) {
+    // Block-scaled: vLLM's per_token_group_quant_fp8, a_scale [M, ceil(K/g)].
+    const ScaleLayout& g = *fp8->act_blocks;
+    call->a_scale.resize(static_cast<size_t>(g.scale_count(M, layer.k_in)));
+    quantize_activations_fp8_groups(fp8->act, GroupQuantizer::vllm, g.block_k, g.ue8m0, x, M, layer.k_in,
+                                    reinterpret_cast<uint8_t*>(call->a_q.data()), call->a_scale.data());
+  } else if (fp8) {
     quantize_activations_fp8(fp8->act, fp8->act_scaling, x, M, layer.k_in, reinterpret_cast<uint8_t*>(call->a_q.data()),
                              call->a_scale.data());
   } else {
@@ -223,6 +251,15 @@ void W8a8Linear::operator()(const LinearLayer& layer, const float* x, int64_t M,
   ops.bias = w.bias;
   ops.a_type = fp8 ? fp8->act : ElementType::int8;
   ops.w_type = w.type;
+  if (fp8 && fp8->act_blocks) {
+    ops.a_scaling = *fp8->act_blocks;
+  } else if (fp8 && fp8->act_scaling == Fp8ActScaling::per_tensor) {
+    ops.a_scaling = ScaleLayout::per_tensor();
+  }
+  ops.w_scaling = w.w_scaling;
+  if (!w.w_scaling.k_blocked() && fp8 && fp8->weight_scaling == WeightScaling::per_tensor) {
+    ops.w_scaling = ScaleLayout::per_tensor();
+  }
   ops.source = st.source;
   ops.keepalive = call;
 
@@ -241,6 +278,32 @@ Fp8Quantization fp8_quantization(std::string_view element, std::string_view act_
                                  const WeightStorage& checkpoint) {
   Fp8Quantization f;
   if (!element.empty()) std::tie(f.act, f.weight) = parse_element_types(element);
+  // The granularities: a per-token-group activation scale and a per-block weight scale come together
+  // (block-scaled FP8); the others are vLLM's dynamic FP8 and compressed-tensors' FP8 scalings.
+  // Without --act-scale, a block-scaled checkpoint's activations go in groups of its K block (as its
+  // `input_activations` / DeepSeek's 1x128 say).
+  const ScaleLayout a = !act_scale.empty() ? parse_scale_layout(act_scale, false, "--act-scale")
+                        : checkpoint.blocks ? ScaleLayout::token_group(checkpoint.blocks->block_k)
+                                            : ScaleLayout::per_token();
+  std::optional<ScaleLayout> w;
+  if (!weight_scale.empty()) {
+    w = parse_scale_layout(weight_scale, true, "--weight-scale");
+  } else if (checkpoint.blocks) {
+    w = checkpoint.blocks;  // a block-scaled checkpoint's own blocks
+  }
+  const bool block = a.k_blocked() || (w && w->k_blocked());
+  if (block) {
+    QC_INPUT(a.k_blocked() && w && w->k_blocked() && a.block_k == w->block_k,
+             "--act-scale {} --weight-scale {}: block-scaled FP8 takes per-token-group activation scales and per-block "
+             "weight scales that cut K alike (e.g. per-token-group:128 with per-block:128x128)",
+             act_scale.empty() ? "per-token" : act_scale, w ? w->spec() : std::string("per-channel"));
+    QC_INPUT(f.act == ElementType::e4m3 && f.weight == ElementType::e4m3,
+             "--element {}: block-scaled FP8 is e4m3 x e4m3 (the block quantizers write float8_e4m3fn)",
+             element_types_spec(f.act, f.weight));
+    f.act_blocks = a;
+    f.weight_blocks = w;
+    return f;
+  }
   if (!act_scale.empty()) f.act_scaling = parse_fp8_act_scaling(act_scale);
   if (!weight_scale.empty()) {
     f.weight_scaling = parse_weight_scaling(weight_scale);
@@ -255,8 +318,8 @@ nlohmann::json fp8_run_config(const W8a8Options& o) {
   const Fp8Quantization& f = *o.fp8;
   return {{"act_quantizer", o.act_quantizer},
           {"element", element_types_spec(f.act, f.weight)},
-          {"act_scale", to_string(f.act_scaling)},
-          {"weight_scale", to_string(f.weight_scaling)}};
+          {"act_scale", f.act_scale_spec()},
+          {"weight_scale", f.weight_scale_spec()}};
 }
 
 }  // namespace qc

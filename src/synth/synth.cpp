@@ -62,10 +62,18 @@ uint64_t stream_seed(uint64_t seed, size_t layer, uint64_t which) {
   return state;
 }
 
+// The scale layouts the options ask for (validated by `checked_spec` before any work).
+std::pair<ScaleLayout, ScaleLayout> synth_layouts(const SynthOptions& o) {
+  ScaleLayout a = parse_scale_layout(o.act_scale, /*weights=*/false, "--act-scale");
+  ScaleLayout w = parse_scale_layout(o.weight_scale, /*weights=*/true, "--weight-scale");
+  a.ue8m0 = w.ue8m0 = o.ue8m0;
+  return {a, w};
+}
+
 LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, const SynthOptions& o) {
-  const ActQuantizer quantizer = act_quantizer(o.act_quantizer);
   OperandStorage s;
   std::tie(s.a_type, s.w_type) = parse_element_types(o.element);
+  std::tie(s.a_scaling, s.w_scaling) = synth_layouts(o);
   // Activations: per-channel magnitudes with a few heavy outlier channels (as in LLM hidden states).
   std::vector<float> x(static_cast<size_t>(m * shape.k));
   std::vector<double> channel_gain(static_cast<size_t>(shape.k), 1.0);
@@ -81,24 +89,33 @@ LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, cons
     }
   }
   s.a_q.resize(x.size());
-  s.a_scale.resize(static_cast<size_t>(m));
+  s.a_scale.resize(static_cast<size_t>(s.a_scaling.scale_count(m, shape.k)));
+  uint8_t* a_codes = reinterpret_cast<uint8_t*>(s.a_q.data());
   if (s.a_type == ElementType::int8) {
-    quantize_activations(quantizer, x.data(), m, shape.k, s.a_q.data(), s.a_scale.data());
+    quantize_activations(act_quantizer(o.act_quantizer), x.data(), m, shape.k, s.a_q.data(), s.a_scale.data());
+  } else if (s.a_scaling.k_blocked()) {
+    quantize_activations_fp8_groups(s.a_type, group_quantizer(o.act_quantizer, "--act-quantizer"), s.a_scaling.block_k,
+                                    o.ue8m0, x.data(), m, shape.k, a_codes, s.a_scale.data());
   } else {
-    quantize_activations_fp8(s.a_type, parse_fp8_act_scaling(o.act_scale), x.data(), m, shape.k,
-                             reinterpret_cast<uint8_t*>(s.a_q.data()), s.a_scale.data());
+    quantize_activations_fp8(s.a_type, parse_fp8_act_scaling(o.act_scale), x.data(), m, shape.k, a_codes,
+                             s.a_scale.data());
   }
 
   std::vector<float> w(static_cast<size_t>(shape.n * shape.k));
   st = stream_seed(o.seed, index, 3);
   for (float& v : w) v = static_cast<float>(normal_from(splitmix64(st)) * o.weight_sigma);
   s.w_q.resize(w.size());
-  s.w_scale.resize(static_cast<size_t>(shape.n));
+  s.w_scale.resize(static_cast<size_t>(s.w_scaling.scale_count(shape.n, shape.k)));
+  uint8_t* w_codes = reinterpret_cast<uint8_t*>(s.w_q.data());
   if (s.w_type == ElementType::int8) {
     quantize_weights_per_channel(w.data(), shape.n, shape.k, s.w_q.data(), s.w_scale.data());
+  } else if (s.w_scaling.k_blocked()) {
+    quantize_weights_fp8_blocks(s.w_type, block_quantizer(o.weight_quantizer, "--weight-quantizer"),
+                                s.w_scaling.block_rows, s.w_scaling.block_k, o.ue8m0, w.data(), shape.n, shape.k,
+                                w_codes, s.w_scale.data());
   } else {
-    quantize_weights_fp8(s.w_type, parse_weight_scaling(o.weight_scale), w.data(), shape.n, shape.k,
-                         reinterpret_cast<uint8_t*>(s.w_q.data()), s.w_scale.data());
+    quantize_weights_fp8(s.w_type, parse_weight_scaling(o.weight_scale), w.data(), shape.n, shape.k, w_codes,
+                         s.w_scale.data());
   }
 
   if (o.bias) {
@@ -109,11 +126,25 @@ LayerOperands synth_layer(const LayerShape& shape, size_t index, int64_t m, cons
   return make_operands(shape.name, m, shape.n, shape.k, std::move(s),
                        s.a_type == ElementType::int8
                            ? fmt::format("synth shapes={} m={} seed={}", o.shapes, m, o.seed)
-                           : fmt::format("synth shapes={} m={} seed={} element={} act_scale={} weight_scale={}", o.shapes,
-                                         m, o.seed, o.element, o.act_scale, o.weight_scale));
+                           : fmt::format("synth shapes={} m={} seed={} element={} act_scale={} weight_scale={}{}", o.shapes,
+                                         m, o.seed, o.element, o.act_scale, o.weight_scale, o.ue8m0 ? " ue8m0" : ""));
 }
 
 }  // namespace
+
+std::string synth_act_quantizer_description(const SynthOptions& o) {
+  if (o.element == "int8") return o.act_quantizer;
+  const ScaleLayout a = synth_layouts(o).first;
+  return a.k_blocked() ? group_quantizer_description(group_quantizer(o.act_quantizer, "--act-quantizer"), o.ue8m0)
+                       : fp8_act_quantizer_description(parse_fp8_act_scaling(o.act_scale));
+}
+
+std::string synth_weight_quantizer_description(const SynthOptions& o) {
+  if (o.element == "int8") return "compressed-tensors absmax/127.5 half-even";
+  const ScaleLayout w = synth_layouts(o).second;
+  return w.k_blocked() ? block_quantizer_description(block_quantizer(o.weight_quantizer, "--weight-quantizer"), o.ue8m0)
+                       : fp8_weight_quantizer_description(parse_weight_scaling(o.weight_scale));
+}
 
 ShapeSpec parse_shapes(std::string_view spec) {
   ShapeSpec out;
@@ -160,18 +191,38 @@ ShapeSpec checked_spec(const SynthOptions& options, int64_t& m) {
   if (options.max_layers > 0 && static_cast<size_t>(options.max_layers) < spec.layers.size()) {
     spec.layers.resize(static_cast<size_t>(options.max_layers));
   }
-  act_quantizer(options.act_quantizer);  // validates the name before any work
+  // The spellings and their combinations, validated before any work.
   const auto [a_type, w_type] = parse_element_types(options.element);
-  QC_INPUT(a_type == ElementType::int8 || options.act_quantizer == "vllm",
-           "--act-quantizer `{}` with --element {}: expected vllm (FP8 activations are quantized by vLLM's dynamic "
-           "per-token FP8 quantizer; the others are INT8 quantizers)",
-           options.act_quantizer, options.element);
-  parse_fp8_act_scaling(options.act_scale);  // validate the spellings before any work
-  parse_weight_scaling(options.weight_scale);
+  const auto [a_layout, w_layout] = synth_layouts(options);
   QC_INPUT(a_type != ElementType::int8 || (options.act_scale == "per-token" && options.weight_scale == "per-channel"),
            "--act-scale {} --weight-scale {} with --element int8: expected per-token and per-channel (the other "
            "granularities are FP8 quantizers)",
            options.act_scale, options.weight_scale);
+  if (a_layout.k_blocked()) {
+    group_quantizer(options.act_quantizer, "--act-quantizer");
+  } else {
+    act_quantizer(options.act_quantizer);
+    QC_INPUT(a_type == ElementType::int8 || options.act_quantizer == "vllm",
+             "--act-quantizer `{}` with --element {} --act-scale {}: expected vllm (FP8 activations per token or per "
+             "tensor are quantized by vLLM's dynamic FP8 quantizer; the others are INT8 quantizers)",
+             options.act_quantizer, options.element, options.act_scale);
+  }
+  if (w_layout.k_blocked()) block_quantizer(options.weight_quantizer, "--weight-quantizer");
+  QC_INPUT(!(a_layout.k_blocked() || w_layout.k_blocked()) || (a_type == ElementType::e4m3 && w_type == ElementType::e4m3),
+           "--element {} with --act-scale {} --weight-scale {}: expected e4m3 (the block-scaled FP8 quantizers of vLLM, "
+           "SGLang and DeepGEMM write float8_e4m3fn)",
+           options.element, options.act_scale, options.weight_scale);
+  QC_INPUT(!a_layout.k_blocked() || !w_layout.k_blocked() || a_layout.block_k == w_layout.block_k,
+           "--act-scale {} --weight-scale {}: expected the activation groups and the weight blocks to cut K alike "
+           "(e.g. per-token-group:128 with per-block:128x128)",
+           options.act_scale, options.weight_scale);
+  QC_INPUT(!options.ue8m0 || (a_layout.k_blocked() && w_layout.k_blocked()),
+           "--ue8m0 with --act-scale {} --weight-scale {}: expected per-token-group and per-block scales (UE8M0 scales "
+           "are a format of the block-scaled quantizers)",
+           options.act_scale, options.weight_scale);
+  QC_INPUT(!options.ue8m0 || options.weight_quantizer == "deepgemm",
+           "--ue8m0 with --weight-quantizer {}: expected deepgemm (compressed-tensors has no UE8M0 scale format)",
+           options.weight_quantizer);
   // NaN fails every comparison: each parameter is checked for what it must be, not for what it must not.
   QC_INPUT(options.outlier_fraction >= 0.0 && options.outlier_fraction <= 1.0,
            "--outlier-fraction: expected a share in [0, 1], found {}", options.outlier_fraction);
@@ -190,7 +241,7 @@ void check_synth_memory(const SynthOptions& options, const ShapeSpec& spec, int6
   double held = 0, largest = 0, transient = 0;
   for (const LayerShape& l : spec.layers) {
     const double md = static_cast<double>(m), nd = static_cast<double>(l.n), kd = static_cast<double>(l.k);
-    const double bytes = md * kd + nd * kd + 4 * md + 6 * nd;
+    const double bytes = md * kd + nd * kd + 4 * md * (1 + kd / 64) + 6 * nd + 4 * nd * (kd / 64);  // scales of any layout
     held += bytes;
     largest = std::max(largest, bytes);
     transient = std::max(transient, 4 * (md * kd + nd * kd));

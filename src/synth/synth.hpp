@@ -44,14 +44,23 @@ struct SynthOptions {
   // per-channel FP8 weight quantizer (`quantize_activations_fp8`, `quantize_weights_fp8`) from the
   // same fp32 activations and weights as the INT8 layers; `act_quantizer` must then be "vllm".
   std::string element = "int8";
-  // FP8 only: the scale granularity, "per-token" or "per-tensor" for activations (vLLM's
-  // dynamic_per_token_scaled_fp8_quant / dynamic_scaled_fp8_quant) and "per-channel" or
-  // "per-tensor" for weights; a per-tensor scale is stored repeated in a_scale [M] / w_scale [N].
+  // FP8 only: the scale granularity (`parse_scale_layout`): "per-token" or "per-tensor" for activations
+  // (vLLM's dynamic_per_token_scaled_fp8_quant / dynamic_scaled_fp8_quant) or "per-token-group:<g>"
+  // (block-scaled: `quantize_activations_fp8_groups` with `act_quantizer` vllm, sglang or deepgemm), and
+  // "per-channel", "per-tensor" or "per-block:<rows>x<cols>" for weights (block-scaled:
+  // `quantize_weights_fp8_blocks` with `weight_quantizer`); a per-tensor scale is stored repeated in
+  // a_scale [M] / w_scale [N].
   std::string act_scale = "per-token";
   std::string weight_scale = "per-channel";
+  std::string weight_quantizer = "deepgemm";  // per-block weights: deepgemm or compressed-tensors
+  bool ue8m0 = false;                         // block-scaled only: every scale rounded up to a power of two
   int64_t max_layers = 0;            // > 0: only the first layers of the preset
   int threads = 0;
 };
+
+// The quantizers' formulas as operand-file metadata records them ("act_quantizer", "weight_quantizer").
+std::string synth_act_quantizer_description(const SynthOptions& options);
+std::string synth_weight_quantizer_description(const SynthOptions& options);
 
 // Deterministic across machines: a counter-based generator (splitmix64) and Irwin–Hall normals
 // from integer arithmetic only, so the same seed gives the same bytes everywhere.

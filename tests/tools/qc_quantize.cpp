@@ -7,6 +7,12 @@
 //   qc_quantize weight FMT SCALING DTYPE W.npy Q.npy S.npy
 //       SCALING per-channel|per-tensor, DTYPE f32|bf16; W [N,K] float32. Writes Q [N,K] uint8 and
 //       S [N] float32 (`quantize_weights_fp8`).
+//   qc_quantize group QUANTIZER UE8M0 G X.npy Q.npy S.npy
+//       QUANTIZER vllm|sglang|deepgemm, UE8M0 0|1, G the group size; X [M,K] float32. Writes Q [M,K]
+//       uint8 (e4m3 codes) and S [M, ceil(K/G)] float32 (`quantize_activations_fp8_groups`).
+//   qc_quantize block QUANTIZER UE8M0 BN BK DTYPE W.npy Q.npy S.npy
+//       QUANTIZER deepgemm|compressed-tensors; W [N,K] float32. Writes Q [N,K] uint8 and
+//       S [ceil(N/BN), ceil(K/BK)] float32 (`quantize_weights_fp8_blocks`).
 // An input error prints `qc_quantize: <message>` on stderr and exits 2.
 #include <cstdio>
 #include <cstring>
@@ -47,7 +53,40 @@ int main(int argc, char** argv) try {
     qc::write_npy(argv[6], s);
     return 0;
   }
-  QC_INPUT(mode == "weight", "mode: expected act or weight, found `{}`", mode);
+  if (mode == "group") {
+    QC_INPUT(argc == 8, "usage: qc_quantize group vllm|sglang|deepgemm 0|1 G X.npy Q.npy S.npy");
+    const qc::GroupQuantizer quantizer = qc::group_quantizer(argv[2], "QUANTIZER");
+    const bool ue8m0 = std::string(argv[3]) == "1";
+    const int64_t g = std::stoll(argv[4]);
+    const qc::Tensor x = matrix(argv[5]);
+    const int64_t m = x.shape()[0], k = x.shape()[1];
+    qc::Tensor q = qc::Tensor::empty(qc::DType::u8, {m, k});
+    qc::Tensor s = qc::Tensor::empty(qc::DType::f32, {m, (k + g - 1) / g});
+    qc::quantize_activations_fp8_groups(qc::ElementType::e4m3, quantizer, g, ue8m0, x.data<float>(), m, k,
+                                        q.data<uint8_t>(), s.data<float>());
+    qc::write_npy(argv[6], q);
+    qc::write_npy(argv[7], s);
+    return 0;
+  }
+  if (mode == "block") {
+    QC_INPUT(argc == 10, "usage: qc_quantize block deepgemm|compressed-tensors 0|1 BN BK f32|bf16 W.npy Q.npy S.npy");
+    const qc::BlockQuantizer quantizer = qc::block_quantizer(argv[2], "QUANTIZER");
+    const bool ue8m0 = std::string(argv[3]) == "1";
+    const int64_t bn = std::stoll(argv[4]), bk = std::stoll(argv[5]);
+    const std::string dt = argv[6];
+    QC_INPUT(dt == "f32" || dt == "bf16", "DTYPE: expected f32 or bf16, found `{}`", dt);
+    const qc::Tensor w = matrix(argv[7]);
+    const int64_t n = w.shape()[0], k = w.shape()[1];
+    qc::Tensor q = qc::Tensor::empty(qc::DType::u8, {n, k});
+    qc::Tensor s = qc::Tensor::empty(qc::DType::f32, {(n + bn - 1) / bn, (k + bk - 1) / bk});
+    qc::quantize_weights_fp8_blocks(qc::ElementType::e4m3, quantizer, bn, bk, ue8m0, w.data<float>(), n, k,
+                                    q.data<uint8_t>(), s.data<float>(),
+                                    dt == "f32" ? qc::WeightScaleDtype::f32 : qc::WeightScaleDtype::bf16);
+    qc::write_npy(argv[8], q);
+    qc::write_npy(argv[9], s);
+    return 0;
+  }
+  QC_INPUT(mode == "weight", "mode: expected act, weight, group or block, found `{}`", mode);
   QC_INPUT(argc == 8, "usage: qc_quantize weight FMT per-channel|per-tensor f32|bf16 W.npy Q.npy S.npy");
   const qc::WeightScaling scaling = qc::parse_weight_scaling(argv[3]);
   const std::string dt = argv[4];

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "accum/fp8_model.hpp"
+#include "synth/synth.hpp"
 #include "arms/plugin/plugin_arm.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
@@ -480,6 +481,89 @@ TEST(PluginArm, UndeclaredFp8FlagsAreCheckedAndMakeAnFp8Arm) {
     EXPECT_THROW((void)arm->fp8_accumulate(&one, &one, 1, 1, 1, rec), Error);
     expect_input_error(prefix + int_formula, {"field `epilogue`", "a formula over an integer accumulator"});
     expect_input_error(prefix + with_acc, {"field `flags`", "QC_ARM_FLAG_WRITES_ACC on an FP8 plugin"});
+  }
+}
+
+// A block-scaled FP8 plugin (ABI revision 3: the block fields of both structs): a C kernel of
+// block-triton+exact (per K block the exact sum in double, rounded once to float, then
+// fmaf(c * sa, sb, d)) declares that model and the 128-wide block; through both modes its D equals
+// qconform's block model bit for bit, its outputs are RNE(D), and a layer of another block is refused.
+const char* kBlockPluginSource = R"(#include "qconform/arm_abi.h"
+#include <math.h>
+#include <stdio.h>
+static double e4m3(uint8_t c) {
+  const int e = (c >> 3) & 15, m = c & 7;
+  const double v = e ? ldexp(8 + m, e - 10) : ldexp(m, -9);
+  return (c & 0x80) ? -v : v;
+}
+static int run(void* ctx, const qc_arm_args_v1* args) {
+  (void)ctx;
+  if (args->d == NULL || args->block_k <= 0) { snprintf(args->error, args->error_size, "not a block call"); return 3; }
+  const uint8_t* a = (const uint8_t*)args->a_q;
+  const uint8_t* w = (const uint8_t*)args->w_q;
+  for (int64_t i = 0; i < args->m; ++i)
+    for (int64_t j = 0; j < args->n; ++j) {
+      float d = 0.0f;
+      for (int64_t k0 = 0, b = 0; k0 < args->k; k0 += args->block_k, ++b) {
+        double s = 0.0;
+        for (int64_t k = k0; k < k0 + args->block_k && k < args->k; ++k) s += e4m3(a[i * args->k + k]) * e4m3(w[j * args->k + k]);
+        const float c = (float)s;
+        const float sa = args->a_scale[i * args->a_scale_cols + (args->a_scale_cols > 1 ? b : 0)];
+        const float sb = args->w_scale[(j / args->w_block_rows) * args->w_scale_cols + (args->w_scale_cols > 1 ? b : 0)];
+        const float x = c * sa;
+        d = fmaf(x, sb, d);
+      }
+      args->d[i * args->n + j] = d;
+    }
+  return 0;
+}
+static const qc_arm_v1 kArm = {QC_ARM_ABI_VERSION, sizeof(qc_arm_v1), "c-block-triton-exact", NULL, 0, run, NULL,
+                               "block-triton+exact", 128, 0};
+QC_ARM_EXPORT const qc_arm_v1* qc_arm_v1_entry(void) { return &kArm; }
+)";
+
+TEST(PluginArm, BlockScaledPluginTakesBlockScalesAndEqualsItsModel) {
+  const fs::path src = scratch_dir() / "block_plugin.c";
+  std::ofstream(src) << kBlockPluginSource;
+  const std::string so = compile_plugin("block_triton_exact", src.string(), "-ffp-contract=off");
+  REQUIRE_PLUGIN(so);
+  SynthOptions o;
+  o.shapes = "6x40x300";  // a partial K block (300 = 2*128 + 44)
+  o.element = "e4m3";
+  o.act_scale = "per-token-group:128";
+  o.weight_scale = "per-block:16x128";
+  const LayerOperands lay = synth_operands(o).at(0);
+  const ArmOutput ref = make_arm("cpu:fp8-block-triton+exact")->run(lay);
+  SynthOptions other = o;
+  other.act_scale = "per-token-group:64";
+  other.weight_scale = "per-block:16x64";
+  const LayerOperands lay64 = synth_operands(other).at(0);
+  for (const char* prefix : {"plugin:", "plugin-inproc:"}) {
+    SCOPED_TRACE(prefix);
+    auto arm = make_arm(prefix + so);
+    const ArmInfo info = arm->info();
+    EXPECT_EQ(info.accumulation_model, "block-triton+exact");
+    EXPECT_EQ(info.block_k, 128);
+    EXPECT_EQ(info.epilogue, "");
+    const ArmOutput out = arm->run(lay);
+    ASSERT_TRUE(out.d.has_value());
+    ASSERT_EQ(out.d->size(), ref.d->size());
+    int64_t bad = 0;
+    for (size_t i = 0; i < out.d->size(); ++i) {
+      if (f32_bits((*out.d)[i]) != f32_bits((*ref.d)[i]) && bad++ < 3) {
+        ADD_FAILURE() << fmt::format("d[{}]: plugin {} ({:#010x}), model {} ({:#010x})", i, (*out.d)[i],
+                                     f32_bits((*out.d)[i]), (*ref.d)[i], f32_bits((*ref.d)[i]));
+      }
+    }
+    EXPECT_EQ(bad, 0);
+    EXPECT_EQ(out.y, ref.y);
+    EXPECT_EQ(out.record.extra.at("scales"), "per-token-group:128 x per-block:16x128");
+    try {
+      (void)arm->run(lay64);
+      ADD_FAILURE() << "a 64-wide K block was taken";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("takes K blocks of 128 products"), std::string::npos) << e.what();
+    }
   }
 }
 

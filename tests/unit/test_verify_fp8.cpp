@@ -20,6 +20,7 @@
 #include "checks/element_pass.hpp"
 #include "checks/sweep.hpp"
 #include "checks/verify.hpp"
+#include "verify_test_util.hpp"
 #include "core/operands_io.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
@@ -53,18 +54,8 @@ std::vector<LayerOperands> fp8_layers() {
           fp8_layer("fp8.k4096", 4, 32, 4096, 3), int8_e4m3_exact_layer("int8codes.k2048", 6, 40, 2048, 4)};
 }
 
-VerifyOptions cpu_options() {
-  VerifyOptions o;
-  o.reference = VerifyReference::cpu;
-  return o;
-}
-
-const CheckResult& check(const VerifyResult& r, const std::string& id) {
-  for (const CheckResult& c : r.checks) {
-    if (c.id == id) return c;
-  }
-  throw std::runtime_error("no check " + id);
-}
+using test::check;
+using test::cpu_options;
 
 uint32_t bits(float x) {
   uint32_t u;

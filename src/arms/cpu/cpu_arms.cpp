@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "accum/fp8_model.hpp"
+#include "epilogue/block_models.hpp"
 #include "arms/cpu/cpu_arms.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
@@ -65,11 +66,13 @@ void register_cpu_arms() {
       "cpu",
       "exact INT8 accumulator + a named production epilogue, emulated bit for bit; fp8-<model>: an FP8 GEMM "
       "under a declared accumulation model (also fp8-blocked-<chunk>, fp8-split-k-<splits>) + the fp8-scaled "
-      "epilogue",
+      "epilogue; fp8-block-<form>[+<chain>]: a block-scaled FP8 GEMM under a block model (per K block a chain from "
+      "zero, then the promotion form)",
       [] {
         std::vector<std::string> names;
         for (const Epilogue& e : all_epilogues()) names.emplace_back(e.name);
         for (const NamedAccumModel& m : fp8_accumulation_models()) names.push_back("fp8-" + m.name);
+        for (const BlockPromotion f : block_promotions()) names.push_back(fmt::format("fp8-block-{}", block_promotion_name(f)));
         return names;
       },
       [](std::string_view variant) -> std::unique_ptr<Arm> {

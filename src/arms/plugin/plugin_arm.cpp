@@ -41,6 +41,7 @@
 
 #include "accum/fp8_model.hpp"
 #include "arms/plugin/plugin_limits.hpp"
+#include "epilogue/block_models.hpp"
 #include "arms/plugin/plugin_protocol.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/arm_abi.h"
@@ -64,6 +65,8 @@ constexpr uint16_t kUnwrittenBf16 = 0x7FC1;
 constexpr uint32_t kUnwrittenF32 = 0x7FC00001;  // FP8 calls: `d` before the plugin writes it (a NaN)
 // The descriptor's appended `accumulation_model` is read only when `struct_size` covers it.
 constexpr size_t kArmSizeWithModel = offsetof(qc_arm_v1, accumulation_model) + sizeof(const char*);
+// ... and its block fields (revision 3) when it covers them.
+constexpr size_t kArmSizeWithBlock = offsetof(qc_arm_v1, block_n) + sizeof(int64_t);
 constexpr size_t kErrorBufferSize = proto::kErrorBufferSize;
 constexpr size_t kMaxNameBytes = 1024;
 using plugin_limits::CallTimeLimit;
@@ -104,6 +107,8 @@ struct Descriptor {
   // `d` writes the unscaled d; every plugin that declares a model is one).
   bool fp8_kernel() const { return (flags & QC_ARM_FLAG_FP8_KERNEL) != 0; }
   bool fp8_gemm() const { return has_model || (flags & QC_ARM_FLAG_FP8_GEMM) != 0; }
+  int64_t block_k = 0, block_n = 0;
+  bool block() const { return has_model && is_block_model_name(accumulation_model); }
 };
 
 // Everything the library declares, checked before its `run` is ever called.
@@ -133,10 +138,11 @@ void validate(const std::string& path, const Descriptor& d) {
   QC_INPUT((d.flags & ~kKnownFlags) == 0,
            "plugin `{}`: field `flags`: expected only QC_ARM_FLAG_* bits (0x{:x}), found 0x{:x}", p, kKnownFlags, d.flags);
   if (d.fp8_kernel() || d.fp8_gemm()) {
-    // An FP8 plugin: a declared model is one qconform can evaluate, and there is no INT32 accumulator.
+    // An FP8 plugin: a declared model is one qconform can evaluate (unscaled or block-scaled), and there
+    // is no INT32 accumulator.
     if (d.has_model) {
       try {
-        (void)fp8_accumulation_model(d.accumulation_model);
+        check_declared_model(d.accumulation_model);
       } catch (const Error& e) {
         QC_FAIL_INPUT("plugin `{}`: field `accumulation_model`: {}", p, printable(e.what()));
       }
@@ -144,10 +150,19 @@ void validate(const std::string& path, const Descriptor& d) {
     QC_INPUT((d.flags & QC_ARM_FLAG_WRITES_ACC) == 0, "plugin `{}`: field `flags`: QC_ARM_FLAG_WRITES_ACC on an FP8 "
              "plugin (QC_ARM_FLAG_FP8_KERNEL, QC_ARM_FLAG_FP8_GEMM or an accumulation_model): it has no INT32 "
              "accumulator", p);
+    QC_INPUT(!(d.block() && d.fp8_kernel()), "plugin `{}`: field `flags`: QC_ARM_FLAG_FP8_KERNEL with the block model "
+             "\"{}\": a block-scaled plugin's `run` writes its fp32 D (qconform rounds it); whole block-scaled kernels "
+             "with their own output rounding are not supported", p, printable(d.accumulation_model));
+    QC_INPUT(d.block_k >= 0 && d.block_n >= 0 && (d.block() || (d.block_k == 0 && d.block_n == 0)),
+             "plugin `{}`: fields `block_k`, `block_n`: expected 0 (any) or a positive block{}, found {} and {}", p,
+             d.block() ? "" : " and only on a block-scaled plugin (a block model as accumulation_model)", d.block_k,
+             d.block_n);
     if (!d.fp8_kernel()) {
-      QC_INPUT(!d.has_epilogue, "plugin `{}`: field `epilogue`: expected NULL for an FP8 plugin that is a GEMM (qconform applies "
-               "the `{}` epilogue to its fp32 output; a kernel with its own epilogue sets QC_ARM_FLAG_FP8_KERNEL), "
-               "found \"{}\"", p, fp8_epilogue().name, printable(d.epilogue));
+      QC_INPUT(!d.has_epilogue, "plugin `{}`: field `epilogue`: expected NULL for an FP8 plugin that is a GEMM (qconform {}; "
+               "a kernel with its own epilogue sets QC_ARM_FLAG_FP8_KERNEL), found \"{}\"", p,
+               d.block() ? "rounds its fp32 D to bf16 itself" : fmt::format("applies the `{}` epilogue to its fp32 output",
+                                                                            fp8_epilogue().name),
+               printable(d.epilogue));
     } else if (d.has_epilogue) {
       const Epilogue* e = nullptr;
       try {
@@ -180,11 +195,16 @@ struct Loaded {
     i.description = fmt::format("plugin `{}` ({}), kernel `{}`, {}", printable(file.path), file.sha256,
                                 printable(d.name),
                                 isolated ? "isolated in a worker process" : "in-process (unprotected)");
-    i.epilogue = d.fp8_gemm() && !d.fp8_kernel() ? std::string(fp8_epilogue().name) : d.has_epilogue ? d.epilogue : "";
+    i.epilogue = d.block()                          ? ""
+                 : d.fp8_gemm() && !d.fp8_kernel() ? std::string(fp8_epilogue().name)
+                 : d.has_epilogue                  ? d.epilogue
+                                                   : "";
     i.exposes_accumulator = (d.flags & QC_ARM_FLAG_WRITES_ACC) != 0;
     i.accumulation_model = d.has_model ? d.accumulation_model : "";
     if (d.fp8_kernel() || d.fp8_gemm()) i.element = ElementType::e4m3;
-    i.unscaled_entry = d.fp8_gemm();
+    i.unscaled_entry = d.fp8_gemm() && !d.block();
+    i.block_k = d.block_k;
+    i.block_n = d.block_n;
     return i;
   }
 
@@ -224,7 +244,7 @@ struct Loaded {
     nlohmann::json r = {{"arm", label}, {"kernel", d.name}, {"plugin", identity_extra()}};
     if (d.has_model) {
       r["accumulation_model"] = d.accumulation_model;
-      r["accumulation_formula"] = accumulation_formula(fp8_accumulation_model(d.accumulation_model).model);
+      r["accumulation_formula"] = declared_model_formula(d.accumulation_model);
     }
     return r;
   }
@@ -244,6 +264,42 @@ struct Loaded {
     view.a_type = view.w_type = ElementType::e4m3;
     ArmOutput out = layer(view);
     out.record.extra["operands"] = codes.description;
+    return out;
+  }
+
+  // A block-scaled layer's scale layout as the ABI passes it (`qc_arm_args_v1`'s block fields).
+  struct BlockArgs {
+    int64_t block_k = 0, a_scale_cols = 0, w_block_rows = 0, w_scale_cols = 0;
+  };
+  BlockArgs block_args(const LayerOperands& ops) const {
+    return {ops.scale_block_k(), ops.a_scaling.scale_cols(ops.k), ops.w_scaling.block_rows,
+            ops.w_scaling.scale_cols(ops.k)};
+  }
+
+  // `run` of a block-scaled plugin: its D from `call(codes a, w, block args)`, rounded to bf16 and exposed.
+  template <class BlockCall>
+  ArmOutput run_block(const LayerOperands& ops, BlockCall&& call) const {
+    ops.validate();
+    QC_INPUT(!ops.has_bias(), "arm `{}`: layer `{}`: the FP8 arms take no bias (not modelled)", printable(label),
+             printable(ops.name));
+    check_arm_takes_layer(info(), ops);
+    const Fp8LayerCodes codes = fp8_layer_codes(label, ops);
+    QC_INPUT(codes.a_format == Fp8Format::e4m3 && codes.w_format == Fp8Format::e4m3,
+             "arm `{}`: layer `{}`: e5m2 operands: the plugin ABI passes e4m3fn codes only", printable(label),
+             printable(ops.name));
+    std::vector<float> d = call(codes.a.data(), codes.w.data(), block_args(ops));
+    ArmOutput out;
+    out.y.resize(d.size());
+    for (size_t i = 0; i < d.size(); ++i) out.y[i] = f32_to_bf16(d[i]);
+    out.d = std::move(d);
+    out.record.arm = label;
+    out.record.kernel = this->d.name;
+    out.record.device = cpu_description();
+    out.record.library = fmt::format("plugin {} {}", file.path, file.sha256);
+    out.record.build = build_flags();
+    out.record.extra = identity_extra();
+    out.record.extra["operands"] = codes.description;
+    out.record.extra["scales"] = ops.scaling_description();
     return out;
   }
 
@@ -341,6 +397,10 @@ class InprocPluginArm final : public Arm {
         d.has_model = true;
         d.accumulation_model.assign(arm_->accumulation_model, strnlen(arm_->accumulation_model, proto::kMaxString));
       }
+      if (d.struct_size >= kArmSizeWithBlock) {
+        d.block_k = arm_->block_k;
+        d.block_n = arm_->block_n;
+      }
       d.has_name = arm_->name != nullptr;
       d.has_epilogue = arm_->epilogue != nullptr;
       d.has_run = arm_->run != nullptr;
@@ -356,12 +416,21 @@ class InprocPluginArm final : public Arm {
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int threads) override {
     if (!lp_.d.fp8_gemm()) return Arm::fp8_accumulate(a, w, m, n, k, record, threads);  // the INT8 refusal
+    QC_INPUT(!lp_.d.block(),
+             "arm `{}` is a block-scaled FP8 plugin (block model {}): its `run` takes scales, so it has no unscaled "
+             "FP8 call; run it on a block-scaled layer (`boundary` measures it at unit scales that way)",
+             printable(lp_.label), printable(lp_.d.accumulation_model));
     std::vector<float> d = call_fp8(a, w, m, n, k);
     record = lp_.fp8_record();
     return d;
   }
 
   ArmOutput run(const LayerOperands& ops) override {
+    if (lp_.d.block()) {
+      return lp_.run_block(ops, [&](const uint8_t* a, const uint8_t* w, const Loaded::BlockArgs& b) {
+        return call_fp8(a, w, ops.m, ops.n, ops.k, &ops, b);
+      });
+    }
     if (lp_.d.fp8_kernel()) return lp_.run_kernel(ops, [&](const LayerOperands& view) { return run_layer(view); });
     if (lp_.d.fp8_gemm()) {
       return lp_.run_fp8(ops, [&](const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
@@ -401,7 +470,9 @@ class InprocPluginArm final : public Arm {
     return lp_.finish(ops, rc, error.data(), acc_written, std::move(y), std::move(acc));
   }
 
-  std::vector<float> call_fp8(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
+  // An FP8 call; a block-scaled one with `scaled` (the layer, for its scales) and `b` its layout.
+  std::vector<float> call_fp8(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                              const LayerOperands* scaled = nullptr, const Loaded::BlockArgs& b = {}) {
     float unwritten;
     std::memcpy(&unwritten, &kUnwrittenF32, sizeof unwritten);
     std::vector<float> d(static_cast<size_t>(m * n), unwritten);
@@ -418,6 +489,14 @@ class InprocPluginArm final : public Arm {
     args.error = error.data();
     args.error_size = error.size();
     args.d = d.data();
+    if (scaled != nullptr) {
+      args.a_scale = scaled->a_scale.data();
+      args.w_scale = scaled->w_scale.data();
+      args.block_k = b.block_k;
+      args.a_scale_cols = b.a_scale_cols;
+      args.w_block_rows = b.w_block_rows;
+      args.w_scale_cols = b.w_scale_cols;
+    }
     const int rc = arm_->run(arm_->ctx, &args);
     error.back() = '\0';
     return lp_.finish_fp8(m, n, k, rc, error.data(), d.data());
@@ -571,11 +650,18 @@ struct Layout {
 
   // An FP8 call: inputs the codes `a` [m,k] and `w` [n,k]; the output `d` [m,n] fp32 takes the
   // place of `y` (guarded the same way), no accumulator.
-  Layout(int64_t m64, int64_t n64, int64_t k64, size_t page) {
+  // A block-scaled call: the scales (`a_scales`, `w_scales` fp32 values) follow the codes.
+  Layout(int64_t m64, int64_t n64, int64_t k64, size_t page, size_t a_scales = 0, size_t w_scales = 0) {
     const uint64_t m = static_cast<uint64_t>(m64), n = static_cast<uint64_t>(n64), k = static_cast<uint64_t>(k64);
     inputs.push_back({"a", 0, m * k, 1, k64});
     inputs.push_back({"w", round_up(m * k, 64), n * k, 1, k64});
-    inputs_size = round_up(std::max<uint64_t>(inputs[1].offset + n * k, 1), page);
+    uint64_t at = inputs[1].offset + n * k;
+    if (a_scales > 0) {
+      inputs.push_back({"a_scale", round_up(at, 64), 4 * a_scales, 4, 0});
+      inputs.push_back({"w_scale", round_up(inputs[2].offset + 4 * a_scales, 64), 4 * w_scales, 4, 0});
+      at = inputs[3].offset + 4 * w_scales;
+    }
+    inputs_size = round_up(std::max<uint64_t>(at, 1), page);
     y_bytes = 4 * m * n;
     acc_bytes = 0;
     place_outputs(page);
@@ -802,12 +888,21 @@ class IsolatedPluginArm final : public Arm {
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int threads) override {
     if (!lp_.d.fp8_gemm()) return Arm::fp8_accumulate(a, w, m, n, k, record, threads);  // the INT8 refusal
+    QC_INPUT(!lp_.d.block(),
+             "arm `{}` is a block-scaled FP8 plugin (block model {}): its `run` takes scales, so it has no unscaled "
+             "FP8 call; run it on a block-scaled layer (`boundary` measures it at unit scales that way)",
+             printable(lp_.label), printable(lp_.d.accumulation_model));
     std::vector<float> d = call_fp8(a, w, m, n, k);
     record = lp_.fp8_record();
     return d;
   }
 
   ArmOutput run(const LayerOperands& ops) override {
+    if (lp_.d.block()) {
+      return lp_.run_block(ops, [&](const uint8_t* a, const uint8_t* w, const Loaded::BlockArgs& b) {
+        return call_fp8(a, w, ops.m, ops.n, ops.k, &ops, b);
+      });
+    }
     if (lp_.d.fp8_kernel()) return lp_.run_kernel(ops, [&](const LayerOperands& view) { return run_layer(view); });
     if (lp_.d.fp8_gemm()) {
       return lp_.run_fp8(ops, [&](const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
@@ -877,17 +972,23 @@ class IsolatedPluginArm final : public Arm {
     return lp_.finish(ops, rc, error.data(), acc_written, std::vector<uint16_t>(y0, y0 + count), std::move(acc));
   }
 
-  // One FP8 call: the codes into the operand mapping, `d` out of the output mapping.
-  std::vector<float> call_fp8(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k) {
+  // One FP8 call: the codes (and, block-scaled, the scales of `scaled` in layout `b`) into the operand
+  // mapping, `d` out of the output mapping.
+  std::vector<float> call_fp8(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                              const LayerOperands* scaled = nullptr, const Loaded::BlockArgs& b = {}) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!worker_) restart();
-    const Layout lay(m, n, k, page_size());
+    const Layout lay(m, n, k, page_size(), scaled ? scaled->a_scale.size() : 0, scaled ? scaled->w_scale.size() : 0);
     SharedBuffer& in = worker_->inputs();
     SharedBuffer& out = worker_->outputs();
     in.reserve(lay.inputs_size, "operands");
     out.reserve(lay.outputs_size, "outputs");
     std::memcpy(in.base + lay.inputs[0].offset, a, lay.inputs[0].bytes);
     std::memcpy(in.base + lay.inputs[1].offset, w, lay.inputs[1].bytes);
+    if (scaled != nullptr) {
+      std::memcpy(in.base + lay.inputs[2].offset, scaled->a_scale.data(), lay.inputs[2].bytes);
+      std::memcpy(in.base + lay.inputs[3].offset, scaled->w_scale.data(), lay.inputs[3].bytes);
+    }
     std::fill_n(reinterpret_cast<uint32_t*>(out.base + lay.y), m * n, kUnwrittenF32);
     std::memset(out.base + lay.acc_written, 0, sizeof(int));
     std::memset(out.base + lay.error, 0, kErrorBufferSize);
@@ -904,10 +1005,21 @@ class IsolatedPluginArm final : public Arm {
     q.acc_written = lay.acc_written;
     q.error = lay.error;
     q.d = lay.y;
+    if (scaled != nullptr) {
+      q.a_scale = lay.inputs[2].offset;
+      q.w_scale = lay.inputs[3].offset;
+      q.block_k = b.block_k;
+      q.a_scale_cols = b.a_scale_cols;
+      q.w_block_rows = b.w_block_rows;
+      q.w_scale_cols = b.w_scale_cols;
+    }
     std::copy(std::begin(lay.guards), std::end(lay.guards), std::begin(q.guards));
-    const std::string where = fmt::format("arm `{}` (kernel `{}`) on an FP8 GEMM (m={} n={} k={})", printable(lp_.label),
-                                          printable(lp_.d.name), m, n, k);
-    const int rc = exchange(q, lay, where, "d", {a, w});
+    const std::string where =
+        scaled != nullptr ? lp_.where(*scaled)
+                          : fmt::format("arm `{}` (kernel `{}`) on an FP8 GEMM (m={} n={} k={})", printable(lp_.label),
+                                        printable(lp_.d.name), m, n, k);
+    const int rc = exchange(q, lay, where, "d",
+                            {a, w, scaled ? scaled->a_scale.data() : nullptr, scaled ? scaled->w_scale.data() : nullptr});
     const char* seen = snapshot_.data();
     std::vector<char> error(seen + lay.error, seen + lay.error + kErrorBufferSize);
     error.back() = '\0';
@@ -1122,11 +1234,14 @@ class IsolatedPluginArm final : public Arm {
         d.has_epilogue = hello.has_epilogue != 0;
         d.has_run = hello.has_run != 0;
         d.has_model = hello.has_model != 0;
+        d.block_k = hello.block_k;
+        d.block_n = hello.block_n;
         d.flags = hello.flags;
         if (!lp_.d.name.empty()) {
           // A restart: the library must still be the one first loaded.
           const bool same = d.name == lp_.d.name && d.flags == lp_.d.flags && d.epilogue == lp_.d.epilogue &&
-                            d.accumulation_model == lp_.d.accumulation_model;
+                            d.accumulation_model == lp_.d.accumulation_model && d.block_k == lp_.d.block_k &&
+                            d.block_n == lp_.d.block_n;
           if (!same) worker_.reset();
           QC_INPUT(same,
                    "plugin `{}`: its descriptor changed since the arm was created", p);

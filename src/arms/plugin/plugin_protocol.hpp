@@ -26,7 +26,7 @@
 
 namespace qc::plugin_protocol {
 
-inline constexpr uint32_t kProtocolVersion = 3;  // 2: FP8 plugins (Hello's model, RunRequest::d); 3: Settled
+inline constexpr uint32_t kProtocolVersion = 4;  // 2: FP8 plugins (Hello's model, RunRequest::d); 3: Settled; 4: block scales
 inline constexpr uint32_t kMagic = 0x51435048;  // "QCPH"
 inline constexpr int kSocketFd = 3;
 inline constexpr int kInputsFd = 4;
@@ -71,6 +71,7 @@ struct Hello {
   uint32_t has_model;      // `accumulation_model` present (struct_size covers it) and non-NULL
   uint32_t reserved;
   uint64_t model_size;     // bytes of `accumulation_model` that follow the epilogue
+  int64_t block_k, block_n;  // the descriptor's block fields (0 when struct_size does not cover them)
 };
 
 enum class LoadFailure : uint32_t { dlopen = 1, no_symbol = 2, entry_null = 3, protocol = 4 };
@@ -95,6 +96,9 @@ struct RunRequest {
   uint64_t guards[3];                          // offsets of the inaccessible pages (one page each)
   uint64_t d;  // FP8 calls: offset of d [m,n] fp32 in the outputs (a_q, w_q: the codes; the other
                // operands and y, acc: kNone); kNone on INT8 calls
+  // Block-scaled FP8 calls (d set, block_k > 0): a_scale [m, a_scale_cols] and w_scale
+  // [ceil(n / w_block_rows), w_scale_cols] fp32 in the inputs; 0 on every other call.
+  int64_t block_k, a_scale_cols, w_block_rows, w_scale_cols;
 };
 
 struct Done {

@@ -183,6 +183,10 @@ void send_hello(const qc_arm_v1* arm) {
       h.has_model = 1;
       model.assign(arm->accumulation_model, strnlen(arm->accumulation_model, proto::kMaxString));
     }
+    if (arm->struct_size >= offsetof(qc_arm_v1, block_n) + sizeof(int64_t)) {
+      h.block_k = arm->block_k;
+      h.block_n = arm->block_n;
+    }
     h.has_name = arm->name != nullptr;
     h.has_epilogue = arm->epilogue != nullptr;
     h.has_run = arm->run != nullptr;
@@ -244,9 +248,18 @@ void serve(const qc_arm_v1* arm) {
     }
     const uint64_t in = inputs.size, out = outputs.size;
     const bool fp8 = q.d != proto::kNone;  // an FP8 call: codes in, d out
+    const bool block = fp8 && q.block_k > 0;  // a block-scaled one: and the scales in
     if (fp8 && (!within(q.a_q, m * k, in) || !within(q.w_q, n * k, in) || !within(q.d, 4 * m * n, out) ||
                 !within(q.acc_written, sizeof(int), out) || !within(q.error, proto::kErrorBufferSize, out))) {
       protocol_failure("offsets outside the mappings");
+    }
+    if (block) {
+      if (q.a_scale_cols < 1 || q.w_block_rows < 1 || q.w_scale_cols < 1) protocol_failure("bad block scale layout");
+      const uint64_t w_rows = (n + static_cast<uint64_t>(q.w_block_rows) - 1) / static_cast<uint64_t>(q.w_block_rows);
+      if (!within(q.a_scale, 4 * m * static_cast<uint64_t>(q.a_scale_cols), in) ||
+          !within(q.w_scale, 4 * w_rows * static_cast<uint64_t>(q.w_scale_cols), in)) {
+        protocol_failure("offsets outside the mappings");
+      }
     }
     if (!fp8 && (!within(q.a_q, m * k, in) || !within(q.a_scale, 4 * m, in) || !within(q.w_q, n * k, in) ||
         !within(q.w_scale, 4 * n, in) || (q.bias != proto::kNone && !within(q.bias, 2 * n, in)) ||
@@ -271,6 +284,14 @@ void serve(const qc_arm_v1* arm) {
     args.w_q = reinterpret_cast<const int8_t*>(inputs.at(q.w_q));
     if (fp8) {
       args.d = reinterpret_cast<float*>(outputs.at(q.d));
+      if (block) {
+        args.a_scale = reinterpret_cast<const float*>(inputs.at(q.a_scale));
+        args.w_scale = reinterpret_cast<const float*>(inputs.at(q.w_scale));
+        args.block_k = q.block_k;
+        args.a_scale_cols = q.a_scale_cols;
+        args.w_block_rows = q.w_block_rows;
+        args.w_scale_cols = q.w_scale_cols;
+      }
     } else {
       args.a_scale = reinterpret_cast<const float*>(inputs.at(q.a_scale));
       args.w_scale = reinterpret_cast<const float*>(inputs.at(q.w_scale));

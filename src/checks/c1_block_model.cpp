@@ -1,0 +1,253 @@
+// Measuring a block-scaled FP8 arm's block model (c1_block_model.hpp).
+#include "checks/c1_block_model.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "qconform/error.hpp"
+#include "qconform/numerics.hpp"
+#include "synth/synth.hpp"
+
+namespace qc {
+
+namespace {
+
+// The arm as an unscaled FP8 GEMM: each `fp8_accumulate` call runs the arm on a block-scaled layer of
+// the call's codes with every scale 1 and returns the arm's exposed D. It declares the unit-scale
+// model of the arm's declared block model (`unit_scale_equivalent`), so that the FP8 prober measures the
+// arm against it.
+class UnitScaleArm final : public Arm {
+ public:
+  UnitScaleArm(Arm& arm, ArmInfo info, int64_t block_k, int64_t block_n, std::string declared)
+      : arm_(arm), info_(std::move(info)), block_k_(block_k), block_n_(block_n) {
+    info_.accumulation_model = std::move(declared);
+    info_.label += " (at unit scales)";
+  }
+  ArmInfo info() const override { return info_; }
+  ArmOutput run(const LayerOperands&) override {
+    QC_FAIL_INPUT("{}: the unit-scale view of a block-scaled arm takes only fp8_accumulate calls", info_.label);
+  }
+  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                    nlohmann::json& record, int) override {
+    OperandStorage s;
+    s.a_type = s.w_type = ElementType::e4m3;
+    s.a_scaling = ScaleLayout::token_group(block_k_);
+    s.w_scaling = ScaleLayout::block(block_n_, block_k_);
+    s.a_q.assign(reinterpret_cast<const int8_t*>(a), reinterpret_cast<const int8_t*>(a) + m * k);
+    s.w_q.assign(reinterpret_cast<const int8_t*>(w), reinterpret_cast<const int8_t*>(w) + n * k);
+    s.a_scale.assign(static_cast<size_t>(s.a_scaling.scale_count(m, k)), 1.0f);
+    s.w_scale.assign(static_cast<size_t>(s.w_scaling.scale_count(n, k)), 1.0f);
+    const LayerOperands ops = make_operands("unit-scale-probe", m, n, k, std::move(s), "boundary (unit-scale probe)");
+    ArmOutput out = arm_.run(ops);
+    QC_INPUT(out.d.has_value(),
+             "arm {}: exposes no fp32 accumulator D with its runs (ArmOutput::d), so its block accumulation cannot be "
+             "measured (bf16 outputs hide the fp32 differences the probes separate)",
+             arm_.info().label);
+    QC_INPUT(static_cast<int64_t>(out.d->size()) == m * n, "arm {}: fp32 accumulator of {} elements, expected {}x{}",
+             arm_.info().label, out.d->size(), m, n);
+    record = out.record;
+    return std::move(*out.d);
+  }
+
+ private:
+  Arm& arm_;
+  ArmInfo info_;
+  int64_t block_k_, block_n_;
+};
+
+// Random finite e4m3 codes and scales with random fraction bits in [2^-12, 2^-4] (the forms' roundings
+// differ at almost every output then).
+LayerOperands random_block_layer(int64_t m, int64_t n, int64_t k, int64_t block_k, int64_t block_n, uint64_t seed) {
+  OperandStorage s;
+  s.a_type = s.w_type = ElementType::e4m3;
+  s.a_scaling = ScaleLayout::token_group(block_k);
+  s.w_scaling = ScaleLayout::block(block_n, block_k);
+  uint64_t st = seed;
+  const auto code = [&] {
+    uint8_t c = static_cast<uint8_t>(splitmix64(st));
+    if ((c & 0x7F) == 0x7F) c ^= 1;
+    return static_cast<int8_t>(c);
+  };
+  const auto scale = [&] {
+    const uint64_t r = splitmix64(st);
+    const uint32_t e = static_cast<uint32_t>(127 - 12 + static_cast<int>(r % 9));
+    return f32_from_bits((e << 23) | static_cast<uint32_t>((r >> 8) & 0x7FFFFF));
+  };
+  s.a_q.resize(static_cast<size_t>(m * k));
+  s.w_q.resize(static_cast<size_t>(n * k));
+  for (int8_t& c : s.a_q) c = code();
+  for (int8_t& c : s.w_q) c = code();
+  s.a_scale.resize(static_cast<size_t>(s.a_scaling.scale_count(m, k)));
+  s.w_scale.resize(static_cast<size_t>(s.w_scaling.scale_count(n, k)));
+  for (float& x : s.a_scale) x = scale();
+  for (float& x : s.w_scale) x = scale();
+  return make_operands(fmt::format("random-scales-{}x{}x{}", m, n, k), m, n, k, std::move(s),
+                       fmt::format("boundary (random-scale probe, seed {})", seed));
+}
+
+bool same_chain(const Fp8AccumModel& x, const Fp8AccumModel& y) {
+  return model_differences(x, y).empty();
+}
+
+}  // namespace
+
+BlockMeasurement measure_block_model(Arm& arm, const BlockMeasureOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  BlockMeasurement r;
+  r.arm = arm.info();
+  r.declared_name = r.arm.accumulation_model;
+  QC_INPUT(is_block_model_name(r.declared_name),
+           "arm {}: declares no block model (accumulation model `{}`): expected a block-scaled FP8 arm", r.arm.label,
+           r.declared_name);
+  try {
+    r.declared = fp8_block_model(r.declared_name);
+  } catch (const Error&) {
+    r.declared.reset();
+  }
+  r.block_k_probed = r.arm.block_k > 0 ? r.arm.block_k : options.block_k;
+  const int64_t block_n = r.arm.block_n > 0 ? r.arm.block_n : 128;
+  std::string unit_declared;
+  if (r.declared) unit_declared = unit_scale_equivalent(*r.declared, r.block_k_probed).value_or("");
+
+  // 1. The structure at unit scales, by the FP8 prober.
+  UnitScaleArm unit(arm, r.arm, r.block_k_probed, block_n, unit_declared);
+  try {
+    r.structure = measure_fp8_accumulation(unit, options.structure);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::input) throw;
+    r.verdict = "not measured";
+    r.reason = e.what();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    return r;
+  }
+  r.structure_measured = r.structure.measured;
+  if (r.structure_measured) {
+    const Fp8AccumModel& u = r.structure.model;
+    r.promotion_interval = u.promote_steps > 0 && u.step_k > 0 ? int64_t{u.promote_steps} * u.step_k : 0;
+    Fp8AccumModel chain = u;
+    chain.promote_steps = 0;
+    chain.promote_bits = 23;
+    chain.promote_rounding = AccumRounding::nearest_even;
+    r.chain_model = chain;
+    const std::string named = named_model_of(chain);
+    r.chain = named.empty() ? accumulation_formula(chain) : named;
+  }
+
+  // 2. The promotion form over the measured chain, on random scales.
+  if (r.chain_model && r.promotion_interval == r.block_k_probed) {
+    NamedAccumModel chain{r.chain, *r.chain_model, "the measured chain"};
+    for (BlockPromotion f : block_promotions()) r.forms.push_back({std::string(block_promotion_name(f)), 0, ""});
+    uint64_t seed = options.seed;
+    for (const auto& shape : options.form_shapes) {
+      const LayerOperands ops = random_block_layer(shape[0], shape[1], shape[2], r.block_k_probed, block_n, seed++);
+      const ArmOutput out = arm.run(ops);
+      QC_INPUT(out.d && static_cast<int64_t>(out.d->size()) == ops.m * ops.n,
+               "arm {}: expected an fp32 accumulator D of {}x{} with its run, found {}", r.arm.label, ops.m, ops.n,
+               out.d ? fmt::format("{} elements", out.d->size()) : std::string("none"));
+      const Fp8LayerCodes codes = fp8_layer_codes("boundary", ops);
+      const Fp8BlockGemm g = fp8_block_gemm("boundary", codes, ops);
+      r.form_outputs += ops.m * ops.n;
+      for (size_t fi = 0; fi < block_promotions().size(); ++fi) {
+        BlockModel model{"(measured chain)", chain, block_promotions()[fi], ""};
+        std::vector<float> want(static_cast<size_t>(ops.m * ops.n));
+        fp8_block_evaluate(model, g, want.data(), options.structure.threads);
+        BlockFormEvidence& e = r.forms[fi];
+        for (size_t i = 0; i < want.size(); ++i) {
+          const float got = (*out.d)[i];
+          if (f32_bits(got) == f32_bits(want[i])) {
+            ++e.matching;
+          } else if (e.first_miss.empty()) {
+            e.first_miss = fmt::format("{}[{},{}]: arm {} (0x{:08x}), form gives {} (0x{:08x})", ops.name,
+                                       static_cast<int64_t>(i) / ops.n, static_cast<int64_t>(i) % ops.n, got,
+                                       f32_bits(got), want[i], f32_bits(want[i]));
+          }
+        }
+      }
+    }
+    for (const BlockFormEvidence& e : r.forms) {
+      if (e.matching == r.form_outputs) r.form_class.push_back(e.form);
+    }
+  }
+
+  // The verdict.
+  std::vector<std::string> differs;
+  if (!r.structure_measured) {
+    r.verdict = "not a block model of this family";
+    r.reason = fmt::format("at unit scales the arm is no model of the FP8 family: {}", r.structure.reason);
+  } else if (r.promotion_interval != r.block_k_probed) {
+    r.verdict = "not a block model of this family";
+    r.reason = fmt::format(
+        "at unit scales over K blocks of {} the arm {} (measured {}): a block model promotes once per K block",
+        r.block_k_probed,
+        r.promotion_interval == 0 ? "never promotes" : fmt::format("promotes every {} products", r.promotion_interval),
+        accumulation_formula(r.structure.model));
+  } else if (r.form_class.empty()) {
+    r.verdict = "not a block model of this family";
+    r.reason = fmt::format("no promotion form over the measured chain {} explains the arm's D on random scales ({} "
+                           "outputs); block-triton's first miss: {}",
+                           r.chain, r.form_outputs, r.forms.front().first_miss);
+  } else if (!r.declared) {
+    r.verdict = "differs from declaration";
+    r.reason = fmt::format("the arm declares `{}`, which is not a block model qconform knows", r.declared_name);
+  } else {
+    if (!same_chain(*r.chain_model, r.declared->chain.model)) {
+      differs.push_back(fmt::format("chain: {} (declared {})", r.chain, r.declared->chain.name));
+    }
+    const std::string declared_form(block_promotion_name(r.declared->form));
+    if (std::find(r.form_class.begin(), r.form_class.end(), declared_form) == r.form_class.end()) {
+      differs.push_back(fmt::format("form: {} (declared {})", fmt::join(r.form_class, " or "), declared_form));
+    }
+    r.verdict = differs.empty() ? "matches declaration" : "differs from declaration";
+    r.reason = differs.empty()
+                   ? fmt::format("per K block of {} the chain {} from zero, then {} (explains {} of {} outputs on random "
+                                 "scales{})",
+                                 r.block_k_probed, r.chain, block_promotion_formula(r.declared->form), r.form_outputs,
+                                 r.form_outputs,
+                                 r.form_class.size() > 1 ? fmt::format("; not separated from {}", fmt::join(r.form_class, ", "))
+                                                         : std::string())
+                   : fmt::format("{}", fmt::join(differs, "; "));
+  }
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+nlohmann::json to_json(const BlockMeasurement& r) {
+  nlohmann::json forms = nlohmann::json::array();
+  for (const BlockFormEvidence& e : r.forms) {
+    forms.push_back({{"form", e.form},
+                     {"matching", e.matching},
+                     {"outputs", r.form_outputs},
+                     {"first_miss", e.first_miss.empty() ? nlohmann::json(nullptr) : nlohmann::json(e.first_miss)}});
+  }
+  return {{"declared", r.declared_name},
+          {"verdict", r.verdict},
+          {"reason", r.reason},
+          {"block_k_probed", r.block_k_probed},
+          {"promotion_interval", r.promotion_interval},
+          {"chain", r.chain.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.chain)},
+          {"forms", forms},
+          {"form_class", r.form_class},
+          {"unit_scale_structure", r.structure_measured || !r.structure.verdict.empty() ? to_json(r.structure)
+                                                                                         : nlohmann::json(nullptr)},
+          {"seconds", r.seconds}};
+}
+
+std::string describe(const BlockMeasurement& r) {
+  std::string s = fmt::format("block model of {} (declared {}): {}\n  {}\n", r.arm.label, r.declared_name, r.verdict,
+                              r.reason);
+  if (r.structure_measured) {
+    s += fmt::format("  at unit scales over K blocks of {}: {} ({}), promoted every {} products\n", r.block_k_probed,
+                     r.chain, accumulation_formula(*r.chain_model), r.promotion_interval);
+  }
+  for (const BlockFormEvidence& e : r.forms) {
+    s += fmt::format("  form {:<15} {} of {} outputs{}\n", e.form, e.matching, r.form_outputs,
+                     e.first_miss.empty() ? std::string() : "; first miss " + e.first_miss);
+  }
+  return s;
+}
+
+}  // namespace qc
