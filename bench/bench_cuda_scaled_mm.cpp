@@ -126,6 +126,7 @@ void bench_gemm(int m, int n, int k) {
                                  EpilogueKind::vllm_cutlass, BiasMode::muladd, nullptr);
   });
 
+  std::string cutlass_line;  // printed under the shape's header, beside our kernel's lines
 #ifdef QC_WITH_CUTLASS
   {
     // CUTLASS's own sm90 INT8 GEMM with vLLM's ScaledEpilogue, the configuration vLLM picks for this
@@ -154,9 +155,11 @@ void bench_gemm(int m, int n, int k) {
     const auto ya = y_cutlass.to_host(), yb = y_lt.to_host();
     size_t diff = 0;
     for (size_t i = 0; i < ya.size(); ++i) diff += ya[i] != yb[i];
-    std::printf("  CUTLASS (vLLM %s) %.4f ms = %5.0f TOPS  speed vs pipeline %.2fx  (vs GEMM alone %.2fx)  bitwise diffs %zu%s%s\n",
-                cutlass_arms::kInt8ConfigTable[config].name, t, ops / t / 1e9, t_pipe / t, t_lt / t, diff,
-                error ? "  error: " : "", error ? error : "");
+    char line[512];
+    std::snprintf(line, sizeof line, "  CUTLASS (vLLM %s) %.4f ms = %5.0f TOPS  speed vs pipeline %.2fx  (vs GEMM alone %.2fx)  bitwise diffs %zu%s%s\n",
+                  cutlass_arms::kInt8ConfigTable[config].name, t, ops / t / 1e9, t_pipe / t, t_lt / t, diff,
+                  error ? "  error: " : "", error ? error : "");
+    cutlass_line = line;
   }
 #endif
   std::vector<MmTile> tiles = {MmTile::automatic};
@@ -169,6 +172,7 @@ void bench_gemm(int m, int n, int k) {
   std::printf("\n(M,N,K)=(%d,%d,%d)  cuBLASLt int8 GEMM alone %.4f ms = %.0f TOPS; + epilogue kernel %.4f ms; "
               "pipeline %.4f ms = %.0f TOPS\n  cuBLASLt: %s\n",
               m, n, k, t_lt, ops / t_lt / 1e9, t_epi, t_pipe, ops / t_pipe / 1e9, plan.identity().c_str());
+  std::fputs(cutlass_line.c_str(), stdout);
   for (MmTile tile : tiles) {
     ScaledMmArgs args;
     args.sa = sa.get(), args.sw = sw.get(), args.y = y_ours.get();

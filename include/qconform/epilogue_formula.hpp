@@ -330,6 +330,13 @@ QC_FORMULA_FN constexpr bool torch_rowwise_transposes(int64_t m_rows, int64_t n_
   return torch_rowwise_choice(m_rows, n_cols).transposed;
 }
 
+// Whether a shape-dispatching kind computes its second point (a row's `swap_point`) on an m_rows x
+// n_cols GEMM: `sglang_sm90` under swap-AB, `torch_rowwise` transposed; false for every other kind.
+QC_FORMULA_FN constexpr bool dispatch_swaps(EpilogueKind kind, int64_t m_rows, int64_t n_cols) {
+  if (kind == EpilogueKind::torch_rowwise) return torch_rowwise_transposes(m_rows, n_cols);
+  return kind == EpilogueKind::sglang_sm90 && sglang_sm90_swaps(m_rows, n_cols);
+}
+
 // The kind whose body `apply` runs for `kind` on an m_rows x n_cols GEMM: itself, except the
 // shape-dispatching kinds: `sglang_sm90` resolves to the CUTLASS or (under swap-AB) the Triton order,
 // `torch_rowwise` to its X-first or (transposed) W-first tree.

@@ -332,7 +332,8 @@ nlohmann::json declared_formula(const ArmInfo& info) {
     const Epilogue& e = epilogue(info.epilogue);
     if (const auto p = row_point(e)) {
       const auto sp = row_swap_point(e);
-      f["formula"] = sp ? fmt::format("{}; under swap-AB: {}", formula_notation(*p), formula_notation(*sp)) : formula_notation(*p);
+      f["formula"] = sp ? fmt::format("{}; {}: {}", formula_notation(*p), dispatch_condition(e), formula_notation(*sp))
+                        : formula_notation(*p);
     }
   } catch (const Error&) {
     // A declaration outside the table (an FP8 arm's `fp8-scaled` has no point): its name is its formula.

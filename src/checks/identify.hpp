@@ -17,7 +17,7 @@ struct IdentifyOptions {
   uint64_t seed = 20261201;
   int max_rounds = 16;                 // designed probe rounds at most
   std::string heldout_shapes = "tiny";  // `synth` shapes of the held-out confirmation
-  std::vector<int64_t> heldout_m = {8, 80};  // one swap-AB shape (M <= 16) and one without
+  std::vector<int64_t> heldout_m = {8, 80};  // both sides of each dispatch: swap-AB at M <= 16; PyTorch transposes FP8 at M = 80
   // The designed probes keep |acc| <= 2^probe_acc_bits (26 covers every design of docs/identify.md;
   // a test lowers it to leave classes that part only beyond it for the separation step).
   int probe_acc_bits = 26;

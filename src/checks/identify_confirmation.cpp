@@ -152,13 +152,13 @@ void Identifier::separate() {
       for (size_t j = i + 1; j < rv.size() && (rv.size() <= 8 || i == 0); ++j) pairs.emplace_back(rv[i], rv[j]);
     }
     if (pairs.size() > kSeparationPairs) pairs.resize(kSeparationPairs);  // the time bound; the next round sees the rest
-    // Plan: in-jurisdiction separators, grouped by probe shape (M = 40, else the swap-AB M = 8) and bias.
+    // Plan: in-jurisdiction separators, grouped by probe shape (M = 40, else `rows_swapped()`) and bias.
     SeparationPlan plan;
     std::vector<nlohmann::json> unresolved;
     for (const auto& [a, b] : pairs) {
       std::optional<Operand> found;
       int64_t m = kRowsPlain;
-      for (int64_t mm : {kRowsPlain, kRowsSwap}) {
+      for (int64_t mm : {kRowsPlain, rows_swapped()}) {
         found = find_separator(*a, *b, mm, bias_ok, /*inside=*/true, nullptr);
         if (found) {
           m = mm;
@@ -200,7 +200,7 @@ void Identifier::separate() {
 std::vector<std::string> Identifier::named_without_bias(const Candidate& c) const {
   std::vector<std::string> out;
   for (const auto& [key, names] : named_by_key_) {
-    if (key.rfind("swap-AB dispatch", 0) == 0 || key.substr(0, key.find(" | ")) != c.plain_key) continue;
+    if (key.find(" dispatch [") != std::string::npos || key.substr(0, key.find(" | ")) != c.plain_key) continue;
     for (const std::string& n : names) {
       if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
     }

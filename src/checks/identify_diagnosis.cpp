@@ -265,15 +265,18 @@ nlohmann::json Identifier::epilogue_diagnosis(const Candidate& c, bool declared)
                                   declared ? "declared formula" : "nearest", res.bad, res.total, ones, alibi)}};
 }
 
-// The declared formula's candidate when the arm declares a single point of the space.
+// The declared formula's candidate when the arm declares a point of the space or a named shape
+// dispatch between two.
 const Candidate* Identifier::declared_candidate() const {
   if (r_.arm.epilogue.empty()) return nullptr;
   try {
     const Epilogue& e = epilogue(r_.arm.epilogue);
     const auto p = row_point(e);
-    if (!p || row_swap_point(e) || p->input != input_) return nullptr;
+    if (!p || p->input != input_) return nullptr;
+    const auto s = row_swap_point(e);
     for (const Candidate& c : cands_) {
-      if (!c.dispatch && c.main == *p) return &c;
+      if (!s && !c.dispatch && c.main == *p) return &c;
+      if (s && c.dispatch && c.via == e.kind && c.main == *p && c.swapped == *s) return &c;
     }
   } catch (const Error&) {
     return nullptr;  // a declaration that is no formula (verify reports it); nothing to analyse against

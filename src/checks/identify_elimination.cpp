@@ -89,7 +89,7 @@ void Identifier::make_candidates() {
   }
   std::vector<const Epilogue*> rows;
   if (input_ == FormulaInput::fp32) {
-    rows.push_back(&fp8_epilogue());
+    for (const Epilogue& e : fp8_epilogues()) rows.push_back(&e);
   } else {
     for (const Epilogue& e : all_epilogues()) rows.push_back(&e);
   }
@@ -102,16 +102,18 @@ void Identifier::make_candidates() {
       named_by_key_[formula_class_key(*p)].emplace_back(e.name);
       continue;
     }
-    // A shape dispatch is a candidate of its own: one point, another under swap-AB.
+    // A shape dispatch is a candidate of its own: one point, another on its other side (under
+    // swap-AB, transposed).
     Candidate c;
     c.main = *p;
     c.swapped = *s;
     c.dispatch = true;
-    c.notation = fmt::format("{}: {}; under swap-AB (M <= 16, or M <= 64 with N > 1280): {}", e.name,
-                             formula_notation(*p), formula_notation(*s));
+    c.via = e.kind;
+    c.notation = fmt::format("{}: {}; {}: {}", e.name, formula_notation(*p), dispatch_condition(e), formula_notation(*s));
     const std::string a = formula_class_key(*p), b = formula_class_key(*s);
-    c.key = "swap-AB dispatch [" + a + "] [" + b + "]";
-    c.plain_key = "swap-AB dispatch [" + a.substr(0, a.find(" | ")) + "] [" + b.substr(0, b.find(" | ")) + "]";
+    const std::string kind = fmt::format("{} dispatch", dispatch_name(e));
+    c.key = kind + " [" + a + "] [" + b + "]";
+    c.plain_key = kind + " [" + a.substr(0, a.find(" | ")) + "] [" + b.substr(0, b.find(" | ")) + "]";
     named_by_key_[c.key].emplace_back(e.name);
     cands_.push_back(std::move(c));
   }
@@ -235,7 +237,7 @@ size_t Identifier::alive_classes(bool plain) const {
 
 // One designed probe: returns whether it eliminated anything.
 bool Identifier::probe_round(int round, bool with_bias, bool plain) {
-  const int64_t m = round % 2 == 0 ? kRowsPlain : kRowsSwap;
+  const int64_t m = round % 2 == 0 ? kRowsPlain : rows_swapped();
   int64_t score = 0;
   const ProbeSpec spec = design(m, with_bias, plain, &score);
   const std::string id = fmt::format("probe{}/M={}{}", round, m, with_bias ? "/bias" : "");

@@ -26,8 +26,9 @@
 namespace qc::identify_detail {
 
 constexpr int64_t kCols = 16;       // N of every probe (CUDA arms need N and K multiples of 16)
-constexpr int64_t kRowsPlain = 40;  // M of the probes without swap-AB (sglang_sm90_swaps is false)
-constexpr int64_t kRowsSwap = 8;    // M of the probes with swap-AB
+constexpr int64_t kRowsPlain = 40;  // M of the probes on the first side of every dispatch (no swap-AB, not transposed)
+constexpr int64_t kRowsSwap = 8;    // M of the integer probes with swap-AB (`sglang_sm90_swaps`)
+constexpr int64_t kRowsSwapFp8 = 72;  // M of the FP8 probes PyTorch's rowwise dispatch runs transposed (N = kCols)
 constexpr int kTries = 24;          // accumulators tried per element when designing
 constexpr int kPairTries = 4;       // accumulators built to separate a random pair of classes, per element
 constexpr size_t kMaxReps = 400;    // class representatives the design scores against
@@ -46,13 +47,14 @@ using Fp8Recipe = std::array<uint8_t, kFp8Terms>;  // one element's a codes, ter
 
 struct Candidate {
   FormulaPoint main, swapped;
-  bool dispatch = false;  // a named shape dispatch (`sglang-sm90`): `swapped` under swap-AB
+  bool dispatch = false;  // a named shape dispatch (`sglang-sm90`, `torch-rowwise`): `swapped` on its other side
+  EpilogueKind via = EpilogueKind::point;  // the dispatching row's kind (`formula::dispatch_swaps`)
   std::string notation, key, plain_key;
   bool alive = true;
   bool plain_alive = true;  // explains every output of the observations without a bias
   int64_t mismatches = 0, compared = 0;
   const FormulaPoint& at(int64_t m, int64_t n) const {
-    return dispatch && formula::sglang_sm90_swaps(m, n) ? swapped : main;
+    return dispatch && formula::dispatch_swaps(via, m, n) ? swapped : main;
   }
   bool refuses_bias() const { return main.bias == BiasPlacement::none && main.conv != AccConversion::exact; }
 };
@@ -156,6 +158,8 @@ class Identifier {
   int64_t eliminate(const Observation& o);
   std::vector<const Candidate*> representatives(bool plain);
   size_t alive_classes(bool plain) const;
+  // M of the probes on the other side of the dispatches of this accumulator type.
+  int64_t rows_swapped() const { return input_ == FormulaInput::fp32 ? kRowsSwapFp8 : kRowsSwap; }
   bool probe_round(int round, bool with_bias, bool plain);
   // Runs one probe through the arm, eliminates by it and records it in `r_.probes`.
   const Observation& run_probe(const ProbeSpec& spec, const std::string& id, int64_t score);

@@ -172,7 +172,8 @@ namespace {
 // accumulator and are what `all_epilogues()` (and so every INT8 arm family) enumerates; the FP8
 // scaled epilogue follows. Adding a formula: its row here, its body in epilogue_formula.hpp.
 // Each row ends with its point of the formula space (docs/identify.md), in notation (the FP8 row's
-// over the fp32 `d`), and `sglang-sm90` with the point it computes under swap-AB:
+// over the fp32 `d`), and the shape dispatches (`sglang-sm90`, `torch-rowwise`) with the point they
+// compute on their other side (under swap-AB, transposed):
 // tests/unit/test_formula_space.cpp checks that body and point give the same bits.
 constexpr size_t kIntegerRows = 7;
 constexpr size_t kFp8Rows = 2;
@@ -217,7 +218,10 @@ constexpr std::array<Epilogue, kIntegerRows + kFp8Rows> kEpilogues{{
      "bf16(rn32(rn32(rn32(d*sa)*sw) + 0)); when PyTorch runs the problem transposed: bf16(rn32(rn32(sa*rn32(d*sw)) + 0)); "
      "with a bias: refused (not modelled)",
      "PyTorch f8f8bf16_rowwise, sm90 CUTLASS (aten/src/ATen/native/cuda/RowwiseScaledMM.cu), the "
-     "cuda:cutlass-fp8-rowwise arms"},  // no point: the space has no always-present zero bias and no shape dispatch over d
+     "cuda:cutlass-fp8-rowwise arms",
+     // Its points (identify's candidate of a shape dispatch, `formula::dispatch_swaps`): the + 0 of
+     // the bias node changes only a -0 into +0, outside the jurisdiction of the space.
+     "bf16(rn32(rn32(d * sa) * sw))", "bf16(rn32(sa * rn32(d * sw)))"},
 }};
 
 // Rows [m0, m1) of a tile through formula body `K` (resolved: `sglang_sm90` already mapped).

@@ -448,4 +448,12 @@ std::optional<FormulaPoint> row_swap_point(const Epilogue& e) {
   return parse_formula(e.swap_point);
 }
 
+std::string_view dispatch_condition(const Epilogue& e) {
+  if (e.kind == EpilogueKind::torch_rowwise) {
+    return "when PyTorch runs the problem transposed (RowwiseScaledMM's shape dispatch, e.g. M = 65..128 with N <= 64)";
+  }
+  return "under swap-AB (M <= 16, or M <= 64 with N > 1280)";
+}
+std::string_view dispatch_name(const Epilogue& e) { return e.kind == EpilogueKind::torch_rowwise ? "transpose" : "swap-AB"; }
+
 }  // namespace qc

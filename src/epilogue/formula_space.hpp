@@ -54,5 +54,10 @@ std::string point_summary(const FormulaPoint& p);  // one line: "acc f32 RNE; sa
 // The point of a named row (its `point` string parsed); nullopt for a row without one.
 std::optional<FormulaPoint> row_point(const Epilogue& e);
 std::optional<FormulaPoint> row_swap_point(const Epilogue& e);
+// When a row with a swap point computes it, in words ("under swap-AB (M <= 16, or M <= 64 with N >
+// 1280)", "when PyTorch runs the problem transposed (...)"), and the name of its dispatch ("swap-AB",
+// "transpose"): the one text of the printouts. `formula::dispatch_swaps` is the rule itself.
+std::string_view dispatch_condition(const Epilogue& e);
+std::string_view dispatch_name(const Epilogue& e);
 
 }  // namespace qc

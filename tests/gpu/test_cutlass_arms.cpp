@@ -5,18 +5,21 @@
 //   - cuda:cutlass-fp8-rowwise[-fastacc] equal their declared accumulation model followed by the
 //     `torch-rowwise` epilogue, in both orientations of PyTorch's dispatch, and their fp32
 //     accumulator equals the model;
-//   - the shape refusals (INT32 overflow of K, alignment) are input errors.
+//   - the shape refusals (INT32 overflow of K, alignment) are input errors;
+//   - identify, run on each arm as a black box, names the formula (and FP8 model) it declares.
 // Built into qconform_gpu_tests (label `gpu`); each test says SKIPPED with the reason in a build
 // without CUTLASS. Run: ./build/tests/qconform_gpu_tests --gtest_filter='Cutlass*'.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "accum/fp8_model.hpp"
 #include "arms/cutlass/cutlass_arms.hpp"
+#include "checks/identify.hpp"
 #include "gpu_test_util.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
@@ -169,6 +172,30 @@ TEST(CutlassFp8Rowwise, EqualsItsModelAndTorchRowwiseInBothOrientations) {
     }
     std::printf("%s: %lld outputs equal to %s + torch-rowwise; %lld of them differ from fp8-scaled\n", label,
                 static_cast<long long>(outputs), model.name.c_str(), static_cast<long long>(off_scaled));
+  }
+}
+
+// identify agrees with every CUTLASS arm's declaration: the INT8 arms' formula class contains their
+// declared row; the FP8 arms' measured model is their declared one and their epilogue is PyTorch's
+// rowwise dispatch (`torch-rowwise`, both orientations probed), every held-out output explained.
+TEST(CutlassArms, IdentifyNamesEachArmsDeclaration) {
+  QC_REQUIRE_CUTLASS();
+  for (const char* label : {"cuda:cutlass-int8-vllm-cutlass", "cuda:cutlass-int8-vllm-cutlass-fma",
+                            "cuda:cutlass-fp8-rowwise", "cuda:cutlass-fp8-rowwise-fastacc"}) {
+    auto arm = make_arm(label);
+    const ArmInfo info = arm->info();
+    const IdentifyResult r = identify(*arm);
+    ASSERT_EQ(r.verdict, "identified") << label << ": " << r.reason;
+    EXPECT_EQ(r.matching, r.outputs) << label;
+    EXPECT_GT(r.outputs, 10000) << label;
+    if (info.fp8()) {
+      EXPECT_EQ(r.accumulation_model, info.accumulation_model) << label << ": " << r.formula;
+      EXPECT_EQ(r.epilogue_named, std::vector<std::string>{info.epilogue}) << label << ": " << r.formula;
+    } else {
+      EXPECT_NE(std::find(r.named.begin(), r.named.end(), info.epilogue), r.named.end()) << label << ": " << r.formula;
+    }
+    std::printf("%s: identified %s (%lld of %lld held-out outputs, %.1f s)\n", label, r.formula.c_str(),
+                static_cast<long long>(r.matching), static_cast<long long>(r.outputs), r.seconds);
   }
 }
 

@@ -210,6 +210,54 @@ TEST(FormulaSpace, TheFp8RowIsAPointBitForBit) {
   EXPECT_THROW(apply_epilogue(epilogue("bf16(rn32(sa * rn32(f32(acc) * sw)))"), d.data(), sa.data(), sw.data(), nullptr, 1, 1, &y), Error);
 }
 
+// PyTorch's rowwise FP8 tree (`torch-rowwise`) is a shape dispatch between its two points: the
+// X-first point where PyTorch runs the problem as given, the W-first one where it transposes it
+// (`formula::dispatch_swaps`), bit for bit on d of every magnitude; the + 0 of its bias node turns
+// only a -0 (outside the space's jurisdiction) into +0.
+TEST(FormulaSpace, TheTorchRowwiseRowIsADispatchBetweenItsPoints) {
+  const Epilogue& row = epilogue("torch-rowwise");
+  const auto p = row_point(row), s = row_swap_point(row);
+  ASSERT_TRUE(p && s);
+  EXPECT_EQ(formula_notation(*p), row.point);
+  EXPECT_EQ(formula_notation(*s), row.swap_point);
+  EXPECT_NE(formula_class_key(*p), formula_class_key(*s)) << "the two orientations are different classes";
+  const Epilogue& xw = epilogue(std::string(row.point));
+  const Epilogue& wx = epilogue(std::string(row.swap_point));
+  Gen g{41};
+  int64_t seen_transposed = 0, seen_plain = 0;
+  // (40, 16) runs as given and (72, 16) transposed (the two FP8 probe shapes of identify); the
+  // others are the held-out and qwen3-like shapes.
+  for (const auto& [M, N] : {std::pair<int64_t, int64_t>{40, 16}, {72, 16}, {80, 2048}, {8, 2048}, {512, 4096}, {33, 6144}}) {
+    const bool t = formula::dispatch_swaps(row.kind, M, N);
+    (t ? seen_transposed : seen_plain) += 1;
+    std::vector<float> d(static_cast<size_t>(M * N)), sa(static_cast<size_t>(M)), sw(static_cast<size_t>(N));
+    for (auto& x : d) x = g.scale(-20, 30) * (g.below(3) == 0 ? -1.0f : 1.0f);
+    for (int i = 0; i < 20; ++i) d[static_cast<size_t>(g.below(M * N))] = 0.0f;
+    for (auto& x : sa) x = g.scale(-12, 2);
+    for (auto& x : sw) x = g.scale(-12, 2);
+    std::vector<uint16_t> named(d.size()), point(d.size());
+    apply_epilogue(row, d.data(), sa.data(), sw.data(), nullptr, M, N, named.data(), 2);
+    apply_epilogue(t ? wx : xw, d.data(), sa.data(), sw.data(), nullptr, M, N, point.data(), 1);
+    int64_t bad = 0;
+    for (size_t e = 0; e < d.size(); ++e) {
+      if (named[e] != point[e] && ++bad <= 3) {
+        ADD_FAILURE() << "M=" << M << " N=" << N << " [" << e / N << "," << e % N << "] d=" << fmt::format("{:a}", d[e])
+                      << ": named " << hex(named[e]) << ", point " << hex(point[e]);
+      }
+    }
+    EXPECT_EQ(bad, 0) << "M=" << M << " N=" << N << (t ? " (transposed)" : "");
+  }
+  EXPECT_GT(seen_transposed, 0);
+  EXPECT_GT(seen_plain, 0);
+  // The + 0: d = -0 gives -0 through the point and +0 through the tree.
+  const float nz = -0.0f, one = 1.0f;
+  uint16_t y_row = 0, y_point = 0;
+  apply_epilogue(row, &nz, &one, &one, nullptr, 1, 1, &y_row, 1);
+  apply_epilogue(xw, &nz, &one, &one, nullptr, 1, 1, &y_point, 1);
+  EXPECT_EQ(y_row, 0x0000);
+  EXPECT_EQ(y_point, 0x8000);
+}
+
 TEST(FormulaSpace, PointEpilogueTileEqualsElements) {
   const Epilogue& e = epilogue("bf16_rz(rn32(f32(bf16_rz(rn32(rn32(f32_rz(acc) * bf16(sa)) * sw))) + f32(bias)))");
   Gen g{7};

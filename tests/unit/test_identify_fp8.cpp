@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "arms/declared_arm.hpp"
 #include "checks/identify.hpp"
@@ -94,8 +95,12 @@ class HandFp8Kernel final : public Arm {
           const int64_t k = descending_ ? ops.k - 1 - i : i;
           d = d + e4m3_value(a[m * ops.k + k]) * e4m3_value(w[n * ops.k + k]);
         }
-        out.y.push_back(body_(d, ops.a_scale[m], ops.w_scale[n],
-                              ops.has_bias() ? std::optional<float>(bf16_to_f32(ops.bias[n])) : std::nullopt));
+        const std::optional<float> bias = ops.has_bias() ? std::optional<float>(bf16_to_f32(ops.bias[n])) : std::nullopt;
+        if constexpr (std::is_invocable_v<Body, float, float, float, std::optional<float>, int64_t, int64_t>) {
+          out.y.push_back(body_(d, ops.a_scale[m], ops.w_scale[n], bias, ops.m, ops.n));  // a shape dispatch
+        } else {
+          out.y.push_back(body_(d, ops.a_scale[m], ops.w_scale[n], bias));
+        }
       }
     }
     out.record.arm = label_;
@@ -136,6 +141,28 @@ TEST(IdentifyFp8, AKernelIsIdentifiedAsItsModelAndItsEpilogue) {
             formula_class_key(parse_formula("bf16(fma(rn32(d * sa), sw, f32(bias)))")))
       << describe(rb);
   EXPECT_EQ(rb.matching, rb.outputs);
+}
+
+// PyTorch's sm90 rowwise tree, written here from RowwiseScaledMM.cu: Cast(Add(Bias = 0, Multiply(WScale,
+// Multiply(XScale, Accum)))), with X and W swapping roles where PyTorch transposes the problem.
+uint16_t torch_rowwise(float d, float sa, float sw, std::optional<float> bias, int64_t m_rows, int64_t n_cols) {
+  if (bias) throw Error(ErrorKind::input, "test kernel takes no bias", __FILE__, __LINE__, "bias");
+  const bool transposed = formula::torch_rowwise_transposes(m_rows, n_cols);
+  const float y = transposed ? sa * (d * sw) : (d * sa) * sw;
+  return f32_to_bf16(y + 0.0f);
+}
+
+// The shape dispatch is a candidate: identify probes both orientations (M = 40 as given, M = 72
+// transposed) and names the table's row, not the one point the first orientation alone would leave.
+TEST(IdentifyFp8, PyTorchsRowwiseDispatchIsIdentifiedAsTheTorchRowwiseRow) {
+  ASSERT_FALSE(formula::torch_rowwise_transposes(40, 16));
+  ASSERT_TRUE(formula::torch_rowwise_transposes(72, 16));
+  HandFp8Kernel<decltype(&torch_rowwise)> arm("test:fp8-torch-rowwise", &torch_rowwise);
+  const IdentifyResult r = identify(arm);
+  ASSERT_EQ(r.verdict, "identified") << describe(r);
+  EXPECT_EQ(r.epilogue_named, std::vector<std::string>{"torch-rowwise"}) << describe(r);
+  EXPECT_EQ(r.matching, r.outputs);
+  EXPECT_GT(r.outputs, 10000);
 }
 
 // K summed in descending order: no model of the FP8 family; the accumulation is where it is exceeded.
