@@ -13,7 +13,7 @@
 #include <tuple>
 
 #include "accum/fp8_model.hpp"  // fp8_layer_codes: the one rule both FP8 arm families apply
-#include "arms/cuda/block_fp8_operands.hpp"
+#include "arms/block_fp8_operands.hpp"
 #include "arms/cuda/cublaslt_gemm.hpp"
 #include "arms/cuda/cuda.hpp"
 #include "arms/cuda/cuda_common.hpp"
@@ -346,8 +346,8 @@ class CublasLtFp8Arm final : public Arm {
 // weight scales per 128x128 block (BLK128x128_32F), activation scales per token and 128 columns of K
 // (VEC128_32F), bf16 out. No fast-accumulation variant: the block scale modes are promoted per 128-K
 // block by construction (PyTorch refuses use_fast_accum with them, aten/src/ATen/cuda/CUDABlas.cpp).
-// Operands are padded to multiples of 16 (block_fp8_operands.hpp). The declared model is a guess until
-// measured on the H200 (docs/gpu.md, "Block-scaled FP8 arms"; tests/gpu/test_cuda_fp8_block.cpp prints
+// Operands are zero-padded: M and N to multiples of 16, K to whole 128-blocks (block_fp8_operands.hpp).
+// The declared model is a guess until measured on the H200 (docs/gpu.md, "Block-scaled FP8 arms"; tests/gpu/test_cuda_fp8_block.cpp prints
 // every form's mismatch count): CUTLASS's form for a tile with several activation scales and one
 // weight scale (the scale product first, then one FFMA per block), i.e. block-deepgemm.
 class CublasLtFp8BlockArm final : public Arm {
@@ -357,7 +357,7 @@ class CublasLtFp8BlockArm final : public Arm {
     i.label = "cuda:cublaslt-fp8-block";
     i.description =
         "cuBLASLt block-scaled FP8 GEMM (e4m3 x e4m3, weight scales BLK128x128_32F, activation scales VEC128_32F, bf16 "
-        "out; operands zero-padded to multiples of 16)";
+        "out; operands zero-padded: M, N to multiples of 16, K to whole 128-blocks)";
     i.accumulation_model = "block-deepgemm";
     i.element = ElementType::e4m3;
     i.block_k = 128;
@@ -367,16 +367,11 @@ class CublasLtFp8BlockArm final : public Arm {
   }
   ArmOutput run(const LayerOperands& ops) override {
     const ArmInfo i = info();
-    ops.validate();
-    QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", i.label, ops.name);
+    // K padded to whole 128-blocks (the layouts of PyTorch's blockwise checks), N and M to 16.
+    const int64_t kp = (ops.k + 127) / 128 * 128;
+    const BlockFp8Operands o = block_fp8_operands(i.label, ops, 16, 16, 128, /*weights_k_major=*/true,
+                                                  CublasLtGemm::block_scale_ld(static_cast<int>(std::min<int64_t>(kp, INT_MAX))));
     require_device(i.label);
-    const Fp8LayerCodes codes = fp8_layer_codes(i.label, ops);
-    const int64_t kp = (ops.k + 15) / 16 * 16;
-    const BlockFp8Operands o = block_fp8_operands(i.label, ops, codes, 16, 16, 16, /*weights_k_major=*/true,
-                                                  CublasLtGemm::block_scale_ld(static_cast<int>(kp)));
-    QC_INPUT(o.mp <= INT_MAX && o.np <= INT_MAX && o.kp <= INT_MAX,
-             "arm {}: layer `{}`: dimensions must fit in int32, found M={} N={} K={}", i.label, ops.name, ops.m, ops.n,
-             ops.k);
     const int m = static_cast<int>(o.mp), n = static_cast<int>(o.np), k = static_cast<int>(o.kp);
     CublasLtGemm& plan = plans_.get(CublasLtGemm::Kind::fp8_bf16_block, m, n, k, false);
     QC_INPUT(plan.ok(), "arm {}: layer `{}`: cuBLASLt offers no block-scaled FP8 GEMM here: {}", i.label, ops.name,
@@ -407,7 +402,7 @@ class CublasLtFp8BlockArm final : public Arm {
     out.record = cuda_record(i, plan.identity() + fmt::format(" on {}x{}x{} (padded from {}x{}x{})", o.mp, o.np, o.kp,
                                                              ops.m, ops.n, ops.k),
                              cublaslt_description());
-    out.record.extra["operands"] = codes.description;
+    out.record.extra["operands"] = o.codes;
     out.record.extra["scales"] = ops.scaling_description();
     out.record.extra["d"] = d_note;
     const long long split = plan.split_k();

@@ -14,7 +14,7 @@
 
 #ifdef QC_WITH_CUTLASS
 #include "accum/fp8_model.hpp"  // fp8_layer_codes
-#include "arms/cuda/block_fp8_operands.hpp"
+#include "arms/block_fp8_operands.hpp"
 #include "arms/cuda/cuda_common.hpp"
 #include "arms/cutlass/cutlass_dispatch.hpp"
 #include "arms/cutlass/kernels/sm90_cutlass_scaled_mm.cuh"
@@ -296,8 +296,8 @@ class CutlassFp8RowwiseArm final : public Arm {
 // `cuda:cutlass-fp8-blockwise`: CUTLASS's sm90 blockwise-scaled FP8 mainloop
 // (kernels/sm90_cutlass_fp8_blockwise.cuh, which derives the declared model from the CUTLASS source),
 // 1 x 128 activation groups x 128 x 128 weight blocks; bf16 out, and D from the fp32-out instance of
-// the same mainloop (exposed as `ArmOutput::d`). N and K are zero-padded to multiples of 16
-// (block_fp8_operands.hpp).
+// the same mainloop (exposed as `ArmOutput::d`). N is zero-padded to a multiple of 16 and K to whole
+// 128-blocks (block_fp8_operands.hpp).
 class CutlassFp8BlockwiseArm final : public Arm {
  public:
   ArmInfo info() const override {
@@ -318,14 +318,9 @@ class CutlassFp8BlockwiseArm final : public Arm {
   }
   ArmOutput run(const LayerOperands& ops) override {
     const ArmInfo i = info();
-    ops.validate();
-    QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", i.label, ops.name);
+    // N padded to a multiple of 16 (16-byte TMA rows of the output), K to whole 128-blocks (the K tile).
+    const BlockFp8Operands o = block_fp8_operands(i.label, ops, 1, 16, 128, /*weights_k_major=*/true, 0);
     require_sm90(i.label);
-    const Fp8LayerCodes codes = fp8_layer_codes(i.label, ops);
-    const BlockFp8Operands o = block_fp8_operands(i.label, ops, codes, 1, 16, 16, /*weights_k_major=*/true, 0);
-    QC_INPUT(o.mp >= 1 && o.mp <= INT_MAX && o.np <= INT_MAX && o.kp <= INT_MAX,
-             "arm {}: layer `{}`: expected 1 <= M and dimensions in int32 range, found M={} N={} K={}", i.label,
-             ops.name, ops.m, ops.n, ops.k);
     std::lock_guard lock(d_.mu);
     d_.select_device();
     d_.a.upload(o.a), d_.w.upload(o.w), d_.sa.upload(o.sa), d_.sw.upload(o.sw);
@@ -350,7 +345,7 @@ class CutlassFp8BlockwiseArm final : public Arm {
                        "(and to fp32 for D); on {}x{}x{} (padded from {}x{}x{})",
                        QC_CUTLASS_VERSION, schedule, epi_schedule, r.stages, o.mp, o.np, o.kp, ops.m, ops.n, ops.k));
     record_config(out.record.extra, 128, 128, 128, 1, 2, schedule, epi_schedule, r.stages);
-    out.record.extra["operands"] = codes.description;
+    out.record.extra["operands"] = o.codes;
     out.record.extra["scales"] = ops.scaling_description();
     out.record.extra["accumulation_model"] = i.accumulation_model;
     return out;

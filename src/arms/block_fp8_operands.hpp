@@ -5,8 +5,8 @@
 //
 // Padding is exact: a zero code's products are zero and take no part in the tensor cores' sum (the
 // Hopper model, docs/accumulation.md), a padded row or column is a separate output that is dropped, and
-// rounding M, N, K up to a multiple of 16 never adds a 128-block (128 is a multiple of 16), so every
-// output of the layer sees the same K blocks and scales.
+// rounding N or K up to a divisor or multiple of 128 (16, 128) never adds a 128-block, so every output of
+// the layer sees the same K blocks and scales (checked).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +26,7 @@ struct BlockFp8Operands {
   std::vector<float> sa;           // activation scales, row fastest: sa[b * mp + i] (padded rows 1)
   std::vector<float> sw;           // weight scales: k-major sw[nb * sw_ld + b], else sw[b * n_blocks + nb]
   int64_t sw_ld = 0;
+  std::string codes;               // `Fp8LayerCodes::description`, for the run record
   // The layer's [m, n] from a kernel's [mp, np] bf16 output (or fp32 D).
   template <typename T>
   std::vector<T> crop(const std::vector<T>& padded) const {
@@ -37,12 +38,12 @@ struct BlockFp8Operands {
   }
 };
 
-// QC_INPUT naming `arm` and the layer unless it is a block-scaled e4m3 x e4m3 layer with K blocks of 128
-// and weight blocks of 128 x 128 (the only block the kernels are built for). `align_m`, `align_n`,
+// QC_INPUT naming `arm` and the layer unless it is a valid (`LayerOperands::validate`) block-scaled e4m3 x
+// e4m3 layer without a bias, with K blocks of 128 and weight blocks of 128 x 128 (the only block the
+// kernels are built for), whose padded dimensions fit in int32. `align_m`, `align_n`,
 // `align_k`: the padding multiples; `weights_k_major`: the weight scales' order (cuBLASLt: k-major with
 // leading dimension `sw_ld` >= k_blocks; CUTLASS's sm90 MN-major layout otherwise, sw_ld = 0).
-BlockFp8Operands block_fp8_operands(const std::string& arm, const LayerOperands& ops, const Fp8LayerCodes& codes,
-                                    int64_t align_m, int64_t align_n, int64_t align_k, bool weights_k_major,
+BlockFp8Operands block_fp8_operands(const std::string& arm, const LayerOperands& ops, int64_t align_m, int64_t align_n, int64_t align_k, bool weights_k_major,
                                     int64_t sw_ld);
 
 }  // namespace qc

@@ -1,7 +1,8 @@
 // The GPU block kernels' operands (block_fp8_operands.hpp).
-#include "arms/cuda/block_fp8_operands.hpp"
+#include "arms/block_fp8_operands.hpp"
 
 #include <algorithm>
+#include <climits>
 
 #include "qconform/error.hpp"
 
@@ -11,9 +12,11 @@ namespace {
 int64_t round_up(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 }  // namespace
 
-BlockFp8Operands block_fp8_operands(const std::string& arm, const LayerOperands& ops, const Fp8LayerCodes& codes,
-                                    int64_t align_m, int64_t align_n, int64_t align_k, bool weights_k_major,
-                                    int64_t sw_ld) {
+BlockFp8Operands block_fp8_operands(const std::string& arm, const LayerOperands& ops, int64_t align_m,
+                                    int64_t align_n, int64_t align_k, bool weights_k_major, int64_t sw_ld) {
+  ops.validate();
+  QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", arm, ops.name);
+  const Fp8LayerCodes codes = fp8_layer_codes(arm, ops);
   QC_INPUT(codes.a_format == Fp8Format::e4m3 && codes.w_format == Fp8Format::e4m3,
            "arm {}: layer `{}`: expected e4m3 x e4m3 operands, found {}", arm, ops.name, codes.description);
   QC_INPUT(ops.block_scaled() && ops.scale_block_k() == 128 &&
@@ -25,6 +28,10 @@ BlockFp8Operands block_fp8_operands(const std::string& arm, const LayerOperands&
   BlockFp8Operands o;
   o.m = ops.m, o.n = ops.n, o.k = ops.k;
   o.mp = round_up(ops.m, align_m), o.np = round_up(ops.n, align_n), o.kp = round_up(ops.k, align_k);
+  QC_INPUT(ops.m >= 1 && o.mp <= INT_MAX && o.np <= INT_MAX && o.kp <= INT_MAX,
+           "arm {}: layer `{}`: expected M >= 1 and dimensions in int32 range (after padding), found M={} N={} K={}",
+           arm, ops.name, ops.m, ops.n, ops.k);
+  o.codes = codes.description;
   o.k_blocks = (ops.k + 127) / 128;
   o.n_blocks = (ops.n + 127) / 128;
   QC_CHECK(o.k_blocks == (o.kp + 127) / 128 && o.n_blocks == (o.np + 127) / 128,
