@@ -3,7 +3,8 @@
 //     equals the CPU scalar reference (`fp8_block_reference`, the same text src/epilogue/fp8_block_model.hpp)
 //     bit for bit: every promotion form, several chains, every kernel path, partial K and N blocks, the
 //     layouts a block-scaled layer can have;
-//   - each CUDA block arm (cuda:cublaslt-fp8-block, cuda:cutlass-fp8-blockwise) equals its declared block
+//   - each CUDA block arm (cuda:cublaslt-fp8-block, cuda:cutlass-fp8-blockwise, qconform's own
+//     cuda:mma-fp8-block-<form>, two of its forms) equals its declared block
 //     model bit for bit on edge shapes (M = 1, odd N, K not a multiple of 128, partial N blocks), its D too
 //     where it exposes one; every promotion form's mismatch count is printed (the measurement that fixes a
 //     declaration);
@@ -194,7 +195,8 @@ std::unique_ptr<Arm> block_arm(const std::string& label, std::string& why) {
   }
 }
 
-constexpr const char* kCudaBlockArms[] = {"cuda:cublaslt-fp8-block", "cuda:cutlass-fp8-blockwise"};
+constexpr const char* kCudaBlockArms[] = {"cuda:cublaslt-fp8-block", "cuda:cutlass-fp8-blockwise",
+                                          "cuda:mma-fp8-block-triton", "cuda:mma-fp8-block-deepgemm-nofma"};
 
 TEST(CudaFp8Block, EachArmEqualsItsDeclaredModel) {
   struct Shape {
@@ -261,11 +263,12 @@ TEST(CudaFp8Block, EachArmEqualsItsDeclaredModel) {
 }
 
 TEST(CudaFp8Block, Ue8m0ScalesGiveBitwiseEqualityBetweenArmsThatChainFourSteps) {
-  // Every arm here chains the 4 wgmma k32 steps of each 128-K block (the CPU arms by their model
-  // hopper-fp8-chain per block); with power-of-two scales every promotion form gives the same D.
+  // Every arm here chains 4 k32 steps per 128-K block: CUTLASS's and (by its declaration) cuBLASLt's wgmma,
+  // our kernel's mma.sync (declared the same chain, a hypothesis this measures), the CPU arms by their
+  // model hopper-fp8-chain per block; with power-of-two scales every promotion form gives the same D.
   std::vector<std::string> labels(std::begin(kCudaBlockArms), std::end(kCudaBlockArms));
   labels.emplace_back("cpu:fp8-block-triton");
-  labels.emplace_back("cpu:fp8-block-deepgemm-nofma");
+  labels.emplace_back("cpu:fp8-block-deepgemm");
   const struct {
     int64_t m, n, k;
   } shapes[] = {{1, 201, 200}, {16, 384, 1024}, {64, 640, 4096}};

@@ -17,9 +17,11 @@
 #include "arms/cuda/cublaslt_gemm.hpp"
 #include "arms/cuda/cuda.hpp"
 #include "arms/cuda/cuda_common.hpp"
+#include "arms/cuda/kernels/sm90_fp8_block_mma.cuh"
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
 #include "arms/cutlass/cutlass_arms.hpp"
+#include "epilogue/block_models.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
@@ -425,6 +427,69 @@ class CublasLtFp8BlockArm final : public Arm {
   DeviceFp8Layer d_;
 };
 
+// `cuda:mma-fp8-block-<form>`: qconform's own block-scaled FP8 kernel (kernels/sm90_fp8_block_mma.cu), per
+// 128-K block the 4 `mma.sync` k32 steps chained from zero, then the promotion form `<form>` of the block
+// model table written as the kernel's text (`block_model::promote`). Any block-scaled e4m3 layer with K
+// blocks of 128 (weight blocks of any rows, per-channel or per-token scales too); D exposed. The chain is
+// the tensor cores': declared `hopper-fp8-chain` (the wgmma chain) as a hypothesis for `mma.sync`, measured
+// by tests/gpu/test_cuda_fp8_block.cpp.
+class MmaFp8BlockArm final : public Arm {
+ public:
+  explicit MmaFp8BlockArm(BlockPromotion form) : form_(form) {}
+  ArmInfo info() const override {
+    ArmInfo i;
+    i.label = fmt::format("cuda:mma-fp8-block-{}", block_promotion_name(form_));
+    i.accumulation_model = fmt::format("block-{}", block_promotion_name(form_));
+    i.description = fmt::format(
+        "qconform block-scaled FP8 kernel (mma.sync m16n8k32 e4m3, 64x64 tiles): per 128-K block 4 k32 steps chained "
+        "from zero, then {}; y = bf16(D)",
+        block_promotion_formula(form_));
+    i.element = ElementType::e4m3;
+    i.block_k = 128;
+    i.concurrent_calls = true;  // its device buffers are used under `d_.mu`
+    return i;
+  }
+  ArmOutput run(const LayerOperands& ops) override {
+    const ArmInfo i = info();
+    ops.validate();
+    QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", i.label, ops.name);
+    const Fp8LayerCodes codes = fp8_layer_codes(i.label, ops);
+    QC_INPUT(codes.a_format == Fp8Format::e4m3 && codes.w_format == Fp8Format::e4m3,
+             "arm {}: layer `{}`: expected e4m3 x e4m3 operands, found {}", i.label, ops.name, codes.description);
+    QC_INPUT(ops.m >= 1 && ops.m <= INT_MAX && ops.n <= INT_MAX && ops.k <= INT_MAX,
+             "arm {}: layer `{}`: expected M >= 1 and dimensions in int32 range, found M={} N={} K={}", i.label,
+             ops.name, ops.m, ops.n, ops.k);
+    require_device(i.label);
+    const size_t mn = static_cast<size_t>(ops.m * ops.n);
+    std::lock_guard lock(d_.mu);
+    d_.select_device();
+    d_.a.upload(codes.a), d_.w.upload(codes.w), d_.sa.upload(ops.a_scale), d_.sw.upload(ops.w_scale);
+    d_.d.poison(mn), d_.y.poison(mn);
+    const auto scales = [&](const float* p, const ScaleLayout& l) {
+      return cuda_kernels::DeviceBlockScales{p, l.block_rows, l.scale_cols(ops.k), l.k_blocked() ? 1 : 0};
+    };
+    std::string kernel = checked_launch(
+        cuda_kernels::launch_fp8_block_mma(form_, d_.a.get(), d_.w.get(), scales(d_.sa.get(), ops.a_scaling),
+                                           scales(d_.sw.get(), ops.w_scaling), d_.d.get(), d_.y.get(),
+                                           static_cast<int>(ops.m), static_cast<int>(ops.n), static_cast<int>(ops.k),
+                                           nullptr),
+        i.label.c_str());
+    QC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    ArmOutput out;
+    out.y = d_.y.download(mn);
+    out.d = d_.d.download(mn);
+    out.record = cuda_record(i, std::move(kernel), fmt::format("qconform {} CUDA kernels", version()));
+    out.record.extra["operands"] = codes.description;
+    out.record.extra["scales"] = ops.scaling_description();
+    out.record.extra["accumulation_model"] = i.accumulation_model;
+    return out;
+  }
+
+ private:
+  BlockPromotion form_;
+  DeviceFp8Layer d_;
+};
+
 }  // namespace
 }  // namespace cuda
 
@@ -433,8 +498,9 @@ void register_cuda_arms() {
       "cuda",
       "NVIDIA GPU arms: qconform's INT8 tensor-core kernel with a fused named epilogue (mma-<epilogue>), cuBLASLt "
       "INT8 + declared epilogue, cuBLASLt FP8 (default and fast accumulation) and block-scaled FP8 (1x128 x 128x128 "
-      "scales); with CUTLASS's headers, real CUTLASS kernels of vLLM's INT8, PyTorch's rowwise FP8 scaled-MM and the "
-      "sm90 blockwise-scaled FP8 mainloop (cutlass-*)",
+      "scales), qconform's own block-scaled FP8 kernel per promotion form (mma-fp8-block-<form>); with CUTLASS's "
+      "headers, real CUTLASS kernels of vLLM's INT8, PyTorch's rowwise FP8 scaled-MM and the sm90 blockwise-scaled "
+      "FP8 mainloop (cutlass-*)",
       [] {
         std::vector<std::string> names;
         for (const Epilogue& e : all_epilogues()) {
@@ -444,10 +510,19 @@ void register_cuda_arms() {
         names.emplace_back("cublaslt-fp8");
         names.emplace_back("cublaslt-fp8-fastacc");
         names.emplace_back("cublaslt-fp8-block");
+        for (BlockPromotion f : block_promotions()) names.push_back(fmt::format("mma-fp8-block-{}", block_promotion_name(f)));
         for (std::string& v : cutlass_arm_variants()) names.push_back(std::move(v));
         return names;
       },
       [](std::string_view variant) -> std::unique_ptr<Arm> {
+        if (variant.starts_with("mma-fp8-block-")) {
+          for (BlockPromotion f : block_promotions()) {
+            if (variant.substr(14) == block_promotion_name(f)) return std::make_unique<cuda::MmaFp8BlockArm>(f);
+          }
+          QC_FAIL_INPUT("unknown CUDA arm `cuda:{}`: expected mma-fp8-block-<form> with a form of the block model "
+                        "table (triton, triton-nofma, deepgemm, deepgemm-nofma)",
+                        variant);
+        }
         if (variant.rfind("mma-", 0) == 0) return std::make_unique<cuda::MmaArm>(epilogue(variant.substr(4)));
         if (variant == "cublaslt-int8") return std::make_unique<cuda::CublasLtInt8Arm>();
         if (variant == "cublaslt-fp8") return std::make_unique<cuda::CublasLtFp8Arm>(false);
@@ -460,8 +535,8 @@ void register_cuda_arms() {
           formulas += (formulas.empty() ? "" : ", ") + std::string(e.name);
         }
         QC_FAIL_INPUT(
-            "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> ({}), cublaslt-int8, cublaslt-fp8, cublaslt-fp8-fastacc, "
-            "cublaslt-fp8-block or cutlass-*",
+            "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> ({}), mma-fp8-block-<form>, cublaslt-int8, cublaslt-fp8, "
+            "cublaslt-fp8-fastacc, cublaslt-fp8-block or cutlass-*",
             variant, formulas);
       }});
 }

@@ -296,8 +296,8 @@ class CutlassFp8RowwiseArm final : public Arm {
 // `cuda:cutlass-fp8-blockwise`: CUTLASS's sm90 blockwise-scaled FP8 mainloop
 // (kernels/sm90_cutlass_fp8_blockwise.cuh, which derives the declared model from the CUTLASS source),
 // 1 x 128 activation groups x 128 x 128 weight blocks; bf16 out, and D from the fp32-out instance of
-// the same mainloop (exposed as `ArmOutput::d`). N is zero-padded to a multiple of 16 and K to whole
-// 128-blocks (block_fp8_operands.hpp).
+// the same mainloop (exposed as `ArmOutput::d`). M and N are zero-padded to multiples of 16 and K to
+// whole 128-blocks (block_fp8_operands.hpp).
 class CutlassFp8BlockwiseArm final : public Arm {
  public:
   ArmInfo info() const override {
@@ -318,8 +318,10 @@ class CutlassFp8BlockwiseArm final : public Arm {
   }
   ArmOutput run(const LayerOperands& ops) override {
     const ArmInfo i = info();
-    // N padded to a multiple of 16 (16-byte TMA rows of the output), K to whole 128-blocks (the K tile).
-    const BlockFp8Operands o = block_fp8_operands(i.label, ops, 1, 16, 128, /*weights_k_major=*/true, 0);
+    // M padded to a multiple of 16 (the activation scales are loaded by TMA along M when a tile holds 128
+    // of them, IsTmaLoadSFA: their K stride, M floats, must be 16-byte aligned, `can_implement`), N to a
+    // multiple of 16 (16-byte TMA rows of the output), K to whole 128-blocks (the K tile).
+    const BlockFp8Operands o = block_fp8_operands(i.label, ops, 16, 16, 128, /*weights_k_major=*/true, 0);
     require_sm90(i.label);
     std::lock_guard lock(d_.mu);
     d_.select_device();
