@@ -35,8 +35,15 @@ const std::vector<float>* Fp8LayerReference::block_model(const std::string& name
   const auto t0 = std::chrono::steady_clock::now();
   const Fp8BlockGemm g = fp8_block_gemm("verify (the block models' reference)", codes, scaled);
   validate_block_model_for(model, g, fmt::format("verify: model {}: layer `{}`", name, scaled.name));
-  std::vector<float> out(static_cast<size_t>(g.codes.s.m * g.codes.s.n));
-  fp8_block_evaluate(model, g, out.data(), threads);
+  std::vector<float> out;
+  if (where == VerifyReference::gpu) {
+    const Fp8Gemm& c = g.codes;
+    if (!gpu) gpu.emplace(c.a, c.a_format, c.w, c.w_format, c.s);  // the codes uploaded once for every model
+    out = gpu->evaluate_block(model, g);
+  } else {
+    out.resize(static_cast<size_t>(g.codes.s.m * g.codes.s.n));
+    fp8_block_evaluate(model, g, out.data(), threads);
+  }
   seconds += seconds_since(t0);
   return &d.emplace(key, std::move(out)).first->second;
 }

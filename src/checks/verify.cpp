@@ -189,11 +189,14 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   if (block) {
     for (const ArmInfo& i : infos) (void)fp8_block_model(i.accumulation_model);  // a name it can evaluate
     result.reference = fmt::format(
-        "the declared block models (A: {}, B: {}) evaluated on the layer's FP8 codes and each run's scales on the host "
-        "(Highway; {}): per K block the model's chain from zero, its promotion form into an fp32 D, bf16 = RNE(D)",
+        "the declared block models (A: {}, B: {}) evaluated on the layer's FP8 codes and each run's scales {}: per K "
+        "block the model's chain from zero, its promotion form into an fp32 D, bf16 = RNE(D)",
         info_a.accumulation_model, info_b.accumulation_model,
-        reference == VerifyReference::gpu ? "the block models have no CUDA evaluation yet, so the host evaluates them"
-                                          : "the host reference");
+        reference == VerifyReference::gpu
+            ? "on the CUDA cores of " + cuda_device_description() +
+                  " (src/arms/cuda/kernels/fp8_block_model.cu: the chain kernels per K block, then the header's "
+                  "promotion; never the tensor cores)"
+            : std::string("on the host (Highway)"));
   } else if (fp8) {
     for (const ArmInfo& i : infos) {
       if (!i.accumulation_model.empty()) (void)fp8_accumulation_model(i.accumulation_model);  // a name it can evaluate

@@ -23,7 +23,16 @@ class CublasLtGemm {
     int8_s32,       // a, w int8; out int32 (alpha 1, beta 0, CUBLAS_COMPUTE_32I)
     fp8_bf16_vec,   // a, w FP8; out bf16; A/B scale mode OUTER_VEC_32F (sa per row, sw per column)
     fp8_f32,        // a, w FP8; out fp32, no scales
+    // a, w FP8; out bf16; block scales: our W (cuBLASLt's A) BLK128x128_32F, one fp32 per 128x128 block,
+    // [ceil(n/128)][ld] with ld = `block_scale_ld(k)`; our A (cuBLASLt's B) VEC128_32F, one fp32 per
+    // row and 128 columns of K, stored row-fastest: sa[b * m + i] (CUDA 12.9+; Hopper only).
+    fp8_bf16_block,
+    fp8_f32_block,  // the same with fp32 out: D before the bf16 rounding (where cuBLASLt offers it)
   };
+  // The leading dimension of the BLK128x128_32F weight scales for K columns: ceil(K/128) rounded up to
+  // a multiple of 4 (the size cuBLASLt's samples allocate: roundoff(ceildiv(K, 128), 4) * ceildiv(N, 128)),
+  // or, with QC_CUBLASLT_BLOCK_SCALE_LD=compact in the environment, ceil(K/128).
+  static int block_scale_ld(int k);
   // Builds the plan and asks the heuristic for one algorithm. `ok()` false (with `error()`) when
   // cuBLASLt offers none for this combination (callers fall back or report). `a_e5m2` / `w_e5m2`:
   // our activations / weights are e5m2 codes (FP8 kinds only; e4m3 otherwise).
@@ -34,12 +43,15 @@ class CublasLtGemm {
 
   bool ok() const { return ok_; }
   const std::string& error() const { return error_; }
-  // Device pointers. `sa` [m], `sw` [n] are read only by `fp8_bf16_vec`.
+  // Device pointers. `sa` [m], `sw` [n] are read only by `fp8_bf16_vec`; `fp8_bf16_block` reads the
+  // block scales described at its kind.
   void run(const void* a, const void* w, void* out, const float* sa, const float* sw, cudaStream_t stream);
   // "cublasLtMatmul int8 TN s32: algo 21 tile 20 stages 9 splitK 1 swizzle 0 fast_accum 0 workspace ..."
   std::string identity() const;
   // The chosen algorithm's CUBLASLT_ALGO_CONFIG_SPLITK_NUM and _REDUCTION_SCHEME (-1 without one).
   long long split_k() const;
+  // "algo <id> tile <id> stages <id>": the chosen algorithm, to tell two plans' apart.
+  std::string algorithm() const;
   long long reduction_scheme() const;
 
  private:

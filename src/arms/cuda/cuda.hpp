@@ -21,6 +21,9 @@
 
 namespace qc {
 
+struct BlockModel;    // epilogue/block_models.hpp
+struct Fp8BlockGemm;  // epilogue/block_models.hpp
+
 // True when this build has CUDA and a device is present; otherwise false with the reason
 // ("this build has no CUDA", "cudaGetDeviceCount: no CUDA-capable device is detected", ...).
 bool cuda_available(std::string* reason = nullptr);
@@ -82,11 +85,22 @@ class GpuFp8Codes {
   // receives the identity of the kernel that ran.
   std::vector<float> evaluate(const Fp8AccumModel& model, std::string* kernel = nullptr,
                               Fp8GpuKernel which = Fp8GpuKernel::best) const;
+  // A block model's fp32 D as `fp8_block_reference` gives it (src/epilogue/block_models.hpp), for the
+  // block-scaled GEMM `g` whose codes are the ones uploaded here (its shape and formats are checked;
+  // its scales are uploaded by each call). `best` / `fp64`: per K block the block's columns gathered,
+  // its chain evaluated from zero by the kernels `evaluate` runs, then every output promoted by the
+  // header's `block_model::promote`; `reference`: the header's `block_model::evaluate` per output.
+  std::vector<float> evaluate_block(const BlockModel& model, const Fp8BlockGemm& g, std::string* kernel = nullptr,
+                                    Fp8GpuKernel which = Fp8GpuKernel::best) const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// One block model on host operands: `GpuFp8Codes(g's codes).evaluate_block(model, g, kernel, which)`.
+std::vector<float> fp8_block_evaluate_gpu(const BlockModel& model, const Fp8BlockGemm& g, std::string* kernel = nullptr,
+                                          Fp8GpuKernel which = Fp8GpuKernel::best);
 
 // One model on host operands: `GpuFp8Codes(a, fa, w, fw, s).evaluate(model, kernel, which)`.
 std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
@@ -103,6 +117,13 @@ inline GpuFp8Codes::GpuFp8Codes(GpuFp8Codes&&) noexcept = default;
 inline GpuFp8Codes& GpuFp8Codes::operator=(GpuFp8Codes&&) noexcept = default;
 inline std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel&, std::string*, Fp8GpuKernel) const {
   QC_FAIL_INPUT("GpuFp8Codes: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
+}
+inline std::vector<float> GpuFp8Codes::evaluate_block(const BlockModel&, const Fp8BlockGemm&, std::string*,
+                                                      Fp8GpuKernel) const {
+  QC_FAIL_INPUT("GpuFp8Codes: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
+}
+inline std::vector<float> fp8_block_evaluate_gpu(const BlockModel&, const Fp8BlockGemm&, std::string*, Fp8GpuKernel) {
+  QC_FAIL_INPUT("fp8_block_evaluate_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
 }
 inline std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel&, const uint8_t*, Fp8Format, const uint8_t*,
                                                  Fp8Format, AccumShape, std::string*, Fp8GpuKernel) {

@@ -7,6 +7,8 @@
 #include "accum/fp8_model_fp32.hpp"
 #include "accum/fp8_model_fp64.hpp"
 #include "arms/cuda/kernels/fp8_accum_model.cuh"
+#include "arms/cuda/kernels/fp8_block_model.cuh"
+#include "epilogue/block_models.hpp"
 #include "arms/cuda/kernels/int64_exact_accum.cuh"
 #include "arms/cuda/kernels/sm90_compare_bf16.cuh"
 #include "arms/cuda/cuda.hpp"
@@ -113,8 +115,22 @@ struct GpuFp8Codes::Impl {
   uint8_t* w = nullptr;
   mutable uint8_t* wt = nullptr;  // w transposed, for the fp64 kernel (made when first needed)
   float* d = nullptr;
+  // Block models (made when first needed): one K block's columns of a and w, its chain results, the scales.
+  struct Block {
+    uint8_t* a = nullptr;
+    uint8_t* w = nullptr;
+    uint8_t* wt = nullptr;
+    float* c = nullptr;
+    float* sa = nullptr;
+    float* sw = nullptr;
+    int64_t block_k = 0;
+    size_t sa_count = 0, sw_count = 0;
+  };
+  mutable Block blk;
   ~Impl() {
-    for (void* p : {static_cast<void*>(a), static_cast<void*>(w), static_cast<void*>(wt), static_cast<void*>(d)}) {
+    for (void* p : {static_cast<void*>(a), static_cast<void*>(w), static_cast<void*>(wt), static_cast<void*>(d),
+                    static_cast<void*>(blk.a), static_cast<void*>(blk.w), static_cast<void*>(blk.wt),
+                    static_cast<void*>(blk.c), static_cast<void*>(blk.sa), static_cast<void*>(blk.sw)}) {
       if (p != nullptr) cudaFreeAsync(p, stream);
     }
     if (stream != nullptr) cudaStreamDestroy(stream);  // returns at once; the frees complete in order
@@ -170,6 +186,90 @@ std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel& model, std::string
   QC_CUDA_CHECK(cudaStreamSynchronize(x.stream));
   if (kernel != nullptr) *kernel = name;
   return out;
+}
+
+namespace {
+
+// A scale array on the device, reallocated when it grows.
+void upload_scales(float*& dst, size_t& capacity, std::span<const float> host, cudaStream_t stream) {
+  if (capacity < host.size()) {
+    if (dst != nullptr) QC_CUDA_CHECK(cudaFreeAsync(dst, stream));
+    QC_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&dst), host.size_bytes(), stream));
+    capacity = host.size();
+  }
+  QC_CUDA_CHECK(cudaMemcpyAsync(dst, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, stream));
+}
+
+cuda_kernels::DeviceBlockScales device_scales(const float* p, const ScaleLayout& l, int64_t k) {
+  return {p, l.block_rows, l.scale_cols(k), l.k_blocked() ? 1 : 0};
+}
+
+}  // namespace
+
+std::vector<float> GpuFp8Codes::evaluate_block(const BlockModel& model, const Fp8BlockGemm& g, std::string* kernel,
+                                               Fp8GpuKernel which) const {
+  const Impl& x = *impl_;
+  QC_INPUT(g.codes.s.m == x.s.m && g.codes.s.n == x.s.n && g.codes.s.k == x.s.k && g.codes.a_format == x.fa &&
+               g.codes.w_format == x.fw,
+           "GpuFp8Codes::evaluate_block: the GEMM ({}x{}x{}) is not the one uploaded ({}x{}x{})", g.codes.s.m,
+           g.codes.s.n, g.codes.s.k, x.s.m, x.s.n, x.s.k);
+  validate_block_model_for(model, g, model.name);
+  const int64_t M = x.s.m, N = x.s.n, K = x.s.k, bk = g.block_k;
+  if (M == 0 || N == 0) return {};
+  if (K == 0) return std::vector<float>(static_cast<size_t>(M * N), 0.0f);  // D = +0
+  Impl::Block& b = x.blk;
+  upload_scales(b.sa, b.sa_count, g.a_scale, x.stream);
+  upload_scales(b.sw, b.sw_count, g.w_scale, x.stream);
+  const cuda_kernels::DeviceBlockScales sa = device_scales(b.sa, g.a_scaling, K), sw = device_scales(b.sw, g.w_scaling, K);
+  const int m = static_cast<int>(M), n = static_cast<int>(N);
+  const char* who = "block fp8 accumulation models on the GPU";
+  std::string name;
+  if (which == Fp8GpuKernel::reference) {
+    name = cuda::checked_launch(cuda_kernels::launch_fp8_block_model_reference(model.chain.model, model.form, x.a, x.fa,
+                                                                               x.w, x.fw, x.d, m, n, K, bk, sa, sw,
+                                                                               x.stream),
+                                who);
+  } else {
+    if (b.block_k < bk) {  // the block scratch, for blocks of up to bk columns
+      for (uint8_t** p : {&b.a, &b.w, &b.wt}) {
+        if (*p != nullptr) QC_CUDA_CHECK(cudaFreeAsync(*p, x.stream));
+      }
+      if (b.c != nullptr) QC_CUDA_CHECK(cudaFreeAsync(b.c, x.stream));
+      b.a = x.allocate<uint8_t>(static_cast<size_t>(M * bk));
+      b.w = x.allocate<uint8_t>(static_cast<size_t>(N * bk));
+      b.wt = x.allocate<uint8_t>(static_cast<size_t>(N * bk));
+      b.c = x.allocate<float>(static_cast<size_t>(M * N));
+      b.block_k = bk;
+    }
+    QC_CUDA_CHECK(cudaMemsetAsync(x.d, 0, static_cast<size_t>(M * N) * sizeof(float), x.stream));  // D from +0
+    std::string chain_kernel;
+    int64_t blk = 0;
+    for (int64_t k0 = 0; k0 < K; k0 += bk, ++blk) {
+      const int64_t len = std::min(bk, K - k0);
+      cuda::checked_launch(cuda_kernels::launch_gather_columns(x.a, b.a, m, K, k0, len, x.stream), who);
+      cuda::checked_launch(cuda_kernels::launch_gather_columns(x.w, b.w, n, K, k0, len, x.stream), who);
+      chain_kernel = cuda::checked_launch(
+          cuda_kernels::launch_fp8_accum_model(model.chain.model, b.a, x.fa, b.w, x.fw, b.wt, b.c, m, n, len,
+                                               /*allow_fp32=*/which == Fp8GpuKernel::best,
+                                               /*reference_kernel=*/false, x.stream),
+          who);
+      cuda::checked_launch(cuda_kernels::launch_block_promote(model.form, b.c, x.d, m, n, blk, sa, sw, x.stream), who);
+    }
+    name = fmt::format("qconform fp8 block model {} on the GPU: per K block of {}, columns gathered, chain by {}, "
+                       "then block_promote (fp8_block_model.hpp promote)",
+                       model.name, bk, chain_kernel);
+  }
+  std::vector<float> out(static_cast<size_t>(M * N));
+  QC_CUDA_CHECK(cudaMemcpyAsync(out.data(), x.d, out.size() * sizeof(float), cudaMemcpyDeviceToHost, x.stream));
+  QC_CUDA_CHECK(cudaStreamSynchronize(x.stream));
+  if (kernel != nullptr) *kernel = name;
+  return out;
+}
+
+std::vector<float> fp8_block_evaluate_gpu(const BlockModel& model, const Fp8BlockGemm& g, std::string* kernel,
+                                          Fp8GpuKernel which) {
+  const Fp8Gemm& c = g.codes;
+  return GpuFp8Codes(c.a, c.a_format, c.w, c.w_format, c.s).evaluate_block(model, g, kernel, which);
 }
 
 std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,

@@ -13,12 +13,15 @@
 #include <tuple>
 
 #include "accum/fp8_model.hpp"  // fp8_layer_codes: the one rule both FP8 arm families apply
+#include "arms/block_fp8_operands.hpp"
 #include "arms/cuda/cublaslt_gemm.hpp"
 #include "arms/cuda/cuda.hpp"
 #include "arms/cuda/cuda_common.hpp"
+#include "arms/cuda/kernels/sm90_fp8_block_mma.cuh"
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
 #include "arms/cutlass/cutlass_arms.hpp"
+#include "epilogue/block_models.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
@@ -341,6 +344,152 @@ class CublasLtFp8Arm final : public Arm {
   DeviceFp8Layer d_;
 };
 
+// `cuda:cublaslt-fp8-block`: cuBLASLt's block-scaled FP8 GEMM (CUDA 12.9+ on Hopper): e4m3 x e4m3,
+// weight scales per 128x128 block (BLK128x128_32F), activation scales per token and 128 columns of K
+// (VEC128_32F), bf16 out. No fast-accumulation variant: the block scale modes are promoted per 128-K
+// block by construction (PyTorch refuses use_fast_accum with them, aten/src/ATen/cuda/CUDABlas.cpp).
+// Operands are zero-padded: M and N to multiples of 16, K to whole 128-blocks (block_fp8_operands.hpp).
+// The declared model is a guess until measured on the H200 (docs/gpu.md, "Block-scaled FP8 arms"; tests/gpu/test_cuda_fp8_block.cpp prints
+// every form's mismatch count): CUTLASS's form for a tile with several activation scales and one
+// weight scale (the scale product first, then one FFMA per block), i.e. block-deepgemm.
+class CublasLtFp8BlockArm final : public Arm {
+ public:
+  ArmInfo info() const override {
+    ArmInfo i;
+    i.label = "cuda:cublaslt-fp8-block";
+    i.description =
+        "cuBLASLt block-scaled FP8 GEMM (e4m3 x e4m3, weight scales BLK128x128_32F, activation scales VEC128_32F, bf16 "
+        "out; operands zero-padded: M, N to multiples of 16, K to whole 128-blocks)";
+    i.accumulation_model = "block-deepgemm";
+    i.element = ElementType::e4m3;
+    i.block_k = 128;
+    i.block_n = 128;
+    i.concurrent_calls = true;  // its device buffers are used under `d_.mu`, its plans under the cache's lock
+    return i;
+  }
+  ArmOutput run(const LayerOperands& ops) override {
+    const ArmInfo i = info();
+    // K padded to whole 128-blocks (the layouts of PyTorch's blockwise checks), N and M to 16.
+    const int64_t kp = (ops.k + 127) / 128 * 128;
+    const BlockFp8Operands o = block_fp8_operands(i.label, ops, 16, 16, 128, /*weights_k_major=*/true,
+                                                  CublasLtGemm::block_scale_ld(static_cast<int>(std::min<int64_t>(kp, INT_MAX))));
+    require_device(i.label);
+    const int m = static_cast<int>(o.mp), n = static_cast<int>(o.np), k = static_cast<int>(o.kp);
+    CublasLtGemm& plan = plans_.get(CublasLtGemm::Kind::fp8_bf16_block, m, n, k, false);
+    QC_INPUT(plan.ok(), "arm {}: layer `{}`: cuBLASLt offers no block-scaled FP8 GEMM here: {}", i.label, ops.name,
+             plan.error());
+    std::lock_guard lock(d_.mu);
+    d_.select_device();
+    d_.a.upload(o.a), d_.w.upload(o.w), d_.sa.upload(o.sa), d_.sw.upload(o.sw);
+    d_.y.poison(static_cast<size_t>(o.mp * o.np));
+    plan.run(d_.a.get(), d_.w.get(), d_.y.get(), d_.sa.get(), d_.sw.get(), nullptr);
+    // D through the fp32-out plan of the same scale modes, when cuBLASLt offers one and it is the same
+    // algorithm (heuristic id and tile) as the bf16 plan's; otherwise D is not exposed, with the reason.
+    CublasLtGemm& f32 = plans_.get(CublasLtGemm::Kind::fp8_f32_block, m, n, k, false);
+    std::string d_note;
+    if (!f32.ok()) {
+      d_note = "not exposed: " + f32.error();
+    } else if (f32.algorithm() != plan.algorithm()) {
+      d_note = fmt::format("not exposed: the fp32-out plan's algorithm ({}) is not the bf16 plan's ({})",
+                           f32.algorithm(), plan.algorithm());
+    } else {
+      d_.d.poison(static_cast<size_t>(o.mp * o.np));
+      f32.run(d_.a.get(), d_.w.get(), d_.d.get(), d_.sa.get(), d_.sw.get(), nullptr);
+      d_note = "the same algorithm with fp32 out: " + f32.identity();
+    }
+    QC_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // its own (legacy) stream
+    ArmOutput out;
+    out.y = o.crop(d_.y.download(static_cast<size_t>(o.mp * o.np)));
+    if (d_note.starts_with("the same")) out.d = o.crop(d_.d.download(static_cast<size_t>(o.mp * o.np)));
+    out.record = cuda_record(i, plan.identity() + fmt::format(" on {}x{}x{} (padded from {}x{}x{})", o.mp, o.np, o.kp,
+                                                             ops.m, ops.n, ops.k),
+                             cublaslt_description());
+    out.record.extra["operands"] = o.codes;
+    out.record.extra["scales"] = ops.scaling_description();
+    out.record.extra["d"] = d_note;
+    const long long split = plan.split_k();
+    out.record.extra["split_k"] = split;
+    out.record.extra["reduction_scheme"] = plan.reduction_scheme();
+    if (split > 1) {  // the partial sums of a split K range are reduced afterwards: not a chain of blocks
+      out.record.extra["accumulation_model"] = nullptr;
+      out.record.extra["accumulation_model_refused"] = fmt::format(
+          "cuBLASLt split K into {} ranges (reduction scheme {}); the block models promote every K block into one "
+          "accumulator in order",
+          split, plan.reduction_scheme());
+    } else {
+      out.record.extra["accumulation_model"] = i.accumulation_model;
+    }
+    return out;
+  }
+
+ private:
+  PlanCache plans_;
+  DeviceFp8Layer d_;
+};
+
+// `cuda:mma-fp8-block-<form>`: qconform's own block-scaled FP8 kernel (kernels/sm90_fp8_block_mma.cu), per
+// 128-K block the 4 `mma.sync` k32 steps chained from zero, then the promotion form `<form>` of the block
+// model table written as the kernel's text (`block_model::promote`). Any block-scaled e4m3 layer with K
+// blocks of 128 (weight blocks of any rows, per-channel or per-token scales too); D exposed. The chain is
+// the tensor cores': declared `hopper-fp8-chain` (the wgmma chain) as a hypothesis for `mma.sync`, measured
+// by tests/gpu/test_cuda_fp8_block.cpp.
+class MmaFp8BlockArm final : public Arm {
+ public:
+  explicit MmaFp8BlockArm(BlockPromotion form) : form_(form) {}
+  ArmInfo info() const override {
+    ArmInfo i;
+    i.label = fmt::format("cuda:mma-fp8-block-{}", block_promotion_name(form_));
+    i.accumulation_model = fmt::format("block-{}", block_promotion_name(form_));
+    i.description = fmt::format(
+        "qconform block-scaled FP8 kernel (mma.sync m16n8k32 e4m3, 64x64 tiles): per 128-K block 4 k32 steps chained "
+        "from zero, then {}; y = bf16(D)",
+        block_promotion_formula(form_));
+    i.element = ElementType::e4m3;
+    i.block_k = 128;
+    i.concurrent_calls = true;  // its device buffers are used under `d_.mu`
+    return i;
+  }
+  ArmOutput run(const LayerOperands& ops) override {
+    const ArmInfo i = info();
+    ops.validate();
+    QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", i.label, ops.name);
+    const Fp8LayerCodes codes = fp8_layer_codes(i.label, ops);
+    QC_INPUT(codes.a_format == Fp8Format::e4m3 && codes.w_format == Fp8Format::e4m3,
+             "arm {}: layer `{}`: expected e4m3 x e4m3 operands, found {}", i.label, ops.name, codes.description);
+    QC_INPUT(ops.m >= 1 && ops.m <= INT_MAX && ops.n <= INT_MAX && ops.k <= INT_MAX,
+             "arm {}: layer `{}`: expected M >= 1 and dimensions in int32 range, found M={} N={} K={}", i.label,
+             ops.name, ops.m, ops.n, ops.k);
+    require_device(i.label);
+    const size_t mn = static_cast<size_t>(ops.m * ops.n);
+    std::lock_guard lock(d_.mu);
+    d_.select_device();
+    d_.a.upload(codes.a), d_.w.upload(codes.w), d_.sa.upload(ops.a_scale), d_.sw.upload(ops.w_scale);
+    d_.d.poison(mn), d_.y.poison(mn);
+    const auto scales = [&](const float* p, const ScaleLayout& l) {
+      return cuda_kernels::DeviceBlockScales{p, l.block_rows, l.scale_cols(ops.k), l.k_blocked() ? 1 : 0};
+    };
+    std::string kernel = checked_launch(
+        cuda_kernels::launch_fp8_block_mma(form_, d_.a.get(), d_.w.get(), scales(d_.sa.get(), ops.a_scaling),
+                                           scales(d_.sw.get(), ops.w_scaling), d_.d.get(), d_.y.get(),
+                                           static_cast<int>(ops.m), static_cast<int>(ops.n), static_cast<int>(ops.k),
+                                           nullptr),
+        i.label.c_str());
+    QC_CUDA_CHECK(cudaStreamSynchronize(nullptr));
+    ArmOutput out;
+    out.y = d_.y.download(mn);
+    out.d = d_.d.download(mn);
+    out.record = cuda_record(i, std::move(kernel), fmt::format("qconform {} CUDA kernels", version()));
+    out.record.extra["operands"] = codes.description;
+    out.record.extra["scales"] = ops.scaling_description();
+    out.record.extra["accumulation_model"] = i.accumulation_model;
+    return out;
+  }
+
+ private:
+  BlockPromotion form_;
+  DeviceFp8Layer d_;
+};
+
 }  // namespace
 }  // namespace cuda
 
@@ -348,8 +497,10 @@ void register_cuda_arms() {
   register_arm_backend(ArmBackend{
       "cuda",
       "NVIDIA GPU arms: qconform's INT8 tensor-core kernel with a fused named epilogue (mma-<epilogue>), cuBLASLt "
-      "INT8 + declared epilogue, cuBLASLt FP8 (default and fast accumulation); with CUTLASS's headers, real CUTLASS "
-      "kernels of vLLM's INT8 and PyTorch's rowwise FP8 scaled-MM (cutlass-*)",
+      "INT8 + declared epilogue, cuBLASLt FP8 (default and fast accumulation) and block-scaled FP8 (1x128 x 128x128 "
+      "scales), qconform's own block-scaled FP8 kernel per promotion form (mma-fp8-block-<form>); with CUTLASS's "
+      "headers, real CUTLASS kernels of vLLM's INT8, PyTorch's rowwise FP8 scaled-MM and the sm90 blockwise-scaled "
+      "FP8 mainloop (cutlass-*)",
       [] {
         std::vector<std::string> names;
         for (const Epilogue& e : all_epilogues()) {
@@ -358,14 +509,25 @@ void register_cuda_arms() {
         names.emplace_back("cublaslt-int8");
         names.emplace_back("cublaslt-fp8");
         names.emplace_back("cublaslt-fp8-fastacc");
+        names.emplace_back("cublaslt-fp8-block");
+        for (BlockPromotion f : block_promotions()) names.push_back(fmt::format("mma-fp8-block-{}", block_promotion_name(f)));
         for (std::string& v : cutlass_arm_variants()) names.push_back(std::move(v));
         return names;
       },
       [](std::string_view variant) -> std::unique_ptr<Arm> {
+        if (variant.starts_with("mma-fp8-block-")) {
+          for (BlockPromotion f : block_promotions()) {
+            if (variant.substr(14) == block_promotion_name(f)) return std::make_unique<cuda::MmaFp8BlockArm>(f);
+          }
+          QC_FAIL_INPUT("unknown CUDA arm `cuda:{}`: expected mma-fp8-block-<form> with a form of the block model "
+                        "table (triton, triton-nofma, deepgemm, deepgemm-nofma)",
+                        variant);
+        }
         if (variant.rfind("mma-", 0) == 0) return std::make_unique<cuda::MmaArm>(epilogue(variant.substr(4)));
         if (variant == "cublaslt-int8") return std::make_unique<cuda::CublasLtInt8Arm>();
         if (variant == "cublaslt-fp8") return std::make_unique<cuda::CublasLtFp8Arm>(false);
         if (variant == "cublaslt-fp8-fastacc") return std::make_unique<cuda::CublasLtFp8Arm>(true);
+        if (variant == "cublaslt-fp8-block") return std::make_unique<cuda::CublasLtFp8BlockArm>();
         if (is_cutlass_variant(variant)) return make_cutlass_arm(variant);
         std::string formulas;  // the epilogues with a kernel instance, from the formula table
         for (const Epilogue& e : all_epilogues()) {
@@ -373,7 +535,8 @@ void register_cuda_arms() {
           formulas += (formulas.empty() ? "" : ", ") + std::string(e.name);
         }
         QC_FAIL_INPUT(
-            "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> ({}), cublaslt-int8, cublaslt-fp8 or cublaslt-fp8-fastacc",
+            "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> ({}), mma-fp8-block-<form>, cublaslt-int8, cublaslt-fp8, "
+            "cublaslt-fp8-fastacc, cublaslt-fp8-block or cutlass-*",
             variant, formulas);
       }});
 }

@@ -14,6 +14,7 @@
 
 #ifdef QC_WITH_CUTLASS
 #include "accum/fp8_model.hpp"  // fp8_layer_codes
+#include "arms/block_fp8_operands.hpp"
 #include "arms/cuda/cuda_common.hpp"
 #include "arms/cutlass/cutlass_dispatch.hpp"
 #include "arms/cutlass/kernels/sm90_cutlass_scaled_mm.cuh"
@@ -26,8 +27,9 @@ namespace qc {
 
 namespace {
 
-constexpr std::array<std::string_view, 4> kVariants = {"cutlass-int8-vllm-cutlass", "cutlass-int8-vllm-cutlass-fma",
-                                                      "cutlass-fp8-rowwise", "cutlass-fp8-rowwise-fastacc"};
+constexpr std::array<std::string_view, 5> kVariants = {"cutlass-int8-vllm-cutlass", "cutlass-int8-vllm-cutlass-fma",
+                                                      "cutlass-fp8-rowwise", "cutlass-fp8-rowwise-fastacc",
+                                                      "cutlass-fp8-blockwise"};
 
 #ifdef QC_WITH_CUTLASS
 
@@ -291,6 +293,70 @@ class CutlassFp8RowwiseArm final : public Arm {
   DeviceBuffers d_;
 };
 
+// `cuda:cutlass-fp8-blockwise`: CUTLASS's sm90 blockwise-scaled FP8 mainloop
+// (kernels/sm90_cutlass_fp8_blockwise.cuh, which derives the declared model from the CUTLASS source),
+// 1 x 128 activation groups x 128 x 128 weight blocks; bf16 out, and D from the fp32-out instance of
+// the same mainloop (exposed as `ArmOutput::d`). M and N are zero-padded to multiples of 16 and K to
+// whole 128-blocks (block_fp8_operands.hpp).
+class CutlassFp8BlockwiseArm final : public Arm {
+ public:
+  ArmInfo info() const override {
+    ArmInfo i;
+    i.label = "cuda:cutlass-fp8-blockwise";
+    i.description = fmt::format(
+        "CUTLASS {} sm90 blockwise-scaled FP8 GEMM (KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum, tile "
+        "128x128x128, cluster 1x2x1; activation scales 1x128, weight scales 128x128; bf16 out, D from the same "
+        "mainloop with fp32 out)",
+        QC_CUTLASS_VERSION);
+    // ScaleMsPerTile = 128 > 1 and ScaleNsPerTile = 1: the scale product first, then one FFMA per K block.
+    i.accumulation_model = "block-deepgemm";
+    i.element = ElementType::e4m3;
+    i.block_k = 128;
+    i.block_n = 128;
+    i.concurrent_calls = true;  // its device buffers are used under `d_.mu`
+    return i;
+  }
+  ArmOutput run(const LayerOperands& ops) override {
+    const ArmInfo i = info();
+    // M padded to a multiple of 16 (the activation scales are loaded by TMA along M when a tile holds 128
+    // of them, IsTmaLoadSFA: their K stride, M floats, must be 16-byte aligned, `can_implement`), N to a
+    // multiple of 16 (16-byte TMA rows of the output), K to whole 128-blocks (the K tile).
+    const BlockFp8Operands o = block_fp8_operands(i.label, ops, 16, 16, 128, /*weights_k_major=*/true, 0);
+    require_sm90(i.label);
+    std::lock_guard lock(d_.mu);
+    d_.select_device();
+    d_.a.upload(o.a), d_.w.upload(o.w), d_.sa.upload(o.sa), d_.sw.upload(o.sw);
+    const size_t mn = static_cast<size_t>(o.mp * o.np);
+    d_.y.poison(mn), d_.d.poison(mn);
+    cutlass_kernels::BlockwiseArgs args;
+    args.a = d_.a.get(), args.w = d_.w.get(), args.sa = d_.sa.get(), args.sw = d_.sw.get();
+    args.y = d_.y.get(), args.d = d_.d.get();
+    args.m = static_cast<int>(o.mp), args.n = static_cast<int>(o.np), args.k = static_cast<int>(o.kp);
+    const auto r = cutlass_kernels::launch_fp8_blockwise_bf16(args);
+    check_launch(r, i.label, "sm90 blockwise FP8, bf16 out");
+    check_launch(cutlass_kernels::launch_fp8_blockwise_f32(args), i.label, "sm90 blockwise FP8, fp32 out");
+    QC_CUDA_CHECK(cudaDeviceSynchronize());
+    ArmOutput out;
+    out.y = o.crop(d_.y.download(mn));
+    out.d = o.crop(d_.d.download(mn));
+    const char* schedule = "KernelTmaWarpSpecializedCooperativeFP8BlockScaledAccum";
+    const char* epi_schedule = "TmaWarpSpecializedCooperative";
+    out.record = cutlass_record(
+        i, fmt::format("CUTLASS {} GemmUniversal sm90 blockwise-scaled FP8 (Sm90BlockwiseScaleConfig<1, 128, 128, MN, "
+                       "K>): tile 128x128x128, cluster 1x2x1, {}, epilogue {}, {} stages, identity epilogue to bf16 "
+                       "(and to fp32 for D); on {}x{}x{} (padded from {}x{}x{})",
+                       QC_CUTLASS_VERSION, schedule, epi_schedule, r.stages, o.mp, o.np, o.kp, ops.m, ops.n, ops.k));
+    record_config(out.record.extra, 128, 128, 128, 1, 2, schedule, epi_schedule, r.stages);
+    out.record.extra["operands"] = o.codes;
+    out.record.extra["scales"] = ops.scaling_description();
+    out.record.extra["accumulation_model"] = i.accumulation_model;
+    return out;
+  }
+
+ private:
+  DeviceBuffers d_;
+};
+
 #endif  // QC_WITH_CUTLASS
 
 }  // namespace
@@ -319,6 +385,7 @@ std::unique_ptr<Arm> make_cutlass_arm(std::string_view variant) {
   if (variant == kVariants[1]) return std::make_unique<CutlassInt8Arm>(true);
   if (variant == kVariants[2]) return std::make_unique<CutlassFp8RowwiseArm>(false);
   if (variant == kVariants[3]) return std::make_unique<CutlassFp8RowwiseArm>(true);
+  if (variant == kVariants[4]) return std::make_unique<CutlassFp8BlockwiseArm>();
   QC_FAIL_INPUT("unknown CUTLASS arm `cuda:{}`: expected one of cuda:{}", variant, fmt::join(kVariants, ", cuda:"));
 #else
   QC_FAIL_INPUT("arm `cuda:{}`: this build has no CUTLASS arms: {}", variant, QC_CUTLASS_ABSENT);

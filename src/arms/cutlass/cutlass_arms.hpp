@@ -6,6 +6,7 @@
 //   cuda:cutlass-int8-vllm-cutlass      vLLM's sm90 INT8 kernels and M-bucket dispatch, ScaledEpilogue
 //   cuda:cutlass-int8-vllm-cutlass-fma  the same; with a bias ScaledEpilogueBias (multiply_add -> FFMA)
 //   cuda:cutlass-fp8-rowwise[-fastacc]  PyTorch's sm90 f8f8bf16_rowwise kernels and dispatch
+//   cuda:cutlass-fp8-blockwise          CUTLASS's sm90 blockwise-scaled FP8 mainloop (1x128 x 128x128 scales)
 #pragma once
 
 #include <memory>

@@ -1,4 +1,5 @@
-// Entry points of the CUTLASS kernels (sm90_cutlass_int8_*.cu, sm90_cutlass_fp8_rowwise_*.cu):
+// Entry points of the CUTLASS kernels (sm90_cutlass_int8_*.cu, sm90_cutlass_fp8_rowwise_*.cu,
+// sm90_cutlass_fp8_blockwise_*.cu):
 // plain types only, so the host launcher (cutlass_arms.cpp) needs neither CUTLASS nor nvcc.
 //
 // Layouts: a [M,K] row-major (int8 or e4m3 codes), w [N,K] row-major (Wᵀ column-major, CUTLASS's
@@ -50,5 +51,24 @@ LaunchResult launch_fp8_rowwise(const ScaledMmArgs& args, int index, bool fast);
 // The same mainloop (64 x 128 x 128 tile, 2 x 1 cluster, the default or fast schedule) with
 // CUTLASS's identity epilogue to fp32: the unscaled accumulator `d`.
 LaunchResult launch_fp8_accumulate(const ScaledMmArgs& args, bool fast);
+
+// CUTLASS's sm90 blockwise-scaling FP8 mainloop (sm90_mma_tma_gmma_ss_warpspecialized_fp8_blockwise_scaling.hpp),
+// e4m3 x e4m3, activation scales per row and 128 columns of K, weight scales per 128 x 128 block, with the
+// identity epilogue: bf16 out (`launch_fp8_blockwise_bf16`, into `y`) or the fp32 accumulator D
+// (`launch_fp8_blockwise_f32`, into `d`). Layouts: a [m,k] and w [n,k] row-major codes, k a multiple of
+// 16 and n of 8; `sa` MN-major, sa[b * m + i]; `sw` K-major, sw[nb * ceil(k/128) + b] (the layouts of
+// CUTLASS example 67, groupwise: Sm90BlockwiseScaleConfig<1, 128, 128, MN, K>).
+struct BlockwiseArgs {
+  const void* a = nullptr;
+  const void* w = nullptr;
+  const float* sa = nullptr;
+  const float* sw = nullptr;
+  uint16_t* y = nullptr;
+  float* d = nullptr;
+  int m = 0, n = 0, k = 0;
+  cudaStream_t stream = nullptr;
+};
+LaunchResult launch_fp8_blockwise_bf16(const BlockwiseArgs& args);
+LaunchResult launch_fp8_blockwise_f32(const BlockwiseArgs& args);
 
 }  // namespace qc::cutlass_kernels
