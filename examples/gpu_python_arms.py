@@ -12,6 +12,11 @@
    the set predicted from the two formulas) and bitwise equality under power-of-two scales.
 3. Optionally (`--int-mm`) the `torch._int_mm` arm against `cpu:vllm-triton` (bit for bit too; it
    exposes its INT32 accumulator, so C4 also checks cuBLASLt's integer result).
+4. Optionally (`--fp8-against cuda:cutlass-fp8-rowwise`) the FP8 analogue: the same Triton kernel on
+   e4m3 layers (`qconform.triton_arm.fp8_arm`, declaring `hopper-fp8-chain` + `fp8-scaled`) against
+   another FP8 arm on the same shapes quantized to FP8: every output of each arm on its declared
+   model and epilogue (0 off), and the differences predicted element for element (predicted set ==
+   observed set in every run).
 
     pip install ./python                      # on the GPU machine (builds the CUDA arms when nvcc is found)
     python3 examples/gpu_python_arms.py --int-mm --against cuda:mma-vllm-cutlass --json gpu-python-arms.json
@@ -96,6 +101,7 @@ def main():
     p.add_argument("--layers", type=int, default=0, help="only the first N layers (0: all)")
     p.add_argument("--against", default="", help="also verify the Triton arm against this arm (e.g. cuda:mma-vllm-cutlass)")
     p.add_argument("--int-mm", action="store_true", help="also verify the torch._int_mm arm against cpu:vllm-triton")
+    p.add_argument("--fp8-against", default="", help="also verify the Triton FP8 arm against this FP8 arm (e.g. cuda:cutlass-fp8-rowwise)")
     p.add_argument("--direct-layers", type=int, default=4)
     p.add_argument("--json", help="write every verify result here")
     args = p.parse_args()
@@ -156,6 +162,27 @@ def main():
             print(f"  => real scales: {ppm:.2f} differing per million (max {max((x['max_ulp'] for x in real), default=0)} "
                   f"ulp); power-of-two scales in safe layers: {'bit-identical' if pow2_same else 'DIFFER'}")
             ok &= pow2_same
+
+    if args.fp8_against:
+        t0 = time.time()
+        fp8_layers = qconform.synth(args.shapes, m=max(ms), seed=args.seed, element="e4m3")
+        if args.layers:
+            fp8_layers = fp8_layers[:args.layers]
+        try:
+            r = qconform.verify(triton_arm.fp8_arm(), args.fp8_against, fp8_layers, scales=args.scales, m_sweep=ms)
+        except qconform.InputError as e:
+            print(f"\n--fp8-against {args.fp8_against}: not available in this build: {e}")
+        else:
+            results[f"triton_fp8_vs_{args.fp8_against}"] = r
+            print_summary(f"Triton FP8 arm vs {args.fp8_against} [{time.time() - t0:.1f} s]", r, 0)
+            runs = r["runs"]
+            off = sum((x["formula_mismatch"][0] or 0) + (x["formula_mismatch"][1] or 0) for x in runs)  # null: undeclared
+            declared = all(x["formula_mismatch"][0] is not None and x["formula_mismatch"][1] is not None for x in runs)
+            predicted = sum(1 for x in runs if x["predicted_equals_observed"] is True)
+            print(f"  => {sum(x['bitwise_diff'] for x in runs)} of {sum(x['total'] for x in runs)} outputs differ; "
+                  f"{off} outputs off their declared model + epilogue; predicted set == observed set in "
+                  f"{predicted} of {len(runs)} runs")
+            ok &= declared and off == 0 and predicted == len(runs)
 
     if args.json:
         with open(args.json, "w") as f:

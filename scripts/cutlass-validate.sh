@@ -63,17 +63,17 @@ if want verify-fp8; then
   done
 fi
 if want identify; then
-  for arm in cuda:cutlass-int8-vllm-cutlass cuda:cutlass-int8-vllm-cutlass-fma cuda:cutlass-fp8-rowwise \
+  for arm in cuda:cutlass-int8-vllm-cutlass cuda:cutlass-int8-vllm-cutlass-fma cuda:cutlass-fp8-rowwise cuda:cutlass-fp8-blockwise \
              cuda:cutlass-fp8-rowwise-fastacc; do
     step "identify $arm"
     timed "$Q" identify --arm "$arm" --json "$OUT/identify-${arm//[:]/_}.json" > "$OUT/identify-${arm//[:]/_}.txt" 2>&1
     grep -iE "verdict|identified|unexplained|ambiguous|model" "$OUT/identify-${arm//[:]/_}.txt" | head -6
   done
 fi
-want triton && step "vLLM-structured Triton INT8 arm (Python) against cuda:cutlass-int8-vllm-cutlass" &&
+want triton && step "vLLM-structured Triton arms (Python): INT8 against cuda:cutlass-int8-vllm-cutlass, FP8 against cuda:cutlass-fp8-rowwise" &&
   PYTHONPATH=$B/python timed python3 examples/gpu_python_arms.py --against cuda:cutlass-int8-vllm-cutlass \
-    --json "$OUT/triton-vs-cutlass.json" > "$OUT/triton-vs-cutlass.txt" 2>&1
-want triton && tail -12 "$OUT/triton-vs-cutlass.txt"
+    --fp8-against cuda:cutlass-fp8-rowwise --json "$OUT/triton-vs-cutlass.json" > "$OUT/triton-vs-cutlass.txt" 2>&1
+want triton && tail -28 "$OUT/triton-vs-cutlass.txt"
 want bench && step "benchmark (ours, CUTLASS, cuBLASLt)" && timed "$B/bench/bench_cuda_scaled_mm" --quick > "$OUT/bench.txt" 2>&1
 want bench && tail -24 "$OUT/bench.txt"
 exit 0

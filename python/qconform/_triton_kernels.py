@@ -23,16 +23,21 @@ The epilogue is vLLM's ``triton_scaled_mm`` order (``vllm-triton`` in qconform's
 Subnormals: Triton's NVIDIA backend does not flush fp32 subnormals by default (no ``.ftz``); the
 CPU emulation keeps them too. If a future Triton flushes them, the difference shows up in the
 ``formula_mismatch`` counts of ``qconform.verify`` (and ``mutant:ftz-epilogue`` is the model).
+FP8 (``ACC_DTYPE=tl.float32``, ``a_ptr``/``w_ptr`` float8e4nv): the same kernel on e4m3 tiles, as vLLM's
+``triton_scaled_mm`` runs an FP8 layer: ``tl.dot`` accumulates in fp32 across the whole K loop (one
+chain: on sm_90 Triton lowers it to ``wgmma`` and, for fp8, never promotes to a separate fp32 sum by
+default), so the accumulation model is ``hopper-fp8-chain``; step 2 is then the identity and the
+epilogue is ``fp8-scaled``, ``bf16(rn32(rn32(d * sa) * sw))``.
 """
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def int8_scaled_mm_vllm_triton(a_ptr, w_ptr, sa_ptr, sw_ptr, bias_ptr, y_ptr, M, N, K,
-                               stride_am, stride_wn, stride_ym,
-                               HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                               BLOCK_K: tl.constexpr):
+def scaled_mm_vllm_triton(a_ptr, w_ptr, sa_ptr, sw_ptr, bias_ptr, y_ptr, M, N, K,
+                          stride_am, stride_wn, stride_ym,
+                          HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                          BLOCK_K: tl.constexpr, ACC_DTYPE: tl.constexpr):
     pid = tl.program_id(axis=0)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m = pid // num_pid_n
@@ -49,19 +54,19 @@ def int8_scaled_mm_vllm_triton(a_ptr, w_ptr, sa_ptr, sw_ptr, bias_ptr, y_ptr, M,
     # The W tile is read as [BLOCK_K, BLOCK_N] (Wᵀ): element (k, n) is w_q[n, k].
     w_ptrs = w_ptr + offs_k[:, None] + offs_n[None, :].to(tl.int64) * stride_wn
 
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.int32)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=ACC_DTYPE)
     for k0 in range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - k0 * BLOCK_K
         # Masked lanes load 0: a zero product adds nothing, so a ragged K tail stays exact.
         a = tl.load(a_ptrs, mask=mask_m[:, None] & (offs_k[None, :] < k_left), other=0)
         w = tl.load(w_ptrs, mask=(offs_k[:, None] < k_left) & mask_n[None, :], other=0)
-        acc = tl.dot(a, w, acc, out_dtype=tl.int32)
+        acc = tl.dot(a, w, acc, out_dtype=ACC_DTYPE)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
 
     sa = tl.load(sa_ptr + offs_m, mask=mask_m, other=1.0)
     sw = tl.load(sw_ptr + offs_n, mask=mask_n, other=1.0)
-    t = acc.to(tl.float32)        # step 2: f32(acc), RNE
+    t = acc.to(tl.float32)        # step 2: f32(acc), RNE (FP8: d as it is)
     t = t * sa[:, None]           # step 3a: rn32(f32(acc) * sa)
     t = t * sw[None, :]           # step 3b: rn32(... * sw)
     y = t.to(tl.bfloat16, fp_downcast_rounding="rtne")  # step 4

@@ -17,9 +17,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Optional, Tuple
 
-from ._torch_common import GpuUnavailableError, device_description, layer_tensors, require_torch
+from ._torch_common import GpuUnavailableError, device_description, layer_tensors, require_torch, to_device
 
-__all__ = ["GpuUnavailableError", "scaled_mm", "arm", "kernel_config"]
+__all__ = ["GpuUnavailableError", "scaled_mm", "arm", "fp8_scaled_mm", "fp8_arm", "kernel_config"]
 
 K_MAX_INT32 = 131071  # K·2^14 < 2^31: the INT32 accumulator cannot overflow
 
@@ -53,22 +53,49 @@ def scaled_mm(a_q: Any, a_scale: Any, w_q: Any, w_scale: Any, bias: Optional[Any
     torch = require_torch("qconform.triton_arm")
     triton, kernels = _triton()
     a, sa, w, sw, b = layer_tensors(torch, a_q, a_scale, w_q, w_scale, bias, device)
-    M, K = a.shape
-    N = w.shape[0]
+    K = a.shape[1]
     if K > K_MAX_INT32:
         raise ValueError(f"qconform.triton_arm: K = {K} exceeds {K_MAX_INT32}, beyond which an INT32 "
                          f"accumulator can overflow")
+    return _launch(torch, triton, kernels, a, sa, w, sw, b, kernels.tl.int32)
+
+
+def _launch(torch: Any, triton: Any, kernels: Any, a: Any, sa: Any, w: Any, sw: Any, b: Optional[Any],
+            acc_dtype: Any) -> Any:
+    M, N, K = a.shape[0], w.shape[0], a.shape[1]
     y = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     if M == 0 or N == 0:
         return y
     cfg = kernel_config(M)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
-    kernels.int8_scaled_mm_vllm_triton[grid](
+    kernels.scaled_mm_vllm_triton[grid](
         a, w, sa, sw, b if b is not None else sw, y, M, N, K,
         a.stride(0), w.stride(0), y.stride(0),
         HAS_BIAS=b is not None, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)
+        ACC_DTYPE=acc_dtype, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)
     return y
+
+
+def fp8_scaled_mm(a_q: Any, a_scale: Any, w_q: Any, w_scale: Any, bias: Optional[Any] = None,
+                  *, device: Any = "cuda") -> Any:
+    """The same kernel on an FP8 layer, as vLLM's ``triton_scaled_mm`` runs one: ``a_q`` [M,K] and
+    ``w_q`` [N,K] e4m3fn codes (uint8), fp32 per-token and per-channel scales, ``y`` bf16 =
+    ``bf16(rn32(rn32(d * sa) * sw))`` with ``d`` the fp32 ``tl.dot`` chain over K. A bias is
+    refused (not modelled over ``d``)."""
+    import qconform
+
+    torch = require_torch("qconform.triton_arm")
+    triton, kernels = _triton()
+    if bias is not None:
+        raise qconform.InputError("qconform.triton_arm.fp8_arm: refuses a bias (not modelled over the fp32 d)")
+    a = to_device(torch, a_q, device, torch.uint8).view(torch.float8_e4m3fn)
+    w = to_device(torch, w_q, device, torch.uint8).view(torch.float8_e4m3fn)
+    sa = to_device(torch, a_scale, device, torch.float32).reshape(-1)
+    sw = to_device(torch, w_scale, device, torch.float32).reshape(-1)
+    if a.dim() != 2 or w.dim() != 2 or a.shape[1] != w.shape[1] or sa.numel() != a.shape[0] or sw.numel() != w.shape[0]:
+        raise qconform.InputError(f"expected a_q [M,K], w_q [N,K], a_scale [M], w_scale [N], found {tuple(a.shape)}, "
+                                  f"{tuple(w.shape)}, {tuple(sa.shape)}, {tuple(sw.shape)}")
+    return _launch(torch, triton, kernels, a, sa, w, sw, None, kernels.tl.float32)
 
 
 def arm(*, device: Any = "cuda", name: str = "triton:vllm-triton") -> Any:
@@ -85,4 +112,26 @@ def arm(*, device: Any = "cuda", name: str = "triton:vllm-triton") -> Any:
     return qconform.arm(
         triton_int8_scaled_mm, name=name, epilogue="vllm-triton",
         description="Triton int8 tl.dot (int32) + vLLM triton_scaled_mm epilogue order, in qconform/_triton_kernels.py",
+        device=device_description(torch, device), library=f"triton {triton.__version__}, torch {torch.__version__}")
+
+
+def fp8_arm(*, device: Any = "cuda", name: str = "triton:vllm-triton-fp8") -> Any:
+    """The kernel on FP8 layers as a :class:`qconform.Arm`: an FP8 kernel (``element="e4m3"``)
+    declaring its accumulation model ``hopper-fp8-chain`` (one fp32 ``tl.dot`` chain over K) and the
+    ``fp8-scaled`` epilogue, so that ``qconform.verify`` checks every output against them and
+    predicts its differences from another FP8 arm (e.g. ``cuda:cutlass-fp8-rowwise``) element for
+    element. ``qconform.identify`` measures both without the declaration."""
+    import qconform
+
+    torch = require_torch("qconform.triton_arm")
+    triton, _ = _triton()
+
+    def triton_fp8_scaled_mm(a_q, a_scale, w_q, w_scale, bias):
+        return fp8_scaled_mm(a_q, a_scale, w_q, w_scale, bias, device=device)
+
+    return qconform.arm(
+        triton_fp8_scaled_mm, name=name, element="e4m3", accumulation_model="hopper-fp8-chain",
+        epilogue="bf16(rn32(rn32(d * sa) * sw))",
+        description="Triton fp8 e4m3 tl.dot (fp32, one chain) + vLLM triton_scaled_mm epilogue order, in "
+                    "qconform/_triton_kernels.py",
         device=device_description(torch, device), library=f"triton {triton.__version__}, torch {torch.__version__}")
