@@ -243,9 +243,15 @@ TEST(CudaFp8Block, EachArmEqualsItsDeclaredModel) {
         const std::string name = fmt::format("block-{}", block_promotion_name(f));
         d[name] = fp8_block_evaluate_gpu(fp8_block_model(name), g);
         line += fmt::format(" {} {}", name, count_differing(out.y, to_bf16(d[name])));
+        if (out.d) {
+          int64_t off = 0;
+          for (size_t x = 0; x < out.d->size() && x < d[name].size(); ++x) off += f32_bits((*out.d)[x]) != f32_bits(d[name][x]);
+          line += fmt::format(" (D {})", off);
+        }
       }
-      std::printf("  %s: bf16 outputs off each form (of %lld):%s; kernel %s\n", where.c_str(),
-                  static_cast<long long>(s.m * s.n), line.c_str(), out.record.kernel.c_str());
+      std::printf("  %s: bf16 outputs (and D) off each form (of %lld):%s; kernel %s; D: %s\n", where.c_str(),
+                  static_cast<long long>(s.m * s.n), line.c_str(), out.record.kernel.c_str(),
+                  out.d ? "exposed" : out.record.extra.value("d", std::string("not exposed")).c_str());
       const auto& claimed = out.record.extra.contains("accumulation_model") ? out.record.extra["accumulation_model"]
                                                                             : nlohmann::json(info.accumulation_model);
       if (!claimed.is_string()) {
