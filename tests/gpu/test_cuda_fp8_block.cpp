@@ -24,6 +24,7 @@
 
 #include "accum/fp8_model.hpp"
 #include "arms/cuda/cuda.hpp"
+#include "checks/verify.hpp"
 #include "epilogue/block_models.hpp"
 #include "gpu_test_util.hpp"
 #include "qconform/arm.hpp"
@@ -242,9 +243,15 @@ TEST(CudaFp8Block, EachArmEqualsItsDeclaredModel) {
         const std::string name = fmt::format("block-{}", block_promotion_name(f));
         d[name] = fp8_block_evaluate_gpu(fp8_block_model(name), g);
         line += fmt::format(" {} {}", name, count_differing(out.y, to_bf16(d[name])));
+        if (out.d) {
+          int64_t off = 0;
+          for (size_t x = 0; x < out.d->size() && x < d[name].size(); ++x) off += f32_bits((*out.d)[x]) != f32_bits(d[name][x]);
+          line += fmt::format(" (D {})", off);
+        }
       }
-      std::printf("  %s: bf16 outputs off each form (of %lld):%s; kernel %s\n", where.c_str(),
-                  static_cast<long long>(s.m * s.n), line.c_str(), out.record.kernel.c_str());
+      std::printf("  %s: bf16 outputs (and D) off each form (of %lld):%s; kernel %s; D: %s\n", where.c_str(),
+                  static_cast<long long>(s.m * s.n), line.c_str(), out.record.kernel.c_str(),
+                  out.d ? "exposed" : out.record.extra.value("d", std::string("not exposed")).c_str());
       const auto& claimed = out.record.extra.contains("accumulation_model") ? out.record.extra["accumulation_model"]
                                                                             : nlohmann::json(info.accumulation_model);
       if (!claimed.is_string()) {
@@ -260,6 +267,25 @@ TEST(CudaFp8Block, EachArmEqualsItsDeclaredModel) {
     }
   }
   if (ran == 0) GTEST_SKIP() << "SKIPPED: no CUDA block arm ran here (see the lines above)";
+}
+
+// verify on a block pair with the block models evaluated on the GPU gives the same results, field for
+// field, as with them evaluated on the host (only the timings and the reference's place differ).
+TEST(CudaFp8Block, VerifyWithTheGpuReferenceEqualsTheHostReference) {
+  std::vector<LayerOperands> layers = {block_layer(24, 200, 300, 51, false), block_layer(16, 256, 1024, 52, false)};
+  const PredictionSet p = predict(layers, "mem", "sha256:none");
+  const auto run = [&](VerifyReference where) {
+    auto a = make_arm("cpu:fp8-block-triton"), b = make_arm("cpu:fp8-block-deepgemm");
+    VerifyOptions options;
+    options.reference = where;
+    nlohmann::json j = to_json(verify_layers(*a, *b, layers, p, options));
+    EXPECT_NE(j["reference"].get<std::string>().find(where == VerifyReference::gpu ? "CUDA cores" : "on the host"),
+              std::string::npos)
+        << j["reference"];
+    for (const char* timing_or_place : {"seconds", "wall_seconds", "reference"}) j.erase(timing_or_place);
+    return j;
+  };
+  EXPECT_EQ(run(VerifyReference::gpu), run(VerifyReference::cpu));
 }
 
 TEST(CudaFp8Block, Ue8m0ScalesGiveBitwiseEqualityBetweenArmsThatChainFourSteps) {
