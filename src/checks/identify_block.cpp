@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <span>
 
 #include "accum/fp8_model.hpp"
 #include "checks/c1_block_model.hpp"
@@ -44,7 +45,7 @@ constexpr int64_t kFormBlocks = 7;                      // stage 3: D, the desig
 constexpr int kFormTries = 24;                          // stage 3: codes tried per element
 
 LayerOperands block_layer(std::string name, int64_t m, int64_t n, int64_t k, int64_t bk, int64_t bn,
-                          const std::vector<uint8_t>& a, const std::vector<uint8_t>& w, std::vector<float> sa,
+                          std::span<const uint8_t> a, std::span<const uint8_t> w, std::vector<float> sa,
                           std::vector<float> sw, std::string source) {
   OperandStorage s;
   s.a_type = s.w_type = ElementType::e4m3;
