@@ -35,10 +35,9 @@ TEST(Identify, EveryCpuArmIsItsDeclaredFormula) {
     auto arm = make_arm(label);
     const IdentifyResult r = identify(*arm);
     if (label.starts_with("cpu:fp8-block-")) {
-      // Block-scaled arms: identify says it cannot identify them yet and names the verb that measures them
-      // (boundary, tests/unit/test_block_verify.cpp).
-      EXPECT_EQ(r.verdict, "not-supported") << label << "\n" << describe(r);
-      EXPECT_NE(r.reason.find("qconform boundary --arm " + label), std::string::npos) << r.reason;
+      // Block-scaled arms: identified as their own block model (tests/unit/test_identify_block.cpp).
+      EXPECT_EQ(r.verdict, "identified") << label << "\n" << describe(r);
+      EXPECT_EQ(r.block_model, arm->info().accumulation_model) << label << "\n" << describe(r);
       continue;
     }
     if (!arm->info().accumulation_model.empty()) {
