@@ -313,17 +313,39 @@ std::optional<NamedAccumModel> Identifier::block_chain(int64_t bk, int64_t bn) {
   r_.block["chain"] = c.name;
   r_.block["chain_formula"] = accumulation_formula(chain);
   if (interval == bk) return c;
-  // The chain length is outside the table: its nearest block models (this chain over whole K blocks,
-  // each form) against the held-out outputs.
+  // The chain length is outside the table. Its nearest block model is this chain over whole K blocks
+  // (at unit scales every form is the chain promoted once per block); the outputs that separate them
+  // are the prober's probes that model does not predict (random held-out operands mostly do not).
   std::vector<BlockModel> near;
   for (const BlockPromotion f : block_promotions()) near.push_back(BlockModel{block_name(f, c), c, f, ""});
-  const auto [best, first] = block_nearest(near);
+  auto [best, heldout_first] = block_nearest(near);
+  nlohmann::json first = nlohmann::json::array();
+  int64_t separating = 0;
+  if (chain.step_k > 0 && bk % chain.step_k == 0) {
+    Fp8AccumModel per_block = chain;  // the nearest block model at unit scales
+    per_block.promote_steps = static_cast<int32_t>(bk / chain.step_k);
+    for (const Fp8Probe& p : m.probes) {
+      std::vector<uint8_t> a(static_cast<size_t>(p.k), 0), w(static_cast<size_t>(p.k), 0);
+      for (const auto& t : p.terms) a[static_cast<size_t>(t.pos)] = t.a, w[static_cast<size_t>(t.pos)] = t.w;
+      const float want = accum_model::evaluate(per_block, a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, p.k);
+      const bool differs = mo.through_run ? f32_to_bf16(want) != f32_to_bf16(p.observed) : f32_bits(want) != f32_bits(p.observed);
+      if (!differs) continue;
+      if (separating++ < 4) {
+        first.push_back(fmt::format("unit-scale probe {} (K = {}): got {:a}, {} at unit scales gives {:a}", p.id, p.k,
+                                    p.observed, near.front().name, want));
+      }
+    }
+  }
+  for (const auto& f : heldout_first) first.push_back(f);
+  best["separating_probes"] = separating;
   block_unexplained(
       "per-block chain length",
       fmt::format("at unit scales the arm promotes its chain into fp32 every {} over K blocks of {} ({}): every block "
-                  "model of the table chains one K block of the scales before it promotes",
+                  "model of the table chains one K block of the scales before it promotes. The nearest, {} (any form: "
+                  "they agree at unit scales), misses {} of the {} unit-scale probes and {} of {} held-out outputs",
                   interval == 0 ? std::string("never") : fmt::format("{} products", interval), bk,
-                  accumulation_formula(u)),
+                  accumulation_formula(u), near.front().name, separating, m.probes.size(),
+                  best["unexplained"].get<int64_t>(), best["outputs"].get<int64_t>()),
       best, first);
   return std::nullopt;
 }

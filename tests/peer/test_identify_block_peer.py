@@ -129,5 +129,5 @@ def test_promotion_every_64_products_is_unexplained_at_the_chain_length(qc):
     assert r["block"]["verdict_stage"] == "per-block chain length", r["printout"]
     assert r["block"]["promotion_interval"] == 64, r["printout"]
     assert "every 64 products" in r["reason"], r["reason"]
-    assert r["nearest"] and r["nearest"][0]["unexplained"] > 0, r["printout"]
+    assert r["nearest"] and r["nearest"][0]["separating_probes"] > 0, r["printout"]
     assert r["diagnosis"][0]["first"], r["printout"]
