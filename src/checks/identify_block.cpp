@@ -293,6 +293,17 @@ std::optional<NamedAccumModel> Identifier::block_chain(int64_t bk, int64_t bn) {
   r_.block["chain_measured_through"] = m.observed_through;
   r_.block["chain_probes"] = m.probes.size();
   if (!m.measured || m.confirm_matching != m.confirm_outputs) {
+    // Chains the prober's structure search does not span (a whole-range chain such as `exact`, run per
+    // K block): each named chain of the accumulation table, per K block from zero and promoted into
+    // fp32 (any form at unit scales, by the block model's own text), against every probe.
+    if (std::optional<NamedAccumModel> named = named_chain_explaining(m, bk, mo.through_run)) {
+      r_.block["unit_scale_model"] = fmt::format("{} per K block of {}, promoted into fp32", named->name, bk);
+      r_.block["promotion_interval"] = bk;
+      r_.block["chain"] = named->name;
+      r_.block["chain_formula"] = accumulation_formula(named->model);
+      r_.block["chain_note"] = "a named chain over whole K blocks (outside the prober's structures) explains every probe";
+      return named;
+    }
     block_unexplained("per-block chain",
                       fmt::format("at unit scales (every promotion form is then D <- rn32(D + C)) no model of the FP8 "
                                   "accumulation family explains the arm's outputs (measured through {}): {}",
@@ -347,6 +358,26 @@ std::optional<NamedAccumModel> Identifier::block_chain(int64_t bk, int64_t bn) {
                   accumulation_formula(u), near.front().name, separating, m.probes.size(),
                   best["unexplained"].get<int64_t>(), best["outputs"].get<int64_t>()),
       best, first);
+  return std::nullopt;
+}
+
+std::optional<NamedAccumModel> Identifier::named_chain_explaining(const Fp8Measurement& m, int64_t bk, bool through_run) const {
+  if (m.probes.empty()) return std::nullopt;
+  const float one = 1.0f;
+  for (const NamedAccumModel& row : fp8_accumulation_models()) {
+    bool all = true;
+    for (const Fp8Probe& p : m.probes) {
+      std::vector<uint8_t> a(static_cast<size_t>(p.k), 0), w(static_cast<size_t>(p.k), 0);
+      for (const auto& t : p.terms) a[static_cast<size_t>(t.pos)] = t.a, w[static_cast<size_t>(t.pos)] = t.w;
+      const float want = block_model::evaluate(row.model, BlockPromotion::triton, a.data(), Fp8Format::e4m3, w.data(),
+                                               Fp8Format::e4m3, p.k, bk, {&one, 0, &one, 0});
+      if (through_run ? f32_to_bf16(want) != f32_to_bf16(p.observed) : f32_bits(want) != f32_bits(p.observed)) {
+        all = false;
+        break;
+      }
+    }
+    if (all) return row;
+  }
   return std::nullopt;
 }
 

@@ -208,6 +208,9 @@ class Identifier {
   std::optional<NamedAccumModel> block_chain(int64_t bk, int64_t bn);
   std::vector<BlockPromotion> block_forms(const NamedAccumModel& chain, int64_t bk, int64_t bn);
   std::string block_name(BlockPromotion f, const NamedAccumModel& chain) const;
+  // The first named chain of the accumulation table that, per K block of `bk` from zero and promoted
+  // into fp32, predicts every probe of `m` (unit scales); nullopt when none does.
+  std::optional<NamedAccumModel> named_chain_explaining(const Fp8Measurement& m, int64_t bk, bool through_run) const;
   // The model of `models` nearest to the held-out outputs (its residual entry) and its first misses.
   std::pair<nlohmann::json, nlohmann::json> block_nearest(const std::vector<BlockModel>& models) const;
   void block_unexplained(const std::string& stage, const std::string& summary, nlohmann::json nearest,

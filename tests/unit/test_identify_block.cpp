@@ -78,6 +78,19 @@ TEST(IdentifyBlock, EveryCpuBlockArmIsIdentifiedAsItsOwnForm) {
   }
 }
 
+TEST(IdentifyBlock, ArmsWithOtherChainsAreIdentifiedWithTheirChain) {
+  // `sequential` is measured by the FP8 prober; `exact` (a whole-range chain per block) lies outside its
+  // structures and is found among the table's named chains over whole blocks.
+  for (const char* model : {"block-triton+sequential", "block-deepgemm+exact"}) {
+    auto arm = make_arm(fmt::format("cpu:fp8-{}", model));
+    const IdentifyResult r = identify(*arm);
+    SCOPED_TRACE(describe(r));
+    ASSERT_EQ(r.verdict, "identified") << model;
+    EXPECT_EQ(r.block_model, model);
+    EXPECT_EQ(r.matching, r.outputs);
+  }
+}
+
 TEST(IdentifyBlock, ADisguisedKernelIsMeasuredThroughItsBf16OutputAndDeclaredBack) {
   // Runs block-deepgemm+sequential, claims block-triton, returns bf16 only and no unscaled entry.
   auto disguised = std::make_unique<Disguised>("block-deepgemm+sequential", "block-triton", false);
