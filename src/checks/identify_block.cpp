@@ -184,6 +184,38 @@ LayerOperands design_form_probe(int64_t m, int64_t bk, int64_t bn, Rng& rng, con
                      "identify (block promotion-form probe: designed codes and scales)");
 }
 
+// The probes of `m` that `chain`, from zero over every `interval` products and promoted into fp32 (any
+// form at unit scales: the block model's own text with unit scales), does not predict; the first
+// `keep` of them printed into `first`, and counting stops after `stop_after`.
+int64_t probe_misses(const Fp8Measurement& m, const Fp8AccumModel& chain, int64_t interval, bool through_run,
+                     nlohmann::json* first, size_t keep, int64_t stop_after = INT64_MAX) {
+  const float one = 1.0f;
+  int64_t misses = 0;
+  for (const Fp8Probe& p : m.probes) {
+    std::vector<uint8_t> a(static_cast<size_t>(p.k), 0), w(static_cast<size_t>(p.k), 0);
+    for (const auto& t : p.terms) a[static_cast<size_t>(t.pos)] = t.a, w[static_cast<size_t>(t.pos)] = t.w;
+    const float want = block_model::evaluate(chain, BlockPromotion::triton, a.data(), Fp8Format::e4m3, w.data(),
+                                             Fp8Format::e4m3, p.k, interval, {&one, 0, &one, 0});
+    if (through_run ? f32_to_bf16(want) == f32_to_bf16(p.observed) : f32_bits(want) == f32_bits(p.observed)) continue;
+    if (first && first->size() < keep) {
+      first->push_back(fmt::format("unit-scale probe {} (K = {}): got {:a}, the chain over every {} products (every "
+                                   "form at unit scales) gives {:a}",
+                                   p.id, p.k, p.observed, interval, want));
+    }
+    if (++misses >= stop_after) break;
+  }
+  return misses;
+}
+
+// The first named chain of the accumulation table that predicts every probe of `m` over `interval`.
+std::optional<NamedAccumModel> named_chain_at(const Fp8Measurement& m, int64_t interval, bool through_run) {
+  if (m.probes.empty() || interval < 1) return std::nullopt;
+  for (const NamedAccumModel& row : fp8_accumulation_models()) {
+    if (probe_misses(m, row.model, interval, through_run, nullptr, 0, 1) == 0) return row;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 void Identifier::block_unexplained(const std::string& stage, const std::string& summary, nlohmann::json nearest,
@@ -304,6 +336,29 @@ std::optional<NamedAccumModel> Identifier::block_chain(int64_t bk, int64_t bn) {
       r_.block["chain_note"] = "a named chain over whole K blocks (outside the prober's structures) explains every probe";
       return named;
     }
+    for (const int64_t other : {bk / 2, bk / 4, bk * 2}) {
+      const std::optional<NamedAccumModel> at = other >= 1 && other != bk ? named_chain_at(m, other, mo.through_run) : std::nullopt;
+      if (!at) continue;
+      r_.block["promotion_interval"] = other;
+      r_.block["chain"] = at->name;
+      r_.block["chain_formula"] = accumulation_formula(at->model);
+      std::vector<BlockModel> near;
+      for (const BlockPromotion f : block_promotions()) near.push_back(BlockModel{block_name(f, *at), *at, f, ""});
+      auto [best, heldout_first] = block_nearest(near);
+      nlohmann::json first = nlohmann::json::array();
+      best["separating_probes"] = probe_misses(m, at->model, bk, mo.through_run, &first, 4);
+      for (const auto& f : heldout_first) first.push_back(f);
+      block_unexplained("per-block chain length",
+                        fmt::format("at unit scales the arm is the named chain {} from zero over every {} products, "
+                                    "promoted into fp32 each time, over K blocks of {}: every block model of the table "
+                                    "chains one K block of the scales before it promotes. The nearest, {}, misses {} of "
+                                    "the {} unit-scale probes and {} of {} held-out outputs",
+                                    at->name, other, bk, best.value("model", std::string()),
+                                    best["separating_probes"].get<int64_t>(), m.probes.size(),
+                                    best["unexplained"].get<int64_t>(), best["outputs"].get<int64_t>()),
+                        best, first);
+      return std::nullopt;
+    }
     block_unexplained("per-block chain",
                       fmt::format("at unit scales (every promotion form is then D <- rn32(D + C)) no model of the FP8 "
                                   "accumulation family explains the arm's outputs (measured through {}): {}",
@@ -312,7 +367,13 @@ std::optional<NamedAccumModel> Identifier::block_chain(int64_t bk, int64_t bn) {
     return std::nullopt;
   }
   const Fp8AccumModel& u = m.model;
-  const int64_t interval = u.promote_steps > 0 && u.step_k > 0 ? int64_t{u.promote_steps} * u.step_k : 0;
+  // Products per promotion into fp32: promote_steps steps; without promotion, a chain whose every step's
+  // result is an fp32 rounding (rn23) adds into fp32 every step (its steps are the promotions); else never.
+  const bool fp32_steps = u.result_bits == 23 && u.result_rounding == AccumRounding::nearest_even;
+  const int64_t interval = u.step_k <= 0                                  ? 0
+                           : u.promote_steps > 0                           ? int64_t{u.promote_steps} * u.step_k
+                           : fp32_steps && u.splits == 1 && u.step_k <= bk ? int64_t{u.step_k}
+                                                                          : 0;
   Fp8AccumModel chain = u;
   chain.promote_steps = 0;
   chain.promote_bits = 23;
@@ -331,54 +392,24 @@ std::optional<NamedAccumModel> Identifier::block_chain(int64_t bk, int64_t bn) {
   for (const BlockPromotion f : block_promotions()) near.push_back(BlockModel{block_name(f, c), c, f, ""});
   auto [best, heldout_first] = block_nearest(near);
   nlohmann::json first = nlohmann::json::array();
-  int64_t separating = 0;
-  if (chain.step_k > 0 && bk % chain.step_k == 0) {
-    Fp8AccumModel per_block = chain;  // the nearest block model at unit scales
-    per_block.promote_steps = static_cast<int32_t>(bk / chain.step_k);
-    for (const Fp8Probe& p : m.probes) {
-      std::vector<uint8_t> a(static_cast<size_t>(p.k), 0), w(static_cast<size_t>(p.k), 0);
-      for (const auto& t : p.terms) a[static_cast<size_t>(t.pos)] = t.a, w[static_cast<size_t>(t.pos)] = t.w;
-      const float want = accum_model::evaluate(per_block, a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, p.k);
-      const bool differs = mo.through_run ? f32_to_bf16(want) != f32_to_bf16(p.observed) : f32_bits(want) != f32_bits(p.observed);
-      if (!differs) continue;
-      if (separating++ < 4) {
-        first.push_back(fmt::format("unit-scale probe {} (K = {}): got {:a}, {} at unit scales gives {:a}", p.id, p.k,
-                                    p.observed, near.front().name, want));
-      }
-    }
-  }
+  const int64_t separating = probe_misses(m, chain, bk, mo.through_run, &first, 4);
   for (const auto& f : heldout_first) first.push_back(f);
   best["separating_probes"] = separating;
   block_unexplained(
       "per-block chain length",
-      fmt::format("at unit scales the arm promotes its chain into fp32 every {} over K blocks of {} ({}): every block "
-                  "model of the table chains one K block of the scales before it promotes. The nearest, {} (any form: "
-                  "they agree at unit scales), misses {} of the {} unit-scale probes and {} of {} held-out outputs",
-                  interval == 0 ? std::string("never") : fmt::format("{} products", interval), bk,
-                  accumulation_formula(u), near.front().name, separating, m.probes.size(),
+      fmt::format("at unit scales the arm promotes its chain into fp32 {} over K blocks of {} ({}): every block "
+                  "model of the table chains one K block of the scales before it promotes. The nearest, {} (this chain over "
+                  "whole blocks; at unit scales every form is the same), misses {} of the {} unit-scale probes and {} of "
+                  "{} held-out outputs",
+                  interval == 0 ? std::string("never") : fmt::format("every {} products", interval), bk,
+                  accumulation_formula(u), best.value("model", std::string()), separating, m.probes.size(),
                   best["unexplained"].get<int64_t>(), best["outputs"].get<int64_t>()),
       best, first);
   return std::nullopt;
 }
 
 std::optional<NamedAccumModel> Identifier::named_chain_explaining(const Fp8Measurement& m, int64_t bk, bool through_run) const {
-  if (m.probes.empty()) return std::nullopt;
-  const float one = 1.0f;
-  for (const NamedAccumModel& row : fp8_accumulation_models()) {
-    bool all = true;
-    for (const Fp8Probe& p : m.probes) {
-      std::vector<uint8_t> a(static_cast<size_t>(p.k), 0), w(static_cast<size_t>(p.k), 0);
-      for (const auto& t : p.terms) a[static_cast<size_t>(t.pos)] = t.a, w[static_cast<size_t>(t.pos)] = t.w;
-      const float want = block_model::evaluate(row.model, BlockPromotion::triton, a.data(), Fp8Format::e4m3, w.data(),
-                                               Fp8Format::e4m3, p.k, bk, {&one, 0, &one, 0});
-      if (through_run ? f32_to_bf16(want) != f32_to_bf16(p.observed) : f32_bits(want) != f32_bits(p.observed)) {
-        all = false;
-        break;
-      }
-    }
-    if (all) return row;
-  }
-  return std::nullopt;
+  return named_chain_at(m, bk, through_run);
 }
 
 std::string Identifier::block_name(BlockPromotion f, const NamedAccumModel& chain) const {
@@ -423,6 +454,7 @@ std::pair<nlohmann::json, nlohmann::json> Identifier::block_nearest(const std::v
       best_bad = bad;
       first = miss;
       best = {{"role", "nearest"},
+              {"model", model.name},
               {"formula", fmt::format("{}: {}", model.name, block_model_formula(model))},
               {"unexplained", bad},
               {"outputs", total},
