@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "accum/fp8_model.hpp"
+#include "epilogue/block_models.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 
@@ -20,7 +21,8 @@ class DeclaredArm final : public Arm {
     if (model_.empty()) {
       i.description += fmt::format(" [epilogue {}: {}]", provenance_, epilogue_);
     } else {
-      i.description += fmt::format(" [accumulation model and epilogue {}: {}; {}]", provenance_, model_, epilogue_);
+      i.description += epilogue_.empty() ? fmt::format(" [block model {}: {}]", provenance_, model_)
+                                         : fmt::format(" [accumulation model and epilogue {}: {}; {}]", provenance_, model_, epilogue_);
       i.accumulation_model = model_;
     }
     i.epilogue = epilogue_;
@@ -45,6 +47,13 @@ class DeclaredArm final : public Arm {
   void claim(nlohmann::json& extra) const {
     if (model_.empty()) return;
     if (!extra.is_object()) extra = nlohmann::json::object();
+    if (epilogue_.empty() && extra.contains("accumulation_model") && extra["accumulation_model"] != model_) {
+      // A block model given from outside replaces the arm's own static claim (what it was made with),
+      // which the record keeps beside it; a run that refuses a model (a null claim) is left as it is.
+      if (extra["accumulation_model"].is_null()) return;
+      extra["accumulation_model_of_the_arm"] = extra["accumulation_model"];
+      extra.erase("accumulation_model");
+    }
     if (extra.contains("accumulation_model")) return;
     extra["accumulation_model"] = model_;
     extra["accumulation_model_declared_by"] = provenance_;
@@ -63,6 +72,15 @@ std::unique_ptr<Arm> declare_epilogue(std::unique_ptr<Arm> arm, const std::strin
   const size_t semi = formula.find(';');
   const ArmInfo info = arm->info();
   try {
+    if (semi == std::string::npos && is_block_model_name(formula)) {
+      // A block model (`block-<form>[+<chain>]`, what identify names for a block-scaled arm): the scales
+      // and the bf16 rounding are the model's; no epilogue.
+      QC_INPUT(is_block_model_name(info.accumulation_model),
+               "`{}` is a block model, but arm `{}` is not a block-scaled FP8 arm (it declares `{}`)", formula,
+               info.label, info.accumulation_model);
+      (void)fp8_block_model(formula);  // unknown forms and chains: the input error listing them
+      return std::make_unique<DeclaredArm>(std::move(arm), "", formula, provenance);
+    }
     if (semi != std::string::npos) {
       // `<model>; <epilogue>`: an FP8 arm's accumulation model and epilogue.
       QC_INPUT(info.fp8(), "`{}` declares an accumulation model (`<model>; <epilogue>`), but arm `{}` is an INT8 arm",

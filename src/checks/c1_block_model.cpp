@@ -59,8 +59,8 @@ class UnitScaleArm final : public Arm {
   int64_t block_k_, block_n_;
 };
 
-// Random finite e4m3 codes and scales with random fraction bits in [2^-12, 2^-4] (the forms' roundings
-// differ at almost every output then).
+}  // namespace
+
 LayerOperands random_block_layer(int64_t m, int64_t n, int64_t k, int64_t block_k, int64_t block_n, uint64_t seed) {
   OperandStorage s;
   s.a_type = s.w_type = ElementType::e4m3;
@@ -88,6 +88,8 @@ LayerOperands random_block_layer(int64_t m, int64_t n, int64_t k, int64_t block_
   return make_operands(fmt::format("random-scales-{}x{}x{}", m, n, k), m, n, k, std::move(s),
                        fmt::format("boundary (random-scale probe, seed {})", seed));
 }
+
+namespace {
 
 bool same_chain(const Fp8AccumModel& x, const Fp8AccumModel& y) {
   return model_differences(x, y).empty();

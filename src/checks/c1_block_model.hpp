@@ -59,6 +59,11 @@ struct BlockMeasurement {
   double seconds = 0;
 };
 
+// A block-scaled layer of random finite e4m3 codes and scales with random fraction bits in [2^-12, 2^-4]
+// (the forms' roundings differ at almost every output then), per-token-group:`block_k` activations and
+// per-block:`block_n`x`block_k` weights; `boundary`'s form operands and identify's held-out block layers.
+LayerOperands random_block_layer(int64_t m, int64_t n, int64_t k, int64_t block_k, int64_t block_n, uint64_t seed);
+
 // Measures a block-scaled FP8 arm (QC_INPUT when it declares no block model).
 BlockMeasurement measure_block_model(Arm& arm, const BlockMeasureOptions& options = {});
 nlohmann::json to_json(const BlockMeasurement& r);

@@ -32,7 +32,10 @@ nlohmann::json to_json(const IdentifyResult& r) {
                       {"accumulator", r.accumulator},
                       {"fp8_accumulation", r.fp8_accumulation},
                       {"seconds", r.seconds}};
-  if (!r.fp8_accumulation.is_null()) {
+  if (!r.block.is_null()) {
+    j["block"] = r.block;
+    j["block_model"] = r.block_model;
+  } else if (!r.fp8_accumulation.is_null()) {
     j["fp8_epilogue"] = {{"formula", r.epilogue_formula}, {"named", r.epilogue_named}};
     j["accumulation_model"] = r.accumulation_model;
     j["accumulation_formula"] = r.accumulation_formula;
@@ -146,11 +149,54 @@ std::string describe_unexplained_verdict(const IdentifyResult& r) {
   return s;
 }
 
+// A block-scaled FP8 arm: the stages (identify_block.cpp), then the verdict.
+std::string describe_block(const IdentifyResult& r, const std::string& language) {
+  const auto& b = r.block;
+  const auto text = [&](const char* key) { return b.contains(key) && !b[key].is_null() ? b[key].dump() : std::string("-"); };
+  std::string s = fmt::format("identify {} (block-scaled FP8; declares {})\n  layout of the probes: {}\n", r.arm.label,
+                              r.arm.accumulation_model.empty() ? "nothing" : r.arm.accumulation_model,
+                              b.value("layout", std::string()));
+  s += fmt::format("  1. scale blocks: K block {}, weight block along N {} (block-edge probe, power-of-two scales)\n",
+                   text("k_block"), text("n_block"));
+  if (b.contains("chain")) {
+    s += fmt::format("  2. chain per K block: {} ({}), promoted every {} products at unit scales; {} probes through {}\n",
+                     b["chain"].get<std::string>(), b["chain_formula"].get<std::string>(), b["promotion_interval"].get<int64_t>(),
+                     b["chain_probes"].get<size_t>(), b["chain_measured_through"].get<std::string>());
+  }
+  if (b.contains("forms")) {
+    s += "  3. promotion form (designed probes):\n";
+    for (const auto& f : b["forms"]) {
+      s += fmt::format("       {:<15} {:<40} {} of {} outputs unexplained\n", f["form"].get<std::string>(),
+                       f["formula"].get<std::string>(), f["unexplained"].get<int64_t>(), f["outputs"].get<int64_t>());
+    }
+  }
+  s += "probes:\n";
+  for (const auto& p : r.probes) {
+    s += fmt::format("  {:<28} {:>4}x{}x{:<5} {:>6} elements  {}\n", p["id"].get<std::string>(), p["m"].get<int64_t>(),
+                     p["n"].get<int64_t>(), p["k"].get<int64_t>(), p["elements"].get<int64_t>(),
+                     p.contains("pairs_separated") ? "pairs separated " + p["pairs_separated"].dump() : std::string());
+  }
+  s += fmt::format("\nverdict: {}\n", r.verdict);
+  if (r.verdict == "identified") {
+    s += fmt::format("block model: {} ({})\nformula: {}\nheld-out: {} of {} outputs explained\n", r.block_model,
+                     b.value("against_declaration", std::string()), r.formula, r.matching, r.outputs);
+    if (r.block_model != r.arm.accumulation_model) {
+      s += language == "python"
+               ? fmt::format("declare it: qconform.arm(fn, accumulation_model=\"{}\")\n", r.block_model)
+               : fmt::format("declare it: qconform verify OPS --arms A,{} --declare B='{}'\n", r.arm.label, r.block_model);
+    }
+  } else {
+    s += describe_unexplained_verdict(r);
+  }
+  return s + fmt::format("({:.1f} s)\n", r.seconds);
+}
+
 }  // namespace
 
 std::string describe(const IdentifyResult& r) { return describe(r, "cli"); }
 
 std::string describe(const IdentifyResult& r, const std::string& language) {
+  if (!r.block.is_null()) return describe_block(r, language);
   std::string s = fmt::format("identify {} (declares {})\n", r.arm.label, r.arm.epilogue.empty() ? "nothing" : r.arm.epilogue);
   if (!r.fp8_accumulation.is_null()) s += describe_fp8_accumulation(r, language);
   if (!r.probes.empty() && r.probes[0].contains("eliminated")) s += describe_probes(r);
@@ -182,6 +228,7 @@ std::string describe(const IdentifyResult& r, const std::string& language) {
 
 std::string identified_declaration(const IdentifyResult& r) {
   if (r.verdict != "identified") return "";
+  if (!r.block.is_null()) return r.block_model;  // a block model: its scales and bf16 rounding included
   if (!r.fp8_accumulation.is_null()) {
     return fmt::format("{}; {}", r.accumulation_model, r.epilogue_named.empty() ? r.epilogue_formula : r.epilogue_named.front());
   }
@@ -216,6 +263,7 @@ nlohmann::json identify_summary(const IdentifyResult& r) {
     if (!r.nearest.empty()) j["nearest"] = r.nearest[0];
   }
   if (!r.accumulator.empty()) j["accumulator"] = r.accumulator;
+  if (!r.block.is_null()) j["block"] = r.block;
   return j;
 }
 

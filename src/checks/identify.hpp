@@ -56,6 +56,13 @@ struct IdentifyResult {
   std::string accumulation_model, accumulation_formula;
   std::string epilogue_formula;
   std::vector<std::string> epilogue_named;
+  // Block-scaled FP8 arms (a block model declared): the block model measured stage by stage
+  // (identify_block.cpp): {declared, layout, k_block, n_block, chain, chain_formula, promotion_interval,
+  // unit_scale_model, chain_measured_through, forms [{form, formula, unexplained, outputs}], model,
+  // against_declaration, verdict_stage (unexplained)}; null for other arms. `block_model` the
+  // identified table name (`block-<form>[+<chain>]`), the arm's declaration for verify and conform.
+  nlohmann::json block;
+  std::string block_model;
   double seconds = 0;
 };
 

@@ -279,16 +279,8 @@ IdentifyResult Identifier::run() {
   r_.arm = arm_.info();
   r_.outputs = 0;
   if (is_block_model_name(r_.arm.accumulation_model)) {
-    // Block-scaled FP8: the block model (chain, K block, promotion form) is measured by `boundary`
-    // (measure_block_model, src/checks/c1_block_model.hpp); identify's formula space does not hold it yet.
-    r_.verdict = "not-supported";
-    r_.reason = fmt::format("identify: arm {} is a block-scaled FP8 arm (block model {}); identifying a block model is "
-                            "not implemented in identify: `qconform boundary --arm {}` measures its chain, K block and "
-                            "promotion form",
-                            r_.arm.label, r_.arm.accumulation_model, r_.arm.label);
-    return r_;
-  }
-  if (r_.arm.fp8()) {
+    identify_block();  // block-scaled FP8: the block model, measured (identify_block.cpp)
+  } else if (r_.arm.fp8()) {
     identify_fp8();
   } else {
     identify_epilogue();

@@ -16,6 +16,7 @@
 
 #include "checks/c1_fp8_model.hpp"
 #include "checks/identify.hpp"
+#include "epilogue/block_models.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/epilogue_formula.hpp"
@@ -203,6 +204,21 @@ class Identifier {
   void identify_fp8_epilogue(const Fp8Measurement& m);
   // The rounds of designed probes, then the held-out confirmation and the verdict (both kinds of arm).
   void identify_epilogue();
+  // identify_block.cpp: block-scaled FP8 arms, stage by stage (each returns false / nullopt / empty
+  // when it ended the identification as `unexplained`).
+  void identify_block();
+  bool block_edges(int64_t bk, int64_t bn);
+  void block_heldout(int64_t bk, int64_t bn);
+  std::optional<NamedAccumModel> block_chain(int64_t bk, int64_t bn);
+  std::vector<BlockPromotion> block_forms(const NamedAccumModel& chain, int64_t bk, int64_t bn);
+  std::string block_name(BlockPromotion f, const NamedAccumModel& chain) const;
+  // The first named chain of the accumulation table that, per K block of `bk` from zero and promoted
+  // into fp32, predicts every probe of `m` (unit scales); nullopt when none does.
+  std::optional<NamedAccumModel> named_chain_explaining(const Fp8Measurement& m, int64_t bk, bool through_run) const;
+  // The model of `models` nearest to the held-out outputs (its residual entry) and its first misses.
+  std::pair<nlohmann::json, nlohmann::json> block_nearest(const std::vector<BlockModel>& models) const;
+  void block_unexplained(const std::string& stage, const std::string& summary, nlohmann::json nearest,
+                         nlohmann::json first);
 
   // The pieces of `separate` (identify_confirmation.cpp).
   struct Planned {
@@ -225,6 +241,8 @@ class Identifier {
   // measured accumulation model `model_` (identify_fp8.cpp).
   FormulaInput input_ = FormulaInput::integer;
   Fp8AccumModel model_{};
+  // Block-scaled arms: the held-out layers and the arm's outputs on them.
+  std::vector<std::pair<LayerOperands, std::vector<uint16_t>>> block_heldout_;
 };
 
 }  // namespace qc::identify_detail
