@@ -9,7 +9,7 @@
 #include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "qconform/check.hpp"
-#include "checks/conform.hpp"
+#include "orchestrate/conform.hpp"
 #include "core/fileio.hpp"
 #include "qconform/error.hpp"
 

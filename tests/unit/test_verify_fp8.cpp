@@ -18,7 +18,7 @@
 
 #include "accum/fp8_model.hpp"
 #include "checks/element_pass.hpp"
-#include "checks/sweep.hpp"
+#include "orchestrate/sweep.hpp"
 #include "checks/verify.hpp"
 #include "verify_test_util.hpp"
 #include "core/operands_io.hpp"

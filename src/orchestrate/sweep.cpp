@@ -26,7 +26,7 @@
 #include "qconform/numerics.hpp"
 #include "core/parallel.hpp"
 #include "accum/fp8_model.hpp"
-#include "checks/sweep.hpp"
+#include "orchestrate/sweep.hpp"
 #include "epilogue/block_models.hpp"
 #include "checks/verify.hpp"
 #include "synth/synth.hpp"

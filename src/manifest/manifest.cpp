@@ -14,7 +14,6 @@
 #include <set>
 
 #include "arms/environment.hpp"
-#include "checks/c0_identity.hpp"
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
@@ -361,8 +360,8 @@ std::vector<const FieldResult*> JoinResult::violations() const {
   return v;
 }
 
-JoinResult join_manifest_json(const json& a, const json& b, const std::string& treatment, bool rehash,
-                              std::string name_a, std::string name_b) {
+JoinResult join_manifest_fields(const json& a, const json& b, const std::string& treatment, bool rehash,
+                                std::string name_a, std::string name_b) {
   static const std::set<std::string> kTreatmentRoots = {"inputs", "config", "platform", "selection_env",
                                                         "project_version"};
   const std::string root = treatment.substr(0, treatment.find('.'));
@@ -539,17 +538,12 @@ JoinResult join_manifest_json(const json& a, const json& b, const std::string& t
     check_side(b, false);
   }
 
-  // 5. The C0 verdict (src/checks/c0_identity.cpp).
-  const std::string change =
+  // 5. What the treatment changed, for C0's summary (the verdict: src/checks/c0_identity.cpp).
+  r.treatment_change =
       treatment == "arm" ? fmt::format("{} -> {}; kernel {} -> {}", str_at(a, "arm"), str_at(b, "arm"),
                                        str_at(sub(a, "treatment"), "kernel"), str_at(sub(b, "treatment"), "kernel"))
                          : "";
-  r.c0 = c0_identity(r, change);
   return r;
-}
-
-JoinResult join_manifests(const Manifest& a, const Manifest& b, const std::string& treatment, bool rehash) {
-  return join_manifest_json(to_json(a), to_json(b), treatment, rehash);
 }
 
 json to_json(const JoinResult& r) {
