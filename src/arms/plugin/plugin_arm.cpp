@@ -77,6 +77,7 @@ void register_plugin_arms() {
       .make = [](std::string_view variant) -> std::unique_ptr<Arm> {
         return plugin_detail::make_isolated_plugin_arm(variant, call_time_limit());
       },
+      .variant_is_file = true,
   });
   register_arm_backend(ArmBackend{
       .prefix = "plugin-inproc",
@@ -86,6 +87,7 @@ void register_plugin_arms() {
       .make = [](std::string_view variant) -> std::unique_ptr<Arm> {
         return plugin_detail::make_inproc_plugin_arm(variant);
       },
+      .variant_is_file = true,
   });
 }
 
