@@ -29,6 +29,7 @@
 #include "core/limits.hpp"
 #include "core/output_lock.hpp"
 #include "checks/verify.hpp"
+#include "checks/verify_results.hpp"
 #include "qconform/manifest.hpp"
 #include "model/model.hpp"
 #include "core/operands_io.hpp"
@@ -307,16 +308,8 @@ PinnedPredictions predict_and_pin(const OperandSet& ops, const LayerWork& work, 
 
 // Every rank's phase timings added up into `verify`, its wall time the longest.
 void add_rank_timings(VerifyResult& verify, const std::vector<nlohmann::json>& rank_info) {
+  add_rank_seconds(verify, rank_info);
   for (const nlohmann::json& info : rank_info) {
-    for (const auto& p : info.at("seconds")) {
-      const std::string phase = p.at(0).get<std::string>();
-      auto it = std::find_if(verify.seconds.begin(), verify.seconds.end(), [&](const auto& x) { return x.first == phase; });
-      if (it == verify.seconds.end()) {
-        verify.seconds.emplace_back(phase, p.at(1).get<double>());
-      } else {
-        it->second += p.at(1).get<double>();
-      }
-    }
     verify.wall_seconds = std::max(verify.wall_seconds, info.at("wall_seconds").get<double>());
   }
 }
