@@ -141,7 +141,7 @@ VerbRunner setup_conform(CLI::App& app) {
   };
 }
 
-RegisterVerb register_conform{{"conform", "The conformance procedure C0-C7 on two arms and a model, with an HTML report",
+RegisterVerb register_conform{{"conform", "The conformance procedure " + check_id_range() + " on two arms and a model, with an HTML report",
                                5, setup_conform}};
 
 }  // namespace

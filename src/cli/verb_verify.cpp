@@ -11,6 +11,7 @@
 
 #include "arms/declared_arm.hpp"
 #include "cli/cli.hpp"
+#include "qconform/check.hpp"
 #include "cli/paths.hpp"
 #include "cli/distributed.hpp"
 #include "cli/lists.hpp"
@@ -382,7 +383,7 @@ VerbRunner setup_verify(CLI::App& app) {
   };
 }
 
-RegisterVerb register_verify{{"verify", "Run two arms on identical operands: checks C2-C6 per layer and in total", 40,
+RegisterVerb register_verify{{"verify", "Run two arms on identical operands: checks " + check_id_range(/*per_layer_only=*/true) + " per layer and in total", 40,
                               setup_verify}};
 
 }  // namespace

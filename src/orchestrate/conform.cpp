@@ -511,7 +511,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   const LayerWork work = layer_work(ops);
   step("C2 predict and pin");
   const PinnedPredictions pinned = predict_and_pin(ops, work, dir, fp8, root);
-  step("C2-C6 verify");
+  step(check_id_range(/*per_layer_only=*/true) + " verify");
   const VerifyResult verify = verify_layers(o, *arm_a, *arm_b, ops, work, pinned.predictions, root);
   const TokenRuns runs = run_token_level(o, lm, dir, fp8, step);
   // FP8: the depth curve (divergence versus K on synthetic FP8 operands) with the share of the
