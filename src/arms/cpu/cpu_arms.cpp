@@ -62,7 +62,7 @@ RunRecord cpu_run_record(const ArmInfo& info, std::string kernel) {
 }
 
 void register_cpu_arms() {
-  ArmBackend backend{
+  register_arm_backend(ArmBackend{
       "cpu",
       "exact INT8 accumulator + a named production epilogue, emulated bit for bit; fp8-<model>: an FP8 GEMM "
       "under a declared accumulation model (also fp8-blocked-<chunk>, fp8-split-k-<splits>) + the fp8-scaled "
@@ -78,9 +78,9 @@ void register_cpu_arms() {
       [](std::string_view variant) -> std::unique_ptr<Arm> {
         if (variant.starts_with("fp8-")) return make_cpu_fp8_arm(variant.substr(4));
         return std::make_unique<CpuEpilogueArm>(epilogue(variant));
-      }};
-  backend.fp8_families = {{"cpu:fp8-<model>", false}, {"cpu:fp8-block-<form>", true}};
-  register_arm_backend(std::move(backend));
+      },
+      /*variant_is_file=*/false,
+      /*fp8_families=*/{{"cpu:fp8-<model>", false}, {"cpu:fp8-block-<form>", true}}});
 }
 
 }  // namespace qc

@@ -345,7 +345,7 @@ class CublasLtFp8Arm final : public Arm {
 }  // namespace cuda
 
 void register_cuda_arms() {
-  ArmBackend backend{
+  register_arm_backend(ArmBackend{
       "cuda",
       "NVIDIA GPU arms: qconform's INT8 tensor-core kernel with a fused named epilogue (mma-<epilogue>), cuBLASLt "
       "INT8 + declared epilogue, cuBLASLt FP8 (default and fast accumulation); with CUTLASS's headers, real CUTLASS "
@@ -375,9 +375,9 @@ void register_cuda_arms() {
         QC_FAIL_INPUT(
             "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> ({}), cublaslt-int8, cublaslt-fp8 or cublaslt-fp8-fastacc",
             variant, formulas);
-      }};
-  backend.fp8_families = {{"cuda:cublaslt-fp8", false}, {"cuda:cublaslt-fp8-fastacc", false}};
-  register_arm_backend(std::move(backend));
+      },
+      /*variant_is_file=*/false,
+      /*fp8_families=*/{{"cuda:cublaslt-fp8", false}, {"cuda:cublaslt-fp8-fastacc", false}}});
 }
 
 }  // namespace qc
