@@ -30,6 +30,7 @@
 #include "checks/verify.hpp"
 #include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
+#include "core/name_table.hpp"
 #include "core/parallel.hpp"
 
 namespace qc {
@@ -84,11 +85,12 @@ std::string accumulation_model_refusal(const nlohmann::json& extra) {
   return why.is_string() ? why.get<std::string>() : why.dump();
 }
 
+constexpr NameRow<VerifyReference> kReferenceNames[] = {
+    {VerifyReference::automatic, "auto"}, {VerifyReference::cpu, "cpu"}, {VerifyReference::gpu, "gpu"}};
+
 VerifyReference verify_reference_from_name(std::string_view name) {
-  if (name == "auto") return VerifyReference::automatic;
-  if (name == "cpu") return VerifyReference::cpu;
-  if (name == "gpu") return VerifyReference::gpu;
-  QC_FAIL_INPUT("--reference: unknown value `{}`; expected auto, cpu or gpu", name);
+  if (const auto r = value_of(kReferenceNames, name)) return *r;
+  QC_FAIL_INPUT("--reference: unknown value `{}`; expected {}", name, names_or(kReferenceNames));
 }
 
 VerifyReference resolve_reference(VerifyReference requested) {
@@ -107,20 +109,14 @@ std::string reference_description(VerifyReference where) {
              : "exact accumulation on the host (Highway SIMD); formulas, comparisons and operand checks on the host";
 }
 
-std::string_view scale_mode_name(ScaleMode mode) {
-  switch (mode) {
-    case ScaleMode::real: return "real";
-    case ScaleMode::pow2_channel: return "pow2-channel";
-    case ScaleMode::pow2_layer: return "pow2-layer";
-  }
-  return "?";
-}
+constexpr NameRow<ScaleMode> kScaleModeNames[] = {
+    {ScaleMode::real, "real"}, {ScaleMode::pow2_channel, "pow2-channel"}, {ScaleMode::pow2_layer, "pow2-layer"}};
+
+std::string_view scale_mode_name(ScaleMode mode) { return name_of(kScaleModeNames, mode); }
 
 ScaleMode scale_mode_from_name(std::string_view name, std::string_view option) {
-  for (ScaleMode m : {ScaleMode::real, ScaleMode::pow2_channel, ScaleMode::pow2_layer}) {
-    if (scale_mode_name(m) == name) return m;
-  }
-  QC_FAIL_INPUT("{}: unknown scale regime `{}`; expected real, pow2-channel or pow2-layer", option, name);
+  if (const auto m = value_of(kScaleModeNames, name)) return *m;
+  QC_FAIL_INPUT("{}: unknown scale regime `{}`; expected {}", option, name, names_or(kScaleModeNames));
 }
 
 LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode) {

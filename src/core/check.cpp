@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "core/name_table.hpp"
 #include "qconform/error.hpp"
 
 namespace qc {
@@ -108,16 +109,13 @@ std::string check_table_markdown() {
   return md;
 }
 
-std::string_view verdict_name(Verdict v) {
-  switch (v) {
-    case Verdict::pass: return "pass";
-    case Verdict::fail: return "fail";
-    case Verdict::not_applicable: return "not-applicable";
-    case Verdict::outside_jurisdiction: return "outside-jurisdiction";
-    case Verdict::reported: return "reported";
-  }
-  return "?";
-}
+constexpr NameRow<Verdict> kVerdictNames[] = {{Verdict::pass, "pass"},
+                                               {Verdict::fail, "fail"},
+                                               {Verdict::not_applicable, "not-applicable"},
+                                               {Verdict::outside_jurisdiction, "outside-jurisdiction"},
+                                               {Verdict::reported, "reported"}};
+
+std::string_view verdict_name(Verdict v) { return name_of(kVerdictNames, v); }
 
 void to_json(nlohmann::json& j, const CheckResult& r) {
   j = {{"id", r.id},           {"title", r.title},         {"verdict", verdict_name(r.verdict)},

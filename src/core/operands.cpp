@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "core/name_table.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 
@@ -124,14 +125,10 @@ void check_codes(const LayerOperands& ops, std::span<const int8_t> codes, Elemen
 }
 }  // namespace
 
-std::string_view element_type_name(ElementType t) {
-  switch (t) {
-    case ElementType::int8: return "int8";
-    case ElementType::e4m3: return "e4m3";
-    case ElementType::e5m2: return "e5m2";
-  }
-  return "?";
-}
+constexpr NameRow<ElementType> kElementTypeNames[] = {
+    {ElementType::int8, "int8"}, {ElementType::e4m3, "e4m3"}, {ElementType::e5m2, "e5m2"}};
+
+std::string_view element_type_name(ElementType t) { return name_of(kElementTypeNames, t); }
 
 void LayerOperands::validate() const {
   QC_INPUT(m > 0 && n > 0 && k > 0, "{}: layer `{}`: expected positive shape, found m={} n={} k={}", source, name, m,

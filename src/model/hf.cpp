@@ -26,6 +26,7 @@
 #include "model/hf_block.hpp"
 #include "model/checkpoint_dir.hpp"
 #include "model/hf_config.hpp"
+#include "core/name_table.hpp"
 #include "model/model.hpp"
 #include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
@@ -464,29 +465,20 @@ Model load_model(const std::string& path) {
   return load_llama2c(path);
 }
 
+constexpr NameRow<ModelFormat> kModelFormatNames[] = {
+    {ModelFormat::hf, "hf"},
+    {ModelFormat::compressed_tensors, "compressed-tensors"},
+    {ModelFormat::compressed_tensors_fp8, "compressed-tensors-fp8"},
+    {ModelFormat::hf_fp8, "hf-fp8"},
+    {ModelFormat::compressed_tensors_fp8_block, "compressed-tensors-fp8-block"},
+    {ModelFormat::llama2c, "llama2c"}};
+
 ModelFormat parse_model_format(std::string_view text) {
-  if (text == "hf") return ModelFormat::hf;
-  if (text == "compressed-tensors") return ModelFormat::compressed_tensors;
-  if (text == "compressed-tensors-fp8") return ModelFormat::compressed_tensors_fp8;
-  if (text == "hf-fp8") return ModelFormat::hf_fp8;
-  if (text == "compressed-tensors-fp8-block") return ModelFormat::compressed_tensors_fp8_block;
-  if (text == "llama2c") return ModelFormat::llama2c;
-  QC_FAIL_INPUT("--format: expected `hf`, `compressed-tensors`, `compressed-tensors-fp8`, `hf-fp8`, "
-                "`compressed-tensors-fp8-block` or `llama2c`, found `{}`",
-                text);
+  if (const auto f = value_of(kModelFormatNames, text)) return *f;
+  QC_FAIL_INPUT("--format: expected {}, found `{}`", names_or(kModelFormatNames, "`"), text);
 }
 
-std::string_view to_string(ModelFormat format) {
-  switch (format) {
-    case ModelFormat::hf: return "hf";
-    case ModelFormat::compressed_tensors: return "compressed-tensors";
-    case ModelFormat::compressed_tensors_fp8: return "compressed-tensors-fp8";
-    case ModelFormat::hf_fp8: return "hf-fp8";
-    case ModelFormat::compressed_tensors_fp8_block: return "compressed-tensors-fp8-block";
-    case ModelFormat::llama2c: return "llama2c";
-  }
-  return "?";
-}
+std::string_view to_string(ModelFormat format) { return name_of(kModelFormatNames, format); }
 
 void save_model(const Model& model, const std::string& out, ModelFormat format,
                 const std::map<std::string, std::string>& extra_files, const std::optional<ScaleLayout>& blocks) {

@@ -1,6 +1,8 @@
 // Finding the worker executable, naming signals (plugin_worker.hpp).
 #include "arms/plugin/plugin_worker.hpp"
 
+#include "core/name_table.hpp"
+
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -51,23 +53,15 @@ std::string plugin_host_path() {
                 "`plugin-inproc:<path>`)", list.empty() ? "(no candidate)" : list);
 }
 
+// The signals a worker can end by, named.
+constexpr NameRow<int> kSignalNames[] = {
+    {SIGSEGV, "SIGSEGV"}, {SIGBUS, "SIGBUS"},   {SIGABRT, "SIGABRT"}, {SIGFPE, "SIGFPE"},   {SIGILL, "SIGILL"},
+    {SIGKILL, "SIGKILL"}, {SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"},   {SIGTRAP, "SIGTRAP"}, {SIGSYS, "SIGSYS"},
+    {SIGXCPU, "SIGXCPU"}, {SIGXFSZ, "SIGXFSZ"}, {SIGPIPE, "SIGPIPE"}};
+
 const char* signal_name(int s) {
-  switch (s) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGBUS: return "SIGBUS";
-    case SIGABRT: return "SIGABRT";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGKILL: return "SIGKILL";
-    case SIGTERM: return "SIGTERM";
-    case SIGINT: return "SIGINT";
-    case SIGTRAP: return "SIGTRAP";
-    case SIGSYS: return "SIGSYS";
-    case SIGXCPU: return "SIGXCPU";
-    case SIGXFSZ: return "SIGXFSZ";
-    case SIGPIPE: return "SIGPIPE";
-    default: return "signal";
-  }
+  const std::string_view name = name_of(kSignalNames, s);
+  return name == "?" ? "signal" : name.data();  // the rows' names are literals, so NUL-terminated
 }
 
 }  // namespace qc::plugin_detail
