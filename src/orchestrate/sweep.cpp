@@ -268,15 +268,27 @@ std::vector<uint16_t> run_fp8(Arm& arm, const Fp8Operands& ops, nlohmann::json& 
   return fp8_epilogue_bf16(d.data(), ops.a_scale, ops.w_scale);
 }
 
-// An INT8 cell: synthetic INT8 operands; explained by both declared formulas on the exact accumulators.
-void run_int8_cell(const SweepPair& p, const SweepOptions& o, int64_t k, uint64_t seed, CellRun& c) {
+// A cell's one synthetic layer (M x N x K): INT8, or block-scaled e4m3 (per-token-group and per-block
+// scales of the sweep's block).
+std::vector<LayerOperands> cell_operands(const SweepOptions& o, int64_t k, uint64_t seed, bool block) {
   SynthOptions so;
   so.shapes = fmt::format("{}x{}x{}", o.m, o.n, k);
   so.m = o.m;
   so.seed = seed;
   so.threads = o.threads;
-  const std::vector<LayerOperands> layers = synth_operands(so);
+  if (block) {
+    so.element = "e4m3";
+    so.act_scale = fmt::format("per-token-group:{}", o.block);
+    so.weight_scale = fmt::format("per-block:{}x{}", o.block, o.block);
+  }
+  std::vector<LayerOperands> layers = synth_operands(so);
   QC_CHECK(layers.size() == 1, "synth_operands({}) gave {} layers", so.shapes, layers.size());
+  return layers;
+}
+
+// An INT8 cell: synthetic INT8 operands; explained by both declared formulas on the exact accumulators.
+void run_int8_cell(const SweepPair& p, const SweepOptions& o, int64_t k, uint64_t seed, CellRun& c) {
+  const std::vector<LayerOperands> layers = cell_operands(o, k, seed, false);
   ArmOutput oa = p.a.run(layers[0]);
   ArmOutput ob = p.b.run(layers[0]);
   c.ya = std::move(oa.y), c.yb = std::move(ob.y);
@@ -297,16 +309,7 @@ void run_int8_cell(const SweepPair& p, const SweepOptions& o, int64_t k, uint64_
 
 // A block-scaled FP8 cell: explained by each run's claimed block model under the cell's scales, RNE(D).
 void run_fp8_block_cell(const SweepPair& p, const SweepOptions& o, int64_t k, uint64_t seed, CellRun& c) {
-  SynthOptions so;
-  so.shapes = fmt::format("{}x{}x{}", o.m, o.n, k);
-  so.m = o.m;
-  so.seed = seed;
-  so.threads = o.threads;
-  so.element = "e4m3";
-  so.act_scale = fmt::format("per-token-group:{}", o.block);
-  so.weight_scale = fmt::format("per-block:{}x{}", o.block, o.block);
-  const std::vector<LayerOperands> layers = synth_operands(so);
-  QC_CHECK(layers.size() == 1, "synth_operands({}) gave {} layers", so.shapes, layers.size());
+  const std::vector<LayerOperands> layers = cell_operands(o, k, seed, true);
   const LayerOperands& ops = layers[0];
   ArmOutput oa = p.a.run(ops);
   ArmOutput ob = p.b.run(ops);
