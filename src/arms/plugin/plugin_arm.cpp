@@ -78,6 +78,7 @@ void register_plugin_arms() {
         return plugin_detail::make_isolated_plugin_arm(variant, call_time_limit());
       },
       .variant_is_file = true,
+      .fp8_families = {},
   });
   register_arm_backend(ArmBackend{
       .prefix = "plugin-inproc",
@@ -88,6 +89,7 @@ void register_plugin_arms() {
         return plugin_detail::make_inproc_plugin_arm(variant);
       },
       .variant_is_file = true,
+      .fp8_families = {},
   });
 }
 
