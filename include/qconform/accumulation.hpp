@@ -197,19 +197,10 @@ QC_ACCUM_FN constexpr bool fp8_code_zero(uint8_t c) {
   return (c & kE4M3.magnitude_mask()) == 0;
 }
 
-// The index of the first non-finite code of codes[0..count), or -1 when every code is finite. A
-// branch-free scan first (the compiler vectorizes it: operands are checked at memory speed on every
-// arm run), the search only when some code is not finite. Host only.
+// The index of the first non-finite code of codes[0..count), or -1 when every code is finite (the
+// core's `first_nonfinite_code` of the format's row). Host only.
 inline int64_t fp8_first_nonfinite(const uint8_t* codes, int64_t count, Fp8Format f) {
-  // A code is not finite exactly when all the bits of its row's `nonfinite_mask` are set.
-  const auto mask = static_cast<uint8_t>(f == Fp8Format::e4m3 ? kE4M3.nonfinite_mask() : kE5M2.nonfinite_mask());
-  uint8_t any = 0;
-  for (int64_t i = 0; i < count; ++i) any |= static_cast<uint8_t>((codes[i] & mask) == mask);
-  if (any == 0) return -1;
-  for (int64_t i = 0; i < count; ++i) {
-    if (!fp8_code_finite(codes[i], f)) return i;
-  }
-  return -1;
+  return f == Fp8Format::e4m3 ? first_nonfinite_code<kE4M3>(codes, count) : first_nonfinite_code<kE5M2>(codes, count);
 }
 
 // The value of a finite code times 2^16 (an exact integer: the smallest subnormals are 2^-9 and

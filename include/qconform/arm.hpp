@@ -93,12 +93,39 @@ class Arm {
 };
 
 // A backend owns one prefix of the namespace (`cpu`, `mutant`, ...).
+// One family of FP8 arms a backend offers: its label as messages spell it ("cpu:fp8-<model>").
+struct Fp8ArmFamily {
+  std::string label;
+  bool block_scaled = false;  // takes block-scaled layers (a block model), not unscaled ones
+};
+
 struct ArmBackend {
   std::string prefix;
   std::string help;
   std::function<std::vector<std::string>()> variants;  // listable variants ("" for open-ended ones)
   std::function<std::unique_ptr<Arm>(std::string_view variant)> make;
+  // The variant is the path of a file the arm loads (`plugin:`, `plugin-inproc:`): an input of every
+  // run, which no output may overwrite (the CLI's output-path check asks `arm_file_of`).
+  bool variant_is_file = false;
+  // The FP8 arm families it offers, as messages list them (`fp8_arm_families`).
+  std::vector<Fp8ArmFamily> fp8_families;
 };
+
+// The FP8 arms of every registered backend, one comma-separated list for messages: `all` (a
+// block-scaled family marked "(block-scaled)"), `unscaled` (the families with an unscaled FP8 GEMM,
+// `Arm::fp8_accumulate`) or `block` (the block-scaled ones).
+enum class Fp8Families { all, unscaled, block };
+std::string fp8_arm_families(Fp8Families which);
+
+// An arm label as every verb and the registry read it: `backend:variant`, split at the first colon.
+struct ArmLabel {
+  std::string_view backend, variant;
+};
+// The label's parts; nullopt when it has no `backend:` (no colon, or nothing before it).
+std::optional<ArmLabel> parse_arm_label(std::string_view label);
+// The file an arm label loads (the variant of a backend registered with `variant_is_file`), or ""
+// for an arm that loads none (a built-in arm, or a label of no known backend).
+std::string arm_file_of(std::string_view label);
 
 void register_arm_backend(ArmBackend backend);
 // Creates an arm from its label; unknown labels are input errors that list the known arms. An

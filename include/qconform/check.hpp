@@ -26,12 +26,16 @@ struct CheckSpec {
   std::string points_to;  // what a violation points to first
   std::vector<std::string> exclusions;  // where the argument makes no claim
   bool falsifiable = true;              // C0–C5; C6 and C7 are tolerance-based
+  bool per_layer = false;               // decided per layer run by verify (C2–C6); else by its own stage
 };
 
 // C0..C7, in order.
 const std::vector<CheckSpec>& check_table();
 // The row of `id`; an unknown id is an internal error.
 const CheckSpec& check_spec(std::string_view id);
+// The ids of the table as a range, "C0-C7"; `per_layer_only`: of the checks verify decides per layer
+// run, "C2-C6". Help texts and progress lines say it so, and follow the table.
+std::string check_id_range(bool per_layer_only = false);
 // The table as the Markdown section of docs/checks.md (between its `checks-table` markers).
 std::string check_table_markdown();
 

@@ -108,6 +108,7 @@ struct JoinResult {
   std::string treatment;
   std::string name_a, name_b;  // the manifests' file names (or "A"/"B")
   std::vector<FieldResult> fields;
+  std::string treatment_change;  // what the treatment changed ("A -> B; kernel x -> y"), or ""
   CheckResult c0;  // verdict pass iff there is no violation; points_to "provenance, not arithmetic"
   bool verified() const;
   std::vector<const FieldResult*> violations() const;
@@ -120,6 +121,10 @@ struct JoinResult {
 // path (`config.scale_mode`, `inputs.model`): that subtree must differ, everything else, the
 // arm and its kernel evidence included, must be equal. `rehash`: files recorded under
 // `inputs` that exist on disk are hashed again and compared with the recorded digest.
+// `join_manifest_fields` (the manifest layer, src/manifest/) compares the fields; `join_manifest_json`
+// and `join_manifests` (the C0 check, src/checks/c0_identity.cpp) add the C0 verdict `c0`.
+JoinResult join_manifest_fields(const nlohmann::json& a, const nlohmann::json& b, const std::string& treatment,
+                                bool rehash, std::string name_a = "A", std::string name_b = "B");
 JoinResult join_manifest_json(const nlohmann::json& a, const nlohmann::json& b, const std::string& treatment,
                               bool rehash, std::string name_a = "A", std::string name_b = "B");
 JoinResult join_manifests(const Manifest& a, const Manifest& b, const std::string& treatment, bool rehash);

@@ -215,6 +215,21 @@ QC_NUM_FN bool is_finite(uint32_t b) {
   if constexpr (F.specials == Specials::none) return true;
   return (b & F.nonfinite_mask()) != F.nonfinite_mask();
 }
+// The index of the first non-finite code of codes[0..count) of an 8-bit format F, or -1 when every
+// code is finite. A branch-free scan first (the compiler vectorizes it: operands are checked at
+// memory speed on every arm run), the search only when some code is not finite. Host only.
+template <const FloatFormat& F>
+inline int64_t first_nonfinite_code(const uint8_t* codes, int64_t count) {
+  if constexpr (F.specials == Specials::none) return -1;
+  const auto mask = static_cast<uint8_t>(F.nonfinite_mask());
+  uint8_t any = 0;
+  for (int64_t i = 0; i < count; ++i) any |= static_cast<uint8_t>((codes[i] & mask) == mask);
+  if (any == 0) return -1;
+  for (int64_t i = 0; i < count; ++i) {
+    if (!is_finite<F>(codes[i])) return i;
+  }
+  return -1;
+}
 template <const FloatFormat& F>
 QC_NUM_FN FpClass classify(uint32_t b) {
   const uint32_t mag = b & F.magnitude_mask();

@@ -11,7 +11,7 @@
 // 256-entry tables made from the numeric core's rows (`tables`), never re-derived in lanes.
 //
 // Three kernels:
-// - `SumPanel` (moved here from src/checks/sweep.cpp): exact products summed in fp32, one rounding
+// - `SumPanel` (moved here from src/orchestrate/sweep.cpp): exact products summed in fp32, one rounding
 //   per add (the fp32 sum models).
 // - `ExactDotRows`: the exact model (e4m3 x e4m3, K <= 2^17): fp64 dot products along k on the
 //   row-major operands (every product and partial sum exact, so the order is free).

@@ -4,7 +4,7 @@
 //
 // It lives with the arms, not in core: it reports the CPU the arms run on (`cpu_description`),
 // the accumulator kernel Highway dispatched to and the oneDNN library, all of which sit at or
-// below this layer, so both of its users (checks/c1_boundary.cpp, report/manifest.cpp) import down.
+// below this layer, so both of its users (checks/c1_boundary.cpp, manifest/manifest.cpp) import down.
 #pragma once
 
 #include <nlohmann/json.hpp>

@@ -41,9 +41,8 @@ void from_json(const nlohmann::json& j, RunRecord& r) {
 
 std::vector<float> Arm::fp8_accumulate(const uint8_t*, const uint8_t*, int64_t, int64_t, int64_t, nlohmann::json&, int) {
   QC_FAIL_INPUT("arm `{}` offers no unscaled FP8 GEMM (it is not an FP8 arm, or an FP8 kernel with only its scaled entry); "
-                "FP8 arms with one: cpu:fp8-<model>, "
-                "cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc",
-                printable_text(info().label));
+                "FP8 arms with one: {}",
+                printable_text(info().label), fp8_arm_families(Fp8Families::unscaled));
 }
 
 void check_arm_takes_layer(const ArmInfo& info, const LayerOperands& ops) {
@@ -56,23 +55,23 @@ void check_arm_takes_layer(const ArmInfo& info, const LayerOperands& ops) {
     QC_INPUT(!ops.fp8(),
              "arm `{}` is an INT8 arm (neither an FP8 element nor an FP8 accumulation model) and cannot run {}; FP8 "
              "layers run on the "
-             "FP8 arms: cpu:fp8-<model>, cpu:fp8-block-<form> (block-scaled), cuda:cublaslt-fp8, "
-             "cuda:cublaslt-fp8-fastacc",
-             arm, layer);
+             "FP8 arms: {}",
+             arm, layer, fp8_arm_families(Fp8Families::all));
     return;
   }
   const bool block_arm = is_block_model_name(info.accumulation_model);
   QC_INPUT(block_arm || !ops.block_scaled(),
            "arm `{}` accumulates without scales (model {}; its epilogue applies one scale per row and per column "
            "afterwards) and cannot run {}: its per-K-block scales act inside the accumulation; block-scaled layers run "
-           "on the block-scaled arms: cpu:fp8-block-<form> (docs/accumulation.md, \"Block-scaled FP8\")",
-           arm, info.accumulation_model.empty() ? std::string("undeclared") : info.accumulation_model, layer);
+           "on the block-scaled arms: {} (docs/accumulation.md, \"Block-scaled FP8\")",
+           arm, info.accumulation_model.empty() ? std::string("undeclared") : info.accumulation_model, layer,
+           fp8_arm_families(Fp8Families::block));
   if (!block_arm) return;
   QC_INPUT(ops.block_scaled(),
            "arm `{}` is a block-scaled FP8 arm (model {}) and cannot run {}: expected per-token-group or per-block "
            "scales (`synth --act-scale per-token-group:128 --weight-scale per-block:128x128`); unscaled FP8 layers run "
-           "on cpu:fp8-<model>",
-           arm, info.accumulation_model, layer);
+           "on {}",
+           arm, info.accumulation_model, layer, fp8_arm_families(Fp8Families::unscaled));
   QC_INPUT(info.block_k == 0 || ops.scale_block_k() == info.block_k,
            "arm `{}` takes K blocks of {} products and cannot run {}: its scales cut K into blocks of {}", arm,
            info.block_k, layer, ops.scale_block_k());
@@ -132,15 +131,41 @@ std::vector<std::string> list_arms() {
   return labels;
 }
 
+std::string fp8_arm_families(Fp8Families which) {
+  std::string list;
+  for (const ArmBackend& b : arm_backends()) {
+    for (const Fp8ArmFamily& f : b.fp8_families) {
+      if ((which == Fp8Families::unscaled && f.block_scaled) || (which == Fp8Families::block && !f.block_scaled)) continue;
+      list += (list.empty() ? "" : ", ") + f.label;
+      if (which == Fp8Families::all && f.block_scaled) list += " (block-scaled)";
+    }
+  }
+  return list;
+}
+
+std::optional<ArmLabel> parse_arm_label(std::string_view label) {
+  const auto colon = label.find(':');
+  if (colon == std::string_view::npos || colon == 0) return std::nullopt;
+  return ArmLabel{label.substr(0, colon), label.substr(colon + 1)};
+}
+
+std::string arm_file_of(std::string_view label) {
+  const std::optional<ArmLabel> parts = parse_arm_label(label);
+  if (!parts) return "";
+  for (const ArmBackend& b : arm_backends()) {
+    if (b.prefix == parts->backend) return b.variant_is_file ? std::string(parts->variant) : std::string();
+  }
+  return "";
+}
+
 std::unique_ptr<Arm> make_arm(std::string_view label) {
   // Labels come from the command line and from files: every message shows them escaped.
   const std::string shown = printable_text(label);
-  const auto colon = label.find(':');
-  QC_INPUT(colon != std::string_view::npos && colon > 0,
-           "arm `{}`: expected `backend:variant` (e.g. cpu:vllm-cutlass){}; known arms: {}", shown,
+  const std::optional<ArmLabel> parts = parse_arm_label(label);
+  QC_INPUT(parts.has_value(), "arm `{}`: expected `backend:variant` (e.g. cpu:vllm-cutlass){}; known arms: {}", shown,
            did_you_mean(label, list_arms()), fmt::join(list_arms(), ", "));
-  const std::string_view prefix = label.substr(0, colon);
-  const std::string_view variant = label.substr(colon + 1);
+  const std::string_view prefix = parts->backend;
+  const std::string_view variant = parts->variant;
   for (const ArmBackend& b : arm_backends()) {
     if (b.prefix != prefix) continue;
     try {

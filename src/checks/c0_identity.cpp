@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <utility>
 #include <vector>
 
 namespace qc {
@@ -42,6 +43,17 @@ CheckResult c0_identity(const JoinResult& r, const std::string& treatment_change
                             violations.size() == 1 ? "" : "s", fmt::join(names, ", "));
   }
   return c;
+}
+
+JoinResult join_manifest_json(const nlohmann::json& a, const nlohmann::json& b, const std::string& treatment,
+                              bool rehash, std::string name_a, std::string name_b) {
+  JoinResult r = join_manifest_fields(a, b, treatment, rehash, std::move(name_a), std::move(name_b));
+  r.c0 = c0_identity(r, r.treatment_change);
+  return r;
+}
+
+JoinResult join_manifests(const Manifest& a, const Manifest& b, const std::string& treatment, bool rehash) {
+  return join_manifest_json(to_json(a), to_json(b), treatment, rehash);
 }
 
 }  // namespace qc

@@ -1,7 +1,8 @@
 // C0, the identity contract: the two runs share operands, model, prompts, config and engine, and
 // the only difference is the declared treatment. The field-by-field join of two manifests is
-// `join_manifest_json` (src/report/manifest.cpp, docs/identity-contract.md); its field results
-// decide the verdict here.
+// `join_manifest_fields` (src/manifest/manifest.cpp, docs/identity-contract.md); its field results
+// decide the verdict here, and `join_manifest_json` / `join_manifests` (qconform/manifest.hpp) are
+// the join with that verdict.
 #pragma once
 
 #include <string>

@@ -28,11 +28,24 @@
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "checks/verify.hpp"
+#include "checks/verify_internal.hpp"
 #include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
+#include "core/name_table.hpp"
 #include "core/parallel.hpp"
 
 namespace qc {
+
+// The arm's declared formula (null: none). An FP8 arm's is its declared epilogue over the fp32 GEMM
+// result; an FP8 arm that names none (cuBLASLt, which scales inside the library) is held to
+// `fp8-scaled`, the one FP8 epilogue (the FP8 sweep applies it to every FP8 arm too).
+const Epilogue* verify_declared_formula(const ArmInfo& info) {
+  if (is_block_model_name(info.accumulation_model)) return nullptr;  // bf16 = RNE(D) is part of the block model
+  if (info.fp8()) {
+    return info.epilogue.empty() || info.epilogue == fp8_epilogue().name ? &fp8_epilogue() : &epilogue(info.epilogue);
+  }
+  return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue);
+}
 
 namespace {
 
@@ -57,16 +70,6 @@ auto timed(PhaseSeconds& seconds, std::string_view phase, Fn&& fn) {
   }
 }
 
-// The arm's declared formula (null: none). An FP8 arm's is its declared epilogue over the fp32 GEMM
-// result; an FP8 arm that names none (cuBLASLt, which scales inside the library) is held to
-// `fp8-scaled`, the one FP8 epilogue (the FP8 sweep applies it to every FP8 arm too).
-const Epilogue* declared(const ArmInfo& info) {
-  if (is_block_model_name(info.accumulation_model)) return nullptr;  // bf16 = RNE(D) is part of the block model
-  if (info.fp8()) {
-    return info.epilogue.empty() || info.epilogue == fp8_epilogue().name ? &fp8_epilogue() : &epilogue(info.epilogue);
-  }
-  return info.epilogue.empty() ? nullptr : &epilogue(info.epilogue);
-}
 
 }  // namespace
 
@@ -84,11 +87,12 @@ std::string accumulation_model_refusal(const nlohmann::json& extra) {
   return why.is_string() ? why.get<std::string>() : why.dump();
 }
 
+constexpr NameRow<VerifyReference> kReferenceNames[] = {
+    {VerifyReference::automatic, "auto"}, {VerifyReference::cpu, "cpu"}, {VerifyReference::gpu, "gpu"}};
+
 VerifyReference verify_reference_from_name(std::string_view name) {
-  if (name == "auto") return VerifyReference::automatic;
-  if (name == "cpu") return VerifyReference::cpu;
-  if (name == "gpu") return VerifyReference::gpu;
-  QC_FAIL_INPUT("--reference: unknown value `{}`; expected auto, cpu or gpu", name);
+  if (const auto r = value_of(kReferenceNames, name)) return *r;
+  QC_FAIL_INPUT("--reference: unknown value `{}`; expected {}", name, names_or(kReferenceNames));
 }
 
 VerifyReference resolve_reference(VerifyReference requested) {
@@ -107,20 +111,14 @@ std::string reference_description(VerifyReference where) {
              : "exact accumulation on the host (Highway SIMD); formulas, comparisons and operand checks on the host";
 }
 
-std::string_view scale_mode_name(ScaleMode mode) {
-  switch (mode) {
-    case ScaleMode::real: return "real";
-    case ScaleMode::pow2_channel: return "pow2-channel";
-    case ScaleMode::pow2_layer: return "pow2-layer";
-  }
-  return "?";
-}
+constexpr NameRow<ScaleMode> kScaleModeNames[] = {
+    {ScaleMode::real, "real"}, {ScaleMode::pow2_channel, "pow2-channel"}, {ScaleMode::pow2_layer, "pow2-layer"}};
+
+std::string_view scale_mode_name(ScaleMode mode) { return name_of(kScaleModeNames, mode); }
 
 ScaleMode scale_mode_from_name(std::string_view name, std::string_view option) {
-  for (ScaleMode m : {ScaleMode::real, ScaleMode::pow2_channel, ScaleMode::pow2_layer}) {
-    if (scale_mode_name(m) == name) return m;
-  }
-  QC_FAIL_INPUT("{}: unknown scale regime `{}`; expected real, pow2-channel or pow2-layer", option, name);
+  if (const auto m = value_of(kScaleModeNames, name)) return *m;
+  QC_FAIL_INPUT("{}: unknown scale regime `{}`; expected {}", option, name, names_or(kScaleModeNames));
 }
 
 LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode) {
@@ -159,36 +157,35 @@ bool VerifyResult::all_passed() const {
   return std::none_of(checks.begin(), checks.end(), [](const CheckResult& c) { return c.verdict == Verdict::fail; });
 }
 
-VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, const LayerLoader& load,
-                                 const PredictionSet& predictions, const VerifyOptions& options,
-                                 const VerifySelection& selection,
-                                 const std::function<void(size_t, size_t, const std::string&)>& progress) {
-  const auto started = std::chrono::steady_clock::now();
-  VerifiedLayers result;
-  const ArmInfo info_a = arm_a.info(), info_b = arm_b.info();
-  const Epilogue* formula_a = declared(info_a);
-  const Epilogue* formula_b = declared(info_b);
-  const VerifyReference reference = resolve_reference(options.reference);
-  result.reference = reference_description(reference);
+namespace {
+
+// The pair's format, checked: two INT8 arms, two FP8 arms of unscaled models, or two block-scaled FP8
+// arms; `reference_text` (the INT8 reference's description on entry) describes an FP8 pair's reference.
+struct PairFormat {
+  bool fp8 = false, block = false;
+};
+
+PairFormat check_pair_format(const ArmInfo& info_a, const ArmInfo& info_b, const Epilogue* formula_a,
+                             const Epilogue* formula_b, VerifyReference reference, bool python,
+                             std::string& reference_text) {
   // An FP8 pair: both arms are FP8 arms, and the reference is each arm's declared model (an arm whose
   // model is unknown is unmodelled on every run: nothing predicts its outputs).
-  const bool fp8 = info_a.fp8();
-  const bool python = options.language == UserLanguage::python;
+  PairFormat format;
+  const bool fp8 = format.fp8 = info_a.fp8();
   QC_INPUT(fp8 == info_b.fp8(),
            "{}: `{}` is {} but `{}` is {}: verify compares two arms of the same format (FP8 arms take FP8 codes, "
            "docs/accumulation.md)",
            python ? "arm_a, arm_b" : "--arms", info_a.label, fp8 ? "FP8" : "INT8", info_b.label, fp8 ? "INT8" : "FP8");
-  Arm* arms[2] = {&arm_a, &arm_b};
   const ArmInfo infos[2] = {info_a, info_b};
   // A block-scaled pair: both arms declare block models, whose scales act inside the accumulation.
-  const bool block = fp8 && is_block_model_name(info_a.accumulation_model);
+  const bool block = format.block = fp8 && is_block_model_name(info_a.accumulation_model);
   QC_INPUT(!fp8 || block == is_block_model_name(info_b.accumulation_model),
            "--arms: `{}` declares {} but `{}` declares {}: verify compares two block-scaled FP8 arms (block models, "
            "on block-scaled layers) or two FP8 arms of unscaled models, never one of each (no layer runs on both)",
            info_a.label, info_a.accumulation_model, info_b.label, info_b.accumulation_model);
   if (block) {
     for (const ArmInfo& i : infos) (void)fp8_block_model(i.accumulation_model);  // a name it can evaluate
-    result.reference = fmt::format(
+    reference_text = fmt::format(
         "the declared block models (A: {}, B: {}) evaluated on the layer's FP8 codes and each run's scales {}: per K "
         "block the model's chain from zero, its promotion form into an fp32 D, bf16 = RNE(D)",
         info_a.accumulation_model, info_b.accumulation_model,
@@ -204,7 +201,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     const auto model_of = [](const ArmInfo& i) {
       return i.accumulation_model.empty() ? std::string("none declared, unmodelled") : i.accumulation_model;
     };
-    result.reference = fmt::format(
+    reference_text = fmt::format(
         "the declared accumulation models (A: {}, B: {}; on a run whose record names another, such as cuBLASLt's "
         "split-K form, that one) evaluated on the layer's FP8 codes {}, then each arm's declared epilogue (A: {}, "
         "B: {}) on the host",
@@ -213,6 +210,182 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
                                           : "on the host (Highway)",
         formula_a->name, formula_b->name);
   }
+  return format;
+}
+
+// A run's element tally folded into its evidence: C4 and C2 part two (the exposed accumulators
+// against the exact one, the safe verdict), the formula and model counts, C5 under power-of-two
+// scales. `fp8`: an FP8 pair's reference of this (layer, rows), each count only where the arm
+// claims its model.
+void fold_tally(LayerRun& run, const ElementTally& t, bool a_has_acc, bool b_has_acc, const Fp8LayerReference* fp8,
+                const Epilogue* formula_a, const Epilogue* formula_b) {
+  // C4 and C2 part two: exposed accumulators against the exact one and the safe verdict.
+  run.acc_mismatch_a = a_has_acc ? t.acc_mismatch[0] : -1;
+  run.acc_mismatch_b = b_has_acc ? t.acc_mismatch[1] : -1;
+  run.acc_first_mismatch = t.acc_first;
+  run.prediction_held = t.safe_contradicted == 0;
+  if (fp8) {
+    // FP8: each count only where the arm claims its model on this run (else -1: unmodelled).
+    const Fp8LayerReference& f = *fp8;
+    const bool modelled[2] = {run.unmodelled_a.empty(), run.unmodelled_b.empty()};
+    std::vector<std::string> notes;
+    if (run.block) {
+      // Block pairs: each arm's D of this run against its block model of this run (when both exist).
+      const bool exposed[2] = {a_has_acc, b_has_acc};
+      run.acc_mismatch_a = exposed[0] && modelled[0] ? t.acc_mismatch[0] : -1;
+      run.acc_mismatch_b = exposed[1] && modelled[1] ? t.acc_mismatch[1] : -1;
+      for (int s = 0; s < 2; ++s) {
+        if (!exposed[s]) notes.push_back(fmt::format("{}: exposes no fp32 accumulator D with its run", s ? "B" : "A"));
+      }
+    } else {
+      // The accumulator is compared with the model its own call claimed, whatever the run claimed.
+      run.acc_mismatch_a = f.has_acc[0] ? t.acc_mismatch[0] : -1;
+      run.acc_mismatch_b = f.has_acc[1] ? t.acc_mismatch[1] : -1;
+      for (int s = 0; s < 2; ++s) {
+        if (!f.acc_note[s].empty()) notes.push_back(fmt::format("{}: {}", s ? "B" : "A", f.acc_note[s]));
+      }
+    }
+    run.acc_note = fmt::format("{}", fmt::join(notes, "; "));
+    run.formula_mismatch_a = modelled[0] ? t.formula_mismatch[0] : -1;
+    run.formula_mismatch_b = modelled[1] ? t.formula_mismatch[1] : -1;
+    run.model_first = t.model_first;
+    if (modelled[0] && modelled[1]) {
+      run.predicted_diff = t.predicted_diff;
+      run.predicted_equals_observed = t.predicted_vs_observed == 0;
+      run.model_acc_diff = t.model_acc_diff;
+      if (run.mode != ScaleMode::real) {
+        run.pow2_excluded = t.pow2_excluded;
+        run.pow2_violations = t.pow2_violations;
+        run.pow2_first = t.pow2_first;
+      }
+    }
+    return;
+  }
+  if (formula_a) run.formula_mismatch_a = t.formula_mismatch[0];
+  if (formula_b) run.formula_mismatch_b = t.formula_mismatch[1];
+  if (formula_a && formula_b) {
+    run.predicted_diff = t.predicted_diff;
+    run.predicted_equals_observed = t.predicted_vs_observed == 0;
+  }
+  // C5: under power-of-two scales, bitwise identity is required in safe layers.
+  if (run.mode != ScaleMode::real) {
+    run.pow2_excluded = t.pow2_excluded;
+    run.pow2_violations = t.pow2_violations;
+    run.pow2_first = t.pow2_first;
+  }
+}
+
+// C3 and the two runs: each arm on `ops`, the operands compared byte for byte with a copy taken
+// before (`first_run`: the full comparison) after each; the layer's records are the first run's.
+std::pair<ArmOutput, ArmOutput> run_both_arms(Arm& arm_a, Arm& arm_b, const LayerOperands& ops, bool first_run,
+                                              int threads, PhaseSeconds& seconds, LayerRun& run,
+                                              LayerVerification& layer) {
+  const OperandSnapshot snapshot = timed(seconds, "operand snapshot (C3)",
+                                         [&] { return OperandSnapshot(ops, first_run, threads); });
+  const auto changed = [&] {
+    return timed(seconds, "operand snapshot (C3)", [&] { return snapshot.first_change(ops); });
+  };
+  ArmOutput out_a = timed(seconds, "arm A", [&] { return arm_a.run(ops); });
+  const std::string after_a = changed();
+  ArmOutput out_b = timed(seconds, "arm B", [&] { return arm_b.run(ops); });
+  const std::string after_b = after_a.empty() ? changed() : after_a;
+  run.operands_identical = after_a.empty() && after_b.empty();
+  if (!after_a.empty()) run.operands_note = "arm A modified its operands: " + after_a;
+  if (after_a.empty() && !after_b.empty()) run.operands_note = "arm B modified its operands: " + after_b;
+  if (layer.record_a.arm.empty()) layer.record_a = out_a.record;
+  if (layer.record_b.arm.empty()) layer.record_b = out_b.record;
+  for (const ArmOutput* out : {&out_a, &out_b}) {
+    QC_INPUT(static_cast<int64_t>(out->y.size()) == ops.m * ops.n,
+             "arm {} returned {} outputs for layer `{}`, expected {}x{}", out->record.arm, out->y.size(), ops.name,
+             ops.m, ops.n);
+    QC_INPUT(!out->acc || static_cast<int64_t>(out->acc->size()) == ops.m * ops.n,
+             "arm {} returned an accumulator of {} elements for layer `{}`, expected {}x{}", out->record.arm,
+             out->acc->size(), ops.name, ops.m, ops.n);
+  }
+  return {std::move(out_a), std::move(out_b)};
+}
+
+// What a run's element pass needs, moved onto the task that runs it beside the next run's arms.
+struct ElementPassJob {
+  const VerifyOptions* options;
+  bool safe;
+  const Epilogue *formula_a, *formula_b;
+  std::shared_ptr<const ExactAccumulators> exact;
+  LayerOperands ops;
+  std::string label;
+  ScaleMode mode;
+  bool block;
+  std::shared_ptr<Fp8LayerReference> fp8_ref;
+  std::shared_ptr<Fp8RunReference> fp8_run;
+  std::shared_ptr<Fp8AccumulatorCheck> fp8_acc;
+  ArmOutput a, b;
+};
+
+// The element pass of one run (formulas, A vs B, C2, C4-C6) and its seconds.
+std::pair<ElementPass, double> run_element_pass(ElementPassJob& j) {
+  if (j.fp8_run && j.block) {  // the block models of this run's scales, and C5's jurisdiction
+    const int64_t excluded = block_run_reference(*j.fp8_run, *j.fp8_ref, j.ops, j.mode, {&j.a, &j.b});
+    const auto t0 = std::chrono::steady_clock::now();
+    ElementPass pass = element_pass(ElementContext{.ops = j.ops,
+                                                   .label = j.label,
+                                                   .mode = j.mode,
+                                                   .safe = false,
+                                                   .exact = *j.exact,
+                                                   .out = {&j.a, &j.b},
+                                                   .formula = {nullptr, nullptr},
+                                                   .compare = j.options->compare,
+                                                   .threads = j.options->threads,
+                                                   .fp8 = j.fp8_run.get()});
+    pass.tally.pow2_excluded = excluded;
+    return std::pair(std::move(pass), seconds_since(t0));
+  }
+  if (j.fp8_run) {  // the claimed models' accumulators (timed as the reference's phase, not this one)
+    j.fp8_ref->wait_accumulators();
+    for (int s = 0; s < 2; ++s) {
+      if (j.fp8_ref->has_acc[s]) {  // the arms' exposed accumulators and the models their calls claimed
+        j.fp8_run->arm_acc[s] = &j.fp8_ref->arm_acc[s];
+        j.fp8_run->acc_model[s] = j.fp8_ref->acc_model[s];
+      }
+      if (j.fp8_run->modelled[s]) j.fp8_run->d[s] = j.fp8_ref->model(j.fp8_run->model[s]);
+      if (j.fp8_run->arm_acc[s] != nullptr) j.fp8_run->acc_d[s] = j.fp8_ref->model(j.fp8_run->acc_model[s]);
+    }
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  if (j.fp8_run) {  // the exposed accumulators against their models: once per (layer, rows), by its first pass
+    std::call_once(j.fp8_acc->once, [&] { j.fp8_acc->tally = fp8_accumulator_tally(*j.fp8_run, j.ops, j.options->threads); });
+    j.fp8_run->acc_tally = &j.fp8_acc->tally;
+  }
+  ElementPass pass = element_pass(ElementContext{.ops = j.ops,
+                                                 .label = j.label,
+                                                 .mode = j.mode,
+                                                 .safe = j.safe,
+                                                 .exact = *j.exact,
+                                                 .out = {&j.a, &j.b},
+                                                 .formula = {j.formula_a, j.formula_b},
+                                                 .compare = j.options->compare,
+                                                 .threads = j.options->threads,
+                                                 .fp8 = j.fp8_run.get()});
+  return std::pair(std::move(pass), seconds_since(t0));
+}
+
+}  // namespace
+
+VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, const LayerLoader& load,
+                                 const PredictionSet& predictions, const VerifyOptions& options,
+                                 const VerifySelection& selection,
+                                 const std::function<void(size_t, size_t, const std::string&)>& progress) {
+  const auto started = std::chrono::steady_clock::now();
+  VerifiedLayers result;
+  const ArmInfo info_a = arm_a.info(), info_b = arm_b.info();
+  const Epilogue* formula_a = verify_declared_formula(info_a);
+  const Epilogue* formula_b = verify_declared_formula(info_b);
+  const VerifyReference reference = resolve_reference(options.reference);
+  result.reference = reference_description(reference);
+  Arm* arms[2] = {&arm_a, &arm_b};
+  const ArmInfo infos[2] = {info_a, info_b};
+  const bool python = options.language == UserLanguage::python;
+  const PairFormat format = check_pair_format(info_a, info_b, formula_a, formula_b, reference, python, result.reference);
+  const bool fp8 = format.fp8, block = format.block;
   QC_INPUT(predictions.layers.size() == layer_count,
            "predictions cover {} layers but the operands have {}: expected the predictions made from these operands",
            predictions.layers.size(), layer_count);
@@ -257,62 +430,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     }
     LayerRun& run = pending->run;
     run.cmp = std::move(pass.cmp);
-    const ElementTally& t = pass.tally;
-    // C4 and C2 part two: exposed accumulators against the exact one and the safe verdict.
-    run.acc_mismatch_a = pending->a_has_acc ? t.acc_mismatch[0] : -1;
-    run.acc_mismatch_b = pending->b_has_acc ? t.acc_mismatch[1] : -1;
-    run.acc_first_mismatch = t.acc_first;
-    run.prediction_held = t.safe_contradicted == 0;
-    if (pending->fp8) {
-      // FP8: each count only where the arm claims its model on this run (else -1: unmodelled).
-      const Fp8LayerReference& f = *pending->fp8;
-      const bool modelled[2] = {run.unmodelled_a.empty(), run.unmodelled_b.empty()};
-      std::vector<std::string> notes;
-      if (run.block) {
-        // Block pairs: each arm's D of this run against its block model of this run (when both exist).
-        const bool exposed[2] = {pending->a_has_acc, pending->b_has_acc};
-        run.acc_mismatch_a = exposed[0] && modelled[0] ? t.acc_mismatch[0] : -1;
-        run.acc_mismatch_b = exposed[1] && modelled[1] ? t.acc_mismatch[1] : -1;
-        for (int s = 0; s < 2; ++s) {
-          if (!exposed[s]) notes.push_back(fmt::format("{}: exposes no fp32 accumulator D with its run", s ? "B" : "A"));
-        }
-      } else {
-        // The accumulator is compared with the model its own call claimed, whatever the run claimed.
-        run.acc_mismatch_a = f.has_acc[0] ? t.acc_mismatch[0] : -1;
-        run.acc_mismatch_b = f.has_acc[1] ? t.acc_mismatch[1] : -1;
-        for (int s = 0; s < 2; ++s) {
-          if (!f.acc_note[s].empty()) notes.push_back(fmt::format("{}: {}", s ? "B" : "A", f.acc_note[s]));
-        }
-      }
-      run.acc_note = fmt::format("{}", fmt::join(notes, "; "));
-      run.formula_mismatch_a = modelled[0] ? t.formula_mismatch[0] : -1;
-      run.formula_mismatch_b = modelled[1] ? t.formula_mismatch[1] : -1;
-      run.model_first = t.model_first;
-      if (modelled[0] && modelled[1]) {
-        run.predicted_diff = t.predicted_diff;
-        run.predicted_equals_observed = t.predicted_vs_observed == 0;
-        run.model_acc_diff = t.model_acc_diff;
-        if (run.mode != ScaleMode::real) {
-          run.pow2_excluded = t.pow2_excluded;
-          run.pow2_violations = t.pow2_violations;
-          run.pow2_first = t.pow2_first;
-        }
-      }
-      store(std::move(run));
-      return;
-    }
-    if (formula_a) run.formula_mismatch_a = t.formula_mismatch[0];
-    if (formula_b) run.formula_mismatch_b = t.formula_mismatch[1];
-    if (formula_a && formula_b) {
-      run.predicted_diff = t.predicted_diff;
-      run.predicted_equals_observed = t.predicted_vs_observed == 0;
-    }
-    // C5: under power-of-two scales, bitwise identity is required in safe layers.
-    if (run.mode != ScaleMode::real) {
-      run.pow2_excluded = t.pow2_excluded;
-      run.pow2_violations = t.pow2_violations;
-      run.pow2_first = t.pow2_first;
-    }
+    fold_tally(run, pass.tally, pending->a_has_acc, pending->b_has_acc, pending->fp8.get(), formula_a, formula_b);
     store(std::move(run));
   };
 
@@ -367,29 +485,8 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         }
 
         // C3: what each arm receives, compared byte for byte with a copy after each run.
-        const bool first_run = m == ms.front() && mi == 0;
-        const OperandSnapshot snapshot = timed(result.seconds, "operand snapshot (C3)",
-                                               [&] { return OperandSnapshot(ops, first_run, options.threads); });
-        const auto changed = [&] {
-          return timed(result.seconds, "operand snapshot (C3)", [&] { return snapshot.first_change(ops); });
-        };
-        ArmOutput out_a = timed(result.seconds, "arm A", [&] { return arm_a.run(ops); });
-        const std::string after_a = changed();
-        ArmOutput out_b = timed(result.seconds, "arm B", [&] { return arm_b.run(ops); });
-        const std::string after_b = after_a.empty() ? changed() : after_a;
-        run.operands_identical = after_a.empty() && after_b.empty();
-        if (!after_a.empty()) run.operands_note = "arm A modified its operands: " + after_a;
-        if (after_a.empty() && !after_b.empty()) run.operands_note = "arm B modified its operands: " + after_b;
-        if (layer.record_a.arm.empty()) layer.record_a = out_a.record;
-        if (layer.record_b.arm.empty()) layer.record_b = out_b.record;
-        for (const ArmOutput* out : {&out_a, &out_b}) {
-          QC_INPUT(static_cast<int64_t>(out->y.size()) == ops.m * ops.n,
-                   "arm {} returned {} outputs for layer `{}`, expected {}x{}", out->record.arm, out->y.size(), ops.name,
-                   ops.m, ops.n);
-          QC_INPUT(!out->acc || static_cast<int64_t>(out->acc->size()) == ops.m * ops.n,
-                   "arm {} returned an accumulator of {} elements for layer `{}`, expected {}x{}", out->record.arm,
-                   out->acc->size(), ops.name, ops.m, ops.n);
-        }
+        auto [out_a, out_b] = run_both_arms(arm_a, arm_b, ops, m == ms.front() && mi == 0, options.threads,
+                                            result.seconds, run, layer);
         if (mode != ScaleMode::real) run.pow2_not_commutable = c5_not_commutable(formula_a, formula_b, ops.has_bias());
         std::shared_ptr<Fp8RunReference> fp8_run;
         if (fp8) {
@@ -418,53 +515,10 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         const bool b_acc = block ? out_b.d.has_value() : out_b.acc.has_value();
         PendingRun next{std::move(run), li, last_of_layer, a_acc, b_acc, {}, fp8_ref};
         const std::string label = m == full.m ? ops.name : fmt::format("{}@M={}", ops.name, m);
-        next.pass = std::async(std::launch::async, [&options, &pred, formula_a, formula_b, exact, ops,
-                                                    label, mode, block, fp8_ref, fp8_run, fp8_acc,
-                                                    a = std::move(out_a), b = std::move(out_b)] {
-          if (fp8_run && block) {  // the block models of this run's scales, and C5's jurisdiction
-            const int64_t excluded = block_run_reference(*fp8_run, *fp8_ref, ops, mode, {&a, &b});
-            const auto t0 = std::chrono::steady_clock::now();
-            ElementPass pass = element_pass(ElementContext{.ops = ops,
-                                                           .label = label,
-                                                           .mode = mode,
-                                                           .safe = false,
-                                                           .exact = *exact,
-                                                           .out = {&a, &b},
-                                                           .formula = {nullptr, nullptr},
-                                                           .compare = options.compare,
-                                                           .threads = options.threads,
-                                                           .fp8 = fp8_run.get()});
-            pass.tally.pow2_excluded = excluded;
-            return std::pair(std::move(pass), seconds_since(t0));
-          }
-          if (fp8_run) {  // the claimed models' accumulators (timed as the reference's phase, not this one)
-            fp8_ref->wait_accumulators();
-            for (int s = 0; s < 2; ++s) {
-              if (fp8_ref->has_acc[s]) {  // the arms' exposed accumulators and the models their calls claimed
-                fp8_run->arm_acc[s] = &fp8_ref->arm_acc[s];
-                fp8_run->acc_model[s] = fp8_ref->acc_model[s];
-              }
-              if (fp8_run->modelled[s]) fp8_run->d[s] = fp8_ref->model(fp8_run->model[s]);
-              if (fp8_run->arm_acc[s] != nullptr) fp8_run->acc_d[s] = fp8_ref->model(fp8_run->acc_model[s]);
-            }
-          }
-          const auto t0 = std::chrono::steady_clock::now();
-          if (fp8_run) {  // the exposed accumulators against their models: once per (layer, rows), by its first pass
-            std::call_once(fp8_acc->once, [&] { fp8_acc->tally = fp8_accumulator_tally(*fp8_run, ops, options.threads); });
-            fp8_run->acc_tally = &fp8_acc->tally;
-          }
-          ElementPass pass = element_pass(ElementContext{.ops = ops,
-                                                         .label = label,
-                                                         .mode = mode,
-                                                         .safe = pred.safe,
-                                                         .exact = *exact,
-                                                         .out = {&a, &b},
-                                                         .formula = {formula_a, formula_b},
-                                                         .compare = options.compare,
-                                                         .threads = options.threads,
-                                                         .fp8 = fp8_run.get()});
-          return std::pair(std::move(pass), seconds_since(t0));
-        });
+        next.pass = std::async(std::launch::async,
+                               [job = ElementPassJob{&options, pred.safe, formula_a, formula_b, exact, ops, label, mode,
+                                                     block, fp8_ref, fp8_run, fp8_acc, std::move(out_a),
+                                                     std::move(out_b)}]() mutable { return run_element_pass(job); });
         pending = std::move(next);
       }
     }
@@ -619,168 +673,6 @@ VerifyResult merge_verifications(const ArmInfo& arm_a, const ArmInfo& arm_b, con
   }
   result.interchangeability = decide_interchangeability(facts_from_verify(result, options.language));
   return result;
-}
-
-namespace {
-
-// One run as JSON, written once for both forms. The public form is an entry of `runs` in verify's
-// results (docs/results-schema.md); `lossless` adds the fields that make it read back exactly
-// (layer_verification_from_json): the per-layer form the ranks of an MPI job and `--resume` exchange.
-nlohmann::json run_json(const LayerRun& x, bool lossless) {
-  // A count that was not taken (-1: the arm exposes no accumulator, declares no formula, nothing was
-  // predicted) is null: nothing was compared, and no number claims otherwise.
-  const auto count = [](int64_t v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
-  nlohmann::json j = {{"layer", x.layer},
-                      {"m", x.m},
-                      {"n", x.n},
-                      {"k", x.k},
-                      {"scales", scale_mode_name(x.mode)},
-                      {"safe", x.safe},
-                      {"bitwise_diff", x.cmp.bitwise_diff},
-                      {"total", x.cmp.total},
-                      {"max_ulp", x.cmp.max_ulp},
-                      {"max_rel", x.cmp.max_rel},
-                      {"ulp_histogram", nlohmann::json(x.cmp)["ulp_histogram"]},
-                      {"subnormal", {x.cmp.subnormal_a, x.cmp.subnormal_b}},
-                      {"nonfinite_pairs", x.cmp.nonfinite_pairs},
-                      {"operands_identical", x.operands_identical},
-                      {"acc_mismatch", {count(x.acc_mismatch_a), count(x.acc_mismatch_b)}},
-                      {"prediction_held", x.prediction_held},
-                      {"pow2_excluded", x.pow2_excluded},
-                      {"pow2_violations", x.pow2_violations},
-                      {"pow2_not_commutable", x.pow2_not_commutable},
-                      {"formula_mismatch", {count(x.formula_mismatch_a), count(x.formula_mismatch_b)}},
-                      {"predicted_diff", count(x.predicted_diff)},
-                      {"predicted_equals_observed",
-                       x.predicted_diff < 0 ? nlohmann::json(nullptr) : nlohmann::json(x.predicted_equals_observed)},
-                      {"first", x.cmp.first}};
-  if (x.fp8) {
-    const auto refused = [](const std::string& why) { return why.empty() ? nlohmann::json(nullptr) : nlohmann::json(why); };
-    j["fp8"] = true;
-    j["block_scaled"] = x.block;
-    j["scaling"] = x.scaling;
-    j["models"] = {refused(x.model_a), refused(x.model_b)};
-    j["unmodelled"] = {refused(x.unmodelled_a), refused(x.unmodelled_b)};
-    j["model_acc_diff"] = count(x.model_acc_diff);
-    j["model_first"] = x.model_first;
-    j["acc_first"] = x.acc_first_mismatch;
-    j["acc_note"] = x.acc_note;
-    if (x.mode != ScaleMode::real) j["pow2_first"] = x.pow2_first;
-  }
-  if (lossless) {
-    j["int32_overflow"] = x.int32_overflow;
-    j["cmp"] = x.cmp;
-    j["operands_note"] = x.operands_note;
-    j["acc_first_mismatch"] = x.acc_first_mismatch;
-    j["pow2_first"] = x.pow2_first;
-  }
-  return j;
-}
-
-}  // namespace
-
-nlohmann::json to_json(const VerifyResult& r) {
-  nlohmann::json runs = nlohmann::json::array();
-  for (const LayerRun& x : r.runs) runs.push_back(run_json(x, /*lossless=*/false));
-  const auto info = [](const ArmInfo& i, const RunRecord& rec) {
-    nlohmann::json j{{"label", i.label},
-                     {"description", i.description},
-                     {"epilogue", i.epilogue},
-                     {"exposes_accumulator", i.exposes_accumulator},
-                     {"record", rec}};
-    if (!i.accumulation_model.empty()) {  // FP8: what the arm declared, which the reference evaluated
-      j["accumulation_model"] = i.accumulation_model;
-      j["accumulation_formula"] = declared_model_formula(i.accumulation_model);
-      j["declared_epilogue"] = declared(i) ? std::string(declared(i)->name) : "bf16 = RNE(D), part of the block model";
-    } else if (i.fp8()) {  // FP8, no model declared: nothing predicted its outputs
-      j["accumulation_model"] = nullptr;
-      j["accumulation_formula"] = nullptr;
-      j["fp8_model_unknown"] = true;
-      j["declared_epilogue"] = std::string(declared(i)->name);
-    }
-    return j;
-  };
-  nlohmann::json seconds = nlohmann::json::array();
-  for (const auto& [phase, s] : r.seconds) seconds.push_back({{"phase", phase}, {"seconds", s}});
-  nlohmann::json j = {{"arms", {info(r.arm_a, r.record_a), info(r.arm_b, r.record_b)}},
-          {"reference", r.reference},
-          {"checks", r.checks},
-          {"total_real", r.total_real},
-          {"seconds", seconds},
-          {"wall_seconds", r.wall_seconds},
-          {"runs", runs}};
-  j["interchangeability"] = to_json(r.interchangeability);
-  if (r.arm_a.fp8()) {
-    const auto model = [](const ArmInfo& i) {
-      return i.accumulation_model.empty() ? nlohmann::json(nullptr) : nlohmann::json(i.accumulation_model);
-    };
-    j["fp8"] = {{"reference", "model"},
-                {"models", {model(r.arm_a), model(r.arm_b)}},
-                {"stage", r.stage.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.stage)},
-                {"stage_detail", r.stage_detail}};
-  }
-  return j;
-}
-
-nlohmann::json to_json(const LayerVerification& v) {
-  nlohmann::json runs = nlohmann::json::array();
-  for (const LayerRun& x : v.runs) runs.push_back(run_json(x, /*lossless=*/true));
-  return {{"name", v.name}, {"stale", v.stale}, {"record_a", v.record_a}, {"record_b", v.record_b}, {"runs", runs}};
-}
-
-LayerVerification layer_verification_from_json(const nlohmann::json& j, const std::string& where) {
-  try {
-    LayerVerification v;
-    v.name = j.at("name").get<std::string>();
-    v.stale = j.at("stale").get<std::string>();
-    v.record_a = j.at("record_a").get<RunRecord>();
-    v.record_b = j.at("record_b").get<RunRecord>();
-    for (const auto& x : j.at("runs")) {
-      LayerRun r;
-      r.layer = x.at("layer").get<std::string>();
-      r.m = x.at("m").get<int64_t>();
-      r.n = x.at("n").get<int64_t>();
-      r.k = x.at("k").get<int64_t>();
-      r.mode = scale_mode_from_name(x.at("scales").get<std::string>());
-      r.safe = x.at("safe").get<bool>();
-      r.int32_overflow = x.at("int32_overflow").get<bool>();
-      r.cmp = x.at("cmp").get<Comparison>();
-      r.operands_identical = x.at("operands_identical").get<bool>();
-      r.operands_note = x.at("operands_note").get<std::string>();
-      // Counts not taken are null (written before: -1); both read back as -1.
-      const auto count = [](const nlohmann::json& v) { return v.is_null() ? int64_t{-1} : v.get<int64_t>(); };
-      r.acc_mismatch_a = count(x.at("acc_mismatch").at(0));
-      r.acc_mismatch_b = count(x.at("acc_mismatch").at(1));
-      r.acc_first_mismatch = x.at("acc_first_mismatch").get<std::vector<std::string>>();
-      r.prediction_held = x.at("prediction_held").get<bool>();
-      r.pow2_excluded = x.at("pow2_excluded").get<int64_t>();
-      r.pow2_violations = x.at("pow2_violations").get<int64_t>();
-      r.pow2_first = x.at("pow2_first").get<std::vector<DiffElement>>();
-      r.pow2_not_commutable = x.at("pow2_not_commutable").get<bool>();
-      r.formula_mismatch_a = count(x.at("formula_mismatch").at(0));
-      r.formula_mismatch_b = count(x.at("formula_mismatch").at(1));
-      r.predicted_diff = count(x.at("predicted_diff"));
-      const nlohmann::json& equal = x.at("predicted_equals_observed");
-      r.predicted_equals_observed = equal.is_null() || equal.get<bool>();
-      if (x.value("fp8", false)) {
-        r.fp8 = true;
-        r.block = x.value("block_scaled", false);
-        r.scaling = x.value("scaling", "");
-        const auto refused = [](const nlohmann::json& why) { return why.is_null() ? std::string() : why.get<std::string>(); };
-        r.model_a = refused(x.at("models").at(0));
-        r.model_b = refused(x.at("models").at(1));
-        r.unmodelled_a = refused(x.at("unmodelled").at(0));
-        r.unmodelled_b = refused(x.at("unmodelled").at(1));
-        r.model_acc_diff = count(x.at("model_acc_diff"));
-        r.model_first = x.at("model_first").get<std::vector<std::string>>();
-        r.acc_note = x.at("acc_note").get<std::string>();
-      }
-      v.runs.push_back(std::move(r));
-    }
-    return v;
-  } catch (const nlohmann::json::exception& e) {
-    QC_FAIL_INPUT("{}: not a valid per-layer verify result: {}", where, e.what());
-  }
 }
 
 }  // namespace qc

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <string>
+#include <vector>
 
 #include "checks/verify.hpp"
 
@@ -22,5 +23,9 @@ struct VerifyInputs {
 // `to_json(result)` in the results envelope (`results_envelope("verify")`), with `operands` and
 // `predictions` as given.
 nlohmann::json verify_results_json(const VerifyResult& result, const VerifyInputs& inputs);
+
+// The ranks' phase seconds (`rank_info[r]["seconds"]`: [phase, seconds] pairs, ranks without it
+// skipped) added into `result.seconds` phase by phase: the CPU-side seconds of the whole job.
+void add_rank_seconds(VerifyResult& result, const std::vector<nlohmann::json>& rank_info);
 
 }  // namespace qc

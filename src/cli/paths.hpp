@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "qconform/arm.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
 #include "model/model.hpp"
@@ -13,15 +14,8 @@
 
 namespace qc::cli {
 
-// The file an arm label loads (`plugin:<path.so>`, `plugin-inproc:<path.so>`), or "" for a built-in arm.
-inline std::string arm_file_of(const std::string& label) {
-  for (std::string_view prefix : {"plugin:", "plugin-inproc:"}) {
-    if (label.rfind(prefix, 0) == 0) return label.substr(prefix.size());
-  }
-  return "";
-}
-
-// The file an arm label loads, as an input; none for built-in arms.
+// The file an arm label loads, as an input (`qc::arm_file_of`, the registry's one label parser: every
+// backend registered with `variant_is_file`, `plugin:` and `plugin-inproc:` today); none for built-in arms.
 inline void add_arm_inputs(std::vector<PathUse>& inputs, const std::string& option, const std::string& label) {
   if (const std::string file = arm_file_of(label); !file.empty()) inputs.push_back({option, file});
 }

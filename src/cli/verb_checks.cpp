@@ -31,7 +31,7 @@ VerbRunner setup_checks(CLI::App& app) {
 }
 
 RegisterVerb register_checks{
-    {"checks", "The checks C0-C7: what each proves, what a violation points to, its exclusions", 15, setup_checks}};
+    {"checks", "The checks " + check_id_range() + ": what each proves, what a violation points to, its exclusions", 15, setup_checks}};
 
 }  // namespace
 }  // namespace qc::cli

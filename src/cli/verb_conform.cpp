@@ -9,7 +9,7 @@
 #include "cli/lists.hpp"
 #include "cli/progress.hpp"
 #include "qconform/check.hpp"
-#include "checks/conform.hpp"
+#include "orchestrate/conform.hpp"
 #include "core/fileio.hpp"
 #include "qconform/error.hpp"
 
@@ -141,7 +141,7 @@ VerbRunner setup_conform(CLI::App& app) {
   };
 }
 
-RegisterVerb register_conform{{"conform", "The conformance procedure C0-C7 on two arms and a model, with an HTML report",
+RegisterVerb register_conform{{"conform", "The conformance procedure " + check_id_range() + " on two arms and a model, with an HTML report",
                                5, setup_conform}};
 
 }  // namespace

@@ -6,7 +6,7 @@
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
 #include "core/fileio.hpp"
-#include "checks/mutant_matrix.hpp"
+#include "orchestrate/mutant_matrix.hpp"
 
 namespace qc::cli {
 namespace {

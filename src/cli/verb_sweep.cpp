@@ -15,7 +15,7 @@
 #include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
-#include "checks/sweep.hpp"
+#include "orchestrate/sweep.hpp"
 
 namespace qc::cli {
 namespace {

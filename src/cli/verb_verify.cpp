@@ -11,6 +11,7 @@
 
 #include "arms/declared_arm.hpp"
 #include "cli/cli.hpp"
+#include "qconform/check.hpp"
 #include "cli/paths.hpp"
 #include "cli/distributed.hpp"
 #include "cli/lists.hpp"
@@ -138,16 +139,95 @@ void print_timings(const VerifyResult& r, const Laps& laps) {
   for (const auto& [phase, s] : laps.phases) fmt::print("  {:<62} {:>8.2f}\n", phase, s);
 }
 
+// verify's options, as the command line gives them.
+struct VerifyCli {
+  std::string operands, arms, predictions, pin, scales = "real,pow2-channel,pow2-layer", m_sweep, json, manifest,
+      reference = "auto";
+  int64_t tolerance = 1;
+  bool per_layer = false, timings = false, gpu_per_rank = false;
+  std::string resume;
+  std::vector<std::string> declare;
+};
+
+// `--predictions F --pin D`: the predictions, their digest checked against the pin before anything
+// runs ("" and an empty set without --predictions).
+std::pair<PredictionSet, std::string> read_pinned_predictions(const VerifyCli& o) {
+  PredictionSet predictions;
+  std::string predictions_digest;
+  if (!o.predictions.empty()) {
+    const std::string text = read_file(o.predictions);
+    predictions_digest = sha256_hex(std::string_view(text));
+    QC_INPUT(!o.pin.empty(), "--predictions {} given without --pin: expected the SHA-256 that `predict` printed",
+             o.predictions);
+    QC_INPUT(strip_prefix(o.pin) == predictions_digest,
+             "{}: --pin expected sha256:{}, found sha256:{}: the predictions file is not the one that was pinned",
+             o.predictions, strip_prefix(o.pin), predictions_digest);
+    predictions = prediction_set_from_json(parse_json(text, o.predictions), o.predictions);
+    predictions.pinned = true;  // its digest was checked against --pin above
+  } else {
+    QC_INPUT(o.pin.empty(), "--pin given without --predictions");
+  }
+  return {std::move(predictions), std::move(predictions_digest)};
+}
+
+// The two arms, with the epilogues `--declare` gives them (A=<formula>, B=<formula>).
+std::pair<std::unique_ptr<Arm>, std::unique_ptr<Arm>> make_declared_arms(const std::string& label_a,
+                                                                         const std::string& label_b,
+                                                                         const std::vector<std::string>& declare) {
+  auto arm_a = make_arm(label_a);
+  auto arm_b = make_arm(label_b);
+  for (const std::string& d : declare) {
+    const size_t eq = d.find('=');
+    const std::string side = eq == std::string::npos ? "" : d.substr(0, eq);
+    QC_INPUT(side == "A" || side == "B", "--declare `{}`: expected A=<formula> or B=<formula>", d);
+    auto& arm = side == "A" ? arm_a : arm_b;
+    arm = declare_epilogue(std::move(arm), d.substr(eq + 1), fmt::format("--declare {}", side));
+  }
+  return {std::move(arm_a), std::move(arm_b)};
+}
+
+// The lines before the table: the pair, the answer, the ranks, the kernels, the models, the reference.
+void print_header(const VerifyResult& result, const VerifyCli& o, const std::string& label_a, const std::string& label_b,
+                  const OperandSet& set, size_t layers_run, size_t layers_resumed) {
+  const dist::World& world = dist::world();
+  fmt::print("verify {} vs {} on {} ({} layers, {})\n", label_a, label_b, o.operands, set.size(), set.sha256);
+  // The answer first: what a team may do with the pair (docs/checks.md, "The interchangeability answer").
+  fmt::print("{}", describe(result.interchangeability));
+  if (world.size > 1 || layers_resumed != 0) {
+    fmt::print("{} layers run on {} rank{} ({}){}\n", layers_run, world.size, world.size == 1 ? "" : "s",
+               dist::description(), layers_resumed == 0 ? "" : fmt::format(", {} resumed from {}", layers_resumed, o.resume));
+  }
+  fmt::print("A: {}\nB: {}\n", result.record_a.kernel, result.record_b.kernel);
+  for (const ArmInfo* arm : {&result.arm_a, &result.arm_b}) {
+    if (!arm->accumulation_model.empty()) {
+      fmt::print("{} declares accumulation model {}\n", arm->label, arm->accumulation_model);
+    } else if (arm->fp8()) {
+      fmt::print("{} is an FP8 arm that declares no accumulation model: its outputs are not predicted\n", arm->label);
+    }
+  }
+  fmt::print("reference: {}\n\n", result.reference);
+}
+
+// `--resume DIR`'s journal; its identity the digests of every input and every option that shapes a
+// layer's result (a rerun with any of them changed is refused, naming the field).
+ResumeDir resume_journal(const VerifyCli& o, const OperandSet& set, const std::string& predictions_digest,
+                         const std::string& label_a, const std::string& label_b, const std::vector<std::string>& names) {
+  nlohmann::json arm_files = nlohmann::json::object();
+  for (const std::string& label : {label_a, label_b}) {
+    if (const std::string file = arm_file_of(label); !file.empty() && !o.resume.empty()) {
+      arm_files[label] = "sha256:" + sha256_file(file);
+    }
+  }
+  return ResumeDir(o.resume,
+                   {{"operands", set.sha256}, {"predictions", predictions_digest.empty() ? "computed" : predictions_digest},
+                    {"arms", {label_a, label_b}}, {"arm_files", arm_files}, {"scales", o.scales},
+                    {"m_sweep", o.m_sweep}, {"tolerance_ulps", o.tolerance}, {"declare", o.declare},
+                    {"qconform", version()}, {"kind", results_kind("verify")}},
+                   names);
+}
+
 VerbRunner setup_verify(CLI::App& app) {
-  struct Options {
-    std::string operands, arms, predictions, pin, scales = "real,pow2-channel,pow2-layer", m_sweep, json, manifest,
-        reference = "auto";
-    int64_t tolerance = 1;
-    bool per_layer = false, timings = false, gpu_per_rank = false;
-    std::string resume;
-    std::vector<std::string> declare;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<VerifyCli>();
   app.add_option("operands", o->operands, "operands file (safetensors, or the index of a sharded set)")->required();
   app.add_option("--arms", o->arms, "the two arms, A,B (see `qconform arms`)")->required();
   app.add_option("--predictions", o->predictions, "pinned predictions from `qconform predict` (else computed now)");
@@ -196,21 +276,7 @@ VerbRunner setup_verify(CLI::App& app) {
     options.reference = verify_reference_from_name(o->reference);
 
     // The pin is checked before anything runs.
-    PredictionSet predictions;
-    std::string predictions_digest;
-    if (!o->predictions.empty()) {
-      const std::string text = read_file(o->predictions);
-      predictions_digest = sha256_hex(std::string_view(text));
-      QC_INPUT(!o->pin.empty(), "--predictions {} given without --pin: expected the SHA-256 that `predict` printed",
-               o->predictions);
-      QC_INPUT(strip_prefix(o->pin) == predictions_digest,
-               "{}: --pin expected sha256:{}, found sha256:{}: the predictions file is not the one that was pinned",
-               o->predictions, strip_prefix(o->pin), predictions_digest);
-      predictions = prediction_set_from_json(parse_json(text, o->predictions), o->predictions);
-      predictions.pinned = true;  // its digest was checked against --pin above
-    } else {
-      QC_INPUT(o->pin.empty(), "--pin given without --predictions");
-    }
+    auto [predictions, predictions_digest] = read_pinned_predictions(*o);
     laps.lap("paths checked, the pinned predictions read (when given)");
     const OperandSet set = open_operands(o->operands);
     laps.lap("open the operands (map, validate, SHA-256)");
@@ -224,33 +290,12 @@ VerbRunner setup_verify(CLI::App& app) {
       laps.lap("predictions computed (no --predictions)");
     }
 
-    auto arm_a = make_arm(label_a);
-    auto arm_b = make_arm(label_b);
-    for (const std::string& d : o->declare) {
-      const size_t eq = d.find('=');
-      const std::string side = eq == std::string::npos ? "" : d.substr(0, eq);
-      QC_INPUT(side == "A" || side == "B", "--declare `{}`: expected A=<formula> or B=<formula>", d);
-      auto& arm = side == "A" ? arm_a : arm_b;
-      arm = declare_epilogue(std::move(arm), d.substr(eq + 1), fmt::format("--declare {}", side));
-    }
+    auto [arm_a, arm_b] = make_declared_arms(label_a, label_b, o->declare);
     // Layers are shared over the ranks (one rank: all of them) by work; a layer a previous run
     // completed in --resume DIR is not run again.
     std::vector<std::string> names;
     for (const LayerHeader& h : set.headers) names.push_back(h.name);
-    // The journal's identity: the digests of every input and every option that shapes a layer's
-    // result (a rerun with any of them changed is refused, naming the field).
-    nlohmann::json arm_files = nlohmann::json::object();
-    for (const std::string& label : {label_a, label_b}) {
-      if (const std::string file = arm_file_of(label); !file.empty() && !o->resume.empty()) {
-        arm_files[label] = "sha256:" + sha256_file(file);
-      }
-    }
-    const ResumeDir resume(o->resume,
-                           {{"operands", set.sha256}, {"predictions", predictions_digest.empty() ? "computed" : predictions_digest},
-                            {"arms", {label_a, label_b}}, {"arm_files", arm_files}, {"scales", o->scales},
-                            {"m_sweep", o->m_sweep}, {"tolerance_ulps", o->tolerance}, {"declare", o->declare},
-                            {"qconform", version()}, {"kind", results_kind("verify")}},
-                           names);
+    const ResumeDir resume = resume_journal(*o, set, predictions_digest, label_a, label_b, names);
     const std::map<size_t, nlohmann::json> resumed = broadcast_done(world.root() ? resume.load() : std::map<size_t, nlohmann::json>{});
     const std::vector<size_t> todo = remaining(set.size(), resumed);
     const std::vector<double> all_costs = layer_costs(set);
@@ -309,36 +354,9 @@ VerbRunner setup_verify(CLI::App& app) {
     if (reference.empty()) reference = reference_description(resolve_reference(options.reference));
     VerifyResult result = merge_verifications(arm_a->info(), arm_b->info(), reference, std::move(layers), predictions, options);
     // Timings: every rank's phases added up (CPU-side seconds of the whole job); wall: the job's.
-    for (const nlohmann::json& info : shared.rank_info) {
-      if (!info.contains("seconds")) continue;
-      for (const auto& p : info["seconds"]) {
-        const std::string phase = p.at(0).get<std::string>();
-        const double sec = p.at(1).get<double>();
-        auto it = std::find_if(result.seconds.begin(), result.seconds.end(), [&](const auto& x) { return x.first == phase; });
-        if (it == result.seconds.end()) {
-          result.seconds.emplace_back(phase, sec);
-        } else {
-          it->second += sec;
-        }
-      }
-    }
+    add_rank_seconds(result, shared.rank_info);
     result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    fmt::print("verify {} vs {} on {} ({} layers, {})\n", label_a, label_b, o->operands, set.size(), set.sha256);
-    // The answer first: what a team may do with the pair (docs/checks.md, "The interchangeability answer").
-    fmt::print("{}", describe(result.interchangeability));
-    if (world.size > 1 || !resumed.empty()) {
-      fmt::print("{} layers run on {} rank{} ({}){}\n", todo.size(), world.size, world.size == 1 ? "" : "s",
-                 dist::description(), resumed.empty() ? "" : fmt::format(", {} resumed from {}", resumed.size(), o->resume));
-    }
-    fmt::print("A: {}\nB: {}\n", result.record_a.kernel, result.record_b.kernel);
-    for (const ArmInfo* arm : {&result.arm_a, &result.arm_b}) {
-      if (!arm->accumulation_model.empty()) {
-        fmt::print("{} declares accumulation model {}\n", arm->label, arm->accumulation_model);
-      } else if (arm->fp8()) {
-        fmt::print("{} is an FP8 arm that declares no accumulation model: its outputs are not predicted\n", arm->label);
-      }
-    }
-    fmt::print("reference: {}\n\n", result.reference);
+    print_header(result, *o, label_a, label_b, set, todo.size(), resumed.size());
     print_table(result, o->per_layer);
     laps.lap("merge the layers' results, print the table");
     if (o->timings) print_timings(result, laps);
@@ -365,7 +383,7 @@ VerbRunner setup_verify(CLI::App& app) {
   };
 }
 
-RegisterVerb register_verify{{"verify", "Run two arms on identical operands: checks C2-C6 per layer and in total", 40,
+RegisterVerb register_verify{{"verify", "Run two arms on identical operands: checks " + check_id_range(/*per_layer_only=*/true) + " per layer and in total", 40,
                               setup_verify}};
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include <charconv>
 #include <cmath>
 
-#include "qconform/accumulation.hpp"
+#include "core/name_table.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 
@@ -112,9 +112,10 @@ namespace {
 void check_codes(const LayerOperands& ops, std::span<const int8_t> codes, ElementType type, int64_t cols,
                  const char* field) {
   if (type == ElementType::int8) return;
-  const Fp8Format f = type == ElementType::e4m3 ? Fp8Format::e4m3 : Fp8Format::e5m2;
-  const int64_t i = accum_model::fp8_first_nonfinite(reinterpret_cast<const uint8_t*>(codes.data()),
-                                                     static_cast<int64_t>(codes.size()), f);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(codes.data());
+  const auto count = static_cast<int64_t>(codes.size());
+  const int64_t i = type == ElementType::e4m3 ? first_nonfinite_code<kE4M3>(bytes, count)
+                                              : first_nonfinite_code<kE5M2>(bytes, count);
   if (i < 0) return;
   const auto c = static_cast<uint8_t>(codes[static_cast<size_t>(i)]);
   QC_FAIL_INPUT("{}: layer `{}`, field `{}`[{},{}]: expected a finite {} code, found 0x{:02x} ({}): FP8 operands must "
@@ -124,14 +125,10 @@ void check_codes(const LayerOperands& ops, std::span<const int8_t> codes, Elemen
 }
 }  // namespace
 
-std::string_view element_type_name(ElementType t) {
-  switch (t) {
-    case ElementType::int8: return "int8";
-    case ElementType::e4m3: return "e4m3";
-    case ElementType::e5m2: return "e5m2";
-  }
-  return "?";
-}
+constexpr NameRow<ElementType> kElementTypeNames[] = {
+    {ElementType::int8, "int8"}, {ElementType::e4m3, "e4m3"}, {ElementType::e5m2, "e5m2"}};
+
+std::string_view element_type_name(ElementType t) { return name_of(kElementTypeNames, t); }
 
 void LayerOperands::validate() const {
   QC_INPUT(m > 0 && n > 0 && k > 0, "{}: layer `{}`: expected positive shape, found m={} n={} k={}", source, name, m,

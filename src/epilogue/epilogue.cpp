@@ -76,9 +76,10 @@ uint16_t round_sum_to_bf16(Term a, Term b) {
     small.exp = q - 1;
   }
   const int e = std::min(big.exp, small.exp);
-  const int width = std::max(significant_bits(big.sig) + big.exp, significant_bits(small.sig) + small.exp) - e;
-  QC_CHECK(width <= 124, "exact epilogue: aligned width {} exceeds 124 bits (exps {}, {})", width, big.exp,
-           small.exp);
+  [[maybe_unused]] const int width =
+      std::max(significant_bits(big.sig) + big.exp, significant_bits(small.sig) + small.exp) - e;
+  QC_DCHECK(width <= 124, "exact epilogue: aligned width {} exceeds 124 bits (exps {}, {})", width, big.exp,
+            small.exp);
   const u128 x = big.sig << (big.exp - e);
   const u128 y = small.sig << (small.exp - e);
   if (big.neg == small.neg) return round_to_bf16(big.neg, x + y, e);

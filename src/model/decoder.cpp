@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "qconform/error.hpp"
+#include "core/name_table.hpp"
 #include "model/model.hpp"
 #include "core/parallel.hpp"
 
@@ -135,21 +136,15 @@ void fp32_linear(const LinearLayer& layer, const float* x, int64_t M, float* y) 
               y);
 }
 
+constexpr NameRow<LinearMode> kLinearModeNames[] = {
+    {LinearMode::fp32, "fp32"}, {LinearMode::w8a8, "w8a8"}, {LinearMode::w8a8_fp8, "w8a8-fp8"}};
+
 LinearMode parse_linear_mode(std::string_view text) {
-  if (text == "fp32") return LinearMode::fp32;
-  if (text == "w8a8") return LinearMode::w8a8;
-  if (text == "w8a8-fp8") return LinearMode::w8a8_fp8;
-  QC_FAIL_INPUT("--mode: expected `fp32`, `w8a8` or `w8a8-fp8`, found `{}`", text);
+  if (const auto m = value_of(kLinearModeNames, text)) return *m;
+  QC_FAIL_INPUT("--mode: expected {}, found `{}`", names_or(kLinearModeNames, "`"), text);
 }
 
-std::string_view to_string(LinearMode mode) {
-  switch (mode) {
-    case LinearMode::fp32: return "fp32";
-    case LinearMode::w8a8: return "w8a8";
-    case LinearMode::w8a8_fp8: return "w8a8-fp8";
-  }
-  return "?";
-}
+std::string_view to_string(LinearMode mode) { return name_of(kLinearModeNames, mode); }
 
 std::string_view default_arm(LinearMode mode, bool block_scaled) {
   switch (mode) {

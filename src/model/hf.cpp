@@ -24,6 +24,9 @@
 #include "core/fileio.hpp"
 #include "core/output_lock.hpp"
 #include "model/hf_block.hpp"
+#include "model/checkpoint_dir.hpp"
+#include "model/hf_config.hpp"
+#include "core/name_table.hpp"
 #include "model/model.hpp"
 #include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
@@ -36,206 +39,6 @@ namespace qc {
 namespace fs = std::filesystem;
 
 namespace {
-
-// ---- config.json ----
-
-const nlohmann::json* field(const nlohmann::json& j, const char* name) {
-  auto it = j.find(name);
-  return it == j.end() || it->is_null() ? nullptr : &*it;
-}
-
-int64_t int_field(const std::string& file, const nlohmann::json& j, const char* name, std::optional<int64_t> def) {
-  const nlohmann::json* v = field(j, name);
-  if (!v) {
-    QC_INPUT(def.has_value(), "{}: field `{}`: expected a positive integer, found nothing", file, name);
-    return *def;
-  }
-  QC_INPUT(v->is_number_integer() && v->get<int64_t>() > 0, "{}: field `{}`: expected a positive integer, found {}",
-           file, name, v->dump());
-  return v->get<int64_t>();
-}
-
-double number_field(const std::string& file, const nlohmann::json& j, const char* name, double def) {
-  const nlohmann::json* v = field(j, name);
-  if (!v) return def;
-  QC_INPUT(v->is_number(), "{}: field `{}`: expected a number, found {}", file, name, v->dump());
-  return v->get<double>();
-}
-
-bool bool_field(const std::string& file, const nlohmann::json& j, const char* name, bool def) {
-  const nlohmann::json* v = field(j, name);
-  if (!v) return def;
-  QC_INPUT(v->is_boolean(), "{}: field `{}`: expected true or false, found {}", file, name, v->dump());
-  return v->get<bool>();
-}
-
-// Strict check of one compressed-tensors quantization scheme (`weights` or `input_activations`).
-void check_scheme(const std::string& file, const nlohmann::json& scheme, const std::string& where,
-                  const std::map<std::string, nlohmann::json>& required) {
-  QC_INPUT(scheme.is_object(), "{}: field `{}`: expected an object, found {}", file, where, scheme.dump());
-  for (const auto& [key, want] : required) {
-    const auto it = scheme.find(key);
-    QC_INPUT(it != scheme.end() && *it == want, "{}: field `{}.{}`: expected {}, found {}", file, where, key,
-             want.dump(), it == scheme.end() ? std::string("nothing") : it->dump());
-  }
-  // Fields that change the arithmetic must be absent or null.
-  for (const char* key : {"group_size", "block_structure", "actorder"}) {
-    const auto it = scheme.find(key);
-    QC_INPUT(it == scheme.end() || it->is_null() || (std::string(key) == "actorder" && *it == false),
-             "{}: field `{}.{}`: expected null (per-channel / per-token W8A8 only), found {}", file, where, key,
-             it->dump());
-  }
-}
-
-// The compressed-tensors W8A8 configurations: "int-quantized" (`../shared/reference/production-epilogues.md`)
-// and "float-quantized" (FP8 weights per channel or per tensor, dynamic per-token FP8 activations: what
-// llm-compressor's FP8_DYNAMIC scheme writes); anything else is an input error naming the field.
-// Returns how the linear layers' weights are stored.
-WeightStorage validate_quantization_config(const std::string& file, const nlohmann::json& q) {
-  QC_INPUT(q.is_object(), "{}: field `quantization_config`: expected an object, found {}", file, q.dump());
-  auto expect_string = [&](const char* key, const char* want) {
-    const nlohmann::json* v = field(q, key);
-    QC_INPUT(v && *v == want, "{}: field `quantization_config.{}`: expected \"{}\", found {}", file, key, want,
-             v ? v->dump() : std::string("nothing"));
-  };
-  expect_string("quant_method", "compressed-tensors");
-  const nlohmann::json* format = field(q, "format");
-  QC_INPUT(format && (*format == "int-quantized" || *format == "float-quantized"),
-           "{}: field `quantization_config.format`: expected \"int-quantized\" (INT8) or \"float-quantized\" (FP8), "
-           "found {}",
-           file, format ? format->dump() : std::string("nothing"));
-  const bool fp8 = *format == "float-quantized";
-  if (const nlohmann::json* status = field(q, "quantization_status")) {
-    QC_INPUT(*status == "compressed" || *status == "frozen",
-             "{}: field `quantization_config.quantization_status`: expected \"compressed\", found {}", file,
-             status->dump());
-  }
-  for (const char* key : {"kv_cache_scheme", "sparsity_config", "transform_config"}) {
-    const nlohmann::json* v = field(q, key);
-    QC_INPUT(!v || (v->is_object() && v->empty()), "{}: field `quantization_config.{}`: expected null, found {}",
-             file, key, v ? v->dump() : "");
-  }
-  if (const nlohmann::json* ignore = field(q, "ignore")) {
-    QC_INPUT(ignore->is_array(), "{}: field `quantization_config.ignore`: expected an array, found {}", file,
-             ignore->dump());
-    for (const auto& name : *ignore) {
-      QC_INPUT(name == "lm_head",
-               "{}: field `quantization_config.ignore`: expected only \"lm_head\" (every decoder linear layer "
-               "quantized), found {}",
-               file, name.dump());
-    }
-  }
-  const nlohmann::json* groups = field(q, "config_groups");
-  QC_INPUT(groups && groups->is_object() && groups->size() == 1,
-           "{}: field `quantization_config.config_groups`: expected an object with exactly one group, found {}", file,
-           groups ? groups->dump() : std::string("nothing"));
-  const std::string gname = groups->begin().key();
-  const nlohmann::json& g = groups->begin().value();
-  const std::string where = "quantization_config.config_groups." + gname;
-  QC_INPUT(g.is_object(), "{}: field `{}`: expected an object, found {}", file, where, g.dump());
-  if (const nlohmann::json* f = field(g, "format")) {
-    QC_INPUT(*f == *format, "{}: field `{}.format`: expected {} (as `quantization_config.format`), found {}", file,
-             where, format->dump(), f->dump());
-  }
-  const nlohmann::json* targets = field(g, "targets");
-  QC_INPUT(targets && *targets == nlohmann::json::array({"Linear"}),
-           "{}: field `{}.targets`: expected [\"Linear\"], found {}", file, where,
-           targets ? targets->dump() : std::string("nothing"));
-  const nlohmann::json* out_act = field(g, "output_activations");
-  QC_INPUT(!out_act, "{}: field `{}.output_activations`: expected null, found {}", file, where,
-           out_act ? out_act->dump() : "");
-  if (fp8 && is_compressed_tensors_block_group(g)) return validate_compressed_tensors_block_group(file, g, where);
-  // The element type: compressed-tensors' `type` "int" with 8 bits is int8, "float" with 8 bits is
-  // float8_e4m3fn (the only FP8 type its float-quantized compressor writes).
-  const char* type = fp8 ? "float" : "int";
-  const nlohmann::json* w = field(g, "weights");
-  QC_INPUT(w, "{}: field `{}.weights`: expected the {} weight scheme, found nothing", file, where,
-           fp8 ? "FP8 per-channel or per-tensor" : "int8 per-channel");
-  check_scheme(file, *w, where + ".weights", {{"num_bits", 8}, {"type", type}, {"symmetric", true}, {"dynamic", false}});
-  WeightStorage storage{true, fp8 ? ElementType::e4m3 : ElementType::int8, WeightScaling::per_channel};
-  const nlohmann::json* strategy = field(*w, "strategy");
-  if (fp8 && strategy && *strategy == "tensor") {
-    storage.scaling = WeightScaling::per_tensor;
-  } else {
-    QC_INPUT(strategy && *strategy == "channel", "{}: field `{}.weights.strategy`: expected {}, found {}", file, where,
-             fp8 ? "\"channel\" or \"tensor\"" : "\"channel\"", strategy ? strategy->dump() : std::string("nothing"));
-  }
-  const nlohmann::json* a = field(g, "input_activations");
-  QC_INPUT(a, "{}: field `{}.input_activations`: expected the {} per-token dynamic scheme, found nothing", file,
-           where, fp8 ? "FP8" : "int8");
-  check_scheme(file, *a, where + ".input_activations",
-               {{"num_bits", 8}, {"type", type}, {"symmetric", true}, {"strategy", "token"}, {"dynamic", true}});
-  return storage;
-}
-
-struct HfHeader {
-  ModelConfig config;
-  WeightStorage weights;    // `quantized` false without a quantization_config
-  std::string torch_dtype;  // "" when absent
-};
-
-HfHeader parse_config(const std::string& file) {
-  const nlohmann::json j = parse_json(read_file(file), file);
-  QC_INPUT(j.is_object(), "{}: expected a JSON object, found {}", file, j.type_name());
-  HfHeader h;
-  ModelConfig& c = h.config;
-  const nlohmann::json* type = field(j, "model_type");
-  QC_INPUT(type && type->is_string() && (*type == "llama" || *type == "qwen2" || *type == "qwen3"),
-           "{}: field `model_type`: expected \"llama\", \"qwen2\" or \"qwen3\", found {}", file,
-           type ? type->dump() : std::string("nothing"));
-  c.arch = type->get<std::string>();
-  c.hidden = int_field(file, j, "hidden_size", std::nullopt);
-  c.intermediate = int_field(file, j, "intermediate_size", std::nullopt);
-  c.n_layers = int_field(file, j, "num_hidden_layers", std::nullopt);
-  c.n_heads = int_field(file, j, "num_attention_heads", std::nullopt);
-  c.n_kv_heads = int_field(file, j, "num_key_value_heads", c.n_heads);
-  QC_INPUT(c.hidden % c.n_heads == 0 || field(j, "head_dim"),
-           "{}: field `head_dim`: expected it (hidden_size {} is not a multiple of num_attention_heads {}), found "
-           "nothing",
-           file, c.hidden, c.n_heads);
-  c.head_dim = int_field(file, j, "head_dim", c.hidden / c.n_heads);
-  c.vocab = int_field(file, j, "vocab_size", std::nullopt);
-  c.max_seq_len = int_field(file, j, "max_position_embeddings", std::nullopt);
-  c.rope_theta = number_field(file, j, "rope_theta", 10000.0);
-  c.rms_eps = static_cast<float>(number_field(file, j, "rms_norm_eps", 1e-6));
-  c.tie_embeddings = bool_field(file, j, "tie_word_embeddings", false);
-  c.rope_style = RopeStyle::rotate_half;
-  c.qk_norm = c.arch == "qwen3";
-  c.qkv_bias = c.arch == "qwen2";
-  if (const nlohmann::json* act = field(j, "hidden_act")) {
-    QC_INPUT(*act == "silu", "{}: field `hidden_act`: expected \"silu\" (SwiGLU), found {}", file, act->dump());
-  }
-  if (const nlohmann::json* rs = field(j, "rope_scaling")) {
-    QC_FAIL_INPUT("{}: field `rope_scaling`: expected null (plain RoPE), found {}", file, rs->dump());
-  }
-  QC_INPUT(!bool_field(file, j, "attention_bias", false),
-           "{}: field `attention_bias`: expected false ({} has no bias on q/k/v/o{}), found true", file, c.arch,
-           c.arch == "qwen2" ? " beyond Qwen2's fixed q/k/v bias" : "");
-  QC_INPUT(!bool_field(file, j, "mlp_bias", false), "{}: field `mlp_bias`: expected false, found true", file);
-  if (const nlohmann::json* dt = field(j, "torch_dtype")) {
-    QC_INPUT(*dt == "float32" || *dt == "bfloat16", "{}: field `torch_dtype`: expected \"float32\" or \"bfloat16\", found {}",
-             file, dt->dump());
-    h.torch_dtype = dt->get<std::string>();
-  }
-  c.bos_id = 1;
-  if (const nlohmann::json* bos = field(j, "bos_token_id")) {
-    QC_INPUT(bos->is_number_integer(), "{}: field `bos_token_id`: expected an integer, found {}", file, bos->dump());
-    c.bos_id = bos->get<int32_t>();
-  }
-  if (const nlohmann::json* eos = field(j, "eos_token_id")) {
-    const nlohmann::json list = eos->is_array() ? *eos : nlohmann::json::array({*eos});
-    for (const auto& e : list) {
-      QC_INPUT(e.is_number_integer() && e.get<int64_t>() >= 0 && e.get<int64_t>() < c.vocab,
-               "{}: field `eos_token_id`: expected ids in [0, {}), found {}", file, c.vocab, eos->dump());
-      c.stop_ids.push_back(e.get<int32_t>());
-    }
-  }
-  if (const nlohmann::json* q = field(j, "quantization_config")) {
-    h.weights = is_hf_fp8_config(*q) ? validate_hf_fp8_config(file, *q) : validate_quantization_config(file, *q);
-  }
-  c.validate(file);
-  return h;
-}
 
 // ---- tensors ----
 
@@ -441,60 +244,6 @@ Tensor float_tensor(const std::vector<float>& v, std::vector<int64_t> shape, DTy
   return t;
 }
 
-// `weights`: unquantized (no quantization_config), or the compressed-tensors config of an int-quantized
-// or float-quantized checkpoint, as llm-compressor writes it (W8A8 INT8, FP8_DYNAMIC).
-std::string hf_config_json(const Model& m, const WeightStorage& weights) {
-  const ModelConfig& c = m.config;
-  const std::string type = c.qk_norm ? "qwen3" : c.qkv_bias ? "qwen2" : "llama";
-  QC_CHECK(!(c.qk_norm && c.qkv_bias), "no Hugging Face architecture has both QK-norm and a q/k/v bias");
-  const char* arch = type == "qwen3" ? "Qwen3ForCausalLM" : type == "qwen2" ? "Qwen2ForCausalLM" : "LlamaForCausalLM";
-  nlohmann::ordered_json j;
-  j["architectures"] = {arch};
-  j["model_type"] = type;
-  j["hidden_size"] = c.hidden;
-  j["intermediate_size"] = c.intermediate;
-  j["num_hidden_layers"] = c.n_layers;
-  j["num_attention_heads"] = c.n_heads;
-  j["num_key_value_heads"] = c.n_kv_heads;
-  j["head_dim"] = c.head_dim;
-  j["vocab_size"] = c.vocab;
-  j["max_position_embeddings"] = c.max_seq_len;
-  j["rope_theta"] = c.rope_theta;
-  j["rope_scaling"] = nullptr;
-  j["rms_norm_eps"] = static_cast<double>(c.rms_eps);  // reads back to the same float
-  j["hidden_act"] = "silu";
-  j["attention_bias"] = false;
-  j["tie_word_embeddings"] = c.tie_embeddings;
-  j["torch_dtype"] = c.dtype == "bf16" ? "bfloat16" : "float32";
-  j["bos_token_id"] = c.bos_id;
-  if (c.stop_ids.size() == 1) j["eos_token_id"] = c.stop_ids[0];
-  else if (!c.stop_ids.empty()) j["eos_token_id"] = c.stop_ids;
-  if (weights.blocks) {
-    j["quantization_config"] = block_quantization_config(weights);
-  } else if (weights.quantized) {
-    const bool fp8 = weights.type != ElementType::int8;
-    const char* type = fp8 ? "float" : "int";
-    const char* format = fp8 ? "float-quantized" : "int-quantized";
-    const char* strategy = weights.scaling == WeightScaling::per_tensor ? "tensor" : "channel";
-    const nlohmann::ordered_json scheme_w = {{"num_bits", 8}, {"type", type}, {"symmetric", true}, {"strategy", strategy},
-                                             {"dynamic", false}, {"group_size", nullptr}, {"block_structure", nullptr},
-                                             {"actorder", nullptr}, {"observer", "minmax"}, {"observer_kwargs", nlohmann::ordered_json::object()}};
-    const nlohmann::ordered_json scheme_a = {{"num_bits", 8}, {"type", type}, {"symmetric", true}, {"strategy", "token"},
-                                             {"dynamic", true}, {"group_size", nullptr}, {"block_structure", nullptr},
-                                             {"actorder", nullptr}, {"observer", nullptr}, {"observer_kwargs", nlohmann::ordered_json::object()}};
-    j["quantization_config"] = {
-        {"config_groups",
-         {{"group_0",
-           {{"input_activations", scheme_a}, {"output_activations", nullptr}, {"targets", {"Linear"}},
-            {"weights", scheme_w}, {"format", format}}}}},
-        {"format", format},
-        {"ignore", {"lm_head"}},
-        {"kv_cache_scheme", nullptr},
-        {"quant_method", "compressed-tensors"},
-        {"quantization_status", "compressed"}};
-  }
-  return j.dump(2) + "\n";
-}
 
 template <class T>
 void permute_rows_t(std::vector<T>& v, int64_t heads, int64_t hd, int64_t row_len, RopeStyle to) {
@@ -519,44 +268,6 @@ void permute_linear(LinearLayer& l, int64_t heads, int64_t hd, RopeStyle to) {
   permute_rows_t(l.weight_scale, heads, hd, 1, to);
   permute_rows_t(l.bias, heads, hd, 1, to);
 }
-
-// A fresh directory beside `out` that becomes `out` in one rename.
-struct TempDir {
-  std::string path;
-  bool committed = false;
-  explicit TempDir(const std::string& out) {
-    lock_output("output", out);  // first: a second writer of `out` is refused, naming the first
-    QC_INPUT(!fs::exists(out), "{}: expected a path that does not exist yet (outputs are never overwritten), found "
-             "an existing {}", out, fs::is_directory(out) ? "directory" : "file");
-    // Hidden and carrying this process's pid (`.<name>.qc-tmp-<pid>-...`, as the atomic writer's
-    // files): a later run removes it when this process was killed before it could.
-    const std::string parent = fs::path(out).has_parent_path() ? fs::path(out).parent_path().string() : ".";
-    remove_orphaned_temporaries(parent);
-    path = temporary_path_for(out);
-    // Registered before it exists, so that no signal finds it unregistered; the CLI's
-    // SIGINT/SIGTERM/SIGHUP handler removes it.
-    handle = register_temporary_directory(path);
-    std::error_code ec;
-    fs::create_directories(path, ec);
-    QC_INPUT(!ec, "{}: cannot create the temporary directory ({})", path, ec.message());
-  }
-  ~TempDir() {
-    if (!committed) {
-      std::error_code ec;
-      fs::remove_all(path, ec);
-    }
-    unregister_temporary_directory(handle);
-  }
-  void commit(const std::string& out) {
-    std::error_code ec;
-    fs::rename(path, out, ec);
-    QC_INPUT(!ec, "{}: cannot rename {} into place ({})", out, path, ec.message());
-    committed = true;
-    unregister_temporary_directory(handle);
-    handle = -1;
-  }
-  int handle = -1;
-};
 
 }  // namespace
 
@@ -754,34 +465,25 @@ Model load_model(const std::string& path) {
   return load_llama2c(path);
 }
 
+constexpr NameRow<ModelFormat> kModelFormatNames[] = {
+    {ModelFormat::hf, "hf"},
+    {ModelFormat::compressed_tensors, "compressed-tensors"},
+    {ModelFormat::compressed_tensors_fp8, "compressed-tensors-fp8"},
+    {ModelFormat::hf_fp8, "hf-fp8"},
+    {ModelFormat::compressed_tensors_fp8_block, "compressed-tensors-fp8-block"},
+    {ModelFormat::llama2c, "llama2c"}};
+
 ModelFormat parse_model_format(std::string_view text) {
-  if (text == "hf") return ModelFormat::hf;
-  if (text == "compressed-tensors") return ModelFormat::compressed_tensors;
-  if (text == "compressed-tensors-fp8") return ModelFormat::compressed_tensors_fp8;
-  if (text == "hf-fp8") return ModelFormat::hf_fp8;
-  if (text == "compressed-tensors-fp8-block") return ModelFormat::compressed_tensors_fp8_block;
-  if (text == "llama2c") return ModelFormat::llama2c;
-  QC_FAIL_INPUT("--format: expected `hf`, `compressed-tensors`, `compressed-tensors-fp8`, `hf-fp8`, "
-                "`compressed-tensors-fp8-block` or `llama2c`, found `{}`",
-                text);
+  if (const auto f = value_of(kModelFormatNames, text)) return *f;
+  QC_FAIL_INPUT("--format: expected {}, found `{}`", names_or(kModelFormatNames, "`"), text);
 }
 
-std::string_view to_string(ModelFormat format) {
-  switch (format) {
-    case ModelFormat::hf: return "hf";
-    case ModelFormat::compressed_tensors: return "compressed-tensors";
-    case ModelFormat::compressed_tensors_fp8: return "compressed-tensors-fp8";
-    case ModelFormat::hf_fp8: return "hf-fp8";
-    case ModelFormat::compressed_tensors_fp8_block: return "compressed-tensors-fp8-block";
-    case ModelFormat::llama2c: return "llama2c";
-  }
-  return "?";
-}
+std::string_view to_string(ModelFormat format) { return name_of(kModelFormatNames, format); }
 
 void save_model(const Model& model, const std::string& out, ModelFormat format,
                 const std::map<std::string, std::string>& extra_files, const std::optional<ScaleLayout>& blocks) {
   model.check_shapes();
-  TempDir tmp(out);
+  StagingDir tmp(out);
   for (const auto& [name, content] : extra_files) write_file_atomic((fs::path(tmp.path) / name).string(), content);
   if (format == ModelFormat::llama2c) {
     const ModelConfig& c = model.config;
@@ -882,123 +584,6 @@ void save_model(const Model& model, const std::string& out, ModelFormat format,
   write_safetensors((fs::path(tmp.path) / "model.safetensors").string(), tensors,
                     {{"format", "pt"}});
   tmp.commit(out);
-}
-
-// ---- the power-of-two checkpoint ----
-
-namespace {
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-// Rewrites one safetensors file: `*.weight_scale` tensors rounded to powers of two in their own
-// dtype, everything else (tensor bytes, metadata) unchanged.
-void pow2_safetensors(const std::string& in, const std::string& out, Pow2Report& report) {
-  const SafetensorsFile f = read_safetensors(in);
-  std::vector<std::pair<std::string, Tensor>> tensors;
-  for (const auto& [name, t] : f.tensors) {
-    if (!ends_with(name, ".weight_scale")) {
-      tensors.emplace_back(name, t);
-      ++report.tensors_copied;
-      continue;
-    }
-    QC_INPUT(t.dtype() == DType::f32 || t.dtype() == DType::bf16,
-             "{}: tensor `{}`: expected a weight scale of dtype F32 or BF16, found {}", in, name,
-             dtype_safetensors_name(t.dtype()));
-    Tensor r = t.clone();
-    const int64_t n = r.numel();
-    for (int64_t i = 0; i < n; ++i) {
-      float v, p;
-      if (r.dtype() == DType::f32) {
-        v = r.mutable_span<float>()[static_cast<size_t>(i)];
-      } else {
-        v = bf16_to_f32(r.mutable_span<uint16_t>()[static_cast<size_t>(i)]);
-      }
-      QC_INPUT(std::isfinite(v) && v > 0, "{}: tensor `{}`: expected finite positive scales, found {} at index {}", in,
-               name, v, i);
-      p = pow2_nearest_log2(v);
-      report.scales_changed += p != v;
-      ++report.scales;
-      if (r.dtype() == DType::f32) {
-        r.mutable_span<float>()[static_cast<size_t>(i)] = p;
-      } else {
-        const uint16_t b = f32_to_bf16(p);
-        // A power of two of a bf16 scale is a bf16 value: same exponent range, one significand bit.
-        QC_CHECK(bf16_to_f32(b) == p, "{}: `{}`[{}]: 2^k = {} is not exact in bf16", in, name, i, p);
-        r.mutable_span<uint16_t>()[static_cast<size_t>(i)] = b;
-      }
-    }
-    tensors.emplace_back(name, std::move(r));
-    ++report.scale_tensors;
-  }
-  write_safetensors(out, tensors, f.metadata);
-}
-
-std::string no_scales_message(const std::string& in, const std::string& what) {
-  return fmt::format(
-      "{}: {} stores no weight scales (its weights are floating point; qconform quantizes them at run time), so "
-      "there is nothing to round to a power of two: the probe for it is `--mode w8a8 --pow2` on generate, replay "
-      "and capture (the same rounding of the same scales, in memory). To get a probe checkpoint on disk, start "
-      "from a compressed-tensors W8A8 checkpoint",
-      in, what);
-}
-
-}  // namespace
-
-Pow2Report pow2_checkpoint(const std::string& in, const std::string& out) {
-  QC_INPUT(fs::exists(in), "{}: expected a checkpoint, found nothing", in);
-  std::error_code ec;
-  QC_INPUT(!(fs::exists(out) && fs::equivalent(in, out, ec)), "pow2: OUT {} is IN {}: the input is never touched; "
-           "choose another output path", out, in);
-  QC_INPUT(!fs::exists(out), "{}: expected an output path that does not exist yet, found an existing {}", out,
-           fs::is_directory(out) ? "directory" : "file");
-  Pow2Report report;
-  if (fs::is_regular_file(in)) {
-    QC_INPUT(ends_with(in, ".safetensors"),
-             "{}", no_scales_message(in, "this file (not .safetensors: a llama2.c fp32 checkpoint?)"));
-    report.inputs.emplace_back(in, sha256_file(in));
-    pow2_safetensors(in, out, report);
-    QC_INPUT(report.scale_tensors > 0, "{}: expected `*.weight_scale` tensors (a compressed-tensors checkpoint), found "
-             "none", in);
-    report.outputs.emplace_back(out, sha256_file(out));
-    return report;
-  }
-  const fs::path dir(in);
-  if (!fs::exists(dir / "config.json")) {
-    QC_INPUT(!fs::exists(dir / "model.bin"), "{}", no_scales_message(in, "this llama2.c fp32 checkpoint"));
-    QC_FAIL_INPUT("{}: expected a compressed-tensors checkpoint directory (config.json + *.safetensors), found no "
-                  "config.json", in);
-  }
-  const HfHeader h = parse_config((dir / "config.json").string());
-  QC_INPUT(h.weights.quantized, "{}", no_scales_message(in, "this Hugging Face checkpoint (config.json has no "
-                                                    "quantization_config)"));
-  std::vector<fs::path> files;
-  for (const auto& e : fs::directory_iterator(dir)) {
-    QC_INPUT(e.is_regular_file(), "{}: expected only regular files in the checkpoint directory, found {}", in,
-             e.path().string());
-    files.push_back(e.path());
-  }
-  std::sort(files.begin(), files.end());
-  TempDir tmp(out);
-  for (const fs::path& f : files) {
-    const std::string name = f.filename().string();
-    const std::string dst = (fs::path(tmp.path) / name).string();
-    report.inputs.emplace_back(f.string(), sha256_file(f.string()));
-    if (ends_with(name, ".safetensors")) {
-      pow2_safetensors(f.string(), dst, report);
-    } else {
-      write_file_atomic(dst, read_file(f.string()));  // config.json and anything else, byte for byte
-    }
-  }
-  QC_INPUT(report.scale_tensors > 0, "{}: expected `*.weight_scale` tensors (a compressed-tensors checkpoint), found "
-           "none", in);
-  tmp.commit(out);
-  for (const fs::path& f : files) {
-    const std::string o = (fs::path(out) / f.filename()).string();
-    report.outputs.emplace_back(o, sha256_file(o));
-  }
-  return report;
 }
 
 }  // namespace qc

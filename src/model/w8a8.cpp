@@ -134,17 +134,16 @@ W8a8Linear::W8a8Linear(W8a8Options options) : state_(std::make_shared<State>()) 
   if (options.fp8) {
     QC_INPUT(state_->info.fp8(),
              "--arm `{}` in mode w8a8-fp8: expected an FP8 arm (an FP8 element or an accumulation model: "
-             "cpu:fp8-<model>, cuda:cublaslt-fp8, cuda:cublaslt-fp8-fastacc; `qconform arms` lists them), found an "
-             "INT8 arm",
-             options.arm);
+             "{}; `qconform arms` lists them), found an INT8 arm",
+             options.arm, fp8_arm_families(Fp8Families::all));
     const Fp8Quantization& f = *options.fp8;
     const bool block_arm = is_block_model_name(state_->info.accumulation_model);
     QC_INPUT(block_arm == block,
              "--arm `{}` in mode w8a8-fp8 with --act-scale {} --weight-scale {}: expected {} (`qconform arms` lists "
              "them), found {} arm (accumulation model {})",
              options.arm, f.act_scale_spec(), f.weight_scale_spec(),
-             block ? "a block-scaled FP8 arm, cpu:fp8-block-<form>, for block-scaled operands"
-                   : "an FP8 arm of an unscaled model (cpu:fp8-<model>, cuda:cublaslt-fp8)",
+             block ? fmt::format("a block-scaled FP8 arm, {}, for block-scaled operands", fp8_arm_families(Fp8Families::block))
+                   : fmt::format("an FP8 arm of an unscaled model ({})", fp8_arm_families(Fp8Families::unscaled)),
              block_arm ? "a block-scaled" : "an unscaled FP8", state_->info.accumulation_model);
     state_->source = fmt::format("model run, w8a8-fp8 element={} act_scale={} weight_scale={} pow2={}",
                                  element_types_spec(f.act, f.weight), f.act_scale_spec(), f.weight_scale_spec(),

@@ -13,7 +13,7 @@
 
 #include "gpu_test_util.hpp"
 #include "qconform/arm.hpp"
-#include "checks/sweep.hpp"
+#include "orchestrate/sweep.hpp"
 #include "checks/verify.hpp"
 
 namespace qc {

@@ -6,7 +6,7 @@
 
 #include "qconform/arm.hpp"
 #include "checks/c1_boundary.hpp"
-#include "checks/mutant_matrix.hpp"
+#include "orchestrate/mutant_matrix.hpp"
 
 namespace qc {
 namespace {

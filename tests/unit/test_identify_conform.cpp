@@ -11,7 +11,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "checks/conform.hpp"
+#include "orchestrate/conform.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/report.hpp"
 #include "temp_dir.hpp"

@@ -12,7 +12,7 @@
 
 #include "checks/c1_boundary.hpp"
 #include "checks/c7_transfer.hpp"
-#include "checks/conform.hpp"
+#include "orchestrate/conform.hpp"
 #include "checks/interchangeability.hpp"
 #include "checks/verify.hpp"
 #include "core/suggest.hpp"

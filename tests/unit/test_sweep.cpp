@@ -1,4 +1,4 @@
-// The depth sweep (src/checks/sweep.cpp): the fast FP8 kernels are bit-identical to the models' one
+// The depth sweep (src/orchestrate/sweep.cpp): the fast FP8 kernels are bit-identical to the models' one
 // scalar reference, the epilogue to a second implementation in fp64, the magnitude statistics to
 // hand-made pairs, and tiny sweeps of both formats run (INT8: max 1 ulp).
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 #include "accum/fp8_model.hpp"
-#include "checks/sweep.hpp"
+#include "orchestrate/sweep.hpp"
 #include "synth/synth.hpp"
 
 namespace {

@@ -18,7 +18,7 @@
 
 #include "accum/fp8_model.hpp"
 #include "checks/element_pass.hpp"
-#include "checks/sweep.hpp"
+#include "orchestrate/sweep.hpp"
 #include "checks/verify.hpp"
 #include "verify_test_util.hpp"
 #include "core/operands_io.hpp"
@@ -438,7 +438,8 @@ TEST(VerifyFp8, SweepExplainedColumnUsesTheModelEachRunClaims) {
   static const bool registered = [] {
     register_arm_backend(ArmBackend{"test-claims", "test: records claim blocked-4, the arm declares promote4",
                                     [] { return std::vector<std::string>{}; },
-                                    [](std::string_view) -> std::unique_ptr<Arm> { return std::make_unique<ClaimingArm>(); }});
+                                    [](std::string_view) -> std::unique_ptr<Arm> { return std::make_unique<ClaimingArm>(); },
+                                    /*variant_is_file=*/false, /*fp8_families=*/{}});
     return true;
   }();
   ASSERT_TRUE(registered);

@@ -78,7 +78,9 @@ void register_cpu_arms() {
       [](std::string_view variant) -> std::unique_ptr<Arm> {
         if (variant.starts_with("fp8-")) return make_cpu_fp8_arm(variant.substr(4));
         return std::make_unique<CpuEpilogueArm>(epilogue(variant));
-      }});
+      },
+      /*variant_is_file=*/false,
+      /*fp8_families=*/{{"cpu:fp8-<model>", false}, {"cpu:fp8-block-<form>", true}}});
 }
 
 }  // namespace qc

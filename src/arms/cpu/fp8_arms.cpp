@@ -202,7 +202,9 @@ void register_fp8_alias_arms() {
           kernel = fmt::format("cpu fp8 emulation, fp32 order split-k({})", model.model.splits);
         }
         return std::make_unique<CpuFp8ModelArm>(label, std::move(model), std::move(kernel));
-      }});
+      },
+      /*variant_is_file=*/false,
+      /*fp8_families=*/{}});  // aliases of cpu:fp8-<model>, listed there
 }
 
 }  // namespace qc

@@ -229,7 +229,9 @@ void register_mutant_arms() {
         if (variant == kFp8MutantName) return std::make_unique<Fp8RneStepsMutant>();
         names.emplace_back(kFp8MutantName);
         QC_FAIL_INPUT("arm `mutant:{}`: unknown mutant; expected one of: {}", variant, fmt::join(names, ", "));
-      }});
+      },
+      /*variant_is_file=*/false,
+      /*fp8_families=*/{}});
 }
 
 }  // namespace qc

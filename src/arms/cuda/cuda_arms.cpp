@@ -493,6 +493,23 @@ class MmaFp8BlockArm final : public Arm {
 }  // namespace
 }  // namespace cuda
 
+namespace {
+
+// The FP8 families of this backend, as messages list them (the CUTLASS ones only in a build with CUTLASS).
+std::vector<Fp8ArmFamily> cuda_fp8_families() {
+  std::vector<Fp8ArmFamily> f = {{"cuda:cublaslt-fp8", false},
+                                 {"cuda:cublaslt-fp8-fastacc", false},
+                                 {"cuda:cublaslt-fp8-block", true},
+                                 {"cuda:mma-fp8-block-<form>", true}};
+  if (!cutlass_arm_variants().empty()) {
+    f.push_back({"cuda:cutlass-fp8-rowwise[-fastacc]", false});
+    f.push_back({"cuda:cutlass-fp8-blockwise", true});
+  }
+  return f;
+}
+
+}  // namespace
+
 void register_cuda_arms() {
   register_arm_backend(ArmBackend{
       "cuda",
@@ -538,7 +555,9 @@ void register_cuda_arms() {
             "unknown CUDA arm `cuda:{}`: expected mma-<epilogue> ({}), mma-fp8-block-<form>, cublaslt-int8, cublaslt-fp8, "
             "cublaslt-fp8-fastacc, cublaslt-fp8-block or cutlass-*",
             variant, formulas);
-      }});
+      },
+      /*variant_is_file=*/false,
+      /*fp8_families=*/cuda_fp8_families()});
 }
 
 }  // namespace qc

@@ -208,6 +208,8 @@ void register_onednn_arms() {
             return v;
           },
       .make = make_onednn_arm,
+      .variant_is_file = false,
+      .fp8_families = {},
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "core/name_table.hpp"
 #include "qconform/error.hpp"
 
 namespace qc {
@@ -27,13 +28,13 @@ const std::vector<CheckSpec>& check_table() {
       {"C2", "range prediction",
        "exact emulation: no |acc| ≥ 2^31; per layer the max |acc|, headroom bits below 2^24, count above 2^24; pinned "
        "by SHA-256 before any comparison runs",
-       "accumulator width / operand capture", {}, /*falsifiable=*/true},
+       "accumulator width / operand capture", {}, /*falsifiable=*/true, /*per_layer=*/true},
       {"C3", "shared operands", "both arms received byte-identical quantized activations, scales and weights",
-       "activation quantization upstream of the GEMM, or an arm writing into its inputs", {}, /*falsifiable=*/true},
+       "activation quantization upstream of the GEMM, or an arm writing into its inputs", {}, /*falsifiable=*/true, /*per_layer=*/true},
       {"C4", "accumulator equality",
        "every arm that exposes its INT32 accumulator equals the exact emulation, bit for bit",
        "the accumulation stage: saturation, wraparound, dropped K tail, float accumulation",
-       {"layers whose exact accumulators leave INT32 (reported by C2)"}, /*falsifiable=*/true},
+       {"layers whose exact accumulators leave INT32 (reported by C2)"}, /*falsifiable=*/true, /*per_layer=*/true},
       {"C5", "power-of-two probe",
        "with weight scales rounded to powers of two (and, separately, all scales set to one power of two per layer), "
        "outputs are bit-identical for finite normal outputs in layers predicted safe",
@@ -43,13 +44,13 @@ const std::vector<CheckSpec>& check_table() {
         "layers predicted unsafe by C2",
         "declared formulas outside one commutation class: bias after a bf16 rounding, or one rounding (exact) against "
         "two (fp32 then bf16)"},
-       /*falsifiable=*/true},
+       /*falsifiable=*/true, /*per_layer=*/true},
       {"C6", "real-scale tolerance",
        "under real scales, differences are ≤ the tolerance (default 1 bf16 ulp, finite pairs, ordered bit-pattern "
        "distance); rate and distribution reported; when both arms declare formulas, the observed set of differing "
        "elements equals the predicted set",
        "extra rounding steps or reduced precision in the epilogue", {"near-zero elements reported separately"},
-       /*falsifiable=*/false},
+       /*falsifiable=*/false, /*per_layer=*/true},
       {"C7", "token transfer",
        "teacher-forced single-step flip rate, its dependence on the logit margin (ROC-AUC, calibrated flip "
        "probability), sequence-level agreement",
@@ -57,6 +58,16 @@ const std::vector<CheckSpec>& check_table() {
        /*falsifiable=*/false},
   };
   return table;
+}
+
+std::string check_id_range(bool per_layer_only) {
+  std::string first, last;
+  for (const CheckSpec& c : check_table()) {
+    if (per_layer_only && !c.per_layer) continue;
+    if (first.empty()) first = c.id;
+    last = c.id;
+  }
+  return first + "-" + last;
 }
 
 const CheckSpec& check_spec(std::string_view id) {
@@ -98,16 +109,13 @@ std::string check_table_markdown() {
   return md;
 }
 
-std::string_view verdict_name(Verdict v) {
-  switch (v) {
-    case Verdict::pass: return "pass";
-    case Verdict::fail: return "fail";
-    case Verdict::not_applicable: return "not-applicable";
-    case Verdict::outside_jurisdiction: return "outside-jurisdiction";
-    case Verdict::reported: return "reported";
-  }
-  return "?";
-}
+constexpr NameRow<Verdict> kVerdictNames[] = {{Verdict::pass, "pass"},
+                                               {Verdict::fail, "fail"},
+                                               {Verdict::not_applicable, "not-applicable"},
+                                               {Verdict::outside_jurisdiction, "outside-jurisdiction"},
+                                               {Verdict::reported, "reported"}};
+
+std::string_view verdict_name(Verdict v) { return name_of(kVerdictNames, v); }
 
 void to_json(nlohmann::json& j, const CheckResult& r) {
   j = {{"id", r.id},           {"title", r.title},         {"verdict", verdict_name(r.verdict)},

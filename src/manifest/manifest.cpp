@@ -14,7 +14,6 @@
 #include <set>
 
 #include "arms/environment.hpp"
-#include "checks/c0_identity.hpp"
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
@@ -361,27 +360,51 @@ std::vector<const FieldResult*> JoinResult::violations() const {
   return v;
 }
 
-JoinResult join_manifest_json(const json& a, const json& b, const std::string& treatment, bool rehash,
-                              std::string name_a, std::string name_b) {
-  static const std::set<std::string> kTreatmentRoots = {"inputs", "config", "platform", "selection_env",
-                                                        "project_version"};
-  const std::string root = treatment.substr(0, treatment.find('.'));
-  QC_INPUT(treatment == "arm" || kTreatmentRoots.count(root),
-           "--treatment `{}`: expected `arm` or a field path under inputs, config, platform, selection_env or "
-           "project_version (e.g. `config.scale_mode`)",
-           treatment);
+namespace {
 
+// The value at a dotted `path` of `j`, null when absent.
+json sub(const json& j, const std::string& path) {
+  const json* cur = &j;
+  size_t pos = 0;
+  while (true) {
+    const size_t dot = path.find('.', pos);
+    const std::string key = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
+    if (!cur->is_object() || !cur->contains(key)) return json();
+    cur = &cur->at(key);
+    if (dot == std::string::npos) return *cur;
+    pos = dot + 1;
+  }
+}
+
+// The kernel evidence of a run, without labels: arm A's (`treatment`), and for a pair run (verify,
+// sweep) arm B's too, so that two pairs differing only in B are a real treatment.
+json pair_evidence(const json& m) {
+  json e = {{"a", evidence_without_label(sub(m, "treatment"))}};
+  if (const json b2 = sub(m, "config.arm_b"); !b2.is_null()) {
+    e["b"] = evidence_without_label(b2);
+  } else if (const json b3 = sub(m, "config.arms.b"); !b3.is_null()) {
+    e["b"] = evidence_without_label(b3);
+  }
+  return e;
+}
+
+// The join as it is built: its field results so far, and the fields already reported as
+// violations (so that a malformed digest is not also a "mismatch").
+struct Join {
   JoinResult r;
-  r.treatment = treatment;
-  r.name_a = std::move(name_a);
-  r.name_b = std::move(name_b);
-  std::set<std::string> flagged;  // fields already reported, so a malformed digest is not also a "mismatch"
+  std::set<std::string> flagged;
 
-  const auto add = [&](FieldResult f) {
+  void add(FieldResult f) {
     if (f.violation) flagged.insert(f.field);
     r.fields.push_back(std::move(f));
-  };
+  }
+  void structure(const json& a, const json& b);
+  void field_by_field(const json& a, const json& b, const std::string& treatment);
+  void treatment_differs(const json& a, const json& b, const std::string& treatment);
+  void rehash_inputs(const json& a, const json& b);
+};
 
+void Join::structure(const json& a, const json& b) {
   // 1. Structure of each side: missing fields, malformed digests, absent kernel evidence,
   //    inconsistent labels, inputs that were themselves unverified.
   std::map<std::string, FieldResult> structural;
@@ -418,7 +441,9 @@ JoinResult join_manifest_json(const json& a, const json& b, const std::string& t
   collect(a, true);
   collect(b, false);
   for (auto& [key, f] : structural) add(std::move(f));
+}
 
+void Join::field_by_field(const json& a, const json& b, const std::string& treatment) {
   // 2. Field by field: equal outside the treatment, anything inside it may differ.
   std::map<std::string, json> fa, fb;
   if (a.is_object()) flatten(a, "", fa);
@@ -453,31 +478,10 @@ JoinResult join_manifest_json(const json& a, const json& b, const std::string& t
     }
     add(std::move(f));
   }
+}
 
+void Join::treatment_differs(const json& a, const json& b, const std::string& treatment) {
   // 3. The treatment must actually differ, or there is nothing to compare.
-  const auto sub = [](const json& j, const std::string& path) -> json {
-    const json* cur = &j;
-    size_t pos = 0;
-    while (true) {
-      const size_t dot = path.find('.', pos);
-      const std::string key = path.substr(pos, dot == std::string::npos ? std::string::npos : dot - pos);
-      if (!cur->is_object() || !cur->contains(key)) return json();
-      cur = &cur->at(key);
-      if (dot == std::string::npos) return *cur;
-      pos = dot + 1;
-    }
-  };
-  // The kernel evidence of a run, without labels: arm A's (`treatment`), and for a pair run (verify,
-  // sweep) arm B's too, so that two pairs differing only in B are a real treatment.
-  const auto pair_evidence = [&](const json& m) {
-    json e = {{"a", evidence_without_label(sub(m, "treatment"))}};
-    if (const json b2 = sub(m, "config.arm_b"); !b2.is_null()) {
-      e["b"] = evidence_without_label(b2);
-    } else if (const json b3 = sub(m, "config.arms.b"); !b3.is_null()) {
-      e["b"] = evidence_without_label(b3);
-    }
-    return e;
-  };
   if (treatment == "arm") {
     const json la = sub(a, "arm"), lb = sub(b, "arm");
     const json ta = sub(a, "treatment"), tb = sub(b, "treatment");
@@ -500,9 +504,11 @@ JoinResult join_manifest_json(const json& a, const json& b, const std::string& t
            true});
     }
   }
+}
 
+void Join::rehash_inputs(const json& a, const json& b) {
   // 4. The files themselves: hash again what is on disk and compare with the recorded digest.
-  if (rehash) {
+  {
     std::map<std::string, std::string> cache;
     const auto check_side = [&](const json& j, bool side_a) {
       if (!j.is_object() || !j.contains("inputs") || !j.at("inputs").is_object()) return;
@@ -538,18 +544,36 @@ JoinResult join_manifest_json(const json& a, const json& b, const std::string& t
     check_side(a, true);
     check_side(b, false);
   }
+}
 
-  // 5. The C0 verdict (src/checks/c0_identity.cpp).
-  const std::string change =
+}  // namespace
+
+JoinResult join_manifest_fields(const json& a, const json& b, const std::string& treatment, bool rehash,
+                                std::string name_a, std::string name_b) {
+  static const std::set<std::string> kTreatmentRoots = {"inputs", "config", "platform", "selection_env",
+                                                        "project_version"};
+  const std::string root = treatment.substr(0, treatment.find('.'));
+  QC_INPUT(treatment == "arm" || kTreatmentRoots.count(root),
+           "--treatment `{}`: expected `arm` or a field path under inputs, config, platform, selection_env or "
+           "project_version (e.g. `config.scale_mode`)",
+           treatment);
+
+  Join join;
+  JoinResult& r = join.r;
+  r.treatment = treatment;
+  r.name_a = std::move(name_a);
+  r.name_b = std::move(name_b);
+  join.structure(a, b);
+  join.field_by_field(a, b, treatment);
+  join.treatment_differs(a, b, treatment);
+  if (rehash) join.rehash_inputs(a, b);
+
+  // 5. What the treatment changed, for C0's summary (the verdict: src/checks/c0_identity.cpp).
+  r.treatment_change =
       treatment == "arm" ? fmt::format("{} -> {}; kernel {} -> {}", str_at(a, "arm"), str_at(b, "arm"),
                                        str_at(sub(a, "treatment"), "kernel"), str_at(sub(b, "treatment"), "kernel"))
                          : "";
-  r.c0 = c0_identity(r, change);
-  return r;
-}
-
-JoinResult join_manifests(const Manifest& a, const Manifest& b, const std::string& treatment, bool rehash) {
-  return join_manifest_json(to_json(a), to_json(b), treatment, rehash);
+  return std::move(join.r);
 }
 
 json to_json(const JoinResult& r) {

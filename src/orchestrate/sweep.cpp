@@ -26,7 +26,7 @@
 #include "qconform/numerics.hpp"
 #include "core/parallel.hpp"
 #include "accum/fp8_model.hpp"
-#include "checks/sweep.hpp"
+#include "orchestrate/sweep.hpp"
 #include "epilogue/block_models.hpp"
 #include "checks/verify.hpp"
 #include "synth/synth.hpp"
@@ -200,7 +200,10 @@ SweepFormat sweep_pair_format(const std::string& arm_a, const std::string& arm_b
   return fa;
 }
 
-SweepResult run_sweep(const SweepOptions& o) {
+namespace {
+
+// The options, and the memory a sweep of them needs, before anything is allocated.
+void check_sweep_options(const SweepOptions& o) {
   QC_INPUT(!o.ks.empty(), "sweep: --k: expected at least one depth");
   for (int64_t k : o.ks) QC_INPUT(k > 0, "sweep: --k: expected positive depths, found {}", k);
   QC_INPUT(o.m > 0 && o.n > 0, "sweep: expected --m > 0 and --n > 0, found {} and {}", o.m, o.n);
@@ -216,145 +219,143 @@ SweepResult run_sweep(const SweepOptions& o) {
     check_memory_estimate(std::min<double>(workers, o.seeds) * (5 * (md + nd) * kd + 16 * md * nd),
                           fmt::format("sweep --m {} --n {} --k {} ({} seeds)", o.m, o.n, k, o.seeds));
   }
-  const auto t0 = std::chrono::steady_clock::now();
-  SweepResult r;
-  r.options = o;
-  r.format = sweep_pair_format(o.arm_a, o.arm_b);
+}
 
-  // One registry for every arm family: FP8 arms are those that declare an accumulation model.
-  std::unique_ptr<Arm> arm_a = make_arm(o.arm_a), arm_b = make_arm(o.arm_b);
-  const ArmInfo info[2] = {arm_a->info(), arm_b->info()};
-  std::string why_unexplained;  // "" when both arms declare a model (FP8) or a formula (INT8)
-  for (const ArmInfo& i : info) {
-    if (why_unexplained.empty() && (i.fp8() ? i.accumulation_model.empty() : i.epilogue.empty())) {
-      why_unexplained = fmt::format("arm {} declares no {}", i.label, i.fp8() ? "accumulation model" : "formula");
+// The two arms of a sweep, what they declare, and whether the declared models evaluate on the GPU.
+struct SweepPair {
+  Arm& a;
+  Arm& b;
+  ArmInfo info[2];
+  bool gpu_models = false;
+};
+
+// One cell's outputs, records and explained count (-1 with `explained_note` saying why not computed).
+struct CellRun {
+  std::vector<uint16_t> ya, yb;
+  nlohmann::json rec_a, rec_b;
+  int64_t explained = -1;
+  std::string explained_note;
+};
+
+// FP8: a declared model's outputs on the cell's operands (fp32 d, then the `fp8-scaled` epilogue).
+std::vector<uint16_t> fp8_model_outputs(const SweepPair& p, const SweepOptions& o, const std::string& name,
+                                        const Fp8Operands& ops) {
+  const NamedAccumModel model = fp8_accumulation_model(name);
+  std::vector<float> d;
+  if (p.gpu_models) {
+    d = fp8_model_evaluate_gpu(model.model, ops.a.data(), Fp8Format::e4m3, ops.w.data(), Fp8Format::e4m3,
+                               {ops.m, ops.n, ops.k});
+  } else {
+    d.resize(static_cast<size_t>(ops.m * ops.n));
+    fp8_model_evaluate(model.model, Fp8Gemm{ops.a.data(), Fp8Format::e4m3, ops.w.data(), Fp8Format::e4m3,
+                                            {ops.m, ops.n, ops.k}},
+                       d.data(), o.threads);
+  }
+  return fp8_epilogue_bf16(d.data(), ops.a_scale, ops.w_scale);
+}
+
+// The differing elements whose two values both predictions give.
+int64_t count_explained(const std::vector<uint16_t>& ya, const std::vector<uint16_t>& yb,
+                        const std::vector<uint16_t>& pa, const std::vector<uint16_t>& pb) {
+  int64_t n = 0;
+  for (size_t i = 0; i < ya.size(); ++i) n += ya[i] != yb[i] && ya[i] == pa[i] && yb[i] == pb[i];
+  return n;
+}
+
+std::vector<uint16_t> run_fp8(Arm& arm, const Fp8Operands& ops, nlohmann::json& record, int threads) {
+  const std::vector<float> d = arm.fp8_accumulate(ops.a.data(), ops.w.data(), ops.m, ops.n, ops.k, record, threads);
+  record["epilogue"] = std::string(fp8_epilogue().formula);
+  return fp8_epilogue_bf16(d.data(), ops.a_scale, ops.w_scale);
+}
+
+// A cell's one synthetic layer (M x N x K): INT8, or block-scaled e4m3 (per-token-group and per-block
+// scales of the sweep's block).
+std::vector<LayerOperands> cell_operands(const SweepOptions& o, int64_t k, uint64_t seed, bool block) {
+  SynthOptions so;
+  so.shapes = fmt::format("{}x{}x{}", o.m, o.n, k);
+  so.m = o.m;
+  so.seed = seed;
+  so.threads = o.threads;
+  if (block) {
+    so.element = "e4m3";
+    so.act_scale = fmt::format("per-token-group:{}", o.block);
+    so.weight_scale = fmt::format("per-block:{}x{}", o.block, o.block);
+  }
+  std::vector<LayerOperands> layers = synth_operands(so);
+  QC_CHECK(layers.size() == 1, "synth_operands({}) gave {} layers", so.shapes, layers.size());
+  return layers;
+}
+
+// An INT8 cell: synthetic INT8 operands; explained by both declared formulas on the exact accumulators.
+void run_int8_cell(const SweepPair& p, const SweepOptions& o, int64_t k, uint64_t seed, CellRun& c) {
+  const std::vector<LayerOperands> layers = cell_operands(o, k, seed, false);
+  ArmOutput oa = p.a.run(layers[0]);
+  ArmOutput ob = p.b.run(layers[0]);
+  c.ya = std::move(oa.y), c.yb = std::move(ob.y);
+  c.rec_a = oa.record, c.rec_b = ob.record;
+  if (c.explained_note.empty()) {  // both declared formulas on the exact accumulators
+    const LayerOperands& ops = layers[0];
+    const ExactAccumulators exact = exact_accumulate(ops.a_q.data(), ops.w_q.data(), {ops.m, ops.n, ops.k}, o.threads);
+    std::vector<uint16_t> pred[2];
+    for (int s2 = 0; s2 < 2; ++s2) {
+      pred[s2].resize(c.ya.size());
+      apply_epilogue_rows(epilogue(p.info[s2].epilogue), exact, ops.m, 0, ops.m, ops.a_scale.data(),
+                          ops.w_scale.data(), ops.has_bias() ? ops.bias.data() : nullptr, ops.n, pred[s2].data(),
+                          o.threads);
+    }
+    c.explained = count_explained(c.ya, c.yb, pred[0], pred[1]);
+  }
+}
+
+// A block-scaled FP8 cell: explained by each run's claimed block model under the cell's scales, RNE(D).
+void run_fp8_block_cell(const SweepPair& p, const SweepOptions& o, int64_t k, uint64_t seed, CellRun& c) {
+  const std::vector<LayerOperands> layers = cell_operands(o, k, seed, true);
+  const LayerOperands& ops = layers[0];
+  ArmOutput oa = p.a.run(ops);
+  ArmOutput ob = p.b.run(ops);
+  c.ya = std::move(oa.y), c.yb = std::move(ob.y);
+  c.rec_a = oa.record, c.rec_b = ob.record;
+  if (c.explained_note.empty()) {  // each run's claimed block model under the cell's scales, RNE(D)
+    const Fp8LayerCodes codes = fp8_layer_codes("sweep", ops);
+    const Fp8BlockGemm g = fp8_block_gemm("sweep", codes, ops);
+    std::vector<uint16_t> pred[2];
+    for (int s2 = 0; s2 < 2; ++s2) {
+      const nlohmann::json& rec = s2 ? c.rec_b : c.rec_a;
+      const BlockModel model = fp8_block_model(claimed_model(rec.at("extra"), p.info[s2].accumulation_model));
+      std::vector<float> d(c.ya.size());
+      fp8_block_evaluate(model, g, d.data(), o.threads);
+      pred[s2].resize(d.size());
+      for (size_t i = 0; i < d.size(); ++i) pred[s2][i] = f32_to_bf16(d[i]);
+    }
+    c.explained = count_explained(c.ya, c.yb, pred[0], pred[1]);
+  }
+}
+
+// An unscaled FP8 cell: the arms' unscaled GEMMs and the `fp8-scaled` epilogue; explained by each run's
+// claimed model.
+void run_fp8_cell(const SweepPair& p, const SweepOptions& o, int64_t k, uint64_t seed, CellRun& c) {
+  const Fp8Operands ops = synth_fp8_operands(o.m, o.n, k, seed);
+  c.ya = run_fp8(p.a, ops, c.rec_a, o.threads);
+  c.yb = run_fp8(p.b, ops, c.rec_b, o.threads);
+  for (const nlohmann::json* rec : {&c.rec_a, &c.rec_b}) {  // a run that refused its model explains nothing
+    const std::string why = accumulation_model_refusal(rec->value("extra", nlohmann::json::object()));
+    if (c.explained_note.empty() && !why.empty()) {
+      c.explained_note = fmt::format("arm {} refused its model: {}", rec->value("arm", std::string("?")), why);
     }
   }
-  const bool gpu_models = cuda_available(nullptr);
-  // FP8: a declared model's outputs on the cell's operands (fp32 d, then the `fp8-scaled` epilogue).
-  const auto fp8_model_outputs = [&](const std::string& name, const Fp8Operands& ops) {
-    const NamedAccumModel model = fp8_accumulation_model(name);
-    std::vector<float> d;
-    if (gpu_models) {
-      d = fp8_model_evaluate_gpu(model.model, ops.a.data(), Fp8Format::e4m3, ops.w.data(), Fp8Format::e4m3,
-                                 {ops.m, ops.n, ops.k});
-    } else {
-      d.resize(static_cast<size_t>(ops.m * ops.n));
-      fp8_model_evaluate(model.model, Fp8Gemm{ops.a.data(), Fp8Format::e4m3, ops.w.data(), Fp8Format::e4m3,
-                                              {ops.m, ops.n, ops.k}},
-                         d.data(), o.threads);
-    }
-    return fp8_epilogue_bf16(d.data(), ops.a_scale, ops.w_scale);
-  };
-  // The differing elements whose two values both predictions give.
-  const auto count_explained = [](const std::vector<uint16_t>& ya, const std::vector<uint16_t>& yb,
-                                  const std::vector<uint16_t>& pa, const std::vector<uint16_t>& pb) {
-    int64_t n = 0;
-    for (size_t i = 0; i < ya.size(); ++i) n += ya[i] != yb[i] && ya[i] == pa[i] && yb[i] == pb[i];
-    return n;
-  };
-  auto run_fp8 = [&](Arm& arm, const Fp8Operands& ops, nlohmann::json& record) {
-    const std::vector<float> d = arm.fp8_accumulate(ops.a.data(), ops.w.data(), ops.m, ops.n, ops.k, record, o.threads);
-    record["epilogue"] = std::string(fp8_epilogue().formula);
-    return fp8_epilogue_bf16(d.data(), ops.a_scale, ops.w_scale);
-  };
-
-  const size_t total_cells = o.ks.size() * static_cast<size_t>(o.seeds);
-  for (int64_t k : o.ks) {
-    for (int s = 0; s < o.seeds; ++s) {
-      const uint64_t seed = o.first_seed + static_cast<uint64_t>(s);
-      const auto c0 = std::chrono::steady_clock::now();
-      std::vector<uint16_t> ya, yb;
-      nlohmann::json rec_a, rec_b;
-      int64_t explained = -1;
-      std::string explained_note = o.explained ? why_unexplained : "not computed (--no-explained)";
-      if (r.format == SweepFormat::int8) {
-        SynthOptions so;
-        so.shapes = fmt::format("{}x{}x{}", o.m, o.n, k);
-        so.m = o.m;
-        so.seed = seed;
-        so.threads = o.threads;
-        const std::vector<LayerOperands> layers = synth_operands(so);
-        QC_CHECK(layers.size() == 1, "synth_operands({}) gave {} layers", so.shapes, layers.size());
-        ArmOutput oa = arm_a->run(layers[0]);
-        ArmOutput ob = arm_b->run(layers[0]);
-        ya = std::move(oa.y), yb = std::move(ob.y);
-        rec_a = oa.record, rec_b = ob.record;
-        if (explained_note.empty()) {  // both declared formulas on the exact accumulators
-          const LayerOperands& ops = layers[0];
-          const ExactAccumulators exact = exact_accumulate(ops.a_q.data(), ops.w_q.data(), {ops.m, ops.n, ops.k}, o.threads);
-          std::vector<uint16_t> p[2];
-          for (int s2 = 0; s2 < 2; ++s2) {
-            p[s2].resize(ya.size());
-            apply_epilogue_rows(epilogue(info[s2].epilogue), exact, ops.m, 0, ops.m, ops.a_scale.data(),
-                                ops.w_scale.data(), ops.has_bias() ? ops.bias.data() : nullptr, ops.n, p[s2].data(),
-                                o.threads);
-          }
-          explained = count_explained(ya, yb, p[0], p[1]);
-        }
-      } else if (r.format == SweepFormat::fp8_block) {
-        SynthOptions so;
-        so.shapes = fmt::format("{}x{}x{}", o.m, o.n, k);
-        so.m = o.m;
-        so.seed = seed;
-        so.threads = o.threads;
-        so.element = "e4m3";
-        so.act_scale = fmt::format("per-token-group:{}", o.block);
-        so.weight_scale = fmt::format("per-block:{}x{}", o.block, o.block);
-        const std::vector<LayerOperands> layers = synth_operands(so);
-        QC_CHECK(layers.size() == 1, "synth_operands({}) gave {} layers", so.shapes, layers.size());
-        const LayerOperands& ops = layers[0];
-        ArmOutput oa = arm_a->run(ops);
-        ArmOutput ob = arm_b->run(ops);
-        ya = std::move(oa.y), yb = std::move(ob.y);
-        rec_a = oa.record, rec_b = ob.record;
-        if (explained_note.empty()) {  // each run's claimed block model under the cell's scales, RNE(D)
-          const Fp8LayerCodes codes = fp8_layer_codes("sweep", ops);
-          const Fp8BlockGemm g = fp8_block_gemm("sweep", codes, ops);
-          std::vector<uint16_t> p[2];
-          for (int s2 = 0; s2 < 2; ++s2) {
-            const nlohmann::json& rec = s2 ? rec_b : rec_a;
-            const BlockModel model = fp8_block_model(claimed_model(rec.at("extra"), info[s2].accumulation_model));
-            std::vector<float> d(ya.size());
-            fp8_block_evaluate(model, g, d.data(), o.threads);
-            p[s2].resize(d.size());
-            for (size_t i = 0; i < d.size(); ++i) p[s2][i] = f32_to_bf16(d[i]);
-          }
-          explained = count_explained(ya, yb, p[0], p[1]);
-        }
-      } else {
-        const Fp8Operands ops = synth_fp8_operands(o.m, o.n, k, seed);
-        ya = run_fp8(*arm_a, ops, rec_a);
-        yb = run_fp8(*arm_b, ops, rec_b);
-        for (const nlohmann::json* rec : {&rec_a, &rec_b}) {  // a run that refused its model explains nothing
-          const std::string why = accumulation_model_refusal(rec->value("extra", nlohmann::json::object()));
-          if (explained_note.empty() && !why.empty()) {
-            explained_note = fmt::format("arm {} refused its model: {}", rec->value("arm", std::string("?")), why);
-          }
-        }
-        if (explained_note.empty()) {
-          // Each run's own claim: cuBLASLt's split-K runs claim the split-K form of the declared model.
-          // (The CPU arms' records are flat, the others' RunRecords carry `extra`.)
-          const auto claimed = [&](const nlohmann::json& rec, const ArmInfo& i) {
-            return claimed_model(rec.contains("extra") ? rec["extra"] : rec, i.accumulation_model);
-          };
-          explained = count_explained(ya, yb, fp8_model_outputs(claimed(rec_a, info[0]), ops),
-                                      fp8_model_outputs(claimed(rec_b, info[1]), ops));
-        }
-      }
-      SweepCell cell = measure_cell(ya, yb, o.m, o.n);
-      cell.explained = explained;
-      cell.explained_note = explained_note;
-      cell.k = k;
-      cell.seed = seed;
-      cell.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
-      r.cells.push_back(cell);
-      if (r.arms.empty()) r.arms = {{"a", rec_a}, {"b", rec_b}};
-      if (o.progress) o.progress(r.cells.size(), total_cells, fmt::format("K={} seed={}", k, seed));
-    }
+  if (c.explained_note.empty()) {
+    // Each run's own claim: cuBLASLt's split-K runs claim the split-K form of the declared model.
+    // (The CPU arms' records are flat, the others' RunRecords carry `extra`.)
+    const auto claimed = [&](const nlohmann::json& rec, const ArmInfo& i) {
+      return claimed_model(rec.contains("extra") ? rec["extra"] : rec, i.accumulation_model);
+    };
+    c.explained = count_explained(c.ya, c.yb, fp8_model_outputs(p, o, claimed(c.rec_a, p.info[0]), ops),
+                                fp8_model_outputs(p, o, claimed(c.rec_b, p.info[1]), ops));
   }
+}
 
-  // Rows, pooled over seeds, and the series for the fits.
+// The rows (cells pooled over seeds), the fits of the depth curve and the overall rate.
+void pool_rows(SweepResult& r, const SweepOptions& o) {
   stats::BinomialSeries pooled;
   std::vector<stats::BinomialSeries> per_seed(static_cast<size_t>(o.seeds));
   int64_t sx = 0, sn = 0;
@@ -395,6 +396,54 @@ SweepResult run_sweep(const SweepOptions& o) {
   r.fits = stats::fit_all(pooled, o.seeds >= 2 ? per_seed : std::vector<stats::BinomialSeries>{});
   r.chi_square = stats::chi_square_constant_rate(pooled);
   r.overall = stats::clopper_pearson(sx, sn, o.confidence);
+}
+
+}  // namespace
+
+SweepResult run_sweep(const SweepOptions& o) {
+  check_sweep_options(o);
+  const auto t0 = std::chrono::steady_clock::now();
+  SweepResult r;
+  r.options = o;
+  r.format = sweep_pair_format(o.arm_a, o.arm_b);
+
+  // One registry for every arm family: FP8 arms are those that declare an accumulation model.
+  std::unique_ptr<Arm> arm_a = make_arm(o.arm_a), arm_b = make_arm(o.arm_b);
+  const ArmInfo info[2] = {arm_a->info(), arm_b->info()};
+  std::string why_unexplained;  // "" when both arms declare a model (FP8) or a formula (INT8)
+  for (const ArmInfo& i : info) {
+    if (why_unexplained.empty() && (i.fp8() ? i.accumulation_model.empty() : i.epilogue.empty())) {
+      why_unexplained = fmt::format("arm {} declares no {}", i.label, i.fp8() ? "accumulation model" : "formula");
+    }
+  }
+  const SweepPair pair{*arm_a, *arm_b, {info[0], info[1]}, cuda_available(nullptr)};
+  const size_t total_cells = o.ks.size() * static_cast<size_t>(o.seeds);
+  for (int64_t k : o.ks) {
+    for (int s = 0; s < o.seeds; ++s) {
+      const uint64_t seed = o.first_seed + static_cast<uint64_t>(s);
+      const auto c0 = std::chrono::steady_clock::now();
+      CellRun run;
+      run.explained_note = o.explained ? why_unexplained : "not computed (--no-explained)";
+      if (r.format == SweepFormat::int8) {
+        run_int8_cell(pair, o, k, seed, run);
+      } else if (r.format == SweepFormat::fp8_block) {
+        run_fp8_block_cell(pair, o, k, seed, run);
+      } else {
+        run_fp8_cell(pair, o, k, seed, run);
+      }
+      SweepCell cell = measure_cell(run.ya, run.yb, o.m, o.n);
+      cell.explained = run.explained;
+      cell.explained_note = run.explained_note;
+      cell.k = k;
+      cell.seed = seed;
+      cell.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - c0).count();
+      r.cells.push_back(cell);
+      if (r.arms.empty()) r.arms = {{"a", run.rec_a}, {"b", run.rec_b}};
+      if (o.progress) o.progress(r.cells.size(), total_cells, fmt::format("K={} seed={}", k, seed));
+    }
+  }
+
+  pool_rows(r, o);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }

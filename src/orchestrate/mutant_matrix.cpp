@@ -1,4 +1,4 @@
-#include "checks/mutant_matrix.hpp"
+#include "orchestrate/mutant_matrix.hpp"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 #include <array>
 
 #include "checks/c1_boundary.hpp"
-#include "checks/sweep.hpp"
+#include "orchestrate/sweep.hpp"
 #include "checks/verify.hpp"
 #include "core/results_json.hpp"
 #include "synth/synth.hpp"
