@@ -13,6 +13,8 @@ namespace qc {
 
 void register_cpu_arms();
 void register_mutant_arms();
+// `mutant-shape:` (shape_mutants.cpp): C8's positive controls, apart from the C0–C7 mutant matrix.
+void register_shape_mutant_arms();
 // `fp8:<order>`, the sweep's old FP8 labels, as aliases of `cpu:fp8-<model>` (fp8_arms.cpp).
 void register_fp8_alias_arms();
 // `cpu:fp8-<model>` (fp8_arms.cpp); QC_INPUT for an unknown model.
