@@ -5,7 +5,9 @@
 #include <chrono>
 #include <memory>
 
+#include "checks/c8_decoder.hpp"
 #include "cli/cli.hpp"
+#include "cli/lists.hpp"
 #include "cli/paths.hpp"
 #include "cli/distributed.hpp"
 #include "cli/model_run.hpp"
@@ -20,7 +22,7 @@ namespace {
 
 struct GenerateArgs {
   ModelRunArgs run;
-  std::string prompts, out, tokens_out, manifest;
+  std::string prompts, out, tokens_out, manifest, batch_mates;
   int64_t max_new = 256;
   bool compare = false;
   bool gpu_per_rank = false;
@@ -41,6 +43,10 @@ VerbRunner setup_generate(CLI::App& app) {
   add_gpu_per_rank_option(app, a->gpu_per_rank);
   app.add_option("--tokens-out", a->tokens_out, "write each full sequence as {\"prompt\": id, \"tokens\": [...]} (input of `replay --tokens`)");
   add_mode_options(app, a->run, /*with_mode=*/true);
+  app.add_option("--batch-mates", a->batch_mates,
+                 "C8 end to end: run every linear layer's rows inside a batch with this many synthetic rows more, "
+                 "cycling through the list (e.g. 0,15,63,127); prints per layer the outputs that differ from the rows "
+                 "run alone (docs/invariance.md)");
   app.add_flag("--compare-prefill-decode", a->compare,
                "re-score each generated sequence with one prefill pass; report where prefill and decode disagree");
   return [a] {
@@ -55,11 +61,17 @@ VerbRunner setup_generate(CLI::App& app) {
     if (!a->run.tokenizer.empty()) tok = Tokenizer::load_llama2c(a->run.tokenizer, model.config.vocab);
     const std::vector<Prompt> prompts = read_prompts(a->prompts, model, tok ? &*tok : nullptr);
     const ModelRun run = make_model_run(a->run, model);
-    Decoder decoder(model, run.linear);
+    auto mate_stats = std::make_shared<BatchMateStats>();
+    const LinearFn linear = a->batch_mates.empty()
+                                ? run.linear
+                                : with_batch_mates(run.linear, parse_count_list("--batch-mates", a->batch_mates), 0,
+                                                   mate_stats);
+    Decoder decoder(model, linear);
 
     nlohmann::json extra = run.header_extra;
     extra["prompts"] = a->prompts;
     extra["max_new"] = a->max_new;
+    if (!a->batch_mates.empty()) extra["batch_mates"] = a->batch_mates;
     std::string jsonl = format_header("generate", run.mode, run.arm_label, model, tok ? tok->source : "",
                                       tok ? tok->sha256 : "", extra) + "\n";
     std::string tokens_jsonl;
@@ -126,6 +138,10 @@ VerbRunner setup_generate(CLI::App& app) {
                  "logits differ bitwise\n",
                  total.positions, total.top1_disagreements, total.max_abs_diff, total.bitwise_different,
                  total.positions * model.config.vocab);
+    }
+    if (!a->batch_mates.empty()) {
+      fmt::print("{}", mate_stats->describe());
+      if (dist::world().size > 1) fmt::print("  (rank 0's prompts only: the per-layer counts are not gathered over ranks)\n");
     }
     if (!a->out.empty()) write_file_atomic(a->out, jsonl);
     if (!a->tokens_out.empty()) write_file_atomic(a->tokens_out, tokens_jsonl);

@@ -5,7 +5,9 @@
 #include <chrono>
 #include <memory>
 
+#include "checks/c8_decoder.hpp"
 #include "cli/cli.hpp"
+#include "cli/lists.hpp"
 #include "cli/paths.hpp"
 #include "cli/distributed.hpp"
 #include "cli/model_run.hpp"
@@ -20,7 +22,7 @@ namespace {
 
 struct ReplayArgs {
   ModelRunArgs run;
-  std::string tokens, out, manifest;
+  std::string tokens, out, manifest, batch_mates;
   bool gpu_per_rank = false;
 };
 
@@ -33,6 +35,9 @@ VerbRunner setup_replay(CLI::App& app) {
       ->required()->check(CLI::ExistingFile);
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)")->required();
   add_mode_options(app, a->run, /*with_mode=*/true);
+  app.add_option("--batch-mates", a->batch_mates,
+                 "C8 end to end: run every linear layer's rows inside a batch with this many synthetic rows more, "
+                 "cycling through the list; prints per layer the outputs that differ from the rows run alone");
   add_manifest_option(app, a->manifest);
   add_gpu_per_rank_option(app, a->gpu_per_rank);
   return [a] {
@@ -45,9 +50,15 @@ VerbRunner setup_replay(CLI::App& app) {
     if (!a->run.tokenizer.empty()) tok_sha = Tokenizer::load_llama2c(a->run.tokenizer, model.config.vocab).sha256;
     const std::vector<TokenSequence> seqs = read_token_sequences(a->tokens, model.config.vocab, 2);
     const ModelRun run = make_model_run(a->run, model);
-    Decoder decoder(model, run.linear);
+    auto mate_stats = std::make_shared<BatchMateStats>();
+    const LinearFn linear = a->batch_mates.empty()
+                                ? run.linear
+                                : with_batch_mates(run.linear, parse_count_list("--batch-mates", a->batch_mates), 0,
+                                                   mate_stats);
+    Decoder decoder(model, linear);
     nlohmann::json extra = run.header_extra;
     extra["tokens"] = a->tokens;
+    if (!a->batch_mates.empty()) extra["batch_mates"] = a->batch_mates;
     std::string jsonl = format_header("replay", run.mode, run.arm_label, model, a->run.tokenizer, tok_sha, extra) + "\n";
     int64_t positions = 0, agree = 0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -82,6 +93,10 @@ VerbRunner setup_replay(CLI::App& app) {
     write_run_manifest(a->manifest, a->out, "replay", run.arm_label.empty() ? "fp32" : run.arm_label,
                        run.w8a8 ? run.w8a8->last_record() : fp32_record(), inputs,
                        {{"mode", to_string(run.mode)}, {"header", extra}});
+    if (!a->batch_mates.empty()) {
+      fmt::print("{}", mate_stats->describe());
+      if (dist::world().size > 1) fmt::print("  (rank 0's sequences only: the per-layer counts are not gathered over ranks)\n");
+    }
     fmt::print("replay: {} sequences, {} positions, top-1 = forced token at {} ({:.1f}%), {:.3f} s; wrote {}\n",
                seqs.size(), positions, agree, 100.0 * agree / std::max<int64_t>(positions, 1), seconds, a->out);
     return kExitOk;
