@@ -18,6 +18,7 @@
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
+#include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 #include "synth/synth.hpp"
 
