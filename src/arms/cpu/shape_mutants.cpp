@@ -3,8 +3,10 @@
 // shape dispatch does. Kept apart from `mutant:` (the C0–C7 matrix runs at one M, where these are
 // correct arms).
 //
-// `swap-ab-m<T>`: declares `vllm-cutlass`; for M <= T it runs the swap-AB instance, whose epilogue
-// takes the Triton order (sa first: `vllm-triton`), as SGLang's small-M dispatch does; its run record
+// `swap-ab-m<T>`: declares `vllm-cutlass-muladd` (vllm-cutlass, a bias multiplied then added, no
+// FMA); for M <= T it runs the swap-AB instance, whose epilogue takes the Triton order (sa first: `vllm-triton`; with a bias, the bias added after the bf16 rounding,
+// which changes many elements; without one, the order alone changes a few per million), as SGLang's
+// small-M dispatch does; its run record
 // says which instance ran (`extra.epilogue_instance`, `extra.swap_ab`), as a kernel's record of its
 // dispatch would.
 #include <fmt/format.h>
@@ -30,10 +32,10 @@ class SwapAbThresholdMutant final : public Arm {
     ArmInfo i;
     i.label = fmt::format("mutant-shape:swap-ab-m{}", threshold_);
     i.description = fmt::format(
-        "FAULTY on purpose (C8 control): declares vllm-cutlass, but for M <= {} runs a swap-AB instance whose "
-        "epilogue takes the vllm-triton order (sa first); its run record names the instance",
+        "FAULTY on purpose (C8 control): declares vllm-cutlass-muladd, but for M <= {} runs a swap-AB instance whose "
+        "epilogue is vllm-triton (sa first, a bias after the bf16 rounding); its run record names the instance",
         threshold_);
-    i.epilogue = "vllm-cutlass";
+    i.epilogue = "vllm-cutlass-muladd";
     i.exposes_accumulator = true;
     i.is_mutant = true;
     i.breaks_stage = "epilogue";
@@ -43,13 +45,12 @@ class SwapAbThresholdMutant final : public Arm {
   ArmOutput run(const LayerOperands& ops) override {
     ops.validate();
     const bool swap = ops.m <= threshold_;
-    const Epilogue& e = epilogue(swap ? "vllm-triton" : "vllm-cutlass");
-    QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: takes no bias (its swap-AB instance would add it after rounding)",
-             info().label, ops.name);
+    const Epilogue& e = epilogue(swap ? "vllm-triton" : "vllm-cutlass-muladd");
     ArmOutput out;
     out.y.resize(static_cast<size_t>(ops.m * ops.n));
     ExactAccumulators acc = exact_accumulate(ops.a_q.data(), ops.w_q.data(), {ops.m, ops.n, ops.k});
-    apply_epilogue_rows(e, acc, ops.m, 0, ops.m, ops.a_scale.data(), ops.w_scale.data(), nullptr, ops.n, out.y.data());
+    apply_epilogue_rows(e, acc, ops.m, 0, ops.m, ops.a_scale.data(), ops.w_scale.data(),
+                        ops.has_bias() ? ops.bias.data() : nullptr, ops.n, out.y.data());
     if (!acc.wide()) out.acc = std::move(acc.i32);
     out.record = cpu_run_record(info(), fmt::format("qconform mutant swap-ab-m{} ({} instance, faulty on purpose)",
                                                     threshold_, swap ? "swap-AB" : "normal"));
