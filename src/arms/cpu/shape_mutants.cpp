@@ -4,11 +4,10 @@
 // correct arms).
 //
 // `swap-ab-m<T>`: declares `vllm-cutlass-muladd` (vllm-cutlass, a bias multiplied then added, no
-// FMA); for M <= T it runs the swap-AB instance, whose epilogue takes the Triton order (sa first: `vllm-triton`; with a bias, the bias added after the bf16 rounding,
-// which changes many elements; without one, the order alone changes a few per million), as SGLang's
-// small-M dispatch does; its run record
-// says which instance ran (`extra.epilogue_instance`, `extra.swap_ab`), as a kernel's record of its
-// dispatch would.
+// FMA); for M <= T it runs the swap-AB instance, whose epilogue is `vllm-triton` (sa first, a bias
+// added after the bf16 rounding: many elements change; without a bias the order alone changes a few
+// per million), as SGLang's small-M dispatch does. Its run record says which instance ran
+// (`extra.epilogue_instance`, `extra.swap_ab`), as a kernel's record of its dispatch would.
 #include <fmt/format.h>
 
 #include <charconv>
