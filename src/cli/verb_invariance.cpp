@@ -12,6 +12,7 @@
 #include "core/fileio.hpp"
 #include "core/operands_io.hpp"
 #include "core/results_json.hpp"
+#include "dist/dist.hpp"
 
 namespace qc::cli {
 namespace {
@@ -62,6 +63,12 @@ VerbRunner setup_invariance(CLI::App& app) {
     add_arm_inputs(paths_in, "--arm", a->arm);
     add_operand_inputs(paths_in, "operands", a->operands);
     check_output_paths(paths_in, {{"--json", a->json}});
+    // The tensor-parallel degrees are simulated in this process; running them as MPI ranks (each rank one
+    // shard, qconform's fixed-order reduction over them) is not implemented.
+    QC_INPUT(dist::world().size == 1,
+             "qconform invariance runs in one process ({} ranks given): MPI ranks as tensor-parallel shards are not "
+             "implemented; run it without mpirun (--tp simulates the degrees in one process)",
+             dist::world().size);
     QC_INPUT(a->claims == "records" || a->claims == "declared", "--claims: expected records or declared, found `{}`",
              a->claims);
     const OperandSet set = open_operands(a->operands, false);
