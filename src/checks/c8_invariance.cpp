@@ -261,14 +261,6 @@ CheckResult c8_check(const std::string& arm, const std::vector<LayerInvariance>&
 
 namespace {
 
-nlohmann::json diff_json(const ElementDiff& e) {
-  nlohmann::json j = {{"row", e.row}, {"col", e.col}, {"reference", bits_text(e.reference)}, {"observed", bits_text(e.observed)}};
-  j["predicted"] = e.predicted ? nlohmann::json(bits_text(*e.predicted)) : nlohmann::json();
-  return j;
-}
-
-nlohmann::json count_or_null(int64_t v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); }
-
 std::string diff_text(const ElementDiff& e) {
   return fmt::format("row {} col {}: reference {} observed {}{}", e.row, e.col, bits_text(e.reference),
                      bits_text(e.observed), e.predicted ? " predicted " + bits_text(*e.predicted) : std::string());
@@ -276,19 +268,35 @@ std::string diff_text(const ElementDiff& e) {
 
 }  // namespace
 
+namespace invariance_detail {
+nlohmann::json count_or_null(int64_t v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); }
+nlohmann::json diff_json(const ElementDiff& e, const char* reference_key) {
+  return {{"row", e.row}, {"col", e.col}, {reference_key, bits_text(e.reference)}, {"observed", bits_text(e.observed)},
+          {"predicted", e.predicted ? nlohmann::json(bits_text(*e.predicted)) : nlohmann::json()}};
+}
+nlohmann::json diff_lists(const std::vector<ElementDiff>& first, const std::vector<ElementDiff>& mispredicted,
+                          const char* reference_key) {
+  nlohmann::json a = nlohmann::json::array(), b = nlohmann::json::array();
+  for (const ElementDiff& e : first) a.push_back(diff_json(e, reference_key));
+  for (const ElementDiff& e : mispredicted) b.push_back(diff_json(e, reference_key));
+  return {{"first", a}, {"first_mispredicted", b}};
+}
+}  // namespace invariance_detail
+
+using invariance_detail::count_or_null;
+
 nlohmann::json to_json(const LayerInvariance& r) {
   nlohmann::json configs = nlohmann::json::array();
   for (const InvarianceConfig& c : r.configs) {
-    nlohmann::json first = nlohmann::json::array(), mis = nlohmann::json::array();
-    for (const ElementDiff& e : c.first) first.push_back(diff_json(e));
-    for (const ElementDiff& e : c.first_mispredicted) mis.push_back(diff_json(e));
+    const nlohmann::json lists = invariance_detail::diff_lists(c.first, c.first_mispredicted, "reference");
     configs.push_back({{"batch", c.batch}, {"mates", c.mates}, {"refined", c.refined}, {"runs", c.runs},
                        {"rows", c.rows}, {"elements", c.elements}, {"kernel", c.kernel}, {"claim", c.claim},
                        {"stage", c.stage}, {"observed_diff", c.observed_diff},
                        {"predicted_diff", count_or_null(c.predicted_diff)},
                        {"predicted_equals_observed", c.mispredicted < 0 ? nlohmann::json() : nlohmann::json(c.mispredicted == 0)},
                        {"mispredicted", count_or_null(c.mispredicted)}, {"claim_mismatch", count_or_null(c.claim_mismatch)},
-                       {"accumulator_diff", count_or_null(c.acc_diff)}, {"first", first}, {"first_mispredicted", mis},
+                       {"accumulator_diff", count_or_null(c.acc_diff)}, {"first", lists["first"]},
+                       {"first_mispredicted", lists["first_mispredicted"]},
                        {"verdict", c.verdict}, {"note", c.note}});
   }
   return {{"layer", r.layer}, {"m", r.m}, {"n", r.n}, {"k", r.k}, {"reference_kernel", r.reference_kernel},

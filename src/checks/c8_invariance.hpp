@@ -132,6 +132,10 @@ class ClaimPredictor {
 // from `seed`), weights shared.
 LayerOperands batch_rows(const LayerOperands& ops, std::span<const int64_t> rows, uint64_t seed);
 std::string bits_text(uint16_t b);  // "0x3f80 (1)"
+nlohmann::json count_or_null(int64_t v);  // null for -1 ("no prediction")
+// {"first": [...], "first_mispredicted": [...]}: each {"row", "col", <reference_key>, "observed", "predicted"}.
+nlohmann::json diff_lists(const std::vector<ElementDiff>& first, const std::vector<ElementDiff>& mispredicted,
+                          const char* reference_key);
 }  // namespace invariance_detail
 
 }  // namespace qc

@@ -219,20 +219,12 @@ LayerTp layer_tp(Arm& arm, const LayerOperands& ops, const TpOptions& o) {
   return r;
 }
 
-namespace {
-nlohmann::json count_or_null(int64_t v) { return v < 0 ? nlohmann::json() : nlohmann::json(v); }
-nlohmann::json diff_json(const ElementDiff& e) {
-  return {{"row", e.row}, {"col", e.col}, {"first_degree", bits_text(e.reference)}, {"observed", bits_text(e.observed)},
-          {"predicted", e.predicted ? nlohmann::json(bits_text(*e.predicted)) : nlohmann::json()}};
-}
-}  // namespace
+using invariance_detail::count_or_null;
 
 nlohmann::json to_json(const LayerTp& r) {
   nlohmann::json degrees = nlohmann::json::array();
   for (const TpDegree& d : r.degrees) {
-    nlohmann::json first = nlohmann::json::array(), mis = nlohmann::json::array();
-    for (const ElementDiff& e : d.first) first.push_back(diff_json(e));
-    for (const ElementDiff& e : d.first_mispredicted) mis.push_back(diff_json(e));
+    const nlohmann::json lists = invariance_detail::diff_lists(d.first, d.first_mispredicted, "first_degree");
     degrees.push_back({{"degree", d.degree}, {"applicable", d.applicable}, {"note", d.note}, {"kernel", d.kernel},
                        {"claim", d.claim}, {"algorithm", d.algorithm}, {"elements", d.elements},
                        {"predicted_mismatch", count_or_null(d.predicted_mismatch)},
@@ -240,8 +232,8 @@ nlohmann::json to_json(const LayerTp& r) {
                        {"predicted_diff", count_or_null(d.predicted_diff)},
                        {"predicted_equals_observed", d.mispredicted < 0 ? nlohmann::json() : nlohmann::json(d.mispredicted == 0)},
                        {"mispredicted", count_or_null(d.mispredicted)},
-                       {"declared_mismatch", count_or_null(d.declared_mismatch)}, {"first", first},
-                       {"first_mispredicted", mis}, {"verdict", d.verdict ? nlohmann::json(*d.verdict) : nlohmann::json()}});
+                       {"declared_mismatch", count_or_null(d.declared_mismatch)}, {"first", lists["first"]},
+                       {"first_mispredicted", lists["first_mispredicted"]}, {"verdict", d.verdict ? nlohmann::json(*d.verdict) : nlohmann::json()}});
   }
   return {{"layer", r.layer}, {"m", r.m}, {"n", r.n}, {"k", r.k}, {"style", parallel_style_name(r.style)},
           {"collective", r.collective}, {"declared", r.declared}, {"degrees", degrees}, {"thresholds", r.thresholds},

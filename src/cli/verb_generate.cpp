@@ -5,9 +5,8 @@
 #include <chrono>
 #include <memory>
 
-#include "checks/c8_decoder.hpp"
 #include "cli/cli.hpp"
-#include "cli/lists.hpp"
+#include "cli/batch_mates.hpp"
 #include "cli/paths.hpp"
 #include "cli/distributed.hpp"
 #include "cli/model_run.hpp"
@@ -43,10 +42,7 @@ VerbRunner setup_generate(CLI::App& app) {
   add_gpu_per_rank_option(app, a->gpu_per_rank);
   app.add_option("--tokens-out", a->tokens_out, "write each full sequence as {\"prompt\": id, \"tokens\": [...]} (input of `replay --tokens`)");
   add_mode_options(app, a->run, /*with_mode=*/true);
-  app.add_option("--batch-mates", a->batch_mates,
-                 "C8 end to end: run every linear layer's rows inside a batch with this many synthetic rows more, "
-                 "cycling through the list (e.g. 0,15,63,127); prints per layer the outputs that differ from the rows "
-                 "run alone (docs/invariance.md)");
+  app.add_option("--batch-mates", a->batch_mates, kBatchMatesHelp);
   app.add_flag("--compare-prefill-decode", a->compare,
                "re-score each generated sequence with one prefill pass; report where prefill and decode disagree");
   return [a] {
@@ -62,10 +58,7 @@ VerbRunner setup_generate(CLI::App& app) {
     const std::vector<Prompt> prompts = read_prompts(a->prompts, model, tok ? &*tok : nullptr);
     const ModelRun run = make_model_run(a->run, model);
     auto mate_stats = std::make_shared<BatchMateStats>();
-    const LinearFn linear = a->batch_mates.empty()
-                                ? run.linear
-                                : with_batch_mates(run.linear, parse_count_list("--batch-mates", a->batch_mates), 0,
-                                                   mate_stats);
+    const LinearFn linear = linear_with_batch_mates(run.linear, a->batch_mates, mate_stats);
     Decoder decoder(model, linear);
 
     nlohmann::json extra = run.header_extra;
@@ -139,10 +132,7 @@ VerbRunner setup_generate(CLI::App& app) {
                  total.positions, total.top1_disagreements, total.max_abs_diff, total.bitwise_different,
                  total.positions * model.config.vocab);
     }
-    if (!a->batch_mates.empty()) {
-      fmt::print("{}", mate_stats->describe());
-      if (dist::world().size > 1) fmt::print("  (rank 0's prompts only: the per-layer counts are not gathered over ranks)\n");
-    }
+    print_batch_mates(a->batch_mates, *mate_stats, "prompts");
     if (!a->out.empty()) write_file_atomic(a->out, jsonl);
     if (!a->tokens_out.empty()) write_file_atomic(a->tokens_out, tokens_jsonl);
     auto inputs = model_inputs(a->run.model, a->run.tokenizer);

@@ -5,9 +5,8 @@
 #include <chrono>
 #include <memory>
 
-#include "checks/c8_decoder.hpp"
 #include "cli/cli.hpp"
-#include "cli/lists.hpp"
+#include "cli/batch_mates.hpp"
 #include "cli/paths.hpp"
 #include "cli/distributed.hpp"
 #include "cli/model_run.hpp"
@@ -35,9 +34,7 @@ VerbRunner setup_replay(CLI::App& app) {
       ->required()->check(CLI::ExistingFile);
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)")->required();
   add_mode_options(app, a->run, /*with_mode=*/true);
-  app.add_option("--batch-mates", a->batch_mates,
-                 "C8 end to end: run every linear layer's rows inside a batch with this many synthetic rows more, "
-                 "cycling through the list; prints per layer the outputs that differ from the rows run alone");
+  app.add_option("--batch-mates", a->batch_mates, kBatchMatesHelp);
   add_manifest_option(app, a->manifest);
   add_gpu_per_rank_option(app, a->gpu_per_rank);
   return [a] {
@@ -51,10 +48,7 @@ VerbRunner setup_replay(CLI::App& app) {
     const std::vector<TokenSequence> seqs = read_token_sequences(a->tokens, model.config.vocab, 2);
     const ModelRun run = make_model_run(a->run, model);
     auto mate_stats = std::make_shared<BatchMateStats>();
-    const LinearFn linear = a->batch_mates.empty()
-                                ? run.linear
-                                : with_batch_mates(run.linear, parse_count_list("--batch-mates", a->batch_mates), 0,
-                                                   mate_stats);
+    const LinearFn linear = linear_with_batch_mates(run.linear, a->batch_mates, mate_stats);
     Decoder decoder(model, linear);
     nlohmann::json extra = run.header_extra;
     extra["tokens"] = a->tokens;
@@ -93,10 +87,7 @@ VerbRunner setup_replay(CLI::App& app) {
     write_run_manifest(a->manifest, a->out, "replay", run.arm_label.empty() ? "fp32" : run.arm_label,
                        run.w8a8 ? run.w8a8->last_record() : fp32_record(), inputs,
                        {{"mode", to_string(run.mode)}, {"header", extra}});
-    if (!a->batch_mates.empty()) {
-      fmt::print("{}", mate_stats->describe());
-      if (dist::world().size > 1) fmt::print("  (rank 0's sequences only: the per-layer counts are not gathered over ranks)\n");
-    }
+    print_batch_mates(a->batch_mates, *mate_stats, "sequences");
     fmt::print("replay: {} sequences, {} positions, top-1 = forced token at {} ({:.1f}%), {:.3f} s; wrote {}\n",
                seqs.size(), positions, agree, 100.0 * agree / std::max<int64_t>(positions, 1), seconds, a->out);
     return kExitOk;
