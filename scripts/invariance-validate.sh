@@ -11,8 +11,10 @@
 #     absent) and a synthetic Qwen3-shaped model, each prompt alone and with batch mates, compared with
 #     `qconform transfer` (C7's flip statistics on the differences);
 #  4. the tensor-parallel simulation of a row-parallel layer through a GPU arm (ring, tree).
-# Logs and JSON go to $OUT (default invariance-out). Budget: under 8 minutes on the H200 (each step
-# has its own timeout; a step that runs out says so and the next one runs).
+# Logs and JSON go to $OUT (default invariance-out). Budget: under 8 minutes on the H200 (the build
+# first, then each step under its own timeout and the script's remaining BUDGET; a step that runs out
+# says TIMEOUT or SKIPPED and the next one runs). Order: the judged figures first (FP8, INT8), then the
+# decoder and the tensor-parallel runs.
 #   scripts/invariance-validate.sh
 #   STEPS=build,fp8 scripts/invariance-validate.sh
 # Highway is taken from .carry/hwy/usr when present (the GPU machine has no libhwy-dev; docs/gpu.md).
@@ -26,8 +28,19 @@ STEPS=${STEPS:-build,fp8,int8,decoder,tp}
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 step() { echo; echo "== $* ($(date +%T))"; }
 timed() { local t0=$(date +%s%N); "$@"; local rc=$?; echo "[took $(( ($(date +%s%N) - t0) / 1000000 )) ms, rc=$rc]"; return $rc; }
-# A step's command under a time limit: rc 124 is reported as a timeout, not as a result.
-limit() { local s=$1; shift; timeout "$s" "$@"; local rc=$?; [ $rc -eq 124 ] && echo "TIMEOUT after ${s}s: $*"; return $rc; }
+# A step's command under a time limit, and under what is left of the whole script's budget (BUDGET seconds,
+# default 450: the 8 minutes less a margin): rc 124 is reported as a timeout or a skip, never as a result.
+START=$(date +%s)
+BUDGET=${BUDGET:-450}
+limit() {
+  local s=$1; shift
+  local left=$(( START + BUDGET - $(date +%s) ))
+  [ $left -le 5 ] && { echo "SKIPPED (the script's ${BUDGET}s budget is spent): $*"; return 124; }
+  [ $s -gt $left ] && s=$left
+  timeout "$s" "$@"; local rc=$?
+  [ $rc -eq 124 ] && echo "TIMEOUT after ${s}s: $*"
+  return $rc
+}
 verdicts() { grep -E "^(C8 invariance|  verdict|  threshold|  edge|  the collective|  the declared)" "$1" | head -${2:-20}; }
 [ -d .carry/hwy/usr ] && export LD_LIBRARY_PATH=$PWD/.carry/hwy/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} &&
   HWY_ARGS=-DCMAKE_PREFIX_PATH=$PWD/.carry/hwy/usr
@@ -50,13 +63,13 @@ if want fp8; then
   for arm in cuda:cublaslt-fp8 cuda:cublaslt-fp8-fastacc; do
     n=${arm//[:]/_}
     step "invariance $arm, K = 12288, M' in 1..512 (bucket edges, 33), ordered and shuffled mates"
-    timed limit 100 "$Q" invariance --arm "$arm" /tmp/qc-inv-fp8-k12288.safetensors \
+    timed limit 70 "$Q" invariance --arm "$arm" /tmp/qc-inv-fp8-k12288.safetensors \
       --batch-sizes 1,2,4,8,15,16,17,31,32,33,34,48,63,64,65,96,127,128,129,192,256,384,511,512 --mates ordered,shuffled \
       --json "$OUT/inv-$n-k12288.json" > "$OUT/inv-$n-k12288.txt" 2>&1
     verdicts "$OUT/inv-$n-k12288.txt"
     grep -E "^ +[0-9]+ (ordered|shuffled)" "$OUT/inv-$n-k12288.txt" | awk '{print "   ", $1, $2, "differ", $5, "pred", $6, $7, $8, $9, $10, $11, $12}' | head -50
     step "invariance $arm, K = 4096, M' in 1..4096 (powers of two, 33), ordered mates"
-    timed limit 100 "$Q" invariance --arm "$arm" /tmp/qc-inv-fp8-k4096.safetensors \
+    timed limit 50 "$Q" invariance --arm "$arm" /tmp/qc-inv-fp8-k4096.safetensors \
       --batch-sizes 1,2,4,8,16,32,33,64,128,256,512,1024,2048,4095,4096 --mates ordered \
       --json "$OUT/inv-$n-k4096.json" > "$OUT/inv-$n-k4096.txt" 2>&1
     verdicts "$OUT/inv-$n-k4096.txt"
@@ -71,19 +84,19 @@ if want int8; then
     for ops in a b; do
       n=${arm//[:]/_}-$ops
       step "invariance $arm on /tmp/qc-inv-int8-$ops (default batch sizes, three kinds of mates)"
-      timed limit 60 "$Q" invariance --arm "$arm" /tmp/qc-inv-int8-$ops.safetensors --json "$OUT/inv-$n.json" \
+      timed limit 30 "$Q" invariance --arm "$arm" /tmp/qc-inv-int8-$ops.safetensors --json "$OUT/inv-$n.json" \
         > "$OUT/inv-$n.txt" 2>&1
       verdicts "$OUT/inv-$n.txt"
     done
   done
 fi
 
-decoder_pair() {  # NAME MODEL TOKENIZER_ARGS PROMPT_ARGS MODE ARM
-  local name=$1 model=$2 tok=$3 prompts=$4 mode=$5 arm=$6
+decoder_pair() {  # NAME MODEL TOKENIZER_ARGS PROMPT_ARGS MODE ARM MAX_NEW
+  local name=$1 model=$2 tok=$3 prompts=$4 mode=$5 arm=$6 max_new=${7:-48}
   step "decoder $name, $mode $arm: alone, then with batch mates 0,15,63,127,255"
-  timed limit 60 "$Q" generate --model "$model" $tok $prompts --mode "$mode" --arm "$arm" --max-new 48 \
+  timed limit 60 "$Q" generate --model "$model" $tok $prompts --mode "$mode" --arm "$arm" --max-new "$max_new" \
     --out "$OUT/gen-$name-alone.jsonl" > "$OUT/gen-$name-alone.txt" 2>&1
-  timed limit 90 "$Q" generate --model "$model" $tok $prompts --mode "$mode" --arm "$arm" --max-new 48 \
+  timed limit 90 "$Q" generate --model "$model" $tok $prompts --mode "$mode" --arm "$arm" --max-new "$max_new" \
     --batch-mates 0,15,63,127,255 --out "$OUT/gen-$name-mates.jsonl" > "$OUT/gen-$name-mates.txt" 2>&1
   grep -E "^batch mates:" "$OUT/gen-$name-mates.txt"
   grep -E "differ from the rows run alone" "$OUT/gen-$name-mates.txt" | head -5
@@ -110,8 +123,8 @@ if want decoder; then
     --out /tmp/qc-inv-qwen3 > /dev/null 2>&1 || echo "synth-model failed"
   QP=""
   [ -f /tmp/qc-inv-qwen3/tokens.jsonl ] && QP="--prompts /tmp/qc-inv-qwen3/tokens.jsonl"
-  decoder_pair qwen3-int8 /tmp/qc-inv-qwen3 "" "$QP" w8a8 cuda:mma-vllm-cutlass
-  decoder_pair qwen3-fp8 /tmp/qc-inv-qwen3 "" "$QP" w8a8-fp8 cuda:cublaslt-fp8
+  decoder_pair qwen3-int8 /tmp/qc-inv-qwen3 "" "$QP" w8a8 cuda:mma-vllm-cutlass 24
+  decoder_pair qwen3-fp8 /tmp/qc-inv-qwen3 "" "$QP" w8a8-fp8 cuda:cublaslt-fp8 24
 fi
 
 if want tp; then
@@ -119,7 +132,7 @@ if want tp; then
   # The synthetic layer is named layer0: --tp-style row makes it row-parallel.
   "$Q" synth --shapes 64x2048x6144 --seed 35 --out /tmp/qc-inv-tp.safetensors > /dev/null
   for red in ring tree ring+fp32; do
-    timed limit 60 "$Q" invariance --arm cuda:mma-vllm-cutlass /tmp/qc-inv-tp.safetensors --tp 1,2,4,8 --tp-style row \
+    timed limit 20 "$Q" invariance --arm cuda:mma-vllm-cutlass /tmp/qc-inv-tp.safetensors --tp 1,2,4,8 --tp-style row \
       --reduction "$red" --json "$OUT/tp-$red.json" > "$OUT/tp-$red.txt" 2>&1
     verdicts "$OUT/tp-$red.txt"
   done
