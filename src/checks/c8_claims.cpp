@@ -96,7 +96,15 @@ std::string ClaimPredictor::stage_between(const RunRecord& a, const RunRecord& b
                                           bool use_records) const {
   std::string why;
   if (!impl_->info.fp8()) {
-    return claim(a, ma, use_records, why) == claim(b, mb, use_records, why) ? "" : "epilogue";
+    // The formula each instance evaluates: a shape-dispatching formula resolved at its batch's shape.
+    const auto instance = [&](const RunRecord& r, int64_t m) -> std::string {
+      const std::string name = impl_->int8_formula(r, use_records, why);
+      if (name.empty()) return "";
+      const Epilogue& e = epilogue(name);
+      const EpilogueKind inst = formula::instance_kind(e.kind, m, impl_->ops.n);
+      return inst == e.kind ? name : formula::kind_name(inst);
+    };
+    return instance(a, ma) == instance(b, mb) ? "" : "epilogue";
   }
   const auto ca = impl_->fp8_claim(a, use_records, why), cb = impl_->fp8_claim(b, use_records, why);
   const bool acc = ca.first != cb.first, epi = ca.second != cb.second;

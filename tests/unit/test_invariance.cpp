@@ -146,6 +146,30 @@ TEST(Invariance, Fp8ArmUnderItsModelIsInvariantAndPredicted) {
   for (const InvarianceConfig& c : r.configs) EXPECT_EQ(c.claim_mismatch, 0) << describe(r);
 }
 
+TEST(Invariance, Fp8SplitKThresholdMutantIsPredictedFromItsRecordsInTheAccumulationStage) {
+  const LayerOperands ops = synth_layer("48x16x1024", 13, "e4m3");
+  auto arm = make_arm("mutant-shape:fp8-splitk-m8");
+  InvarianceOptions o;
+  o.batch_sizes = {1, 4, 16, 48};
+  o.mates = {"ordered"};
+  const LayerInvariance r = layer_invariance(*arm, ops, o);
+  ASSERT_TRUE(r.verdict.has_value());
+  EXPECT_EQ(*r.verdict, kVariantPredicted) << describe(r);
+  for (const InvarianceConfig& c : r.configs) {
+    EXPECT_EQ(c.mispredicted, 0) << describe(r);
+    EXPECT_EQ(c.claim_mismatch, 0);
+    if (c.batch <= 8) {
+      EXPECT_GT(c.observed_diff, 0) << c.batch;
+      EXPECT_EQ(c.stage, "accumulation");
+    } else {
+      EXPECT_EQ(c.observed_diff, 0) << c.batch;
+    }
+  }
+  ASSERT_EQ(r.thresholds.size(), 1u) << describe(r);
+  EXPECT_NE(r.thresholds[0].find("M' = 8 "), std::string::npos) << r.thresholds[0];
+  EXPECT_NE(r.thresholds[0].find("M' = 9 "), std::string::npos) << r.thresholds[0];
+}
+
 // --- reduction models ---------------------------------------------------------------------------
 
 Partials random_partials(int t, int64_t count, uint64_t seed) {

@@ -8,10 +8,15 @@
 // added after the bf16 rounding: many elements change; without a bias the order alone changes a few
 // per million), as SGLang's small-M dispatch does. Its run record says which instance ran
 // (`extra.epilogue_instance`, `extra.swap_ab`), as a kernel's record of its dispatch would.
+//
+// `fp8-splitk-m<T>`: an FP8 arm that declares `hopper-fp8-chain` and, for M <= T, splits K in 4 (the
+// model `hopper-fp8-chain-splitk-4`), as cuBLASLt's heuristic does at small M and large K; its record
+// claims the model of each run (`extra.accumulation_model`, `extra.split_k`), as the cuBLASLt arms' do.
 #include <fmt/format.h>
 
 #include <charconv>
 
+#include "accum/fp8_model.hpp"
 #include "arms/cpu/cpu_arms.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/epilogue.hpp"
@@ -62,25 +67,90 @@ class SwapAbThresholdMutant final : public Arm {
   int64_t threshold_;
 };
 
+constexpr const char* kFp8Declared = "hopper-fp8-chain";
+constexpr const char* kFp8Split = "hopper-fp8-chain-splitk-4";
+
+class Fp8SplitKThresholdMutant final : public Arm {
+ public:
+  explicit Fp8SplitKThresholdMutant(int64_t threshold) : threshold_(threshold) {}
+
+  ArmInfo info() const override {
+    ArmInfo i;
+    i.label = fmt::format("mutant-shape:fp8-splitk-m{}", threshold_);
+    i.description = fmt::format(
+        "FAULTY on purpose (C8 control): an FP8 GEMM that declares {} but for M <= {} splits K in 4 ({}); its "
+        "run record claims the model of each run",
+        kFp8Declared, threshold_, kFp8Split);
+    i.epilogue = std::string(fp8_epilogue().name);
+    i.is_mutant = true;
+    i.breaks_stage = "accumulation";
+    i.accumulation_model = kFp8Declared;
+    return i;
+  }
+
+  ArmOutput run(const LayerOperands& ops) override {
+    ops.validate();
+    const std::string label = info().label;
+    QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", label, ops.name);
+    QC_INPUT(!ops.block_scaled(), "arm {}: layer `{}`: takes per-token/per-channel scales, found {}", label, ops.name,
+             ops.scaling_description());
+    const Fp8LayerCodes codes = fp8_layer_codes(label, ops);
+    const char* model = ops.m <= threshold_ ? kFp8Split : kFp8Declared;
+    std::vector<float> d(static_cast<size_t>(ops.m * ops.n));
+    fp8_model_evaluate(fp8_accumulation_model(model).model, codes.gemm(), d.data());
+    ArmOutput out;
+    out.y.resize(d.size());
+    apply_epilogue(fp8_epilogue(), d.data(), ops.a_scale.data(), ops.w_scale.data(), nullptr, ops.m, ops.n,
+                   out.y.data());
+    out.record = cpu_run_record(info(), fmt::format("qconform mutant fp8-splitk-m{} (split-K {}, faulty on purpose)",
+                                                    threshold_, ops.m <= threshold_ ? 4 : 1));
+    out.record.extra["accumulation_model"] = model;
+    out.record.extra["split_k"] = ops.m <= threshold_ ? 4 : 1;
+    out.record.extra["operands"] = codes.description;
+    return out;
+  }
+
+  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
+                                    nlohmann::json& record, int threads) override {
+    const char* model = m <= threshold_ ? kFp8Split : kFp8Declared;
+    std::vector<float> d(static_cast<size_t>(m * n));
+    fp8_model_evaluate(fp8_accumulation_model(model).model, Fp8Gemm{a, Fp8Format::e4m3, w, Fp8Format::e4m3, {m, n, k}},
+                       d.data(), threads);
+    record = {{"arm", info().label},
+              {"kernel", fmt::format("qconform mutant fp8-splitk-m{} (faulty on purpose)", threshold_)},
+              {"accumulation_model", model}};
+    return d;
+  }
+
+ private:
+  int64_t threshold_;
+};
+
+// `<prefix><T>` with T a positive integer: T, else 0.
+int64_t threshold_of(std::string_view variant, std::string_view prefix) {
+  if (!variant.starts_with(prefix)) return 0;
+  const std::string_view digits = variant.substr(prefix.size());
+  int64_t t = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), t);
+  return ec == std::errc() && end == digits.data() + digits.size() && t >= 1 ? t : 0;
+}
+
 }  // namespace
 
 void register_shape_mutant_arms() {
   register_arm_backend(ArmBackend{
       "mutant-shape",
-      "positive controls of C8 (invariance): arms that change their epilogue with the batch's M; swap-ab-m<T> "
-      "(any T >= 1) takes the swap-AB instance for M <= T",
-      [] { return std::vector<std::string>{fmt::format("swap-ab-m{}", kDefaultThreshold)}; },
+      "positive controls of C8 (invariance): arms that change their algorithm with the batch's M; swap-ab-m<T> "
+      "(any T >= 1) takes the swap-AB instance (another epilogue) for M <= T, fp8-splitk-m<T> splits K in 4 for M <= T",
+      [] {
+        return std::vector<std::string>{fmt::format("swap-ab-m{}", kDefaultThreshold),
+                                        fmt::format("fp8-splitk-m{}", kDefaultThreshold)};
+      },
       [](std::string_view variant) -> std::unique_ptr<Arm> {
-        constexpr std::string_view prefix = "swap-ab-m";
-        int64_t t = 0;
-        if (variant.starts_with(prefix)) {
-          const std::string_view digits = variant.substr(prefix.size());
-          const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), t);
-          if (ec == std::errc() && end == digits.data() + digits.size() && t >= 1) {
-            return std::make_unique<SwapAbThresholdMutant>(t);
-          }
-        }
-        QC_FAIL_INPUT("arm `mutant-shape:{}`: expected swap-ab-m<T> with T a positive integer (e.g. swap-ab-m32)",
+        if (const int64_t t = threshold_of(variant, "swap-ab-m")) return std::make_unique<SwapAbThresholdMutant>(t);
+        if (const int64_t t = threshold_of(variant, "fp8-splitk-m")) return std::make_unique<Fp8SplitKThresholdMutant>(t);
+        QC_FAIL_INPUT("arm `mutant-shape:{}`: expected swap-ab-m<T> or fp8-splitk-m<T> with T a positive integer (e.g. "
+                      "swap-ab-m32)",
                       variant);
       }});
 }
