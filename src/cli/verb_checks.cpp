@@ -1,4 +1,4 @@
-// `qconform checks`: the check table (C0–C7): what each check proves, what a violation points to
+// `qconform checks`: the check table (C0–C8): what each check proves, what a violation points to
 // first, its exclusions. `--markdown` prints the table of docs/checks.md, which is generated from it
 // (the ctest `docs_checks_table` fails when the checked-in section differs).
 #include <fmt/format.h>
@@ -31,7 +31,7 @@ VerbRunner setup_checks(CLI::App& app) {
 }
 
 RegisterVerb register_checks{
-    {"checks", "The checks C0-C7: what each proves, what a violation points to, its exclusions", 15, setup_checks}};
+    {"checks", "The checks C0-C8: what each proves, what a violation points to, its exclusions", 15, setup_checks}};
 
 }  // namespace
 }  // namespace qc::cli
