@@ -1,4 +1,4 @@
-// The result of one conformance check (C0–C8): a verdict a kernel engineer can act on, and the
+// The result of one conformance check (C0–C7): a verdict a kernel engineer can act on, and the
 // check table, the one place that says what each check proves, what a violation points to and
 // under which exclusions its argument does not hold.
 #pragma once
@@ -28,7 +28,7 @@ struct CheckSpec {
   bool falsifiable = true;              // C0–C5; C6 and C7 are tolerance-based
 };
 
-// C0..C8, in order.
+// C0..C7, in order.
 const std::vector<CheckSpec>& check_table();
 // The row of `id`; an unknown id is an internal error.
 const CheckSpec& check_spec(std::string_view id);
