@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 
 namespace qc {
@@ -21,5 +22,13 @@ void register_fp8_alias_arms();
 std::unique_ptr<Arm> make_cpu_fp8_arm(std::string_view model);
 // The RunRecord of an arm that runs on this CPU inside qconform itself.
 RunRecord cpu_run_record(const ArmInfo& info, std::string kernel);
+// An FP8 mutant's layer (mutants.cpp; `mutant:fp8-rne-steps`, `mutant-shape:fp8-splitk-m<T>`): `model` on the
+// layer's codes, then `fp8-scaled`; the record claims `claimed` (a bias is an input error).
+ArmOutput fp8_mutant_run(const ArmInfo& info, const Fp8AccumModel& model, const LayerOperands& ops,
+                         const std::string& kernel, const std::string& claimed);
+// Its unscaled e4m3 x e4m3 GEMM under `model`, the record claiming `claimed`.
+std::vector<float> fp8_mutant_accumulate(const ArmInfo& info, const Fp8AccumModel& model, const uint8_t* a,
+                                         const uint8_t* w, int64_t m, int64_t n, int64_t k, nlohmann::json& record,
+                                         int threads, const std::string& kernel, const std::string& claimed);
 
 }  // namespace qc

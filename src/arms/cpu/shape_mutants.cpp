@@ -89,40 +89,28 @@ class Fp8SplitKThresholdMutant final : public Arm {
   }
 
   ArmOutput run(const LayerOperands& ops) override {
-    ops.validate();
-    const std::string label = info().label;
-    QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", label, ops.name);
-    QC_INPUT(!ops.block_scaled(), "arm {}: layer `{}`: takes per-token/per-channel scales, found {}", label, ops.name,
-             ops.scaling_description());
-    const Fp8LayerCodes codes = fp8_layer_codes(label, ops);
-    const char* model = ops.m <= threshold_ ? kFp8Split : kFp8Declared;
-    std::vector<float> d(static_cast<size_t>(ops.m * ops.n));
-    fp8_model_evaluate(fp8_accumulation_model(model).model, codes.gemm(), d.data());
-    ArmOutput out;
-    out.y.resize(d.size());
-    apply_epilogue(fp8_epilogue(), d.data(), ops.a_scale.data(), ops.w_scale.data(), nullptr, ops.m, ops.n,
-                   out.y.data());
-    out.record = cpu_run_record(info(), fmt::format("qconform mutant fp8-splitk-m{} (split-K {}, faulty on purpose)",
-                                                    threshold_, ops.m <= threshold_ ? 4 : 1));
-    out.record.extra["accumulation_model"] = model;
-    out.record.extra["split_k"] = ops.m <= threshold_ ? 4 : 1;
-    out.record.extra["operands"] = codes.description;
+    QC_INPUT(!ops.block_scaled(), "arm {}: layer `{}`: takes per-token/per-channel scales, found {}", info().label,
+             ops.name, ops.scaling_description());
+    const bool split = ops.m <= threshold_;
+    ArmOutput out = fp8_mutant_run(info(), model(ops.m), ops, kernel(split), split ? kFp8Split : kFp8Declared);
+    out.record.extra["split_k"] = split ? 4 : 1;
     return out;
   }
 
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int threads) override {
-    const char* model = m <= threshold_ ? kFp8Split : kFp8Declared;
-    std::vector<float> d(static_cast<size_t>(m * n));
-    fp8_model_evaluate(fp8_accumulation_model(model).model, Fp8Gemm{a, Fp8Format::e4m3, w, Fp8Format::e4m3, {m, n, k}},
-                       d.data(), threads);
-    record = {{"arm", info().label},
-              {"kernel", fmt::format("qconform mutant fp8-splitk-m{} (faulty on purpose)", threshold_)},
-              {"accumulation_model", model}};
-    return d;
+    return fp8_mutant_accumulate(info(), model(m), a, w, m, n, k, record, threads, kernel(m <= threshold_),
+                                 m <= threshold_ ? kFp8Split : kFp8Declared);
   }
 
  private:
+  Fp8AccumModel model(int64_t m) const {
+    return fp8_accumulation_model(m <= threshold_ ? kFp8Split : kFp8Declared).model;
+  }
+  std::string kernel(bool split) const {
+    return fmt::format("qconform mutant fp8-splitk-m{} (split-K {}, faulty on purpose)", threshold_, split ? 4 : 1);
+  }
+
   int64_t threshold_;
 };
 
