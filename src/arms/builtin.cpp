@@ -20,6 +20,7 @@ void register_builtin_arm_backends() {
   register_cpu_arms();
   register_fp8_alias_arms();
   register_mutant_arms();
+  register_shape_mutant_arms();
 #ifdef QC_WITH_ONEDNN
   register_onednn_arms();
 #endif

@@ -47,6 +47,21 @@ inline std::vector<int64_t> parse_positive_list(const std::string& option, const
   return out;
 }
 
+// `--option 0,15,63`: non-negative integers.
+inline std::vector<int64_t> parse_count_list(const std::string& option, const std::string& text) {
+  std::vector<int64_t> out;
+  for (const std::string& item : split_commas(text)) {
+    int64_t v = 0;
+    const auto [ptr, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+    QC_INPUT(ec == std::errc() && ptr == item.data() + item.size() && v >= 0,
+             "{}: expected a comma-separated list of non-negative integers, found {}{}", option,
+             item.empty() ? std::string("an empty item") : printable(item),
+             item == text ? std::string() : " (in " + printable(text) + ")");
+    out.push_back(v);
+  }
+  return out;
+}
+
 // `--shard-size 2G`: a positive byte count with an optional K, M, G or T suffix (powers of 1024).
 inline int64_t parse_byte_size(const std::string& option, const std::string& text) {
   int64_t v = 0;

@@ -1,4 +1,4 @@
-// `qconform checks`: the check table (C0–C7): what each check proves, what a violation points to
+// `qconform checks`: the check table (C0–C8): what each check proves, what a violation points to
 // first, its exclusions. `--markdown` prints the table of docs/checks.md, which is generated from it
 // (the ctest `docs_checks_table` fails when the checked-in section differs).
 #include <fmt/format.h>

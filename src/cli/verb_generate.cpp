@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/cli.hpp"
+#include "cli/batch_mates.hpp"
 #include "cli/paths.hpp"
 #include "cli/distributed.hpp"
 #include "cli/model_run.hpp"
@@ -21,6 +22,7 @@ namespace {
 struct GenerateArgs {
   ModelRunArgs run;
   std::string prompts, out, tokens_out, manifest;
+  DecoderInvarianceArgs invariance;
   int64_t max_new = 256;
   bool compare = false;
   bool gpu_per_rank = false;
@@ -41,6 +43,7 @@ VerbRunner setup_generate(CLI::App& app) {
   add_gpu_per_rank_option(app, a->gpu_per_rank);
   app.add_option("--tokens-out", a->tokens_out, "write each full sequence as {\"prompt\": id, \"tokens\": [...]} (input of `replay --tokens`)");
   add_mode_options(app, a->run, /*with_mode=*/true);
+  add_decoder_invariance_options(app, a->invariance);
   app.add_flag("--compare-prefill-decode", a->compare,
                "re-score each generated sequence with one prefill pass; report where prefill and decode disagree");
   return [a] {
@@ -55,11 +58,17 @@ VerbRunner setup_generate(CLI::App& app) {
     if (!a->run.tokenizer.empty()) tok = Tokenizer::load_llama2c(a->run.tokenizer, model.config.vocab);
     const std::vector<Prompt> prompts = read_prompts(a->prompts, model, tok ? &*tok : nullptr);
     const ModelRun run = make_model_run(a->run, model);
-    Decoder decoder(model, run.linear);
+    DecoderInvariance invariance;
+    const LinearFn linear = decoder_linear(run, a->invariance, invariance);
+    Decoder decoder(model, linear);
 
     nlohmann::json extra = run.header_extra;
     extra["prompts"] = a->prompts;
     extra["max_new"] = a->max_new;
+    if (!a->invariance.mates.empty()) extra["batch_mates"] = a->invariance.mates;
+    if (a->invariance.degree != 0) {
+      extra["tp"] = {{"degree", a->invariance.degree}, {"reduction", a->invariance.reduction}};
+    }
     std::string jsonl = format_header("generate", run.mode, run.arm_label, model, tok ? tok->source : "",
                                       tok ? tok->sha256 : "", extra) + "\n";
     std::string tokens_jsonl;
@@ -127,6 +136,7 @@ VerbRunner setup_generate(CLI::App& app) {
                  total.positions, total.top1_disagreements, total.max_abs_diff, total.bitwise_different,
                  total.positions * model.config.vocab);
     }
+    print_decoder_invariance(a->invariance, invariance, "prompts");
     if (!a->out.empty()) write_file_atomic(a->out, jsonl);
     if (!a->tokens_out.empty()) write_file_atomic(a->tokens_out, tokens_jsonl);
     auto inputs = model_inputs(a->run.model, a->run.tokenizer);

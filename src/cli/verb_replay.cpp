@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "cli/cli.hpp"
+#include "cli/batch_mates.hpp"
 #include "cli/paths.hpp"
 #include "cli/distributed.hpp"
 #include "cli/model_run.hpp"
@@ -21,6 +22,7 @@ namespace {
 struct ReplayArgs {
   ModelRunArgs run;
   std::string tokens, out, manifest;
+  DecoderInvarianceArgs invariance;
   bool gpu_per_rank = false;
 };
 
@@ -33,6 +35,7 @@ VerbRunner setup_replay(CLI::App& app) {
       ->required()->check(CLI::ExistingFile);
   app.add_option("--out", a->out, "write the per-position JSONL records here (atomically)")->required();
   add_mode_options(app, a->run, /*with_mode=*/true);
+  add_decoder_invariance_options(app, a->invariance);
   add_manifest_option(app, a->manifest);
   add_gpu_per_rank_option(app, a->gpu_per_rank);
   return [a] {
@@ -45,9 +48,15 @@ VerbRunner setup_replay(CLI::App& app) {
     if (!a->run.tokenizer.empty()) tok_sha = Tokenizer::load_llama2c(a->run.tokenizer, model.config.vocab).sha256;
     const std::vector<TokenSequence> seqs = read_token_sequences(a->tokens, model.config.vocab, 2);
     const ModelRun run = make_model_run(a->run, model);
-    Decoder decoder(model, run.linear);
+    DecoderInvariance invariance;
+    const LinearFn linear = decoder_linear(run, a->invariance, invariance);
+    Decoder decoder(model, linear);
     nlohmann::json extra = run.header_extra;
     extra["tokens"] = a->tokens;
+    if (!a->invariance.mates.empty()) extra["batch_mates"] = a->invariance.mates;
+    if (a->invariance.degree != 0) {
+      extra["tp"] = {{"degree", a->invariance.degree}, {"reduction", a->invariance.reduction}};
+    }
     std::string jsonl = format_header("replay", run.mode, run.arm_label, model, a->run.tokenizer, tok_sha, extra) + "\n";
     int64_t positions = 0, agree = 0;
     const auto t0 = std::chrono::steady_clock::now();
@@ -82,6 +91,7 @@ VerbRunner setup_replay(CLI::App& app) {
     write_run_manifest(a->manifest, a->out, "replay", run.arm_label.empty() ? "fp32" : run.arm_label,
                        run.w8a8 ? run.w8a8->last_record() : fp32_record(), inputs,
                        {{"mode", to_string(run.mode)}, {"header", extra}});
+    print_decoder_invariance(a->invariance, invariance, "sequences");
     fmt::print("replay: {} sequences, {} positions, top-1 = forced token at {} ({:.1f}%), {:.3f} s; wrote {}\n",
                seqs.size(), positions, agree, 100.0 * agree / std::max<int64_t>(positions, 1), seconds, a->out);
     return kExitOk;

@@ -20,6 +20,7 @@
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
+#include "checks/c8_invariance.hpp"
 #include "checks/verify.hpp"
 #include "checks/verify_results.hpp"
 #include "core/operands_io.hpp"
@@ -144,7 +145,7 @@ struct VerifyCli {
   std::string operands, arms, predictions, pin, scales = "real,pow2-channel,pow2-layer", m_sweep, json, manifest,
       reference = "auto";
   int64_t tolerance = 1;
-  bool per_layer = false, timings = false, gpu_per_rank = false;
+  bool per_layer = false, timings = false, gpu_per_rank = false, invariance = false;
   std::string resume;
   std::vector<std::string> declare;
 };
@@ -238,6 +239,9 @@ VerbRunner setup_verify(CLI::App& app) {
       ->capture_default_str()
       ->check(non_negative_integer(o->tolerance));
   app.add_flag("--per-layer", o->per_layer, "print one line per (layer, M, scales) run");
+  app.add_flag("--invariance", o->invariance,
+               "also run C8 on each arm (rank 0): every layer's rows in batches of the default sizes with ordered and "
+               "shuffled mates (docs/invariance.md); exit 1 when a variance is unexplained");
   app.add_option("--reference", o->reference,
                  "where the exact reference accumulators are computed: auto (the GPU when one is usable), cpu, gpu")
       ->capture_default_str();
@@ -368,10 +372,32 @@ VerbRunner setup_verify(CLI::App& app) {
                    info.value("wall_seconds", 0.0));
       }
     }
+    // C8 (opt-in): each arm's invariance over batch sizes and mates, beside the pair's checks.
+    nlohmann::json invariance;
+    bool invariance_failed = false;
+    if (o->invariance) {
+      InvarianceOptions io;
+      io.mates = {"ordered", "shuffled"};
+      invariance = nlohmann::json::array();
+      for (Arm* arm : {arm_a.get(), arm_b.get()}) {
+        std::vector<LayerInvariance> per_layer;
+        for (size_t i = 0; i < set.size(); ++i) per_layer.push_back(layer_invariance(*arm, set.load(i), io));
+        const CheckResult c = c8_check(arm->info().label, per_layer);
+        fmt::print("{:<3} {:<22} {:<21} {}\n", c.id, c.title, verdict_name(c.verdict), c.summary);
+        for (const LayerInvariance& l : per_layer) {
+          if (l.verdict && *l.verdict != kInvariant) fmt::print("{}", describe(l));
+        }
+        invariance_failed = invariance_failed || c.verdict == Verdict::fail;
+        nlohmann::json layers_json = nlohmann::json::array();
+        for (const LayerInvariance& l : per_layer) layers_json.push_back(to_json(l));
+        invariance.push_back({{"arm", arm->info().label}, {"check", c}, {"layers", layers_json}});
+      }
+    }
     if (!o->json.empty()) {
-      const nlohmann::json j = verify_results_json(
+      nlohmann::json j = verify_results_json(
           result, {set.path, set.sha256, o->predictions, predictions_digest.empty() ? "" : "sha256:" + predictions_digest,
                    !o->predictions.empty()});
+      if (o->invariance) j["invariance"] = invariance;
       write_file_atomic(o->json, j.dump(1) + "\n");
     }
     std::vector<std::pair<std::string, std::string>> inputs = {{"operands", o->operands}};
@@ -379,7 +405,7 @@ VerbRunner setup_verify(CLI::App& app) {
     write_run_manifest(o->manifest, o->json, "verify", o->arms, result.record_a, inputs,
                        {{"arm_b", result.record_b}, {"scales", o->scales}, {"m_sweep", o->m_sweep},
                         {"tolerance_ulps", o->tolerance}});
-    return result.all_passed() ? kExitOk : kExitCheckFailed;
+    return result.all_passed() && !invariance_failed ? kExitOk : kExitCheckFailed;
   };
 }
 

@@ -1,4 +1,4 @@
-// The check table (C0–C7) as data, and the verdicts every check reports.
+// The check table (C0–C8) as data, and the verdicts every check reports.
 #include "qconform/check.hpp"
 
 #include <fmt/format.h>
@@ -56,6 +56,17 @@ const std::vector<CheckSpec>& check_table() {
        "probability), sequence-level agreement",
        "decision-boundary sensitivity of the model/workload", {"greedy decoding", "the pinned prompts"},
        /*falsifiable=*/false},
+      // C8 (issue #31, src/checks/c8_*.cpp): opt-in (`qconform invariance`, `verify --invariance`).
+      {"C8", "invariance",
+       "every row of a layer gets the same bits in batches of every tested size (1 to M, the engines' bucket edges "
+       "included) and with other batch mates; where it does not, the differing elements are exactly those the run "
+       "records' claimed formulas or models predict for each batch shape (and, with --tp, for each tensor-parallel "
+       "degree under the named reduction model)",
+       "a kernel whose algorithm changes with the batch shape (tile, swap-AB, split-K) or a reduction whose order "
+       "changes with the degree, not recorded in its run record",
+       {"the quantizer upstream of the GEMM (dynamic per-tensor activation scales depend on the batch)",
+        "block-scaled FP8 layers (not predicted)"},
+       /*falsifiable=*/true},
   };
   return table;
 }
@@ -74,7 +85,7 @@ const CheckSpec& check_spec(std::string_view id) {
   for (const CheckSpec& s : check_table()) {
     if (s.id == id) return s;
   }
-  QC_FAIL("check `{}` is not in the check table (C0..C7)", id);
+  QC_FAIL("check `{}` is not in the check table (C0..C8)", id);
 }
 
 CheckResult make_check(std::string_view id, Verdict verdict) {

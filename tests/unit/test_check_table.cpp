@@ -14,17 +14,17 @@
 namespace qc {
 namespace {
 
-TEST(CheckTable, HoldsC0ToC7InOrderWithEveryField) {
+TEST(CheckTable, HoldsC0ToC8InOrderWithEveryField) {
   const std::vector<CheckSpec>& table = check_table();
-  ASSERT_EQ(table.size(), 8u);
+  ASSERT_EQ(table.size(), 9u);
   for (size_t i = 0; i < table.size(); ++i) {
     const CheckSpec& s = table[i];
     EXPECT_EQ(s.id, "C" + std::to_string(i));
     EXPECT_FALSE(s.title.empty()) << s.id;
     EXPECT_FALSE(s.proves.empty()) << s.id;
     EXPECT_FALSE(s.points_to.empty()) << s.id;
-    // The design: C0–C5 have falsifiable outcomes, C6 and C7 are tolerance-based.
-    EXPECT_EQ(s.falsifiable, i <= 5) << s.id;
+    // The design: C0–C5 have falsifiable outcomes, C6 and C7 are tolerance-based; C8 (invariance) is falsifiable.
+    EXPECT_EQ(s.falsifiable, i <= 5 || i == 8) << s.id;
     EXPECT_EQ(&check_spec(s.id), &s) << s.id;
   }
 }
@@ -40,7 +40,7 @@ TEST(CheckTable, MakeCheckFillsTheRowAndRefusesAnUnknownId) {
     EXPECT_EQ(c.verdict, Verdict::fail);
     EXPECT_TRUE(c.summary.empty());
   }
-  EXPECT_THROW(make_check("C8", Verdict::pass), Error);
+  EXPECT_THROW(make_check("C9", Verdict::pass), Error);
   EXPECT_THROW(make_check("c4", Verdict::pass), Error);
 }
 

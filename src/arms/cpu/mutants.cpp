@@ -178,30 +178,15 @@ class Fp8RneStepsMutant final : public Arm {
   }
 
   ArmOutput run(const LayerOperands& ops) override {
-    ops.validate();
-    const std::string label = info().label;
-    QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", label, ops.name);
-    const Fp8LayerCodes codes = fp8_layer_codes(label, ops);
-    std::vector<float> d(static_cast<size_t>(ops.m * ops.n));
-    fp8_model_evaluate(faulty_, codes.gemm(), d.data());
-    ArmOutput out;
-    out.y.resize(d.size());
-    apply_epilogue(fp8_epilogue(), d.data(), ops.a_scale.data(), ops.w_scale.data(), nullptr, ops.m, ops.n,
-                   out.y.data());
-    out.record = cpu_run_record(info(), fmt::format("qconform mutant {} (faulty on purpose)", kFp8MutantName));
-    out.record.extra["accumulation_model"] = kFp8MutantDeclares;
-    out.record.extra["operands"] = codes.description;
-    return out;
+    return fp8_mutant_run(info(), faulty_, ops, fmt::format("qconform mutant {} (faulty on purpose)", kFp8MutantName),
+                          kFp8MutantDeclares);
   }
 
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int threads) override {
-    std::vector<float> d(static_cast<size_t>(m * n));
-    fp8_model_evaluate(faulty_, Fp8Gemm{a, Fp8Format::e4m3, w, Fp8Format::e4m3, {m, n, k}}, d.data(), threads);
-    record = {{"arm", info().label},
-              {"kernel", fmt::format("qconform mutant {} (faulty on purpose)", kFp8MutantName)},
-              {"accumulation_model", kFp8MutantDeclares}};
-    return d;
+    return fp8_mutant_accumulate(info(), faulty_, a, w, m, n, k, record, threads,
+                                 fmt::format("qconform mutant {} (faulty on purpose)", kFp8MutantName),
+                                 kFp8MutantDeclares);
   }
 
  private:
@@ -209,6 +194,32 @@ class Fp8RneStepsMutant final : public Arm {
 };
 
 }  // namespace
+
+ArmOutput fp8_mutant_run(const ArmInfo& info, const Fp8AccumModel& model, const LayerOperands& ops,
+                         const std::string& kernel, const std::string& claimed) {
+  ops.validate();
+  QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", info.label, ops.name);
+  const Fp8LayerCodes codes = fp8_layer_codes(info.label, ops);
+  std::vector<float> d(static_cast<size_t>(ops.m * ops.n));
+  fp8_model_evaluate(model, codes.gemm(), d.data());
+  ArmOutput out;
+  out.y.resize(d.size());
+  apply_epilogue(fp8_epilogue(), d.data(), ops.a_scale.data(), ops.w_scale.data(), nullptr, ops.m, ops.n,
+                 out.y.data());
+  out.record = cpu_run_record(info, kernel);
+  out.record.extra["accumulation_model"] = claimed;
+  out.record.extra["operands"] = codes.description;
+  return out;
+}
+
+std::vector<float> fp8_mutant_accumulate(const ArmInfo& info, const Fp8AccumModel& model, const uint8_t* a,
+                                         const uint8_t* w, int64_t m, int64_t n, int64_t k, nlohmann::json& record,
+                                         int threads, const std::string& kernel, const std::string& claimed) {
+  std::vector<float> d(static_cast<size_t>(m * n));
+  fp8_model_evaluate(model, Fp8Gemm{a, Fp8Format::e4m3, w, Fp8Format::e4m3, {m, n, k}}, d.data(), threads);
+  record = {{"arm", info.label}, {"kernel", kernel}, {"accumulation_model", claimed}};
+  return d;
+}
 
 void register_mutant_arms() {
   register_arm_backend(ArmBackend{
