@@ -13,10 +13,11 @@
 3. Optionally (`--int-mm`) the `torch._int_mm` arm against `cpu:vllm-triton` (bit for bit too; it
    exposes its INT32 accumulator, so C4 also checks cuBLASLt's integer result).
 4. Optionally (`--fp8-against cuda:cutlass-fp8-rowwise`) the FP8 analogue: the same Triton kernel on
-   e4m3 layers (`qconform.triton_arm.fp8_arm`, declaring `hopper-fp8-chain` + `fp8-scaled`) against
-   another FP8 arm on the same shapes quantized to FP8: every output of each arm on its declared
-   model and epilogue (0 off), and the differences predicted element for element (predicted set ==
-   observed set in every run).
+   e4m3 layers (`qconform.triton_arm.fp8_arm`) identified first (`qconform.identify`: its accumulation
+   model and epilogue, measured), declared with what identify names, then verified against another
+   FP8 arm on the same shapes quantized to FP8: every output of each arm on its declared model and
+   epilogue (0 off), and the differences predicted element for element (predicted set == observed set
+   in every run). Not yet run with the identify step (docs/gpu.md).
 
     pip install ./python                      # on the GPU machine (builds the CUDA arms when nvcc is found)
     python3 examples/gpu_python_arms.py --int-mm --against cuda:mma-vllm-cutlass --json gpu-python-arms.json
@@ -169,7 +170,12 @@ def main():
         if args.layers:
             fp8_layers = fp8_layers[:args.layers]
         try:
-            r = qconform.verify(triton_arm.fp8_arm(), args.fp8_against, fp8_layers, scales=args.scales, m_sweep=ms)
+            ident = qconform.identify(triton_arm.fp8_arm())
+            print(f"\nidentify triton:vllm-triton-fp8: {ident['verdict']}: {ident.get('formula', '')}")
+            declared = ident.get("declaration") or ""  # FP8: "<model>; <epilogue>" when identified
+            model, _, epi = declared.partition("; ")
+            fp8 = triton_arm.fp8_arm(accumulation_model=model or None, epilogue=epi or None)
+            r = qconform.verify(fp8, args.fp8_against, fp8_layers, scales=args.scales, m_sweep=ms)
         except qconform.InputError as e:
             print(f"\n--fp8-against {args.fp8_against}: not available in this build: {e}")
         else:

@@ -24,10 +24,10 @@ Subnormals: Triton's NVIDIA backend does not flush fp32 subnormals by default (n
 CPU emulation keeps them too. If a future Triton flushes them, the difference shows up in the
 ``formula_mismatch`` counts of ``qconform.verify`` (and ``mutant:ftz-epilogue`` is the model).
 FP8 (``ACC_DTYPE=tl.float32``, ``a_ptr``/``w_ptr`` float8e4nv): the same kernel on e4m3 tiles, as vLLM's
-``triton_scaled_mm`` runs an FP8 layer: ``tl.dot`` accumulates in fp32 across the whole K loop (one
-chain: on sm_90 Triton lowers it to ``wgmma`` and, for fp8, never promotes to a separate fp32 sum by
-default), so the accumulation model is ``hopper-fp8-chain``; step 2 is then the identity and the
-epilogue is ``fp8-scaled``, ``bf16(rn32(rn32(d * sa) * sw))``.
+``triton_scaled_mm`` runs an FP8 layer; step 2 is then the identity and the epilogue order is
+``bf16(rn32(rn32(d * sa) * sw))``. How Triton's ``tl.dot`` accumulates e4m3 tiles on sm_90 across the K
+loop is not written down here: on the H200 it was measured NOT to be one wgmma chain
+(``hopper-fp8-chain``), so :func:`qconform.triton_arm.fp8_arm` declares no model (identify measures it).
 """
 import triton
 import triton.language as tl
@@ -37,7 +37,7 @@ import triton.language as tl
 def scaled_mm_vllm_triton(a_ptr, w_ptr, sa_ptr, sw_ptr, bias_ptr, y_ptr, M, N, K,
                           stride_am, stride_wn, stride_ym,
                           HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, ACC_DTYPE: tl.constexpr):
+                          BLOCK_K: tl.constexpr, ACC_DTYPE: tl.constexpr, ZERO: tl.constexpr):
     pid = tl.program_id(axis=0)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m = pid // num_pid_n
@@ -58,8 +58,9 @@ def scaled_mm_vllm_triton(a_ptr, w_ptr, sa_ptr, sw_ptr, bias_ptr, y_ptr, M, N, K
     for k0 in range(0, tl.cdiv(K, BLOCK_K)):
         k_left = K - k0 * BLOCK_K
         # Masked lanes load 0: a zero product adds nothing, so a ragged K tail stays exact.
-        a = tl.load(a_ptrs, mask=mask_m[:, None] & (offs_k[None, :] < k_left), other=0)
-        w = tl.load(w_ptrs, mask=(offs_k[:, None] < k_left) & mask_n[None, :], other=0)
+        # (ZERO: 0 for int8 tiles, 0.0 for e4m3 ones: Triton casts no integer to fp8.)
+        a = tl.load(a_ptrs, mask=mask_m[:, None] & (offs_k[None, :] < k_left), other=ZERO)
+        w = tl.load(w_ptrs, mask=(offs_k[:, None] < k_left) & mask_n[None, :], other=ZERO)
         acc = tl.dot(a, w, acc, out_dtype=ACC_DTYPE)
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
