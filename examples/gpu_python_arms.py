@@ -171,7 +171,8 @@ def main():
             fp8_layers = fp8_layers[:args.layers]
         try:
             ident = qconform.identify(triton_arm.fp8_arm())
-            print(f"\nidentify triton:vllm-triton-fp8: {ident['verdict']}: {ident.get('formula', '')}")
+            results["identify_triton_fp8"] = {k: v for k, v in ident.items() if k != "printout"}
+            print(f"\nidentify triton:vllm-triton-fp8: {ident['verdict']}\n{ident.get('printout', '')}")
             declared = ident.get("declaration") or ""  # FP8: "<model>; <epilogue>" when identified
             model, _, epi = declared.partition("; ")
             fp8 = triton_arm.fp8_arm(accumulation_model=model or None, epilogue=epi or None)
