@@ -17,7 +17,8 @@
    model and epilogue, measured), declared with what identify names, then verified against another
    FP8 arm on the same shapes quantized to FP8: every output of each arm on its declared model and
    epilogue (0 off), and the differences predicted element for element (predicted set == observed set
-   in every run). Not yet run with the identify step (docs/gpu.md).
+   in every run). On the H200 (2026-12-03) identify measured the chain but not the epilogue, which lies
+   outside its FP8 epilogue space; the arm then stays undeclared and nothing is predicted (docs/gpu.md).
 
     pip install ./python                      # on the GPU machine (builds the CUDA arms when nvcc is found)
     python3 examples/gpu_python_arms.py --int-mm --against cuda:mma-vllm-cutlass --json gpu-python-arms.json
