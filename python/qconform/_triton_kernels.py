@@ -28,6 +28,10 @@ FP8 (``ACC_DTYPE=tl.float32``, ``a_ptr``/``w_ptr`` float8e4nv): the same kernel 
 ``bf16(rn32(rn32(d * sa) * sw))``. How Triton's ``tl.dot`` accumulates e4m3 tiles on sm_90 across the K
 loop is not written down here: on the H200 it was measured NOT to be one wgmma chain
 (``hopper-fp8-chain``), so :func:`qconform.triton_arm.fp8_arm` declares no model (identify measures it).
+``STORE_D=True`` (FP8) stores that fp32 ``d`` instead of running the epilogue: the arm's unscaled entry
+(``accumulate=``), through which identify reads ``d`` at full fp32 resolution. The K loop is the same
+text; it is a separate specialization of the kernel, so identify's held-out layers go through ``run``
+(the epilogue kernel) to confirm that model and epilogue together predict what the arm outputs.
 """
 import triton
 import triton.language as tl
@@ -37,7 +41,8 @@ import triton.language as tl
 def scaled_mm_vllm_triton(a_ptr, w_ptr, sa_ptr, sw_ptr, bias_ptr, y_ptr, M, N, K,
                           stride_am, stride_wn, stride_ym,
                           HAS_BIAS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                          BLOCK_K: tl.constexpr, ACC_DTYPE: tl.constexpr, ZERO: tl.constexpr):
+                          BLOCK_K: tl.constexpr, ACC_DTYPE: tl.constexpr, ZERO: tl.constexpr,
+                          STORE_D: tl.constexpr = False):
     pid = tl.program_id(axis=0)
     num_pid_n = tl.cdiv(N, BLOCK_N)
     pid_m = pid // num_pid_n
@@ -65,16 +70,19 @@ def scaled_mm_vllm_triton(a_ptr, w_ptr, sa_ptr, sw_ptr, bias_ptr, y_ptr, M, N, K
         a_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
 
-    sa = tl.load(sa_ptr + offs_m, mask=mask_m, other=1.0)
-    sw = tl.load(sw_ptr + offs_n, mask=mask_n, other=1.0)
-    t = acc.to(tl.float32)        # step 2: f32(acc), RNE (FP8: d as it is)
-    t = t * sa[:, None]           # step 3a: rn32(f32(acc) * sa)
-    t = t * sw[None, :]           # step 3b: rn32(... * sw)
-    y = t.to(tl.bfloat16, fp_downcast_rounding="rtne")  # step 4
-    if HAS_BIAS:
-        b = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)
-        s = y.to(tl.float32) + b.to(tl.float32)[None, :]   # step 5: rn32 add of two bf16 values
-        y = s.to(tl.bfloat16, fp_downcast_rounding="rtne")
-
     y_ptrs = y_ptr + offs_m[:, None].to(tl.int64) * stride_ym + offs_n[None, :]
-    tl.store(y_ptrs, y, mask=mask_m[:, None] & mask_n[None, :])
+    if STORE_D:
+        # The unscaled entry (FP8): the fp32 ``d`` of the K loop above, stored as it is (y is fp32 here).
+        tl.store(y_ptrs, acc, mask=mask_m[:, None] & mask_n[None, :])
+    else:
+        sa = tl.load(sa_ptr + offs_m, mask=mask_m, other=1.0)
+        sw = tl.load(sw_ptr + offs_n, mask=mask_n, other=1.0)
+        t = acc.to(tl.float32)        # step 2: f32(acc), RNE (FP8: d as it is)
+        t = t * sa[:, None]           # step 3a: rn32(f32(acc) * sa)
+        t = t * sw[None, :]           # step 3b: rn32(... * sw)
+        y = t.to(tl.bfloat16, fp_downcast_rounding="rtne")  # step 4
+        if HAS_BIAS:
+            b = tl.load(bias_ptr + offs_n, mask=mask_n, other=0.0)
+            s = y.to(tl.float32) + b.to(tl.float32)[None, :]   # step 5: rn32 add of two bf16 values
+            y = s.to(tl.bfloat16, fp_downcast_rounding="rtne")
+        tl.store(y_ptrs, y, mask=mask_m[:, None] & mask_n[None, :])

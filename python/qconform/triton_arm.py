@@ -19,7 +19,7 @@ from typing import Any, Optional, Tuple
 
 from ._torch_common import GpuUnavailableError, device_description, layer_tensors, require_torch, to_device
 
-__all__ = ["GpuUnavailableError", "scaled_mm", "arm", "fp8_scaled_mm", "fp8_arm", "kernel_config"]
+__all__ = ["GpuUnavailableError", "scaled_mm", "arm", "fp8_scaled_mm", "fp8_accumulate", "fp8_arm", "kernel_config"]
 
 K_MAX_INT32 = 131071  # K·2^14 < 2^31: the INT32 accumulator cannot overflow
 
@@ -61,9 +61,9 @@ def scaled_mm(a_q: Any, a_scale: Any, w_q: Any, w_scale: Any, bias: Optional[Any
 
 
 def _launch(torch: Any, triton: Any, kernels: Any, a: Any, sa: Any, w: Any, sw: Any, b: Optional[Any],
-            acc_dtype: Any) -> Any:
+            acc_dtype: Any, store_d: bool = False) -> Any:
     M, N, K = a.shape[0], w.shape[0], a.shape[1]
-    y = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
+    y = torch.empty((M, N), dtype=torch.float32 if store_d else torch.bfloat16, device=a.device)
     if M == 0 or N == 0:
         return y
     cfg = kernel_config(M)
@@ -72,7 +72,8 @@ def _launch(torch: Any, triton: Any, kernels: Any, a: Any, sa: Any, w: Any, sw: 
         a, w, sa, sw, b if b is not None else sw, y, M, N, K,
         a.stride(0), w.stride(0), y.stride(0),
         HAS_BIAS=b is not None, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-        ACC_DTYPE=acc_dtype, ZERO=0.0 if acc_dtype == kernels.tl.float32 else 0, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)
+        ACC_DTYPE=acc_dtype, ZERO=0.0 if acc_dtype == kernels.tl.float32 else 0, STORE_D=store_d,
+        num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], enable_fp_fusion=False)
     return y
 
 
@@ -98,6 +99,24 @@ def fp8_scaled_mm(a_q: Any, a_scale: Any, w_q: Any, w_scale: Any, bias: Optional
     return _launch(torch, triton, kernels, a, sa, w, sw, None, kernels.tl.float32)
 
 
+def fp8_accumulate(a_q: Any, w_q: Any, *, device: Any = "cuda") -> Any:
+    """The FP8 kernel's unscaled entry: ``d`` float32 [M,N], the fp32 ``tl.dot`` chain over K of the
+    e4m3 codes ``a_q`` [M,K] and ``w_q`` [N,K] (uint8), stored before any scale (``STORE_D``; the same K
+    loop and tile sizes as :func:`fp8_scaled_mm`). Returns a NumPy array."""
+    import qconform
+
+    torch = require_torch("qconform.triton_arm")
+    triton, kernels = _triton()
+    a = to_device(torch, a_q, device, torch.uint8).view(torch.float8_e4m3fn)
+    w = to_device(torch, w_q, device, torch.uint8).view(torch.float8_e4m3fn)
+    if a.dim() != 2 or w.dim() != 2 or a.shape[1] != w.shape[1]:
+        raise qconform.InputError(f"expected a [M,K] and w [N,K] with the same K, found {tuple(a.shape)} and {tuple(w.shape)}")
+    ones_m = torch.ones(a.shape[0], dtype=torch.float32, device=a.device)
+    ones_n = torch.ones(w.shape[0], dtype=torch.float32, device=a.device)
+    d = _launch(torch, triton, kernels, a, ones_m, w, ones_n, None, kernels.tl.float32, store_d=True)
+    return d.cpu().numpy()
+
+
 def arm(*, device: Any = "cuda", name: str = "triton:vllm-triton") -> Any:
     """The Triton kernel as a :class:`qconform.Arm` declaring the ``vllm-triton`` epilogue, so
     that ``qconform.verify`` checks its output against the CPU emulation bit for bit."""
@@ -117,11 +136,14 @@ def arm(*, device: Any = "cuda", name: str = "triton:vllm-triton") -> Any:
 
 def fp8_arm(*, device: Any = "cuda", name: str = "triton:vllm-triton-fp8",
             accumulation_model: Optional[str] = None, epilogue: Optional[str] = None) -> Any:
-    """The kernel on FP8 layers as a :class:`qconform.Arm` (``element="e4m3"``). It declares nothing by
-    default: on the H200 (2026-12-03) its ``tl.dot`` chain is NOT ``hopper-fp8-chain`` (declared so, verify
-    found 6,800,632 of 910,049,280 outputs off that model, stage: the accumulation), so run
-    :func:`qconform.identify` on it and pass what it measures (``accumulation_model=``, ``epilogue=``) to have
-    ``qconform.verify`` predict its differences from another FP8 arm (e.g. ``cuda:cutlass-fp8-rowwise``)
+    """The kernel on FP8 layers as a :class:`qconform.Arm` (``element="e4m3"``), with its unscaled entry
+    (``accumulate=``: :func:`fp8_accumulate`, the same K loop storing the fp32 ``d``). It declares nothing by
+    default. On the H200 (2026-12-03) identify measured ``d`` through that entry as ``hopper-fp8-chain``
+    (10,240 of 10,240 confirmation outputs), and on Gaussian codes (M from 1 to 512) the epilogue
+    kernel's bf16 outputs equal ``bf16(rn32(rn32(d * sa) * sw))`` of that ``d`` in every output; on
+    identify's held-out ``tiny`` layers 2,743 of 452,352 outputs still differ from every formula of the
+    space, which is not yet localized (docs/gpu.md). Pass what identify measures (``accumulation_model=``,
+    ``epilogue=``) to have ``qconform.verify`` predict its differences from another FP8 arm
     element for element."""
     import qconform
 
@@ -131,7 +153,11 @@ def fp8_arm(*, device: Any = "cuda", name: str = "triton:vllm-triton-fp8",
     def triton_fp8_scaled_mm(a_q, a_scale, w_q, w_scale, bias):
         return fp8_scaled_mm(a_q, a_scale, w_q, w_scale, bias, device=device)
 
+    def triton_fp8_accumulate(a, w):
+        return fp8_accumulate(a, w, device=device)
+
     return qconform.arm(
         triton_fp8_scaled_mm, name=name, element="e4m3", accumulation_model=accumulation_model, epilogue=epilogue,
+        accumulate=triton_fp8_accumulate,
         description="Triton fp8 e4m3 tl.dot (fp32) + vLLM triton_scaled_mm epilogue order, in qconform/_triton_kernels.py",
         device=device_description(torch, device), library=f"triton {triton.__version__}, torch {torch.__version__}")
