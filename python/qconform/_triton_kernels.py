@@ -26,8 +26,9 @@ CPU emulation keeps them too. If a future Triton flushes them, the difference sh
 FP8 (``ACC_DTYPE=tl.float32``, ``a_ptr``/``w_ptr`` float8e4nv): the same kernel on e4m3 tiles, as vLLM's
 ``triton_scaled_mm`` runs an FP8 layer; step 2 is then the identity and the epilogue order is
 ``bf16(rn32(rn32(d * sa) * sw))``. How Triton's ``tl.dot`` accumulates e4m3 tiles on sm_90 across the K
-loop is not written down here: on the H200 it was measured NOT to be one wgmma chain
-(``hopper-fp8-chain``), so :func:`qconform.triton_arm.fp8_arm` declares no model (identify measures it).
+loop is not written down here: :func:`qconform.triton_arm.fp8_arm` declares no model (identify measures
+it; on the H200, 2026-12-03, the unscaled entry below measured ``hopper-fp8-chain``, while the epilogue
+kernel's outputs on identify's held-out layers are not yet explained: docs/gpu.md).
 ``STORE_D=True`` (FP8) stores that fp32 ``d`` instead of running the epilogue: the arm's unscaled entry
 (``accumulate=``), through which identify reads ``d`` at full fp32 resolution. The K loop is the same
 text; it is a separate specialization of the kernel, so identify's held-out layers go through ``run``
