@@ -129,7 +129,9 @@ std::string describe_unexplained_verdict(const IdentifyResult& r) {
   for (const auto& d : r.diagnosis) s += fmt::format("  {}: {}\n", d["kind"].get<std::string>(), d["summary"].get<std::string>());
   for (const auto& d : r.diagnosis) {
     if (!d.contains("first")) continue;
-    if (d["kind"] == "stage") s += "    the outputs that separate it from the nearest candidate:\n";
+    if (d["kind"] == "stage") {
+      s += fmt::format("    {}\n", d.value("first_heading", std::string("the outputs that separate it from the nearest candidate:")));
+    }
     for (const auto& f : d["first"]) s += fmt::format("    {}\n", f.is_string() ? f.get<std::string>() : output_line(f));
   }
   if (!r.nearest.empty() && r.nearest[0].contains("role")) {
@@ -202,9 +204,13 @@ std::string describe(const IdentifyResult& r, const std::string& language) {
   if (!r.probes.empty() && r.probes[0].contains("eliminated")) s += describe_probes(r);
   s += fmt::format("\nverdict: {}\n", r.verdict);
   if (!r.accumulator.empty()) {
-    s += fmt::format("WARNING: {} of {} exposed INT32 accumulators differ from the exact dot products (the outputs "
-                     "are judged on their own; C4 would fail):\n",
-                     r.accumulator["differ"].get<int64_t>(), r.accumulator["exposed"].get<int64_t>());
+    s += r.fp8_accumulation.is_null()
+             ? fmt::format("WARNING: {} of {} exposed INT32 accumulators differ from the exact dot products (the outputs "
+                           "are judged on their own; C4 would fail):\n",
+                           r.accumulator["differ"].get<int64_t>(), r.accumulator["exposed"].get<int64_t>())
+             : fmt::format("WARNING: {} of {} fp32 d values of the arm's fp8_accumulate differ from the measured model's "
+                           "(the epilogue was identified over the arm's own d):\n",
+                           r.accumulator["differ"].get<int64_t>(), r.accumulator["exposed"].get<int64_t>());
     for (const auto& f : r.accumulator["first"]) s += fmt::format("  {}\n", f.get<std::string>());
   }
   if (r.verdict == "identified") {

@@ -253,7 +253,12 @@ nlohmann::json Identifier::epilogue_diagnosis(const Candidate& c, bool declared)
   const bool exposed = std::any_of(obs_.begin(), obs_.end(), [](const Observation& o) { return o.acc_exposed > 0; });
   const std::string alibi =
       input_ == FormulaInput::fp32
-          ? std::string("the accumulation model was measured and confirmed first, so the epilogue is the suspect")
+          ? (r_.arm.offers_unscaled()
+                 ? std::string("the accumulation model was measured and confirmed first, and every formula was evaluated "
+                               "over the arm's own d (its fp8_accumulate), so the epilogue is the suspect")
+                 : std::string("the accumulation model was measured and confirmed on random outputs first, so the epilogue "
+                               "is the suspect; the arm offers no unscaled entry, so a layer whose d the model does not give "
+                               "(another tile or instruction at some shape) looks the same"))
       : exposed ? std::string("the exposed INT32 accumulators equal the exact dot products")
                 : std::string("the arm exposes no accumulator: INT32 accumulation of int8 operands is exact and "
                               "order-free, so the conversion and the epilogue are the suspects (C4 checks an exposed "
@@ -330,9 +335,13 @@ nlohmann::json Identifier::diagnose_bias_and_accumulator() const {
   }
   if (acc_wrong > 0) {
     diag.push_back({{"kind", "accumulator"},
-                    {"summary", fmt::format("accumulator fault: {} of {} exposed INT32 accumulators differ from the exact dot "
-                                            "products; the epilogue is not the first suspect",
-                                            acc_wrong, acc_exposed)},
+                    {"summary", input_ == FormulaInput::fp32
+                                    ? fmt::format("accumulation: {} of {} fp32 d values of the arm's fp8_accumulate differ "
+                                                  "from the measured model's; the epilogue is not the first suspect",
+                                                  acc_wrong, acc_exposed)
+                                    : fmt::format("accumulator fault: {} of {} exposed INT32 accumulators differ from the "
+                                                  "exact dot products; the epilogue is not the first suspect",
+                                                  acc_wrong, acc_exposed)},
                     {"first", acc_first}});
   }
   return diag;

@@ -134,6 +134,9 @@ Observation Identifier::observe(const LayerOperands& ops, std::string id, bool h
     const Fp8LayerCodes codes = fp8_layer_codes(r_.arm.label, ops);
     o.d.resize(static_cast<size_t>(ops.m * ops.n));
     fp8_model_evaluate(model_, codes.gemm(), o.d.data());
+    if (r_.arm.offers_unscaled() && codes.a_format == Fp8Format::e4m3 && codes.w_format == Fp8Format::e4m3) {
+      own_fp8_d(o, codes);
+    }
   } else {
     const ExactAccumulators exact = exact_accumulate(ops.a_q.data(), ops.w_q.data(), {ops.m, ops.n, ops.k});
     if (exact.wide()) {
@@ -171,6 +174,28 @@ Observation Identifier::observe(const LayerOperands& ops, std::string id, bool h
     o.refusal = e.what();
   }
   return o;
+}
+
+// An arm with an unscaled entry: its own d on this layer against the measured model's, bit for bit.
+// The epilogue then starts from the arm's own d (what its epilogue was given), so a layer on which
+// the model does not hold is charged to the accumulation, not to the epilogue.
+void Identifier::own_fp8_d(Observation& o, const Fp8LayerCodes& codes) {
+  nlohmann::json record;
+  std::vector<float> own = arm_.fp8_accumulate(codes.a.data(), codes.w.data(), o.m, o.n, o.k, record);
+  QC_INPUT(static_cast<int64_t>(own.size()) == o.size(), "identify: arm {}'s fp8_accumulate returned {} values for probe `{}`, "
+           "expected {}x{}", r_.arm.label, own.size(), o.id, o.m, o.n);
+  o.acc_exposed = o.size();
+  for (int64_t e = 0; e < o.size(); ++e) {
+    const uint32_t got = f32_bits(own[static_cast<size_t>(e)]), want = f32_bits(o.d[static_cast<size_t>(e)]);
+    if (got == want) continue;
+    if (o.acc_first.size() < 3) {
+      o.acc_first.push_back(fmt::format("{} d[{},{}]: the arm's fp8_accumulate gives {:a} (0x{:08x}), the measured model {:a} "
+                                        "(0x{:08x})",
+                                        o.id, e / o.n, e % o.n, own[static_cast<size_t>(e)], got, o.d[static_cast<size_t>(e)], want));
+    }
+    ++o.acc_wrong;
+  }
+  o.d = std::move(own);
 }
 
 int64_t Identifier::eliminate(const Observation& o) {

@@ -14,6 +14,9 @@
 #include "checks/identify_internal.hpp"
 #include "epilogue/formula_space.hpp"
 
+#include <array>
+#include <map>
+
 namespace qc::identify_detail {
 
 namespace {
@@ -75,6 +78,7 @@ void Identifier::identify_fp8_epilogue(const Fp8Measurement& m) {
     if (!n.empty() && std::find(r_.named.begin(), r_.named.end(), n) == r_.named.end()) r_.named.push_back(n);
   }
   const std::string model_part = fmt::format("accumulation: {}", r_.accumulation_formula);
+  if (own_d_contradicts_model(m)) return;
   if (r_.verdict == "identified") {
     r_.formula = fmt::format("{}; epilogue: {}{}", model_part, r_.epilogue_formula,
                              r_.epilogue_named.empty() ? std::string()
@@ -87,6 +91,62 @@ void Identifier::identify_fp8_epilogue(const Fp8Measurement& m) {
   r_.reason = fmt::format("the accumulation model is measured ({}, {} designed probes through {}); the epilogue: {}",
                           m.model_name.empty() ? r_.accumulation_model : m.model_name, m.probes.size(), m.observed_through,
                           r_.reason);
+}
+
+// The arm's own d (its unscaled entry) on the epilogue's probes and held-out layers against the
+// measured model: a layer whose d the model does not give is the accumulation stage's, whatever the
+// epilogue over the arm's own d turned out to be. True (and the verdict set) when some d differs.
+bool Identifier::own_d_contradicts_model(const Fp8Measurement& m) {
+  int64_t wrong = 0, exposed = 0, heldout_wrong = 0;
+  std::vector<std::string> layers, first;
+  for (const Observation& o : obs_) {
+    exposed += o.acc_exposed;
+    wrong += o.acc_wrong;
+    if (o.heldout) heldout_wrong += o.acc_wrong;
+    if (o.acc_wrong > 0) layers.push_back(fmt::format("{} ({}x{}x{}): {} of {}", o.id, o.m, o.n, o.k, o.acc_wrong, o.size()));
+    for (const std::string& f : o.acc_first) {
+      if (first.size() < 3) first.push_back(f);
+    }
+  }
+  if (wrong == 0) return false;
+  // By M (the dispatch key of most kernels): how many layers and values at each M differ.
+  std::map<int64_t, std::array<int64_t, 4>> by_m;  // layers differing, layers, values differing, values
+  for (const Observation& o : obs_) {
+    auto& t = by_m[o.m];
+    t[0] += o.acc_wrong > 0;
+    t[1] += 1;
+    t[2] += o.acc_wrong;
+    t[3] += o.acc_exposed;
+  }
+  std::vector<std::string> per_m;
+  for (const auto& [mm, t] : by_m) per_m.push_back(fmt::format("M={}: {} of {} layers, {} of {} values", mm, t[0], t[1], t[2], t[3]));
+  const std::string epilogue =
+      r_.verdict == "identified"
+          ? fmt::format("identified as {}{}", r_.epilogue_formula,
+                        r_.epilogue_named.empty() ? std::string() : fmt::format(" = {}", fmt::join(r_.epilogue_named, ", ")))
+          : fmt::format("{} ({})", r_.verdict, r_.reason);
+  const int64_t clean = static_cast<int64_t>(obs_.size() - layers.size());
+  r_.reason = fmt::format(
+      "the accumulation stage: the measured model ({}) explains the {} designed probes and the random confirmation, but the "
+      "arm's own d (fp8_accumulate, the same K loop) differs from it in {} of {} values, on {} of {} layers (agreeing on the "
+      "other {}): the kernel's accumulation changes with the layer (its shape or M: another tile, instruction or split); "
+      "the epilogue over the arm's own d: {}",
+      model_declaration(m), m.probes.size(), wrong, exposed, layers.size(), obs_.size(), clean, epilogue);
+  // The epilogue explains every output from the arm's own d: model and epilogue explain at least the
+  // held-out outputs whose d the model gives.
+  if (r_.verdict == "identified") r_.matching = r_.outputs - heldout_wrong;
+  r_.verdict = "unexplained";
+  r_.formula.clear();
+  nlohmann::json diag = {{"kind", "stage"},
+                         {"stage", "the accumulation"},
+                         {"summary", fmt::format("the accumulation: the arm's own d differs from the measured model on {} "
+                                                 "layer(s); by M: {}",
+                                                 layers.size(), fmt::join(per_m, "; "))},
+                         {"layers", layers},
+                         {"first_heading", "the first d values that differ:"},
+                         {"first", first}};
+  r_.diagnosis = nlohmann::json::array({diag});
+  return true;
 }
 
 }  // namespace qc::identify_detail

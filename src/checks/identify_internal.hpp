@@ -70,12 +70,14 @@ struct Observation {
   bool heldout = false;
   int64_t m = 0, n = 0, k = 0;
   std::vector<int64_t> acc;  // exact (INT8)
-  std::vector<float> d;      // FP8: the measured accumulation model on the layer's codes
+  std::vector<float> d;      // FP8: the arm's own d where it offers fp8_accumulate, else the measured model's
   std::vector<float> sa, sw;
   std::vector<uint16_t> bias;  // empty: no bias
   bool refused = false;
   std::string refusal;
   std::vector<uint16_t> y;
+  // The exposed accumulators against their prediction: INT8, the exact dot products; FP8 (an arm with
+  // an unscaled entry), the measured model's d.
   int64_t acc_exposed = 0, acc_wrong = 0;
   std::vector<std::string> acc_first;
   std::optional<uint16_t> bias_at(int64_t n) const { return bias.empty() ? std::nullopt : std::optional<uint16_t>(bias[n]); }
@@ -155,6 +157,7 @@ class Identifier {
   // identify_elimination.cpp
   void make_candidates();
   Observation observe(const LayerOperands& ops, std::string id, bool heldout);
+  void own_fp8_d(Observation& o, const Fp8LayerCodes& codes);
   // Eliminates by `o`; returns how many candidates it eliminated.
   int64_t eliminate(const Observation& o);
   std::vector<const Candidate*> representatives(bool plain);
@@ -202,6 +205,7 @@ class Identifier {
   void identify_fp8();
   // The epilogue of an FP8 arm whose model was measured: the INT8 identification over the FP8 space.
   void identify_fp8_epilogue(const Fp8Measurement& m);
+  bool own_d_contradicts_model(const Fp8Measurement& m);
   // The rounds of designed probes, then the held-out confirmation and the verdict (both kinds of arm).
   void identify_epilogue();
   // identify_block.cpp: block-scaled FP8 arms, stage by stage (each returns false / nullopt / empty

@@ -113,6 +113,26 @@ TEST(Identify, MutantsComeOutAsFaults) {
   }
 }
 
+// An FP8 kernel whose accumulation changes with M (mutant-shape:fp8-splitk-m8 splits K in 4 for
+// M <= 8, and identify's designed probes run at larger M): the model is measured at the probes' M,
+// and the arm's unscaled entry shows the held-out M = 8 layers off it. identify charges the
+// difference to the accumulation, not the epilogue, and identifies the epilogue over the arm's own d.
+// (A Triton FP8 kernel that takes mma.sync for a 16-row tile and wgmma above it is this case.)
+TEST(Identify, AnFp8AccumulationThatChangesWithMIsChargedToTheAccumulation) {
+  auto arm = make_arm("mutant-shape:fp8-splitk-m8");
+  const IdentifyResult r = identify(*arm);
+  ASSERT_EQ(r.verdict, "unexplained") << describe(r);
+  EXPECT_EQ(identified_declaration(r), "");
+  ASSERT_EQ(r.diagnosis.size(), 1u) << describe(r);
+  EXPECT_EQ(r.diagnosis[0]["stage"], "the accumulation") << describe(r);
+  const auto& layers = r.diagnosis[0]["layers"];
+  ASSERT_FALSE(layers.empty()) << describe(r);
+  for (const auto& l : layers) EXPECT_NE(l.get<std::string>().find("/M=8 ("), std::string::npos) << l;  // only where it splits
+  EXPECT_GT(r.accumulator.value("differ", int64_t{0}), 0) << describe(r);
+  EXPECT_NE(r.reason.find("identified as bf16(rn32(rn32(d * sa) * sw)) = fp8-scaled"), std::string::npos) << r.reason;
+  EXPECT_NE(r.reason.find("(hopper-fp8-chain)"), std::string::npos) << r.reason;
+}
+
 // An arm written with its own arithmetic (plain C++ operators, std::nextafter, the numerics
 // conversions), not through `apply_point`: the exact accumulator, then `body`.
 template <typename Body>
