@@ -25,10 +25,10 @@ CPU emulation keeps them too. If a future Triton flushes them, the difference sh
 ``formula_mismatch`` counts of ``qconform.verify`` (and ``mutant:ftz-epilogue`` is the model).
 FP8 (``ACC_DTYPE=tl.float32``, ``a_ptr``/``w_ptr`` float8e4nv): the same kernel on e4m3 tiles, as vLLM's
 ``triton_scaled_mm`` runs an FP8 layer; step 2 is then the identity and the epilogue order is
-``bf16(rn32(rn32(d * sa) * sw))``. How Triton's ``tl.dot`` accumulates e4m3 tiles on sm_90 across the K
-loop is not written down here: :func:`qconform.triton_arm.fp8_arm` declares no model (identify measures
-it; on the H200, 2026-12-03, the unscaled entry below measured ``hopper-fp8-chain``, while the epilogue
-kernel's outputs on identify's held-out layers are not yet explained: docs/gpu.md).
+``bf16(rn32(rn32(d * sa) * sw))``. How Triton's ``tl.dot`` accumulates e4m3 tiles on sm_90 depends on the tile: with the launcher's
+tiles (vLLM's heuristic, at least 64 rows) it is a wgmma, measured ``hopper-fp8-chain`` on the H200; a
+16-row tile compiles it to ``mma.sync ... f16.f16.f32`` (another chain, docs/gpu.md).
+:func:`qconform.triton_arm.fp8_arm` declares no model by default: identify measures it.
 ``STORE_D=True`` (FP8) stores that fp32 ``d`` instead of running the epilogue: the arm's unscaled entry
 (``accumulate=``), through which identify reads ``d`` at full fp32 resolution. The K loop is the same
 text; it is a separate specialization of the kernel, so identify's held-out layers go through ``run``

@@ -36,13 +36,23 @@ def _triton() -> Tuple[Any, Any]:
     return triton, _triton_kernels
 
 
-def kernel_config(m: int) -> dict:
-    """Tile sizes by M (decode rows use a 16-row tile: tl.dot needs every tile dim >= 16)."""
-    if m <= 16:
-        return dict(BLOCK_M=16, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3)
-    if m <= 64:
-        return dict(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_warps=4, num_stages=3)
-    return dict(BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, num_warps=8, num_stages=3)
+def kernel_config(m: int, n: int) -> dict:
+    """Tile sizes by M and N, as vLLM's ``triton_scaled_mm`` picks them
+    (``vllm/model_executor/layers/quantization/compressed_tensors/triton_scaled_mm.py``): M rounded up to
+    a power of two, at least 32; (64, 64, 256) up to 32 rows (64, 128, 256 when N >= 8192), (64, 64, 256)
+    up to 64, (64, 128, 128) up to 128, (128, 128, 128) above; Triton's default 4 warps and 3 stages.
+    Every tile has at least 64 rows, so on sm_90 ``tl.dot`` on e4m3 is a wgmma (measured on the H200:
+    a 16-row tile compiles it to ``mma.sync ... f16.f16``, a different chain)."""
+    p = max(32, 1 << max(0, m - 1).bit_length())
+    if p <= 32:
+        bm, bn, bk = (64, 64, 256) if n < 8192 else (64, 128, 256)
+    elif p <= 64:
+        bm, bn, bk = 64, 64, 256
+    elif p <= 128:
+        bm, bn, bk = 64, 128, 128
+    else:
+        bm, bn, bk = 128, 128, 128
+    return dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=4, num_stages=3)
 
 
 def scaled_mm(a_q: Any, a_scale: Any, w_q: Any, w_scale: Any, bias: Optional[Any] = None,
@@ -66,7 +76,7 @@ def _launch(torch: Any, triton: Any, kernels: Any, a: Any, sa: Any, w: Any, sw: 
     y = torch.empty((M, N), dtype=torch.float32 if store_d else torch.bfloat16, device=a.device)
     if M == 0 or N == 0:
         return y
-    cfg = kernel_config(M)
+    cfg = kernel_config(M, N)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]),)
     kernels.scaled_mm_vllm_triton[grid](
         a, w, sa, sw, b if b is not None else sw, y, M, N, K,
