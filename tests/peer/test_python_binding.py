@@ -634,6 +634,24 @@ def test_gpu_arms_fail_clearly_without_a_gpu(qc):
         torch_arms.int_mm_arm()
 
 
+def test_triton_tiles_follow_vllms_heuristic(qc):
+    """The Triton arm's tiles are vLLM's triton_scaled_mm buckets (transcribed from its source, not from
+    ours): every tile has at least 64 rows, below which an e4m3 tl.dot is an mma.sync on f16 (docs/gpu.md)."""
+    from qconform.triton_arm import kernel_config
+
+    def vllm(m, n):  # vllm/.../compressed_tensors/triton_scaled_mm.py, the branch on next_power_of_2(M)
+        p = max(32, 1 << (m - 1).bit_length())
+        if p <= 32:
+            return (64, 64, 256) if n < 8192 else (64, 128, 256)
+        return (64, 64, 256) if p <= 64 else (64, 128, 128) if p <= 128 else (128, 128, 128)
+
+    for m in list(range(1, 300)) + [511, 512, 513, 4096]:
+        for n in (256, 8191, 8192, 151936):
+            c = kernel_config(m, n)
+            assert (c["BLOCK_M"], c["BLOCK_N"], c["BLOCK_K"]) == vllm(m, n), (m, n, c)
+            assert c["BLOCK_M"] >= 64 and c["num_warps"] == 4 and c["num_stages"] == 3
+
+
 def test_torch_cpu_tensors_and_int_mm_cpu_arm(qc):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed (optional peer)")
     rng = np.random.default_rng(14)
