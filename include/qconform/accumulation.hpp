@@ -124,7 +124,8 @@ RangeStats exact_range_stats(const int8_t* a, const int8_t* w, AccumShape s, int
 //     promote_steps == 0: one chain over the range; the partial is the chain's C
 //     promote_steps  > 0: chains of `promote_steps` steps, each from C = 0; after each chain
 //                         D <- round(D + C, promote_bits, promote_rounding); the partial is D
-//     a chain: C = 0; for each step (the next `step_k` terms in K order; 0 = the whole range):
+//     a chain: C = 0; for each step (the next `step_k` terms in K order; 0 = the whole range; with
+//              `interleave` g > 0 the steps of a pair split 2·step_k positions by floor(offset / g) parity):
 //       E   = max(alignment exponent of every nonzero product, e(C) = floor(log2|C|) if C != 0)
 //       S   = round_to(C, 2^(E - term_bits)) + Σ round_to(a_i·b_i, 2^(E - term_bits))   (exact)
 //             (term_bits < 0: no rounding of the terms, S = C + Σ a_i·b_i exactly)
@@ -178,7 +179,13 @@ struct Fp8AccumModel {
   // g > 0 = ranges of ceil(K/(g·splits))·g, the last shorter, trailing ranges possibly empty
   // (cuBLASLt's split-K, g = 128: measured on the H200, docs/accumulation.md "Split-K").
   int32_t split_granule = 0;
-  // K order: ascending within every range (the only order modelled so far).
+  // The K order of the steps: 0 = ascending within every range. g > 0 = the steps come in pairs over
+  // each 2·step_k consecutive positions of a range: the first step takes the positions whose offset o
+  // in the pair has floor(o / g) even, the second those with it odd; both steps run, a position past
+  // the range is no product (step_k a multiple of g). `mma.sync` on e4m3 on sm_90 (g = 2): ptxas
+  // unpacks each 32-bit register of four codes into two f16x2 halves and runs one HMMA on the low
+  // halves (k mod 4 in {0, 1}), a second on the high ones (docs/accumulation.md).
+  int32_t interleave = 0;
 };
 
 namespace accum_model {
@@ -293,29 +300,37 @@ QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, const uint8_t* a, Fp8Format f
     int64_t r0 = 0, r1 = 0;
     split_range(m, k, r, r0, r1);
     const int64_t sk = m.step_k > 0 ? m.step_k : (r1 > r0 ? r1 - r0 : 1);
+    const int64_t g = m.interleave;  // > 0 only with step_k > 0 (validated)
     Wide chain = 0, promoted = 0;
     int64_t steps_in_chain = 0;
-    for (int64_t s0 = r0; s0 < r1; s0 += sk) {
+    // Step j covers [s0, s1) of K in K order, or with interleave the positions s0 + o, o in
+    // [0, 2·sk), floor(o / g) % 2 == j % 2, of the pair starting at s0 = r0 + (j / 2)·2·sk.
+    for (int64_t j = 0;; ++j) {
+      const int64_t s0 = g > 0 ? r0 + (j / 2) * 2 * sk : r0 + j * sk;
+      if (s0 >= r1) break;
       const int64_t s1 = s0 + sk < r1 ? s0 + sk : r1;
       // A step longer than kMaxStepChunk products (step_k = 0, exact terms only: validated) is
       // summed exactly in pieces, then rounded once: the same value as one step.
       Wide p[kMaxStepChunk];
       int pe[kMaxStepChunk];
-      if (m.term_bits < 0) {
+      if (m.term_bits < 0 && g == 0) {
         Wide s = chain;
         for (int64_t i = s0; i < s1; ++i) s += Wide{fp8_times_2p16(a[i], fa)} * fp8_times_2p16(w[i], fw);
         chain = round_relative(s, m.result_bits, m.result_rounding);
       } else {
-        const int count = static_cast<int>(s1 - s0);
-        for (int i = 0; i < count; ++i) {
-          p[i] = Wide{fp8_times_2p16(a[s0 + i], fa)} * fp8_times_2p16(w[s0 + i], fw);
-          if (p[i] == 0) {
-            pe[i] = 0;
+        int count = 0;
+        for (int64_t t = 0; t < sk; ++t) {
+          const int64_t i = g > 0 ? s0 + (t / g) * 2 * g + (j % 2) * g + t % g : s0 + t;
+          if (i >= (g > 0 ? r1 : s1)) continue;
+          p[count] = Wide{fp8_times_2p16(a[i], fa)} * fp8_times_2p16(w[i], fw);
+          if (p[count] == 0) {
+            pe[count] = 0;
           } else if (m.alignment == AccumAlignment::exponent_sum) {
-            pe[i] = fp8_exponent(a[s0 + i], fa) + fp8_exponent(w[s0 + i], fw);
+            pe[count] = fp8_exponent(a[i], fa) + fp8_exponent(w[i], fw);
           } else {
-            pe[i] = msb(p[i] < 0 ? -p[i] : p[i]) + kUnitExp;
+            pe[count] = msb(p[count] < 0 ? -p[count] : p[count]) + kUnitExp;
           }
+          ++count;
         }
         chain = step(m, chain, p, pe, count);
       }

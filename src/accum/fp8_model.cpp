@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 
@@ -43,6 +44,24 @@ constexpr Fp8AccumModel fp32_sum(int32_t promote_every, int32_t splits) {
   return m;
 }
 
+// `mma.sync.m16n8k32.f32.e4m3.e4m3` on sm_90, as ptxas lowers it (SASS: F2FP.F16.E4M3.UNPACK_B, then
+// two HMMA.16816.F32 and an FADD): per instruction, a first HMMA from zero over the low f16 halves
+// of the registers (k mod 4 in {0, 1}), a second from its result over the high ones, each a fused
+// 16-product step with terms truncated 25 bits below E and the result truncated to fp32 (MMA-Sim's
+// Hopper HMMA); the pair's C then added to the accumulator in fp32, round to nearest even.
+constexpr Fp8AccumModel mma_sync_e4m3() {
+  Fp8AccumModel m;
+  m.step_k = 16;
+  m.interleave = 2;
+  m.term_bits = 25;
+  m.term_rounding = AccumRounding::toward_zero;
+  m.result_bits = 23;
+  m.result_rounding = AccumRounding::toward_zero;
+  m.alignment = AccumAlignment::exponent_sum;
+  m.promote_steps = 2;
+  return m;
+}
+
 constexpr Fp8AccumModel exact_model() {
   Fp8AccumModel m;
   m.step_k = 0;
@@ -71,6 +90,11 @@ const std::vector<NamedAccumModel>& fp8_accumulation_models() {
       {"hopper-fp8-promote4", hopper(4),
        "Hopper FP8 wgmma chains of 4 steps (128 products) from zero, each added to an fp32 accumulator (round to "
        "nearest even): cuBLASLt's default FP8 path (measured bit for bit on the H200)"},
+      {"sm90-mma-sync-e4m3", mma_sync_e4m3(),
+       "mma.sync.m16n8k32 e4m3 with fp32 accumulation on sm_90 (qconform's cuda:mma-fp8-block-* chain): per k32 "
+       "instruction two HMMA.16816.F32 over the f16-unpacked halves (k mod 4 in {0,1}, then {2,3}), 25-bit "
+       "truncated terms, truncated fp32 results, then an fp32 add into the accumulator (measured bit for bit on "
+       "the H200, docs/accumulation.md \"mma.sync on e4m3\")"},
       {"exact", exact_model(), "the exact sum, rounded once to fp32 (round to nearest even)"},
       {"sequential", fp32_sum(0, 1), "sequential fp32 sum from +0: d = ((p0 + p1) + p2) + ..., each add rn32"},
   };
@@ -143,6 +167,12 @@ std::string accumulation_formula(const Fp8AccumModel& m) {
                           ? fmt::format("; chains of {} step(s) from C = 0, D <- {}{}(D + C) after each; range = D",
                                         m.promote_steps, rounding_tag(m.promote_rounding), m.promote_bits)
                           : std::string("; one chain from C = 0; range = C");
+  if (m.interleave > 0) {
+    chain = fmt::format("; steps in pairs over {} positions, the first taking offsets o with floor(o/{}) even, "
+                        "the second the rest",
+                        2 * m.step_k, m.interleave) +
+            chain;
+  }
   const std::string ranges =
       m.split_granule > 0 ? fmt::format(" of ceil(K/({}*{}))*{}", m.split_granule, m.splits, m.split_granule) : "";
   const std::string split = m.splits > 1 ? fmt::format("; K in {} ranges{}, d = rn23 sum of the ranges in order",
@@ -165,6 +195,11 @@ void validate_accumulation_model(const Fp8AccumModel& m, std::string_view name) 
            accum_model::kMaxStepChunk, m.term_bits, m.step_k);
   QC_INPUT(m.promote_steps >= 0, "accumulation model `{}`: promote_steps: expected >= 0 (0: never), found {}", name,
            m.promote_steps);
+  QC_INPUT(m.interleave >= 0 && (m.interleave == 0 || (m.step_k >= 1 && m.step_k <= accum_model::kMaxStepChunk &&
+                                                       m.step_k % m.interleave == 0)),
+           "accumulation model `{}`: interleave: expected 0, or a divisor of step_k (1..{}), found interleave={} "
+           "step_k={}",
+           name, accum_model::kMaxStepChunk, m.interleave, m.step_k);
   QC_INPUT(m.splits >= 1, "accumulation model `{}`: splits: expected >= 1, found {}", name, m.splits);
   QC_INPUT(m.split_granule >= 0, "accumulation model `{}`: split_granule: expected >= 0, found {}", name,
            m.split_granule);
@@ -212,7 +247,56 @@ void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d) {
   }
 }
 
+namespace {
+
+// An interleaved model in K order: the same steps over the codes gathered in step order (fp8_model.hpp).
+Fp8AccumModel in_k_order(const Fp8AccumModel& m) {
+  Fp8AccumModel flat = m;
+  flat.interleave = 0;
+  flat.splits = 1;
+  flat.split_granule = 0;
+  return flat;
+}
+
+// The codes of rows [0, rows) over the K range [r0, r1) in the order an interleaved model's steps take
+// them: per pair of steps, the first step's step_k positions, then the second's, a position past the
+// range a zero code (no product: the step is the same with or without it).
+std::vector<uint8_t> gather_steps(const Fp8AccumModel& m, const uint8_t* codes, int64_t rows, int64_t k, int64_t r0,
+                                  int64_t r1, int64_t& k_out) {
+  const int64_t sk = m.step_k, g = m.interleave, pair = 2 * sk;
+  k_out = (r1 - r0 + pair - 1) / pair * pair;
+  std::vector<uint8_t> out(static_cast<size_t>(rows * k_out), uint8_t{0});
+  for (int64_t q = 0; q < k_out; ++q) {
+    const int64_t u = q % pair, t = u % sk;
+    const int64_t pos = r0 + q / pair * pair + (t / g) * 2 * g + (u / sk) * g + t % g;
+    if (pos >= r1) continue;
+    for (int64_t i = 0; i < rows; ++i) out[i * k_out + q] = codes[i * k + pos];
+  }
+  return out;
+}
+
+// An interleaved model, one K range at a time: each range is its steps in K order over the gathered
+// codes (a fast path), the ranges' results added in order in fp32 as `accum_model::evaluate` does.
+void evaluate_interleaved(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads) {
+  const Fp8AccumModel flat = in_k_order(m);
+  const int64_t outputs = g.s.m * g.s.n;
+  std::fill(d, d + outputs, 0.0f);
+  std::vector<float> part(static_cast<size_t>(outputs));
+  for (int64_t r = 0; r < (m.splits < 1 ? 1 : m.splits); ++r) {
+    int64_t r0 = 0, r1 = 0, ka = 0, kw = 0;
+    accum_model::split_range(m, g.s.k, r, r0, r1);
+    if (r0 == r1) continue;  // an empty range adds +0
+    const std::vector<uint8_t> a = gather_steps(m, g.a, g.s.m, g.s.k, r0, r1, ka);
+    const std::vector<uint8_t> w = gather_steps(m, g.w, g.s.n, g.s.k, r0, r1, kw);
+    fp8_model_evaluate(flat, {a.data(), g.a_format, w.data(), g.w_format, {g.s.m, g.s.n, ka}}, part.data(), threads);
+    for (int64_t i = 0; i < outputs; ++i) d[i] += part[i];  // one fp32 add, round to nearest even
+  }
+}
+
+}  // namespace
+
 Fp8FastPath fp8_fast_path(const Fp8AccumModel& m, const Fp8Gemm& g) {
+  if (m.interleave > 0) return fp8_fast_path(in_k_order(m), g);  // what evaluate_interleaved runs
   // One decision for the CPU lanes and the GPU's per-output evaluation (accum/fp8_model_fp64.hpp).
   switch (accum_fp64::path_of(m, g.a_format, g.w_format, g.s.k)) {
     case accum_fp64::Path::steps: return Fp8FastPath::steps_f64;
@@ -237,6 +321,7 @@ void fp8_model_evaluate(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int 
   validate_fp8_gemm(m, g);
   if (g.s.m == 0 || g.s.n == 0) return;
   const int64_t k = g.s.k;
+  if (m.interleave > 0) return evaluate_interleaved(m, g, d, threads);
   switch (fp8_fast_path(m, g)) {
     case Fp8FastPath::steps_f64: fp8_kernels::step_panels(m, g, d, threads); return;
     case Fp8FastPath::fp32_sum: {

@@ -89,6 +89,7 @@ struct StepParams {
 // split-K adds that are fp32 adds. Any FP8 formats.
 QC_ACCUM_FN bool applies(const Fp8AccumModel& m) {
   if (m.term_bits < 0 || m.step_k < 1 || m.step_k > 64 || m.alignment != AccumAlignment::exponent_sum) return false;
+  if (m.interleave > 0) return false;  // the staged steps are in K order
   // term_bits <= 20: every term's magnitude stays below 2^22, inside the device's rounding bias (round_term).
   if (m.result_bits < 1 || m.result_bits > 23 || m.term_bits > 20) return false;
   if (m.promote_steps > 0 && (m.promote_bits != 23 || m.promote_rounding != AccumRounding::nearest_even)) return false;

@@ -29,6 +29,7 @@ enum class Path : uint8_t { steps, fp32_sum, exact, reference };
 
 // The one decision of which arithmetic evaluates a model (`qc::fp8_fast_path` returns it too).
 QC_ACCUM_FN Path path_of(const Fp8AccumModel& m, Fp8Format fa, Fp8Format fw, int64_t k) {
+  if (m.interleave > 0) return Path::reference;  // the lanes take steps in K order (the host gathers first)
   const bool fp32_results = m.result_bits == 23 && m.result_rounding == AccumRounding::nearest_even;
   const bool fp32_promotion = m.promote_bits == 23 && m.promote_rounding == AccumRounding::nearest_even;
   if (m.term_bits >= 0 && fp32_promotion) return Path::steps;

@@ -1,6 +1,7 @@
 // A spelling of every accumulation model that `fp8_accumulation_model` reads back
 // (`fp8-model(step_k=32,term_bits=13,...)`, fp8_model.hpp): what `qconform identify` declares for a
 // measured model that has no name, so that verify and conform can evaluate it (docs/identify.md).
+// `interleave` is spelled only when nonzero (K order is the default, and every older spelling reads).
 #include <fmt/format.h>
 
 #include <charconv>
@@ -36,10 +37,11 @@ int32_t parse_int(std::string_view v, std::string_view text, std::string_view fi
 std::string fp8_model_spelling(const Fp8AccumModel& m) {
   return fmt::format(
       "fp8-model(step_k={},term_bits={},term_rounding={},result_bits={},result_rounding={},alignment={},"
-      "promote_steps={},promote_bits={},promote_rounding={},splits={},split_granule={})",
+      "promote_steps={},promote_bits={},promote_rounding={},splits={},split_granule={}{})",
       m.step_k, m.term_bits, rounding_word(m.term_rounding), m.result_bits, rounding_word(m.result_rounding),
       m.alignment == AccumAlignment::exponent_sum ? "exponent_sum" : "exact_exponent", m.promote_steps, m.promote_bits,
-      rounding_word(m.promote_rounding), m.splits, m.split_granule);
+      rounding_word(m.promote_rounding), m.splits, m.split_granule,
+      m.interleave > 0 ? fmt::format(",interleave={}", m.interleave) : std::string());
 }
 
 bool is_fp8_model_spelling(std::string_view text) { return text.starts_with(kPrefix); }
@@ -81,6 +83,8 @@ Fp8AccumModel parse_fp8_model_spelling(std::string_view text) {
       m.splits = parse_int(v, text, f);
     } else if (f == "split_granule") {
       m.split_granule = parse_int(v, text, f);
+    } else if (f == "interleave") {
+      m.interleave = parse_int(v, text, f);
     } else {
       QC_FAIL_INPUT("accumulation model `{}`: unknown field `{}` (expected the fields of docs/accumulation.md)", text, f);
     }

@@ -6,11 +6,11 @@
 // `fp8_accumulate` in batches (probe i is row i of `a` and row i of `w`; its output the diagonal
 // element d[i,i]). A parameter set explains a probe when `accum_model::evaluate` (the one evaluation
 // of a model) gives the arm's fp32 bits. The measurement eliminates parameter sets in two stages:
-//   1. structure: (step_k, promote_steps, splits) under a few representative arithmetics, against
+//   1. structure: (step_k, interleave, promote_steps, splits) under a few representative arithmetics, against
 //      the `structure` probes (a term 2^6 then two terms 2^-18 straddling a position j: the small
 //      terms survive only if a promotion or split boundary separates them from the large one; the
 //      outcome does not depend on the bits kept as long as 8 <= bits <= 24 and promotion is fp32);
-//   2. arithmetic: for every surviving structure, every term precision (exact or 8..24 bits, rz or
+//   2. arithmetic: for every surviving structure, every term precision (exact or 8..25 bits, rz or
 //      rn, either alignment rule), result precision (8..23 bits, rz or rn) and promotion add
 //      (23, 22, 21, 20, 16 or 13 bits, rz or rn), against every probe (cheap probes first, and a
 //      probe that eliminates a parameter set moves forward: the order adapts, the set checked not).
@@ -19,6 +19,7 @@
 #include "checks/c1_fp8_model.hpp"
 
 #include "checks/c1_fp8_probes.hpp"
+#include "checks/fp8_model_fields.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -42,55 +43,12 @@ namespace qc {
 
 namespace {
 
+using fp8_fields::canonical;
+using fp8_fields::key;
+using fp8_fields::same;
+using fp8_fields::same_spelling;
+
 std::string fbits(float f) { return fmt::format("{:#010x} ({:.9g})", f32_bits(f), f); }
-
-// Parameters that do not act are set to the defaults of the named models, so that equal
-// behaviour has one spelling: exact terms ignore term rounding and alignment; no promotion ignores
-// the promotion add.
-// And a chain of one single-product step (step_k 1, promote_steps 1) only rounds that product,
-// which has at most 8 significant bits (e4m3·e4m3; e5m2 fewer) and lies on the grid 2^(E-7): with
-// 7 or more term and result bits it is exact, and the chains are a running sum in the promotion
-// add's precision, spelled as that (`blocked-1` is `sequential`).
-Fp8AccumModel canonical(Fp8AccumModel m) {
-  if (m.step_k == 1 && m.promote_steps == 1 && (m.term_bits < 0 || m.term_bits >= 7) && m.result_bits >= 7) {
-    m.term_bits = -1;
-    m.result_bits = m.promote_bits;
-    m.result_rounding = m.promote_rounding;
-    m.promote_steps = 0;
-  }
-  if (m.term_bits < 0) {
-    m.term_rounding = AccumRounding::toward_zero;
-    m.alignment = AccumAlignment::exponent_sum;
-  }
-  if (m.promote_steps == 0) {
-    m.promote_bits = 23;
-    m.promote_rounding = AccumRounding::nearest_even;
-  }
-  return m;
-}
-
-std::array<int32_t, 10> key(const Fp8AccumModel& a) {
-  return {a.step_k,
-          a.term_bits,
-          static_cast<int32_t>(a.term_rounding),
-          a.result_bits,
-          static_cast<int32_t>(a.result_rounding),
-          static_cast<int32_t>(a.alignment),
-          a.promote_steps,
-          a.promote_bits,
-          static_cast<int32_t>(a.promote_rounding),
-          a.splits};
-}
-
-bool same_spelling(const Fp8AccumModel& x, const Fp8AccumModel& y) { return key(x) == key(y); }
-
-bool same(const Fp8AccumModel& x, const Fp8AccumModel& y) {
-  const Fp8AccumModel a = canonical(x), b = canonical(y);
-  return a.step_k == b.step_k && a.term_bits == b.term_bits && a.term_rounding == b.term_rounding &&
-         a.result_bits == b.result_bits && a.result_rounding == b.result_rounding && a.alignment == b.alignment &&
-         a.promote_steps == b.promote_steps && a.promote_bits == b.promote_bits &&
-         a.promote_rounding == b.promote_rounding && a.splits == b.splits;
-}
 
 // Dense rows of a probe.
 struct Rows {
@@ -116,95 +74,6 @@ std::string split_k_note(const nlohmann::json& record) {
   const long long s = extra->at("split_k").get<long long>();
   if (s <= 1) return "";
   return fmt::format("split_k {} (reduction scheme {})", s, extra->value("reduction_scheme", -1LL));
-}
-
-// The printed value of one field.
-std::string field_value(const Fp8AccumModel& m, const std::string& f) {
-  if (f == "step_k") return m.step_k == 0 ? std::string("0 (whole range)") : fmt::format("{}", m.step_k);
-  if (f == "term_bits") return m.term_bits < 0 ? std::string("-1 (exact)") : fmt::format("{}", m.term_bits);
-  if (f == "term_rounding") return m.term_bits < 0 ? std::string("- (exact terms)") : rounding_tag(m.term_rounding);
-  if (f == "result_bits") return fmt::format("{}", m.result_bits);
-  if (f == "result_rounding") return rounding_tag(m.result_rounding);
-  if (f == "alignment") {
-    return m.term_bits < 0 ? std::string("- (exact terms)")
-                           : m.alignment == AccumAlignment::exponent_sum ? "e(a)+e(b)" : "e(a*b)";
-  }
-  if (f == "promote_steps") return m.promote_steps == 0 ? std::string("0 (never)") : fmt::format("{}", m.promote_steps);
-  if (f == "promote_bits") return m.promote_steps == 0 ? std::string("- (no promotion)") : fmt::format("{}", m.promote_bits);
-  if (f == "promote_rounding") return m.promote_steps == 0 ? std::string("- (no promotion)") : rounding_tag(m.promote_rounding);
-  if (f == "splits") return fmt::format("{}", m.splits);
-  return "?";
-}
-
-const char* kFields[] = {"step_k",        "term_bits",    "term_rounding",    "result_bits", "result_rounding",
-                         "alignment",     "promote_steps", "promote_bits",    "promote_rounding", "splits"};
-
-// Single-field alternatives of `m` for the evidence table.
-std::vector<Fp8AccumModel> alternatives(const Fp8AccumModel& m, const std::string& f) {
-  std::vector<Fp8AccumModel> out;
-  auto push = [&](Fp8AccumModel x) {
-    x = canonical(x);
-    try {
-      validate_accumulation_model(x, "alternative");
-    } catch (const Error&) {
-      return;
-    }
-    if (same(x, m)) return;
-    for (const auto& y : out) {
-      if (same(x, y)) return;
-    }
-    out.push_back(x);
-  };
-  Fp8AccumModel x = m;
-  if (f == "step_k") {
-    for (int k : {1, 2, 4, 8, 16, 32, 64, 0}) (x = m).step_k = k, push(x);
-  } else if (f == "term_bits") {
-    if (m.term_bits < 0) {
-      for (int t : {13, 23, 24}) (x = m).term_bits = t, push(x);
-    } else {
-      for (int d : {-2, -1, 1, 2}) (x = m).term_bits = m.term_bits + d, push(x);
-      (x = m).term_bits = -1, push(x);
-    }
-  } else if (f == "term_rounding") {
-    if (m.term_bits >= 0) {
-      (x = m).term_rounding = m.term_rounding == AccumRounding::toward_zero ? AccumRounding::nearest_even
-                                                                            : AccumRounding::toward_zero;
-      push(x);
-    }
-  } else if (f == "result_bits") {
-    for (int d : {-2, -1, 1, 2}) (x = m).result_bits = m.result_bits + d, push(x);
-  } else if (f == "result_rounding") {
-    (x = m).result_rounding = m.result_rounding == AccumRounding::toward_zero ? AccumRounding::nearest_even
-                                                                              : AccumRounding::toward_zero;
-    push(x);
-  } else if (f == "alignment") {
-    if (m.term_bits >= 0) {
-      (x = m).alignment = m.alignment == AccumAlignment::exponent_sum ? AccumAlignment::exact_exponent
-                                                                      : AccumAlignment::exponent_sum;
-      push(x);
-    }
-  } else if (f == "promote_steps") {
-    if (m.promote_steps == 0) {
-      for (int p : {1, 2, 4, 8}) (x = m).promote_steps = p, push(x);
-    } else {
-      for (int p : {0, m.promote_steps - 1, m.promote_steps + 1, m.promote_steps * 2, m.promote_steps / 2}) {
-        (x = m).promote_steps = p, push(x);
-      }
-    }
-  } else if (f == "promote_bits") {
-    if (m.promote_steps > 0) {
-      for (int d : {-2, -1, 1}) (x = m).promote_bits = m.promote_bits + d, push(x);
-    }
-  } else if (f == "promote_rounding") {
-    if (m.promote_steps > 0) {
-      (x = m).promote_rounding = m.promote_rounding == AccumRounding::toward_zero ? AccumRounding::nearest_even
-                                                                                : AccumRounding::toward_zero;
-      push(x);
-    }
-  } else if (f == "splits") {
-    for (int s : {1, 2, 3, 4}) (x = m).splits = s, push(x);
-  }
-  return out;
 }
 
 class Measurer {
@@ -392,7 +261,7 @@ class Measurer {
     }
   }
 
-  // Stage 1: which (step_k, promote_steps, splits) explain the structure probes under some
+  // Stage 1: which (step_k, interleave, promote_steps, splits) explain the structure probes under some
   // representative arithmetic.
   std::vector<Fp8AccumModel> stage_structure() {
     std::vector<size_t> order;
@@ -413,18 +282,30 @@ class Measurer {
       narrow.term_rounding = narrow.result_rounding = AccumRounding::toward_zero;
       narrow.promote_rounding = pr;
       reps.push_back(narrow);
+      // 25-bit rz terms, rz fp32 results: the Hopper f16/bf16 tensor-core step (MMA-Sim), where a small
+      // term beside a large one survives a step that the other two lose or keep at other boundaries.
+      Fp8AccumModel wide;
+      wide.term_bits = 25;
+      wide.result_bits = 23;
+      wide.term_rounding = wide.result_rounding = AccumRounding::toward_zero;
+      wide.promote_rounding = pr;
+      reps.push_back(wide);
     }
     std::vector<Fp8AccumModel> cands;
     for (int sk : {1, 2, 4, 8, 16, 32, 64, 0}) {
-      for (int ps : {0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512}) {
-        if (sk == 0 && ps != 0) continue;
-        if (ps * std::max(sk, 1) > kFp8LongK / 2) continue;
-        for (int sp : {1, 2, 3, 4, 8}) {
-          Fp8AccumModel s;
-          s.step_k = sk;
-          s.promote_steps = ps;
-          s.splits = sp;
-          cands.push_back(s);
+      for (int g : {0, 1, 2, 4, 8}) {  // K order, or steps in pairs interleaved by g (mma.sync's halves: 2)
+        if (g > 0 && (sk <= g || sk % g != 0)) continue;
+        for (int ps : {0, 1, 2, 3, 4, 5, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 256, 512}) {
+          if (sk == 0 && ps != 0) continue;
+          if (ps * std::max(sk, 1) > kFp8LongK / 2) continue;
+          for (int sp : {1, 2, 3, 4, 8}) {
+            Fp8AccumModel s;
+            s.step_k = sk;
+            s.interleave = g;
+            s.promote_steps = ps;
+            s.splits = sp;
+            cands.push_back(s);
+          }
         }
       }
     }
@@ -434,6 +315,7 @@ class Measurer {
         if (cands[c].step_k == 0 && rep.term_bits >= 0) continue;
         Fp8AccumModel m = rep;
         m.step_k = cands[c].step_k;
+        m.interleave = cands[c].interleave;
         m.promote_steps = cands[c].promote_steps;
         m.splits = cands[c].splits;
         m = canonical(m);
@@ -473,7 +355,7 @@ class Measurer {
       AccumAlignment al;
     };
     std::vector<Terms> terms{{-1, AccumRounding::toward_zero, AccumAlignment::exponent_sum}};
-    for (int t = 8; t <= 24; ++t) {
+    for (int t = 8; t <= 25; ++t) {
       for (AccumRounding r : {AccumRounding::toward_zero, AccumRounding::nearest_even}) {
         for (AccumAlignment al : {AccumAlignment::exponent_sum, AccumAlignment::exact_exponent}) terms.push_back({t, r, al});
       }
@@ -572,9 +454,9 @@ class Measurer {
     }
   }
 
-  // Smaller is simpler: no promotion, one range, exact terms, k = 1, then the fewest bits.
-  static std::tuple<int, int, int, int, int> simplicity(const Fp8AccumModel& m) {
-    return {m.promote_steps != 0, m.splits != 1, m.term_bits >= 0 ? 1 : 0, m.step_k, m.result_bits};
+  // Smaller is simpler: K order, no promotion, one range, exact terms, k = 1, then the fewest bits.
+  static std::tuple<int, int, int, int, int, int> simplicity(const Fp8AccumModel& m) {
+    return {m.interleave != 0, m.promote_steps != 0, m.splits != 1, m.term_bits >= 0 ? 1 : 0, m.step_k, m.result_bits};
   }
 
   void conclude(const std::vector<Fp8AccumModel>& survivors) {
@@ -613,17 +495,21 @@ class Measurer {
     for (const Fp8AccumModel& m : cls) {
       if (!same(m, r_.model)) r_.equivalent.push_back(m);
     }
-    r_.order = r_.model.splits == 1 ? std::string("ascending, single pass")
-                                    : fmt::format("K in {} contiguous ranges (split-K), each ascending", r_.model.splits);
+    const std::string within = r_.model.interleave == 0
+                                   ? std::string("ascending")
+                                   : fmt::format("in pairs of steps over {} positions, interleaved by {}",
+                                                 2 * r_.model.step_k, r_.model.interleave);
+    r_.order = r_.model.splits == 1 ? within + ", single pass"
+                                    : fmt::format("K in {} contiguous ranges (split-K), each {}", r_.model.splits, within);
     // Evidence: every single-field alternative and the first probe it does not predict.
-    for (const char* f : kFields) {
+    for (const char* f : fp8_fields::names()) {
       Fp8ParameterEvidence ev;
       ev.parameter = f;
-      ev.value = field_value(r_.model, f);
-      ev.declared = r_.declared_known ? field_value(r_.declared, f) : std::string("-");
-      for (const Fp8AccumModel& alt : alternatives(r_.model, f)) {
+      ev.value = fp8_fields::value(r_.model, f);
+      ev.declared = r_.declared_known ? fp8_fields::value(r_.declared, f) : std::string("-");
+      for (const Fp8AccumModel& alt : fp8_fields::alternatives(r_.model, f)) {
         Fp8ParameterEvidence::Alternative a;
-        a.value = field_value(alt, f);
+        a.value = fp8_fields::value(alt, f);
         for (size_t i = 0; i < r_.probes.size(); ++i) {
           const float pr = predict(alt, rows_[i], r_.probes[i].k);
           if (!matches(pr, r_.probes[i].observed)) {
@@ -744,7 +630,7 @@ class Measurer {
   std::mutex mu_;
   std::optional<Fp8AccumModel> best_;
   std::atomic<size_t> best_prefix_seen_{0};
-  std::set<std::array<int32_t, 10>> respelled_;
+  std::set<std::array<int32_t, 11>> respelled_;
   bool output_f16_ = false;  // through `run`: the arm returns fp16 bit patterns (calibrate_output)
   size_t best_prefix_ = 0, best_miss_ = SIZE_MAX;
 };
@@ -754,14 +640,14 @@ class Measurer {
 std::vector<std::string> model_differences(const Fp8AccumModel& measured, const Fp8AccumModel& declared) {
   std::vector<std::string> out;
   const Fp8AccumModel x = canonical(measured), y = canonical(declared);
-  for (const char* f : kFields) {
+  for (const char* f : fp8_fields::names()) {
     const std::string field = f;
     // A field that does not act in one of the two is a consequence of another difference.
     if ((field == "term_rounding" || field == "alignment") && (x.term_bits < 0 || y.term_bits < 0)) continue;
     if ((field == "promote_bits" || field == "promote_rounding") && (x.promote_steps == 0 || y.promote_steps == 0)) {
       continue;
     }
-    const std::string a = field_value(x, f), b = field_value(y, f);
+    const std::string a = fp8_fields::value(x, f), b = fp8_fields::value(y, f);
     if (a != b) out.push_back(fmt::format("{}: {} (declared {})", f, a, b));
   }
   return out;

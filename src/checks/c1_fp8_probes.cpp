@@ -161,6 +161,21 @@ void design_short_probes(Designer& d) {
     t.emplace_back(j, 4.0);
     d.add(fmt::format("steps/{}x2^-12+4", j), "steps", kStepK, t);
   }
+  // steps for wide terms (25 bits kept: the f16 tensor-core step of mma.sync on e4m3): 2^-10 at
+  // positions 0..j-1, then 2^16 at j. A 2^-10 in the step of the 2^16 lies 26 bits below it and is
+  // lost; those of earlier steps are C, which that step rounds to its grid 2^(16 - term_bits).
+  for (int64_t j : {1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17, 18, 19, 31, 32, 33, 63, 64, 65, 127}) {
+    std::vector<std::pair<int64_t, double>> t;
+    for (int64_t i = 0; i < j; ++i) t.emplace_back(i, 0x1p-10);
+    t.emplace_back(j, big);
+    d.add(fmt::format("steps/{}x2^-10+2^16", j), "steps", kStepK, t);
+  }
+  // promotion rounding: 2^8 at 0, 3*2^-17 at j, a sum of 26 significant bits. Inside one step's result
+  // truncated to fp32 it is 2^8; added by an fp32 promotion (rn) it is 2^8 + 2^-15: which positions
+  // share a step result before a promotion, and which rounding joins them.
+  for (int64_t j : {1, 2, 3, 4, 8, 15, 16, 17, 18, 19, 31, 32, 33, 63, 64, 65, 127}) {
+    d.add(fmt::format("promote-rounding/2^8+3*2^-17@{}", j), "steps", kStepK, {{0, 256.0}, {j, 0x3p-17}});
+  }
 }
 
 // The long probes (K = 256, 1024, 1536): random operands, structure, promotion.

@@ -12,16 +12,20 @@
 
 namespace qc::cli {
 
-// "a,b,,c" -> {"a", "b", "", "c"}.
+// "a,b,,c" -> {"a", "b", "", "c"}. Commas inside parentheses do not split: an arm label may name a
+// spelled model, `cpu:fp8-block-triton+fp8-model(step_k=16,term_bits=25,...)` (what identify prints).
 inline std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (true) {
-    const size_t comma = text.find(',', start);
-    out.push_back(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (comma == std::string::npos) return out;
-    start = comma + 1;
+  std::vector<std::string> out(1);
+  int depth = 0;
+  for (const char c : text) {
+    if (c == ',' && depth == 0) {
+      out.emplace_back();
+      continue;
+    }
+    depth += c == '(' ? 1 : c == ')' && depth > 0 ? -1 : 0;
+    out.back().push_back(c);
   }
+  return out;
 }
 
 // `--option A,B`: exactly two non-empty labels.

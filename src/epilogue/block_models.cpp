@@ -44,7 +44,8 @@ bool same_parameters(const Fp8AccumModel& x, const Fp8AccumModel& y) {
   return x.step_k == y.step_k && x.term_bits == y.term_bits && x.term_rounding == y.term_rounding &&
          x.result_bits == y.result_bits && x.result_rounding == y.result_rounding && x.alignment == y.alignment &&
          x.promote_steps == y.promote_steps && x.promote_bits == y.promote_bits &&
-         x.promote_rounding == y.promote_rounding && x.splits == y.splits && x.split_granule == y.split_granule;
+         x.promote_rounding == y.promote_rounding && x.splits == y.splits && x.split_granule == y.split_granule &&
+         x.interleave == y.interleave;
 }
 
 }  // namespace
@@ -132,6 +133,10 @@ void validate_block_model_for(const BlockModel& m, const Fp8BlockGemm& g, std::s
            "{}: K blocks of {} products (scales {} x {}): expected a multiple of the chain's instruction step ({} "
            "products, {}): a scale boundary cannot fall inside one step",
            who, g.block_k, g.a_scaling.spec(), g.w_scaling.spec(), c.step_k, m.chain.name);
+  QC_INPUT(c.interleave == 0 || g.block_k % (2 * c.step_k) == 0,
+           "{}: K blocks of {} products (scales {} x {}): expected a multiple of the chain's pair of interleaved steps "
+           "({} products, {}): a scale boundary cannot fall inside one pair",
+           who, g.block_k, g.a_scaling.spec(), g.w_scaling.spec(), 2 * c.step_k, m.chain.name);
   const int64_t k = g.codes.s.k;
   const int64_t last = k % g.block_k == 0 ? g.block_k : k % g.block_k;
   for (const int64_t len : {std::min(k, g.block_k), last}) {

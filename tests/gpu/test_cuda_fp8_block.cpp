@@ -8,8 +8,8 @@
 //     model bit for bit on edge shapes (M = 1, odd N, K not a multiple of 128, partial N blocks), its D too
 //     where it exposes one; every promotion form's mismatch count is printed (the measurement that fixes a
 //     declaration);
-//   - UE8M0 (power-of-two) scales: every pair of block arms that chain 4 wgmma steps per 128-K block is
-//     bitwise equal (the block-FP8 alibi, docs/checks.md).
+//   - UE8M0 (power-of-two) scales: every pair of block arms of one chain per 128-K block (4 wgmma steps;
+//     or sm90-mma-sync-e4m3, our mma.sync kernel's) is bitwise equal (the block-FP8 alibi, docs/checks.md).
 // An arm absent from this build (CUTLASS) or refused by the library at run time (cuBLASLt without the
 // block scale modes) is reported SKIPPED with the reason. Run:
 //   ./build/tests/qconform_gpu_tests --gtest_filter='CudaFp8Block*'
@@ -116,7 +116,7 @@ TEST(CudaFp8Block, GpuEvaluationEqualsTheCpuReferenceBitForBit) {
       {24, 70, 200, ScaleLayout::token_group(64), ScaleLayout::per_channel(), "groups of 64, per-channel weights"},
       {9, 130, 384, ScaleLayout::token_group(128), ScaleLayout::block(64, 128), "64-row weight blocks"},
   };
-  const char* chains[] = {"", "+sequential", "+exact", "+hopper-fp8-chain-splitk-2"};
+  const char* chains[] = {"", "+sequential", "+exact", "+hopper-fp8-chain-splitk-2", "+sm90-mma-sync-e4m3"};
   uint64_t seed = 1;
   for (const Case& c : cases) {
     const RandomBlockGemm op(c.m, c.n, c.k, c.a, c.w, seed++);
@@ -236,11 +236,15 @@ TEST(CudaFp8Block, EachArmEqualsItsDeclaredModel) {
       const Fp8LayerCodes codes = fp8_layer_codes("test", ops);
       const Fp8BlockGemm g = fp8_block_gemm("test", codes, ops);
       const std::string where = fmt::format("{} {}x{}x{} ({})", label, s.m, s.n, s.k, s.why);
-      // Every form's mismatch count (the measurement), then the declared one bitwise.
+      // Every form's mismatch count (the measurement) over the declared chain, then the declared model bitwise.
+      const auto& claimed = out.record.extra.contains("accumulation_model") ? out.record.extra["accumulation_model"]
+                                                                            : nlohmann::json(info.accumulation_model);
+      const std::string declared = claimed.is_string() ? claimed.get<std::string>() : info.accumulation_model;
+      const std::string chain = declared.find('+') == std::string::npos ? "" : declared.substr(declared.find('+'));
       std::map<std::string, std::vector<float>> d;
       std::string line;
       for (BlockPromotion f : block_promotions()) {
-        const std::string name = fmt::format("block-{}", block_promotion_name(f));
+        const std::string name = fmt::format("block-{}{}", block_promotion_name(f), chain);
         d[name] = fp8_block_evaluate_gpu(fp8_block_model(name), g);
         line += fmt::format(" {} {}", name, count_differing(out.y, to_bf16(d[name])));
         if (out.d) {
@@ -252,8 +256,6 @@ TEST(CudaFp8Block, EachArmEqualsItsDeclaredModel) {
       std::printf("  %s: bf16 outputs (and D) off each form (of %lld):%s; kernel %s; D: %s\n", where.c_str(),
                   static_cast<long long>(s.m * s.n), line.c_str(), out.record.kernel.c_str(),
                   out.d ? "exposed" : out.record.extra.value("d", std::string("not exposed")).c_str());
-      const auto& claimed = out.record.extra.contains("accumulation_model") ? out.record.extra["accumulation_model"]
-                                                                            : nlohmann::json(info.accumulation_model);
       if (!claimed.is_string()) {
         std::printf("  %s: the run claims no model: %s\n", where.c_str(),
                     out.record.extra.value("accumulation_model_refused", std::string("?")).c_str());
@@ -288,13 +290,17 @@ TEST(CudaFp8Block, VerifyWithTheGpuReferenceEqualsTheHostReference) {
   EXPECT_EQ(run(VerifyReference::gpu), run(VerifyReference::cpu));
 }
 
-TEST(CudaFp8Block, Ue8m0ScalesGiveBitwiseEqualityBetweenArmsThatChainFourSteps) {
-  // Every arm here chains 4 k32 steps per 128-K block: CUTLASS's and (by its declaration) cuBLASLt's wgmma,
-  // our kernel's mma.sync (declared the same chain, a hypothesis this measures), the CPU arms by their
-  // model hopper-fp8-chain per block; with power-of-two scales every promotion form gives the same D.
-  std::vector<std::string> labels(std::begin(kCudaBlockArms), std::end(kCudaBlockArms));
-  labels.emplace_back("cpu:fp8-block-triton");
-  labels.emplace_back("cpu:fp8-block-deepgemm");
+TEST(CudaFp8Block, Ue8m0ScalesGiveBitwiseEqualityBetweenArmsOfOneChain) {
+  // Two groups of arms, each of one chain per 128-K block: 4 k32 wgmma steps (CUTLASS's and, by its
+  // declaration, cuBLASLt's; the CPU arms by their model hopper-fp8-chain), and our mma.sync kernel's
+  // sm90-mma-sync-e4m3 (its two forms and the CPU arms of that chain). With power-of-two scales every
+  // promotion form gives the same D, so within a group every pair is bitwise equal.
+  std::vector<std::vector<std::string>> groups(2);
+  for (const char* l : kCudaBlockArms) groups[std::string(l).starts_with("cuda:mma-") ? 1 : 0].emplace_back(l);
+  for (const char* form : {"triton", "deepgemm"}) {
+    groups[0].push_back(fmt::format("cpu:fp8-block-{}", form));
+    groups[1].push_back(fmt::format("cpu:fp8-block-{}+sm90-mma-sync-e4m3", form));
+  }
   const struct {
     int64_t m, n, k;
   } shapes[] = {{1, 201, 200}, {16, 384, 1024}, {64, 640, 4096}};
@@ -302,30 +308,32 @@ TEST(CudaFp8Block, Ue8m0ScalesGiveBitwiseEqualityBetweenArmsThatChainFourSteps) 
   uint64_t seed = 31;
   for (const auto& s : shapes) {
     const LayerOperands ops = block_layer(s.m, s.n, s.k, seed++, true);
-    std::vector<std::pair<std::string, std::vector<uint16_t>>> outs;
-    for (const std::string& label : labels) {
-      std::string why;
-      std::unique_ptr<Arm> arm = block_arm(label, why);
-      if (!arm) {
-        std::printf("SKIPPED %s: %s\n", label.c_str(), why.c_str());
-        continue;
+    for (const std::vector<std::string>& labels : groups) {
+      std::vector<std::pair<std::string, std::vector<uint16_t>>> outs;
+      for (const std::string& label : labels) {
+        std::string why;
+        std::unique_ptr<Arm> arm = block_arm(label, why);
+        if (!arm) {
+          std::printf("SKIPPED %s: %s\n", label.c_str(), why.c_str());
+          continue;
+        }
+        try {
+          outs.emplace_back(label, arm->run(ops).y);
+        } catch (const Error& e) {
+          std::printf("SKIPPED %s on %lldx%lldx%lld: %s\n", label.c_str(), static_cast<long long>(s.m),
+                      static_cast<long long>(s.n), static_cast<long long>(s.k), e.what());
+        }
       }
-      try {
-        outs.emplace_back(label, arm->run(ops).y);
-      } catch (const Error& e) {
-        std::printf("SKIPPED %s on %lldx%lldx%lld: %s\n", label.c_str(), static_cast<long long>(s.m),
-                    static_cast<long long>(s.n), static_cast<long long>(s.k), e.what());
-      }
-    }
-    for (size_t i = 0; i < outs.size(); ++i) {
-      for (size_t j = i + 1; j < outs.size(); ++j) {
-        ++pairs;
-        const std::string what = fmt::format("UE8M0 {}x{}x{}: {} vs {}", s.m, s.n, s.k, outs[i].first, outs[j].first);
-        const std::string report = gpu_test::diff_report(outs[i].second, outs[j].second, s.n, what.c_str());
-        EXPECT_TRUE(report.empty()) << report;
-        std::printf("  %s: %lld of %lld bf16 outputs differ\n", what.c_str(),
-                    static_cast<long long>(count_differing(outs[i].second, outs[j].second)),
-                    static_cast<long long>(s.m * s.n));
+      for (size_t i = 0; i < outs.size(); ++i) {
+        for (size_t j = i + 1; j < outs.size(); ++j) {
+          ++pairs;
+          const std::string what = fmt::format("UE8M0 {}x{}x{}: {} vs {}", s.m, s.n, s.k, outs[i].first, outs[j].first);
+          const std::string report = gpu_test::diff_report(outs[i].second, outs[j].second, s.n, what.c_str());
+          EXPECT_TRUE(report.empty()) << report;
+          std::printf("  %s: %lld of %lld bf16 outputs differ\n", what.c_str(),
+                      static_cast<long long>(count_differing(outs[i].second, outs[j].second)),
+                      static_cast<long long>(s.m * s.n));
+        }
       }
     }
   }

@@ -121,6 +121,23 @@ std::vector<std::pair<std::string, Fp8AccumModel>> models_under_test() {
   m.result_bits = 1;
   m.step_k = 64;
   v.emplace_back("k64 t0 r1", m);
+  // Interleaved steps (the fast path gathers each range's codes in step order): partial pairs, split-K
+  // with uneven and empty ranges, promotion across pairs, exact terms.
+  m = qc::fp8_accumulation_model("sm90-mma-sync-e4m3").model;
+  m.splits = 3;
+  m.split_granule = 5;
+  v.emplace_back("mma-sync split3 granule5", m);
+  m = qc::fp8_accumulation_model("hopper-fp8-promote4").model;
+  m.step_k = 8;
+  m.interleave = 1;
+  m.promote_steps = 3;
+  m.term_rounding = AccumRounding::nearest_even;
+  v.emplace_back("k8 interleave1 promote3 terms rn", m);
+  m = qc::fp8_accumulation_model("sequential").model;
+  m.step_k = 4;
+  m.interleave = 4;
+  m.splits = 2;
+  v.emplace_back("exact terms k4 interleave4 split2", m);
   return v;
 }
 
@@ -540,6 +557,62 @@ TEST(AccumulationModel, TableNamesFormulasAndValidation) {
   EXPECT_THROW(qc::fp8_model_evaluate(qc::fp8_accumulation_model("split-k-2").model,
                                       Fp8Gemm{&one, Fp8Format::e4m3, &one, Fp8Format::e4m3, {1, 1, 1}}, &d),
                qc::Error);
+}
+
+// Interleaved steps (Fp8AccumModel::interleave), hand-derived. mma.sync m16n8k32 e4m3 holds a thread's
+// codes k = 4t..4t+3 (and 16 + 4t..) in one register; ptxas unpacks bytes 0-1 and 2-3 into two f16x2
+// registers and runs one HMMA on the low halves: the first step takes k mod 4 in {0, 1}
+// ({0,1,4,5,...,28,29}), the second {2,3,6,7,...,30,31}. Terms: B = 2^8·2^8 = 2^16 and s = 2^-7·2^-3 =
+// 2^-10, 26 bits below B: in a step with ±B (E = 16, grid 2^(16-25)) s truncates to 0; alone it stays.
+//   +B at 0, -B at 2, s at 16: interleaved step 1 = {+B, s} -> C = B, step 2 = {-B} -> 0: d = 0;
+//                              K order step 1 = k 0..15 = {+B, -B} -> 0, step 2 = {s}: d = 2^-10.
+//   s at 17 (first step, beside +B) or 18 (second, beside -B): the same two results.
+//   +B at 0, -B at 1, s at 2: interleaved step 1 = {+B, -B} -> 0, step 2 = {s}: d = 2^-10;
+//                             K order step 1 = {+B, -B, s}: d = 0.
+TEST(AccumulationModel, InterleavedStepsTakeTheRegisterHalvesOfMmaSync) {
+  constexpr uint8_t k256 = 0x78;  // e4m3 2^8
+  static_assert(qc::e4m3fn_to_f32(k256) == 256.0f);
+  constexpr uint8_t kMinus256 = k256 | 0x80;
+  const Fp8AccumModel mma = qc::fp8_accumulation_model("sm90-mma-sync-e4m3").model;
+  Fp8AccumModel k_order = mma;
+  k_order.interleave = 0;
+  for (const int at : {16, 17, 18}) {
+    std::vector<std::pair<uint8_t, uint8_t>> t(32, {0, 0});
+    t[0] = {k256, k256};
+    t[2] = {kMinus256, k256};
+    t[at] = {k2m7, k2m3};
+    EXPECT_EQ(eval1(mma, t, fmt::format("sm90-mma-sync-e4m3, s at k = {}", at)), 0.0f) << at;
+    EXPECT_EQ(eval1(k_order, t, fmt::format("K order, s at k = {}", at)), 0x1p-10f) << at;
+  }
+  std::vector<std::pair<uint8_t, uint8_t>> t(32, {0, 0});
+  t[0] = {k256, k256};
+  t[1] = {kMinus256, k256};
+  t[2] = {k2m7, k2m3};
+  EXPECT_EQ(eval1(mma, t, "sm90-mma-sync-e4m3, s alone in the second step"), 0x1p-10f);
+  EXPECT_EQ(eval1(k_order, t, "K order, s in the step of +-B"), 0.0f);
+}
+
+TEST(AccumulationModel, InterleaveIsSpelledValidatedAndFormulated) {
+  const Fp8AccumModel mma = qc::fp8_accumulation_model("sm90-mma-sync-e4m3").model;
+  const std::string spelled = qc::fp8_model_spelling(mma);
+  EXPECT_NE(spelled.find(",interleave=2)"), std::string::npos) << spelled;
+  const Fp8AccumModel back = qc::parse_fp8_model_spelling(spelled);
+  EXPECT_EQ(qc::fp8_model_spelling(back), spelled);
+  EXPECT_EQ(back.interleave, 2);
+  // K order is the default: not spelled, and a spelling without the field reads as K order.
+  const std::string chain = qc::fp8_model_spelling(qc::fp8_accumulation_model("hopper-fp8-chain").model);
+  EXPECT_EQ(chain.find("interleave"), std::string::npos) << chain;
+  EXPECT_EQ(qc::parse_fp8_model_spelling(chain).interleave, 0);
+  EXPECT_NE(qc::accumulation_formula(mma).find("steps in pairs over 32 positions"), std::string::npos)
+      << qc::accumulation_formula(mma);
+  Fp8AccumModel bad = mma;
+  bad.interleave = 3;  // not a divisor of 16
+  EXPECT_THROW(qc::validate_accumulation_model(bad, "bad"), qc::Error);
+  bad.interleave = -1;
+  EXPECT_THROW(qc::validate_accumulation_model(bad, "bad"), qc::Error);
+  bad = qc::fp8_accumulation_model("exact").model;  // step_k = 0: no pairs to interleave
+  bad.interleave = 1;
+  EXPECT_THROW(qc::validate_accumulation_model(bad, "bad"), qc::Error);
 }
 
 // cuBLASLt's split-K, as measured on the H200 with designed probes (.carry-free restatement of

@@ -150,7 +150,7 @@ TEST_P(NamedModels, CpuArmIsMeasuredAsItsModel) {
 
 INSTANTIATE_TEST_SUITE_P(Fp8Boundary, NamedModels,
                          ::testing::Values("hopper-fp8-chain", "hopper-fp8-promote4", "exact", "sequential",
-                                           "blocked-32", "blocked-128", "split-k-2"),
+                                           "blocked-32", "blocked-128", "split-k-2", "sm90-mma-sync-e4m3"),
                          [](const auto& info) {
                            std::string s = info.param;
                            for (char& c : s) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
@@ -186,6 +186,9 @@ std::vector<Mutant> mutants() {
   m = chain;
   m.step_k = 16;
   v.push_back({"k16", m, "hopper-fp8-chain", "step_k"});
+  m = fp8_accumulation_model("sm90-mma-sync-e4m3").model;
+  m.interleave = 0;
+  v.push_back({"mma-sync-in-k-order", m, "sm90-mma-sync-e4m3", "interleave"});
   return v;
 }
 
@@ -205,9 +208,11 @@ TEST(Fp8Boundary, MutantModelsAreMeasuredAndDifferFromTheirDeclaration) {
                              << fmt::format("{}", fmt::join(r.differing_fields, "; "));
     EXPECT_EQ(r.confirm_matching, r.confirm_outputs) << mu.what;
     // The declared model must differ on the confirmation operands too, except for a promotion add
-    // truncating instead of rounding: chains of 14 significant bits added into 24 rarely need
-    // rounding at these K, so random operands cannot tell; the designed probes do.
-    if (std::string(mu.what) != "promote-rz") {
+    // truncating instead of rounding (chains of 14 significant bits added into 24 rarely need
+    // rounding at these K) and the step order of 25-bit steps (randn·2 products span too few binades
+    // for a term to fall 25 bits below its step's largest: the H200 showed the same, docs/accumulation.md):
+    // random operands cannot tell; the designed probes do.
+    if (std::string(mu.what) != "promote-rz" && std::string(mu.what) != "mma-sync-in-k-order") {
       EXPECT_LT(r.confirm_declared_matching, r.confirm_outputs) << mu.what << ": the declared model must differ";
     }
     expect_class_equivalent(r, mu.model);

@@ -15,6 +15,7 @@
 
 #include "arms/plugin/plugin_limits.hpp"
 #include "cli/cli.hpp"
+#include "cli/lists.hpp"
 #include "core/fileio.hpp"
 #include "core/output_lock.hpp"
 #include "qconform/error.hpp"
@@ -146,6 +147,20 @@ TEST(NumericOptions, OneMessageStyle) {
   EXPECT_EQ(check(cli::finite_in(0, 1), "nan"), "expected a finite number in [0, 1], found nan");
   EXPECT_EQ(check(cli::finite_in(0, 1), "0.5"), "");
   EXPECT_EQ(check(cli::number_in(1e-9, 10, "a number of seconds"), "inf"), "expected a number of seconds, found inf");
+}
+
+// An arm label may spell a model with commas inside parentheses (what identify prints): lists split
+// only at the commas outside them.
+TEST(ArmLists, CommasInsideParenthesesDoNotSplit) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(cli::split_commas("a,b,,c"), (V{"a", "b", "", "c"}));
+  EXPECT_EQ(cli::split_commas(""), (V{""}));
+  const std::string spelled = "cpu:fp8-block-triton+fp8-model(step_k=16,term_bits=25,interleave=2)";
+  EXPECT_EQ(cli::split_commas("cuda:mma-fp8-block-triton," + spelled), (V{"cuda:mma-fp8-block-triton", spelled}));
+  EXPECT_EQ(cli::parse_pair("--arms", spelled + ",cpu:vllm-cutlass"), std::make_pair(spelled, std::string("cpu:vllm-cutlass")));
+  EXPECT_EQ(cli::split_commas("f(a,(b,c)),d"), (V{"f(a,(b,c))", "d"}));
+  EXPECT_EQ(cli::split_commas("a),b"), (V{"a)", "b"}));  // an unmatched ')' does not go below depth 0
+  EXPECT_THROW(cli::parse_pair("--arms", spelled), Error);  // one label only
 }
 
 TEST(PluginTimeLimit, FollowsTheWorkWithAFloor) {
