@@ -112,12 +112,16 @@ BIG_SWEEP=${BIG_SWEEP:-1,16,512,4096}
 Q17=${Q17:-qwen3-1.7b}
 UE_M=${UE_M:-64}
 SPEED_M=${SPEED_M:-512}
-if want verify; then
-  step "each block arm against its declared model: 6 layers N=4096, K 512..16384, M in 1,16,512,4096 (>= 10^8 outputs)"
+make_big() {
+  [ -f "$BIG" ] && return 0
   "$Q" synth --shapes "$BIG_SHAPES" --seed 7 --element e4m3 --act-scale per-token-group:128 --weight-scale per-block:128x128 --act-quantizer deepgemm \
     --out "$BIG" | tail -1
   echo "outputs per arm and scale regime: $(echo "$BIG_SHAPES" | tr ',' '\n' | awk -F x -v s="$BIG_SWEEP" \
     'BEGIN{n=split(s,m,",");for(i=1;i<=n;i++)t+=m[i]} {sum+=$2} END{print sum*t}')" | tee -a "$OUT/summary.txt"
+}
+if want verify; then
+  step "each block arm against its declared model: 6 layers N=4096, K 512..16384, M in 1,16,512,4096 (>= 10^8 outputs)"
+  make_big
   verify big-pair "$BIG" "$PAIR" --m-sweep "$BIG_SWEEP"
 fi
 
@@ -150,8 +154,8 @@ fi
 
 if want own; then
   step "qconform's own block kernel, two forms, against their declared models on the >= 10^8-output set"
-  [ -f "$BIG" ] && verify big-own "$BIG" "${OWN_PAIR:-cuda:mma-fp8-block-triton,cuda:mma-fp8-block-deepgemm}" \
-    --m-sweep "$BIG_SWEEP"
+  make_big
+  verify big-own "$BIG" "${OWN_PAIR:-cuda:mma-fp8-block-triton,cuda:mma-fp8-block-deepgemm}" --m-sweep "$BIG_SWEEP"
 fi
 
 step "figures for docs/ (block-validate.sh, $(date -u +%F), $(cat "$OUT/env.txt" 2>/dev/null))"

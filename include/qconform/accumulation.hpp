@@ -291,6 +291,10 @@ QC_ACCUM_FN void split_range(const Fp8AccumModel& m, int64_t k, int64_t r, int64
   }
 }
 
+// The offset, from the start of a pair of interleaved steps, of the t-th position of its first (h = 0)
+// or second (h = 1) step (Fp8AccumModel::interleave g > 0): every host and device gather uses it.
+QC_ACCUM_FN int64_t interleaved_offset(int64_t g, int64_t h, int64_t t) { return (t / g) * 2 * g + h * g + t % g; }
+
 // The model's fp32 result for one output: `a`, `w` the K codes of its row and column.
 QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw,
                            int64_t k) {
@@ -320,7 +324,7 @@ QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, const uint8_t* a, Fp8Format f
       } else {
         int count = 0;
         for (int64_t t = 0; t < sk; ++t) {
-          const int64_t i = g > 0 ? s0 + (t / g) * 2 * g + (j % 2) * g + t % g : s0 + t;
+          const int64_t i = g > 0 ? s0 + interleaved_offset(g, j % 2, t) : s0 + t;
           if (i >= (g > 0 ? r1 : s1)) continue;
           p[count] = Wide{fp8_times_2p16(a[i], fa)} * fp8_times_2p16(w[i], fw);
           if (p[count] == 0) {

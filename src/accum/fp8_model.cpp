@@ -247,9 +247,6 @@ void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d) {
   }
 }
 
-namespace {
-
-// An interleaved model in K order: the same steps over the codes gathered in step order (fp8_model.hpp).
 Fp8AccumModel in_k_order(const Fp8AccumModel& m) {
   Fp8AccumModel flat = m;
   flat.interleave = 0;
@@ -258,17 +255,24 @@ Fp8AccumModel in_k_order(const Fp8AccumModel& m) {
   return flat;
 }
 
+int64_t gathered_steps_k(const Fp8AccumModel& m, int64_t len) {
+  const int64_t pair = 2 * int64_t{m.step_k};
+  return (len + pair - 1) / pair * pair;
+}
+
+namespace {
+
 // The codes of rows [0, rows) over the K range [r0, r1) in the order an interleaved model's steps take
 // them: per pair of steps, the first step's step_k positions, then the second's, a position past the
 // range a zero code (no product: the step is the same with or without it).
 std::vector<uint8_t> gather_steps(const Fp8AccumModel& m, const uint8_t* codes, int64_t rows, int64_t k, int64_t r0,
                                   int64_t r1, int64_t& k_out) {
-  const int64_t sk = m.step_k, g = m.interleave, pair = 2 * sk;
-  k_out = (r1 - r0 + pair - 1) / pair * pair;
+  const int64_t sk = m.step_k, pair = 2 * sk;
+  k_out = gathered_steps_k(m, r1 - r0);
   std::vector<uint8_t> out(static_cast<size_t>(rows * k_out), uint8_t{0});
   for (int64_t q = 0; q < k_out; ++q) {
-    const int64_t u = q % pair, t = u % sk;
-    const int64_t pos = r0 + q / pair * pair + (t / g) * 2 * g + (u / sk) * g + t % g;
+    const int64_t u = q % pair;
+    const int64_t pos = r0 + q / pair * pair + accum_model::interleaved_offset(m.interleave, u / sk, u % sk);
     if (pos >= r1) continue;
     for (int64_t i = 0; i < rows; ++i) out[i * k_out + q] = codes[i * k + pos];
   }

@@ -98,6 +98,14 @@ void validate_fp8_gemm(const Fp8AccumModel& m, const Fp8Gemm& g);
 void validate_fp8_codes(const Fp8Gemm& g);
 void validate_fp8_model_for(const Fp8AccumModel& m, AccumShape s);
 
+// An interleaved model (`interleave` > 0) as K order: the same model, interleave 0 and one range. Over a
+// range of `len` products gathered in step order (per pair of steps the first step's step_k positions,
+// then the second's, a position past the range a zero code: no product), padded to
+// `gathered_steps_k(m, len)` columns, it gives the interleaved model's result for that range (the CPU
+// fast path and the GPU block evaluation gather so; `accum_model::interleaved_offset` places them).
+Fp8AccumModel in_k_order(const Fp8AccumModel& m);
+int64_t gathered_steps_k(const Fp8AccumModel& m, int64_t len);
+
 // The scalar reference: `accum_model::evaluate` (the header text) per output, one thread.
 void fp8_model_reference(const Fp8AccumModel& m, const Fp8Gemm& g, float* d);
 

@@ -16,7 +16,9 @@ BlockFp8Operands block_fp8_operands(const std::string& arm, const LayerOperands&
                                     int64_t align_n, int64_t align_k, bool weights_k_major, int64_t sw_ld) {
   ops.validate();
   QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", arm, ops.name);
-  const Fp8LayerCodes codes = fp8_layer_codes(arm, ops);
+  BlockFp8Operands o;
+  o.layer = fp8_layer_codes(arm, ops);
+  const Fp8LayerCodes& codes = o.layer;
   QC_INPUT(codes.a_format == Fp8Format::e4m3 && codes.w_format == Fp8Format::e4m3,
            "arm {}: layer `{}`: expected e4m3 x e4m3 operands, found {}", arm, ops.name, codes.description);
   QC_INPUT(ops.block_scaled() && ops.scale_block_k() == 128 &&
@@ -25,7 +27,6 @@ BlockFp8Operands block_fp8_operands(const std::string& arm, const LayerOperands&
            "arm {}: layer `{}` ({}): expected weight scales per-block:128x128 and activation scales per-token-group:128 "
            "(or per-token / per-tensor), found {}",
            arm, ops.name, ops.source, ops.scaling_description());
-  BlockFp8Operands o;
   o.m = ops.m, o.n = ops.n, o.k = ops.k;
   o.mp = round_up(ops.m, align_m), o.np = round_up(ops.n, align_n), o.kp = round_up(ops.k, align_k);
   QC_INPUT(ops.m >= 1 && o.mp <= INT_MAX && o.np <= INT_MAX && o.kp <= INT_MAX,
@@ -36,10 +37,13 @@ BlockFp8Operands block_fp8_operands(const std::string& arm, const LayerOperands&
   o.n_blocks = (ops.n + 127) / 128;
   QC_CHECK(o.k_blocks == (o.kp + 127) / 128 && o.n_blocks == (o.np + 127) / 128,
            "block_fp8_operands: padding to {}x{}x{} changed the block counts", o.mp, o.np, o.kp);
-  o.a.assign(static_cast<size_t>(o.mp * o.kp), 0);
-  o.w.assign(static_cast<size_t>(o.np * o.kp), 0);
-  for (int64_t i = 0; i < ops.m; ++i) std::copy_n(codes.a.data() + i * ops.k, ops.k, o.a.data() + i * o.kp);
-  for (int64_t j = 0; j < ops.n; ++j) std::copy_n(codes.w.data() + j * ops.k, ops.k, o.w.data() + j * o.kp);
+  const auto pad = [&](std::span<const uint8_t> src, int64_t rows, int64_t rows_p, std::vector<uint8_t>& out) {
+    if (rows_p == rows && o.kp == ops.k) return;  // uploaded as it is
+    out.assign(static_cast<size_t>(rows_p * o.kp), 0);
+    for (int64_t r = 0; r < rows; ++r) std::copy_n(src.data() + r * ops.k, ops.k, out.data() + r * o.kp);
+  };
+  pad(codes.a, ops.m, o.mp, o.a_padded);
+  pad(codes.w, ops.n, o.np, o.w_padded);
   o.sa.assign(static_cast<size_t>(o.k_blocks * o.mp), 1.0f);
   for (int64_t i = 0; i < ops.m; ++i) {
     for (int64_t b = 0; b < o.k_blocks; ++b) {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,14 +23,21 @@ struct BlockFp8Operands {
   int64_t m = 0, n = 0, k = 0;     // the layer's
   int64_t mp = 0, np = 0, kp = 0;  // padded
   int64_t k_blocks = 0, n_blocks = 0;
-  std::vector<uint8_t> a, w;       // [mp, kp], [np, kp] codes, zero padded
+  // [mp, kp], [np, kp] codes: the layer's own (`layer`, borrowed or re-encoded) where no padding is
+  // needed, else zero-padded copies in `a_padded`, `w_padded` (a weight tensor is copied only when N or K
+  // is not aligned: most layers upload their codes as they are).
+  Fp8LayerCodes layer;
+  std::vector<uint8_t> a_padded, w_padded;
+  std::span<const uint8_t> a() const { return a_padded.empty() ? layer.a : std::span<const uint8_t>(a_padded); }
+  std::span<const uint8_t> w() const { return w_padded.empty() ? layer.w : std::span<const uint8_t>(w_padded); }
   std::vector<float> sa;           // activation scales, row fastest: sa[b * mp + i] (padded rows 1)
   std::vector<float> sw;           // weight scales: k-major sw[nb * sw_ld + b], else sw[b * n_blocks + nb]
   int64_t sw_ld = 0;
   std::string codes;               // `Fp8LayerCodes::description`, for the run record
-  // The layer's [m, n] from a kernel's [mp, np] bf16 output (or fp32 D).
+  // The layer's [m, n] from a kernel's [mp, np] bf16 output (or fp32 D); the vector itself when unpadded.
   template <typename T>
-  std::vector<T> crop(const std::vector<T>& padded) const {
+  std::vector<T> crop(std::vector<T> padded) const {
+    if (mp == m && np == n) return padded;
     std::vector<T> out(static_cast<size_t>(m * n));
     for (int64_t i = 0; i < m; ++i) {
       for (int64_t j = 0; j < n; ++j) out[static_cast<size_t>(i * n + j)] = padded[static_cast<size_t>(i * np + j)];

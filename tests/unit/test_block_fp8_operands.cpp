@@ -26,6 +26,18 @@ qc::LayerOperands layer(int64_t m, int64_t n, int64_t k, const std::string& act,
   return qc::synth_operands(o).at(0);
 }
 
+// An aligned layer's codes go up as they are (no copy per run): the views are the layer's own tensors.
+TEST(BlockFp8Operands, AnAlignedLayerIsNotCopied) {
+  const qc::LayerOperands ops = layer(16, 256, 384, "per-token-group:128", "per-block:128x128");
+  const qc::BlockFp8Operands o = qc::block_fp8_operands("test", ops, 16, 16, 128, /*weights_k_major=*/true, 4);
+  EXPECT_EQ(o.a().data(), ops.a_codes().data());
+  EXPECT_EQ(o.w().data(), ops.w_codes().data());
+  EXPECT_EQ(o.a().size(), ops.a_codes().size());
+  EXPECT_TRUE(o.a_padded.empty() && o.w_padded.empty());
+  const std::vector<float> d(static_cast<size_t>(16 * 256), 1.5f);
+  EXPECT_EQ(o.crop(d), d);
+}
+
 TEST(BlockFp8Operands, PadsCodesAndLaysOutScalesForEachKernel) {
   const qc::LayerOperands ops = layer(3, 201, 200, "per-token-group:128", "per-block:128x128");
   const qc::BlockFp8Operands o = qc::block_fp8_operands("test", ops, 16, 16, 128, /*weights_k_major=*/true, 4);
@@ -39,13 +51,13 @@ TEST(BlockFp8Operands, PadsCodesAndLaysOutScalesForEachKernel) {
   for (int64_t i = 0; i < o.mp; ++i) {
     for (int64_t c = 0; c < o.kp; ++c) {
       const uint8_t want = i < 3 && c < 200 ? a[static_cast<size_t>(i * 200 + c)] : 0;
-      ASSERT_EQ(o.a[static_cast<size_t>(i * o.kp + c)], want) << i << "," << c;
+      ASSERT_EQ(o.a()[static_cast<size_t>(i * o.kp + c)], want) << i << "," << c;
     }
   }
   for (int64_t j = 0; j < o.np; ++j) {
     for (int64_t c = 0; c < o.kp; ++c) {
       const uint8_t want = j < 201 && c < 200 ? w[static_cast<size_t>(j * 200 + c)] : 0;
-      ASSERT_EQ(o.w[static_cast<size_t>(j * o.kp + c)], want) << j << "," << c;
+      ASSERT_EQ(o.w()[static_cast<size_t>(j * o.kp + c)], want) << j << "," << c;
     }
   }
   for (int64_t b = 0; b < 2; ++b) {

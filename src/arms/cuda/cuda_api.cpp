@@ -1,6 +1,8 @@
 // The public GPU entry points of arms/cuda/cuda.hpp: comparison, exact accumulation, raw FP8 GEMM.
 #include <fmt/format.h>
 
+#include <tuple>
+
 #include "arms/cuda/cublaslt_gemm.hpp"
 #include "arms/cuda/cuda_common.hpp"
 #include "accum/fp8_model.hpp"
@@ -224,7 +226,10 @@ std::vector<float> GpuFp8Codes::evaluate_block(const BlockModel& model, const Fp
   const int m = static_cast<int>(M), n = static_cast<int>(N);
   const char* who = "block fp8 accumulation models on the GPU";
   std::string name;
-  if (which == Fp8GpuKernel::reference) {
+  // An interleaved chain runs in K order over each block's codes gathered in step order (one range per block).
+  const Fp8AccumModel& chain = model.chain.model;
+  const bool interleaved = chain.interleave > 0;
+  if (which == Fp8GpuKernel::reference || (interleaved && chain.splits > 1)) {
     name = cuda::checked_launch(cuda_kernels::launch_fp8_block_model_reference(model.chain.model, model.form, x.a, x.fa,
                                                                                x.w, x.fw, x.d, m, n, K, bk, sa, sw,
                                                                                x.stream),
@@ -244,20 +249,25 @@ std::vector<float> GpuFp8Codes::evaluate_block(const BlockModel& model, const Fp
     QC_CUDA_CHECK(cudaMemsetAsync(x.d, 0, static_cast<size_t>(M * N) * sizeof(float), x.stream));  // D from +0
     std::string chain_kernel;
     int64_t blk = 0;
+    const Fp8AccumModel run_chain = interleaved ? in_k_order(chain) : chain;
     for (int64_t k0 = 0; k0 < K; k0 += bk, ++blk) {
       const int64_t len = std::min(bk, K - k0);
-      cuda::checked_launch(cuda_kernels::launch_gather_columns(x.a, b.a, m, K, k0, len, x.stream), who);
-      cuda::checked_launch(cuda_kernels::launch_gather_columns(x.w, b.w, n, K, k0, len, x.stream), who);
+      const int64_t cols = interleaved ? gathered_steps_k(chain, len) : len;  // <= bk: bk is whole pairs (validated)
+      for (const auto& [src, dst, rows] : {std::tuple{x.a, b.a, m}, std::tuple{x.w, b.w, n}}) {
+        cuda::checked_launch(cuda_kernels::launch_gather_columns(src, dst, rows, K, k0, len, x.stream, chain.step_k,
+                                                                 chain.interleave, cols),
+                             who);
+      }
       chain_kernel = cuda::checked_launch(
-          cuda_kernels::launch_fp8_accum_model(model.chain.model, b.a, x.fa, b.w, x.fw, b.wt, b.c, m, n, len,
+          cuda_kernels::launch_fp8_accum_model(run_chain, b.a, x.fa, b.w, x.fw, b.wt, b.c, m, n, cols,
                                                /*allow_fp32=*/which == Fp8GpuKernel::best,
                                                /*reference_kernel=*/false, x.stream),
           who);
       cuda::checked_launch(cuda_kernels::launch_block_promote(model.form, b.c, x.d, m, n, blk, sa, sw, x.stream), who);
     }
-    name = fmt::format("qconform fp8 block model {} on the GPU: per K block of {}, columns gathered, chain by {}, "
+    name = fmt::format("qconform fp8 block model {} on the GPU: per K block of {}, columns gathered{}, chain by {}, "
                        "then block_promote (fp8_block_model.hpp promote)",
-                       model.name, bk, chain_kernel);
+                       model.name, bk, interleaved ? " in step order" : "", chain_kernel);
   }
   std::vector<float> out(static_cast<size_t>(M * N));
   QC_CUDA_CHECK(cudaMemcpyAsync(out.data(), x.d, out.size() * sizeof(float), cudaMemcpyDeviceToHost, x.stream));

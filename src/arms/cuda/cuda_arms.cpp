@@ -380,7 +380,7 @@ class CublasLtFp8BlockArm final : public Arm {
              plan.error());
     std::lock_guard lock(d_.mu);
     d_.select_device();
-    d_.a.upload(o.a), d_.w.upload(o.w), d_.sa.upload(o.sa), d_.sw.upload(o.sw);
+    d_.a.upload(o.a()), d_.w.upload(o.w()), d_.sa.upload(o.sa), d_.sw.upload(o.sw);
     d_.y.poison(static_cast<size_t>(o.mp * o.np));
     plan.run(d_.a.get(), d_.w.get(), d_.y.get(), d_.sa.get(), d_.sw.get(), nullptr);
     // D through the fp32-out plan of the same scale modes, when cuBLASLt offers one and it is the same

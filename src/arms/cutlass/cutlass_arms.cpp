@@ -325,7 +325,7 @@ class CutlassFp8BlockwiseArm final : public Arm {
     require_sm90(i.label);
     std::lock_guard lock(d_.mu);
     d_.select_device();
-    d_.a.upload(o.a), d_.w.upload(o.w), d_.sa.upload(o.sa), d_.sw.upload(o.sw);
+    d_.a.upload(o.a()), d_.w.upload(o.w()), d_.sa.upload(o.sa), d_.sw.upload(o.sw);
     const size_t mn = static_cast<size_t>(o.mp * o.np);
     d_.y.poison(mn), d_.d.poison(mn);
     cutlass_kernels::BlockwiseArgs args;

@@ -34,11 +34,17 @@ __global__ void __launch_bounds__(256) fp8_block_model_kernel(Fp8AccumModel chai
 }
 
 __global__ void __launch_bounds__(256) gather_columns(const uint8_t* __restrict__ src, uint8_t* __restrict__ dst,
-                                                      int rows, int64_t k, int64_t k0, int64_t len) {
+                                                      int rows, int64_t k, int64_t k0, int64_t len, int64_t step_k,
+                                                      int64_t interleave, int64_t len_out) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= static_cast<int64_t>(rows) * len) return;
-  const int64_t r = i / len, c = i % len;
-  dst[i] = src[r * k + k0 + c];
+  if (i >= static_cast<int64_t>(rows) * len_out) return;
+  const int64_t r = i / len_out, q = i % len_out;
+  int64_t c = q;
+  if (interleave > 0) {  // the q-th position in step order (accumulation.hpp interleaved_offset)
+    const int64_t pair = 2 * step_k, u = q % pair;
+    c = q / pair * pair + accum_model::interleaved_offset(interleave, u / step_k, u % step_k);
+  }
+  dst[i] = c < len ? src[r * k + k0 + c] : uint8_t{0};
 }
 
 __global__ void __launch_bounds__(256) block_promote(BlockPromotion form, const float* __restrict__ c,
@@ -72,10 +78,12 @@ std::string launch_fp8_block_model_reference(const Fp8AccumModel& chain, BlockPr
 }
 
 std::string launch_gather_columns(const uint8_t* src, uint8_t* dst, int rows, int64_t k, int64_t k0, int64_t len,
-                                  cudaStream_t stream) {
-  const int64_t count = static_cast<int64_t>(rows) * len;
+                                  cudaStream_t stream, int64_t step_k, int64_t interleave, int64_t len_out) {
+  if (interleave == 0) len_out = len;
+  const int64_t count = static_cast<int64_t>(rows) * len_out;
   if (count <= 0) return "gather_columns (empty)";
-  gather_columns<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(src, dst, rows, k, k0, len);
+  gather_columns<<<static_cast<unsigned>((count + 255) / 256), 256, 0, stream>>>(src, dst, rows, k, k0, len, step_k,
+                                                                                 interleave, len_out);
   return launch_error("qconform gather_columns");
 }
 

@@ -27,9 +27,11 @@ std::string launch_fp8_block_model_reference(const Fp8AccumModel& chain, BlockPr
                                              int64_t k, int64_t block_k, DeviceBlockScales sa, DeviceBlockScales sw,
                                              cudaStream_t stream);
 
-// Columns [k0, k0 + len) of `src` [rows, k] copied contiguous into `dst` [rows, len].
+// Columns [k0, k0 + len) of `src` [rows, k] copied contiguous into `dst` [rows, len]; for a chain with
+// interleaved steps (`interleave` > 0, steps of `step_k`), in step order into `dst` [rows, len_out],
+// len_out = gathered_steps_k(chain, len), zero codes past the block (src/accum/fp8_model.hpp).
 std::string launch_gather_columns(const uint8_t* src, uint8_t* dst, int rows, int64_t k, int64_t k0, int64_t len,
-                                  cudaStream_t stream);
+                                  cudaStream_t stream, int64_t step_k = 0, int64_t interleave = 0, int64_t len_out = 0);
 
 // d[i,j] <- block_model::promote(form, c[i,j], sa(i, b), sw(j, b), d[i,j]) for K block `b`.
 std::string launch_block_promote(BlockPromotion form, const float* c, float* d, int m, int n, int64_t b,
