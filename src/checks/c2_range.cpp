@@ -42,7 +42,7 @@ CheckResult c2_range(const std::vector<LayerRun>& runs, const PredictionSet& pre
   bool exposed = false;  // some arm exposed an accumulator that could contradict a safe verdict
   for (const LayerRun& r : runs) {
     held_violations += !r.prediction_held;
-    exposed = exposed || r.acc_mismatch_a >= 0 || r.acc_mismatch_b >= 0;
+    exposed = exposed || r.arm[0].acc_mismatch || r.arm[1].acc_mismatch;
   }
   if (stale_predictions || held_violations) c2.verdict = Verdict::fail;
   // Only a pinned file can match or not; predictions computed here are the operands' statistics.

@@ -17,15 +17,15 @@ CheckResult c4_fp8(const std::vector<LayerRun>& runs) {
   int64_t compared = 0, mismatch = 0, unmodelled = 0, undeclared = 0;
   std::vector<std::string> first, notes;
   for (const LayerRun& r : runs) {
-    for (const auto& [mm, refused] : {std::pair{r.acc_mismatch_a, &r.unmodelled_a}, std::pair{r.acc_mismatch_b, &r.unmodelled_b}}) {
-      if (*refused == kUndeclaredModel) {
+    for (const ArmRunEvidence& e : r.arm) {
+      if (e.unmodelled == kUndeclaredModel) {
         ++undeclared;
-      } else if (!refused->empty()) {
+      } else if (!e.unmodelled.empty()) {
         ++unmodelled;
       }
-      if (mm < 0) continue;
+      if (!e.acc_mismatch) continue;
       ++compared;
-      mismatch += mm;
+      mismatch += *e.acc_mismatch;
     }
     for (const std::string& s : r.acc_first_mismatch) {
       if (first.size() < 10) first.push_back(s);
@@ -64,10 +64,10 @@ CheckResult c4_accumulator(const std::vector<LayerRun>& runs) {
       ++c4_excluded;
       continue;
     }
-    for (int64_t mm : {r.acc_mismatch_a, r.acc_mismatch_b}) {
-      if (mm < 0) continue;
+    for (const ArmRunEvidence& e : r.arm) {
+      if (!e.acc_mismatch) continue;
       ++c4_runs;
-      c4_mismatch += mm;
+      c4_mismatch += *e.acc_mismatch;
     }
     for (const std::string& s : r.acc_first_mismatch) {
       if (c4_first.size() < 10) c4_first.push_back(s);

@@ -37,11 +37,11 @@ CheckResult c6_fp8(const std::vector<LayerRun>& runs, const Comparison& t, int64
   std::map<std::string, int64_t> m_full;
   for (const LayerRun& r : runs) m_full[r.layer] = std::max(m_full[r.layer], r.m);
   for (const LayerRun& r : runs) {
-    off_model += std::max<int64_t>(0, r.formula_mismatch_a) + std::max<int64_t>(0, r.formula_mismatch_b);
+    off_model += r.arm[0].formula_mismatch.value_or(0) + r.arm[1].formula_mismatch.value_or(0);
     for (const std::string& s : r.model_first) {
       if (first.size() < 10) first.push_back(s);
     }
-    const std::string* why[2] = {&r.unmodelled_a, &r.unmodelled_b};
+    const std::string* why[2] = {&r.arm[0].unmodelled, &r.arm[1].unmodelled};
     for (int s = 0; s < 2; ++s) {
       if (*why[s] == kUndeclaredModel) {
         undeclared[s] = true;
@@ -57,7 +57,7 @@ CheckResult c6_fp8(const std::vector<LayerRun>& runs, const Comparison& t, int64
     sets_differ += !r.predicted_equals_observed;
   }
   const bool any_modelled = std::any_of(runs.begin(), runs.end(), [](const LayerRun& r) {
-    return r.formula_mismatch_a >= 0 || r.formula_mismatch_b >= 0;
+    return r.arm[0].formula_mismatch || r.arm[1].formula_mismatch;
   });
   const bool any_undeclared = undeclared[0] || undeclared[1];
   const int64_t beyond = unpredicted.beyond_ulps(tolerance_ulps);
@@ -113,9 +113,9 @@ CheckResult c6_tolerance(const std::vector<LayerRun>& runs, const Comparison& to
   int64_t mismatch_formula = 0, predicted_set_wrong = 0, real_runs = 0, predicted_runs = 0;
   bool declared_a = !runs.empty(), declared_b = !runs.empty();
   for (const LayerRun& r : runs) {
-    mismatch_formula += std::max<int64_t>(0, r.formula_mismatch_a) + std::max<int64_t>(0, r.formula_mismatch_b);
-    declared_a = declared_a && r.formula_mismatch_a >= 0;
-    declared_b = declared_b && r.formula_mismatch_b >= 0;
+    mismatch_formula += r.arm[0].formula_mismatch.value_or(0) + r.arm[1].formula_mismatch.value_or(0);
+    declared_a = declared_a && r.arm[0].formula_mismatch.has_value();
+    declared_b = declared_b && r.arm[1].formula_mismatch.has_value();
     if (r.predicted_diff >= 0) {
       ++predicted_runs;
       predicted_set_wrong += !r.predicted_equals_observed;
@@ -139,7 +139,8 @@ CheckResult c6_tolerance(const std::vector<LayerRun>& runs, const Comparison& to
   // that wraps or saturates: the difference is attributed to that overflow, not to the epilogue.
   std::vector<std::string> overflow_layers;
   for (const LayerRun& r : runs) {
-    const bool differs = r.cmp.bitwise_diff > 0 || r.formula_mismatch_a > 0 || r.formula_mismatch_b > 0;
+    const bool differs =
+        r.cmp.bitwise_diff > 0 || r.arm[0].formula_mismatch.value_or(0) > 0 || r.arm[1].formula_mismatch.value_or(0) > 0;
     if (r.int32_overflow && differs &&
         std::find(overflow_layers.begin(), overflow_layers.end(), r.layer) == overflow_layers.end()) {
       overflow_layers.push_back(r.layer);

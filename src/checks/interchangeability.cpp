@@ -217,8 +217,9 @@ InterchangeabilityFacts facts_from_verify(const VerifyResult& r, UserLanguage la
     ++f.unpredicted_runs;
     f.unpredicted_differing += x.cmp.bitwise_diff;
     // A run whose arm's record refused the model it declares: C6 lists it and decides nothing on it.
-    const bool refused = (!x.unmodelled_a.empty() && x.unmodelled_a != kUndeclaredModel) ||
-                         (!x.unmodelled_b.empty() && x.unmodelled_b != kUndeclaredModel);
+    const bool refused = std::any_of(x.arm.begin(), x.arm.end(), [](const ArmRunEvidence& e) {
+      return !e.unmodelled.empty() && e.unmodelled != kUndeclaredModel;
+    });
     if (refused) {
       ++unmodelled_runs;
       undecided_beyond += x.cmp.beyond_ulps(f.tolerance_ulps);
@@ -243,7 +244,7 @@ InterchangeabilityFacts facts_from_verify(const VerifyResult& r, UserLanguage la
   // FP8: the models predict each value, so no tolerance applies, except to the differences of an arm
   // that declares no model (C6 holds those to it).
   f.tolerance_applies = !fp8 || std::any_of(r.runs.begin(), r.runs.end(), [](const LayerRun& x) {
-    return x.unmodelled_a == kUndeclaredModel || x.unmodelled_b == kUndeclaredModel;
+    return x.arm[0].unmodelled == kUndeclaredModel || x.arm[1].unmodelled == kUndeclaredModel;
   });
   f.predicted_by = fp8 ? "the declared accumulation models and epilogues" : "the declared formulas";
   f.difference_stage = !fp8 ? "epilogue stage (the accumulators are exact and shared)"

@@ -220,34 +220,32 @@ PairFormat check_pair_format(const ArmInfo& info_a, const ArmInfo& info_b, const
 void fold_tally(LayerRun& run, const ElementTally& t, bool a_has_acc, bool b_has_acc, const Fp8LayerReference* fp8,
                 const Epilogue* formula_a, const Epilogue* formula_b) {
   // C4 and C2 part two: exposed accumulators against the exact one and the safe verdict.
-  run.acc_mismatch_a = a_has_acc ? t.acc_mismatch[0] : -1;
-  run.acc_mismatch_b = b_has_acc ? t.acc_mismatch[1] : -1;
+  const auto count_if = [](bool taken, int64_t v) { return taken ? std::optional<int64_t>(v) : std::nullopt; };
+  run.arm[0].acc_mismatch = count_if(a_has_acc, t.acc_mismatch[0]);
+  run.arm[1].acc_mismatch = count_if(b_has_acc, t.acc_mismatch[1]);
   run.acc_first_mismatch = t.acc_first;
   run.prediction_held = t.safe_contradicted == 0;
   if (fp8) {
-    // FP8: each count only where the arm claims its model on this run (else -1: unmodelled).
+    // FP8: each count only where the arm claims its model on this run (else none: unmodelled).
     const Fp8LayerReference& f = *fp8;
-    const bool modelled[2] = {run.unmodelled_a.empty(), run.unmodelled_b.empty()};
+    const bool modelled[2] = {run.arm[0].unmodelled.empty(), run.arm[1].unmodelled.empty()};
     std::vector<std::string> notes;
     if (run.block) {
       // Block pairs: each arm's D of this run against its block model of this run (when both exist).
       const bool exposed[2] = {a_has_acc, b_has_acc};
-      run.acc_mismatch_a = exposed[0] && modelled[0] ? t.acc_mismatch[0] : -1;
-      run.acc_mismatch_b = exposed[1] && modelled[1] ? t.acc_mismatch[1] : -1;
       for (int s = 0; s < 2; ++s) {
+        run.arm[s].acc_mismatch = count_if(exposed[s] && modelled[s], t.acc_mismatch[s]);
         if (!exposed[s]) notes.push_back(fmt::format("{}: exposes no fp32 accumulator D with its run", s ? "B" : "A"));
       }
     } else {
       // The accumulator is compared with the model its own call claimed, whatever the run claimed.
-      run.acc_mismatch_a = f.has_acc[0] ? t.acc_mismatch[0] : -1;
-      run.acc_mismatch_b = f.has_acc[1] ? t.acc_mismatch[1] : -1;
       for (int s = 0; s < 2; ++s) {
+        run.arm[s].acc_mismatch = count_if(f.has_acc[s], t.acc_mismatch[s]);
         if (!f.acc_note[s].empty()) notes.push_back(fmt::format("{}: {}", s ? "B" : "A", f.acc_note[s]));
       }
     }
     run.acc_note = fmt::format("{}", fmt::join(notes, "; "));
-    run.formula_mismatch_a = modelled[0] ? t.formula_mismatch[0] : -1;
-    run.formula_mismatch_b = modelled[1] ? t.formula_mismatch[1] : -1;
+    for (int s = 0; s < 2; ++s) run.arm[s].formula_mismatch = count_if(modelled[s], t.formula_mismatch[s]);
     run.model_first = t.model_first;
     if (modelled[0] && modelled[1]) {
       run.predicted_diff = t.predicted_diff;
@@ -261,8 +259,8 @@ void fold_tally(LayerRun& run, const ElementTally& t, bool a_has_acc, bool b_has
     }
     return;
   }
-  if (formula_a) run.formula_mismatch_a = t.formula_mismatch[0];
-  if (formula_b) run.formula_mismatch_b = t.formula_mismatch[1];
+  run.arm[0].formula_mismatch = count_if(formula_a != nullptr, t.formula_mismatch[0]);
+  run.arm[1].formula_mismatch = count_if(formula_b != nullptr, t.formula_mismatch[1]);
   if (formula_a && formula_b) {
     run.predicted_diff = t.predicted_diff;
     run.predicted_equals_observed = t.predicted_vs_observed == 0;
@@ -497,15 +495,14 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
           const auto claimed = [](const ArmInfo& i, const RunRecord& rec) {
             return i.accumulation_model.empty() ? std::string() : claimed_model(rec.extra, i.accumulation_model);
           };
-          run.unmodelled_a = unmodelled(info_a, out_a.record);
-          run.unmodelled_b = unmodelled(info_b, out_b.record);
-          run.model_a = claimed(info_a, out_a.record);
-          run.model_b = claimed(info_b, out_b.record);
           fp8_run = std::make_shared<Fp8RunReference>();
           for (int s = 0; s < 2; ++s) {
-            const std::string& claimed = s ? run.model_b : run.model_a;
-            fp8_run->modelled[s] = !claimed.empty();
-            fp8_run->model[s] = claimed;
+            const ArmInfo& info = s ? info_b : info_a;
+            const RunRecord& record = s ? out_b.record : out_a.record;
+            run.arm[s].unmodelled = unmodelled(info, record);
+            run.arm[s].model = claimed(info, record);
+            fp8_run->modelled[s] = !run.arm[s].model.empty();
+            fp8_run->model[s] = run.arm[s].model;
           }
         }
         // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
@@ -571,13 +568,12 @@ void fp8_stage(VerifyResult& r) {
     std::string first_output, first_acc, model;
     const std::string side = s ? "B" : "A";
     for (const LayerRun& x : r.runs) {
-      const int64_t out = s ? x.formula_mismatch_b : x.formula_mismatch_a;
-      const int64_t acc = s ? x.acc_mismatch_b : x.acc_mismatch_a;
-      outputs_off += std::max<int64_t>(out, 0);
-      acc_off += std::max<int64_t>(acc, 0);
-      const std::string& claimed = s ? x.model_b : x.model_a;
+      const int64_t out = x.arm[s].formula_mismatch.value_or(0), acc = x.arm[s].acc_mismatch.value_or(0);
+      outputs_off += out;
+      acc_off += acc;
+      const std::string& claimed = x.arm[s].model;
       if (model.empty() && (out > 0 || acc > 0) && !claimed.empty()) model = claimed;
-      acc_compared += acc >= 0;
+      acc_compared += x.arm[s].acc_mismatch.has_value();
       for (const std::string& f : x.model_first) {
         if (first_output.empty() && f.starts_with(side + " ")) first_output = f;
       }

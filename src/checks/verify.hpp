@@ -7,8 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -108,6 +110,19 @@ std::string accumulation_model_refusal(const nlohmann::json& extra);
 // it, else the model the arm declares. `extra` as for `accumulation_model_refusal`.
 std::string claimed_model(const nlohmann::json& extra, const std::string& declared);
 
+// What one run showed of one arm (`LayerRun::arm[0]` is arm A's, `arm[1]` arm B's).
+struct ArmRunEvidence {
+  // C4: elements of the arm's exposed accumulator off the exact reference (INT8) or off its declared
+  // model (FP8: its fp32 D); none when the arm exposes no accumulator or, FP8, its run claims no model.
+  std::optional<int64_t> acc_mismatch;
+  // Outputs off the arm's own declared formula (FP8: declared model + epilogue); none when it declares
+  // none (FP8: its run is unmodelled).
+  std::optional<int64_t> formula_mismatch;
+  std::string model;       // FP8: the model the arm's run claimed ("" when unmodelled)
+  std::string unmodelled;  // FP8: non-empty: why the arm is unmodelled on this run (its record refused
+                           // its model, or `kUndeclaredModel`: it declares none)
+};
+
 // One (layer, M, scale mode) run of both arms.
 struct LayerRun {
   std::string layer;
@@ -119,9 +134,8 @@ struct LayerRun {
   // C3: operand digests seen by each arm before and after it ran (unchanged and equal).
   bool operands_identical = true;
   std::string operands_note;
-  // C4: per arm, accumulator mismatches against the exact reference (-1: arm exposes none).
-  int64_t acc_mismatch_a = -1, acc_mismatch_b = -1;
-  std::vector<std::string> acc_first_mismatch;  // described coordinates
+  std::array<ArmRunEvidence, 2> arm;  // per arm: C4's accumulator, the declared formula, the claimed model
+  std::vector<std::string> acc_first_mismatch;  // C4: described coordinates
   // C2: observed max |acc| of each exposing arm vs the prediction.
   bool prediction_held = true;
   // C5 (pow2 modes): pairs excluded from the required identity (subnormal / non-finite outputs
@@ -129,16 +143,14 @@ struct LayerRun {
   int64_t pow2_excluded = 0, pow2_violations = 0;
   std::vector<DiffElement> pow2_first;
   bool pow2_not_commutable = false;   // a declared formula adds bias after a rounding
-  // Declared formulas: outputs that differ from the arm's own declared formula (-1: the arm declares
-  // none), and whether the observed set of differing elements equals the set the two formulas predict
-  // (`predicted_diff` -1: not both arms declare a formula, nothing was predicted and
-  // `predicted_equals_observed` means nothing). The JSON writes every -1 here as null.
-  int64_t formula_mismatch_a = -1, formula_mismatch_b = -1;
+  // Declared formulas: whether the observed set of differing elements equals the set the two formulas
+  // predict (`predicted_diff` -1: not both arms declare a formula, nothing was predicted and
+  // `predicted_equals_observed` means nothing; the JSON writes it as null).
   int64_t predicted_diff = -1;
   bool predicted_equals_observed = true;
   // FP8 pairs (both arms declare an accumulation model, docs/accumulation.md): the reference is each
-  // arm's declared model on the layer's codes plus its declared epilogue, so `formula_mismatch` counts
-  // outputs off the arm's model + epilogue, `acc_mismatch` its exposed fp32 accumulator off its model,
+  // arm's declared model on the layer's codes plus its declared epilogue, so `arm[i].formula_mismatch`
+  // counts outputs off the arm's model + epilogue, `arm[i].acc_mismatch` its exposed fp32 accumulator off its model,
   // `predicted_diff` the elements where model A + epilogue != model B + epilogue, and `pow2_violations`
   // the observed differences of a power-of-two run where the two models' accumulators are equal.
   bool fp8 = false;
@@ -149,9 +161,6 @@ struct LayerRun {
   // not (a scale product outside fp32's exact range).
   bool block = false;
   std::string scaling;                     // FP8: the layer's scale layouts (`scaling_description`)
-  std::string model_a, model_b;            // the model each arm's run claimed ("" when unmodelled)
-  std::string unmodelled_a, unmodelled_b;  // non-empty: why the arm is unmodelled on this run (its record refused
-                                           // its model, or `kUndeclaredModel`: it declares none)
   int64_t model_acc_diff = -1;             // elements where the two models' fp32 accumulators differ bitwise
   std::vector<std::string> model_first;    // the first outputs off their model, described with bit patterns
   std::string acc_note;                    // why an FP8 arm's accumulator was not compared ("" when it was)

@@ -23,6 +23,7 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
   // A count that was not taken (-1: the arm exposes no accumulator, declares no formula, nothing was
   // predicted) is null: nothing was compared, and no number claims otherwise.
   const auto count = [](int64_t v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
+  const auto taken = [](const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   nlohmann::json j = {{"layer", x.layer},
                       {"m", x.m},
                       {"n", x.n},
@@ -37,12 +38,12 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
                       {"subnormal", {x.cmp.subnormal_a, x.cmp.subnormal_b}},
                       {"nonfinite_pairs", x.cmp.nonfinite_pairs},
                       {"operands_identical", x.operands_identical},
-                      {"acc_mismatch", {count(x.acc_mismatch_a), count(x.acc_mismatch_b)}},
+                      {"acc_mismatch", {taken(x.arm[0].acc_mismatch), taken(x.arm[1].acc_mismatch)}},
                       {"prediction_held", x.prediction_held},
                       {"pow2_excluded", x.pow2_excluded},
                       {"pow2_violations", x.pow2_violations},
                       {"pow2_not_commutable", x.pow2_not_commutable},
-                      {"formula_mismatch", {count(x.formula_mismatch_a), count(x.formula_mismatch_b)}},
+                      {"formula_mismatch", {taken(x.arm[0].formula_mismatch), taken(x.arm[1].formula_mismatch)}},
                       {"predicted_diff", count(x.predicted_diff)},
                       {"predicted_equals_observed",
                        x.predicted_diff < 0 ? nlohmann::json(nullptr) : nlohmann::json(x.predicted_equals_observed)},
@@ -52,8 +53,8 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
     j["fp8"] = true;
     j["block_scaled"] = x.block;
     j["scaling"] = x.scaling;
-    j["models"] = {refused(x.model_a), refused(x.model_b)};
-    j["unmodelled"] = {refused(x.unmodelled_a), refused(x.unmodelled_b)};
+    j["models"] = {refused(x.arm[0].model), refused(x.arm[1].model)};
+    j["unmodelled"] = {refused(x.arm[0].unmodelled), refused(x.arm[1].unmodelled)};
     j["model_acc_diff"] = count(x.model_acc_diff);
     j["model_first"] = x.model_first;
     j["acc_first"] = x.acc_first_mismatch;
@@ -143,16 +144,20 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
       r.operands_note = x.at("operands_note").get<std::string>();
       // Counts not taken are null (written before: -1); both read back as -1.
       const auto count = [](const nlohmann::json& v) { return v.is_null() ? int64_t{-1} : v.get<int64_t>(); };
-      r.acc_mismatch_a = count(x.at("acc_mismatch").at(0));
-      r.acc_mismatch_b = count(x.at("acc_mismatch").at(1));
+      // An arm's counts: null when not taken (written before as -1: read as not taken too).
+      const auto taken = [](const nlohmann::json& v) {
+        return v.is_null() || v.get<int64_t>() < 0 ? std::optional<int64_t>() : std::optional<int64_t>(v.get<int64_t>());
+      };
+      for (int s = 0; s < 2; ++s) {
+        r.arm[s].acc_mismatch = taken(x.at("acc_mismatch").at(s));
+        r.arm[s].formula_mismatch = taken(x.at("formula_mismatch").at(s));
+      }
       r.acc_first_mismatch = x.at("acc_first_mismatch").get<std::vector<std::string>>();
       r.prediction_held = x.at("prediction_held").get<bool>();
       r.pow2_excluded = x.at("pow2_excluded").get<int64_t>();
       r.pow2_violations = x.at("pow2_violations").get<int64_t>();
       r.pow2_first = x.at("pow2_first").get<std::vector<DiffElement>>();
       r.pow2_not_commutable = x.at("pow2_not_commutable").get<bool>();
-      r.formula_mismatch_a = count(x.at("formula_mismatch").at(0));
-      r.formula_mismatch_b = count(x.at("formula_mismatch").at(1));
       r.predicted_diff = count(x.at("predicted_diff"));
       const nlohmann::json& equal = x.at("predicted_equals_observed");
       r.predicted_equals_observed = equal.is_null() || equal.get<bool>();
@@ -161,10 +166,10 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
         r.block = x.value("block_scaled", false);
         r.scaling = x.value("scaling", "");
         const auto refused = [](const nlohmann::json& why) { return why.is_null() ? std::string() : why.get<std::string>(); };
-        r.model_a = refused(x.at("models").at(0));
-        r.model_b = refused(x.at("models").at(1));
-        r.unmodelled_a = refused(x.at("unmodelled").at(0));
-        r.unmodelled_b = refused(x.at("unmodelled").at(1));
+        for (int s = 0; s < 2; ++s) {
+          r.arm[s].model = refused(x.at("models").at(s));
+          r.arm[s].unmodelled = refused(x.at("unmodelled").at(s));
+        }
         r.model_acc_diff = count(x.at("model_acc_diff"));
         r.model_first = x.at("model_first").get<std::vector<std::string>>();
         r.acc_note = x.at("acc_note").get<std::string>();

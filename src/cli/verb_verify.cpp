@@ -38,11 +38,11 @@ void print_table(const VerifyResult& r, bool per_layer) {
     fmt::print("{:<40} {:>5} {:>13} {:>6} {:>14} {:>6} {:>12} {:>6}\n", "layer", "M", "scales", "safe", "diff (ppm)",
                "maxulp", "acc A/B", "pred=obs");
     for (const LayerRun& x : r.runs) {
-      const auto acc = [](int64_t v) { return v < 0 ? std::string("-") : std::to_string(v); };
+      const auto acc = [](const std::optional<int64_t>& v) { return v ? std::to_string(*v) : std::string("-"); };
       fmt::print("{:<40} {:>5} {:>13} {:>6} {:>6} ({:>5.1f}) {:>6} {:>12} {:>6}\n", x.layer, x.m, scale_mode_name(x.mode),
                  x.fp8 ? "-" : (x.safe ? "yes" : "NO"), x.cmp.bitwise_diff, 1e6 * static_cast<double>(x.cmp.bitwise_diff) / x.cmp.total,
-                 x.cmp.max_ulp, acc(x.acc_mismatch_a) + "/" + acc(x.acc_mismatch_b),
-                 x.predicted_diff < 0 ? (x.unmodelled_a.empty() && x.unmodelled_b.empty() ? "-" : "unmod")
+                 x.cmp.max_ulp, acc(x.arm[0].acc_mismatch) + "/" + acc(x.arm[1].acc_mismatch),
+                 x.predicted_diff < 0 ? (x.arm[0].unmodelled.empty() && x.arm[1].unmodelled.empty() ? "-" : "unmod")
                                       : (x.predicted_equals_observed ? "yes" : "NO"));
     }
   }
@@ -79,7 +79,7 @@ void print_table(const VerifyResult& r, bool per_layer) {
     bool all_predicted = !r.runs.empty(), any_modelled = false;
     for (const LayerRun& x : r.runs) {
       all_predicted = all_predicted && x.predicted_diff >= 0;
-      any_modelled = any_modelled || x.formula_mismatch_a >= 0 || x.formula_mismatch_b >= 0;
+      any_modelled = any_modelled || x.arm[0].formula_mismatch || x.arm[1].formula_mismatch;
     }
     const std::string clean = all_predicted  ? "every arm on its declared model; predicted set == observed set"
                               : any_modelled ? "every modelled arm on its declared model; the differences with an "
@@ -87,7 +87,7 @@ void print_table(const VerifyResult& r, bool per_layer) {
                                              : "no arm was checked against a model (none declared or claimed)";
     fmt::print("\nFP8 verdict: {}\n", r.stage.empty() ? clean : fmt::format("the {} stage: {}", r.stage, r.stage_detail));
     for (const LayerRun& x : r.runs) {
-      for (const auto& [side, why] : {std::pair{"A", &x.unmodelled_a}, std::pair{"B", &x.unmodelled_b}}) {
+      for (const auto& [side, why] : {std::pair{"A", &x.arm[0].unmodelled}, std::pair{"B", &x.arm[1].unmodelled}}) {
         if (!why->empty()) {
           fmt::print("  unmodelled: arm {} on {} m={} {}: {}\n", side, x.layer, x.m, scale_mode_name(x.mode), *why);
         }

@@ -109,13 +109,13 @@ TEST(CudaVerifyReference, CublasLtFp8PairFollowsItsDeclaredModels) {
   options.reference = VerifyReference::gpu;
   const VerifyResult r = verify_layers(*fast, *dflt, layers, p, options);
   for (const LayerRun& run : r.runs) {
-    SCOPED_TRACE(fmt::format("{} {} unmodelled A `{}` B `{}`", run.layer, scale_mode_name(run.mode), run.unmodelled_a,
-                             run.unmodelled_b));
-    if (run.unmodelled_a.empty()) {
-      EXPECT_EQ(run.formula_mismatch_a, 0) << fmt::format("{}", fmt::join(run.model_first, "\n"));
+    SCOPED_TRACE(fmt::format("{} {} unmodelled A `{}` B `{}`", run.layer, scale_mode_name(run.mode), run.arm[0].unmodelled,
+                             run.arm[1].unmodelled));
+    if (run.arm[0].unmodelled.empty()) {
+      EXPECT_EQ(run.arm[0].formula_mismatch, 0) << fmt::format("{}", fmt::join(run.model_first, "\n"));
     }
-    if (run.unmodelled_b.empty()) {
-      EXPECT_EQ(run.formula_mismatch_b, 0) << fmt::format("{}", fmt::join(run.model_first, "\n"));
+    if (run.arm[1].unmodelled.empty()) {
+      EXPECT_EQ(run.arm[1].formula_mismatch, 0) << fmt::format("{}", fmt::join(run.model_first, "\n"));
     }
     if (run.predicted_diff >= 0) {
       EXPECT_TRUE(run.predicted_equals_observed);

@@ -73,10 +73,10 @@ TEST(BlockVerify, TwoFormsOfOneChainPredictedEqualsObservedAndPow2Identical) {
   for (const LayerRun& x : r.runs) {
     EXPECT_TRUE(x.fp8 && x.block) << x.layer;
     EXPECT_EQ(x.scaling, "per-token-group:128 x per-block:128x128");
-    EXPECT_EQ(x.acc_mismatch_a, 0) << x.layer;
-    EXPECT_EQ(x.acc_mismatch_b, 0) << x.layer;
-    EXPECT_EQ(x.formula_mismatch_a, 0) << x.layer;
-    EXPECT_EQ(x.formula_mismatch_b, 0) << x.layer;
+    EXPECT_EQ(x.arm[0].acc_mismatch, 0) << x.layer;
+    EXPECT_EQ(x.arm[1].acc_mismatch, 0) << x.layer;
+    EXPECT_EQ(x.arm[0].formula_mismatch, 0) << x.layer;
+    EXPECT_EQ(x.arm[1].formula_mismatch, 0) << x.layer;
     EXPECT_TRUE(x.predicted_equals_observed) << x.layer << " " << scale_mode_name(x.mode);
     EXPECT_EQ(x.predicted_diff, x.cmp.bitwise_diff) << x.layer;
     if (x.mode == ScaleMode::real) {

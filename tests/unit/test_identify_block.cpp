@@ -117,7 +117,7 @@ TEST(IdentifyBlock, ADisguisedKernelIsMeasuredThroughItsBf16OutputAndDeclaredBac
   int64_t differ = 0;
   for (const LayerRun& run : v.runs) {
     EXPECT_TRUE(run.predicted_equals_observed) << run.layer;
-    EXPECT_EQ(run.formula_mismatch_b, 0) << run.layer;
+    EXPECT_EQ(run.arm[1].formula_mismatch, 0) << run.layer;
     differ += run.cmp.bitwise_diff;
   }
   EXPECT_GT(differ, 0) << "the chains differ somewhere on these operands";

@@ -224,7 +224,7 @@ TEST(IdentifyFp8, AnUndeclaredFp8PluginIsIdentifiedAndItsDeclarationPredictsVeri
     ASSERT_FALSE(v.runs.empty());
     int64_t differ = 0;
     for (const LayerRun& run : v.runs) {
-      EXPECT_EQ(run.formula_mismatch_b, 0) << run.layer;
+      EXPECT_EQ(run.arm[1].formula_mismatch, 0) << run.layer;
       EXPECT_TRUE(run.predicted_equals_observed) << run.layer;
       differ += run.cmp.bitwise_diff;
     }

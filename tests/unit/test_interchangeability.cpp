@@ -245,7 +245,7 @@ TEST(InterchangeabilityVerify, NullCountsReadBackLosslessly) {
   const LayerVerification back = layer_verification_from_json(to_json(layer), "test");
   EXPECT_EQ(to_json(back).dump(), to_json(layer).dump());
   EXPECT_EQ(back.runs.at(0).predicted_diff, -1);
-  EXPECT_EQ(back.runs.at(0).formula_mismatch_b, -1);
+  EXPECT_FALSE(back.runs.at(0).arm[1].formula_mismatch.has_value());
 }
 
 // Two declared FP8 models: every difference predicted, localized to the accumulation.
@@ -294,10 +294,10 @@ TEST(InterchangeabilityVerify, AnUndeclaredFp8ArmIsUnexplainedWithTheAdviceToIde
       const VerifyResult r = verify_layers(*a, b, layers, predict(layers, "memory", ""), o);
       ASSERT_GT(r.total_real.beyond_ulps(1), 0) << "chain and promote4 should differ by more than 1 ulp at K = 2048";
       for (const LayerRun& run : r.runs) {
-        EXPECT_EQ(run.unmodelled_b, kUndeclaredModel);
+        EXPECT_EQ(run.arm[1].unmodelled, kUndeclaredModel);
         EXPECT_EQ(run.predicted_diff, -1);
-        EXPECT_EQ(run.formula_mismatch_b, -1);
-        EXPECT_EQ(run.formula_mismatch_a, 0);  // A is still held to its model
+        EXPECT_FALSE(run.arm[1].formula_mismatch.has_value());
+        EXPECT_EQ(run.arm[0].formula_mismatch, 0);  // A is still held to its model
       }
       const CheckResult& c6 = check(r, "C6");
       EXPECT_EQ(c6.summary.find("predicted set == observed"), std::string::npos) << c6.summary;

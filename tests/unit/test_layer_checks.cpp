@@ -367,7 +367,7 @@ TEST(Verify, ShapeDispatchingFormulaSeesTheLayerNotTheBlock) {
   const VerifyResult orders = verify_layers(*cutlass, *triton, layers, p, options);
   ASSERT_GT(orders.runs[0].predicted_diff, 0);
   const VerifyResult r = verify_layers(*sm90, *cutlass, layers, p, options);
-  EXPECT_EQ(r.runs[0].formula_mismatch_a, 0);  // the arm (whole layer: CUTLASS order) equals its formula
+  EXPECT_EQ(r.runs[0].arm[0].formula_mismatch, 0);  // the arm (whole layer: CUTLASS order) equals its formula
   EXPECT_EQ(r.runs[0].predicted_diff, 0);
   EXPECT_EQ(r.runs[0].cmp.bitwise_diff, 0);
   EXPECT_EQ(r.checks[4].verdict, Verdict::pass) << r.checks[4].summary;

@@ -109,10 +109,10 @@ TEST(VerifyFp8, ChainVersusPromote4PredictsEveryDifference) {
       const ScalarPrediction want = scalar_prediction(ops, chain, promote4);
       SCOPED_TRACE(fmt::format("{} {}", run.layer, scale_mode_name(run.mode)));
       EXPECT_TRUE(run.fp8);
-      EXPECT_EQ(run.formula_mismatch_a, 0);
-      EXPECT_EQ(run.formula_mismatch_b, 0);
-      EXPECT_EQ(run.acc_mismatch_a, 0);
-      EXPECT_EQ(run.acc_mismatch_b, 0);
+      EXPECT_EQ(run.arm[0].formula_mismatch, 0);
+      EXPECT_EQ(run.arm[1].formula_mismatch, 0);
+      EXPECT_EQ(run.arm[0].acc_mismatch, 0);
+      EXPECT_EQ(run.arm[1].acc_mismatch, 0);
       EXPECT_TRUE(run.predicted_equals_observed);
       // The predicted and observed sets have the size the scalar references give.
       EXPECT_EQ(run.predicted_diff, want.outputs_differ);
@@ -150,10 +150,10 @@ TEST(VerifyFp8, PerLayerResultsReadBackLosslessly) {
     EXPECT_TRUE(back.runs[i].fp8);
     EXPECT_EQ(back.runs[i].model_acc_diff, v.runs[i].model_acc_diff);
     EXPECT_EQ(back.runs[i].model_first, v.runs[i].model_first);
-    EXPECT_EQ(back.runs[i].formula_mismatch_a, v.runs[i].formula_mismatch_a);
+    EXPECT_EQ(back.runs[i].arm[0].formula_mismatch, v.runs[i].arm[0].formula_mismatch);
     EXPECT_EQ(back.runs[i].acc_first_mismatch, v.runs[i].acc_first_mismatch);
   }
-  EXPECT_GT(v.runs[0].formula_mismatch_a + v.runs[0].acc_mismatch_a, 0);
+  EXPECT_GT(v.runs[0].arm[0].formula_mismatch.value_or(0) + v.runs[0].arm[0].acc_mismatch.value_or(0), 0);
 }
 
 // The FP8 mutant declares hopper-fp8-chain but rounds to nearest: verify names the accumulation stage
@@ -172,8 +172,8 @@ TEST(VerifyFp8, MutantIsCaughtInTheAccumulationStage) {
   EXPECT_NE(r.stage_detail.find("hopper-fp8-chain"), std::string::npos) << r.stage_detail;
   EXPECT_EQ(check(r, "C4").verdict, Verdict::fail) << check(r, "C4").summary;
   EXPECT_EQ(check(r, "C6").verdict, Verdict::fail) << check(r, "C6").summary;
-  EXPECT_EQ(r.runs[0].acc_mismatch_b, 0);   // the honest arm is on its model
-  EXPECT_EQ(r.runs[0].formula_mismatch_b, 0);
+  EXPECT_EQ(r.runs[0].arm[1].acc_mismatch, 0);   // the honest arm is on its model
+  EXPECT_EQ(r.runs[0].arm[1].formula_mismatch, 0);
 
   Fp8AccumModel faulty = fp8_accumulation_model("hopper-fp8-chain").model;
   faulty.term_rounding = AccumRounding::nearest_even;
@@ -189,7 +189,7 @@ TEST(VerifyFp8, MutantIsCaughtInTheAccumulationStage) {
     if (first < 0) first = static_cast<int64_t>(i);
   }
   ASSERT_GT(differ, 0) << "the faulty model should differ from hopper-fp8-chain at K = 2048";
-  EXPECT_EQ(r.runs[0].acc_mismatch_a, differ);
+  EXPECT_EQ(r.runs[0].arm[0].acc_mismatch, differ);
   ASSERT_FALSE(r.runs[0].acc_first_mismatch.empty());
   const std::string expected = fmt::format("A fp8.k2048[{},{}]: fp32 accumulator {} (0x{:08x}), model hopper-fp8-chain "
                                            "gives {} (0x{:08x})",
@@ -231,12 +231,12 @@ TEST(VerifyFp8, RefusedModelIsReportedUnmodelled) {
   RefusingArm b;
   const VerifyResult r = verify_layers(*a, b, layers, predictions, cpu_options());
   for (const LayerRun& run : r.runs) {
-    EXPECT_EQ(run.unmodelled_b, "split-K 4 (reduction scheme 1): not modelled");
-    EXPECT_EQ(run.formula_mismatch_b, -1);
-    EXPECT_EQ(run.model_b, "");
-    EXPECT_EQ(run.acc_mismatch_b, 0);  // its accumulator call claimed its model: that is still compared
+    EXPECT_EQ(run.arm[1].unmodelled, "split-K 4 (reduction scheme 1): not modelled");
+    EXPECT_FALSE(run.arm[1].formula_mismatch.has_value());
+    EXPECT_EQ(run.arm[1].model, "");
+    EXPECT_EQ(run.arm[1].acc_mismatch, 0);  // its accumulator call claimed its model: that is still compared
     EXPECT_EQ(run.predicted_diff, -1);
-    EXPECT_EQ(run.formula_mismatch_a, 0);
+    EXPECT_EQ(run.arm[0].formula_mismatch, 0);
   }
   EXPECT_NE(check(r, "C6").verdict, Verdict::fail) << check(r, "C6").summary;
   EXPECT_NE(check(r, "C6").summary.find("UNMODELLED"), std::string::npos) << check(r, "C6").summary;
@@ -274,10 +274,10 @@ TEST(VerifyFp8, TheModelARunClaimsIsTheReference) {
   EXPECT_TRUE(r.all_passed()) << r.stage_detail;
   int64_t differ = 0;
   for (const LayerRun& run : r.runs) {
-    EXPECT_EQ(run.model_a, "hopper-fp8-promote4");
-    EXPECT_EQ(run.model_b, "blocked-4");
-    EXPECT_EQ(run.formula_mismatch_b, 0);
-    EXPECT_EQ(run.acc_mismatch_b, 0);
+    EXPECT_EQ(run.arm[0].model, "hopper-fp8-promote4");
+    EXPECT_EQ(run.arm[1].model, "blocked-4");
+    EXPECT_EQ(run.arm[1].formula_mismatch, 0);
+    EXPECT_EQ(run.arm[1].acc_mismatch, 0);
     EXPECT_TRUE(run.predicted_equals_observed);
     differ += run.cmp.bitwise_diff;
   }
@@ -513,9 +513,9 @@ TEST(VerifyFp8, E5m2ActivationsAndAnMSweep) {
   ASSERT_EQ(r.runs.size(), 6u);
   int64_t differ = 0;
   for (const LayerRun& run : r.runs) {
-    EXPECT_EQ(run.formula_mismatch_a, 0);
-    EXPECT_EQ(run.formula_mismatch_b, 0);
-    EXPECT_EQ(run.acc_mismatch_a, -1);
+    EXPECT_EQ(run.arm[0].formula_mismatch, 0);
+    EXPECT_EQ(run.arm[1].formula_mismatch, 0);
+    EXPECT_FALSE(run.arm[0].acc_mismatch.has_value());
     EXPECT_NE(run.acc_note.find("e4m3 x e4m3"), std::string::npos) << run.acc_note;
     EXPECT_TRUE(run.predicted_equals_observed);
     differ += run.cmp.bitwise_diff;
