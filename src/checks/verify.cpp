@@ -366,6 +366,71 @@ std::pair<ElementPass, double> run_element_pass(ElementPassJob& j) {
   return std::pair(std::move(pass), seconds_since(t0));
 }
 
+// The layers a selection runs: its own list, or every layer.
+std::vector<size_t> selected_layers(const VerifySelection& selection, size_t layer_count) {
+  if (selection.only) return selection.layers;
+  std::vector<size_t> all(layer_count);
+  for (size_t i = 0; i < layer_count; ++i) all[i] = i;
+  return all;
+}
+
+// QC_INPUT unless the pinned prediction of layer `li` is of the same layer as the operands'.
+void check_prediction_of(size_t li, const LayerPrediction& pred, const LayerOperands& full) {
+  QC_INPUT(pred.name == full.name && pred.stats.shape.m == full.m && pred.stats.shape.n == full.n &&
+               pred.stats.shape.k == full.k,
+           "predictions layer {} is `{}` {}x{}x{}, operands layer is `{}` {}x{}x{}: expected the same layers in order", li,
+           pred.name, pred.stats.shape.m, pred.stats.shape.n, pred.stats.shape.k, full.name, full.m, full.n, full.k);
+}
+
+// C2 part one: the pinned predictions must be the exact statistics of these operands (those computed
+// beside the arms, else now), and their `safe` verdicts must follow from them. INT8 only: C2 does not
+// apply to a floating-point accumulation.
+void check_pinned_statistics(LayerVerification& layer, const LayerOperands& full, const LayerPrediction& pred,
+                             std::future<RangeStats>& stats, PhaseSeconds& seconds, int threads) {
+  const RangeStats fresh = timed(seconds, "waiting for range statistics (C2)", [&] {
+    return stats.valid() ? stats.get() : exact_range_stats(full.a_q.data(), full.w_q.data(), {full.m, full.n, full.k}, threads);
+  });
+  layer.stale = c2_stale_prediction(full.name, pred, fresh);
+}
+
+// A (layer, rows, scale regime) run before the arms run: its coordinates and C2's pinned verdicts.
+LayerRun new_run(const std::string& layer, int64_t m, ScaleMode mode, const LayerOperands& ops,
+                 const LayerPrediction& pred, const PairFormat& format) {
+  LayerRun run;
+  run.layer = layer;
+  run.m = m;
+  run.n = ops.n;
+  run.k = ops.k;
+  run.mode = mode;
+  run.safe = pred.safe;
+  run.int32_overflow = pred.stats.int32_overflow_count > 0;
+  if (format.fp8) {  // C2's range has no meaning for a floating-point accumulation
+    run.fp8 = true;
+    run.block = format.block;
+    run.scaling = ops.scaling_description();
+    run.safe = false;
+    run.int32_overflow = false;
+  }
+  return run;
+}
+
+// FP8: the model each arm's run claims (or why it is unmodelled: an arm that declares no model is
+// unmodelled on every run, whatever its record says), into the run and the element pass's reference.
+std::shared_ptr<Fp8RunReference> claim_models(LayerRun& run, const ArmInfo (&infos)[2], const ArmOutput& out_a,
+                                              const ArmOutput& out_b) {
+  auto fp8_run = std::make_shared<Fp8RunReference>();
+  for (int s = 0; s < 2; ++s) {
+    const ArmInfo& info = infos[s];
+    const RunRecord& record = s ? out_b.record : out_a.record;
+    const bool declared = !info.accumulation_model.empty();
+    run.arm[s].unmodelled = declared ? accumulation_model_refusal(record.extra) : std::string(kUndeclaredModel);
+    run.arm[s].model = declared ? claimed_model(record.extra, info.accumulation_model) : std::string();
+    fp8_run->modelled[s] = !run.arm[s].model.empty();
+    fp8_run->model[s] = run.arm[s].model;
+  }
+  return fp8_run;
+}
+
 }  // namespace
 
 VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, const LayerLoader& load,
@@ -387,11 +452,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   QC_INPUT(predictions.layers.size() == layer_count,
            "predictions cover {} layers but the operands have {}: expected the predictions made from these operands",
            predictions.layers.size(), layer_count);
-  std::vector<size_t> selected = selection.layers;
-  if (!selection.only) {
-    selected.resize(layer_count);
-    for (size_t i = 0; i < layer_count; ++i) selected[i] = i;
-  }
+  const std::vector<size_t> selected = selected_layers(selection, layer_count);
 
   const size_t m_count = options.m_sweep.empty() ? 1 : options.m_sweep.size();
   const size_t total_steps = selected.size() * m_count * options.modes.size();
@@ -439,10 +500,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     const LayerPrediction& pred = predictions.layers[li];
     LayerVerification& layer = result.layers[li];
     layer.name = full.name;
-    QC_INPUT(pred.name == full.name && pred.stats.shape.m == full.m && pred.stats.shape.n == full.n &&
-                 pred.stats.shape.k == full.k,
-             "predictions layer {} is `{}` {}x{}x{}, operands layer is `{}` {}x{}x{}: expected the same layers in order", li,
-             pred.name, pred.stats.shape.m, pred.stats.shape.n, pred.stats.shape.k, full.name, full.m, full.n, full.k);
+    check_prediction_of(li, pred, full);
     const std::vector<int64_t> ms = options.m_sweep.empty() ? std::vector<int64_t>{full.m} : options.m_sweep;
     std::future<RangeStats> stats;  // C2: the exact statistics of the whole layer, computed beside the arms
     for (size_t msi = 0; msi < ms.size(); ++msi) {
@@ -466,45 +524,13 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         const ScaleMode mode = options.modes[mi];
         const LayerOperands ops = apply_scale_mode(rows, mode);
         if (progress) progress(++step, total_steps, fmt::format("{} m={} {}", full.name, m, scale_mode_name(mode)));
-        LayerRun run;
-        run.layer = full.name;
-        run.m = m;
-        run.n = ops.n;
-        run.k = ops.k;
-        run.mode = mode;
-        run.safe = pred.safe;
-        run.int32_overflow = pred.stats.int32_overflow_count > 0;
-        if (fp8) {  // C2's range has no meaning for a floating-point accumulation
-          run.fp8 = true;
-          run.block = block;
-          run.scaling = ops.scaling_description();
-          run.safe = false;
-          run.int32_overflow = false;
-        }
+        LayerRun run = new_run(full.name, m, mode, ops, pred, format);
 
         // C3: what each arm receives, compared byte for byte with a copy after each run.
         auto [out_a, out_b] = run_both_arms(arm_a, arm_b, ops, m == ms.front() && mi == 0, options.threads,
                                             result.seconds, run, layer);
         if (mode != ScaleMode::real) run.pow2_not_commutable = c5_not_commutable(formula_a, formula_b, ops.has_bias());
-        std::shared_ptr<Fp8RunReference> fp8_run;
-        if (fp8) {
-          // An arm that declares no model is unmodelled on every run, whatever its record says.
-          const auto unmodelled = [](const ArmInfo& i, const RunRecord& rec) {
-            return i.accumulation_model.empty() ? std::string(kUndeclaredModel) : accumulation_model_refusal(rec.extra);
-          };
-          const auto claimed = [](const ArmInfo& i, const RunRecord& rec) {
-            return i.accumulation_model.empty() ? std::string() : claimed_model(rec.extra, i.accumulation_model);
-          };
-          fp8_run = std::make_shared<Fp8RunReference>();
-          for (int s = 0; s < 2; ++s) {
-            const ArmInfo& info = s ? info_b : info_a;
-            const RunRecord& record = s ? out_b.record : out_a.record;
-            run.arm[s].unmodelled = unmodelled(info, record);
-            run.arm[s].model = claimed(info, record);
-            fp8_run->modelled[s] = !run.arm[s].model.empty();
-            fp8_run->model[s] = run.arm[s].model;
-          }
-        }
+        const std::shared_ptr<Fp8RunReference> fp8_run = fp8 ? claim_models(run, infos, out_a, out_b) : nullptr;
         // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
         finish_pending();
         const bool last_of_layer = msi + 1 == ms.size() && mi + 1 == options.modes.size();
@@ -519,14 +545,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         pending = std::move(next);
       }
     }
-    // C2 part one: the pinned predictions must be the exact statistics of these operands, and
-    // their `safe` verdicts must follow from them.
-    if (fp8) continue;  // no range statistics: C2 does not apply to a floating-point accumulation
-    const RangeStats fresh = timed(result.seconds, "waiting for range statistics (C2)", [&] {
-      return stats.valid() ? stats.get()
-                           : exact_range_stats(full.a_q.data(), full.w_q.data(), {full.m, full.n, full.k}, options.threads);
-    });
-    layer.stale = c2_stale_prediction(full.name, pred, fresh);
+    if (!fp8) check_pinned_statistics(layer, full, pred, stats, result.seconds, options.threads);
   }
 
   finish_pending();
