@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include <unistd.h>
@@ -227,186 +228,215 @@ ResumeDir resume_journal(const VerifyCli& o, const OperandSet& set, const std::s
                    names);
 }
 
-VerbRunner setup_verify(CLI::App& app) {
-  auto o = std::make_shared<VerifyCli>();
-  app.add_option("operands", o->operands, "operands file (safetensors, or the index of a sharded set)")->required();
-  app.add_option("--arms", o->arms, "the two arms, A,B (see `qconform arms`)")->required();
-  app.add_option("--predictions", o->predictions, "pinned predictions from `qconform predict` (else computed now)");
-  app.add_option("--pin", o->pin, "SHA-256 of the predictions file, as `predict` printed it");
-  app.add_option("--scales", o->scales, "scale regimes: real, pow2-channel, pow2-layer")->capture_default_str();
-  app.add_option("--m-sweep", o->m_sweep, "row counts to run, e.g. 1,4,16,64,512 (first rows of each layer)");
-  app.add_option("--tolerance-ulps", o->tolerance, "C6 tolerance in bf16 ulps")
+void add_verify_options(CLI::App& app, VerifyCli& o) {
+  app.add_option("operands", o.operands, "operands file (safetensors, or the index of a sharded set)")->required();
+  app.add_option("--arms", o.arms, "the two arms, A,B (see `qconform arms`)")->required();
+  app.add_option("--predictions", o.predictions, "pinned predictions from `qconform predict` (else computed now)");
+  app.add_option("--pin", o.pin, "SHA-256 of the predictions file, as `predict` printed it");
+  app.add_option("--scales", o.scales, "scale regimes: real, pow2-channel, pow2-layer")->capture_default_str();
+  app.add_option("--m-sweep", o.m_sweep, "row counts to run, e.g. 1,4,16,64,512 (first rows of each layer)");
+  app.add_option("--tolerance-ulps", o.tolerance, "C6 tolerance in bf16 ulps")
       ->capture_default_str()
-      ->check(non_negative_integer(o->tolerance));
-  app.add_flag("--per-layer", o->per_layer, "print one line per (layer, M, scales) run");
-  app.add_flag("--invariance", o->invariance,
+      ->check(non_negative_integer(o.tolerance));
+  app.add_flag("--per-layer", o.per_layer, "print one line per (layer, M, scales) run");
+  app.add_flag("--invariance", o.invariance,
                "also run C8 on each arm (rank 0): every layer's rows in batches of the default sizes with ordered and "
                "shuffled mates (docs/invariance.md); exit 1 when a variance is unexplained");
-  app.add_option("--reference", o->reference,
+  app.add_option("--reference", o.reference,
                  "where the exact reference accumulators are computed: auto (the GPU when one is usable), cpu, gpu")
       ->capture_default_str();
-  app.add_flag("--timings", o->timings, "print where the time went (arms, reference side, checks), in wall seconds");
-  app.add_option("--json", o->json, "write the results as JSON");
-  app.add_option("--resume", o->resume,
+  app.add_flag("--timings", o.timings, "print where the time went (arms, reference side, checks), in wall seconds");
+  app.add_option("--json", o.json, "write the results as JSON");
+  app.add_option("--resume", o.resume,
                  "keep each completed layer's result in this directory and skip the layers a previous run completed "
                  "there (digest-checked; a directory of a run with other inputs or options is refused, naming them; "
                  "locked while the run writes it)");
-  app.add_option("--declare", o->declare,
+  app.add_option("--declare", o.declare,
                  "declare the epilogue an arm computes, A=<formula> or B=<formula>: a name of `qconform arms` or a "
                  "formula string of the formula space (what `qconform identify` prints); for an FP8 arm also "
                  "B='<accumulation model>; <epilogue over d>' (identify's `declare it` line); verify then checks that "
                  "arm against it bit for bit and predicts the differences exactly (repeatable)");
-  add_gpu_per_rank_option(app, o->gpu_per_rank);
-  add_manifest_option(app, o->manifest);
-  return [o] {
-    Laps laps;
-    if (const double s = seconds_since_process_start(); s >= 0) {
-      laps.phases.emplace_back("process start to verify (loader, libraries, command line)", s);
-    }
-    if (o->gpu_per_rank) use_gpu_of_local_rank();
-    const dist::World& world = dist::world();
-    const auto [label_a, label_b] = parse_pair("--arms", o->arms);
-    std::vector<PathUse> paths_in = {{"--predictions", o->predictions}};
-    add_operand_inputs(paths_in, "OPS", o->operands);
-    add_arm_inputs(paths_in, "--arms", label_a);
-    add_arm_inputs(paths_in, "--arms", label_b);
-    check_output_paths(paths_in, {{"--json", o->json}, {"--manifest", manifest_path(o->manifest, o->json)}});
-    VerifyOptions options;
-    options.modes.clear();
-    for (const std::string& s : split_commas(o->scales)) options.modes.push_back(scale_mode_from_name(s));
-    if (!o->m_sweep.empty()) options.m_sweep = parse_positive_list("--m-sweep", o->m_sweep);
-    QC_INPUT(o->tolerance >= 0, "--tolerance-ulps: expected a non-negative number of ulps, found {}", o->tolerance);
-    options.tolerance_ulps = o->tolerance;
-    options.reference = verify_reference_from_name(o->reference);
+  add_gpu_per_rank_option(app, o.gpu_per_rank);
+  add_manifest_option(app, o.manifest);
+}
 
-    // The pin is checked before anything runs.
-    auto [predictions, predictions_digest] = read_pinned_predictions(*o);
-    laps.lap("paths checked, the pinned predictions read (when given)");
-    const OperandSet set = open_operands(o->operands);
-    laps.lap("open the operands (map, validate, SHA-256)");
-    if (!o->predictions.empty()) {
-      QC_INPUT(predictions.operands_sha256 == set.sha256,
-               "{}: field `operands.sha256`: expected {} (the digest of {}), found {}: predictions were made from other "
-               "operands",
-               o->predictions, set.sha256, o->operands, predictions.operands_sha256);
-    } else {
-      predictions = predict_shared(set, /*everywhere=*/true, "predict");
-      laps.lap("predictions computed (no --predictions)");
-    }
+// What the ranks verified, merged on rank 0 (nullopt on the other ranks): the result, how many layers
+// ran and how many a previous run in --resume DIR had completed, and each rank's share.
+struct ShardedVerification {
+  VerifyResult result;
+  size_t ran = 0, resumed = 0;
+  std::vector<nlohmann::json> rank_info;
+};
 
-    auto [arm_a, arm_b] = make_declared_arms(label_a, label_b, o->declare);
-    // Layers are shared over the ranks (one rank: all of them) by work; a layer a previous run
-    // completed in --resume DIR is not run again.
-    std::vector<std::string> names;
-    for (const LayerHeader& h : set.headers) names.push_back(h.name);
-    const ResumeDir resume = resume_journal(*o, set, predictions_digest, label_a, label_b, names);
-    const std::map<size_t, nlohmann::json> resumed = broadcast_done(world.root() ? resume.load() : std::map<size_t, nlohmann::json>{});
-    const std::vector<size_t> todo = remaining(set.size(), resumed);
-    const std::vector<double> all_costs = layer_costs(set);
-    std::vector<double> cost;
-    for (size_t i : todo) cost.push_back(all_costs[i]);
-    Progress progress("verify");
-    laps.lap("arms made, the resume directory read");
-    const auto started = std::chrono::steady_clock::now();
-    std::string reference;
-    // One rank without --resume: the layers' results stay objects. They become JSON only where they
-    // travel (to rank 0, into the resume directory), which for an FP8 pair's ulp histograms costs
-    // as much as a tenth of the verification.
-    const bool in_memory = world.size == 1 && !resume.enabled();
-    std::map<size_t, LayerVerification> kept;
-    const dist::Shared shared = dist::run_shared(todo, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
-                                                                  std::string& in_progress) {
-      VerifySelection selection;
-      selection.only = true;
-      selection.layers = mine;
-      selection.started = [&](size_t i) { in_progress = fmt::format("layer {} `{}`", i, names[i]); };
-      selection.done = [&](size_t i, const LayerVerification& v) {
-        if (in_memory) return;  // `kept`, below
-        nlohmann::json j = to_json(v);
-        resume.store(i, j);
-        // Kept as its compact text until the merge: a parsed tree takes six times the memory,
-        // which over hundreds of layers is most of what a long run would hold (docs/hostile-inputs.md, "Soak").
-        out.results[i] = j.dump();
-      };
-      const VerifiedLayers part = verify_layer_runs(
-          *arm_a, *arm_b, set.size(), [&](size_t i) { return set.load(i); }, predictions, options, selection,
-          [&](size_t i, size_t n, const std::string& item) {
-            if (world.root()) progress.update(i, n, item);
-          });
-      reference = part.reference;
-      if (in_memory) kept = std::move(part.layers);
-      nlohmann::json seconds = nlohmann::json::array();
-      for (const auto& [phase, sec] : part.seconds) seconds.push_back({phase, sec});
-      out.rank_info = {{"seconds", seconds}, {"wall_seconds", part.wall_seconds}, {"layers", mine.size()}};
-    }, layer_groups(set, todo));
-    progress.finish();
-    laps.lap("the verification (verify_layer_runs; its phases above)");
-    if (!world.root()) return kExitOk;  // rank 0 merges, reports and writes
+// The layers shared over the ranks (one rank: all of them) by work, each verified with
+// `verify_layer_runs`; a layer a previous run completed in --resume DIR is not run again.
+std::optional<ShardedVerification> verify_sharded(const VerifyCli& o, const OperandSet& set, const PredictionSet& predictions,
+                                                  const std::string& predictions_digest, const std::string& label_a,
+                                                  const std::string& label_b, Arm& arm_a, Arm& arm_b,
+                                                  const VerifyOptions& options, Laps& laps) {
+  const dist::World& world = dist::world();
+  std::vector<std::string> names;
+  for (const LayerHeader& h : set.headers) names.push_back(h.name);
+  const ResumeDir resume = resume_journal(o, set, predictions_digest, label_a, label_b, names);
+  const std::map<size_t, nlohmann::json> resumed = broadcast_done(world.root() ? resume.load() : std::map<size_t, nlohmann::json>{});
+  const std::vector<size_t> todo = remaining(set.size(), resumed);
+  const std::vector<double> all_costs = layer_costs(set);
+  std::vector<double> cost;
+  for (size_t i : todo) cost.push_back(all_costs[i]);
+  Progress progress("verify");
+  laps.lap("arms made, the resume directory read");
+  const auto started = std::chrono::steady_clock::now();
+  std::string reference;
+  // One rank without --resume: the layers' results stay objects. They become JSON only where they
+  // travel (to rank 0, into the resume directory), which for an FP8 pair's ulp histograms costs
+  // as much as a tenth of the verification.
+  const bool in_memory = world.size == 1 && !resume.enabled();
+  std::map<size_t, LayerVerification> kept;
+  const dist::Shared shared = dist::run_shared(todo, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
+                                                                std::string& in_progress) {
+    VerifySelection selection;
+    selection.only = true;
+    selection.layers = mine;
+    selection.started = [&](size_t i) { in_progress = fmt::format("layer {} `{}`", i, names[i]); };
+    selection.done = [&](size_t i, const LayerVerification& v) {
+      if (in_memory) return;  // `kept`, below
+      nlohmann::json j = to_json(v);
+      resume.store(i, j);
+      // Kept as its compact text until the merge: a parsed tree takes six times the memory,
+      // which over hundreds of layers is most of what a long run would hold (docs/hostile-inputs.md, "Soak").
+      out.results[i] = j.dump();
+    };
+    const VerifiedLayers part = verify_layer_runs(
+        arm_a, arm_b, set.size(), [&](size_t i) { return set.load(i); }, predictions, options, selection,
+        [&](size_t i, size_t n, const std::string& item) {
+          if (world.root()) progress.update(i, n, item);
+        });
+    reference = part.reference;
+    if (in_memory) kept = std::move(part.layers);
+    nlohmann::json seconds = nlohmann::json::array();
+    for (const auto& [phase, sec] : part.seconds) seconds.push_back({phase, sec});
+    out.rank_info = {{"seconds", seconds}, {"wall_seconds", part.wall_seconds}, {"layers", mine.size()}};
+  }, layer_groups(set, todo));
+  progress.finish();
+  laps.lap("the verification (verify_layer_runs; its phases above)");
+  if (!world.root()) return std::nullopt;  // rank 0 merges, reports and writes
 
-    std::vector<LayerVerification> layers;
-    for (size_t i = 0; i < set.size(); ++i) {
-      if (in_memory) {
-        layers.push_back(std::move(kept.at(i)));
-        continue;
-      }
-      const bool was_resumed = resumed.count(i) != 0;
-      const nlohmann::json& j = was_resumed ? resumed.at(i) : shared.results.at(i);
-      layers.push_back(layer_verification_from_json(
-          j.is_string() ? parse_json(j.get_ref<const std::string&>(), fmt::format("the result of layer {}", i)) : j,
-          was_resumed ? o->resume : "rank results"));
+  std::vector<LayerVerification> layers;
+  for (size_t i = 0; i < set.size(); ++i) {
+    if (in_memory) {
+      layers.push_back(std::move(kept.at(i)));
+      continue;
     }
-    if (reference.empty()) reference = reference_description(resolve_reference(options.reference));
-    VerifyResult result = merge_verifications(arm_a->info(), arm_b->info(), reference, std::move(layers), predictions, options);
-    // Timings: every rank's phases added up (CPU-side seconds of the whole job); wall: the job's.
-    add_rank_seconds(result, shared.rank_info);
-    result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    print_header(result, *o, label_a, label_b, set, todo.size(), resumed.size());
-    print_table(result, o->per_layer);
-    laps.lap("merge the layers' results, print the table");
-    if (o->timings) print_timings(result, laps);
-    if (o->timings && world.size > 1) {
-      // The balance of the work sharing: each rank's layers and the wall time of its share.
-      for (size_t r = 0; r < shared.rank_info.size(); ++r) {
-        const nlohmann::json& info = shared.rank_info[r];
-        fmt::print("  rank {:<3} {:>5} layers  {:>8.2f} s\n", r, info.value("layers", 0),
-                   info.value("wall_seconds", 0.0));
-      }
+    const bool was_resumed = resumed.count(i) != 0;
+    const nlohmann::json& j = was_resumed ? resumed.at(i) : shared.results.at(i);
+    layers.push_back(layer_verification_from_json(
+        j.is_string() ? parse_json(j.get_ref<const std::string&>(), fmt::format("the result of layer {}", i)) : j,
+        was_resumed ? o.resume : "rank results"));
+  }
+  if (reference.empty()) reference = reference_description(resolve_reference(options.reference));
+  ShardedVerification v{merge_verifications(arm_a.info(), arm_b.info(), reference, std::move(layers), predictions, options),
+                        todo.size(), resumed.size(), shared.rank_info};
+  // Timings: every rank's phases added up (CPU-side seconds of the whole job); wall: the job's.
+  add_rank_seconds(v.result, shared.rank_info);
+  v.result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return v;
+}
+
+// C8 (opt-in): each arm's invariance over batch sizes and mates, beside the pair's checks; printed,
+// and returned as the results JSON's `invariance` (`failed`: some arm's C8 failed).
+nlohmann::json verify_invariance(const std::vector<Arm*>& arms, const OperandSet& set, bool& failed) {
+  InvarianceOptions io;
+  io.mates = {"ordered", "shuffled"};
+  nlohmann::json invariance = nlohmann::json::array();
+  for (Arm* arm : arms) {
+    std::vector<LayerInvariance> per_layer;
+    for (size_t i = 0; i < set.size(); ++i) per_layer.push_back(layer_invariance(*arm, set.load(i), io));
+    const CheckResult c = c8_check(arm->info().label, per_layer);
+    fmt::print("{:<3} {:<22} {:<21} {}\n", c.id, c.title, verdict_name(c.verdict), c.summary);
+    for (const LayerInvariance& l : per_layer) {
+      if (l.verdict && *l.verdict != kInvariant) fmt::print("{}", describe(l));
     }
-    // C8 (opt-in): each arm's invariance over batch sizes and mates, beside the pair's checks.
-    nlohmann::json invariance;
-    bool invariance_failed = false;
-    if (o->invariance) {
-      InvarianceOptions io;
-      io.mates = {"ordered", "shuffled"};
-      invariance = nlohmann::json::array();
-      for (Arm* arm : {arm_a.get(), arm_b.get()}) {
-        std::vector<LayerInvariance> per_layer;
-        for (size_t i = 0; i < set.size(); ++i) per_layer.push_back(layer_invariance(*arm, set.load(i), io));
-        const CheckResult c = c8_check(arm->info().label, per_layer);
-        fmt::print("{:<3} {:<22} {:<21} {}\n", c.id, c.title, verdict_name(c.verdict), c.summary);
-        for (const LayerInvariance& l : per_layer) {
-          if (l.verdict && *l.verdict != kInvariant) fmt::print("{}", describe(l));
-        }
-        invariance_failed = invariance_failed || c.verdict == Verdict::fail;
-        nlohmann::json layers_json = nlohmann::json::array();
-        for (const LayerInvariance& l : per_layer) layers_json.push_back(to_json(l));
-        invariance.push_back({{"arm", arm->info().label}, {"check", c}, {"layers", layers_json}});
-      }
+    failed = failed || c.verdict == Verdict::fail;
+    nlohmann::json layers_json = nlohmann::json::array();
+    for (const LayerInvariance& l : per_layer) layers_json.push_back(to_json(l));
+    invariance.push_back({{"arm", arm->info().label}, {"check", c}, {"layers", layers_json}});
+  }
+  return invariance;
+}
+
+int run_verify(const VerifyCli& o) {
+  Laps laps;
+  if (const double s = seconds_since_process_start(); s >= 0) {
+    laps.phases.emplace_back("process start to verify (loader, libraries, command line)", s);
+  }
+  if (o.gpu_per_rank) use_gpu_of_local_rank();
+  const auto [label_a, label_b] = parse_pair("--arms", o.arms);
+  std::vector<PathUse> paths_in = {{"--predictions", o.predictions}};
+  add_operand_inputs(paths_in, "OPS", o.operands);
+  add_arm_inputs(paths_in, "--arms", label_a);
+  add_arm_inputs(paths_in, "--arms", label_b);
+  check_output_paths(paths_in, {{"--json", o.json}, {"--manifest", manifest_path(o.manifest, o.json)}});
+  VerifyOptions options;
+  options.modes.clear();
+  for (const std::string& s : split_commas(o.scales)) options.modes.push_back(scale_mode_from_name(s));
+  if (!o.m_sweep.empty()) options.m_sweep = parse_positive_list("--m-sweep", o.m_sweep);
+  QC_INPUT(o.tolerance >= 0, "--tolerance-ulps: expected a non-negative number of ulps, found {}", o.tolerance);
+  options.tolerance_ulps = o.tolerance;
+  options.reference = verify_reference_from_name(o.reference);
+
+  // The pin is checked before anything runs.
+  auto [predictions, predictions_digest] = read_pinned_predictions(o);
+  laps.lap("paths checked, the pinned predictions read (when given)");
+  const OperandSet set = open_operands(o.operands);
+  laps.lap("open the operands (map, validate, SHA-256)");
+  if (!o.predictions.empty()) {
+    QC_INPUT(predictions.operands_sha256 == set.sha256,
+             "{}: field `operands.sha256`: expected {} (the digest of {}), found {}: predictions were made from other "
+             "operands",
+             o.predictions, set.sha256, o.operands, predictions.operands_sha256);
+  } else {
+    predictions = predict_shared(set, /*everywhere=*/true, "predict");
+    laps.lap("predictions computed (no --predictions)");
+  }
+
+  auto [arm_a, arm_b] = make_declared_arms(label_a, label_b, o.declare);
+  std::optional<ShardedVerification> v =
+      verify_sharded(o, set, predictions, predictions_digest, label_a, label_b, *arm_a, *arm_b, options, laps);
+  if (!v) return kExitOk;  // not rank 0
+  const VerifyResult& result = v->result;
+  print_header(result, o, label_a, label_b, set, v->ran, v->resumed);
+  print_table(result, o.per_layer);
+  laps.lap("merge the layers' results, print the table");
+  if (o.timings) print_timings(result, laps);
+  if (o.timings && dist::world().size > 1) {
+    // The balance of the work sharing: each rank's layers and the wall time of its share.
+    for (size_t r = 0; r < v->rank_info.size(); ++r) {
+      const nlohmann::json& info = v->rank_info[r];
+      fmt::print("  rank {:<3} {:>5} layers  {:>8.2f} s\n", r, info.value("layers", 0), info.value("wall_seconds", 0.0));
     }
-    if (!o->json.empty()) {
-      nlohmann::json j = verify_results_json(
-          result, {set.path, set.sha256, o->predictions, predictions_digest.empty() ? "" : "sha256:" + predictions_digest,
-                   !o->predictions.empty()});
-      if (o->invariance) j["invariance"] = invariance;
-      write_file_atomic(o->json, j.dump(1) + "\n");
-    }
-    std::vector<std::pair<std::string, std::string>> inputs = {{"operands", o->operands}};
-    if (!o->predictions.empty()) inputs.emplace_back("predictions", o->predictions);
-    write_run_manifest(o->manifest, o->json, "verify", o->arms, result.record_a, inputs,
-                       {{"arm_b", result.record_b}, {"scales", o->scales}, {"m_sweep", o->m_sweep},
-                        {"tolerance_ulps", o->tolerance}});
-    return result.all_passed() && !invariance_failed ? kExitOk : kExitCheckFailed;
-  };
+  }
+  bool invariance_failed = false;
+  const nlohmann::json invariance =
+      o.invariance ? verify_invariance({arm_a.get(), arm_b.get()}, set, invariance_failed) : nlohmann::json();
+  if (!o.json.empty()) {
+    nlohmann::json j = verify_results_json(
+        result, {set.path, set.sha256, o.predictions, predictions_digest.empty() ? "" : "sha256:" + predictions_digest,
+                 !o.predictions.empty()});
+    if (o.invariance) j["invariance"] = invariance;
+    write_file_atomic(o.json, j.dump(1) + "\n");
+  }
+  std::vector<std::pair<std::string, std::string>> inputs = {{"operands", o.operands}};
+  if (!o.predictions.empty()) inputs.emplace_back("predictions", o.predictions);
+  write_run_manifest(o.manifest, o.json, "verify", o.arms, result.record_a, inputs,
+                     {{"arm_b", result.record_b}, {"scales", o.scales}, {"m_sweep", o.m_sweep},
+                      {"tolerance_ulps", o.tolerance}});
+  return result.all_passed() && !invariance_failed ? kExitOk : kExitCheckFailed;
+}
+
+VerbRunner setup_verify(CLI::App& app) {
+  auto o = std::make_shared<VerifyCli>();
+  add_verify_options(app, *o);
+  return [o] { return run_verify(*o); };
 }
 
 RegisterVerb register_verify{{"verify", "Run two arms on identical operands: checks " + check_id_range(/*per_layer_only=*/true) + " per layer and in total", 40,
