@@ -294,15 +294,20 @@ BinMap fit_bin_map(std::span<const double> margin, std::span<const int> flip, co
   return m;
 }
 
-ReplayResult analyze_replay(const TransferFile& a, const TransferFile& b, const TransferOptions& opt) {
-  auto ga = by_prompt(a), gb = by_prompt(b);
-  auto match = pair_prompts(a, b, ga, gb);
-
-  // Pair positions: same positions and the same forced token at each.
+// The positions of both files paired: same positions and the same forced token at each (QC_INPUT
+// naming the file, line, prompt and position otherwise); each prompt's row of `res`.
+struct PairedPositions {
   std::vector<double> margin;
   std::vector<int> flip;
-  std::vector<std::int64_t> cluster;
-  ReplayResult res;
+  std::vector<std::int64_t> cluster;  // the prompt of each position
+};
+PairedPositions pair_positions(const TransferFile& a, const TransferFile& b, ReplayResult& res) {
+  auto ga = by_prompt(a), gb = by_prompt(b);
+  auto match = pair_prompts(a, b, ga, gb);
+  PairedPositions pp;
+  std::vector<double>& margin = pp.margin;
+  std::vector<int>& flip = pp.flip;
+  std::vector<std::int64_t>& cluster = pp.cluster;
   res.n_prompts = ga.size();
   for (std::size_t i = 0; i < ga.size(); ++i) {
     const auto& sa = ga[i];
@@ -337,34 +342,13 @@ ReplayResult analyze_replay(const TransferFile& a, const TransferFile& b, const 
     }
     res.prompts.push_back(std::move(row));
   }
-  const std::size_t n = margin.size();
-  res.n_positions = n;
-  res.n_flips = static_cast<std::size_t>(std::accumulate(flip.begin(), flip.end(), 0));
-  res.flip_rate = static_cast<double>(res.n_flips) / static_cast<double>(n);
+  return pp;
+}
 
-  // Ranking: score = −margin, so a small margin ranks as "more likely to flip".
-  std::vector<double> score(n);
-  for (std::size_t i = 0; i < n; ++i) score[i] = -margin[i];
-  const stats::RankedScores ranked(score);
-  res.auc = ranked.roc_auc(flip);
-  res.ap = ranked.average_precision(flip);
-  res.auc_ci = stats::cluster_bootstrap_ci(
-      cluster, [&](std::span<const double> w) { return ranked.roc_auc(flip, w); }, opt.bootstrap, opt.ci_level,
-      opt.seed);
-
-  // Leave one prompt out: weight 0 for its positions.
-  std::vector<double> w(n, 1.0);
-  for (std::size_t g = 0; g < res.prompts.size(); ++g) {
-    for (std::size_t i = 0; i < n; ++i) w[i] = cluster[i] == static_cast<std::int64_t>(g) ? 0.0 : 1.0;
-    double d = ranked.roc_auc(flip, w) - res.auc;
-    res.prompts[g].lopo_delta_auc = d;
-    if (std::isfinite(d) && !(std::abs(d) <= res.lopo_max_abs_delta)) {
-      res.lopo_max_abs_delta = std::abs(d);
-      res.lopo_prompt = res.prompts[g].prompt;
-    }
-  }
-
-  // Calibration on all positions.
+// Calibration on all positions: margin bins with their flip rates (Beta(1,1) intervals) and the
+// decreasing isotonic fit.
+void calibrate(ReplayResult& res, const std::vector<double>& margin, const std::vector<int>& flip,
+               const TransferOptions& opt) {
   BinMap map = fit_bin_map(margin, flip, opt);
   for (std::size_t bi = 0; bi < map.bins.support.size(); ++bi) {
     CalibrationBin cb;
@@ -389,8 +373,15 @@ ReplayResult analyze_replay(const TransferFile& a, const TransferFile& b, const 
     res.isotonic.back().weight += iso.weight[j];
   }
 
-  // Held-out Brier: K folds over prompts from a seeded permutation; the prompt at permuted
-  // rank r goes to fold r mod K.
+}
+
+// Held-out Brier: K folds over prompts from a seeded permutation; the prompt at permuted rank r goes
+// to fold r mod K.
+void heldout_brier(ReplayResult& res, const PairedPositions& pp, const TransferOptions& opt) {
+  const std::vector<double>& margin = pp.margin;
+  const std::vector<int>& flip = pp.flip;
+  const std::vector<std::int64_t>& cluster = pp.cluster;
+  const std::size_t n = margin.size();
   BrierResult& br = res.brier;
   br.seed = opt.seed + 1;
   const std::size_t G = res.prompts.size();
@@ -432,6 +423,43 @@ ReplayResult analyze_replay(const TransferFile& a, const TransferFile& b, const 
     br.isotonic = stats::brier_score(y_out, p_iso);
     br.skill = br.baseline > 0.0 ? 1.0 - br.model / br.baseline : kNaN;
   }
+}
+
+ReplayResult analyze_replay(const TransferFile& a, const TransferFile& b, const TransferOptions& opt) {
+  ReplayResult res;
+  const PairedPositions pp = pair_positions(a, b, res);
+  const std::vector<double>& margin = pp.margin;
+  const std::vector<int>& flip = pp.flip;
+  const std::vector<std::int64_t>& cluster = pp.cluster;
+  const std::size_t n = margin.size();
+  res.n_positions = n;
+  res.n_flips = static_cast<std::size_t>(std::accumulate(flip.begin(), flip.end(), 0));
+  res.flip_rate = static_cast<double>(res.n_flips) / static_cast<double>(n);
+
+  // Ranking: score = −margin, so a small margin ranks as "more likely to flip".
+  std::vector<double> score(n);
+  for (std::size_t i = 0; i < n; ++i) score[i] = -margin[i];
+  const stats::RankedScores ranked(score);
+  res.auc = ranked.roc_auc(flip);
+  res.ap = ranked.average_precision(flip);
+  res.auc_ci = stats::cluster_bootstrap_ci(
+      cluster, [&](std::span<const double> w) { return ranked.roc_auc(flip, w); }, opt.bootstrap, opt.ci_level,
+      opt.seed);
+
+  // Leave one prompt out: weight 0 for its positions.
+  std::vector<double> w(n, 1.0);
+  for (std::size_t g = 0; g < res.prompts.size(); ++g) {
+    for (std::size_t i = 0; i < n; ++i) w[i] = cluster[i] == static_cast<std::int64_t>(g) ? 0.0 : 1.0;
+    double d = ranked.roc_auc(flip, w) - res.auc;
+    res.prompts[g].lopo_delta_auc = d;
+    if (std::isfinite(d) && !(std::abs(d) <= res.lopo_max_abs_delta)) {
+      res.lopo_max_abs_delta = std::abs(d);
+      res.lopo_prompt = res.prompts[g].prompt;
+    }
+  }
+
+  calibrate(res, margin, flip, opt);
+  heldout_brier(res, pp, opt);
   return res;
 }
 
