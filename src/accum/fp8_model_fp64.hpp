@@ -68,69 +68,76 @@ QC_ACCUM_FN double round_rel(double x, int bits, bool nearest) {
 QC_ACCUM_FN double fp32_add(double x, double y) { return static_cast<double>(static_cast<float>(x + y)); }
 }  // namespace detail
 
-// The model's fp32 results for a tile of TM x TN outputs: rows a[0..TM) and columns w[0..TN)
-// (accessors), out[r * TN + c]; `path` = path_of(m, fa, fw, k) != reference (the caller runs
-// accum_model::evaluate for `reference`). Each output is evaluated exactly as alone (its own
-// chain, steps, promotions); the tile only shares the decoding of a code among the outputs of its
-// row or column (on the GPU, decoding is most of the cost). Equal to accum_model::evaluate bit
-// for bit.
+namespace detail {
+
+// The decoded codes of position i of a tile's rows and columns.
 template <int TM, int TN, class A, class W>
-QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel& m, Path path, const A* a, Fp8Format fa, const W* w, Fp8Format fw,
-                               int64_t k, float* out) {
-  using detail::fp32_add;
+QC_ACCUM_FN void load_values(const A* a, Fp8Format fa, const W* w, Fp8Format fw, int64_t i, double (&va)[TM],
+                             double (&vw)[TN]) {
+  for (int r = 0; r < TM; ++r) va[r] = value(a[r](i), fa);
+  for (int c = 0; c < TN; ++c) vw[c] = value(w[c](i), fw);
+}
+
+// Path::exact: one exact sum in fp64, rounded once to fp32.
+template <int TM, int TN, class A, class W>
+QC_ACCUM_FN void exact_tile(const A* a, Fp8Format fa, const W* w, Fp8Format fw, int64_t k, float* out) {
   double va[TM], vw[TN];
-  const auto load = [&](int64_t i) {
-    for (int r = 0; r < TM; ++r) va[r] = value(a[r](i), fa);
-    for (int c = 0; c < TN; ++c) vw[c] = value(w[c](i), fw);
-  };
-  if (path == Path::exact) {
-    double s[TM][TN];
-    for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) s[r][c] = 0.0;
-    }
-    for (int64_t i = 0; i < k; ++i) {
-      load(i);
-      for (int r = 0; r < TM; ++r) {
-        for (int c = 0; c < TN; ++c) s[r][c] += va[r] * vw[c];  // exact products and sums
-      }
-    }
-    for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) out[r * TN + c] = static_cast<float>(s[r][c]);
-    }
-    return;
+  double s[TM][TN];
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) s[r][c] = 0.0;
   }
+  for (int64_t i = 0; i < k; ++i) {
+    load_values<TM, TN>(a, fa, w, fw, i, va, vw);
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) s[r][c] += va[r] * vw[c];  // exact products and sums
+    }
+  }
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) out[r * TN + c] = static_cast<float>(s[r][c]);
+  }
+}
+
+// Path::fp32_sum: ranges summed from +0 in fp32 (each add one round to nearest even).
+template <int TM, int TN, class A, class W>
+QC_ACCUM_FN void fp32_sum_tile(const Fp8AccumModel& m, const A* a, Fp8Format fa, const W* w, Fp8Format fw, int64_t k,
+                               float* out) {
   const int64_t splits = m.splits < 1 ? 1 : m.splits;
-  if (path == Path::fp32_sum) {
-    // Ranges summed from +0 in fp32: the splits (accum_model::split_range), or promotion chains of
-    // promote_steps products.
-    const int64_t chunk = m.promote_steps > 0 ? m.promote_steps : (k > 0 ? k : 1);
-    const int64_t ranges = splits > 1 ? splits : (k + chunk - 1) / chunk;
-    float total[TM][TN], part[TM][TN];
-    for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) total[r][c] = 0.0f;
-    }
-    for (int64_t g = 0; g < ranges; ++g) {
-      int64_t r0 = g * chunk, r1 = g + 1 == ranges ? k : r0 + chunk;
-      if (splits > 1) accum_model::split_range(m, k, g, r0, r1);
-      for (int r = 0; r < TM; ++r) {
-        for (int c = 0; c < TN; ++c) part[r][c] = 0.0f;
-      }
-      for (int64_t i = r0; i < r1; ++i) {
-        load(i);
-        for (int r = 0; r < TM; ++r) {
-          for (int c = 0; c < TN; ++c) part[r][c] = part[r][c] + static_cast<float>(va[r] * vw[c]);
-        }
-      }
-      for (int r = 0; r < TM; ++r) {
-        for (int c = 0; c < TN; ++c) total[r][c] = total[r][c] + part[r][c];
-      }
-    }
-    for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) out[r * TN + c] = total[r][c];
-    }
-    return;
+  double va[TM], vw[TN];
+  // Ranges summed from +0 in fp32: the splits (accum_model::split_range), or promotion chains of
+  // promote_steps products.
+  const int64_t chunk = m.promote_steps > 0 ? m.promote_steps : (k > 0 ? k : 1);
+  const int64_t ranges = splits > 1 ? splits : (k + chunk - 1) / chunk;
+  float total[TM][TN], part[TM][TN];
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) total[r][c] = 0.0f;
   }
-  // Path::steps
+  for (int64_t g = 0; g < ranges; ++g) {
+    int64_t r0 = g * chunk, r1 = g + 1 == ranges ? k : r0 + chunk;
+    if (splits > 1) accum_model::split_range(m, k, g, r0, r1);
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) part[r][c] = 0.0f;
+    }
+    for (int64_t i = r0; i < r1; ++i) {
+      load_values<TM, TN>(a, fa, w, fw, i, va, vw);
+      for (int r = 0; r < TM; ++r) {
+        for (int c = 0; c < TN; ++c) part[r][c] = part[r][c] + static_cast<float>(va[r] * vw[c]);
+      }
+    }
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) total[r][c] = total[r][c] + part[r][c];
+    }
+  }
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) out[r * TN + c] = total[r][c];
+  }
+}
+
+// Path::steps: the stepped chains with their promotions and split-K ranges.
+template <int TM, int TN, class A, class W>
+QC_ACCUM_FN void steps_tile(const Fp8AccumModel& m, const A* a, Fp8Format fa, const W* w, Fp8Format fw, int64_t k,
+                            float* out) {
+  const int64_t splits = m.splits < 1 ? 1 : m.splits;
+  double va[TM], vw[TN];
   const bool sum_rule = m.alignment == AccumAlignment::exponent_sum;
   const bool nearest_terms = m.term_rounding == AccumRounding::nearest_even;
   const bool nearest_result = m.result_rounding == AccumRounding::nearest_even;
@@ -186,7 +193,7 @@ QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel& m, Path path, const A* a, Fp
         }
       }
       for (int64_t i = s0; i < s1; ++i) {
-        load(i);
+        load_values<TM, TN>(a, fa, w, fw, i, va, vw);
         for (int r = 0; r < TM; ++r) {
           for (int c = 0; c < TN; ++c) s[r][c] += detail::round_int(va[r] * vw[c] * up[r][c], nearest_terms);
         }
@@ -219,6 +226,22 @@ QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel& m, Path path, const A* a, Fp
   for (int r = 0; r < TM; ++r) {
     for (int c = 0; c < TN; ++c) out[r * TN + c] = static_cast<float>(total[r][c]);
   }
+}
+
+}  // namespace detail
+
+// The model's fp32 results for a tile of TM x TN outputs: rows a[0..TM) and columns w[0..TN)
+// (accessors), out[r * TN + c]; `path` = path_of(m, fa, fw, k) != reference (the caller runs
+// accum_model::evaluate for `reference`). Each output is evaluated exactly as alone (its own
+// chain, steps, promotions); the tile only shares the decoding of a code among the outputs of its
+// row or column (on the GPU, decoding is most of the cost). Equal to accum_model::evaluate bit
+// for bit.
+template <int TM, int TN, class A, class W>
+QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel& m, Path path, const A* a, Fp8Format fa, const W* w, Fp8Format fw,
+                               int64_t k, float* out) {
+  if (path == Path::exact) return detail::exact_tile<TM, TN>(a, fa, w, fw, k, out);
+  if (path == Path::fp32_sum) return detail::fp32_sum_tile<TM, TN>(m, a, fa, w, fw, k, out);
+  detail::steps_tile<TM, TN>(m, a, fa, w, fw, k, out);
 }
 
 // One output (a 1 x 1 tile).
