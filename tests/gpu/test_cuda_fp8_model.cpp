@@ -13,6 +13,7 @@
 
 #include "accum/fp8_model.hpp"
 #include "accum/fp8_model_fp32.hpp"
+#include "accum/fp8_model_fp64.hpp"
 #include "arms/cuda/cuda.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/numerics.hpp"
@@ -98,9 +99,10 @@ TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
           std::vector<float> cpu(static_cast<size_t>(s.m * s.n));
           fp8_model_evaluate(m.model, Fp8Gemm{a.data(), fa, w.data(), fw, s}, cpu.data());
           // Every GPU kernel: the fp32 one (the stepped models it takes), the fp64 one (models with a
-          // fast path) and the int128 reference text.
+          // fast path on the device: not an interleaved model, which the host gathers into K order but
+          // the per-tensor GPU evaluation runs on the reference) and the int128 reference text.
           const bool fp32_takes = accum_fp32::gpu_kernel_takes(m.model, s.k);
-          const bool fp64_takes = fp8_fast_path(m.model, Fp8Gemm{a.data(), fa, w.data(), fw, s}) != Fp8FastPath::reference;
+          const bool fp64_takes = accum_fp64::path_of(m.model, fa, fw, s.k) != accum_fp64::Path::reference;
           for (Fp8GpuKernel which : {Fp8GpuKernel::best, Fp8GpuKernel::fp64, Fp8GpuKernel::reference}) {
             std::string kernel;
             const std::vector<float> gpu = fp8_model_evaluate_gpu(m.model, a.data(), fa, w.data(), fw, s, &kernel, which);
