@@ -50,15 +50,11 @@ constexpr Fp8AccumModel fp32_sum(int32_t promote_every, int32_t splits) {
 // 16-product step with terms truncated 25 bits below E and the result truncated to fp32 (MMA-Sim's
 // Hopper HMMA); the pair's C then added to the accumulator in fp32, round to nearest even.
 constexpr Fp8AccumModel mma_sync_e4m3() {
-  Fp8AccumModel m;
+  Fp8AccumModel m = hopper(/*promote_steps=*/2);  // truncating terms and results, e(a)+e(b), fp32 rn promotion
   m.step_k = 16;
   m.interleave = 2;
   m.term_bits = 25;
-  m.term_rounding = AccumRounding::toward_zero;
   m.result_bits = 23;
-  m.result_rounding = AccumRounding::toward_zero;
-  m.alignment = AccumAlignment::exponent_sum;
-  m.promote_steps = 2;
   return m;
 }
 
