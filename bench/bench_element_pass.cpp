@@ -14,6 +14,8 @@
 // as vLLM's per-token and per-channel ones, each arm's outputs and exposed accumulator its model's (a
 // passing run: nothing to list). INT8: exact int32 accumulators ~ U(-2^20, 2^20), `vllm-cutlass` vs
 // `vllm-triton` with their own formulas' outputs. Counter `elements/s`: M·N / time.
+#include "bench_main.hpp"
+
 #if __has_include(<benchmark/benchmark.h>)
 #include <benchmark/benchmark.h>
 
@@ -154,15 +156,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("int8/reference/" + n).c_str(), BM_Int8, mode, false)->Unit(benchmark::kMillisecond)->UseRealTime();
     benchmark::RegisterBenchmark(("int8/fast/" + n).c_str(), BM_Int8, mode, true)->Unit(benchmark::kMillisecond)->UseRealTime();
   }
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return qc::bench::run_registered(argc, argv);
 }
 #else
-#include <cstdio>
-int main() {
-  std::printf("SKIPPED: Google Benchmark (benchmark/benchmark.h) was not found at build time\n");
-  return 0;
-}
+QC_BENCH_SKIPPED_MAIN
 #endif

@@ -10,6 +10,8 @@
 //   ./build-bench/bench/bench_fp8_model --benchmark_min_time=1s
 // Operands: e4m3 codes of N(0, 2²) (the H200 measurement's operands), M = 16, N = 256, K = 4096,
 // seed 1. Counter `outputs/s`: M·N / time. The ratio fast/reference per model is docs/performance.md's figure.
+#include "bench_main.hpp"
+
 #if __has_include(<benchmark/benchmark.h>)
 #include <benchmark/benchmark.h>
 
@@ -86,15 +88,8 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark((std::string("fast/") + m).c_str(), BM_Fast, m)
         ->Arg(1)->Arg(2)->Unit(benchmark::kMillisecond)->UseRealTime();
   }
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return qc::bench::run_registered(argc, argv);
 }
 #else
-#include <cstdio>
-int main() {
-  std::printf("SKIPPED: Google Benchmark (benchmark/benchmark.h) was not found at build time\n");
-  return 0;
-}
+QC_BENCH_SKIPPED_MAIN
 #endif

@@ -14,6 +14,8 @@
 //   ./build-cuda/bench/bench_fp8_model_gpu [--benchmark_filter=...]
 // Shape: M = 256 tokens, N = 4096, K = 4096 (a 1.7B-class projection), e4m3 codes of N(0, 2²),
 // seed 1; QC_BENCH_FP8_GPU_SHAPE="M,N,K" overrides it. Without CUDA or a device: prints SKIPPED.
+#include "bench_main.hpp"
+
 #if __has_include(<benchmark/benchmark.h>)
 #include <benchmark/benchmark.h>
 
@@ -160,15 +162,8 @@ int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("fp8-reference-kernel/hopper-fp8-chain", BM_Fp8, "hopper-fp8-chain",
                                qc::Fp8GpuKernel::reference)
       ->Unit(benchmark::kMillisecond)->UseRealTime()->Iterations(1);
-  benchmark::Initialize(&argc, argv);
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return qc::bench::run_registered(argc, argv);
 }
 #else
-#include <cstdio>
-int main() {
-  std::printf("SKIPPED: Google Benchmark (benchmark/benchmark.h) was not found at build time\n");
-  return 0;
-}
+QC_BENCH_SKIPPED_MAIN
 #endif
