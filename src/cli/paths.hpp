@@ -3,6 +3,7 @@
 // input and every output it will touch, default-derived ones included (`<output>.manifest.json`).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,14 @@ inline void add_operand_inputs(std::vector<PathUse>& inputs, const std::string& 
   } catch (const Error&) {
     // A malformed index is reported, with its own message, when the set is opened.
   }
+}
+
+// `--arm A --json F` verbs (boundary, identify): the arm's file and F checked, then the arm made.
+inline std::unique_ptr<Arm> checked_arm(const std::string& label, const std::string& json) {
+  std::vector<PathUse> paths_in;
+  add_arm_inputs(paths_in, "--arm", label);
+  check_output_paths(paths_in, {{"--json", json}});
+  return make_arm(label);
 }
 
 // The manifest path `write_run_manifest` will use.

@@ -20,10 +20,7 @@ VerbRunner setup_identify(CLI::App& app) {
       ->capture_default_str()
       ->check(non_negative_integer(*seed));
   return [=] {
-    std::vector<PathUse> paths_in;
-    add_arm_inputs(paths_in, "--arm", *arm_label);
-    check_output_paths(paths_in, {{"--json", *json}});
-    auto arm = make_arm(*arm_label);
+    auto arm = checked_arm(*arm_label, *json);
     IdentifyOptions options;
     options.seed = *seed;
     const IdentifyResult r = identify(*arm, options);
