@@ -14,10 +14,9 @@ namespace qc::fp8_fields {
 // And a chain of one single-product step (step_k 1, promote_steps 1) only rounds that product,
 // which has at most 8 significant bits (e4m3·e4m3; e5m2 fewer) and lies on the grid 2^(E-7): with
 // 7 or more term and result bits it is exact, and the chains are a running sum in the promotion
-// add's precision, spelled as that (`blocked-1` is `sequential`). Interleaving by step_k itself is K
-// order.
+// add's precision, spelled as that (`blocked-1` is `sequential`). (Interleaving by step_k itself is not
+// K order: a range that ends inside a pair still runs the pair's second step, which can round C.)
 Fp8AccumModel canonical(Fp8AccumModel m) {
-  if (m.interleave == m.step_k) m.interleave = 0;  // the first step takes the first step_k positions: K order
   if (m.step_k == 1 && m.promote_steps == 1 && (m.term_bits < 0 || m.term_bits >= 7) && m.result_bits >= 7) {
     m.term_bits = -1;
     m.result_bits = m.promote_bits;
@@ -142,7 +141,9 @@ std::vector<Fp8AccumModel> alternatives(const Fp8AccumModel& m, const std::strin
   } else if (f == "splits") {
     for (int s : {1, 2, 3, 4}) (x = m).splits = s, push(x);
   } else if (f == "interleave") {
-    for (int g : {0, 1, 2, 4, 8}) (x = m).interleave = g, push(x);
+    for (int g : {0, 1, 2, 4, 8}) {
+      if (g < m.step_k) (x = m).interleave = g, push(x);  // g = step_k: a pair's halves are its steps in K order
+    }
   }
   return out;
 }
