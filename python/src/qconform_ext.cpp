@@ -791,10 +791,10 @@ class PythonArm final : public qc::Arm {
 
 }  // namespace
 
-NB_MODULE(_qconform, m) {
-  m.doc() = "qconform's C++ core (nanobind). Use the `qconform` package, not this module directly.";
-  nb::set_leak_warnings(false);  // Python arms may sit in reference cycles at exit; nothing leaks at run time
+namespace {
 
+// qconform.Error and its three kinds, and the translation of the core's errors into them.
+void bind_errors(nb::module_& m) {
   g_error = PyErr_NewExceptionWithDoc("qconform.Error",
                                       "An error reported by qconform's C++ core (message as the CLI prints it).",
                                       PyExc_Exception, nullptr);
@@ -839,12 +839,10 @@ NB_MODULE(_qconform, m) {
       }
     }
   });
+}
 
-  m.def("version", [] { return qc::version(); }, "qconform's version (git describe of the build).");
-  m.def("build_flags", [] { return qc::build_flags(); });
-  m.def("accum_target", [] { return qc::accum_target_name(); },
-        "The Highway target the exact accumulator dispatches to on this CPU.");
-
+// The exact accumulator, the FP8 models, comparison.
+void bind_accumulation(nb::module_& m) {
   // ---- accumulation, epilogues, comparison ----
   m.def(
       "exact_accumulate",
@@ -937,7 +935,10 @@ NB_MODULE(_qconform, m) {
                               numpy_from_vector(std::move(scales), {static_cast<size_t>(M)}));
       },
       "x"_a, "quantizer"_a = "vllm", "static_scale"_a = nb::none());
+}
 
+// The epilogue formulas.
+void bind_epilogues(nb::module_& m) {
   m.def("epilogues", [] {
     nb::list out;
     for (const qc::Epilogue& e : qc::all_epilogues()) {
@@ -968,7 +969,10 @@ NB_MODULE(_qconform, m) {
         return json_to_py(j);
       },
       "a"_a, "b"_a, "layer"_a = "", "near_zero_fraction"_a = 1e-2, "max_listed"_a = 10);
+}
 
+// Arms: the C++ ones, Python callables, plugins.
+void bind_arms(nb::module_& m) {
   // ---- arms ----
   nb::class_<qc::Arm>(m, "Arm", "One implementation of the scaled-INT8 linear layer (C++ or a Python callable).")
       .def_prop_ro("info", [](const qc::Arm& a) { return info_to_dict(a.info()); })
@@ -1049,7 +1053,10 @@ NB_MODULE(_qconform, m) {
       },
       "fn"_a, "normalize"_a, "label"_a, "kernel"_a, "epilogue"_a, "exposes_accumulator"_a, "description"_a,
       "device"_a, "library"_a, "build"_a, "accumulation_model"_a = "", "kind"_a = "int8", "accumulate"_a = nb::none(), "block_n"_a = 0, "block_k"_a = 0);
+}
 
+// Operands: synthesis, files.
+void bind_operands(nb::module_& m) {
   // ---- operands ----
   m.def(
       "load_operands",
@@ -1103,7 +1110,10 @@ NB_MODULE(_qconform, m) {
       "act_quantizer"_a, "threads"_a, "element"_a = "int8",
       "act_scale"_a = "per-token", "weight_scale"_a = "per-channel", "weight_quantizer"_a = "deepgemm",
       "ue8m0"_a = false);
+}
 
+// The checks and procedures.
+void bind_checks(nb::module_& m) {
   // ---- checks ----
   m.def(
       "predict",
@@ -1201,4 +1211,21 @@ NB_MODULE(_qconform, m) {
       },
       "a_jsonl"_a, "b_jsonl"_a, "replay"_a, "seed"_a, "bootstrap"_a, "min_bin_support"_a, "bins"_a, "folds"_a,
       "ci_level"_a);
+}
+
+}  // namespace
+
+NB_MODULE(_qconform, m) {
+  m.doc() = "qconform's C++ core (nanobind). Use the `qconform` package, not this module directly.";
+  nb::set_leak_warnings(false);  // Python arms may sit in reference cycles at exit; nothing leaks at run time
+  bind_errors(m);
+  m.def("version", [] { return qc::version(); }, "qconform's version (git describe of the build).");
+  m.def("build_flags", [] { return qc::build_flags(); });
+  m.def("accum_target", [] { return qc::accum_target_name(); },
+        "The Highway target the exact accumulator dispatches to on this CPU.");
+  bind_accumulation(m);
+  bind_epilogues(m);
+  bind_arms(m);
+  bind_operands(m);
+  bind_checks(m);
 }
