@@ -262,9 +262,8 @@ namespace {
 // them: per pair of steps, the first step's step_k positions, then the second's, a position past the
 // range a zero code (no product: the step is the same with or without it).
 std::vector<uint8_t> gather_steps(const Fp8AccumModel& m, const uint8_t* codes, int64_t rows, int64_t k, int64_t r0,
-                                  int64_t r1, int64_t& k_out) {
-  const int64_t sk = m.step_k, pair = 2 * sk;
-  k_out = gathered_steps_k(m, r1 - r0);
+                                  int64_t r1) {
+  const int64_t sk = m.step_k, pair = 2 * sk, k_out = gathered_steps_k(m, r1 - r0);
   std::vector<uint8_t> out(static_cast<size_t>(rows * k_out), uint8_t{0});
   for (int64_t q = 0; q < k_out; ++q) {
     const int64_t u = q % pair;
@@ -283,12 +282,13 @@ void evaluate_interleaved(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, in
   std::fill(d, d + outputs, 0.0f);
   std::vector<float> part(static_cast<size_t>(outputs));
   for (int64_t r = 0; r < (m.splits < 1 ? 1 : m.splits); ++r) {
-    int64_t r0 = 0, r1 = 0, ka = 0, kw = 0;
+    int64_t r0 = 0, r1 = 0;
     accum_model::split_range(m, g.s.k, r, r0, r1);
     if (r0 == r1) continue;  // an empty range adds +0
-    const std::vector<uint8_t> a = gather_steps(m, g.a, g.s.m, g.s.k, r0, r1, ka);
-    const std::vector<uint8_t> w = gather_steps(m, g.w, g.s.n, g.s.k, r0, r1, kw);
-    fp8_model_evaluate(flat, {a.data(), g.a_format, w.data(), g.w_format, {g.s.m, g.s.n, ka}}, part.data(), threads);
+    const std::vector<uint8_t> a = gather_steps(m, g.a, g.s.m, g.s.k, r0, r1);
+    const std::vector<uint8_t> w = gather_steps(m, g.w, g.s.n, g.s.k, r0, r1);
+    const AccumShape s{g.s.m, g.s.n, gathered_steps_k(m, r1 - r0)};
+    fp8_model_evaluate(flat, {a.data(), g.a_format, w.data(), g.w_format, s}, part.data(), threads);
     for (int64_t i = 0; i < outputs; ++i) d[i] += part[i];  // one fp32 add, round to nearest even
   }
 }
