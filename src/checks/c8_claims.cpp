@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "accum/fp8_model.hpp"
+#include "epilogue/block_models.hpp"
 #include "checks/c8_invariance.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/epilogue.hpp"
@@ -24,6 +25,9 @@ const nlohmann::json* extra_string(const RunRecord& r, const char* key) {
 }
 
 }  // namespace
+
+// The "epilogue" of a block model's claim: y = bf16(D) rounded to nearest even (the block arms' output).
+constexpr std::string_view kBlockOutput = "bf16(D)";
 
 struct ClaimPredictor::Impl {
   ArmInfo info;
@@ -44,10 +48,6 @@ struct ClaimPredictor::Impl {
     return "";
   }
   std::pair<std::string, std::string> fp8_claim(const RunRecord& r, bool use_records, std::string& why_not) const {
-    if (ops.block_scaled()) {
-      why_not = "block-scaled FP8 layers are not predicted by C8 (not implemented)";
-      return {};
-    }
     std::string model;
     if (use_records && r.extra.is_object() && r.extra.contains("accumulation_model")) {
       const auto& m = r.extra["accumulation_model"];
@@ -66,6 +66,13 @@ struct ClaimPredictor::Impl {
       why_not = fmt::format("arm {} declares no accumulation model (measure one: qconform identify)", info.label);
       return {};
     }
+    if (ops.block_scaled() != is_block_model_name(model)) {
+      why_not = fmt::format("layer `{}` is {}block-scaled and the claimed model {} is {}a block model", ops.name,
+                            ops.block_scaled() ? "" : "not ", model, ops.block_scaled() ? "not " : "");
+      return {};
+    }
+    // A block model's scales act inside it: its output is bf16(D), no epilogue of the table.
+    if (ops.block_scaled()) return {model, std::string(kBlockOutput)};
     std::string epi = use_records && !r.epilogue.empty() ? r.epilogue : info.epilogue;
     if (epi.empty()) epi = std::string(fp8_epilogue().name);
     return {model, epi};
@@ -140,8 +147,22 @@ bool ClaimPredictor::predict(const RunRecord& record, int64_t batch_m, std::span
   auto it = d.models.find(model);
   if (it == d.models.end()) {
     std::vector<float> acc(static_cast<size_t>(ops.m * n));
-    fp8_model_evaluate(fp8_accumulation_model(model).model, d.codes->gemm(), acc.data());
+    if (ops.block_scaled()) {
+      // Every row's D from its own codes and scales: one evaluation of the layer serves every batch.
+      const BlockModel bm = fp8_block_model(model);
+      const Fp8BlockGemm g = fp8_block_gemm("C8 (the block model's prediction)", *d.codes, ops);
+      validate_block_model_for(bm, g, fmt::format("C8: model {}: layer `{}`", model, ops.name));
+      fp8_block_evaluate(bm, g, acc.data());
+    } else {
+      fp8_model_evaluate(fp8_accumulation_model(model).model, d.codes->gemm(), acc.data());
+    }
     it = d.models.emplace(model, std::move(acc)).first;
+  }
+  if (ops.block_scaled()) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      for (int64_t c = 0; c < n; ++c) out[i * n + c] = formula::bf16_rn(it->second[rows[i] * n + c]);
+    }
+    return true;
   }
   // The epilogue sees the batch's shape (a shape-dispatching epilogue), so it runs on a batch-sized tile
   // whose first rows are the predicted ones.

@@ -28,21 +28,50 @@ ParallelStyle parallel_style_of(std::string_view layer) {
 
 namespace {
 
-// Shard `t` of `degree`: columns [t*N/T, (t+1)*N/T) (views), or K columns [t*K/T, (t+1)*K/T) (copies;
-// the bias on shard 0 only).
+// Why `degree` shards of `ops` cannot be cut along `style` ("" when they can): the split dimension
+// divisible by the degree, and for block-scaled layers every shard boundary on a scale block (a shard
+// takes whole weight blocks along N, whole activation groups and weight blocks along K).
+std::string shard_blocker(const LayerOperands& ops, ParallelStyle style, int degree) {
+  const bool row = style == ParallelStyle::row;
+  const int64_t dim = row ? ops.k : ops.n;
+  if (dim % degree != 0) return fmt::format("{} = {} is not divisible by {}", row ? "K" : "N", dim, degree);
+  const int64_t width = dim / degree;
+  if (!row && ops.w_scaling.block_rows > 1 && width % ops.w_scaling.block_rows != 0) {
+    return fmt::format("a shard of N = {} / {} = {} columns does not hold whole weight blocks of {} rows", ops.n,
+                       degree, width, ops.w_scaling.block_rows);
+  }
+  if (row && ops.block_scaled() && width % ops.scale_block_k() != 0) {
+    return fmt::format("a shard of K = {} / {} = {} columns does not hold whole scale blocks of {} along K", ops.k,
+                       degree, width, ops.scale_block_k());
+  }
+  return "";
+}
+
+// The scale columns [kb0, kb0 + kbs) of a [rows, cols] scale array (a k-blocked operand's K shard).
+std::vector<float> scale_columns(std::span<const float> s, int64_t rows, int64_t cols, int64_t kb0, int64_t kbs) {
+  std::vector<float> out(static_cast<size_t>(rows * kbs));
+  for (int64_t r = 0; r < rows; ++r) std::copy_n(&s[r * cols + kb0], kbs, &out[r * kbs]);
+  return out;
+}
+
+// Shard `t` of `degree` (shard_blocker said it can be cut): columns [t*N/T, (t+1)*N/T) (views; a
+// per-block weight's scale rows with them), or K columns [t*K/T, (t+1)*K/T) (copies; the bias on shard
+// 0 only; a k-blocked operand's scale columns of those blocks, other scales whole).
 LayerOperands shard(const LayerOperands& ops, ParallelStyle style, int degree, int t) {
   LayerOperands s = ops;
   s.name = fmt::format("{} [shard {}/{}]", ops.name, t, degree);
   if (style == ParallelStyle::column) {
     const int64_t n = ops.n / degree, n0 = n * t;
+    const int64_t br = ops.w_scaling.block_rows, sc = ops.w_scaling.scale_cols(ops.k);
     s.n = n;
     s.w_q = ops.w_q.subspan(static_cast<size_t>(n0 * ops.k), static_cast<size_t>(n * ops.k));
-    s.w_scale = ops.w_scale.subspan(static_cast<size_t>(n0), static_cast<size_t>(n));
+    s.w_scale = ops.w_scale.subspan(static_cast<size_t>(n0 / br * sc), static_cast<size_t>(n / br * sc));
     if (ops.has_bias()) s.bias = ops.bias.subspan(static_cast<size_t>(n0), static_cast<size_t>(n));
     return s;
   }
   struct Holder {
     std::vector<int8_t> a, w;
+    std::vector<float> sa, sw;
     std::shared_ptr<const void> parent;
   };
   auto h = std::make_shared<Holder>();
@@ -55,6 +84,17 @@ LayerOperands shard(const LayerOperands& ops, ParallelStyle style, int degree, i
   s.k = k;
   s.a_q = h->a;
   s.w_q = h->w;
+  if (ops.block_scaled()) {
+    const int64_t bk = ops.scale_block_k();
+    if (ops.a_scaling.k_blocked()) {
+      h->sa = scale_columns(ops.a_scale, ops.a_scaling.scale_rows(ops.m), ops.a_scaling.scale_cols(ops.k), k0 / bk, k / bk);
+      s.a_scale = h->sa;
+    }
+    if (ops.w_scaling.k_blocked()) {
+      h->sw = scale_columns(ops.w_scale, ops.w_scaling.scale_rows(ops.n), ops.w_scaling.scale_cols(ops.k), k0 / bk, k / bk);
+      s.w_scale = h->sw;
+    }
+  }
   s.checked_a = {}, s.checked_w = {};
   if (t > 0) s.bias = {};
   s.keepalive = h;
@@ -147,11 +187,9 @@ LayerTp layer_tp(Arm& arm, const LayerOperands& ops, const TpOptions& o) {
   for (int degree : o.degrees) {
     TpDegree d;
     d.degree = degree;
-    const bool row = r.style == ParallelStyle::row;
-    if (ops.block_scaled() || (row ? ops.k % degree : ops.n % degree) != 0) {
+    if (std::string why = shard_blocker(ops, r.style, degree); !why.empty()) {
       d.applicable = false;
-      d.note = ops.block_scaled() ? "block-scaled layers are not simulated under tensor parallelism (not implemented)"
-                                  : fmt::format("{} = {} is not divisible by {}", row ? "K" : "N", row ? ops.k : ops.n, degree);
+      d.note = std::move(why);
       r.degrees.push_back(std::move(d));
       continue;
     }

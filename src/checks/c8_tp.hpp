@@ -3,7 +3,8 @@
 // columns whole. Row-parallel layers (o_proj, down_proj) split K: each rank's exact accumulator
 // covers its K shard only (the integer alibi holds per shard), the arm's epilogue runs per shard
 // (its bf16 output is the partial; the bias on rank 0 only, as vLLM's RowParallelLinear does), and
-// the partials are summed by a collective in the order of its algorithm.
+// the partials are summed by a collective in the order of its algorithm. Block-scaled layers are cut on
+// their scale blocks (a degree whose shards would split a block is not applicable, with the reason).
 //
 // Observed: the arm run on every shard, the partials summed by the collective step by step (or by
 // an MPI world, not implemented). Predicted: the shards' claimed formulas on the shards' exact

@@ -13,6 +13,7 @@
 
 #include <set>
 
+#include "checks/c1_block_model.hpp"
 #include "checks/c8_invariance.hpp"
 #include "checks/c8_tp.hpp"
 #include "qconform/accumulation.hpp"
@@ -34,6 +35,11 @@ LayerOperands synth_layer(const std::string& shape, uint64_t seed, const std::st
   o.bias = bias;
   std::vector<LayerOperands> layers = synth_operands(o);
   return layers.at(0);
+}
+
+LayerOperands named(LayerOperands ops, const std::string& name) {
+  ops.name = name;
+  return ops;
 }
 
 TEST(Invariance, DefaultBatchSizesHoldTheBucketEdgesAndTheLayersM) {
@@ -170,6 +176,29 @@ TEST(Invariance, Fp8SplitKThresholdMutantIsPredictedFromItsRecordsInTheAccumulat
   EXPECT_NE(r.thresholds[0].find("M' = 9 "), std::string::npos) << r.thresholds[0];
 }
 
+// A block-scaled layer (per-token-group:32 activations, per-block:16x32 weights, random scales with
+// fraction bits, so the promotion forms round differently) under a block arm: every batch is predicted
+// from the run's claimed block model, and the arm's output equals that prediction everywhere.
+LayerOperands block_layer(int64_t m, int64_t n, int64_t k, uint64_t seed, const std::string& name) {
+  return named(random_block_layer(m, n, k, /*block_k=*/32, /*block_n=*/16, seed), name);
+}
+
+TEST(Invariance, BlockScaledFp8ArmIsPredictedFromItsBlockModel) {
+  const LayerOperands ops = block_layer(40, 32, 128, 14, "model.layers.0.mlp.gate_proj");
+  auto arm = make_arm("cpu:fp8-block-triton");
+  InvarianceOptions o;
+  o.batch_sizes = {1, 5, 17, 40};
+  const LayerInvariance r = layer_invariance(*arm, ops, o);
+  ASSERT_TRUE(r.verdict.has_value()) << describe(r);
+  EXPECT_EQ(*r.verdict, kInvariant) << describe(r);
+  EXPECT_EQ(r.reference_claim, "block-triton; bf16(D)");
+  for (const InvarianceConfig& c : r.configs) {
+    EXPECT_EQ(c.predicted_diff, 0) << describe(r);  // a prediction was made (not -1) and is empty
+    EXPECT_EQ(c.claim_mismatch, 0) << describe(r);
+    EXPECT_EQ(c.elements, ops.m * ops.n);
+  }
+}
+
 // --- reduction models ---------------------------------------------------------------------------
 
 Partials random_partials(int t, int64_t count, uint64_t seed) {
@@ -232,10 +261,6 @@ TEST(ReductionModels, BadSpellingsAreInputErrors) {
 
 // --- tensor parallelism ---------------------------------------------------------------------------
 
-LayerOperands named(LayerOperands ops, const std::string& name) {
-  ops.name = name;
-  return ops;
-}
 
 TEST(TensorParallel, StylesFollowTheProjection) {
   EXPECT_EQ(parallel_style_of("model.layers.3.self_attn.o_proj"), ParallelStyle::row);
@@ -284,6 +309,57 @@ TEST(TensorParallel, DegreeThatDoesNotDivideIsNotApplicable) {
   ASSERT_EQ(r.degrees.size(), 2u);
   EXPECT_FALSE(r.degrees[1].applicable);
   EXPECT_TRUE(to_json(r)["degrees"][1]["verdict"].is_null());
+}
+
+// Block-scaled layers are cut on their scale blocks: K = 128 in blocks of 32 runs at TP 1, 2, 4 and is
+// not applicable at 8 (16 columns a shard); N = 32 in weight blocks of 16 splits into 2, not 4.
+TEST(TensorParallel, BlockScaledLayerIsShardedOnItsBlocksAndPredicted) {
+  auto arm = make_arm("cpu:fp8-block-triton");
+  TpOptions o;
+  o.declared = "tree";
+  const LayerTp row = layer_tp(*arm, block_layer(8, 32, 128, 16, "model.layers.0.mlp.down_proj"), o);
+  ASSERT_EQ(row.degrees.size(), 4u);
+  for (const TpDegree& d : row.degrees) {
+    if (d.degree == 8) {
+      EXPECT_FALSE(d.applicable);
+      EXPECT_NE(d.note.find("whole scale blocks of 32"), std::string::npos) << d.note;
+      continue;
+    }
+    ASSERT_TRUE(d.applicable) << d.note;
+    EXPECT_EQ(d.predicted_mismatch, 0) << describe(row);
+    EXPECT_EQ(d.mispredicted, 0) << describe(row);
+  }
+  const LayerTp col = layer_tp(*arm, block_layer(8, 32, 128, 17, "model.layers.0.mlp.gate_proj"), o);
+  EXPECT_TRUE(col.degrees[1].applicable) << col.degrees[1].note;
+  EXPECT_EQ(col.degrees[1].observed_diff, 0) << describe(col);  // column shards: the same outputs
+  EXPECT_EQ(col.degrees[1].verdict.value_or(""), kInvariant) << describe(col);
+  EXPECT_FALSE(col.degrees[2].applicable);
+  EXPECT_NE(col.degrees[2].note.find("whole weight blocks of 16 rows"), std::string::npos) << col.degrees[2].note;
+}
+
+// Independent of the prediction: with the activations' codes zero in the first half of K, shard 0 of a
+// row-parallel TP 2 contributes +0 and shard 1 alone carries the layer, under the scale columns of the
+// second half. Its output must then equal the unsharded run (a scale column taken from the wrong block
+// would change it).
+TEST(TensorParallel, RowShardsTakeTheScaleColumnsOfTheirOwnBlocks) {
+  const LayerOperands base = block_layer(8, 32, 128, 18, "model.layers.0.mlp.down_proj");
+  OperandStorage s;
+  s.a_q.assign(base.a_q.begin(), base.a_q.end());
+  for (int64_t r = 0; r < base.m; ++r) std::fill_n(&s.a_q[r * base.k], base.k / 2, int8_t{0});
+  s.w_q.assign(base.w_q.begin(), base.w_q.end());
+  s.a_scale.assign(base.a_scale.begin(), base.a_scale.end());
+  s.w_scale.assign(base.w_scale.begin(), base.w_scale.end());
+  s.a_type = s.w_type = ElementType::e4m3;
+  s.a_scaling = base.a_scaling, s.w_scaling = base.w_scaling;
+  const LayerOperands ops = make_operands(base.name, base.m, base.n, base.k, std::move(s), "test");
+  auto arm = make_arm("cpu:fp8-block-triton");
+  TpOptions o;
+  o.degrees = {1, 2};
+  o.declared = "sequential";
+  const LayerTp r = layer_tp(*arm, ops, o);
+  ASSERT_TRUE(r.degrees[1].applicable) << r.degrees[1].note;
+  EXPECT_EQ(r.degrees[1].observed_diff, 0) << describe(r);
+  EXPECT_EQ(r.degrees[1].predicted_mismatch, 0) << describe(r);
 }
 
 TEST(TensorParallel, ReductionOrderMutantIsCaughtAtItsDegreeAndPredictedFromItsRecord) {
