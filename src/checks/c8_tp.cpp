@@ -108,6 +108,7 @@ void note_once(std::string& joined, const std::string& s) {
 
 struct DegreeRun {
   std::vector<uint16_t> observed, predicted, declared;  // predicted/declared empty: none
+  bool compared = true;  // false: this process only ran its shards (ShardRunner returned nullopt)
 };
 
 DegreeRun run_degree(Arm& arm, const ArmInfo& info, const LayerOperands& ops, ParallelStyle style, int degree,
@@ -118,9 +119,27 @@ DegreeRun run_degree(Arm& arm, const ArmInfo& info, const LayerOperands& ops, Pa
   bool predicted = true;
   std::vector<int64_t> rows(static_cast<size_t>(m));
   std::iota(rows.begin(), rows.end(), 0);
+  std::vector<LayerOperands> shards;
+  for (int t = 0; t < degree; ++t) shards.push_back(shard(ops, style, degree, t));
+  std::vector<ArmOutput> outs;
+  if (o.run_shards) {
+    std::optional<std::vector<ArmOutput>> got = o.run_shards(arm, shards);
+    if (!got) {
+      run.compared = false;
+      return run;
+    }
+    QC_CHECK(got->size() == shards.size(), "C8: the shard runner returned {} outputs for {} shards", got->size(),
+             shards.size());
+    outs = std::move(*got);
+  } else {
+    for (const LayerOperands& s : shards) outs.push_back(arm.run(s));
+  }
+  d.placement = o.placement;
   for (int t = 0; t < degree; ++t) {
-    const LayerOperands s = shard(ops, style, degree, t);
-    ArmOutput out = arm.run(s);
+    const LayerOperands& s = shards[static_cast<size_t>(t)];
+    ArmOutput& out = outs[static_cast<size_t>(t)];
+    QC_INPUT(static_cast<int64_t>(out.y.size()) == s.m * s.n, "arm {} returned {} outputs for shard `{}`, expected {}x{}",
+             info.label, out.y.size(), s.name, s.m, s.n);
     note_once(d.kernel, out.record.kernel);
     ClaimPredictor claims(info, s);
     std::string why;
@@ -194,6 +213,10 @@ LayerTp layer_tp(Arm& arm, const LayerOperands& ops, const TpOptions& o) {
       continue;
     }
     DegreeRun run = run_degree(arm, info, ops, r.style, degree, *collective, declared, o, d);
+    if (!run.compared) {
+      r.compared = false;
+      continue;
+    }
     d.elements = static_cast<int64_t>(run.observed.size());
     const bool has_pred = !run.predicted.empty();
     if (has_pred) {
@@ -264,7 +287,7 @@ nlohmann::json to_json(const LayerTp& r) {
   for (const TpDegree& d : r.degrees) {
     const nlohmann::json lists = invariance_detail::diff_lists(d.first, d.first_mispredicted, "first_degree");
     degrees.push_back({{"degree", d.degree}, {"applicable", d.applicable}, {"note", d.note}, {"kernel", d.kernel},
-                       {"claim", d.claim}, {"algorithm", d.algorithm}, {"elements", d.elements},
+                       {"claim", d.claim}, {"algorithm", d.algorithm}, {"placement", d.placement}, {"elements", d.elements},
                        {"predicted_mismatch", count_or_null(d.predicted_mismatch)},
                        {"observed_diff", d.applicable ? nlohmann::json(d.observed_diff) : nlohmann::json()},
                        {"predicted_diff", count_or_null(d.predicted_diff)},
@@ -279,8 +302,13 @@ nlohmann::json to_json(const LayerTp& r) {
 }
 
 std::string describe(const LayerTp& r) {
-  std::string s = fmt::format("{} (M={} N={} K={}), {}: collective {}, declared model {}\n", r.layer, r.m, r.n, r.k,
-                              parallel_style_name(r.style), r.collective, r.declared);
+  std::string placement;
+  for (const TpDegree& d : r.degrees) {
+    if (!d.placement.empty()) placement = d.placement;
+  }
+  std::string s = fmt::format("{} (M={} N={} K={}), {}: collective {}, declared model {}{}\n", r.layer, r.m, r.n, r.k,
+                              parallel_style_name(r.style), r.collective, r.declared,
+                              placement.empty() ? "" : ", shards run in " + placement);
   s += fmt::format("  {:>3} {:>9} {:>9} {:>9} {:>10} {:>9} {:<22} {:<14} {}\n", "TP", "elements", "pred!=obs",
                    "differ", "predicted", "pred=obs", "verdict", "algorithm", "claim");
   const auto num = [](int64_t v) { return v < 0 ? std::string("-") : std::to_string(v); };

@@ -6,8 +6,8 @@
 // the partials are summed by a collective in the order of its algorithm. Block-scaled layers are cut on
 // their scale blocks (a degree whose shards would split a block is not applicable, with the reason).
 //
-// Observed: the arm run on every shard, the partials summed by the collective step by step (or by
-// an MPI world, not implemented). Predicted: the shards' claimed formulas on the shards' exact
+// Observed: the arm run on every shard (in this process, or by a ShardRunner: the shards on MPI ranks),
+// the partials summed by the collective step by step. Predicted: the shards' claimed formulas on the shards' exact
 // accumulators, summed in the closed-form order of the reduction model the collective's record
 // names. Compared element for element at each degree, and the set of elements that differ from the
 // first degree observed against the set predicted.
@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -83,6 +84,12 @@ std::string_view parallel_style_name(ParallelStyle s);  // "column-parallel", "r
 // wo, w2, by the last part of the layer's name), column-parallel otherwise.
 ParallelStyle parallel_style_of(std::string_view layer);
 
+// Runs one degree's shards (shard t of `shards.size()`) and returns every shard's output in shard order,
+// or nullopt in a process that only contributes shards (an MPI rank other than 0: it neither compares
+// nor prints). Every process of a job calls it for the same shards in the same order.
+using ShardRunner =
+    std::function<std::optional<std::vector<ArmOutput>>(Arm& arm, const std::vector<LayerOperands>& shards)>;
+
 struct TpOptions {
   std::vector<int> degrees = {1, 2, 4, 8};
   std::string style = "auto";          // auto (by name), column, row
@@ -90,6 +97,8 @@ struct TpOptions {
   std::string collective;              // what runs; "" = the declared model
   bool use_records = true;             // false: shards predicted from the arm's declaration alone
   int max_listed = 5;
+  ShardRunner run_shards;              // empty: every shard run here, in shard order
+  std::string placement = "this process";  // where the shards ran, for the printout and JSON
 };
 
 struct TpDegree {
@@ -98,6 +107,7 @@ struct TpDegree {
   std::string note;
   std::string kernel, claim;           // the shards' records (distinct values joined)
   std::string algorithm;               // the collective's record ("" for column-parallel or degree 1)
+  std::string placement;               // where the shards ran ("this process", "4 MPI ranks ...")
   int64_t elements = 0;
   int64_t predicted_mismatch = -1;     // observed != predicted, elements (-1: no prediction)
   int64_t observed_diff = 0;           // elements differing from the first degree, observed
@@ -116,6 +126,7 @@ struct LayerTp {
   std::vector<TpDegree> degrees;
   std::vector<std::string> thresholds;  // degrees where the recorded algorithm or the declared model changes
   std::optional<std::string> verdict;
+  bool compared = true;  // false in a process that only contributed shards (nothing else is set)
 };
 
 LayerTp layer_tp(Arm& arm, const LayerOperands& ops, const TpOptions& options);

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <set>
 
@@ -18,6 +19,94 @@
 namespace qc::cli {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// One shard's output on the wire: the shard index, the record (JSON) and the bf16 outputs, each
+// length-prefixed; an error is a shard index of -1 and its exit code (one digit) and message.
+void put_u64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
+uint64_t get_u64(const std::string& in, size_t& at) {
+  QC_CHECK(at + sizeof(uint64_t) <= in.size(), "C8 shards: a message of {} bytes ends at {}", in.size(), at);
+  uint64_t v = 0;
+  std::memcpy(&v, in.data() + at, sizeof v);
+  at += sizeof v;
+  return v;
+}
+std::string get_bytes(const std::string& in, size_t& at) {
+  const uint64_t len = get_u64(in, at);
+  QC_CHECK(at + len <= in.size(), "C8 shards: a message of {} bytes ends at {}", in.size(), at);
+  std::string s = in.substr(at, len);
+  at += len;
+  return s;
+}
+void put_bytes(std::string& out, std::string_view bytes) {
+  put_u64(out, bytes.size());
+  out.append(bytes);
+}
+
+}  // namespace
+
+std::string rank_shard_placement() {
+  const int r = dist::world().size;
+  return r == 1 ? "this process" : fmt::format("{} MPI ranks (shard t on rank t mod {}; fixed-order reduction on rank 0)", r, r);
+}
+
+ShardRunner rank_shard_runner() {
+  return [](Arm& arm, const std::vector<LayerOperands>& shards) -> std::optional<std::vector<ArmOutput>> {
+    const dist::World& w = dist::world();
+    std::string mine;
+    try {
+      for (size_t t = static_cast<size_t>(w.rank); t < shards.size(); t += static_cast<size_t>(w.size)) {
+        const ArmOutput out = arm.run(shards[t]);
+        put_u64(mine, t);
+        nlohmann::json record = out.record;
+        record["rank"] = w.rank;
+        put_bytes(mine, record.dump());
+        put_bytes(mine, std::string_view(reinterpret_cast<const char*>(out.y.data()), out.y.size() * sizeof(uint16_t)));
+      }
+    } catch (const Error& e) {
+      // The exit code one process would give: 1 for an arm that failed, 2 for an input, 3 internal.
+      mine.clear();
+      put_u64(mine, ~uint64_t{0});
+      put_bytes(mine, fmt::format("{}rank {}: {}", e.kind() == ErrorKind::arm_failure ? 1 : e.kind() == ErrorKind::input ? 2 : 3,
+                                  w.rank, e.what()));
+    } catch (const std::exception& e) {
+      mine.clear();
+      put_u64(mine, ~uint64_t{0});
+      put_bytes(mine, fmt::format("3rank {}: {}", w.rank, e.what()));
+    }
+    const std::vector<std::string> parts = dist::gather(mine);
+    std::string failure;
+    std::vector<ArmOutput> outs(shards.size());
+    if (w.root()) {
+      std::vector<bool> seen(shards.size(), false);
+      for (const std::string& part : parts) {
+        for (size_t at = 0; at < part.size() && failure.empty();) {
+          const uint64_t t = get_u64(part, at);
+          if (t == ~uint64_t{0}) {
+            failure = get_bytes(part, at);
+            break;
+          }
+          QC_CHECK(t < shards.size() && !seen[t], "C8 shards: shard {} received twice or out of range", t);
+          seen[t] = true;
+          const nlohmann::json record = nlohmann::json::parse(get_bytes(part, at));
+          const std::string y = get_bytes(part, at);
+          outs[t].record = record.get<RunRecord>();
+          outs[t].record.extra["rank"] = record.at("rank");
+          outs[t].y.resize(y.size() / sizeof(uint16_t));
+          std::memcpy(outs[t].y.data(), y.data(), outs[t].y.size() * sizeof(uint16_t));
+        }
+        if (!failure.empty()) break;
+      }
+      for (size_t t = 0; t < shards.size() && failure.empty(); ++t) QC_CHECK(seen[t], "C8 shards: shard {} never arrived", t);
+    }
+    // Every rank learns whether the degree can go on (a failure ends the job on every rank alike).
+    failure = dist::broadcast(failure);
+    if (!failure.empty()) throw dist::JobFailed(failure[0] - '0', w.root() ? failure.substr(1) : std::string());
+    if (!w.root()) return std::nullopt;
+    return outs;
+  };
+}
 
 std::vector<double> layer_costs(const OperandSet& set) {
   std::vector<double> cost;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dist/dist.hpp"
+#include "checks/c8_tp.hpp"
 #include "checks/verify.hpp"
 #include "core/operands_io.hpp"
 
@@ -31,6 +32,16 @@ std::vector<int64_t> layer_groups(const OperandSet& set, const std::vector<size_
 // C2's predictions of every layer, the layers shared over the ranks; every rank receives the
 // whole set when `everywhere` (verify needs it), else rank 0 alone (others get an empty set).
 PredictionSet predict_shared(const OperandSet& set, bool everywhere, const std::string& progress_label);
+
+// C8's tensor-parallel shards on the ranks of this job (`mpirun -n R qconform invariance --tp ...`):
+// shard t of a degree runs on rank t mod R; every rank sends its shards' outputs and records to rank 0,
+// which receives them all (in shard order) and compares; the other ranks receive nullopt. The partials
+// are then summed on rank 0 by qconform's own fixed-order reduction (the collective's model, run step by
+// step), not by an MPI reduction of unspecified order. An error on any rank (the arm refused its shard)
+// ends every rank with that error (dist::JobFailed; rank 0 prints it). `placement` says where the
+// shards ran, for the printout.
+ShardRunner rank_shard_runner();
+std::string rank_shard_placement();
 
 // `--gpu-per-rank`: this rank uses the GPU of its rank on the host (the local_rank-th of
 // CUDA_VISIBLE_DEVICES when set, else device local_rank), by narrowing CUDA_VISIBLE_DEVICES before

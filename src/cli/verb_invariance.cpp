@@ -7,6 +7,7 @@
 #include "checks/c8_invariance.hpp"
 #include "checks/c8_tp.hpp"
 #include "cli/cli.hpp"
+#include "cli/distributed.hpp"
 #include "cli/lists.hpp"
 #include "cli/paths.hpp"
 #include "core/fileio.hpp"
@@ -21,7 +22,7 @@ struct InvarianceArgs {
   std::string arm, operands, json, batch_sizes, mates = "ordered,shuffled,replaced", layers, tp, style = "auto",
                                                reduction = "ring", collective, claims = "records";
   uint64_t seed = 0;
-  bool no_refine = false;
+  bool no_refine = false, gpu_per_rank = false;
 };
 
 bool selected(const std::vector<std::string>& wanted, const std::string& layer) {
@@ -58,17 +59,20 @@ VerbRunner setup_invariance(CLI::App& app) {
       ->capture_default_str()
       ->check(non_negative_integer(a->seed));
   app.add_option("--json", a->json, "write the results as JSON");
+  add_gpu_per_rank_option(app, a->gpu_per_rank);
   return [a] {
     std::vector<PathUse> paths_in;
     add_arm_inputs(paths_in, "--arm", a->arm);
     add_operand_inputs(paths_in, "operands", a->operands);
     check_output_paths(paths_in, {{"--json", a->json}});
-    // The tensor-parallel degrees are simulated in this process; running them as MPI ranks (each rank one
-    // shard, qconform's fixed-order reduction over them) is not implemented.
-    QC_INPUT(dist::world().size == 1,
-             "qconform invariance runs in one process ({} ranks given): MPI ranks as tensor-parallel shards are not "
-             "implemented; run it without mpirun (--tp simulates the degrees in one process)",
+    // Under mpirun the tensor-parallel shards run on the ranks (rank_shard_runner); the batch sweep runs
+    // in one process.
+    const bool ranks = dist::world().size > 1;
+    QC_INPUT(!ranks || !a->tp.empty(),
+             "qconform invariance under mpirun ({} ranks) runs --tp only (each rank runs its tensor-parallel "
+             "shards); run the batch sweep without mpirun",
              dist::world().size);
+    if (a->gpu_per_rank) use_gpu_of_local_rank();
     QC_INPUT(a->claims == "records" || a->claims == "declared", "--claims: expected records or declared, found `{}`",
              a->claims);
     const OperandSet set = open_operands(a->operands, false);
@@ -88,6 +92,7 @@ VerbRunner setup_invariance(CLI::App& app) {
       }
       tpo.style = a->style, tpo.declared = a->reduction, tpo.collective = a->collective;
       tpo.use_records = a->claims == "records";
+      if (ranks) tpo.run_shards = rank_shard_runner(), tpo.placement = rank_shard_placement();
     } else {
       if (!a->batch_sizes.empty()) io.batch_sizes = parse_positive_list("--batch-sizes", a->batch_sizes);
       io.mates = split_commas(a->mates);
@@ -100,6 +105,7 @@ VerbRunner setup_invariance(CLI::App& app) {
       const LayerOperands ops = set.load(i);
       if (tp) {
         const LayerTp r = layer_tp(*arm, ops, tpo);
+        if (!r.compared) continue;  // a rank that only ran its shards
         fmt::print("{}\n", describe(r));
         layers.push_back(to_json(r));
         verdicts.push_back(r.verdict);
@@ -112,6 +118,7 @@ VerbRunner setup_invariance(CLI::App& app) {
       }
     }
     QC_INPUT(checked > 0, "--layers `{}`: no layer of {} matches", a->layers, a->operands);
+    if (!dist::world().root()) return kExitOk;  // rank 0 compares, prints and writes
     const std::optional<std::string> worst = combine_invariance(verdicts);
     fmt::print("C8 invariance ({}) of {} over {} layer(s): {}\n", tp ? "tensor-parallel degrees" : "batch sizes and mates",
                a->arm, checked, worst.value_or("nothing compared (null)"));

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Multi-rank runs (ctest label `mpi`): merged results equal the single-process ones (verify, predict,
-generate, replay, conform), faults fail the job with nothing merged, `--resume` finishes a killed job with the
+generate, replay, conform, invariance --tp), faults fail the job with nothing merged, `--resume` finishes a killed job with the
 same result.
 
 Usage: test_mpi.py QCONFORM_BINARY. Exits 77 (ctest: SKIPPED) with the reason when mpirun is absent
@@ -260,6 +260,56 @@ def main():
                                                            for t in ("A", "B")] + ["generate.pow2.A.jsonl"]
     check(all((one_dir / f).read_bytes() == (many_dir / f).read_bytes() for f in files),
           "conform on 3 ranks: predictions, operands, generations and replays byte-identical")
+
+    # 8. C8's tensor-parallel shards on the ranks (invariance --tp under mpirun): shard t on rank t mod R,
+    # the partials reduced on rank 0 in the model's fixed order. Every degree's counts, values and
+    # verdicts equal the one-process simulation's, for R = 2, 3 (R = 3 does not divide the degrees: ranks
+    # run unequal numbers of shards) and a row- and a column-parallel layer.
+    tp_ops = tmp / "tp.safetensors"
+    run([QC, "synth", "--shapes", "16x64x512", "--seed", "5", "--out", tp_ops])
+    for style, reduction in (("row", "ring"), ("row", "tree+fp32"), ("column", "ring")):
+        base = [QC, "invariance", "--arm", "cpu:vllm-cutlass", tp_ops, "--tp", "1,2,4,8", "--tp-style", style,
+                "--reduction", reduction]
+        run(base + ["--json", tmp / "tp-1.json"])
+        one = json.loads((tmp / "tp-1.json").read_text())
+        for r in (2, 3):
+            p = run(mpirun(r) + base + ["--json", tmp / f"tp-{r}.json"])
+            many = json.loads((tmp / f"tp-{r}.json").read_text())
+            placements = {d["placement"] for layer in many["layers"] for d in layer["degrees"] if d["applicable"]}
+            for doc in (one, many):
+                for layer in doc["layers"]:
+                    for d in layer["degrees"]:
+                        d.pop("placement", None)
+            check(one["layers"] == many["layers"] and one["verdict"] == many["verdict"],
+                  f"invariance --tp {style} {reduction} on {r} ranks: every degree as in one process "
+                  f"(verdict {many['verdict']})")
+            check(placements == {f"{r} MPI ranks (shard t on rank t mod {r}; fixed-order reduction on rank 0)"},
+                  f"invariance --tp on {r} ranks: the shards ran on the ranks ({sorted(placements)})")
+            check(p.stdout.count("verdict:") == len(one["layers"]), f"invariance --tp on {r} ranks: rank 0 alone prints")
+    # A rank whose arm refuses its shard ends every rank with its error (one process's exit code, the rank
+    # and shard named), nothing
+    # written. The misbehaving plugin refuses its second call: rank 0's shard of degree 2.
+    cc = shutil.which("cc") or shutil.which("gcc")
+    src = pathlib.Path(__file__).resolve().parents[2]
+    if cc is None:
+        check(False, "a C compiler (cc) for the misbehaving plugin of the fault case")
+    else:
+        lib = tmp / "refuse.so"
+        run([cc, "-shared", "-fPIC", "-O1", f"-I{src / 'include'}", f"-I{src / 'examples' / 'plugin'}",
+             "-DBEHAVE_REFUSE", "-DAT_CALL=2", src / "tests" / "hostile" / "plugins" / "misbehave.c", "-o", lib])
+        out = tmp / "tp-fault.json"
+        alone = run([QC, "invariance", "--arm", f"plugin:{lib}", tp_ops, "--tp", "1,2", "--tp-style", "row"],
+                    check=False, timeout=300)
+        p = run(mpirun(2) + [QC, "invariance", "--arm", f"plugin:{lib}", tp_ops, "--tp", "1,2", "--tp-style", "row",
+                             "--json", out], check=False, timeout=300)
+        check(p.returncode == alone.returncode != 0 and "rank 0: " in p.stderr and "[shard 0/2]" in p.stderr
+              and not out.exists(),
+              f"a refused shard ends the 2-rank invariance job with one process's exit code ({p.returncode}, "
+              f"alone {alone.returncode}), rank and shard named, nothing written "
+              f"{p.stderr[-300:]!r}")
+    # The batch sweep is not spread over ranks: refused with the reason.
+    p = run(mpirun(2) + [QC, "invariance", "--arm", "cpu:vllm-cutlass", tp_ops], check=False)
+    check(p.returncode == 2 and "runs --tp only" in p.stderr, f"invariance without --tp under mpirun is refused (exit {p.returncode})")
 
     shutil.rmtree(tmp)
     if failures:
