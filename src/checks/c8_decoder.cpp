@@ -163,6 +163,23 @@ LinearFn with_tensor_parallel(LinearFn inner, int degree, const std::string& red
   };
 }
 
+nlohmann::json BatchMateStats::to_json() {
+  std::lock_guard lock(mu);
+  const auto bits = [](uint32_t b) { return fmt::format("0x{:08x} ({:g})", b, std::bit_cast<float>(b)); };
+  nlohmann::json per_layer = nlohmann::json::array();
+  int64_t calls = 0, elements = 0, differing = 0;
+  for (const auto& [name, l] : layers) {
+    calls += l.calls, elements += l.elements, differing += l.differing;
+    per_layer.push_back({{"layer", name}, {"calls", l.calls}, {"elements", l.elements}, {"differing", l.differing},
+                         {"first", l.differing == 0 ? nlohmann::json()
+                                                    : nlohmann::json{{"row", l.first_row}, {"col", l.first_col},
+                                                                     {"baseline", bits(l.first_alone)},
+                                                                     {"here", bits(l.first_batched)}}}});
+  }
+  return {{"title", title}, {"baseline", baseline}, {"layers", per_layer}, {"calls", calls}, {"elements", elements},
+          {"differing", differing}};
+}
+
 std::string BatchMateStats::describe() {
   std::lock_guard lock(mu);
   std::string s;

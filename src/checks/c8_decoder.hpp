@@ -8,6 +8,8 @@
 // `qconform transfer` on the two record files (C7's flip statistics).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -30,6 +32,9 @@ struct BatchMateStats {
   std::mutex mu;
   std::map<std::string, Layer> layers;  // by LinearLayer::name
   std::string describe();               // one line per layer with a difference, then the totals
+  // {"title", "baseline", "layers": [{layer, calls, elements, differing, first}], "calls", "elements",
+  // "differing"}; `first` {row, col, baseline, here} as fp32 bit patterns and values, null when none differ.
+  nlohmann::json to_json();
 };
 
 // QC_INPUT for an empty list or a negative count.

@@ -259,6 +259,21 @@ CheckResult c8_check(const std::string& arm, const std::vector<LayerInvariance>&
   return c;
 }
 
+ArmInvariance arm_invariance(Arm& arm, size_t count, const std::function<LayerOperands(size_t)>& layer,
+                             const InvarianceOptions& options) {
+  ArmInvariance r;
+  r.arm = arm.info().label;
+  for (size_t i = 0; i < count; ++i) r.layers.push_back(layer_invariance(arm, layer(i), options));
+  r.check = c8_check(r.arm, r.layers);
+  return r;
+}
+
+nlohmann::json to_json(const ArmInvariance& r) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const LayerInvariance& l : r.layers) layers.push_back(to_json(l));
+  return {{"arm", r.arm}, {"check", r.check}, {"layers", layers}};
+}
+
 namespace {
 
 std::string diff_text(const ElementDiff& e) {

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -103,6 +104,18 @@ std::optional<std::string> combine_invariance(const std::vector<std::optional<st
 CheckResult c8_check(const std::string& arm, const std::vector<LayerInvariance>& layers);
 
 nlohmann::json to_json(const LayerInvariance& r);
+
+// C8 of one arm over the `count` layers `layer(i)` gives: each layer's invariance and the check over them
+// (verify --invariance, conform --invariance).
+struct ArmInvariance {
+  std::string arm;
+  CheckResult check;
+  std::vector<LayerInvariance> layers;
+};
+ArmInvariance arm_invariance(Arm& arm, size_t count, const std::function<LayerOperands(size_t)>& layer,
+                             const InvarianceOptions& options);
+nlohmann::json to_json(const ArmInvariance& r);  // {"arm", "check", "layers"}
+
 // The human printout: one line per configuration, the thresholds and the verdict.
 std::string describe(const LayerInvariance& r);
 

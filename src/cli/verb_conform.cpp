@@ -87,8 +87,14 @@ VerbRunner setup_conform(CLI::App& app) {
   app.add_flag("--identify,!--no-identify", o->identify,
                "run `identify` on an arm that declares no formula; its identified formula is then its declaration for "
                "C1-C6 (default on; --no-identify skips it)");
+  auto invariance_mates = std::make_shared<std::string>();
+  app.add_option("--invariance-mates", *invariance_mates,
+                 "C8 end to end: also check each arm's invariance (its captured layers over batch sizes and mates, and "
+                 "the model run with every linear layer's rows inside batches of this many synthetic rows more, e.g. "
+                 "0,15,63,127; per layer and per sequence in results.json and the report; docs/invariance.md)");
   return [=] {
     std::tie(o->arm_a, o->arm_b) = parse_pair("--arms", *arms);
+    if (!invariance_mates->empty()) o->invariance_mates = parse_count_list("--invariance-mates", *invariance_mates);
     if (*sweep_ks == "none") {
       o->sweep_ks.clear();
     } else if (!sweep_ks->empty()) {
@@ -130,6 +136,20 @@ VerbRunner setup_conform(CLI::App& app) {
                    f["arm"].get<std::string>(), f["label"].get<std::string>(), f["inputs"].get<std::string>(),
                    printable_text(f["detail"].get<std::string>(), 2000),
                    c["points_to"].get<std::string>().ends_with(cause) ? "" : "; points to " + cause);
+      }
+    }
+    if (const auto& inv = r["invariance"]; inv.is_object()) {
+      fmt::print("\ninvariance (C8, each arm; batch mates {}):\n", inv["mates"].dump());
+      for (const auto& a : inv["arms"]) {
+        const auto& c = a["check"];
+        const auto& seq = a["generation"]["sequence"];
+        fmt::print("{:<4}{:<26}{:<22}{}\n", c["id"].get<std::string>(), c["title"].get<std::string>(),
+                   c["verdict"].get<std::string>(), c["summary"].get<std::string>());
+        fmt::print("{:<30}in the model: {} of {} outputs differ from the rows alone; sequences: {} of {} identical; "
+                   "replay: {} flips in {} positions\n",
+                   "", a["decoder"]["differing"].get<int64_t>(), a["decoder"]["elements"].get<int64_t>(),
+                   seq["identical"].get<int64_t>(), seq["prompts"].get<int64_t>(), a["replay"]["replay"]["flips"].dump(),
+                   a["replay"]["replay"]["positions"].dump());
       }
     }
     fmt::print("\npredictions pinned: {}\nresults: {}\nreport:  {}\n",

@@ -349,17 +349,14 @@ nlohmann::json verify_invariance(const std::vector<Arm*>& arms, const OperandSet
   io.mates = {"ordered", "shuffled"};
   nlohmann::json invariance = nlohmann::json::array();
   for (Arm* arm : arms) {
-    std::vector<LayerInvariance> per_layer;
-    for (size_t i = 0; i < set.size(); ++i) per_layer.push_back(layer_invariance(*arm, set.load(i), io));
-    const CheckResult c = c8_check(arm->info().label, per_layer);
+    const ArmInvariance r = arm_invariance(*arm, set.size(), [&](size_t i) { return set.load(i); }, io);
+    const CheckResult& c = r.check;
     fmt::print("{:<3} {:<22} {:<21} {}\n", c.id, c.title, verdict_name(c.verdict), c.summary);
-    for (const LayerInvariance& l : per_layer) {
+    for (const LayerInvariance& l : r.layers) {
       if (l.verdict && *l.verdict != kInvariant) fmt::print("{}", describe(l));
     }
     failed = failed || c.verdict == Verdict::fail;
-    nlohmann::json layers_json = nlohmann::json::array();
-    for (const LayerInvariance& l : per_layer) layers_json.push_back(to_json(l));
-    invariance.push_back({{"arm", arm->info().label}, {"check", c}, {"layers", layers_json}});
+    invariance.push_back(to_json(r));
   }
   return invariance;
 }

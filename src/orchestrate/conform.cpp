@@ -34,6 +34,7 @@
 #include "model/model.hpp"
 #include "core/operands_io.hpp"
 #include "core/results_json.hpp"
+#include "checks/c8_invariance.hpp"
 #include "qconform/report.hpp"
 #include "core/sha256.hpp"
 #include "synth/synth.hpp"
@@ -390,6 +391,68 @@ TransferPair transfer_of(const TokenRuns& t, uint64_t seed) {
   return p;
 }
 
+// C8 end to end (`--invariance-mates`): per arm, the captured layers over batch sizes and mates, and the
+// model run again with every linear layer's rows inside batches of mates; the sequences compared with the
+// runs alone (generate: per prompt; replay: C7's flips).
+struct InvarianceRuns {
+  bool ran = false;
+  std::array<RunFiles, 2> gen, rep;
+  std::array<std::shared_ptr<BatchMateStats>, 2> stats;
+  std::array<ArmInvariance, 2> layers;  // rank 0 only
+};
+
+InvarianceRuns run_invariance(const ConformOptions& o, const LoadedModel& lm, const std::string& dir, bool fp8,
+                              const TokenRuns& t, const OperandSet& ops, std::array<Arm*, 2> arms, bool root,
+                              const std::function<void(const std::string&)>& step) {
+  InvarianceRuns v;
+  if (o.invariance_mates.empty()) return v;
+  v.ran = true;
+  step("C8 invariance (batch mates)");
+  const std::array<std::string, 2> labels = {o.arm_a, o.arm_b}, sides = {"A", "B"};
+  const std::vector<std::pair<std::string, std::string>> forced_input = {{"forced_tokens", t.gen_a.jsonl}};
+  for (size_t s = 0; s < 2; ++s) {
+    v.stats[s] = std::make_shared<BatchMateStats>();
+    const BatchMatesRun mates{o.invariance_mates, v.stats[s]};
+    v.gen[s] = run_model(o, lm, dir, labels[s], "generate", false, fp8, nullptr, "generate.mates." + sides[s], {}, &mates);
+    v.rep[s] = run_model(o, lm, dir, labels[s], "replay", false, fp8, &t.gen_a.sequences, "replay.mates." + sides[s],
+                         forced_input, &mates);
+    if (root) {
+      InvarianceOptions io;
+      io.mates = {"ordered", "shuffled"};
+      io.seed = o.seed;
+      v.layers[s] = arm_invariance(*arms[s], ops.size(), [&](size_t i) { return ops.load(i); }, io);
+    }
+  }
+  return v;
+}
+
+// results.json `invariance`: per arm the C8 check over the captured layers, the layers, the decoder's
+// per-layer counts, and the sequences alone against with mates.
+nlohmann::json invariance_results(const InvarianceRuns& v, const TokenRuns& t, const ConformOptions& o) {
+  const uint64_t seed = o.seed;
+  if (!v.ran) return nullptr;
+  nlohmann::json arms = nlohmann::json::array();
+  const std::array<const RunFiles*, 2> gen_alone = {&t.gen_a, &t.gen_b}, rep_alone = {&t.rep_a, &t.rep_b};
+  for (size_t s = 0; s < 2; ++s) {
+    transfer::TransferOptions replay;
+    replay.replay = true;
+    replay.seed = 20240607 ^ seed;
+    replay.min_bin_support = 20;
+    nlohmann::json arm = to_json(v.layers[s]);
+    arm["decoder"] = v.stats[s]->to_json();
+    if (dist::world().size > 1) arm["decoder"]["note"] = "rank 0's prompts only: the per-layer counts are not gathered over ranks";
+    arm["generation"] = transfer::to_json(transfer::analyze_transfer(transfer::read_transfer_jsonl(gen_alone[s]->jsonl),
+                                                                     transfer::read_transfer_jsonl(v.gen[s].jsonl),
+                                                                     transfer::TransferOptions{}));
+    arm["replay"] = transfer::to_json(transfer::analyze_transfer(transfer::read_transfer_jsonl(rep_alone[s]->jsonl),
+                                                                 transfer::read_transfer_jsonl(v.rep[s].jsonl), replay));
+    arm["records_identical"] = records_body(gen_alone[s]->jsonl) == records_body(v.gen[s].jsonl) &&
+                               records_body(rep_alone[s]->jsonl) == records_body(v.rep[s].jsonl);
+    arms.push_back(std::move(arm));
+  }
+  return {{"mates", o.invariance_mates}, {"arms", arms}};
+}
+
 // The answer: verify's facts (C2-C6, every run), with the checks only conform runs and the tokens.
 InterchangeabilityAnswer conform_answer(const VerifyResult& verify, const std::vector<CheckResult>& all,
                                         const nlohmann::json& failed_cases, const TransferPair& tr, bool fp8,
@@ -429,6 +492,7 @@ struct ConformRecord {
   const JoinResult& join;
   const InterchangeabilityAnswer& answer;
   const nlohmann::json& depth;
+  const nlohmann::json& invariance;
   bool fp8;
 };
 
@@ -467,6 +531,7 @@ nlohmann::json conform_results(const ConformRecord& r, const std::vector<CheckRe
                    {"tokenizer", r.lm.tokenizer_path.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.lm.tokenizer_path)},
                    {"warning", r.lm.prompts_warning.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.lm.prompts_warning)}}},
       {"sweep", r.depth},
+      {"invariance", r.invariance},
       {"allow_unverified", o.allow_unverified},
   });
 }
@@ -474,7 +539,7 @@ nlohmann::json conform_results(const ConformRecord& r, const std::vector<CheckRe
 }  // namespace
 
 ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int, int, const std::string&)>& progress) {
-  constexpr int kStages = 11;
+  const int kStages = 11 + (o.invariance_mates.empty() ? 0 : 1);
   int stage = 0;
   const std::function<void(const std::string&)> step = [&](const std::string& what) {
     if (progress) progress(++stage, kStages, what);
@@ -515,6 +580,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   step(check_id_range(/*per_layer_only=*/true) + " verify");
   const VerifyResult verify = verify_layers(o, *arm_a, *arm_b, ops, work, pinned.predictions, root);
   const TokenRuns runs = run_token_level(o, lm, dir, fp8, step);
+  const InvarianceRuns invariance = run_invariance(o, lm, dir, fp8, runs, ops, {arm_a.get(), arm_b.get()}, root, step);
   // FP8: the depth curve (divergence versus K on synthetic FP8 operands) with the share of the
   // differences the declared models explain, for the report.
   nlohmann::json depth = nullptr;
@@ -553,13 +619,17 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   all.push_back(c7);
 
   const InterchangeabilityAnswer answer = conform_answer(verify, all, boundary.failed_cases, tr, fp8, pow2_identical);
+  const nlohmann::json invariance_json = invariance_results(invariance, runs, o);
   nlohmann::json results =
-      conform_results({o, lm, dir, runs, formulas, pinned, verify, tr, join, answer, depth, fp8}, all);
+      conform_results({o, lm, dir, runs, formulas, pinned, verify, tr, join, answer, depth, invariance_json, fp8}, all);
   ConformOutcome out;
   out.passed = std::none_of(all.begin(), all.end(), [](const CheckResult& c) { return c.verdict == Verdict::fail; });
   if (!join.verified() && o.allow_unverified) {
     out.passed = std::none_of(all.begin() + 1, all.end(), [](const CheckResult& c) { return c.verdict == Verdict::fail; });
   }
+  // C8 is a property of each arm, not of the pair: an unexplained variance fails the run, the answer
+  // stays the pair's.
+  for (const ArmInvariance& l : invariance.layers) out.passed = out.passed && l.check.verdict != Verdict::fail;
   out.results_path = dir + "/results.json";
   out.report_path = dir + "/report.html";
   write_file_atomic(out.results_path, results.dump(1) + "\n");

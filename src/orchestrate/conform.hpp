@@ -42,6 +42,11 @@ struct ConformOptions {
   std::vector<int64_t> sweep_ks{256, 512, 1024, 2048, 4096, 8192};
   int64_t sweep_m = 64, sweep_n = 256;
   int sweep_seeds = 3;
+  // C8 end to end (docs/invariance.md), opt-in: each arm's captured layers over batch sizes and mates
+  // (`qconform invariance`), and the model run again (generate and replay) with every linear layer's
+  // rows inside batches of this many synthetic mates more (cycling from call to call), compared per
+  // layer and per sequence with the runs alone (C7's statistics on the differences). Empty: not run.
+  std::vector<int64_t> invariance_mates;
 };
 
 struct ConformOutcome {

@@ -241,16 +241,20 @@ static std::string records_jsonl(const std::vector<PositionRecord>& records) {
 // Greedy generation (verb "generate") or teacher-forced replay of `forced` (verb "replay").
 RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::string& dir, const std::string& arm,
                    const std::string& verb, bool pow2, bool fp8, const std::vector<std::vector<int32_t>>* forced,
-                   const std::string& tag, const std::vector<std::pair<std::string, std::string>>& extra_inputs) {
+                   const std::string& tag, const std::vector<std::pair<std::string, std::string>>& extra_inputs,
+                   const BatchMatesRun* mates) {
   const W8a8Options options = w8a8_options(o, lm.model, arm, pow2, fp8);
   W8a8Linear linear(options);
-  Decoder decoder(lm.model, linear);
+  Decoder decoder(lm.model, mates ? with_batch_mates(linear, mates->mates, o.seed, mates->stats) : LinearFn(linear));
   RunFiles f;
   nlohmann::json extra = {{"pow2", pow2}, {"act_quantizer", o.act_quantizer}};
   nlohmann::json config = {{"max_new", o.max_new}, {"pow2", pow2}, {"act_quantizer", o.act_quantizer},
                            {"linear_mode", to_string(linear_mode(options))}, {"seed", o.seed}};
   if (options.fp8) {  // the FP8 quantization is part of what C0 compares
     for (nlohmann::json* j : {&extra, &config}) j->update(fp8_run_config(options));
+  }
+  if (mates) {
+    for (nlohmann::json* j : {&extra, &config}) (*j)["batch_mates"] = mates->mates;
   }
   std::string text =
       format_header(verb, linear_mode(options), arm, lm.model, lm.tokenizer_path, lm.tokenizer_sha256, extra) + "\n";

@@ -2,10 +2,12 @@
 // replay runs through one arm with their records and manifests. Internal to src/orchestrate.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "checks/c8_decoder.hpp"
 #include "model/model.hpp"
 #include "model/tokenizer.hpp"
 #include "orchestrate/conform.hpp"
@@ -40,10 +42,19 @@ struct RunFiles {
   std::vector<std::vector<int32_t>> sequences;
 };
 
-// Greedy generation (verb "generate") or teacher-forced replay of `forced` (verb "replay").
+// Every linear layer's rows inside batches of `mates` synthetic rows more (c8_decoder.hpp), the per-layer
+// differences from the rows alone counted in `stats`.
+struct BatchMatesRun {
+  std::vector<int64_t> mates;
+  std::shared_ptr<BatchMateStats> stats;
+};
+
+// Greedy generation (verb "generate") or teacher-forced replay of `forced` (verb "replay"), with batch
+// mates when `mates` is given.
 RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::string& dir, const std::string& arm,
                    const std::string& verb, bool pow2, bool fp8, const std::vector<std::vector<int32_t>>* forced,
-                   const std::string& tag, const std::vector<std::pair<std::string, std::string>>& extra_inputs);
+                   const std::string& tag, const std::vector<std::pair<std::string, std::string>>& extra_inputs,
+                   const BatchMatesRun* mates = nullptr);
 
 // Records without the header line (which names the arm and so always differs).
 std::string records_body(const std::string& path);

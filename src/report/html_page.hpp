@@ -122,5 +122,7 @@ void answer_banner(Page& p, const json& results);
 void verdict_section(Page& p, const json& results);
 void arms_section(Page& p, const json& results);
 void manifests_section(Page& p, const json& results);
+// C8 (html_invariance.cpp): `results.invariance` of conform --invariance-mates; nothing when absent.
+void invariance_section(Page& p, const json& results);
 
 }  // namespace qc::html

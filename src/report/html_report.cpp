@@ -93,6 +93,7 @@ void validate(const json& r) {
   section("transfer", &json::is_object, "an object (qconform transfer's JSON)");
   section("sweep", &json::is_object, "an object {x, series}");
   section("manifests", &json::is_object, "an object {files, join}");
+  section("invariance", &json::is_object, "an object {mates, arms} (conform --invariance-mates)");
   // A `kind`, where present, must name the document it sits in; earlier releases' spellings are
   // accepted (a results file keeps its sections as the verbs wrote them).
   const auto kind = [&](const json& doc, const char* path, const char* name) {
@@ -570,6 +571,7 @@ std::string render_report(const json& results, const ReportOptions& options) {
   fp8_verify_section(page, results);
   sweep_section(page, results);
   transfer_section(page, results);
+  invariance_section(page, results);
   manifests_section(page, results);
 
   std::string html;
