@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 
+#include "checks/c8_tp.hpp"
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
 #include "dist/dist.hpp"
@@ -92,9 +93,18 @@ VerbRunner setup_conform(CLI::App& app) {
                  "C8 end to end: also check each arm's invariance (its captured layers over batch sizes and mates, and "
                  "the model run with every linear layer's rows inside batches of this many synthetic rows more, e.g. "
                  "0,15,63,127; per layer and per sequence in results.json and the report; docs/invariance.md)");
+  app.add_option("--invariance-tp", o->invariance_tp,
+                 "C8 at a tensor-parallel degree: each arm's captured layers at TP 1 and this degree, and the model run "
+                 "with every linear layer as that many shards (o_proj, down_proj split K and all-reduced), compared per "
+                 "layer and per sequence with the plain run")
+      ->check(non_negative_integer(o->invariance_tp));
+  app.add_option("--invariance-reduction", o->invariance_reduction,
+                 "with --invariance-tp: the all-reduce model, sequential, ring, ring:<chunk>, tree, +fp32")
+      ->capture_default_str();
   return [=] {
     std::tie(o->arm_a, o->arm_b) = parse_pair("--arms", *arms);
     if (!invariance_mates->empty()) o->invariance_mates = parse_count_list("--invariance-mates", *invariance_mates);
+    if (o->invariance_tp > 0) parse_reduction_model(o->invariance_reduction, "--invariance-reduction");
     if (*sweep_ks == "none") {
       o->sweep_ks.clear();
     } else if (!sweep_ks->empty()) {
@@ -139,17 +149,28 @@ VerbRunner setup_conform(CLI::App& app) {
       }
     }
     if (const auto& inv = r["invariance"]; inv.is_object()) {
-      fmt::print("\ninvariance (C8, each arm; batch mates {}):\n", inv["mates"].dump());
+      fmt::print("\ninvariance (C8, each arm; batch mates {}, tensor parallel {}):\n", inv["mates"].dump(),
+                 inv["tp"].is_object() ? inv["tp"].dump() : "null");
+      const auto variant_line = [](const char* what, const nlohmann::json& v) {
+        if (!v.is_object()) return;
+        const auto& seq = v["generation"]["sequence"];
+        fmt::print("{:<30}{}: in the model {} of {} outputs differ from {}; sequences: {} of {} identical; replay: {} "
+                   "flips in {} positions\n",
+                   "", what, v["decoder"]["differing"].get<int64_t>(), v["decoder"]["elements"].get<int64_t>(),
+                   v["decoder"]["baseline"].get<std::string>(), seq["identical"].get<int64_t>(),
+                   seq["prompts"].get<int64_t>(), v["replay"]["replay"]["flips"].dump(),
+                   v["replay"]["replay"]["positions"].dump());
+      };
       for (const auto& a : inv["arms"]) {
         const auto& c = a["check"];
-        const auto& seq = a["generation"]["sequence"];
         fmt::print("{:<4}{:<26}{:<22}{}\n", c["id"].get<std::string>(), c["title"].get<std::string>(),
                    c["verdict"].get<std::string>(), c["summary"].get<std::string>());
-        fmt::print("{:<30}in the model: {} of {} outputs differ from the rows alone; sequences: {} of {} identical; "
-                   "replay: {} flips in {} positions\n",
-                   "", a["decoder"]["differing"].get<int64_t>(), a["decoder"]["elements"].get<int64_t>(),
-                   seq["identical"].get<int64_t>(), seq["prompts"].get<int64_t>(), a["replay"]["replay"]["flips"].dump(),
-                   a["replay"]["replay"]["positions"].dump());
+        variant_line("batch mates", a["mates"]);
+        if (a["tp"].is_object()) {
+          fmt::print("{:<30}captured layers at TP 1 and {}: {}\n", "", a["tp"]["degree"].get<int>(),
+                     a["tp"]["verdict"].is_string() ? a["tp"]["verdict"].get<std::string>() : "nothing compared (null)");
+        }
+        variant_line("tensor parallel", a["tp"]);
       }
     }
     fmt::print("\npredictions pinned: {}\nresults: {}\nreport:  {}\n",

@@ -35,6 +35,7 @@
 #include "core/operands_io.hpp"
 #include "core/results_json.hpp"
 #include "checks/c8_invariance.hpp"
+#include "checks/c8_tp.hpp"
 #include "qconform/report.hpp"
 #include "core/sha256.hpp"
 #include "synth/synth.hpp"
@@ -391,66 +392,121 @@ TransferPair transfer_of(const TokenRuns& t, uint64_t seed) {
   return p;
 }
 
-// C8 end to end (`--invariance-mates`): per arm, the captured layers over batch sizes and mates, and the
-// model run again with every linear layer's rows inside batches of mates; the sequences compared with the
-// runs alone (generate: per prompt; replay: C7's flips).
+// C8 end to end (`--invariance-mates`, `--invariance-tp`): per arm, the captured layers over batch sizes
+// and mates (and at the TP degree), and the model run again with every linear layer's rows inside batches
+// of mates, and as TP shards; the sequences compared with the runs alone (generate: per prompt; replay:
+// C7's flips).
+struct VariantRuns {
+  DecoderVariant variant;
+  RunFiles gen, rep;
+};
+struct ArmInvarianceRuns {
+  ArmInvariance layers;                // rank 0 only
+  std::vector<LayerTp> tp_layers;      // rank 0 only, with --invariance-tp
+  std::optional<VariantRuns> mates, tp;
+};
 struct InvarianceRuns {
   bool ran = false;
-  std::array<RunFiles, 2> gen, rep;
-  std::array<std::shared_ptr<BatchMateStats>, 2> stats;
-  std::array<ArmInvariance, 2> layers;  // rank 0 only
+  std::array<ArmInvarianceRuns, 2> arms;
 };
+
+bool invariance_requested(const ConformOptions& o) { return !o.invariance_mates.empty() || o.invariance_tp > 0; }
 
 InvarianceRuns run_invariance(const ConformOptions& o, const LoadedModel& lm, const std::string& dir, bool fp8,
                               const TokenRuns& t, const OperandSet& ops, std::array<Arm*, 2> arms, bool root,
                               const std::function<void(const std::string&)>& step) {
   InvarianceRuns v;
-  if (o.invariance_mates.empty()) return v;
+  if (!invariance_requested(o)) return v;
   v.ran = true;
-  step("C8 invariance (batch mates)");
+  step("C8 invariance (batch mates, tensor parallelism)");
   const std::array<std::string, 2> labels = {o.arm_a, o.arm_b}, sides = {"A", "B"};
   const std::vector<std::pair<std::string, std::string>> forced_input = {{"forced_tokens", t.gen_a.jsonl}};
+  const auto run_variant = [&](size_t s, DecoderVariant variant, const std::string& tag) {
+    VariantRuns r{std::move(variant), {}, {}};
+    r.gen = run_model(o, lm, dir, labels[s], "generate", false, fp8, nullptr, "generate." + tag + "." + sides[s], {},
+                      &r.variant);
+    r.rep = run_model(o, lm, dir, labels[s], "replay", false, fp8, &t.gen_a.sequences, "replay." + tag + "." + sides[s],
+                      forced_input, &r.variant);
+    return r;
+  };
   for (size_t s = 0; s < 2; ++s) {
-    v.stats[s] = std::make_shared<BatchMateStats>();
-    const BatchMatesRun mates{o.invariance_mates, v.stats[s]};
-    v.gen[s] = run_model(o, lm, dir, labels[s], "generate", false, fp8, nullptr, "generate.mates." + sides[s], {}, &mates);
-    v.rep[s] = run_model(o, lm, dir, labels[s], "replay", false, fp8, &t.gen_a.sequences, "replay.mates." + sides[s],
-                         forced_input, &mates);
-    if (root) {
-      InvarianceOptions io;
-      io.mates = {"ordered", "shuffled"};
-      io.seed = o.seed;
-      v.layers[s] = arm_invariance(*arms[s], ops.size(), [&](size_t i) { return ops.load(i); }, io);
+    ArmInvarianceRuns& a = v.arms[s];
+    if (!o.invariance_mates.empty()) {
+      DecoderVariant d;
+      d.mates = o.invariance_mates;
+      a.mates = run_variant(s, std::move(d), "mates");
+    }
+    if (o.invariance_tp > 0) {
+      DecoderVariant d;
+      d.tp_degree = o.invariance_tp;
+      d.reduction = o.invariance_reduction;
+      a.tp = run_variant(s, std::move(d), fmt::format("tp{}", o.invariance_tp));
+    }
+    if (!root) continue;
+    InvarianceOptions io;
+    io.mates = {"ordered", "shuffled"};
+    io.seed = o.seed;
+    a.layers = arm_invariance(*arms[s], ops.size(), [&](size_t i) { return ops.load(i); }, io);
+    if (o.invariance_tp > 0) {
+      TpOptions to;
+      to.degrees = {1, o.invariance_tp};
+      to.declared = o.invariance_reduction;
+      for (size_t i = 0; i < ops.size(); ++i) a.tp_layers.push_back(layer_tp(*arms[s], ops.load(i), to));
     }
   }
   return v;
 }
 
-// results.json `invariance`: per arm the C8 check over the captured layers, the layers, the decoder's
-// per-layer counts, and the sequences alone against with mates.
+// One decoder variant against the plain runs: its per-layer counts, the sequences (generate), the flips
+// (replay) and whether every record is the same.
+nlohmann::json variant_results(const VariantRuns& r, const RunFiles& gen_alone, const RunFiles& rep_alone, uint64_t seed) {
+  transfer::TransferOptions replay;
+  replay.replay = true;
+  replay.seed = 20240607 ^ seed;
+  replay.min_bin_support = 20;
+  nlohmann::json j = {{"decoder", r.variant.stats->to_json()}};
+  if (dist::world().size > 1) j["decoder"]["note"] = "rank 0's prompts only: the per-layer counts are not gathered over ranks";
+  if (r.variant.tp_degree > 0) {
+    nlohmann::json unsharded = nlohmann::json::object();
+    std::lock_guard lock(r.variant.unsharded->mu);
+    for (const auto& [layer, why] : r.variant.unsharded->unsharded) unsharded[layer] = why;
+    j["degree"] = r.variant.tp_degree, j["reduction"] = r.variant.reduction, j["unsharded"] = unsharded;
+  }
+  j["generation"] = transfer::to_json(transfer::analyze_transfer(transfer::read_transfer_jsonl(gen_alone.jsonl),
+                                                                 transfer::read_transfer_jsonl(r.gen.jsonl),
+                                                                 transfer::TransferOptions{}));
+  j["replay"] = transfer::to_json(
+      transfer::analyze_transfer(transfer::read_transfer_jsonl(rep_alone.jsonl), transfer::read_transfer_jsonl(r.rep.jsonl), replay));
+  j["records_identical"] = records_body(gen_alone.jsonl) == records_body(r.gen.jsonl) &&
+                           records_body(rep_alone.jsonl) == records_body(r.rep.jsonl);
+  return j;
+}
+
+// results.json `invariance`: per arm the C8 check over the captured layers, the layers (and their TP
+// degrees), and each decoder variant against the plain runs.
 nlohmann::json invariance_results(const InvarianceRuns& v, const TokenRuns& t, const ConformOptions& o) {
-  const uint64_t seed = o.seed;
   if (!v.ran) return nullptr;
   nlohmann::json arms = nlohmann::json::array();
   const std::array<const RunFiles*, 2> gen_alone = {&t.gen_a, &t.gen_b}, rep_alone = {&t.rep_a, &t.rep_b};
   for (size_t s = 0; s < 2; ++s) {
-    transfer::TransferOptions replay;
-    replay.replay = true;
-    replay.seed = 20240607 ^ seed;
-    replay.min_bin_support = 20;
-    nlohmann::json arm = to_json(v.layers[s]);
-    arm["decoder"] = v.stats[s]->to_json();
-    if (dist::world().size > 1) arm["decoder"]["note"] = "rank 0's prompts only: the per-layer counts are not gathered over ranks";
-    arm["generation"] = transfer::to_json(transfer::analyze_transfer(transfer::read_transfer_jsonl(gen_alone[s]->jsonl),
-                                                                     transfer::read_transfer_jsonl(v.gen[s].jsonl),
-                                                                     transfer::TransferOptions{}));
-    arm["replay"] = transfer::to_json(transfer::analyze_transfer(transfer::read_transfer_jsonl(rep_alone[s]->jsonl),
-                                                                 transfer::read_transfer_jsonl(v.rep[s].jsonl), replay));
-    arm["records_identical"] = records_body(gen_alone[s]->jsonl) == records_body(v.gen[s].jsonl) &&
-                               records_body(rep_alone[s]->jsonl) == records_body(v.rep[s].jsonl);
+    const ArmInvarianceRuns& a = v.arms[s];
+    nlohmann::json arm = to_json(a.layers);
+    arm["mates"] = a.mates ? variant_results(*a.mates, *gen_alone[s], *rep_alone[s], o.seed) : nlohmann::json();
+    arm["tp"] = a.tp ? variant_results(*a.tp, *gen_alone[s], *rep_alone[s], o.seed) : nlohmann::json();
+    if (a.tp) {
+      nlohmann::json layers = nlohmann::json::array();
+      std::vector<std::optional<std::string>> verdicts;
+      for (const LayerTp& l : a.tp_layers) layers.push_back(to_json(l)), verdicts.push_back(l.verdict);
+      const std::optional<std::string> worst = combine_invariance(verdicts);
+      arm["tp"]["layers"] = layers;
+      arm["tp"]["verdict"] = worst ? nlohmann::json(*worst) : nlohmann::json();
+    }
     arms.push_back(std::move(arm));
   }
-  return {{"mates", o.invariance_mates}, {"arms", arms}};
+  return {{"mates", o.invariance_mates.empty() ? nlohmann::json() : nlohmann::json(o.invariance_mates)},
+          {"tp", o.invariance_tp > 0 ? nlohmann::json{{"degree", o.invariance_tp}, {"reduction", o.invariance_reduction}}
+                                     : nlohmann::json()},
+          {"arms", arms}};
 }
 
 // The answer: verify's facts (C2-C6, every run), with the checks only conform runs and the tokens.
@@ -539,7 +595,7 @@ nlohmann::json conform_results(const ConformRecord& r, const std::vector<CheckRe
 }  // namespace
 
 ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int, int, const std::string&)>& progress) {
-  const int kStages = 11 + (o.invariance_mates.empty() ? 0 : 1);
+  const int kStages = 11 + (invariance_requested(o) ? 1 : 0);
   int stage = 0;
   const std::function<void(const std::string&)> step = [&](const std::string& what) {
     if (progress) progress(++stage, kStages, what);
@@ -629,7 +685,10 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   }
   // C8 is a property of each arm, not of the pair: an unexplained variance fails the run, the answer
   // stays the pair's.
-  for (const ArmInvariance& l : invariance.layers) out.passed = out.passed && l.check.verdict != Verdict::fail;
+  for (const ArmInvarianceRuns& a : invariance.arms) {
+    out.passed = out.passed && a.layers.check.verdict != Verdict::fail;
+    for (const LayerTp& l : a.tp_layers) out.passed = out.passed && l.verdict != std::optional<std::string>(kVariantUnexplained);
+  }
   out.results_path = dir + "/results.json";
   out.report_path = dir + "/report.html";
   write_file_atomic(out.results_path, results.dump(1) + "\n");

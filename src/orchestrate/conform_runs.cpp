@@ -242,10 +242,17 @@ static std::string records_jsonl(const std::vector<PositionRecord>& records) {
 RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::string& dir, const std::string& arm,
                    const std::string& verb, bool pow2, bool fp8, const std::vector<std::vector<int32_t>>* forced,
                    const std::string& tag, const std::vector<std::pair<std::string, std::string>>& extra_inputs,
-                   const BatchMatesRun* mates) {
+                   const DecoderVariant* variant) {
   const W8a8Options options = w8a8_options(o, lm.model, arm, pow2, fp8);
   W8a8Linear linear(options);
-  Decoder decoder(lm.model, mates ? with_batch_mates(linear, mates->mates, o.seed, mates->stats) : LinearFn(linear));
+  LinearFn fn = linear;
+  if (variant && variant->tp_degree > 0) {
+    variant->stats->title = fmt::format("tensor parallel {} ({})", variant->tp_degree, variant->reduction);
+    variant->stats->baseline = "the layer run unsharded";
+    fn = with_tensor_parallel(fn, variant->tp_degree, variant->reduction, options, variant->stats, variant->unsharded);
+  }
+  if (variant && !variant->mates.empty()) fn = with_batch_mates(fn, variant->mates, o.seed, variant->stats);
+  Decoder decoder(lm.model, fn);
   RunFiles f;
   nlohmann::json extra = {{"pow2", pow2}, {"act_quantizer", o.act_quantizer}};
   nlohmann::json config = {{"max_new", o.max_new}, {"pow2", pow2}, {"act_quantizer", o.act_quantizer},
@@ -253,8 +260,11 @@ RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::st
   if (options.fp8) {  // the FP8 quantization is part of what C0 compares
     for (nlohmann::json* j : {&extra, &config}) j->update(fp8_run_config(options));
   }
-  if (mates) {
-    for (nlohmann::json* j : {&extra, &config}) (*j)["batch_mates"] = mates->mates;
+  if (variant) {
+    for (nlohmann::json* j : {&extra, &config}) {
+      if (!variant->mates.empty()) (*j)["batch_mates"] = variant->mates;
+      if (variant->tp_degree > 0) (*j)["tp"] = {{"degree", variant->tp_degree}, {"reduction", variant->reduction}};
+    }
   }
   std::string text =
       format_header(verb, linear_mode(options), arm, lm.model, lm.tokenizer_path, lm.tokenizer_sha256, extra) + "\n";

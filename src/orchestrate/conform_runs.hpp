@@ -42,19 +42,24 @@ struct RunFiles {
   std::vector<std::vector<int32_t>> sequences;
 };
 
-// Every linear layer's rows inside batches of `mates` synthetic rows more (c8_decoder.hpp), the per-layer
-// differences from the rows alone counted in `stats`.
-struct BatchMatesRun {
+// How the model runs beside its plain run (C8 end to end, c8_decoder.hpp): every linear layer's rows
+// inside batches of `mates` synthetic rows more (cycling), or every linear layer as `tp_degree`
+// tensor-parallel shards all-reduced by `reduction`; the per-layer differences from the plain layer
+// counted in `stats`.
+struct DecoderVariant {
   std::vector<int64_t> mates;
-  std::shared_ptr<BatchMateStats> stats;
+  int tp_degree = 0;  // 0: no tensor parallelism
+  std::string reduction = "ring";
+  std::shared_ptr<BatchMateStats> stats = std::make_shared<BatchMateStats>();
+  std::shared_ptr<TpDecoderCounts> unsharded = std::make_shared<TpDecoderCounts>();
 };
 
-// Greedy generation (verb "generate") or teacher-forced replay of `forced` (verb "replay"), with batch
-// mates when `mates` is given.
+// Greedy generation (verb "generate") or teacher-forced replay of `forced` (verb "replay"), as the
+// `variant` says when one is given.
 RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::string& dir, const std::string& arm,
                    const std::string& verb, bool pow2, bool fp8, const std::vector<std::vector<int32_t>>* forced,
                    const std::string& tag, const std::vector<std::pair<std::string, std::string>>& extra_inputs,
-                   const BatchMatesRun* mates = nullptr);
+                   const DecoderVariant* variant = nullptr);
 
 // Records without the header line (which names the arm and so always differs).
 std::string records_body(const std::string& path);

@@ -68,8 +68,9 @@ void decoder_layers_table(Page& p, const json& decoder) {
       fmt_num(num(decoder, "calls")), html_escape(str(decoder, "baseline")),
       sub(decoder, "note").is_string() ? " (" + html_escape(str(decoder, "note")) + ")" : std::string());
   p.table_start("per linear layer in the model");
-  p.raw("<table><thead><tr><th>layer</th><th>calls</th><th>outputs</th><th>differing</th><th>first difference "
-        "(row, col: alone / with mates, fp32 bits)</th></tr></thead><tbody>\n");
+  p.f("<table><thead><tr><th>layer</th><th>calls</th><th>outputs</th><th>differing</th><th>first difference "
+      "(row, col: {} / here, fp32 bits)</th></tr></thead><tbody>\n",
+      html_escape(str(decoder, "baseline")));
   for (const json& l : layers) {
     const json& first = sub(l, "first");
     p.f("<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"{}\">{}</td><td>{}</td></tr>\n",
@@ -83,12 +84,12 @@ void decoder_layers_table(Page& p, const json& decoder) {
   p.table_end();
 }
 
-void sequences_table(Page& p, const json& arm) {
+void sequences_table(Page& p, const json& arm, const char* against) {
   const json& seq = sub(sub(arm, "generation"), "sequence");
   const json& rp = sub(sub(arm, "replay"), "replay");
-  p.f("<p>Sequences: {} of {} free-running generations identical alone and with mates; teacher-forced replay: {} "
+  p.f("<p>Sequences: {} of {} free-running generations identical to the plain run {}; teacher-forced replay: {} "
       "flips in {} positions (rate {}){}.</p>\n",
-      fmt_num(num(seq, "identical")), fmt_num(num(seq, "prompts")), fmt_num(num(rp, "flips")),
+      fmt_num(num(seq, "identical")), fmt_num(num(seq, "prompts")), against, fmt_num(num(rp, "flips")),
       fmt_num(num(rp, "positions")), fmt_num(num(rp, "flip_rate"), 5),
       sub(arm, "records_identical").is_boolean() && sub(arm, "records_identical").get<bool>()
           ? "; every record (token, top-2 logits, margin) identical"
@@ -96,7 +97,7 @@ void sequences_table(Page& p, const json& arm) {
   const json& rows = sub(seq, "per_prompt");
   if (!rows.is_array() || rows.empty()) return;
   p.table_start("per sequence");
-  p.raw("<table><thead><tr><th>prompt</th><th>tokens (alone / with mates)</th><th>identical</th><th>first divergence "
+  p.raw("<table><thead><tr><th>prompt</th><th>tokens (plain / variant)</th><th>identical</th><th>first divergence "
         "(position)</th><th>tokens until divergence</th></tr></thead><tbody>\n");
   for (const json& r : rows) {
     const bool same = sub(r, "identical").is_boolean() && sub(r, "identical").get<bool>();
@@ -109,18 +110,51 @@ void sequences_table(Page& p, const json& arm) {
   p.table_end();
 }
 
+// The captured layers at TP 1 and the degree (`qconform invariance --tp`'s layers).
+void tp_layers_table(Page& p, const json& tp) {
+  const json& layers = sub(tp, "layers");
+  if (!layers.is_array() || layers.empty()) return;
+  p.f("<p>Captured layers at TP 1 and {} ({}): {}.</p>\n", fmt_num(num(tp, "degree")), html_escape(str(tp, "reduction")),
+      invariance_badge(sub(tp, "verdict")));
+  p.table_start("captured layers at the tensor-parallel degree");
+  p.raw("<table><thead><tr><th>layer</th><th>split</th><th>elements</th><th>differing from TP 1 (observed / "
+        "predicted)</th><th>predicted == observed</th><th>verdict</th></tr></thead><tbody>\n");
+  for (const json& l : layers) {
+    const json& degrees = sub(l, "degrees");
+    const json& d = degrees.is_array() && !degrees.empty() ? degrees.back() : json();
+    if (!d.is_object() || (sub(d, "applicable").is_boolean() && !sub(d, "applicable").get<bool>())) {
+      p.f("<tr><td><code>{}</code></td><td>{}</td><td colspan=\"4\">not applicable: {}</td></tr>\n",
+          html_escape(str(l, "layer")), html_escape(str(l, "style")), html_escape(d.is_object() ? str(d, "note") : "-"));
+      continue;
+    }
+    const json& same = sub(d, "predicted_equals_observed");
+    p.f("<tr><td><code>{}</code></td><td>{}</td><td>{}</td><td class=\"{}\">{} / {}</td><td>{}</td><td>{}</td></tr>\n",
+        html_escape(str(l, "layer")), html_escape(str(l, "style")), fmt_num(num(d, "elements")),
+        num(d, "observed_diff").value_or(0) > 0 ? "nonzero" : "", fmt_num(num(d, "observed_diff")),
+        fmt_num(num(d, "predicted_diff")), same.is_boolean() ? (same.get<bool>() ? "yes" : "NO") : "-",
+        invariance_badge(sub(d, "verdict")));
+  }
+  p.raw("</tbody></table>\n");
+  p.table_end();
+}
+
 }  // namespace
 
 void invariance_section(Page& p, const json& results) {
   const json& inv = sub(results, "invariance");
   if (!inv.is_object()) return;
   p.f("<section id=\"invariance\"><h2>{}</h2>\n", html_escape(check_heading("C8")));
-  p.f("<p>Each arm alone: does a row get the same bits whatever batch it is in? The captured layers' rows run in "
-      "batches of other sizes and with other batch mates and are compared bit for bit with the layer run whole; the "
-      "run records' claims predict which elements may differ. The model then runs again with every linear layer's "
-      "rows inside batches of {} synthetic rows more, compared per layer and per sequence with the runs alone. "
-      "Invariance is a property of one arm; the pair's answer above does not depend on it.</p>\n",
-      html_escape(sub(inv, "mates").dump()));
+  p.raw("<p>Each arm alone: does a row get the same bits whatever batch it is in (and whatever the tensor-parallel "
+        "degree)? The captured layers' rows run in batches of other sizes and with other batch mates and are compared "
+        "bit for bit with the layer run whole; the run records' claims predict which elements may differ. The model "
+        "then runs again with every linear layer's rows inside batches of synthetic mates, and as tensor-parallel "
+        "shards, compared per layer and per sequence with the plain run. Invariance is a property of one arm; the "
+        "pair's answer above does not depend on it.</p>\n");
+  const json& tp = sub(inv, "tp");
+  p.f("<p>Batch mates: {}; tensor parallelism: {}.</p>\n",
+      sub(inv, "mates").is_array() ? html_escape(sub(inv, "mates").dump()) : "not run",
+      tp.is_object() ? html_escape(fmt::format("TP 1 against TP {} ({})", fmt_num(num(tp, "degree")), str(tp, "reduction")))
+                     : "not run");
   const json& arms = sub(inv, "arms");
   if (!arms.is_array()) return p.raw("</section>\n");
   for (const json& arm : arms) {
@@ -128,8 +162,20 @@ void invariance_section(Page& p, const json& results) {
     p.f("<h3><code>{}</code> {}</h3>\n<p>{}</p>\n", html_escape(str(arm, "arm")), badge(str(c, "verdict")),
         html_escape(str(c, "summary")));
     captured_layers_table(p, arm);
-    decoder_layers_table(p, sub(arm, "decoder"));
-    sequences_table(p, arm);
+    if (const json& m = sub(arm, "mates"); m.is_object()) {
+      p.raw("<h4>The model with batch mates</h4>\n");
+      decoder_layers_table(p, sub(m, "decoder"));
+      sequences_table(p, m, "(each prompt alone)");
+    }
+    if (const json& t = sub(arm, "tp"); t.is_object()) {
+      p.f("<h4>Tensor parallel {} ({})</h4>\n", fmt_num(num(t, "degree")), html_escape(str(t, "reduction")));
+      tp_layers_table(p, t);
+      decoder_layers_table(p, sub(t, "decoder"));
+      if (const json& u = sub(t, "unsharded"); u.is_object() && !u.empty()) {
+        p.f("<p>{} layers ran unsharded (the degree does not divide them, or block-scaled weights).</p>\n", u.size());
+      }
+      sequences_table(p, t, "(unsharded)");
+    }
   }
   p.raw("</section>\n");
 }

@@ -31,6 +31,7 @@ TEST(ConformInvariance, EachArmPerLayerAndPerSequenceInResultsAndReport) {
   o.synthetic_config = "tiny";
   o.max_new = 6;
   o.invariance_mates = {0, 15, 63, 127};
+  o.invariance_tp = 2;
   o.out_dir = dir.file("with");
   const ConformOutcome out = run_conform(o);
   const nlohmann::json& inv = out.results.at("invariance");
@@ -58,24 +59,43 @@ TEST(ConformInvariance, EachArmPerLayerAndPerSequenceInResultsAndReport) {
   }
   EXPECT_GT(variant, 0u);
   // Inside the model: every linear layer counted, the invariant arm's outputs all equal to the rows alone.
-  EXPECT_GT(a["decoder"]["calls"].get<int64_t>(), 0);
-  EXPECT_EQ(a["decoder"]["differing"], 0);
-  EXPECT_GT(b["decoder"]["differing"].get<int64_t>(), 0) << b["decoder"].dump();
+  EXPECT_GT(a["mates"]["decoder"]["calls"].get<int64_t>(), 0);
+  EXPECT_EQ(a["mates"]["decoder"]["differing"], 0);
+  EXPECT_GT(b["mates"]["decoder"]["differing"].get<int64_t>(), 0) << b["mates"]["decoder"].dump();
   // Per sequence: one row per prompt, alone against with mates; the invariant arm's all identical.
-  const nlohmann::json& seq = a["generation"]["sequence"];
+  const nlohmann::json& seq = a["mates"]["generation"]["sequence"];
   EXPECT_EQ(seq["per_prompt"].size(), out.results["prompts"]["count"].get<size_t>());
   EXPECT_EQ(seq["identical"], seq["prompts"]);
-  EXPECT_TRUE(a["records_identical"].get<bool>());
-  EXPECT_EQ(a["replay"]["replay"]["flips"], 0);
+  EXPECT_TRUE(a["mates"]["records_identical"].get<bool>());
+  EXPECT_EQ(a["mates"]["replay"]["replay"]["flips"], 0);
+  // TP 2: the row-parallel layers' bf16 partials are rounded per shard, so the model's outputs move
+  // (counted per layer), and every captured layer at TP 2 is predicted element for element.
+  const nlohmann::json& tp = a["tp"];
+  ASSERT_TRUE(tp.is_object());
+  EXPECT_EQ(tp["degree"], 2);
+  EXPECT_GT(tp["decoder"]["differing"].get<int64_t>(), 0) << tp["decoder"].dump();
+  EXPECT_NE(tp["verdict"], "variant, unexplained") << tp.dump();
+  ASSERT_EQ(tp["layers"].size(), layers);
+  bool row_parallel_moved = false;
+  for (const nlohmann::json& l : tp["layers"]) {
+    const nlohmann::json& d = l["degrees"][1];
+    if (!d["applicable"].get<bool>()) continue;
+    EXPECT_EQ(d["predicted_equals_observed"], true) << l.dump();
+    row_parallel_moved = row_parallel_moved || (l["style"] == "row-parallel" && d["observed_diff"].get<int64_t>() > 0);
+  }
+  EXPECT_TRUE(row_parallel_moved);
+  EXPECT_EQ(tp["generation"]["sequence"]["per_prompt"].size(), seq["per_prompt"].size());
   EXPECT_TRUE(out.passed);
   // The report shows the section: both arms, the per-sequence table.
   const std::string html = slurp(out.report_path);
   EXPECT_NE(html.find("<section id=\"invariance\">"), std::string::npos);
   EXPECT_NE(html.find("cpu:sglang-sm90</code> <span class=\"verdict reported\">"), std::string::npos);
   EXPECT_NE(html.find("per sequence"), std::string::npos);
+  EXPECT_NE(html.find("<h4>Tensor parallel 2 (ring)</h4>"), std::string::npos);
 
   // Without the option: nothing of C8 runs, results say null, the report has no section.
   o.invariance_mates.clear();
+  o.invariance_tp = 0;
   o.out_dir = dir.file("without");
   const ConformOutcome plain = run_conform(o);
   EXPECT_TRUE(plain.results.at("invariance").is_null());
