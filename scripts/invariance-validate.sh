@@ -11,7 +11,12 @@
 #     (QCONFORM_SHARED_DIR, default /work/shared; SKIPPED when absent) on the CPU arms (its N = 172 is not a
 #     multiple of 16, which the CUDA arms require), each prompt alone and with batch mates, compared with
 #     `qconform transfer` (C7's flip statistics on the differences);
-#  4. the tensor-parallel simulation of a row-parallel layer through a GPU arm (ring, tree).
+#  4. the tensor-parallel simulation of a row-parallel layer through a GPU arm (ring, tree);
+#  5. (step `block`, a build with CUTLASS for cuda:cutlass-fp8-blockwise: CMAKE_ARGS=-DQCONFORM_CUTLASS_DIR=...)
+#     the block-scaled FP8 arms over batch sizes and mates, each batch predicted from its block model, and
+#     a block-scaled row-parallel layer at TP 1/2/4/8 (shards cut on the 128-column scale blocks);
+#  6. (step `conform`) conform on the CUDA INT8 pair with --invariance-mates and --invariance-tp 2: the C8
+#     section of the report, per layer and per sequence, on the synthetic Qwen3-shaped model.
 # Logs and JSON go to $OUT (default invariance-out). Budget: under 8 minutes on the H200 (the build
 # first, then each step under its own timeout and the script's remaining BUDGET; a step that runs out
 # says TIMEOUT or SKIPPED and the next one runs). Order: the judged figures first (FP8, INT8), then the
@@ -25,7 +30,7 @@ B=${BUILD:-build-gpu}
 mkdir -p "$OUT"
 Q=$B/qconform
 SHARED=${QCONFORM_SHARED_DIR:-/work/shared}
-STEPS=${STEPS:-build,fp8,int8,decoder,tp}
+STEPS=${STEPS:-build,fp8,int8,decoder,tp,block,conform}
 want() { [[ ",$STEPS," == *",$1,"* ]]; }
 step() { echo; echo "== $* ($(date +%T))"; }
 timed() { local t0=$(date +%s%N); "$@"; local rc=$?; echo "[took $(( ($(date +%s%N) - t0) / 1000000 )) ms, rc=$rc]"; return $rc; }
@@ -50,11 +55,11 @@ if want build; then
   step "build with CUDA"
   nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"
   cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DQCONFORM_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-    -DQCONFORM_WITH_CUTLASS=OFF -DQCONFORM_WITH_ONEDNN=OFF -DQCONFORM_BUILD_TESTS=OFF -DQCONFORM_BUILD_BENCH=OFF \
+    -DQCONFORM_WITH_ONEDNN=OFF -DQCONFORM_BUILD_TESTS=OFF -DQCONFORM_BUILD_BENCH=OFF \
     ${HWY_ARGS:-} ${CMAKE_ARGS:-} > "$OUT/build.log" 2>&1 &&
     timed cmake --build "$B" -j"$(nproc)" --target qconform >> "$OUT/build.log" 2>&1 ||
     { grep -E "error|Error" "$OUT/build.log" | head -30; tail -20 "$OUT/build.log"; exit 1; }
-  "$Q" arms | grep -E "^ *(cuda:mma-vllm|cuda:cublaslt-fp8|cuda:mma-sglang)" | tee "$OUT/arms.txt"
+  "$Q" arms | grep -E "^ *(cuda:mma-vllm|cuda:cublaslt-fp8|cuda:mma-sglang|cuda:mma-fp8-block|cuda:cutlass-fp8-block)" | tee "$OUT/arms.txt"
 fi
 
 if want fp8; then
@@ -139,5 +144,32 @@ if want tp; then
       --reduction "$red" --json "$OUT/tp-$red.json" > "$OUT/tp-$red.txt" 2>&1
     verdicts "$OUT/tp-$red.txt"
   done
+fi
+if want block; then
+  step "block-scaled FP8 arms: batch sizes and mates (512x1024x4096), and a row-parallel layer at TP 1,2,4,8"
+  blk=(--element e4m3 --act-scale per-token-group:128 --weight-scale per-block:128x128)
+  "$Q" synth --shapes 512x1024x4096 --seed 41 "${blk[@]}" --out /tmp/qc-inv-blk.safetensors > /dev/null
+  "$Q" synth --shapes 64x2048x6144 --seed 42 "${blk[@]}" --out /tmp/qc-inv-blktp.safetensors > /dev/null
+  for arm in cuda:cutlass-fp8-blockwise cuda:mma-fp8-block-triton cuda:mma-fp8-block-deepgemm; do
+    "$Q" arms | grep -qE "^ *$arm " || { echo "SKIPPED $arm: not in this build"; continue; }
+    name=${arm#cuda:}
+    timed limit 60 "$Q" invariance --arm "$arm" /tmp/qc-inv-blk.safetensors --mates ordered,shuffled \
+      --json "$OUT/block-$name.json" > "$OUT/block-$name.txt" 2>&1
+    verdicts "$OUT/block-$name.txt"
+    grep -E "^ +(1|33|64|65|512) (ordered|shuffled)" "$OUT/block-$name.txt" | head -6
+    timed limit 30 "$Q" invariance --arm "$arm" /tmp/qc-inv-blktp.safetensors --tp 1,2,4,8 --tp-style row \
+      --reduction ring --json "$OUT/block-tp-$name.json" > "$OUT/block-tp-$name.txt" 2>&1
+    grep -E "^ +[0-9]+ " "$OUT/block-tp-$name.txt" | head -6
+    verdicts "$OUT/block-tp-$name.txt"
+  done
+fi
+
+if want conform; then
+  step "conform on the CUDA INT8 pair with --invariance-mates 0,15,63,127 --invariance-tp 2 (Qwen3-shaped, 2 layers)"
+  rm -rf /tmp/qc-inv-conform
+  timed limit 150 "$Q" conform --arms cuda:mma-vllm-cutlass,cuda:mma-sglang-sm90 --max-new 8 \
+    --invariance-mates 0,15,63,127 --invariance-tp 2 --out /tmp/qc-inv-conform > "$OUT/conform.txt" 2>&1
+  sed -n '/^interchangeability/p;/^invariance (C8/,$p' "$OUT/conform.txt" | head -20
+  cp /tmp/qc-inv-conform/results.json "$OUT/conform-results.json" 2>/dev/null
 fi
 exit 0
