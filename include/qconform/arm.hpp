@@ -55,6 +55,10 @@ struct ArmInfo {
   // Block-scaled FP8 arms: the scale block the kernel takes, K columns per scale and weight rows per
   // scale row (a kernel compiled for 128x128 blocks); 0 = any the model can evaluate.
   int64_t block_k = 0, block_n = 0;
+  // A block-scaled FP8 arm whose block model is not declared (a callable or plugin that says it takes
+  // block-scaled layers and nothing of its arithmetic): `block()` holds, `fp8_model_unknown()` too, and
+  // `qconform identify` measures its blocks, chain and promotion form (docs/identify.md).
+  bool block_scaled = false;
   // The element type the arm's `run` takes: int8, or e4m3 for an FP8 arm. An FP8 arm that declares
   // no model (`fp8() && accumulation_model.empty()`: a callable made with `element="e4m3"`, a plugin
   // with QC_ARM_FLAG_FP8_KERNEL and no model) has a model and an epilogue that are unknown until
@@ -65,10 +69,13 @@ struct ArmInfo {
   // offers it by definition; an FP8 kernel that is only a whole layer (codes and scales in, bf16 out)
   // does not, and is measured through `run`.
   bool unscaled_entry = false;
-  bool fp8() const { return element != ElementType::int8 || !accumulation_model.empty(); }
+  bool fp8() const { return element != ElementType::int8 || !accumulation_model.empty() || block_scaled; }
   // An FP8 arm whose model is unknown until measured: verify and conform run it, report its
   // differences as not predicted and the pair as `unexplained` at best (docs/checks.md).
   bool fp8_model_unknown() const { return fp8() && accumulation_model.empty(); }
+  // A block-scaled FP8 arm: it declares a block model (`block-<form>[+<chain>]`) or `block_scaled`. It
+  // takes layers whose scales act per K block and no others.
+  bool block() const;
   bool offers_unscaled() const { return unscaled_entry || !accumulation_model.empty(); }
   // The arm's calls (`run`, `fp8_accumulate`) may be made from several host threads at once: it
   // guards its own state (the CUDA arms hold a lock around their device buffers). verify then asks

@@ -36,6 +36,8 @@
  * and the plugin writes d [m,n] fp32, its accumulator D with the scales applied, before any rounding to
  * bf16 (qconform rounds it, RNE). `bias`, `y` and `acc` are NULL. `block_k`/`block_n` of the descriptor
  * declare the one scale block the kernel takes (0: any); layers with another are refused before `run`.
+ * QC_ARM_FLAG_FP8_BLOCK without an `accumulation_model` makes the same block-scaled plugin with its block
+ * model unknown until `qconform identify` measures it (its blocks, per-block chain and promotion form).
  *
  * Revisions (all ABI version 1; each only appends): 1 INT8 arms; 2 FP8 arms (`d`, `accumulation_model`);
  * 3 block-scaled FP8 arms (the block fields of both structs). The flags QC_ARM_FLAG_FP8_KERNEL and
@@ -63,6 +65,8 @@ extern "C" {
 #define QC_ARM_FLAG_FP8_KERNEL 0x2u
 /* An FP8 GEMM: `run` with `d != NULL` writes the unscaled fp32 d (above). */
 #define QC_ARM_FLAG_FP8_GEMM 0x4u
+/* A block-scaled FP8 plugin that declares no block model: `run` on block-scaled layers writes D (above). */
+#define QC_ARM_FLAG_FP8_BLOCK 0x8u
 
 /* The arguments of one call. Every pointer is valid for the whole call; the plugin may use
  * threads internally but must have finished writing `y` and `acc` when `run` returns. */

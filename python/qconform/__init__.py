@@ -206,6 +206,14 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
     the kernel's fp32 accumulator before the bf16 rounding; :func:`run` rounds it to bf16 (RNE) and verify
     holds ``d`` to the declared block model. ``block_size=(b_n, b_k)`` declares the one scale block the
     kernel takes (layers with another are refused); by default any.
+
+    A block-scaled kernel needs no declaration either: ``element="e4m3", block_size=(b_n, b_k)`` with a
+    kernel of the INT8 signature ``fn(a_q, a_scale, w_q, w_scale, bias) -> y`` (e4m3fn codes, the scales in
+    their block layouts ``a_scale`` ``[M, ceil(K/g)]`` and ``w_scale`` ``[ceil(N/b_n), ceil(K/b_k)]``, ``y``
+    bf16) makes a block-scaled FP8 arm whose block model is unknown until :func:`identify` measures its
+    blocks, its per-block chain and its promotion form through ``y`` (docs/identify.md); it then takes
+    block-scaled layers only, and ``accumulation_model=`` with what identify names (and ``element="e4m3"``,
+    which keeps the kernel's signature) declares it back.
     """
     fp8 = element is not None or accumulation_model is not None or accumulate is not None
     if isinstance(spec, Arm):
@@ -228,8 +236,10 @@ def arm(spec: ArmSpec, *, name: Optional[str] = None, epilogue: Optional[str] = 
             raise InputError("arm: the callable takes 2 arguments (a, w), an FP8 GEMM's unscaled entry; an INT8 arm "
                              "takes fn(a_q, a_scale, w_q, w_scale, bias) -> y. Pass element='e4m3' (qconform.identify "
                              "then measures its accumulation model) or accumulation_model=... to declare one")
-    elif accumulation_model and accumulation_model.startswith("block-"):
+    elif accumulation_model and accumulation_model.startswith("block-") and element is None:
         kind = "fp8-block"  # fn(a, w, a_scale, w_scale, block_size) -> d, the block-scaled fp32 D
+    elif block_size is not None and element is not None:
+        kind = "fp8-kernel"  # a block-scaled kernel fn(a_q, a_scale, w_q, w_scale, bias) -> y, its model declared or not
     else:
         kind = _fp8_kind(spec, accumulation_model, accumulate)
     kernel = name if name else _callable_name(spec)

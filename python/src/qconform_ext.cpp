@@ -404,19 +404,21 @@ OperandsIn operands_in(nb::handle operands) {
   return in;
 }
 
+// The NumPy shape of an operand's scales: [rows], or [scale rows, scale columns] when they act per K block.
+std::vector<size_t> scale_dims(const qc::ScaleLayout& l, int64_t rows, int64_t k) {
+  return l.k_blocked() ? std::vector<size_t>{static_cast<size_t>(l.scale_rows(rows)), static_cast<size_t>(l.scale_cols(k))}
+                       : std::vector<size_t>{static_cast<size_t>(rows)};
+}
+
 nb::dict layer_to_dict(const qc::LayerOperands& l) {
   const size_t m = static_cast<size_t>(l.m), n = static_cast<size_t>(l.n), k = static_cast<size_t>(l.k);
   nb::dict d;
   d["name"] = l.name;
   // FP8 codes come out as uint8 bit patterns (view them as ml_dtypes float8), INT8 codes as int8.
   d["a_q"] = l.fp8() ? numpy_view(l.a_codes(), {m, k}, l.keepalive) : numpy_view(l.a_q, {m, k}, l.keepalive);
-  const auto scale_dims = [&](const qc::ScaleLayout& sl, int64_t rows) {
-    return sl.k_blocked() ? std::vector<size_t>{static_cast<size_t>(sl.scale_rows(rows)), static_cast<size_t>(sl.scale_cols(l.k))}
-                          : std::vector<size_t>{static_cast<size_t>(rows)};
-  };
-  d["a_scale"] = numpy_view(l.a_scale, scale_dims(l.a_scaling, l.m), l.keepalive);
+  d["a_scale"] = numpy_view(l.a_scale, scale_dims(l.a_scaling, l.m, l.k), l.keepalive);
   d["w_q"] = l.fp8() ? numpy_view(l.w_codes(), {n, k}, l.keepalive) : numpy_view(l.w_q, {n, k}, l.keepalive);
-  d["w_scale"] = numpy_view(l.w_scale, scale_dims(l.w_scaling, l.n), l.keepalive);
+  d["w_scale"] = numpy_view(l.w_scale, scale_dims(l.w_scaling, l.n, l.k), l.keepalive);
   d["bias"] = l.has_bias() ? numpy_view(l.bias, {n}, l.keepalive) : nb::none();
   d["source"] = l.source;
   d["a_type"] = std::string(qc::element_type_name(l.a_type));
@@ -470,6 +472,7 @@ nb::dict info_to_dict(const qc::ArmInfo& i) {
   d["fp8"] = i.fp8();
   d["unscaled_entry"] = i.offers_unscaled();
   d["block_size"] = nb::make_tuple(i.block_n, i.block_k);  // block-scaled arms: the scale block they take ((0, 0): any)
+  d["block_scaled"] = i.block();  // takes block-scaled layers (a block model declared, or undeclared)
   return d;
 }
 
@@ -517,6 +520,19 @@ class PythonArm final : public qc::Arm {
                "rounds to bf16; expected no epilogue and exposes_accumulator=False, found epilogue \"{}\" and "
                "exposes_accumulator={}",
                info_.label, info_.accumulation_model, info_.epilogue, info_.exposes_accumulator);
+      info_.element = qc::ElementType::e4m3;
+      return;
+    }
+    if (info_.block()) {
+      // A block-scaled FP8 kernel of the INT8 signature (its y is bf16): a declared block model is one
+      // qconform knows, and the scales and the bf16 rounding are the model's: no epilogue of its own.
+      QC_INPUT(kind_ == PyArmKind::fp8_kernel && info_.epilogue.empty() && !info_.exposes_accumulator &&
+                   (accumulate_.is_none() || !accumulate_.is_valid()),
+               "arm `{}`: a block-scaled FP8 kernel fn(a_q, a_scale, w_q, w_scale, bias) -> y (block_size with "
+               "element=\"e4m3\") takes no epilogue, exposes_accumulator or accumulate: its scales act inside the "
+               "accumulation",
+               info_.label);
+      if (!info_.accumulation_model.empty()) (void)qc::fp8_block_model(info_.accumulation_model);
       info_.element = qc::ElementType::e4m3;
       return;
     }
@@ -689,12 +705,10 @@ class PythonArm final : public qc::Arm {
                            {static_cast<size_t>(ops.m), static_cast<size_t>(ops.k)}),
          numpy_from_vector(std::vector<uint8_t>(codes.w.begin(), codes.w.end()),
                            {static_cast<size_t>(ops.n), static_cast<size_t>(ops.k)})};
-    const auto dims = [&](const qc::ScaleLayout& l, int64_t rows) {
-      return l.k_blocked() ? std::vector<size_t>{static_cast<size_t>(l.scale_rows(rows)), static_cast<size_t>(l.scale_cols(ops.k))}
-                           : std::vector<size_t>{static_cast<size_t>(rows)};
-    };
-    nb::object sa = numpy_from_vector(std::vector<float>(ops.a_scale.begin(), ops.a_scale.end()), dims(ops.a_scaling, ops.m));
-    nb::object sw = numpy_from_vector(std::vector<float>(ops.w_scale.begin(), ops.w_scale.end()), dims(ops.w_scaling, ops.n));
+    nb::object sa = numpy_from_vector(std::vector<float>(ops.a_scale.begin(), ops.a_scale.end()),
+                                      scale_dims(ops.a_scaling, ops.m, ops.k));
+    nb::object sw = numpy_from_vector(std::vector<float>(ops.w_scale.begin(), ops.w_scale.end()),
+                                      scale_dims(ops.w_scaling, ops.n, ops.k));
     const int64_t block_n = ops.w_scaling.granularity == qc::ScaleGranularity::per_block ? ops.w_scaling.block_rows : 1;
     nb::list block_size;
     block_size.append(block_n);
@@ -736,8 +750,9 @@ class PythonArm final : public qc::Arm {
       a_q = numpy_view(ops.a_q, {m, k}, ops.keepalive);
       w_q = numpy_view(ops.w_q, {n, k}, ops.keepalive);
     }
-    nb::object a_scale = numpy_view(ops.a_scale, {m}, ops.keepalive);
-    nb::object w_scale = numpy_view(ops.w_scale, {n}, ops.keepalive);
+    // Scales in their layouts: [M] / [N], or a block-scaled layer's [M, ceil(K/g)] / [ceil(N/b_n), ceil(K/b_k)].
+    nb::object a_scale = numpy_view(ops.a_scale, scale_dims(ops.a_scaling, ops.m, ops.k), ops.keepalive);
+    nb::object w_scale = numpy_view(ops.w_scale, scale_dims(ops.w_scaling, ops.n, ops.k), ops.keepalive);
     nb::object bias = ops.has_bias() ? numpy_view(ops.bias, {n}, ops.keepalive) : nb::none();
     nb::object result = fn_(a_q, a_scale, w_q, w_scale, bias);
 
@@ -1034,10 +1049,18 @@ void bind_arms(nb::module_& m) {
         info.accumulation_model = accumulation_model;
         QC_INPUT(block_n >= 0 && block_k >= 0, "block_size: expected non-negative (rows, cols), found ({}, {})", block_n,
                  block_k);
-        QC_INPUT((block_n == 0 && block_k == 0) || qc::is_block_model_name(accumulation_model),
-                 "block_size: only a block-scaled FP8 callable (accumulation_model=\"block-...\") takes one");
+        // A block size marks a block-scaled callable: one that declares a block model (fn(a, w, a_scale, w_scale,
+        // block_size) -> d), or an FP8 kernel with the INT8 signature that declares none (its blocks, chain and
+        // promotion form measured by identify).
+        const bool block_kernel = kind == "fp8-kernel" && block_n > 0 && block_k > 0;
+        const bool undeclared_block = block_kernel && accumulation_model.empty();
+        QC_INPUT((block_n == 0 && block_k == 0) || qc::is_block_model_name(accumulation_model) || undeclared_block,
+                 "block_size: only a block-scaled FP8 callable takes one: accumulation_model=\"block-...\" (fn(a, w, "
+                 "a_scale, w_scale, block_size) -> d), or element=\"e4m3\" with a kernel fn(a_q, a_scale, w_q, "
+                 "w_scale, bias) -> y that declares no model");
         info.block_n = block_n;
         info.block_k = block_k;
+        info.block_scaled = undeclared_block;
         info.description = description;
         info.epilogue = epilogue;
         info.exposes_accumulator = exposes_accumulator;

@@ -75,7 +75,7 @@ std::unique_ptr<Arm> declare_epilogue(std::unique_ptr<Arm> arm, const std::strin
     if (semi == std::string::npos && is_block_model_name(formula)) {
       // A block model (`block-<form>[+<chain>]`, what identify names for a block-scaled arm): the scales
       // and the bf16 rounding are the model's; no epilogue.
-      QC_INPUT(is_block_model_name(info.accumulation_model),
+      QC_INPUT(info.block(),
                "`{}` is a block model, but arm `{}` is not a block-scaled FP8 arm (it declares `{}`)", formula,
                info.label, info.accumulation_model);
       (void)fp8_block_model(formula);  // unknown forms and chains: the input error listing them

@@ -39,6 +39,8 @@ void from_json(const nlohmann::json& j, RunRecord& r) {
   r.extra = j.value("extra", nlohmann::json::object());
 }
 
+bool ArmInfo::block() const { return block_scaled || is_block_model_name(accumulation_model); }
+
 std::vector<float> Arm::fp8_accumulate(const uint8_t*, const uint8_t*, int64_t, int64_t, int64_t, nlohmann::json&, int) {
   QC_FAIL_INPUT("arm `{}` offers no unscaled FP8 GEMM (it is not an FP8 arm, or an FP8 kernel with only its scaled entry); "
                 "FP8 arms with one: {}",
@@ -59,7 +61,7 @@ void check_arm_takes_layer(const ArmInfo& info, const LayerOperands& ops) {
              arm, layer, fp8_arm_families(Fp8Families::all));
     return;
   }
-  const bool block_arm = is_block_model_name(info.accumulation_model);
+  const bool block_arm = info.block();
   QC_INPUT(block_arm || !ops.block_scaled(),
            "arm `{}` accumulates without scales (model {}; its epilogue applies one scale per row and per column "
            "afterwards) and cannot run {}: its per-K-block scales act inside the accumulation; block-scaled layers run "
@@ -71,7 +73,7 @@ void check_arm_takes_layer(const ArmInfo& info, const LayerOperands& ops) {
            "arm `{}` is a block-scaled FP8 arm (model {}) and cannot run {}: expected per-token-group or per-block "
            "scales (`synth --act-scale per-token-group:128 --weight-scale per-block:128x128`); unscaled FP8 layers run "
            "on {}",
-           arm, info.accumulation_model, layer, fp8_arm_families(Fp8Families::unscaled));
+           arm, info.accumulation_model.empty() ? std::string("undeclared") : info.accumulation_model, layer, fp8_arm_families(Fp8Families::unscaled));
   QC_INPUT(info.block_k == 0 || ops.scale_block_k() == info.block_k,
            "arm `{}` takes K blocks of {} products and cannot run {}: its scales cut K into blocks of {}", arm,
            info.block_k, layer, ops.scale_block_k());

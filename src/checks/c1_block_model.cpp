@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 #include <cmath>
 
 #include "qconform/error.hpp"
@@ -97,16 +98,90 @@ bool same_chain(const Fp8AccumModel& x, const Fp8AccumModel& y) {
 
 }  // namespace
 
+// The probes of `m` that `chain`, from zero over every `interval` products and promoted into fp32 (any
+// form at unit scales: the block model's own text with unit scales), does not predict; the first
+// `keep` of them printed into `first`, and counting stops after `stop_after`.
+int64_t probe_misses(const Fp8Measurement& m, const Fp8AccumModel& chain, int64_t interval, bool through_run,
+                     nlohmann::json* first, size_t keep, int64_t stop_after) {
+  const float one = 1.0f;
+  int64_t misses = 0;
+  for (const Fp8Probe& p : m.probes) {
+    std::vector<uint8_t> a(static_cast<size_t>(p.k), 0), w(static_cast<size_t>(p.k), 0);
+    for (const auto& t : p.terms) a[static_cast<size_t>(t.pos)] = t.a, w[static_cast<size_t>(t.pos)] = t.w;
+    const float want = block_model::evaluate(chain, BlockPromotion::triton, a.data(), Fp8Format::e4m3, w.data(),
+                                             Fp8Format::e4m3, p.k, interval, {&one, 0, &one, 0});
+    if (through_run ? f32_to_bf16(want) == f32_to_bf16(p.observed) : f32_bits(want) == f32_bits(p.observed)) continue;
+    if (first && first->size() < keep) {
+      first->push_back(fmt::format("unit-scale probe {} (K = {}): got {:a}, the chain over every {} products (every "
+                                   "form at unit scales) gives {:a}",
+                                   p.id, p.k, p.observed, interval, want));
+    }
+    if (++misses >= stop_after) break;
+  }
+  return misses;
+}
+
+// The first named chain of the accumulation table that predicts every probe of `m` over `interval`.
+std::optional<NamedAccumModel> named_chain_at(const Fp8Measurement& m, int64_t interval, bool through_run) {
+  if (m.probes.empty() || interval < 1) return std::nullopt;
+  for (const NamedAccumModel& row : fp8_accumulation_models()) {
+    if (probe_misses(m, row.model, interval, through_run, nullptr, 0, 1) == 0) return row;
+  }
+  return std::nullopt;
+}
+
+
+namespace {
+
+// The confirmation of a chain the fallback named (the prober's own confirmation held its failed
+// nearest structure): random unit-scale layers of the prober's shapes and code distribution through
+// the arm's unit-scale view, against `chain` from zero per K block of `bk` promoted into fp32 (every
+// form at unit scales), bit for bit (the bf16 patterns when measured through `run`).
+void confirm_named_chain(Arm& unit, const NamedAccumModel& chain, int64_t bk, const Fp8MeasureOptions& o, Fp8Measurement& m) {
+  std::mt19937_64 rng(o.seed);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const float one = 1.0f;
+  m.confirm_matching = m.confirm_outputs = 0;
+  m.confirmation = nlohmann::json::array();
+  for (const auto& sh : o.confirm_shapes) {
+    const int64_t rows = sh[0], cols = sh[1], k = sh[2];
+    std::vector<uint8_t> a(static_cast<size_t>(rows * k)), w(static_cast<size_t>(cols * k));
+    for (auto& c : a) c = f32_to_e4m3fn(nd(rng), true);
+    for (auto& c : w) c = f32_to_e4m3fn(nd(rng), true);
+    nlohmann::json record;
+    const std::vector<float> d = unit.fp8_accumulate(a.data(), w.data(), rows, cols, k, record, o.threads);
+    int64_t ok = 0;
+    std::string first;
+    for (int64_t i = 0; i < rows; ++i) {
+      for (int64_t j = 0; j < cols; ++j) {
+        const float want = block_model::evaluate(chain.model, BlockPromotion::triton, &a[static_cast<size_t>(i * k)],
+                                                 Fp8Format::e4m3, &w[static_cast<size_t>(j * k)], Fp8Format::e4m3, k, bk,
+                                                 {&one, 0, &one, 0});
+        const float got = d[static_cast<size_t>(i * cols + j)];
+        const bool same = o.through_run ? f32_to_bf16(want) == f32_to_bf16(got) : f32_bits(want) == f32_bits(got);
+        ok += same;
+        if (!same && first.empty()) first = fmt::format("d[{},{}]: arm {:a}, chain {:a}", i, j, got, want);
+      }
+    }
+    nlohmann::json row = {{"m", rows}, {"n", cols}, {"k", k}, {"outputs", rows * cols}, {"matching", ok}, {"chain", chain.name}};
+    if (!first.empty()) row["first_mismatch"] = first;
+    m.confirmation.push_back(row);
+    m.confirm_matching += ok;
+    m.confirm_outputs += rows * cols;
+  }
+}
+
+}  // namespace
+
 BlockMeasurement measure_block_model(Arm& arm, const BlockMeasureOptions& options) {
   const auto t0 = std::chrono::steady_clock::now();
   BlockMeasurement r;
   r.arm = arm.info();
   r.declared_name = r.arm.accumulation_model;
-  QC_INPUT(is_block_model_name(r.declared_name),
-           "arm {}: declares no block model (accumulation model `{}`): expected a block-scaled FP8 arm", r.arm.label,
-           r.declared_name);
+  QC_INPUT(r.arm.block(), "arm {}: declares no block model (accumulation model `{}`): expected a block-scaled FP8 arm",
+           r.arm.label, r.declared_name);
   try {
-    r.declared = fp8_block_model(r.declared_name);
+    if (!r.declared_name.empty()) r.declared = fp8_block_model(r.declared_name);
   } catch (const Error&) {
     r.declared.reset();
   }
@@ -127,7 +202,23 @@ BlockMeasurement measure_block_model(Arm& arm, const BlockMeasureOptions& option
     return r;
   }
   r.structure_measured = r.structure.measured;
-  if (r.structure_measured) {
+  if (!r.structure_measured) {
+    // Chains the prober's structure search does not span (a whole-range chain such as `exact`, run per K
+    // block): each named chain of the accumulation table, per K block from zero and promoted into fp32
+    // (every form at unit scales), against every probe; the first that predicts them all is the chain.
+    if (std::optional<NamedAccumModel> named =
+            named_chain_at(r.structure, r.block_k_probed, options.structure.through_run)) {
+      confirm_named_chain(unit, *named, r.block_k_probed, options.structure, r.structure);
+      if (r.structure.confirm_matching == r.structure.confirm_outputs) {
+        r.structure_measured = true;
+        r.promotion_interval = r.block_k_probed;
+        r.chain_model = named->model;
+        r.chain = named->name;
+        r.chain_note = "a named chain over whole K blocks (outside the prober's structures) explains every probe and "
+                       "every confirmation output";
+      }
+    }
+  } else {
     const Fp8AccumModel& u = r.structure.model;
     r.promotion_interval = u.promote_steps > 0 && u.step_k > 0 ? int64_t{u.promote_steps} * u.step_k : 0;
     Fp8AccumModel chain = u;
@@ -194,7 +285,11 @@ BlockMeasurement measure_block_model(Arm& arm, const BlockMeasureOptions& option
                            r.chain, r.form_outputs, r.forms.front().first_miss);
   } else if (!r.declared) {
     r.verdict = "differs from declaration";
-    r.reason = fmt::format("the arm declares `{}`, which is not a block model qconform knows", r.declared_name);
+    r.reason = r.declared_name.empty()
+                   ? fmt::format("the arm declares no block model; measured per K block of {} the chain {} from zero, "
+                                 "then {} (qconform identify names it)",
+                                 r.block_k_probed, r.chain, fmt::join(r.form_class, " or "))
+                   : fmt::format("the arm declares `{}`, which is not a block model qconform knows", r.declared_name);
   } else {
     if (!same_chain(*r.chain_model, r.declared->chain.model)) {
       differs.push_back(fmt::format("chain: {} (declared {})", r.chain, r.declared->chain.name));
@@ -231,6 +326,7 @@ nlohmann::json to_json(const BlockMeasurement& r) {
           {"block_k_probed", r.block_k_probed},
           {"promotion_interval", r.promotion_interval},
           {"chain", r.chain.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.chain)},
+          {"chain_note", r.chain_note.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.chain_note)},
           {"forms", forms},
           {"form_class", r.form_class},
           {"unit_scale_structure", r.structure_measured || !r.structure.verdict.empty() ? to_json(r.structure)
@@ -242,8 +338,9 @@ std::string describe(const BlockMeasurement& r) {
   std::string s = fmt::format("block model of {} (declared {}): {}\n  {}\n", r.arm.label, r.declared_name, r.verdict,
                               r.reason);
   if (r.structure_measured) {
-    s += fmt::format("  at unit scales over K blocks of {}: {} ({}), promoted every {} products\n", r.block_k_probed,
-                     r.chain, accumulation_formula(*r.chain_model), r.promotion_interval);
+    s += fmt::format("  at unit scales over K blocks of {}: {} ({}), promoted every {} products{}\n", r.block_k_probed,
+                     r.chain, accumulation_formula(*r.chain_model), r.promotion_interval,
+                     r.chain_note.empty() ? std::string() : " (" + r.chain_note + ")");
   }
   for (const BlockFormEvidence& e : r.forms) {
     s += fmt::format("  form {:<15} {} of {} outputs{}\n", e.form, e.matching, r.form_outputs,

@@ -50,6 +50,7 @@ struct BlockMeasurement {
   int64_t promotion_interval = 0;       // measured products per promotion at unit scales (0: never promoted)
   std::string chain;                    // the measured chain: a named model or its formula
   std::optional<Fp8AccumModel> chain_model;
+  std::string chain_note;               // how the chain was found when not by the prober's structures
   std::vector<BlockFormEvidence> forms;  // part 2, one per form
   std::vector<std::string> form_class;   // the forms that explain every output
   int64_t form_outputs = 0;
@@ -64,7 +65,15 @@ struct BlockMeasurement {
 // per-block:`block_n`x`block_k` weights; `boundary`'s form operands and identify's held-out block layers.
 LayerOperands random_block_layer(int64_t m, int64_t n, int64_t k, int64_t block_k, int64_t block_n, uint64_t seed);
 
-// Measures a block-scaled FP8 arm (QC_INPUT when it declares no block model).
+// The probes of `m` that `chain`, from zero over every `interval` products and promoted into fp32 (every
+// form at unit scales: the block model's own text with unit scales), does not predict (through the bf16
+// output when `through_run`); the first `keep` printed into `first`, counting stops after `stop_after`.
+int64_t probe_misses(const Fp8Measurement& m, const Fp8AccumModel& chain, int64_t interval, bool through_run,
+                     nlohmann::json* first, size_t keep, int64_t stop_after = INT64_MAX);
+// The first named chain of the accumulation table that predicts every probe of `m` over `interval`.
+std::optional<NamedAccumModel> named_chain_at(const Fp8Measurement& m, int64_t interval, bool through_run);
+
+// Measures a block-scaled FP8 arm (a block model declared or not: QC_INPUT when it is no block-scaled arm).
 BlockMeasurement measure_block_model(Arm& arm, const BlockMeasureOptions& options = {});
 nlohmann::json to_json(const BlockMeasurement& r);
 // The printout a person reads: block, chain, form with its evidence, verdict.

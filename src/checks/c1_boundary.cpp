@@ -762,7 +762,7 @@ BoundaryResult run_block_boundary(Arm& arm, const BoundaryOptions& options) {
 }  // namespace
 
 BoundaryResult run_boundary(Arm& arm, const BoundaryOptions& options) {
-  if (is_block_model_name(arm.info().accumulation_model)) return run_block_boundary(arm, options);
+  if (arm.info().block()) return run_block_boundary(arm, options);
   if (arm.info().fp8()) return run_fp8_boundary(arm, options);
   return Suite(arm, options).run();
 }

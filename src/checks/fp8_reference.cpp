@@ -117,7 +117,7 @@ std::shared_ptr<Fp8LayerReference> fp8_layer_reference(Arm* arms[2], const ArmIn
   ref->codes = fp8_layer_codes("verify (the accumulation models' reference)", rows);
   // Block pairs: the arms expose their D with each run (`ArmOutput::d`), and the models depend on the
   // scales, so everything is evaluated per run (`block_model`).
-  if (is_block_model_name(infos[0].accumulation_model)) return ref;
+  if (infos[0].block()) return ref;
   std::vector<int> beside;
   for (int s = 0; s < 2; ++s) {
     ref->acc_beside[s] = infos[s].concurrent_calls;

@@ -184,38 +184,6 @@ LayerOperands design_form_probe(int64_t m, int64_t bk, int64_t bn, Rng& rng, con
                      "identify (block promotion-form probe: designed codes and scales)");
 }
 
-// The probes of `m` that `chain`, from zero over every `interval` products and promoted into fp32 (any
-// form at unit scales: the block model's own text with unit scales), does not predict; the first
-// `keep` of them printed into `first`, and counting stops after `stop_after`.
-int64_t probe_misses(const Fp8Measurement& m, const Fp8AccumModel& chain, int64_t interval, bool through_run,
-                     nlohmann::json* first, size_t keep, int64_t stop_after = INT64_MAX) {
-  const float one = 1.0f;
-  int64_t misses = 0;
-  for (const Fp8Probe& p : m.probes) {
-    std::vector<uint8_t> a(static_cast<size_t>(p.k), 0), w(static_cast<size_t>(p.k), 0);
-    for (const auto& t : p.terms) a[static_cast<size_t>(t.pos)] = t.a, w[static_cast<size_t>(t.pos)] = t.w;
-    const float want = block_model::evaluate(chain, BlockPromotion::triton, a.data(), Fp8Format::e4m3, w.data(),
-                                             Fp8Format::e4m3, p.k, interval, {&one, 0, &one, 0});
-    if (through_run ? f32_to_bf16(want) == f32_to_bf16(p.observed) : f32_bits(want) == f32_bits(p.observed)) continue;
-    if (first && first->size() < keep) {
-      first->push_back(fmt::format("unit-scale probe {} (K = {}): got {:a}, the chain over every {} products (every "
-                                   "form at unit scales) gives {:a}",
-                                   p.id, p.k, p.observed, interval, want));
-    }
-    if (++misses >= stop_after) break;
-  }
-  return misses;
-}
-
-// The first named chain of the accumulation table that predicts every probe of `m` over `interval`.
-std::optional<NamedAccumModel> named_chain_at(const Fp8Measurement& m, int64_t interval, bool through_run) {
-  if (m.probes.empty() || interval < 1) return std::nullopt;
-  for (const NamedAccumModel& row : fp8_accumulation_models()) {
-    if (probe_misses(m, row.model, interval, through_run, nullptr, 0, 1) == 0) return row;
-  }
-  return std::nullopt;
-}
-
 }  // namespace
 
 void Identifier::block_unexplained(const std::string& stage, const std::string& summary, nlohmann::json nearest,

@@ -303,7 +303,7 @@ IdentifyResult Identifier::run() {
   const auto t0 = std::chrono::steady_clock::now();
   r_.arm = arm_.info();
   r_.outputs = 0;
-  if (is_block_model_name(r_.arm.accumulation_model)) {
+  if (r_.arm.block()) {
     identify_block();  // block-scaled FP8: the block model, measured (identify_block.cpp)
   } else if (r_.arm.fp8()) {
     identify_fp8();

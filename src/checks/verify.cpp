@@ -40,7 +40,7 @@ namespace qc {
 // result; an FP8 arm that names none (cuBLASLt, which scales inside the library) is held to
 // `fp8-scaled`, the one FP8 epilogue (the FP8 sweep applies it to every FP8 arm too).
 const Epilogue* verify_declared_formula(const ArmInfo& info) {
-  if (is_block_model_name(info.accumulation_model)) return nullptr;  // bf16 = RNE(D) is part of the block model
+  if (info.block()) return nullptr;  // bf16 = RNE(D) is part of the block model
   if (info.fp8()) {
     return info.epilogue.empty() || info.epilogue == fp8_epilogue().name ? &fp8_epilogue() : &epilogue(info.epilogue);
   }
@@ -178,17 +178,21 @@ PairFormat check_pair_format(const ArmInfo& info_a, const ArmInfo& info_b, const
            python ? "arm_a, arm_b" : "--arms", info_a.label, fp8 ? "FP8" : "INT8", info_b.label, fp8 ? "INT8" : "FP8");
   const ArmInfo infos[2] = {info_a, info_b};
   // A block-scaled pair: both arms declare block models, whose scales act inside the accumulation.
-  const bool block = format.block = fp8 && is_block_model_name(info_a.accumulation_model);
-  QC_INPUT(!fp8 || block == is_block_model_name(info_b.accumulation_model),
+  const bool block = format.block = fp8 && info_a.block();
+  QC_INPUT(!fp8 || block == info_b.block(),
            "--arms: `{}` declares {} but `{}` declares {}: verify compares two block-scaled FP8 arms (block models, "
            "on block-scaled layers) or two FP8 arms of unscaled models, never one of each (no layer runs on both)",
-           info_a.label, info_a.accumulation_model, info_b.label, info_b.accumulation_model);
+           info_a.label, info_a.block() ? "a block-scaled arm" : info_a.accumulation_model, info_b.label,
+           info_b.block() ? "a block-scaled arm" : info_b.accumulation_model);
   if (block) {
-    for (const ArmInfo& i : infos) (void)fp8_block_model(i.accumulation_model);  // a name it can evaluate
+    for (const ArmInfo& i : infos) {
+      if (!i.accumulation_model.empty()) (void)fp8_block_model(i.accumulation_model);  // a name it can evaluate
+    }
     reference_text = fmt::format(
         "the declared block models (A: {}, B: {}) evaluated on the layer's FP8 codes and each run's scales {}: per K "
         "block the model's chain from zero, its promotion form into an fp32 D, bf16 = RNE(D)",
-        info_a.accumulation_model, info_b.accumulation_model,
+        info_a.accumulation_model.empty() ? "undeclared" : info_a.accumulation_model,
+        info_b.accumulation_model.empty() ? "undeclared" : info_b.accumulation_model,
         reference == VerifyReference::gpu
             ? "on the CUDA cores of " + cuda_device_description() +
                   " (src/arms/cuda/kernels/fp8_block_model.cu: the chain kernels per K block, then the header's "

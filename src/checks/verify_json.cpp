@@ -91,7 +91,8 @@ nlohmann::json to_json(const VerifyResult& r) {
       j["accumulation_model"] = nullptr;
       j["accumulation_formula"] = nullptr;
       j["fp8_model_unknown"] = true;
-      j["declared_epilogue"] = std::string(verify_declared_formula(i)->name);
+      const Epilogue* formula = verify_declared_formula(i);  // none for a block-scaled arm: bf16 = RNE(D)
+      j["declared_epilogue"] = formula ? std::string(formula->name) : "bf16 = RNE(D) (a block-scaled arm, model undeclared)";
     }
     return j;
   };

@@ -137,7 +137,7 @@ W8a8Linear::W8a8Linear(W8a8Options options) : state_(std::make_shared<State>()) 
              "{}; `qconform arms` lists them), found an INT8 arm",
              options.arm, fp8_arm_families(Fp8Families::all));
     const Fp8Quantization& f = *options.fp8;
-    const bool block_arm = is_block_model_name(state_->info.accumulation_model);
+    const bool block_arm = state_->info.block();
     QC_INPUT(block_arm == block,
              "--arm `{}` in mode w8a8-fp8 with --act-scale {} --weight-scale {}: expected {} (`qconform arms` lists "
              "them), found {} arm (accumulation model {})",

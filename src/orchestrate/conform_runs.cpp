@@ -223,7 +223,7 @@ W8a8Options w8a8_options(const ConformOptions& o, const Model& model, const std:
   if (fp8) {
     // A block-scaled pair without scale flags runs DeepSeek's layout, 1x128 activation groups and 128x128
     // weight blocks (a block-scaled checkpoint: its own blocks).
-    const bool block = is_block_model_name(make_arm(arm)->info().accumulation_model);
+    const bool block = make_arm(arm)->info().block();
     const WeightStorage stored = weight_storage(model);
     const std::string act = block && o.act_scale.empty() ? "per-token-group:128" : o.act_scale;
     const std::string weight = block && o.weight_scale.empty() && !stored.blocks ? "per-block:128x128" : o.weight_scale;

@@ -189,7 +189,7 @@ SweepFormat sweep_pair_format(const std::string& arm_a, const std::string& arm_b
   const auto format_of = [](const std::string& label) {
     const ArmInfo i = make_arm(label)->info();
     return !i.fp8() ? SweepFormat::int8
-                    : is_block_model_name(i.accumulation_model) ? SweepFormat::fp8_block : SweepFormat::fp8;
+                    : i.block() ? SweepFormat::fp8_block : SweepFormat::fp8;
   };
   const auto name = [](SweepFormat f) {
     return f == SweepFormat::int8 ? "INT8" : f == SweepFormat::fp8 ? "FP8" : "block-scaled FP8";

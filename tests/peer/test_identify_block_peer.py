@@ -14,7 +14,10 @@ block model:
   at the per-block chain length, with the nearest candidate and the separating outputs.
 
 The callables return their fp32 D (the block-scaled callable's signature); identify reads only the bf16
-output qconform rounds it to.
+output qconform rounds it to. The same kernels as whole kernels of the INT8 signature (fn(a_q, a_scale, w_q,
+w_scale, bias) -> y, y = bf16(D) rounded here with ml_dtypes) declare nothing at all (`element="e4m3",
+block_size=(128, 128)`): identify measures their blocks, chain and form from y alone, and the model it
+names, declared back, predicts verify.
 
 Run: QCONFORM_BUILD=$PWD/build python3 -m pytest -q tests/peer/test_identify_block_peer.py
 """
@@ -131,3 +134,37 @@ def test_promotion_every_64_products_is_unexplained_at_the_chain_length(qc):
     assert "every 64 products" in r["reason"], r["reason"]
     assert r["nearest"] and r["nearest"][0]["separating_probes"] > 0, r["printout"]
     assert r["diagnosis"][0]["first"], r["printout"]
+
+
+def as_kernel(fn):
+    """The block kernel as a whole kernel of the INT8 signature: y = bf16(D), rounded to nearest even by
+    ml_dtypes (not by qconform)."""
+
+    def kernel(a_q, a_scale, w_q, w_scale, bias):
+        assert bias is None
+        d = fn(a_q, w_q, a_scale, w_scale, [128, 128])
+        return np.asarray(d, F32).astype(ml_dtypes.bfloat16)
+
+    return kernel
+
+
+@pytest.mark.parametrize("style", sorted(KERNELS))
+def test_an_undeclared_block_kernel_is_identified_from_its_bf16_output(qc, style):
+    fn, want = KERNELS[style]
+    arm = qc.arm(as_kernel(fn), name=f"peer:{style}-block-kernel", element="e4m3", block_size=(128, 128))
+    info = arm.info
+    assert info["accumulation_model"] == "" and info["fp8"] and info["block_scaled"], info
+    r = qc.identify(arm)
+    assert r["verdict"] == "identified", r["printout"]
+    assert r["block_model"] == want, r["printout"]
+    assert r["explained"]["outputs"] > 10000
+    assert r["explained"]["matching"] == r["explained"]["outputs"], r["printout"]
+    # Declared back (element="e4m3" keeps the kernel's signature), verify predicts every differing element.
+    declared = qc.arm(as_kernel(fn), name=f"peer:{style}-block-kernel", element="e4m3", block_size=(128, 128),
+                      accumulation_model=r["declaration"])
+    v = qc.verify("cpu:fp8-block-triton", declared, block_layers(qc), scales="real")
+    assert v["runs"], v
+    assert all(run["predicted_equals_observed"] for run in v["runs"]), [run.get("predicted_equals_observed") for run in v["runs"]]
+    # Undeclared, verify runs it and predicts nothing: its differences are not predicted (null, never "pass").
+    u = qc.verify("cpu:fp8-block-triton", arm, block_layers(qc), scales="real")
+    assert u["runs"] and all(run["predicted_equals_observed"] is None for run in u["runs"]), u["runs"][0]

@@ -29,6 +29,16 @@ std::string compile_undeclared_plugin(const test::TempDir& dir, bool fault = fal
   return std::system(cmd.c_str()) == 0 ? out : std::string();
 }
 
+// tests/unit/plugins/undeclared_block_arm.c: a block-scaled FP8 plugin declaring no block model.
+std::string compile_undeclared_block_plugin(const test::TempDir& dir) {
+  const std::string out = dir.file("libundeclared_block.so");
+  const std::string cmd = fmt::format(
+      "cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{0}/include' "
+      "'{0}/tests/unit/plugins/undeclared_block_arm.c' -o '{1}' -lm 2>&1",
+      QC_SOURCE_DIR, out);
+  return std::system(cmd.c_str()) == 0 ? out : std::string();
+}
+
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
   std::stringstream ss;
@@ -115,6 +125,50 @@ TEST(ConformIdentify, AnUnexplainedArmIsReportedAndGoesOnUndeclared) {
   const std::string html = slurp(out.report_path);
   EXPECT_NE(html.find(">unexplained</span>"), std::string::npos);
   EXPECT_NE(html.find("conform went on without a declared formula for this arm"), std::string::npos);
+}
+
+// A block-scaled FP8 plugin that declares nothing (QC_ARM_FLAG_FP8_BLOCK): conform identifies its block
+// model first (blocks, chain, promotion form, through its own `run`), declares it with its provenance, and
+// verify then holds the plugin's D to it and predicts every difference with A (issue #30 item 5).
+TEST(ConformIdentify, AnUndeclaredBlockScaledPluginIsIdentifiedAndItsBlockModelDeclared) {
+  test::TempDir dir("conform-identify-block");
+  const std::string so = compile_undeclared_block_plugin(dir);
+  if (so.empty()) GTEST_SKIP() << "SKIPPED: no C compiler (`cc`) to build tests/unit/plugins/undeclared_block_arm.c";
+  const std::string label = "plugin-inproc:" + so;
+  const ArmInfo info = make_arm(label)->info();
+  ASSERT_TRUE(info.block() && info.accumulation_model.empty() && info.fp8_model_unknown()) << info.description;
+
+  ConformOptions o;
+  o.arm_a = "cpu:fp8-block-triton";
+  o.arm_b = label;
+  o.synthetic_config = "tiny";
+  o.max_new = 4;
+  o.sweep_ks.clear();
+  o.out_dir = dir.file("identify");
+  const ConformOutcome with = run_conform(o);
+  const nlohmann::json& arms = with.results.at("arms");
+  ASSERT_EQ(arms.size(), 2u);
+  const nlohmann::json& f = arms[1].at("formula");
+  ASSERT_EQ(f["verdict"], "identified") << f.dump(1);
+  EXPECT_EQ(f["declared"], "block-deepgemm+exact") << f.dump(1);
+  EXPECT_EQ(arms[1]["accumulation_model"], "block-deepgemm+exact") << arms[1].dump(1);
+  int64_t runs = 0, differing = 0;
+  for (const auto& run : with.results["verify"]["runs"]) {
+    ++runs;
+    ASSERT_FALSE(run["predicted_equals_observed"].is_null()) << run.dump();
+    EXPECT_TRUE(run["predicted_equals_observed"].get<bool>()) << run.dump();
+    differing += run["bitwise_diff"].get<int64_t>();
+  }
+  EXPECT_GT(runs, 0);
+  EXPECT_GT(differing, 0) << "block-triton+hopper chain against exact sums: some outputs differ, all predicted";
+  EXPECT_EQ(with.results["interchangeability"]["answer"], "explained") << with.results["interchangeability"].dump(1);
+
+  // --no-identify: the arm runs undeclared and nothing predicts its outputs (null, never "pass").
+  o.identify = false;
+  o.out_dir = dir.file("no-identify");
+  const ConformOutcome without = run_conform(o);
+  EXPECT_EQ(without.results.at("arms")[1]["formula"]["source"], "none");
+  for (const auto& run : without.results["verify"]["runs"]) EXPECT_TRUE(run["predicted_equals_observed"].is_null()) << run.dump();
 }
 
 }  // namespace

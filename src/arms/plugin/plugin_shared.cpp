@@ -47,10 +47,17 @@ void validate(const std::string& path, const Descriptor& d) {
   QC_INPUT(!controls, "plugin `{}`: field `name`: expected printable characters, found \"{}\" (control characters "
            "escaped as \\xNN)", p, printable(d.name));
   QC_INPUT(d.has_run, "plugin `{}`: field `run`: expected a function pointer, found NULL", p);
-  constexpr uint64_t kKnownFlags = QC_ARM_FLAG_WRITES_ACC | QC_ARM_FLAG_FP8_KERNEL | QC_ARM_FLAG_FP8_GEMM;
+  constexpr uint64_t kKnownFlags =
+      QC_ARM_FLAG_WRITES_ACC | QC_ARM_FLAG_FP8_KERNEL | QC_ARM_FLAG_FP8_GEMM | QC_ARM_FLAG_FP8_BLOCK;
+  QC_INPUT(!(d.has_model && (d.flags & QC_ARM_FLAG_FP8_BLOCK) != 0 && !is_block_model_name(d.accumulation_model)),
+           "plugin `{}`: field `flags`: QC_ARM_FLAG_FP8_BLOCK with the accumulation model \"{}\", which is not a block "
+           "model (`block-<form>[+<chain>]`)", p, printable(d.accumulation_model));
+  QC_INPUT(!((d.flags & QC_ARM_FLAG_FP8_BLOCK) != 0 && (d.flags & (QC_ARM_FLAG_FP8_KERNEL | QC_ARM_FLAG_FP8_GEMM)) != 0),
+           "plugin `{}`: field `flags`: QC_ARM_FLAG_FP8_BLOCK with QC_ARM_FLAG_FP8_KERNEL or QC_ARM_FLAG_FP8_GEMM: a "
+           "block-scaled plugin's `run` takes the scales and writes D, it has no unscaled GEMM", p);
   QC_INPUT((d.flags & ~kKnownFlags) == 0,
            "plugin `{}`: field `flags`: expected only QC_ARM_FLAG_* bits (0x{:x}), found 0x{:x}", p, kKnownFlags, d.flags);
-  if (d.fp8_kernel() || d.fp8_gemm()) {
+  if (d.fp8_kernel() || d.fp8_gemm() || d.block()) {
     // An FP8 plugin: a declared model is one qconform can evaluate (unscaled or block-scaled), and there
     // is no INT32 accumulator.
     if (d.has_model) {
@@ -68,7 +75,8 @@ void validate(const std::string& path, const Descriptor& d) {
              "with their own output rounding are not supported", p, printable(d.accumulation_model));
     QC_INPUT(d.block_k >= 0 && d.block_n >= 0 && (d.block() || (d.block_k == 0 && d.block_n == 0)),
              "plugin `{}`: fields `block_k`, `block_n`: expected 0 (any) or a positive block{}, found {} and {}", p,
-             d.block() ? "" : " and only on a block-scaled plugin (a block model as accumulation_model)", d.block_k,
+             d.block() ? "" : " and only on a block-scaled plugin (a block model as accumulation_model, or "
+                              "QC_ARM_FLAG_FP8_BLOCK)", d.block_k,
              d.block_n);
     if (!d.fp8_kernel()) {
       QC_INPUT(!d.has_epilogue, "plugin `{}`: field `epilogue`: expected NULL for an FP8 plugin that is a GEMM (qconform {}; "
@@ -98,11 +106,11 @@ void validate(const std::string& path, const Descriptor& d) {
 
 std::vector<float> PluginArm::fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                              nlohmann::json& record, int threads) {
-  if (!lp_.d.fp8_gemm()) return Arm::fp8_accumulate(a, w, m, n, k, record, threads);  // the INT8 refusal
+  if (!lp_.d.fp8_gemm() && !lp_.d.block()) return Arm::fp8_accumulate(a, w, m, n, k, record, threads);  // the INT8 refusal
   QC_INPUT(!lp_.d.block(),
            "arm `{}` is a block-scaled FP8 plugin (block model {}): its `run` takes scales, so it has no unscaled "
            "FP8 call; run it on a block-scaled layer (`boundary` measures it at unit scales that way)",
-           printable(lp_.label), printable(lp_.d.accumulation_model));
+           printable(lp_.label), lp_.d.has_model ? printable(lp_.d.accumulation_model) : std::string("undeclared"));
   std::vector<float> d = call_fp8(a, w, m, n, k, nullptr, {});
   record = lp_.fp8_record();
   return d;

@@ -64,7 +64,10 @@ struct Descriptor {
   bool fp8_kernel() const { return (flags & QC_ARM_FLAG_FP8_KERNEL) != 0; }
   bool fp8_gemm() const { return has_model || (flags & QC_ARM_FLAG_FP8_GEMM) != 0; }
   int64_t block_k = 0, block_n = 0;
-  bool block() const { return has_model && is_block_model_name(accumulation_model); }
+  // A block-scaled FP8 plugin: a block model declared, or QC_ARM_FLAG_FP8_BLOCK without a model.
+  bool block() const {
+    return has_model ? is_block_model_name(accumulation_model) : (flags & QC_ARM_FLAG_FP8_BLOCK) != 0;
+  }
 };
 
 // Everything the library declares, checked before its `run` is ever called.
@@ -88,7 +91,8 @@ struct Loaded {
                                                    : "";
     i.exposes_accumulator = (d.flags & QC_ARM_FLAG_WRITES_ACC) != 0;
     i.accumulation_model = d.has_model ? d.accumulation_model : "";
-    if (d.fp8_kernel() || d.fp8_gemm()) i.element = ElementType::e4m3;
+    if (d.fp8_kernel() || d.fp8_gemm() || d.block()) i.element = ElementType::e4m3;
+    i.block_scaled = d.block() && !d.has_model;
     i.unscaled_entry = d.fp8_gemm() && !d.block();
     i.block_k = d.block_k;
     i.block_n = d.block_n;
