@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <random>
 #include <cmath>
 
 #include "qconform/error.hpp"
@@ -138,16 +137,13 @@ namespace {
 // the arm's unit-scale view, against `chain` from zero per K block of `bk` promoted into fp32 (every
 // form at unit scales), bit for bit (the bf16 patterns when measured through `run`).
 void confirm_named_chain(Arm& unit, const NamedAccumModel& chain, int64_t bk, const Fp8MeasureOptions& o, Fp8Measurement& m) {
-  std::mt19937_64 rng(o.seed);
-  std::normal_distribution<float> nd(0.0f, 2.0f);
+  Fp8ConfirmCodes codes(o.seed);
   const float one = 1.0f;
   m.confirm_matching = m.confirm_outputs = 0;
   m.confirmation = nlohmann::json::array();
   for (const auto& sh : o.confirm_shapes) {
     const int64_t rows = sh[0], cols = sh[1], k = sh[2];
-    std::vector<uint8_t> a(static_cast<size_t>(rows * k)), w(static_cast<size_t>(cols * k));
-    for (auto& c : a) c = f32_to_e4m3fn(nd(rng), true);
-    for (auto& c : w) c = f32_to_e4m3fn(nd(rng), true);
+    std::vector<uint8_t> a = codes.next(rows * k), w = codes.next(cols * k);
     nlohmann::json record;
     const std::vector<float> d = unit.fp8_accumulate(a.data(), w.data(), rows, cols, k, record, o.threads);
     int64_t ok = 0;

@@ -558,14 +558,11 @@ class Measurer {
   // Random realistic operands the probes never used: the measured (and the declared) model
   // against the arm, bit for bit.
   void confirm() {
-    std::mt19937_64 rng(o_.seed);
-    std::normal_distribution<float> nd(0.0f, 2.0f);
+    Fp8ConfirmCodes codes(o_.seed);
     int64_t declared_matching = 0;
     for (const auto& sh : o_.confirm_shapes) {
       const int64_t m = sh[0], n = sh[1], k = sh[2];
-      std::vector<uint8_t> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k));
-      for (auto& c : a) c = f32_to_e4m3fn(nd(rng), true);
-      for (auto& c : w) c = f32_to_e4m3fn(nd(rng), true);
+      const std::vector<uint8_t> a = codes.next(m * k), w = codes.next(n * k);
       nlohmann::json record;
       const std::vector<float> d = observe(a, w, m, n, k, record);
       const std::string note = split_k_note(record);

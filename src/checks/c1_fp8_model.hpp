@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <random>
+
 #include <array>
 #include <cstdint>
 #include <string>
@@ -13,6 +15,7 @@
 
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
+#include "qconform/numerics.hpp"
 
 namespace qc {
 
@@ -93,6 +96,22 @@ struct Fp8Measurement {
   nlohmann::json confirmation = nlohmann::json::array();  // per shape
   double seconds = 0;  // in all; and its parts: the probes through the arm, the search, the confirmation
   double seconds_probes = 0, seconds_search = 0, seconds_confirm = 0;
+};
+
+// The confirmation's random operands: e4m3 codes of N(0, 2) values (to nearest, saturating), drawn in
+// order from one stream seeded with `seed` (measure_fp8_accumulation's, and boundary's named block chains).
+class Fp8ConfirmCodes {
+ public:
+  explicit Fp8ConfirmCodes(uint64_t seed) : rng_(seed) {}
+  std::vector<uint8_t> next(int64_t count) {
+    std::vector<uint8_t> codes(static_cast<size_t>(count));
+    for (auto& c : codes) c = f32_to_e4m3fn(nd_(rng_), true);
+    return codes;
+  }
+
+ private:
+  std::mt19937_64 rng_;
+  std::normal_distribution<float> nd_{0.0f, 2.0f};
 };
 
 Fp8Measurement measure_fp8_accumulation(Arm& arm, const Fp8MeasureOptions& options = {});

@@ -6,22 +6,14 @@
 // invariant. Without the option nothing of C8 runs or is written.
 #include <gtest/gtest.h>
 
-#include <fstream>
-#include <sstream>
 
+#include "core/fileio.hpp"
 #include "orchestrate/conform.hpp"
 #include "qconform/report.hpp"
 #include "temp_dir.hpp"
 
 namespace qc {
 namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 TEST(ConformInvariance, EachArmPerLayerAndPerSequenceInResultsAndReport) {
   test::TempDir dir("conform-invariance");
@@ -87,7 +79,7 @@ TEST(ConformInvariance, EachArmPerLayerAndPerSequenceInResultsAndReport) {
   EXPECT_EQ(tp["generation"]["sequence"]["per_prompt"].size(), seq["per_prompt"].size());
   EXPECT_TRUE(out.passed);
   // The report shows the section: both arms, the per-sequence table.
-  const std::string html = slurp(out.report_path);
+  const std::string html = read_file(out.report_path);
   EXPECT_NE(html.find("<section id=\"invariance\">"), std::string::npos);
   EXPECT_NE(html.find("cpu:sglang-sm90</code> <span class=\"verdict reported\">"), std::string::npos);
   EXPECT_NE(html.find("per sequence"), std::string::npos);
@@ -99,7 +91,7 @@ TEST(ConformInvariance, EachArmPerLayerAndPerSequenceInResultsAndReport) {
   o.out_dir = dir.file("without");
   const ConformOutcome plain = run_conform(o);
   EXPECT_TRUE(plain.results.at("invariance").is_null());
-  EXPECT_EQ(slurp(plain.report_path).find("<section id=\"invariance\">"), std::string::npos);
+  EXPECT_EQ(read_file(plain.report_path).find("<section id=\"invariance\">"), std::string::npos);
 }
 
 }  // namespace

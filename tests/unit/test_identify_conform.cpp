@@ -8,9 +8,8 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
+#include "core/fileio.hpp"
 #include "orchestrate/conform.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/report.hpp"
@@ -37,13 +36,6 @@ std::string compile_undeclared_block_plugin(const test::TempDir& dir) {
       "'{0}/tests/unit/plugins/undeclared_block_arm.c' -o '{1}' -lm 2>&1",
       QC_SOURCE_DIR, out);
   return std::system(cmd.c_str()) == 0 ? out : std::string();
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 TEST(ConformIdentify, AnUndeclaredArmIsIdentifiedAndItsFormulaDeclared) {
@@ -87,7 +79,7 @@ TEST(ConformIdentify, AnUndeclaredArmIsIdentifiedAndItsFormulaDeclared) {
   EXPECT_GT(runs, 0);
   EXPECT_TRUE(with.passed);
   // The report shows the identified formula.
-  const std::string html = slurp(with.report_path);
+  const std::string html = read_file(with.report_path);
   EXPECT_NE(html.find(html_escape(f["formula"].get<std::string>())), std::string::npos);
   EXPECT_NE(html.find("identified by <code>qconform identify</code>"), std::string::npos);
 
@@ -122,7 +114,7 @@ TEST(ConformIdentify, AnUnexplainedArmIsReportedAndGoesOnUndeclared) {
   // Conform went on without a declaration for B, as before.
   EXPECT_EQ(b["epilogue"], "");
   for (const auto& run : out.results["verify"]["runs"]) EXPECT_TRUE(run["predicted_diff"].is_null()) << run.dump();
-  const std::string html = slurp(out.report_path);
+  const std::string html = read_file(out.report_path);
   EXPECT_NE(html.find(">unexplained</span>"), std::string::npos);
   EXPECT_NE(html.find("conform went on without a declared formula for this arm"), std::string::npos);
 }
