@@ -81,25 +81,62 @@ LinearLayer shard_layer(const LinearLayer& l, bool row, int degree, int t) {
 
 }  // namespace
 
+LinearFn with_row_recorder(LinearFn inner, std::shared_ptr<PromptRows> pool) {
+  return [inner = std::move(inner), pool](const LinearLayer& layer, const float* x, int64_t M, float* y) {
+    {
+      const int64_t seq = pool->current.load();
+      std::lock_guard lock(pool->mu);
+      std::vector<PromptRows::Row>& rows = pool->rows[layer.name];
+      int64_t kept = 0;
+      for (const PromptRows::Row& r : rows) kept += r.sequence == seq;
+      for (int64_t i = 0; i < M && kept < pool->cap; ++i, ++kept) {
+        rows.push_back({seq, std::vector<float>(x + i * layer.k_in, x + (i + 1) * layer.k_in)});
+      }
+    }
+    inner(layer, x, M, y);
+  };
+}
+
 LinearFn with_batch_mates(LinearFn inner, std::vector<int64_t> mates, uint64_t seed,
-                          std::shared_ptr<BatchMateStats> stats) {
+                          std::shared_ptr<BatchMateStats> stats, std::shared_ptr<PromptRows> from) {
   QC_INPUT(!mates.empty(), "--batch-mates: expected a comma-separated list of mate counts");
   for (int64_t b : mates) QC_INPUT(b >= 0, "--batch-mates: expected counts >= 0, found {}", b);
   auto calls = std::make_shared<std::atomic<int64_t>>(0);
-  return [inner = std::move(inner), mates = std::move(mates), seed, stats, calls](const LinearLayer& layer,
-                                                                                   const float* x, int64_t M, float* y) {
+  return [inner = std::move(inner), mates = std::move(mates), seed, stats, calls, from](
+             const LinearLayer& layer, const float* x, int64_t M, float* y) {
     const int64_t call = calls->fetch_add(1);
     const int64_t b = mates[static_cast<size_t>(call % static_cast<int64_t>(mates.size()))];
     const int64_t k = layer.k_in, n = layer.n_out;
     std::vector<float> xb(static_cast<size_t>((M + b) * k)), yb(static_cast<size_t>((M + b) * n));
     std::copy_n(x, M * k, xb.begin());
+    // Other prompts' rows at this layer, in recorded order (none without a pool).
+    std::vector<const std::vector<float>*> others;
+    if (from) {
+      const int64_t seq = from->current.load();
+      std::lock_guard lock(from->mu);
+      if (auto it = from->rows.find(layer.name); it != from->rows.end()) {
+        for (const PromptRows::Row& r : it->second) {
+          if (r.sequence != seq && static_cast<int64_t>(r.x.size()) == k) others.push_back(&r.x);
+        }
+      }
+    }
     double ss = 0;
     for (int64_t i = 0; i < M * k; ++i) ss += static_cast<double>(x[i]) * x[i];
     const float rms = static_cast<float>(std::sqrt(ss / static_cast<double>(std::max<int64_t>(M * k, 1))));
     uint64_t state = seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(call + 1));
-    for (int64_t i = M * k; i < (M + b) * k; ++i) {
-      const double u = static_cast<double>(splitmix64(state) >> 11) / 9007199254740992.0;  // [0, 1)
-      xb[static_cast<size_t>(i)] = static_cast<float>((4.0 * u - 2.0) * rms);
+    for (int64_t r = 0; r < b; ++r) {
+      float* dst = &xb[static_cast<size_t>((M + r) * k)];
+      if (!others.empty()) {
+        const std::vector<float>& src = *others[static_cast<size_t>((call * 7919 + r) % static_cast<int64_t>(others.size()))];
+        std::copy(src.begin(), src.end(), dst);
+        ++from->from_prompts;
+        continue;
+      }
+      if (from) ++from->synthetic;
+      for (int64_t i = 0; i < k; ++i) {
+        const double u = static_cast<double>(splitmix64(state) >> 11) / 9007199254740992.0;  // [0, 1)
+        dst[i] = static_cast<float>((4.0 * u - 2.0) * rms);
+      }
     }
     inner(layer, xb.data(), M + b, yb.data());
     std::copy_n(yb.begin(), M * n, y);

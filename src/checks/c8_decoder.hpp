@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,9 +38,29 @@ struct BatchMateStats {
   nlohmann::json to_json();
 };
 
-// QC_INPUT for an empty list or a negative count.
+// The inputs of the model's linear layers as other prompts produced them: rows by layer, each tagged with
+// its sequence (the prompt's index), at most `cap` rows per (layer, sequence). `with_row_recorder` fills it
+// during a plain run; `with_batch_mates` then takes a call's mates from the rows of the other sequences,
+// so that a prompt runs inside batches of other prompts' tokens. `current` is the sequence now running
+// (set by the caller before each prompt; calls of one process run one prompt at a time).
+struct PromptRows {
+  std::mutex mu;
+  int64_t cap = 64;
+  std::atomic<int64_t> current{0};
+  struct Row {
+    int64_t sequence;
+    std::vector<float> x;
+  };
+  std::map<std::string, std::vector<Row>> rows;  // by LinearLayer::name, in the order recorded
+  std::atomic<int64_t> from_prompts{0}, synthetic{0};  // mate rows taken from other prompts / made up
+};
+LinearFn with_row_recorder(LinearFn inner, std::shared_ptr<PromptRows> pool);
+
+// QC_INPUT for an empty list or a negative count. With `from`, the mates are rows of other prompts at
+// the same layer (cycling through them from call to call); a mate the pool cannot supply (no other
+// prompt recorded at that layer) is a synthetic row, counted in `from->synthetic`.
 LinearFn with_batch_mates(LinearFn inner, std::vector<int64_t> mates, uint64_t seed,
-                          std::shared_ptr<BatchMateStats> stats = nullptr);
+                          std::shared_ptr<BatchMateStats> stats = nullptr, std::shared_ptr<PromptRows> from = nullptr);
 
 // Tensor parallelism inside the decoder (docs/invariance.md, "End to end"): every linear layer runs as
 // `degree` shards through `inner` (a W8A8 LinearFn: its outputs are bf16 values), column-parallel layers

@@ -93,6 +93,11 @@ VerbRunner setup_conform(CLI::App& app) {
                  "C8 end to end: also check each arm's invariance (its captured layers over batch sizes and mates, and "
                  "the model run with every linear layer's rows inside batches of this many synthetic rows more, e.g. "
                  "0,15,63,127; per layer and per sequence in results.json and the report; docs/invariance.md)");
+  app.add_option("--invariance-mates-from", o->invariance_mates_from,
+                 "with --invariance-mates: prompts (each prompt's rows inside batches of the rows other prompts fed the "
+                 "same layer) or synthetic (rows of the call's magnitude)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"prompts", "synthetic"}));
   app.add_option("--invariance-tp", o->invariance_tp,
                  "C8 at a tensor-parallel degree: each arm's captured layers at TP 1 and this degree, and the model run "
                  "with every linear layer as that many shards (o_proj, down_proj split K and all-reduced), compared per "
@@ -149,7 +154,8 @@ VerbRunner setup_conform(CLI::App& app) {
       }
     }
     if (const auto& inv = r["invariance"]; inv.is_object()) {
-      fmt::print("\ninvariance (C8, each arm; batch mates {}, tensor parallel {}):\n", inv["mates"].dump(),
+      fmt::print("\ninvariance (C8, each arm; batch mates {} ({}), tensor parallel {}):\n", inv["mates"].dump(),
+                 inv["mates_from"].is_string() ? inv["mates_from"].get<std::string>() : "-",
                  inv["tp"].is_object() ? inv["tp"].dump() : "null");
       const auto variant_line = [](const char* what, const nlohmann::json& v) {
         if (!v.is_object()) return;

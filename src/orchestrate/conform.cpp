@@ -357,13 +357,23 @@ VerifyResult verify_layers(const ConformOptions& o, Arm& arm_a, Arm& arm_b, cons
 // the power-of-two probe end to end.
 struct TokenRuns {
   RunFiles gen_a, gen_b, rep_a, rep_b, pow_a, pow_b;
+  std::shared_ptr<PromptRows> prompts;  // the rows each prompt fed the layers in gen_a (C8's mates), or null
 };
 
 TokenRuns run_token_level(const ConformOptions& o, const LoadedModel& lm, const std::string& dir, bool fp8,
                           const std::function<void(const std::string&)>& step) {
   TokenRuns t;
   step("generate (real scales)");
-  t.gen_a = run_model(o, lm, dir, o.arm_a, "generate", false, fp8, nullptr, "generate.A", {});
+  // C8's mates from other prompts: arm A's plain generation records the rows each prompt feeds each
+  // layer (a copy beside the run; its outputs are unchanged).
+  std::optional<DecoderVariant> recorder;
+  if (!o.invariance_mates.empty() && o.invariance_mates_from == "prompts") {
+    recorder.emplace();
+    recorder->prompts = t.prompts = std::make_shared<PromptRows>();
+    recorder->record = true;
+  }
+  t.gen_a = run_model(o, lm, dir, o.arm_a, "generate", false, fp8, nullptr, "generate.A", {},
+                      recorder ? &*recorder : nullptr);
   t.gen_b = run_model(o, lm, dir, o.arm_b, "generate", false, fp8, nullptr, "generate.B", {});
   step("replay (teacher forcing)");
   const std::vector<std::pair<std::string, std::string>> forced_input = {{"forced_tokens", t.gen_a.jsonl}};
@@ -399,6 +409,7 @@ TransferPair transfer_of(const TokenRuns& t, uint64_t seed) {
 struct VariantRuns {
   DecoderVariant variant;
   RunFiles gen, rep;
+  int64_t from_prompts = 0, synthetic = 0;  // mate rows of this variant's runs (mates from prompts)
 };
 struct ArmInvarianceRuns {
   ArmInvariance layers;                // rank 0 only
@@ -423,10 +434,16 @@ InvarianceRuns run_invariance(const ConformOptions& o, const LoadedModel& lm, co
   const std::vector<std::pair<std::string, std::string>> forced_input = {{"forced_tokens", t.gen_a.jsonl}};
   const auto run_variant = [&](size_t s, DecoderVariant variant, const std::string& tag) {
     VariantRuns r{std::move(variant), {}, {}};
+    const int64_t p0 = r.variant.prompts ? r.variant.prompts->from_prompts.load() : 0;
+    const int64_t s0 = r.variant.prompts ? r.variant.prompts->synthetic.load() : 0;
     r.gen = run_model(o, lm, dir, labels[s], "generate", false, fp8, nullptr, "generate." + tag + "." + sides[s], {},
                       &r.variant);
     r.rep = run_model(o, lm, dir, labels[s], "replay", false, fp8, &t.gen_a.sequences, "replay." + tag + "." + sides[s],
                       forced_input, &r.variant);
+    if (r.variant.prompts) {
+      r.from_prompts = r.variant.prompts->from_prompts.load() - p0;
+      r.synthetic = r.variant.prompts->synthetic.load() - s0;
+    }
     return r;
   };
   for (size_t s = 0; s < 2; ++s) {
@@ -434,6 +451,7 @@ InvarianceRuns run_invariance(const ConformOptions& o, const LoadedModel& lm, co
     if (!o.invariance_mates.empty()) {
       DecoderVariant d;
       d.mates = o.invariance_mates;
+      d.prompts = t.prompts;
       a.mates = run_variant(s, std::move(d), "mates");
     }
     if (o.invariance_tp > 0) {
@@ -465,6 +483,11 @@ nlohmann::json variant_results(const VariantRuns& r, const RunFiles& gen_alone, 
   replay.seed = 20240607 ^ seed;
   replay.min_bin_support = 20;
   nlohmann::json j = {{"decoder", r.variant.stats->to_json()}};
+  if (r.variant.prompts && !r.variant.mates.empty()) {
+    // Counted over this variant's generate and replay runs: mates that are other prompts' rows, and the
+    // synthetic rows used where the pool had none (a layer no other prompt reached).
+    j["mate_rows"] = {{"from_other_prompts", r.from_prompts}, {"synthetic", r.synthetic}};
+  }
   if (dist::world().size > 1) j["decoder"]["note"] = "rank 0's prompts only: the per-layer counts are not gathered over ranks";
   if (r.variant.tp_degree > 0) {
     nlohmann::json unsharded = nlohmann::json::object();
@@ -504,6 +527,7 @@ nlohmann::json invariance_results(const InvarianceRuns& v, const TokenRuns& t, c
     arms.push_back(std::move(arm));
   }
   return {{"mates", o.invariance_mates.empty() ? nlohmann::json() : nlohmann::json(o.invariance_mates)},
+          {"mates_from", o.invariance_mates.empty() ? nlohmann::json() : nlohmann::json(o.invariance_mates_from == "prompts" ? "other prompts" : "synthetic rows")},
           {"tp", o.invariance_tp > 0 ? nlohmann::json{{"degree", o.invariance_tp}, {"reduction", o.invariance_reduction}}
                                      : nlohmann::json()},
           {"arms", arms}};

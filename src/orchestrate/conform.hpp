@@ -47,6 +47,9 @@ struct ConformOptions {
   // rows inside batches of this many synthetic mates more (cycling from call to call), compared per
   // layer and per sequence with the runs alone (C7's statistics on the differences). Empty: not run.
   std::vector<int64_t> invariance_mates;
+  // Where the mates come from: "prompts" (the rows the other prompts fed each layer in arm A's plain
+  // generation: a prompt inside batches of other prompts) or "synthetic" (rows of the call's magnitude).
+  std::string invariance_mates_from = "prompts";
   // C8 at a tensor-parallel degree (opt-in, 0: not run): the captured layers at TP 1 and this degree
   // (`qconform invariance --tp`), and the model run again with every linear layer as that many shards,
   // the row-parallel partials all-reduced by `invariance_reduction`, compared with the plain runs.

@@ -251,7 +251,8 @@ RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::st
     variant->stats->baseline = "the layer run unsharded";
     fn = with_tensor_parallel(fn, variant->tp_degree, variant->reduction, options, variant->stats, variant->unsharded);
   }
-  if (variant && !variant->mates.empty()) fn = with_batch_mates(fn, variant->mates, o.seed, variant->stats);
+  if (variant && variant->record) fn = with_row_recorder(fn, variant->prompts);
+  if (variant && !variant->mates.empty()) fn = with_batch_mates(fn, variant->mates, o.seed, variant->stats, variant->prompts);
   Decoder decoder(lm.model, fn);
   RunFiles f;
   nlohmann::json extra = {{"pow2", pow2}, {"act_quantizer", o.act_quantizer}};
@@ -263,6 +264,7 @@ RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::st
   if (variant) {
     for (nlohmann::json* j : {&extra, &config}) {
       if (!variant->mates.empty()) (*j)["batch_mates"] = variant->mates;
+      if (!variant->mates.empty() && variant->prompts) (*j)["batch_mates_from"] = "other prompts";
       if (variant->tp_degree > 0) (*j)["tp"] = {{"degree", variant->tp_degree}, {"reduction", variant->reduction}};
     }
   }
@@ -283,6 +285,7 @@ RunFiles run_model(const ConformOptions& o, const LoadedModel& lm, const std::st
     for (size_t i : mine) {
       in_progress = fmt::format("{} {} prompt {}", tag, arm, lm.prompts[i].prompt.dump());
       decoder.reset();
+      if (variant && variant->prompts) variant->prompts->current = static_cast<int64_t>(i);
       if (verb == "generate") {
         const GenerateResult g = generate_greedy(decoder, lm.prompts[i].tokens, o.max_new, lm.prompts[i].prompt);
         out.results[i] = {{"jsonl", records_jsonl(g.records)}, {"tokens", g.tokens}};

@@ -48,6 +48,10 @@ struct RunFiles {
 // counted in `stats`.
 struct DecoderVariant {
   std::vector<int64_t> mates;
+  // Mates from other prompts: the rows `prompts` holds (recorded by a plain run); `record`: this run
+  // records its own rows into `prompts` and changes nothing else.
+  std::shared_ptr<PromptRows> prompts;
+  bool record = false;
   int tp_degree = 0;  // 0: no tensor parallelism
   std::string reduction = "ring";
   std::shared_ptr<BatchMateStats> stats = std::make_shared<BatchMateStats>();

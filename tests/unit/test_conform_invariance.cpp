@@ -29,6 +29,7 @@ TEST(ConformInvariance, EachArmPerLayerAndPerSequenceInResultsAndReport) {
   const nlohmann::json& inv = out.results.at("invariance");
   ASSERT_TRUE(inv.is_object());
   EXPECT_EQ(inv["mates"], nlohmann::json({0, 15, 63, 127}));
+  EXPECT_EQ(inv["mates_from"], "other prompts");
   ASSERT_EQ(inv["arms"].size(), 2u);
   const nlohmann::json& a = inv["arms"][0];
   const nlohmann::json& b = inv["arms"][1];
@@ -60,6 +61,10 @@ TEST(ConformInvariance, EachArmPerLayerAndPerSequenceInResultsAndReport) {
   EXPECT_EQ(seq["identical"], seq["prompts"]);
   EXPECT_TRUE(a["mates"]["records_identical"].get<bool>());
   EXPECT_EQ(a["mates"]["replay"]["replay"]["flips"], 0);
+  // The mates are the rows other prompts fed each layer: every layer is reached by every prompt, so no
+  // synthetic row was needed.
+  EXPECT_GT(a["mates"]["mate_rows"]["from_other_prompts"].get<int64_t>(), 0) << a["mates"].dump();
+  EXPECT_EQ(a["mates"]["mate_rows"]["synthetic"], 0) << a["mates"].dump();
   // TP 2: the row-parallel layers' bf16 partials are rounded per shard, so the model's outputs move
   // (counted per layer), and every captured layer at TP 2 is predicted element for element.
   const nlohmann::json& tp = a["tp"];

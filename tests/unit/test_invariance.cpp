@@ -14,6 +14,7 @@
 #include <set>
 
 #include "checks/c1_block_model.hpp"
+#include "checks/c8_decoder.hpp"
 #include "checks/c8_invariance.hpp"
 #include "checks/c8_tp.hpp"
 #include "qconform/accumulation.hpp"
@@ -197,6 +198,55 @@ TEST(Invariance, BlockScaledFp8ArmIsPredictedFromItsBlockModel) {
     EXPECT_EQ(c.claim_mismatch, 0) << describe(r);
     EXPECT_EQ(c.elements, ops.m * ops.n);
   }
+}
+
+// Mates from other prompts: a plain run records each sequence's rows per layer; a prompt's call then runs
+// with the rows of the other sequences as its mates (never its own), in the pool's order, and the layer's
+// first M outputs are the prompt's. Checked on what the inner function receives.
+TEST(DecoderInvariance, MatesFromOtherPromptsAreTheirRowsNeverTheOwnOnes) {
+  LinearLayer layer;
+  layer.name = "model.layers.0.mlp.up_proj";
+  layer.k_in = 3, layer.n_out = 2;
+  std::vector<std::vector<float>> seen;  // the rows the inner function received, per call
+  const LinearFn inner = [&](const LinearLayer& l, const float* x, int64_t M, float* y) {
+    seen.emplace_back(x, x + M * l.k_in);
+    for (int64_t i = 0; i < M * l.n_out; ++i) y[i] = x[(i / l.n_out) * l.k_in];
+  };
+  auto pool = std::make_shared<PromptRows>();
+  const LinearFn record = with_row_recorder(inner, pool);
+  std::vector<float> y(4);
+  const std::vector<float> seq0 = {1, 2, 3}, seq1 = {4, 5, 6, 7, 8, 9};
+  pool->current = 0;
+  record(layer, seq0.data(), 1, y.data());
+  pool->current = 1;
+  record(layer, seq1.data(), 2, y.data());
+  ASSERT_EQ(pool->rows[layer.name].size(), 3u);
+
+  const LinearFn batched = with_batch_mates(inner, {2}, 0, nullptr, pool);
+  seen.clear();
+  pool->current = 0;  // sequence 0's call: its mates are sequence 1's two rows
+  batched(layer, seq0.data(), 1, y.data());
+  ASSERT_EQ(seen.size(), 1u);
+  ASSERT_EQ(seen[0].size(), 9u);
+  EXPECT_EQ(std::vector<float>(seen[0].begin(), seen[0].begin() + 3), seq0);
+  for (int r = 1; r < 3; ++r) {
+    const std::vector<float> mate(seen[0].begin() + 3 * r, seen[0].begin() + 3 * r + 3);
+    EXPECT_TRUE(mate == std::vector<float>(seq1.begin(), seq1.begin() + 3) || mate == std::vector<float>(seq1.begin() + 3, seq1.end()))
+        << "mate " << r << " is not a row of sequence 1";
+  }
+  EXPECT_EQ(y[0], 1.0f);  // the prompt's own output, not a mate's
+  seen.clear();
+  pool->current = 1;  // sequence 1's call: its mates can only be sequence 0's row
+  batched(layer, seq1.data(), 2, y.data());
+  ASSERT_EQ(seen[0].size(), 12u);
+  for (int r = 2; r < 4; ++r) EXPECT_EQ(std::vector<float>(seen[0].begin() + 3 * r, seen[0].begin() + 3 * r + 3), seq0);
+  EXPECT_EQ(pool->from_prompts.load(), 4);
+  EXPECT_EQ(pool->synthetic.load(), 0);
+  // A layer no other sequence reached: synthetic mates, counted.
+  LinearLayer other = layer;
+  other.name = "model.layers.1.mlp.up_proj";
+  batched(other, seq1.data(), 2, y.data());
+  EXPECT_EQ(pool->synthetic.load(), 2);
 }
 
 // --- reduction models ---------------------------------------------------------------------------
