@@ -66,6 +66,7 @@ VerbRunner setup_generate(CLI::App& app) {
     extra["prompts"] = a->prompts;
     extra["max_new"] = a->max_new;
     if (!a->invariance.mates.empty()) extra["batch_mates"] = a->invariance.mates;
+    if (invariance.prompts) extra["batch_mates_from"] = "other prompts";
     if (a->invariance.degree != 0) {
       extra["tp"] = {{"degree", a->invariance.degree}, {"reduction", a->invariance.reduction}};
     }
@@ -84,9 +85,14 @@ VerbRunner setup_generate(CLI::App& app) {
     }
     const dist::Shared shared = dist::run_shared(items, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
                                                                    std::string& in_progress) {
+      record_prompt_rows(run, model, invariance, mine, [&](Decoder& plain, size_t i) {
+        in_progress = fmt::format("prompt {} (alone, recording its rows as mates)", prompts[i].id.dump());
+        (void)generate_greedy(plain, prompts[i].tokens, a->max_new, prompts[i].id);
+      });
       for (size_t i : mine) {
         const Prompt& p = prompts[i];
         in_progress = fmt::format("prompt {}", p.id.dump());
+        mates_for(invariance, i);
         const auto t0 = std::chrono::steady_clock::now();
         const GenerateResult g = generate_greedy(decoder, p.tokens, a->max_new, p.id);
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

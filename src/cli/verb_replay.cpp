@@ -54,6 +54,7 @@ VerbRunner setup_replay(CLI::App& app) {
     nlohmann::json extra = run.header_extra;
     extra["tokens"] = a->tokens;
     if (!a->invariance.mates.empty()) extra["batch_mates"] = a->invariance.mates;
+    if (invariance.prompts) extra["batch_mates_from"] = "other prompts";
     if (a->invariance.degree != 0) {
       extra["tp"] = {{"degree", a->invariance.degree}, {"reduction", a->invariance.reduction}};
     }
@@ -66,8 +67,13 @@ VerbRunner setup_replay(CLI::App& app) {
     for (size_t i = 0; i < seqs.size(); ++i) items.push_back(i), cost.push_back(static_cast<double>(seqs[i].tokens.size()));
     const dist::Shared shared = dist::run_shared(items, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
                                                                    std::string& in_progress) {
+      record_prompt_rows(run, model, invariance, mine, [&](Decoder& plain, size_t i) {
+        in_progress = fmt::format("sequence {} (alone, recording its rows as mates)", i);
+        (void)replay(plain, seqs[i].tokens, seqs[i].prompt);
+      });
       for (size_t i : mine) {
         in_progress = fmt::format("sequence {} (prompt {})", i, seqs[i].prompt.dump());
+        mates_for(invariance, i);
         std::string lines;
         int64_t n = 0, same = 0;
         for (const PositionRecord& r : replay(decoder, seqs[i].tokens, seqs[i].prompt)) {
