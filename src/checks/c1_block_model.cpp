@@ -167,6 +167,40 @@ void confirm_named_chain(Arm& unit, const NamedAccumModel& chain, int64_t bk, co
   }
 }
 
+// The per-block chain from the unit-scale structure: the measured model without its promotion, or,
+// where the prober's structures hold none (a whole-range chain such as `exact` run per K block), the
+// first named chain of the accumulation table that predicts every probe and every confirmation output.
+void chain_of_structure(Arm& unit, const BlockMeasureOptions& options, BlockMeasurement& r) {
+  r.structure_measured = r.structure.measured;
+  if (!r.structure_measured) {
+    // Chains the prober's structure search does not span (a whole-range chain such as `exact`, run per K
+    // block): each named chain of the accumulation table, per K block from zero and promoted into fp32
+    // (every form at unit scales), against every probe; the first that predicts them all is the chain.
+    if (std::optional<NamedAccumModel> named =
+            named_chain_at(r.structure, r.block_k_probed, options.structure.through_run)) {
+      confirm_named_chain(unit, *named, r.block_k_probed, options.structure, r.structure);
+      if (r.structure.confirm_matching == r.structure.confirm_outputs) {
+        r.structure_measured = true;
+        r.promotion_interval = r.block_k_probed;
+        r.chain_model = named->model;
+        r.chain = named->name;
+        r.chain_note = "a named chain over whole K blocks (outside the prober's structures) explains every probe and "
+                       "every confirmation output";
+      }
+    }
+  } else {
+    const Fp8AccumModel& u = r.structure.model;
+    r.promotion_interval = u.promote_steps > 0 && u.step_k > 0 ? int64_t{u.promote_steps} * u.step_k : 0;
+    Fp8AccumModel chain = u;
+    chain.promote_steps = 0;
+    chain.promote_bits = 23;
+    chain.promote_rounding = AccumRounding::nearest_even;
+    r.chain_model = chain;
+    const std::string named = named_model_of(chain);
+    r.chain = named.empty() ? accumulation_formula(chain) : named;
+  }
+}
+
 }  // namespace
 
 BlockMeasurement measure_block_model(Arm& arm, const BlockMeasureOptions& options) {
@@ -197,34 +231,7 @@ BlockMeasurement measure_block_model(Arm& arm, const BlockMeasureOptions& option
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
   }
-  r.structure_measured = r.structure.measured;
-  if (!r.structure_measured) {
-    // Chains the prober's structure search does not span (a whole-range chain such as `exact`, run per K
-    // block): each named chain of the accumulation table, per K block from zero and promoted into fp32
-    // (every form at unit scales), against every probe; the first that predicts them all is the chain.
-    if (std::optional<NamedAccumModel> named =
-            named_chain_at(r.structure, r.block_k_probed, options.structure.through_run)) {
-      confirm_named_chain(unit, *named, r.block_k_probed, options.structure, r.structure);
-      if (r.structure.confirm_matching == r.structure.confirm_outputs) {
-        r.structure_measured = true;
-        r.promotion_interval = r.block_k_probed;
-        r.chain_model = named->model;
-        r.chain = named->name;
-        r.chain_note = "a named chain over whole K blocks (outside the prober's structures) explains every probe and "
-                       "every confirmation output";
-      }
-    }
-  } else {
-    const Fp8AccumModel& u = r.structure.model;
-    r.promotion_interval = u.promote_steps > 0 && u.step_k > 0 ? int64_t{u.promote_steps} * u.step_k : 0;
-    Fp8AccumModel chain = u;
-    chain.promote_steps = 0;
-    chain.promote_bits = 23;
-    chain.promote_rounding = AccumRounding::nearest_even;
-    r.chain_model = chain;
-    const std::string named = named_model_of(chain);
-    r.chain = named.empty() ? accumulation_formula(chain) : named;
-  }
+  chain_of_structure(unit, options, r);
 
   // 2. The promotion form over the measured chain, on random scales.
   if (r.chain_model && r.promotion_interval == r.block_k_probed) {

@@ -44,6 +44,35 @@ std::string formula_line(const char* side, const nlohmann::json& arm) {
                      side, label, verdict, printable_text(f.value("reason", ""), 2000), detail, label);
 }
 
+// C8 per arm (conform --invariance-mates / --invariance-tp): the check, then one line per decoder variant.
+void print_invariance(const nlohmann::json& inv) {
+  if (!inv.is_object()) return;
+  fmt::print("\ninvariance (C8, each arm; batch mates {} ({}), tensor parallel {}):\n", inv["mates"].dump(),
+             inv["mates_from"].is_string() ? inv["mates_from"].get<std::string>() : "-",
+             inv["tp"].is_object() ? inv["tp"].dump() : "null");
+  const auto variant_line = [](const char* what, const nlohmann::json& v) {
+    if (!v.is_object()) return;
+    const auto& seq = v["generation"]["sequence"];
+    fmt::print("{:<30}{}: in the model {} of {} outputs differ from {}; sequences: {} of {} identical; replay: {} "
+               "flips in {} positions\n",
+               "", what, v["decoder"]["differing"].get<int64_t>(), v["decoder"]["elements"].get<int64_t>(),
+               v["decoder"]["baseline"].get<std::string>(), seq["identical"].get<int64_t>(),
+               seq["prompts"].get<int64_t>(), v["replay"]["replay"]["flips"].dump(),
+               v["replay"]["replay"]["positions"].dump());
+  };
+  for (const auto& a : inv["arms"]) {
+    const auto& c = a["check"];
+    fmt::print("{:<4}{:<26}{:<22}{}\n", c["id"].get<std::string>(), c["title"].get<std::string>(),
+               c["verdict"].get<std::string>(), c["summary"].get<std::string>());
+    variant_line("batch mates", a["mates"]);
+    if (a["tp"].is_object()) {
+      fmt::print("{:<30}captured layers at TP 1 and {}: {}\n", "", a["tp"]["degree"].get<int>(),
+                 a["tp"]["verdict"].is_string() ? a["tp"]["verdict"].get<std::string>() : "nothing compared (null)");
+    }
+    variant_line("tensor parallel", a["tp"]);
+  }
+}
+
 VerbRunner setup_conform(CLI::App& app) {
   auto o = std::make_shared<ConformOptions>();
   auto arms = std::make_shared<std::string>(o->arm_a + "," + o->arm_b);
@@ -153,32 +182,7 @@ VerbRunner setup_conform(CLI::App& app) {
                    c["points_to"].get<std::string>().ends_with(cause) ? "" : "; points to " + cause);
       }
     }
-    if (const auto& inv = r["invariance"]; inv.is_object()) {
-      fmt::print("\ninvariance (C8, each arm; batch mates {} ({}), tensor parallel {}):\n", inv["mates"].dump(),
-                 inv["mates_from"].is_string() ? inv["mates_from"].get<std::string>() : "-",
-                 inv["tp"].is_object() ? inv["tp"].dump() : "null");
-      const auto variant_line = [](const char* what, const nlohmann::json& v) {
-        if (!v.is_object()) return;
-        const auto& seq = v["generation"]["sequence"];
-        fmt::print("{:<30}{}: in the model {} of {} outputs differ from {}; sequences: {} of {} identical; replay: {} "
-                   "flips in {} positions\n",
-                   "", what, v["decoder"]["differing"].get<int64_t>(), v["decoder"]["elements"].get<int64_t>(),
-                   v["decoder"]["baseline"].get<std::string>(), seq["identical"].get<int64_t>(),
-                   seq["prompts"].get<int64_t>(), v["replay"]["replay"]["flips"].dump(),
-                   v["replay"]["replay"]["positions"].dump());
-      };
-      for (const auto& a : inv["arms"]) {
-        const auto& c = a["check"];
-        fmt::print("{:<4}{:<26}{:<22}{}\n", c["id"].get<std::string>(), c["title"].get<std::string>(),
-                   c["verdict"].get<std::string>(), c["summary"].get<std::string>());
-        variant_line("batch mates", a["mates"]);
-        if (a["tp"].is_object()) {
-          fmt::print("{:<30}captured layers at TP 1 and {}: {}\n", "", a["tp"]["degree"].get<int>(),
-                     a["tp"]["verdict"].is_string() ? a["tp"]["verdict"].get<std::string>() : "nothing compared (null)");
-        }
-        variant_line("tensor parallel", a["tp"]);
-      }
-    }
+    print_invariance(r["invariance"]);
     fmt::print("\npredictions pinned: {}\nresults: {}\nreport:  {}\n",
                r["pin"].is_string() ? r["pin"].get<std::string>() : "none (FP8 pair: C2 does not apply)",
                outcome.results_path, outcome.report_path);

@@ -28,6 +28,30 @@ struct GenerateArgs {
   bool gpu_per_rank = false;
 };
 
+// One prompt generated greedily: its printed text, records, token sequence and timing (and the
+// prefill/decode comparison with --compare-prefill-decode), as rank 0 merges them.
+nlohmann::json generate_one(Decoder& decoder, const Prompt& p, int64_t max_new, const Tokenizer* tok, bool compare) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const GenerateResult g = generate_greedy(decoder, p.tokens, max_new, p.id);
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::string text = tok ? fmt::format("[prompt {}] {}\n", p.id.dump(), tok->decode(g.tokens))
+                         : fmt::format("[prompt {}] {}\n", p.id.dump(), fmt::join(g.tokens, " "));
+  std::string lines;
+  for (const PositionRecord& r : g.records) lines += format_record(r) + "\n";
+  nlohmann::json result = {{"text", std::move(text)},
+                           {"jsonl", std::move(lines)},
+                           {"tokens", nlohmann::json{{"prompt", p.id}, {"tokens", g.tokens}}.dump() + "\n"},
+                           {"generated", g.records.size()},
+                           {"seconds", sec}};
+  if (compare) {
+    const PrefillDecodeComparison c = compare_prefill_decode(decoder, g);
+    result["compare"] = {{"positions", c.positions}, {"top1_disagreements", c.top1_disagreements},
+                         {"bitwise_different", c.bitwise_different}, {"max_abs_diff", c.max_abs_diff},
+                         {"disagreeing_positions", c.disagreeing_positions}};
+  }
+  return result;
+}
+
 VerbRunner setup_generate(CLI::App& app) {
   auto a = std::make_shared<GenerateArgs>();
   add_model_option(app, a->run);
@@ -93,25 +117,7 @@ VerbRunner setup_generate(CLI::App& app) {
         const Prompt& p = prompts[i];
         in_progress = fmt::format("prompt {}", p.id.dump());
         mates_for(invariance, i);
-        const auto t0 = std::chrono::steady_clock::now();
-        const GenerateResult g = generate_greedy(decoder, p.tokens, a->max_new, p.id);
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::string text = tok ? fmt::format("[prompt {}] {}\n", p.id.dump(), tok->decode(g.tokens))
-                               : fmt::format("[prompt {}] {}\n", p.id.dump(), fmt::join(g.tokens, " "));
-        std::string lines;
-        for (const PositionRecord& r : g.records) lines += format_record(r) + "\n";
-        nlohmann::json result = {{"text", std::move(text)},
-                                 {"jsonl", std::move(lines)},
-                                 {"tokens", nlohmann::json{{"prompt", p.id}, {"tokens", g.tokens}}.dump() + "\n"},
-                                 {"generated", g.records.size()},
-                                 {"seconds", sec}};
-        if (a->compare) {
-          const PrefillDecodeComparison c = compare_prefill_decode(decoder, g);
-          result["compare"] = {{"positions", c.positions}, {"top1_disagreements", c.top1_disagreements},
-                               {"bitwise_different", c.bitwise_different}, {"max_abs_diff", c.max_abs_diff},
-                               {"disagreeing_positions", c.disagreeing_positions}};
-        }
-        out.results[i] = std::move(result);
+        out.results[i] = generate_one(decoder, p, a->max_new, tok ? &*tok : nullptr, a->compare);
       }
     });
     if (!dist::world().root()) return kExitOk;

@@ -709,7 +709,7 @@ ConformOutcome run_conform(const ConformOptions& o, const std::function<void(int
   }
   // C8 is a property of each arm, not of the pair: an unexplained variance fails the run, the answer
   // stays the pair's.
-  for (const ArmInvarianceRuns& a : invariance.arms) {
+  for (const ArmInvarianceRuns& a : invariance.ran ? invariance.arms : std::array<ArmInvarianceRuns, 2>{}) {
     out.passed = out.passed && a.layers.check.verdict != Verdict::fail;
     for (const LayerTp& l : a.tp_layers) out.passed = out.passed && l.verdict != std::optional<std::string>(kVariantUnexplained);
   }
