@@ -65,7 +65,7 @@ const std::vector<CheckSpec>& check_table() {
        "a kernel whose algorithm changes with the batch shape (tile, swap-AB, split-K) or a reduction whose order "
        "changes with the degree, not recorded in its run record",
        {"the quantizer upstream of the GEMM (dynamic per-tensor activation scales depend on the batch)",
-        "block-scaled FP8 layers (not predicted)"},
+        "tensor-parallel degrees whose shards would split a scale block of a block-scaled layer (not applicable)"},
        /*falsifiable=*/true},
   };
   return table;
