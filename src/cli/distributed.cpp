@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 // One shard's output on the wire: the shard index, the record (JSON) and the bf16 outputs, each
-// length-prefixed; an error is a shard index of -1 and its exit code (one digit) and message.
+// length-prefixed; an error is a shard index of -1, then its exit code and message.
 void put_u64(std::string& out, uint64_t v) { out.append(reinterpret_cast<const char*>(&v), sizeof v); }
 uint64_t get_u64(const std::string& in, size_t& at) {
   QC_CHECK(at + sizeof(uint64_t) <= in.size(), "C8 shards: a message of {} bytes ends at {}", in.size(), at);
@@ -55,54 +55,56 @@ ShardRunner rank_shard_runner() {
   return [](Arm& arm, const std::vector<LayerOperands>& shards) -> std::optional<std::vector<ArmOutput>> {
     const dist::World& w = dist::world();
     std::string mine;
+    // An error ends this rank's part: the exit code one process would give (1 an arm that failed, 2 an
+    // input, 3 internal) and the message, in place of its shards.
+    const auto failed = [&](int code, const char* what) {
+      mine.clear();
+      put_u64(mine, ~uint64_t{0});
+      put_u64(mine, static_cast<uint64_t>(code));
+      put_bytes(mine, fmt::format("rank {}: {}", w.rank, what));
+    };
     try {
       for (size_t t = static_cast<size_t>(w.rank); t < shards.size(); t += static_cast<size_t>(w.size)) {
-        const ArmOutput out = arm.run(shards[t]);
+        ArmOutput out = arm.run(shards[t]);
+        out.record.extra["rank"] = w.rank;
         put_u64(mine, t);
-        nlohmann::json record = out.record;
-        record["rank"] = w.rank;
-        put_bytes(mine, record.dump());
+        put_bytes(mine, nlohmann::json(out.record).dump());
         put_bytes(mine, std::string_view(reinterpret_cast<const char*>(out.y.data()), out.y.size() * sizeof(uint16_t)));
       }
     } catch (const Error& e) {
-      // The exit code one process would give: 1 for an arm that failed, 2 for an input, 3 internal.
-      mine.clear();
-      put_u64(mine, ~uint64_t{0});
-      put_bytes(mine, fmt::format("{}rank {}: {}", e.kind() == ErrorKind::arm_failure ? 1 : e.kind() == ErrorKind::input ? 2 : 3,
-                                  w.rank, e.what()));
+      failed(e.kind() == ErrorKind::arm_failure ? 1 : e.kind() == ErrorKind::input ? 2 : 3, e.what());
     } catch (const std::exception& e) {
-      mine.clear();
-      put_u64(mine, ~uint64_t{0});
-      put_bytes(mine, fmt::format("3rank {}: {}", w.rank, e.what()));
+      failed(3, e.what());
     }
     const std::vector<std::string> parts = dist::gather(mine);
-    std::string failure;
+    nlohmann::json failure;  // {"code", "message"} from the first rank that failed; null when none did
     std::vector<ArmOutput> outs(shards.size());
     if (w.root()) {
       std::vector<bool> seen(shards.size(), false);
       for (const std::string& part : parts) {
-        for (size_t at = 0; at < part.size() && failure.empty();) {
+        for (size_t at = 0; at < part.size() && failure.is_null();) {
           const uint64_t t = get_u64(part, at);
           if (t == ~uint64_t{0}) {
-            failure = get_bytes(part, at);
+            const uint64_t code = get_u64(part, at);
+            failure = {{"code", code}, {"message", get_bytes(part, at)}};
             break;
           }
           QC_CHECK(t < shards.size() && !seen[t], "C8 shards: shard {} received twice or out of range", t);
           seen[t] = true;
-          const nlohmann::json record = nlohmann::json::parse(get_bytes(part, at));
+          outs[t].record = nlohmann::json::parse(get_bytes(part, at)).get<RunRecord>();
           const std::string y = get_bytes(part, at);
-          outs[t].record = record.get<RunRecord>();
-          outs[t].record.extra["rank"] = record.at("rank");
           outs[t].y.resize(y.size() / sizeof(uint16_t));
           std::memcpy(outs[t].y.data(), y.data(), outs[t].y.size() * sizeof(uint16_t));
         }
-        if (!failure.empty()) break;
+        if (!failure.is_null()) break;
       }
-      for (size_t t = 0; t < shards.size() && failure.empty(); ++t) QC_CHECK(seen[t], "C8 shards: shard {} never arrived", t);
+      for (size_t t = 0; t < shards.size() && failure.is_null(); ++t) QC_CHECK(seen[t], "C8 shards: shard {} never arrived", t);
     }
     // Every rank learns whether the degree can go on (a failure ends the job on every rank alike).
-    failure = dist::broadcast(failure);
-    if (!failure.empty()) throw dist::JobFailed(failure[0] - '0', w.root() ? failure.substr(1) : std::string());
+    failure = nlohmann::json::parse(dist::broadcast(failure.dump()));
+    if (!failure.is_null()) {
+      throw dist::JobFailed(failure.at("code").get<int>(), w.root() ? failure.at("message").get<std::string>() : std::string());
+    }
     if (!w.root()) return std::nullopt;
     return outs;
   };
