@@ -109,34 +109,32 @@ LinearFn with_batch_mates(LinearFn inner, std::vector<int64_t> mates, uint64_t s
     const int64_t k = layer.k_in, n = layer.n_out;
     std::vector<float> xb(static_cast<size_t>((M + b) * k)), yb(static_cast<size_t>((M + b) * n));
     std::copy_n(x, M * k, xb.begin());
-    // Other prompts' rows at this layer, in recorded order (none without a pool).
-    std::vector<const std::vector<float>*> others;
+    // Mates from other prompts' rows at this layer (none without a pool), copied under the pool's lock:
+    // the r-th mate is the (call * 7919 + r)-th of them in recorded order, cyclically.
+    int64_t from_pool = 0;
     if (from) {
       const int64_t seq = from->current.load();
       std::lock_guard lock(from->mu);
+      std::vector<const std::vector<float>*> others;
       if (auto it = from->rows.find(layer.name); it != from->rows.end()) {
         for (const PromptRows::Row& r : it->second) {
           if (r.sequence != seq && static_cast<int64_t>(r.x.size()) == k) others.push_back(&r.x);
         }
       }
+      for (; !others.empty() && from_pool < b; ++from_pool) {
+        const std::vector<float>& src = *others[static_cast<size_t>((call * 7919 + from_pool) % static_cast<int64_t>(others.size()))];
+        std::copy(src.begin(), src.end(), xb.begin() + (M + from_pool) * k);
+      }
+      from->from_prompts += from_pool;
+      from->synthetic += b - from_pool;
     }
     double ss = 0;
     for (int64_t i = 0; i < M * k; ++i) ss += static_cast<double>(x[i]) * x[i];
     const float rms = static_cast<float>(std::sqrt(ss / static_cast<double>(std::max<int64_t>(M * k, 1))));
     uint64_t state = seed ^ (0x9e3779b97f4a7c15ull * static_cast<uint64_t>(call + 1));
-    for (int64_t r = 0; r < b; ++r) {
-      float* dst = &xb[static_cast<size_t>((M + r) * k)];
-      if (!others.empty()) {
-        const std::vector<float>& src = *others[static_cast<size_t>((call * 7919 + r) % static_cast<int64_t>(others.size()))];
-        std::copy(src.begin(), src.end(), dst);
-        ++from->from_prompts;
-        continue;
-      }
-      if (from) ++from->synthetic;
-      for (int64_t i = 0; i < k; ++i) {
-        const double u = static_cast<double>(splitmix64(state) >> 11) / 9007199254740992.0;  // [0, 1)
-        dst[i] = static_cast<float>((4.0 * u - 2.0) * rms);
-      }
+    for (int64_t i = (M + from_pool) * k; i < (M + b) * k; ++i) {  // the rest: synthetic rows
+      const double u = static_cast<double>(splitmix64(state) >> 11) / 9007199254740992.0;  // [0, 1)
+      xb[static_cast<size_t>(i)] = static_cast<float>((4.0 * u - 2.0) * rms);
     }
     inner(layer, xb.data(), M + b, yb.data());
     std::copy_n(yb.begin(), M * n, y);
