@@ -1,5 +1,6 @@
 // C2, range prediction, at verify time (c2_range.hpp).
 #include "checks/c2_range.hpp"
+#include "checks/layer_checks.hpp"
 
 #include <fmt/format.h>
 
@@ -62,5 +63,13 @@ CheckResult c2_range(const std::vector<LayerRun>& runs, const PredictionSet& pre
                  {"contradicted_runs", exposed ? nlohmann::json(held_violations) : nlohmann::json(nullptr)}};
   return c2;
 }
+
+// C2's run evidence: whether each exposing arm's observed max |acc| stayed within the prediction.
+const LayerCheck kC2Range = {
+    .id = "C2",
+    .decide = [](const LayerCheckInputs& in) { return c2_range(in.runs, in.predictions, in.stale); },
+    .write_run = [](nlohmann::json& j, const LayerRun& x, bool) { j["prediction_held"] = x.prediction_held; },
+    .read_run = [](const nlohmann::json& j, LayerRun& x) { x.prediction_held = j.at("prediction_held").get<bool>(); },
+};
 
 }  // namespace qc

@@ -1,5 +1,6 @@
 // C3, shared operands (c3_shared_operands.hpp).
 #include "checks/c3_shared_operands.hpp"
+#include "checks/layer_checks.hpp"
 
 #include <fmt/format.h>
 
@@ -90,5 +91,31 @@ CheckResult c3_shared_operands(const std::vector<LayerRun>& runs) {
   c3.evidence = {{"runs", runs.size()}, {"modified", c3_bad}, {"first", c3_first}};
   return c3;
 }
+
+// C3's run evidence: whether the operands were unchanged and equal for both arms, and the first change.
+const LayerCheck kC3SharedOperands = {
+    .id = "C3",
+    .decide = [](const LayerCheckInputs& in) { return c3_shared_operands(in.runs); },
+    .write_run =
+        [](nlohmann::json& j, const LayerRun& x, bool lossless) {
+          j["operands_identical"] = x.operands_identical;
+          if (lossless) j["operands_note"] = x.operands_note;
+        },
+    .read_run =
+        [](const nlohmann::json& j, LayerRun& x) {
+          x.operands_identical = j.at("operands_identical").get<bool>();
+          x.operands_note = j.at("operands_note").get<std::string>();
+        },
+    // The operands precede every other stage: an arm that did not get identical bytes is named first.
+    .evidence_stage = [](const VerifyResult& r) -> std::optional<StageFinding> {
+      for (const LayerRun& x : r.runs) {
+        if (x.operands_identical) continue;
+        return StageFinding{Stage::operands,
+                            fmt::format("C3: the arms did not receive identical operands ({} m={} {}): {}", x.layer,
+                                        x.m, scale_mode_name(x.mode), x.operands_note)};
+      }
+      return std::nullopt;
+    },
+};
 
 }  // namespace qc

@@ -1,5 +1,6 @@
 // C4, accumulator equality (c4_accumulator.hpp).
 #include "checks/c4_accumulator.hpp"
+#include "checks/layer_checks.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,7 +14,7 @@ namespace {
 // FP8: each exposed fp32 accumulator against the arm's declared model, bitwise; runs where the arm's
 // record refused its model are unmodelled, neither passed nor failed.
 CheckResult c4_fp8(const std::vector<LayerRun>& runs) {
-  CheckResult c4 = make_check("C4", Verdict::not_applicable);
+  CheckResult c4 = make_check("C4", Verdict::not_applicable, /*fp8=*/true);
   int64_t compared = 0, mismatch = 0, unmodelled = 0, undeclared = 0;
   std::vector<std::string> first, notes;
   for (const LayerRun& r : runs) {
@@ -36,8 +37,6 @@ CheckResult c4_fp8(const std::vector<LayerRun>& runs) {
     }
   }
   if (compared) c4.verdict = mismatch ? Verdict::fail : Verdict::pass;
-  c4.points_to = "the accumulation stage: the arm accumulates otherwise than its declared model (fraction bits, "
-                 "rounding, instruction k, promotion interval, K order)";
   c4.summary = compared ? fmt::format("{} exposed fp32 accumulators compared with each arm's declared accumulation "
                                       "model, bitwise: {} elements off their model",
                                       compared, mismatch)
@@ -81,5 +80,88 @@ CheckResult c4_accumulator(const std::vector<LayerRun>& runs) {
                  {"excluded_runs_int32_overflow", c4_excluded}};
   return c4;
 }
+
+namespace {
+
+// FP8 pairs: an arm off its declared model. Its exposed fp32 accumulator off the model names the
+// accumulation model; the accumulator on it and the outputs off name the epilogue; no accumulator
+// exposed leaves the accumulation model named (the epilogue is not ruled out).
+std::optional<StageFinding> arm_off_its_model(const VerifyResult& r) {
+  for (int s = 0; s < 2; ++s) {
+    const ArmInfo& arm = s ? r.arm_b : r.arm_a;
+    int64_t outputs_off = 0, acc_off = 0, acc_compared = 0;
+    std::string first_output, first_acc, model;
+    const std::string side = s ? "B" : "A";
+    for (const LayerRun& x : r.runs) {
+      const int64_t out = x.arm[s].formula_mismatch.value_or(0), acc = x.arm[s].acc_mismatch.value_or(0);
+      outputs_off += out;
+      acc_off += acc;
+      const std::string& claimed = x.arm[s].model;
+      if (model.empty() && (out > 0 || acc > 0) && !claimed.empty()) model = claimed;
+      acc_compared += x.arm[s].acc_mismatch.has_value();
+      for (const std::string& f : x.model_first) {
+        if (first_output.empty() && f.starts_with(side + " ")) first_output = f;
+      }
+      for (const std::string& f : x.acc_first_mismatch) {
+        if (first_acc.empty() && f.starts_with(side + " ")) first_acc = f;
+      }
+    }
+    if (outputs_off == 0 && acc_off == 0) continue;
+    StageFinding f;
+    if (model.empty() || model == arm.accumulation_model) {
+      model = arm.accumulation_model;
+    } else {
+      model = fmt::format("{} (its record's form of the declared {})", model, arm.accumulation_model);
+    }
+    if (acc_off > 0) {
+      f.stage = Stage::accumulation_model;
+      f.detail = fmt::format(
+          "arm {} ({}) is off its declared accumulation model {}: {} fp32 accumulator elements and {} outputs differ "
+          "from the model; first accumulator: {}{}",
+          side, arm.label, model, acc_off, outputs_off, first_acc,
+          first_output.empty() ? "" : "; first output: " + first_output);
+    } else if (acc_compared > 0) {
+      f.stage = Stage::epilogue;
+      f.detail = fmt::format(
+          "arm {} ({}): its fp32 accumulator follows its declared model {} bit for bit, but {} outputs are off the "
+          "model + its declared epilogue; first: {}",
+          side, arm.label, model, outputs_off, first_output);
+    } else {
+      f.stage = Stage::accumulation_model;
+      f.detail = fmt::format(
+          "arm {} ({}) is off its declared accumulation model {} + epilogue: {} outputs differ (it exposes no fp32 "
+          "accumulator, so the epilogue is not ruled out); first: {}",
+          side, arm.label, model, outputs_off, first_output);
+    }
+    return f;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+// C4's run evidence: each arm's exposed accumulator against the reference (INT8: exact; FP8: its
+// declared model) and the first mismatching coordinates; on FP8 pairs also why an accumulator was not
+// compared.
+const LayerCheck kC4Accumulator = {
+    .id = "C4",
+    .decide = [](const LayerCheckInputs& in) { return c4_accumulator(in.runs); },
+    .write_run =
+        [](nlohmann::json& j, const LayerRun& x, bool lossless) {
+          j["acc_mismatch"] = {taken_json(x.arm[0].acc_mismatch), taken_json(x.arm[1].acc_mismatch)};
+          if (x.fp8) {
+            j["acc_first"] = x.acc_first_mismatch;
+            j["acc_note"] = x.acc_note;
+          }
+          if (lossless) j["acc_first_mismatch"] = x.acc_first_mismatch;
+        },
+    .read_run =
+        [](const nlohmann::json& j, LayerRun& x) {
+          for (int s = 0; s < 2; ++s) x.arm[s].acc_mismatch = taken_from_json(j.at("acc_mismatch").at(s));
+          x.acc_first_mismatch = j.at("acc_first_mismatch").get<std::vector<std::string>>();
+          if (x.fp8) x.acc_note = j.at("acc_note").get<std::string>();
+        },
+    .evidence_stage = arm_off_its_model,
+};
 
 }  // namespace qc

@@ -1,5 +1,6 @@
 // C6, real-scale tolerance (c6_tolerance.hpp).
 #include "checks/c6_tolerance.hpp"
+#include "checks/layer_checks.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -163,5 +164,41 @@ CheckResult c6_tolerance(const std::vector<LayerRun>& runs, const Comparison& to
                   predicted_runs > 0 ? nlohmann::json(predicted_set_wrong) : nlohmann::json(nullptr)}};
   return c6;
 }
+
+// C6's run evidence: each arm's outputs off its declared formula (FP8: model + epilogue) and the first
+// of them, and the predicted set of differing elements against the observed one.
+const LayerCheck kC6Tolerance = {
+    .id = "C6",
+    .decide = [](const LayerCheckInputs& in) { return c6_tolerance(in.runs, in.total_real, in.options.tolerance_ulps); },
+    .write_run =
+        [](nlohmann::json& j, const LayerRun& x, bool) {
+          j["formula_mismatch"] = {taken_json(x.arm[0].formula_mismatch), taken_json(x.arm[1].formula_mismatch)};
+          // Nothing predicted (-1: not both arms declare a formula) is null, and so is its equality.
+          j["predicted_diff"] = x.predicted_diff < 0 ? nlohmann::json(nullptr) : nlohmann::json(x.predicted_diff);
+          j["predicted_equals_observed"] =
+              x.predicted_diff < 0 ? nlohmann::json(nullptr) : nlohmann::json(x.predicted_equals_observed);
+          if (x.fp8) j["model_first"] = x.model_first;
+        },
+    .read_run =
+        [](const nlohmann::json& j, LayerRun& x) {
+          for (int s = 0; s < 2; ++s) x.arm[s].formula_mismatch = taken_from_json(j.at("formula_mismatch").at(s));
+          const nlohmann::json& predicted = j.at("predicted_diff");
+          x.predicted_diff = predicted.is_null() ? -1 : predicted.get<int64_t>();  // written before as -1 too
+          const nlohmann::json& equal = j.at("predicted_equals_observed");
+          x.predicted_equals_observed = equal.is_null() || equal.get<bool>();
+          if (x.fp8) x.model_first = j.at("model_first").get<std::vector<std::string>>();
+        },
+    // Differences no declared model predicts beyond the tolerance (an arm declares none): the stage
+    // cannot be named, the tolerance is what failed.
+    .failure_stage =
+        [](const CheckResult& c) {
+          const nlohmann::json beyond = c.evidence.value("unpredicted_beyond_tolerance", nlohmann::json(nullptr));
+          if (!beyond.is_number() || beyond.get<int64_t>() <= 0) return failed_in(c, Stage::accumulation_model);
+          return StageFinding{Stage::not_localized,
+                              fmt::format("{} differences that no declared model predicts exceed the tolerance (an arm "
+                                          "declares no accumulation model: declare it, or run identify); {}",
+                                          beyond.get<int64_t>(), c.summary)};
+        },
+};
 
 }  // namespace qc

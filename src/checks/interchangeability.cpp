@@ -38,18 +38,6 @@ std::string_view interchangeability_licenses(Interchangeability a) {
   return "";
 }
 
-std::string check_stage(std::string_view id) {
-  // The stage of the data flow each check guards (docs/checks.md, "a violation points first to").
-  if (id == "C0") return "provenance";
-  if (id == "C1") return "arithmetic";
-  if (id == "C2") return "accumulator range";
-  if (id == "C3") return "operands";
-  if (id == "C4") return "accumulation";
-  if (id == "C5" || id == "C6") return "epilogue";
-  if (id == "C7") return "token";
-  return std::string(id);
-}
-
 namespace {
 
 std::string token_effect(const InterchangeabilityFacts& f) {
@@ -193,14 +181,18 @@ std::string advice_for(const ArmInfo& arm, char side, UserLanguage language) {
 
 }  // namespace
 
+InterchangeabilityFacts::Failure verify_failure(const CheckResult& c, const VerifyResult& r) {
+  const bool localized = r.arm_a.fp8() && r.stage;
+  std::string detail = localized && !r.stage_detail.empty() ? r.stage_detail : c.points_to;
+  if (const std::string prefix = c.id + " failed: "; detail.starts_with(prefix)) detail.erase(0, prefix.size());
+  return {c.id, std::string(localized ? stage_name(*r.stage) : check_stage(c.id)), detail};
+}
+
 InterchangeabilityFacts facts_from_verify(const VerifyResult& r, UserLanguage language) {
   InterchangeabilityFacts f;
   const bool fp8 = r.arm_a.fp8();
   for (const CheckResult& c : r.checks) {
-    if (c.verdict != Verdict::fail) continue;
-    std::string detail = fp8 && !r.stage_detail.empty() ? r.stage_detail : c.points_to;
-    if (const std::string prefix = c.id + " failed: "; detail.starts_with(prefix)) detail.erase(0, prefix.size());
-    f.failures.push_back({c.id, fp8 && !r.stage.empty() ? r.stage : check_stage(c.id), detail});
+    if (c.verdict == Verdict::fail) f.failures.push_back(verify_failure(c, r));
   }
   for (const CheckResult& c : r.checks) {
     if (c.id == "C6" && c.evidence.contains("tolerance_ulps")) f.tolerance_ulps = c.evidence["tolerance_ulps"].get<int64_t>();

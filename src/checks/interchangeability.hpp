@@ -72,12 +72,13 @@ InterchangeabilityAnswer decide_interchangeability(const InterchangeabilityFacts
 nlohmann::json to_json(const InterchangeabilityAnswer& a);
 // "interchangeability: explained — <reason>" and, when there is advice, a second line "  next: ...".
 std::string describe(const InterchangeabilityAnswer& a);
-// The stage a failed check names when nothing more precise is known (C4 -> "accumulation").
-std::string check_stage(std::string_view check_id);
 
 struct VerifyResult;
 // The facts of a verify run: its checks C2-C6, every run's comparison and predictions, and the
 // arms' declarations; `language` phrases the advice.
 InterchangeabilityFacts facts_from_verify(const VerifyResult& r, UserLanguage language);
+// A failed check of verify as the answer names it: on an FP8 pair the stage verify localized and its
+// sentence, else the check's own stage and what it points to (without a leading "<id> failed: ").
+InterchangeabilityFacts::Failure verify_failure(const CheckResult& c, const VerifyResult& r);
 
 }  // namespace qc

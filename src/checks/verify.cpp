@@ -20,9 +20,8 @@
 #include "epilogue/block_models.hpp"
 #include "checks/c2_range.hpp"
 #include "checks/c3_shared_operands.hpp"
-#include "checks/c4_accumulator.hpp"
 #include "checks/c5_pow2.hpp"
-#include "checks/c6_tolerance.hpp"
+#include "checks/layer_checks.hpp"
 #include "checks/element_pass.hpp"
 #include "checks/fp8_reference.hpp"
 #include "qconform/epilogue.hpp"
@@ -155,6 +154,10 @@ LayerOperands first_rows(const LayerOperands& ops, int64_t m, std::string_view o
 
 bool VerifyResult::all_passed() const {
   return std::none_of(checks.begin(), checks.end(), [](const CheckResult& c) { return c.verdict == Verdict::fail; });
+}
+
+std::string VerifyResult::stage_sentence() const {
+  return stage ? fmt::format("the {} stage: {}", stage_name(*stage), stage_detail) : "";
 }
 
 namespace {
@@ -572,81 +575,24 @@ VerifyResult verify_layers(Arm& arm_a, Arm& arm_b, const std::vector<LayerOperan
 
 namespace {
 
-// The stage an FP8 verdict names: the operands (C3), an arm's accumulation model (its outputs off
-// model + epilogue, and its exposed fp32 accumulator off the model, or no accumulator exposed to
-// clear it), or the epilogue (the accumulator on its model, the outputs off; or a power-of-two
-// difference where the models agree). "" when every check passed.
+// The stage an FP8 verdict names: the first a check's evidence names, in the data flow's order (C3:
+// the operands; C4: an arm off its declared model, at the accumulation model or the epilogue), else
+// the one the first failing check names. None when every check passed.
 void fp8_stage(VerifyResult& r) {
-  for (const LayerRun& x : r.runs) {
-    if (!x.operands_identical) {
-      r.stage = "operands";
-      r.stage_detail = fmt::format("C3: the arms did not receive identical operands ({} m={} {}): {}", x.layer, x.m,
-                                   scale_mode_name(x.mode), x.operands_note);
+  for (const LayerCheck& check : layer_checks()) {
+    if (!check.evidence_stage) continue;
+    if (std::optional<StageFinding> f = check.evidence_stage(r)) {
+      r.stage = f->stage;
+      r.stage_detail = std::move(f->detail);
       return;
     }
-  }
-  for (int s = 0; s < 2; ++s) {
-    const ArmInfo& arm = s ? r.arm_b : r.arm_a;
-    int64_t outputs_off = 0, acc_off = 0, acc_compared = 0;
-    std::string first_output, first_acc, model;
-    const std::string side = s ? "B" : "A";
-    for (const LayerRun& x : r.runs) {
-      const int64_t out = x.arm[s].formula_mismatch.value_or(0), acc = x.arm[s].acc_mismatch.value_or(0);
-      outputs_off += out;
-      acc_off += acc;
-      const std::string& claimed = x.arm[s].model;
-      if (model.empty() && (out > 0 || acc > 0) && !claimed.empty()) model = claimed;
-      acc_compared += x.arm[s].acc_mismatch.has_value();
-      for (const std::string& f : x.model_first) {
-        if (first_output.empty() && f.starts_with(side + " ")) first_output = f;
-      }
-      for (const std::string& f : x.acc_first_mismatch) {
-        if (first_acc.empty() && f.starts_with(side + " ")) first_acc = f;
-      }
-    }
-    if (outputs_off == 0 && acc_off == 0) continue;
-    if (model.empty() || model == arm.accumulation_model) {
-      model = arm.accumulation_model;
-    } else {
-      model = fmt::format("{} (its record's form of the declared {})", model, arm.accumulation_model);
-    }
-    if (acc_off > 0) {
-      r.stage = "accumulation model";
-      r.stage_detail = fmt::format(
-          "arm {} ({}) is off its declared accumulation model {}: {} fp32 accumulator elements and {} outputs differ "
-          "from the model; first accumulator: {}{}",
-          side, arm.label, model, acc_off, outputs_off, first_acc,
-          first_output.empty() ? "" : "; first output: " + first_output);
-    } else if (acc_compared > 0) {
-      r.stage = "epilogue";
-      r.stage_detail = fmt::format(
-          "arm {} ({}): its fp32 accumulator follows its declared model {} bit for bit, but {} outputs are off the "
-          "model + its declared epilogue; first: {}",
-          side, arm.label, model, outputs_off, first_output);
-    } else {
-      r.stage = "accumulation model";
-      r.stage_detail = fmt::format(
-          "arm {} ({}) is off its declared accumulation model {} + epilogue: {} outputs differ (it exposes no fp32 "
-          "accumulator, so the epilogue is not ruled out); first: {}",
-          side, arm.label, model, outputs_off, first_output);
-    }
-    return;
   }
   for (const CheckResult& c : r.checks) {
     if (c.verdict != Verdict::fail) continue;
-    // C6 failing on differences no declared model predicts (an arm that declares none): the stage
-    // cannot be named, the tolerance is what failed.
-    const nlohmann::json& beyond = c.evidence.contains("unpredicted_beyond_tolerance") ? c.evidence["unpredicted_beyond_tolerance"]
-                                                                                       : nlohmann::json(nullptr);
-    if (c.id == "C6" && beyond.is_number() && beyond.get<int64_t>() > 0) {
-      r.stage = "not localized";
-      r.stage_detail = fmt::format("{} differences that no declared model predicts exceed the tolerance (an arm declares "
-                                   "no accumulation model: declare it, or run identify); {}",
-                                   beyond.get<int64_t>(), c.summary);
-      return;
-    }
-    r.stage = c.id == "C5" ? "epilogue" : "accumulation model";
-    r.stage_detail = fmt::format("{} failed: {}", c.id, c.summary);
+    const LayerCheck& check = layer_check(c.id);
+    StageFinding f = check.failure_stage ? check.failure_stage(c) : failed_in(c, Stage::accumulation_model);
+    r.stage = f.stage;
+    r.stage_detail = std::move(f.detail);
     return;
   }
 }
@@ -677,17 +623,14 @@ VerifyResult merge_verifications(const ArmInfo& arm_a, const ArmInfo& arm_b, con
     }
   }
 
-  // ---- the checks over all runs: one file each (src/checks/c<N>_*.cpp) ----
-  result.checks = {c2_range(result.runs, predictions, stale), c3_shared_operands(result.runs),
-                   c4_accumulator(result.runs), c5_pow2(result.runs),
-                   c6_tolerance(result.runs, result.total_real, options.tolerance_ulps)};
+  // ---- the checks over all runs: the registry's, each decided in its own file ----
+  const LayerCheckInputs in{result.runs, predictions, stale, result.total_real, options};
+  for (const LayerCheck& check : layer_checks()) result.checks.push_back(check.decide(in));
   if (!result.runs.empty() && result.runs.front().fp8) {
     fp8_stage(result);
     // Every failing check points to the stage the FP8 verdict names, with the arm and where.
     for (CheckResult& c : result.checks) {
-      if (c.verdict == Verdict::fail && !result.stage.empty()) {
-        c.points_to = fmt::format("the {} stage: {}", result.stage, result.stage_detail);
-      }
+      if (c.verdict == Verdict::fail && result.stage) c.points_to = result.stage_sentence();
     }
   }
   result.interchangeability = decide_interchangeability(facts_from_verify(result, options.language));

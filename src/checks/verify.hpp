@@ -173,10 +173,14 @@ struct VerifyResult {
   std::vector<LayerRun> runs;
   std::vector<CheckResult> checks;   // C2, C3, C4, C5, C6 in that order
   Comparison total_real;             // all real-scale runs merged
-  // FP8 pairs: the stage the verdict names ("" when every check passed): "operands", "accumulation
-  // model" (an arm off its declared model, its accumulator exposed and off too, or not exposed),
-  // "epilogue" (accumulator on its model, outputs off), and the sentence that says which arm and where.
-  std::string stage, stage_detail;
+  // FP8 pairs: the stage the verdict names (none when every check passed): the operands, the
+  // accumulation model (an arm off its declared model, its accumulator exposed and off too, or not
+  // exposed), the epilogue (accumulator on its model, outputs off), or not localized (differences
+  // nothing declared predicts beyond the tolerance); and the sentence that says which arm and where.
+  std::optional<Stage> stage;
+  std::string stage_detail;
+  // "the <stage> stage: <detail>" ("" when no stage is named).
+  std::string stage_sentence() const;
   // The answer a team acts on (identical / explained / unexplained / different), decided from the
   // checks above (interchangeability.hpp).
   InterchangeabilityAnswer interchangeability;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "accum/fp8_model.hpp"
+#include "checks/layer_checks.hpp"
 #include "checks/verify.hpp"
 #include "checks/verify_internal.hpp"
 #include "epilogue/block_models.hpp"
@@ -20,10 +21,6 @@ namespace {
 // results (docs/results-schema.md); `lossless` adds the fields that make it read back exactly
 // (layer_verification_from_json): the per-layer form the ranks of an MPI job and `--resume` exchange.
 nlohmann::json run_json(const LayerRun& x, bool lossless) {
-  // A count that was not taken (-1: the arm exposes no accumulator, declares no formula, nothing was
-  // predicted) is null: nothing was compared, and no number claims otherwise.
-  const auto count = [](int64_t v) { return v < 0 ? nlohmann::json(nullptr) : nlohmann::json(v); };
-  const auto taken = [](const std::optional<int64_t>& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
   nlohmann::json j = {{"layer", x.layer},
                       {"m", x.m},
                       {"n", x.n},
@@ -37,16 +34,6 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
                       {"ulp_histogram", nlohmann::json(x.cmp)["ulp_histogram"]},
                       {"subnormal", {x.cmp.subnormal_a, x.cmp.subnormal_b}},
                       {"nonfinite_pairs", x.cmp.nonfinite_pairs},
-                      {"operands_identical", x.operands_identical},
-                      {"acc_mismatch", {taken(x.arm[0].acc_mismatch), taken(x.arm[1].acc_mismatch)}},
-                      {"prediction_held", x.prediction_held},
-                      {"pow2_excluded", x.pow2_excluded},
-                      {"pow2_violations", x.pow2_violations},
-                      {"pow2_not_commutable", x.pow2_not_commutable},
-                      {"formula_mismatch", {taken(x.arm[0].formula_mismatch), taken(x.arm[1].formula_mismatch)}},
-                      {"predicted_diff", count(x.predicted_diff)},
-                      {"predicted_equals_observed",
-                       x.predicted_diff < 0 ? nlohmann::json(nullptr) : nlohmann::json(x.predicted_equals_observed)},
                       {"first", x.cmp.first}};
   if (x.fp8) {
     const auto refused = [](const std::string& why) { return why.empty() ? nlohmann::json(nullptr) : nlohmann::json(why); };
@@ -55,19 +42,14 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
     j["scaling"] = x.scaling;
     j["models"] = {refused(x.arm[0].model), refused(x.arm[1].model)};
     j["unmodelled"] = {refused(x.arm[0].unmodelled), refused(x.arm[1].unmodelled)};
-    j["model_acc_diff"] = count(x.model_acc_diff);
-    j["model_first"] = x.model_first;
-    j["acc_first"] = x.acc_first_mismatch;
-    j["acc_note"] = x.acc_note;
-    if (x.mode != ScaleMode::real) j["pow2_first"] = x.pow2_first;
+    j["model_acc_diff"] = x.model_acc_diff < 0 ? nlohmann::json(nullptr) : nlohmann::json(x.model_acc_diff);
   }
   if (lossless) {
     j["int32_overflow"] = x.int32_overflow;
     j["cmp"] = x.cmp;
-    j["operands_note"] = x.operands_note;
-    j["acc_first_mismatch"] = x.acc_first_mismatch;
-    j["pow2_first"] = x.pow2_first;
   }
+  // Each check's evidence fields, written by the check (layer_checks.hpp).
+  for (const LayerCheck& check : layer_checks()) check.write_run(j, x, lossless);
   return j;
 }
 
@@ -112,7 +94,7 @@ nlohmann::json to_json(const VerifyResult& r) {
     };
     j["fp8"] = {{"reference", "model"},
                 {"models", {model(r.arm_a), model(r.arm_b)}},
-                {"stage", r.stage.empty() ? nlohmann::json(nullptr) : nlohmann::json(r.stage)},
+                {"stage", r.stage ? nlohmann::json(stage_name(*r.stage)) : nlohmann::json(nullptr)},
                 {"stage_detail", r.stage_detail}};
   }
   return j;
@@ -141,27 +123,6 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
       r.safe = x.at("safe").get<bool>();
       r.int32_overflow = x.at("int32_overflow").get<bool>();
       r.cmp = x.at("cmp").get<Comparison>();
-      r.operands_identical = x.at("operands_identical").get<bool>();
-      r.operands_note = x.at("operands_note").get<std::string>();
-      // Counts not taken are null (written before: -1); both read back as -1.
-      const auto count = [](const nlohmann::json& v) { return v.is_null() ? int64_t{-1} : v.get<int64_t>(); };
-      // An arm's counts: null when not taken (written before as -1: read as not taken too).
-      const auto taken = [](const nlohmann::json& v) {
-        return v.is_null() || v.get<int64_t>() < 0 ? std::optional<int64_t>() : std::optional<int64_t>(v.get<int64_t>());
-      };
-      for (int s = 0; s < 2; ++s) {
-        r.arm[s].acc_mismatch = taken(x.at("acc_mismatch").at(s));
-        r.arm[s].formula_mismatch = taken(x.at("formula_mismatch").at(s));
-      }
-      r.acc_first_mismatch = x.at("acc_first_mismatch").get<std::vector<std::string>>();
-      r.prediction_held = x.at("prediction_held").get<bool>();
-      r.pow2_excluded = x.at("pow2_excluded").get<int64_t>();
-      r.pow2_violations = x.at("pow2_violations").get<int64_t>();
-      r.pow2_first = x.at("pow2_first").get<std::vector<DiffElement>>();
-      r.pow2_not_commutable = x.at("pow2_not_commutable").get<bool>();
-      r.predicted_diff = count(x.at("predicted_diff"));
-      const nlohmann::json& equal = x.at("predicted_equals_observed");
-      r.predicted_equals_observed = equal.is_null() || equal.get<bool>();
       if (x.value("fp8", false)) {
         r.fp8 = true;
         r.block = x.value("block_scaled", false);
@@ -171,10 +132,10 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
           r.arm[s].model = refused(x.at("models").at(s));
           r.arm[s].unmodelled = refused(x.at("unmodelled").at(s));
         }
-        r.model_acc_diff = count(x.at("model_acc_diff"));
-        r.model_first = x.at("model_first").get<std::vector<std::string>>();
-        r.acc_note = x.at("acc_note").get<std::string>();
+        const nlohmann::json& acc_diff = x.at("model_acc_diff");
+        r.model_acc_diff = acc_diff.is_null() ? -1 : acc_diff.get<int64_t>();  // written before as -1 too
       }
+      for (const LayerCheck& check : layer_checks()) check.read_run(x, r);
       v.runs.push_back(std::move(r));
     }
     return v;

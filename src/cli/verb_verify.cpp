@@ -86,7 +86,7 @@ void print_table(const VerifyResult& r, bool per_layer) {
                               : any_modelled ? "every modelled arm on its declared model; the differences with an "
                                                "unmodelled arm were not predicted"
                                              : "no arm was checked against a model (none declared or claimed)";
-    fmt::print("\nFP8 verdict: {}\n", r.stage.empty() ? clean : fmt::format("the {} stage: {}", r.stage, r.stage_detail));
+    fmt::print("\nFP8 verdict: {}\n", r.stage ? r.stage_sentence() : clean);
     for (const LayerRun& x : r.runs) {
       for (const auto& [side, why] : {std::pair{"A", &x.arm[0].unmodelled}, std::pair{"B", &x.arm[1].unmodelled}}) {
         if (!why->empty()) {

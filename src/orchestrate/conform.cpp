@@ -541,13 +541,13 @@ InterchangeabilityAnswer conform_answer(const VerifyResult& verify, const std::v
   facts.failures.clear();
   for (const CheckResult& c : all) {
     if (c.verdict != Verdict::fail) continue;
-    std::string stage = check_stage(c.id), detail = c.points_to;
-    if (c.id == "C1" && !failed_cases.empty()) detail = fmt::format("case {}, {}", failed_cases[0]["id"].get<std::string>(), detail);
-    if (fp8 && !verify.stage.empty() && c.id != "C0" && c.id != "C1" && c.id != "C7") {
-      stage = verify.stage;
-      detail = verify.stage_detail;
+    if (check_spec(c.id).per_layer) {  // verify's checks, localized as verify localized them
+      facts.failures.push_back(verify_failure(c, verify));
+      continue;
     }
-    facts.failures.push_back({c.id, stage, detail});
+    std::string detail = c.points_to;
+    if (c.id == "C1" && !failed_cases.empty()) detail = fmt::format("case {}, {}", failed_cases[0]["id"].get<std::string>(), detail);
+    facts.failures.push_back({c.id, std::string(check_stage(c.id)), detail});
   }
   facts.tokens_measured = true;
   facts.flips = static_cast<int64_t>(tr.replay.replay->n_flips);

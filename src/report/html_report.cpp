@@ -503,6 +503,22 @@ std::string inline_script(const std::string& code) {
 
 }  // namespace
 
+// The page's sections, in order: the verdicts and figures first, the provenance tables (long) last.
+// A check's own section is its row here, the function that draws it from the results JSON (each draws
+// nothing when its part of the results is absent).
+using ReportSection = void (*)(Page& p, const json& results);
+constexpr ReportSection kSections[] = {
+    verdict_section,      // every check's verdict (C0-C8)
+    arms_section,         // the arms and what they declared
+    headroom_section,     // C2
+    differences_section,  // C5, C6
+    fp8_verify_section,   // C4-C6 on an FP8 pair
+    sweep_section,        // the FP8 depth sweep
+    transfer_section,     // C7
+    invariance_section,   // C8 (html_invariance.cpp)
+    manifests_section,    // C0's manifests and their join
+};
+
 std::string render_report(const json& results, const ReportOptions& options) {
   validate(results);
   std::string chartjs_path, chartjs, charts_note;
@@ -563,16 +579,7 @@ std::string render_report(const json& results, const ReportOptions& options) {
   if (!charts_note.empty()) page.f("<p class=\"note\" id=\"qc-charts-note\">{}</p>\n", html_escape(charts_note));
   page.raw("<p class=\"note\" id=\"qc-js-errors\"></p>\n");
 
-  // Verdicts and figures first; the provenance tables (long) last.
-  verdict_section(page, results);
-  arms_section(page, results);
-  headroom_section(page, results);
-  differences_section(page, results);
-  fp8_verify_section(page, results);
-  sweep_section(page, results);
-  transfer_section(page, results);
-  invariance_section(page, results);
-  manifests_section(page, results);
+  for (const ReportSection section : kSections) section(page, results);
 
   std::string html;
   html.reserve(page.text().size() + chartjs.size() + 16384);

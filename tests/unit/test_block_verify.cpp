@@ -60,7 +60,7 @@ TEST(BlockVerify, TwoFormsOfOneChainPredictedEqualsObservedAndPow2Identical) {
   const std::vector<LayerOperands> layers = block_layers(false);
   const VerifyResult r = verify_pair("cpu:fp8-block-triton", "cpu:fp8-block-deepgemm", layers);
   for (const CheckResult& c : r.checks) EXPECT_NE(c.verdict, Verdict::fail) << c.id << ": " << c.summary;
-  EXPECT_EQ(r.stage, "");
+  EXPECT_FALSE(r.stage.has_value());
   EXPECT_EQ(check(r, "C2").verdict, Verdict::not_applicable);
   EXPECT_NE(check(r, "C2").summary.find("block-scaled FP8 accumulation is floating point and its scales act inside it"),
             std::string::npos)
@@ -152,7 +152,7 @@ TEST(BlockVerify, AnArmOffItsDeclaredFormIsLocalizedToItsAccumulation) {
   // or may not see it: the exposed D is what localizes the arm.
   EXPECT_EQ(check(r, "C4").verdict, Verdict::fail) << check(r, "C4").summary;
   EXPECT_EQ(check(r, "C5").verdict, Verdict::pass) << check(r, "C5").summary;  // pow2: forms agree, so does it
-  EXPECT_EQ(r.stage, "accumulation model");
+  EXPECT_EQ(r.stage, Stage::accumulation_model);
   EXPECT_NE(r.stage_detail.find("arm A (test:mislabeled) is off its declared accumulation model block-triton"),
             std::string::npos)
       << r.stage_detail;

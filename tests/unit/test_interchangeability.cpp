@@ -309,7 +309,7 @@ TEST(InterchangeabilityVerify, AnUndeclaredFp8ArmIsUnexplainedWithTheAdviceToIde
       const InterchangeabilityAnswer& ans = r.interchangeability;
       if (tolerance == 1) {
         EXPECT_EQ(c6.verdict, Verdict::fail) << c6.summary;
-        EXPECT_EQ(r.stage, "not localized") << r.stage_detail;
+        EXPECT_EQ(r.stage, Stage::not_localized) << r.stage_detail;
         EXPECT_EQ(ans.answer, Interchangeability::different) << ans.reason;
       } else {
         EXPECT_EQ(c6.verdict, Verdict::pass) << c6.summary;

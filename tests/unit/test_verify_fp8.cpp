@@ -92,7 +92,7 @@ TEST(VerifyFp8, ChainVersusPromote4PredictsEveryDifference) {
   const VerifyResult r = verify_layers(*a, *b, layers, predictions, cpu_options());
   for (const CheckResult& c : r.checks) EXPECT_NE(c.verdict, Verdict::fail) << c.id << ": " << c.summary;
   EXPECT_TRUE(r.all_passed());
-  EXPECT_EQ(r.stage, "");
+  EXPECT_FALSE(r.stage.has_value());
   EXPECT_EQ(check(r, "C2").verdict, Verdict::not_applicable);
   EXPECT_NE(check(r, "C2").summary.find("FP8 accumulation is floating point"), std::string::npos);
   EXPECT_EQ(check(r, "C4").verdict, Verdict::pass) << check(r, "C4").summary;  // the CPU arms expose d
@@ -167,7 +167,7 @@ TEST(VerifyFp8, MutantIsCaughtInTheAccumulationStage) {
   ASSERT_EQ(mutant->info().accumulation_model, "hopper-fp8-chain");
   const VerifyResult r = verify_layers(*mutant, *good, layers, predictions, cpu_options());
   EXPECT_FALSE(r.all_passed());
-  EXPECT_EQ(r.stage, "accumulation model") << r.stage_detail;
+  EXPECT_EQ(r.stage, Stage::accumulation_model) << r.stage_detail;
   EXPECT_NE(r.stage_detail.find("arm A (mutant:fp8-rne-steps)"), std::string::npos) << r.stage_detail;
   EXPECT_NE(r.stage_detail.find("hopper-fp8-chain"), std::string::npos) << r.stage_detail;
   EXPECT_EQ(check(r, "C4").verdict, Verdict::fail) << check(r, "C4").summary;
