@@ -31,13 +31,13 @@ CheckResult c5_fp8(const std::vector<LayerRun>& runs) {
       ++not_commutable;
       continue;
     }
-    if (r.model_acc_diff < 0) {
+    if (!r.model_acc_diff) {
       ++unmodelled;
       continue;
     }
     ++checked;
     differing += r.cmp.bitwise_diff;
-    acc_differ += r.model_acc_diff;
+    acc_differ += *r.model_acc_diff;
     violations += r.pow2_violations;
     excluded += r.pow2_excluded;
     for (const DiffElement& d : r.pow2_first) {

@@ -52,9 +52,9 @@ CheckResult c6_fp8(const std::vector<LayerRun>& runs, const Comparison& t, int64
     }
     const bool no_model = *why[0] == kUndeclaredModel || *why[1] == kUndeclaredModel;
     if (no_model && r.mode == ScaleMode::real && r.m == m_full[r.layer]) unpredicted.merge(r.cmp, 0);
-    if (r.predicted_diff < 0) continue;
+    if (!r.predicted_diff) continue;
     ++compared_runs;
-    predicted += r.predicted_diff;
+    predicted += *r.predicted_diff;
     sets_differ += !r.predicted_equals_observed;
   }
   const bool any_modelled = std::any_of(runs.begin(), runs.end(), [](const LayerRun& r) {
@@ -117,7 +117,7 @@ CheckResult c6_tolerance(const std::vector<LayerRun>& runs, const Comparison& to
     mismatch_formula += r.arm[0].formula_mismatch.value_or(0) + r.arm[1].formula_mismatch.value_or(0);
     declared_a = declared_a && r.arm[0].formula_mismatch.has_value();
     declared_b = declared_b && r.arm[1].formula_mismatch.has_value();
-    if (r.predicted_diff >= 0) {
+    if (r.predicted_diff) {
       ++predicted_runs;
       predicted_set_wrong += !r.predicted_equals_observed;
     }
@@ -173,17 +173,16 @@ const LayerCheck kC6Tolerance = {
     .write_run =
         [](nlohmann::json& j, const LayerRun& x, bool) {
           j["formula_mismatch"] = {taken_json(x.arm[0].formula_mismatch), taken_json(x.arm[1].formula_mismatch)};
-          // Nothing predicted (-1: not both arms declare a formula) is null, and so is its equality.
-          j["predicted_diff"] = x.predicted_diff < 0 ? nlohmann::json(nullptr) : nlohmann::json(x.predicted_diff);
+          // Nothing predicted (not both arms declare a formula) is null, and so is its equality.
+          j["predicted_diff"] = taken_json(x.predicted_diff);
           j["predicted_equals_observed"] =
-              x.predicted_diff < 0 ? nlohmann::json(nullptr) : nlohmann::json(x.predicted_equals_observed);
+              x.predicted_diff ? nlohmann::json(x.predicted_equals_observed) : nlohmann::json(nullptr);
           if (x.fp8) j["model_first"] = x.model_first;
         },
     .read_run =
         [](const nlohmann::json& j, LayerRun& x) {
           for (int s = 0; s < 2; ++s) x.arm[s].formula_mismatch = taken_from_json(j.at("formula_mismatch").at(s));
-          const nlohmann::json& predicted = j.at("predicted_diff");
-          x.predicted_diff = predicted.is_null() ? -1 : predicted.get<int64_t>();  // written before as -1 too
+          x.predicted_diff = taken_from_json(j.at("predicted_diff"));  // written before as -1 too
           const nlohmann::json& equal = j.at("predicted_equals_observed");
           x.predicted_equals_observed = equal.is_null() || equal.get<bool>();
           if (x.fp8) x.model_first = j.at("model_first").get<std::vector<std::string>>();

@@ -204,8 +204,8 @@ InterchangeabilityFacts facts_from_verify(const VerifyResult& r, UserLanguage la
     f.elements += x.cmp.total;
     f.differing += x.cmp.bitwise_diff;
     f.max_ulp = std::max(f.max_ulp, x.cmp.max_ulp);
-    model_acc_differ = model_acc_differ || x.model_acc_diff > 0;
-    if (x.predicted_diff >= 0 || x.cmp.bitwise_diff == 0) continue;
+    model_acc_differ = model_acc_differ || x.model_acc_diff.value_or(0) > 0;
+    if (x.predicted_diff || x.cmp.bitwise_diff == 0) continue;
     ++f.unpredicted_runs;
     f.unpredicted_differing += x.cmp.bitwise_diff;
     // A run whose arm's record refused the model it declares: C6 lists it and decides nothing on it.

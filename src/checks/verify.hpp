@@ -144,9 +144,9 @@ struct LayerRun {
   std::vector<DiffElement> pow2_first;
   bool pow2_not_commutable = false;   // a declared formula adds bias after a rounding
   // Declared formulas: whether the observed set of differing elements equals the set the two formulas
-  // predict (`predicted_diff` -1: not both arms declare a formula, nothing was predicted and
-  // `predicted_equals_observed` means nothing; the JSON writes it as null).
-  int64_t predicted_diff = -1;
+  // predict (`predicted_diff` none: not both arms declare a formula, nothing was predicted and
+  // `predicted_equals_observed` means nothing; the JSON writes both as null).
+  std::optional<int64_t> predicted_diff;
   bool predicted_equals_observed = true;
   // FP8 pairs (both arms declare an accumulation model, docs/accumulation.md): the reference is each
   // arm's declared model on the layer's codes plus its declared epilogue, so `arm[i].formula_mismatch`
@@ -161,7 +161,7 @@ struct LayerRun {
   // not (a scale product outside fp32's exact range).
   bool block = false;
   std::string scaling;                     // FP8: the layer's scale layouts (`scaling_description`)
-  int64_t model_acc_diff = -1;             // elements where the two models' fp32 accumulators differ bitwise
+  std::optional<int64_t> model_acc_diff;   // elements where the two models' fp32 accumulators differ bitwise (none: unmodelled)
   std::vector<std::string> model_first;    // the first outputs off their model, described with bit patterns
   std::string acc_note;                    // why an FP8 arm's accumulator was not compared ("" when it was)
 };

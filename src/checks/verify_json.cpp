@@ -42,7 +42,7 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
     j["scaling"] = x.scaling;
     j["models"] = {refused(x.arm[0].model), refused(x.arm[1].model)};
     j["unmodelled"] = {refused(x.arm[0].unmodelled), refused(x.arm[1].unmodelled)};
-    j["model_acc_diff"] = x.model_acc_diff < 0 ? nlohmann::json(nullptr) : nlohmann::json(x.model_acc_diff);
+    j["model_acc_diff"] = taken_json(x.model_acc_diff);
   }
   if (lossless) {
     j["int32_overflow"] = x.int32_overflow;
@@ -132,8 +132,7 @@ LayerVerification layer_verification_from_json(const nlohmann::json& j, const st
           r.arm[s].model = refused(x.at("models").at(s));
           r.arm[s].unmodelled = refused(x.at("unmodelled").at(s));
         }
-        const nlohmann::json& acc_diff = x.at("model_acc_diff");
-        r.model_acc_diff = acc_diff.is_null() ? -1 : acc_diff.get<int64_t>();  // written before as -1 too
+        r.model_acc_diff = taken_from_json(x.at("model_acc_diff"));  // written before as -1 too
       }
       for (const LayerCheck& check : layer_checks()) check.read_run(x, r);
       v.runs.push_back(std::move(r));

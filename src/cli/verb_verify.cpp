@@ -43,8 +43,8 @@ void print_table(const VerifyResult& r, bool per_layer) {
       fmt::print("{:<40} {:>5} {:>13} {:>6} {:>6} ({:>5.1f}) {:>6} {:>12} {:>6}\n", x.layer, x.m, scale_mode_name(x.mode),
                  x.fp8 ? "-" : (x.safe ? "yes" : "NO"), x.cmp.bitwise_diff, 1e6 * static_cast<double>(x.cmp.bitwise_diff) / x.cmp.total,
                  x.cmp.max_ulp, acc(x.arm[0].acc_mismatch) + "/" + acc(x.arm[1].acc_mismatch),
-                 x.predicted_diff < 0 ? (x.arm[0].unmodelled.empty() && x.arm[1].unmodelled.empty() ? "-" : "unmod")
-                                      : (x.predicted_equals_observed ? "yes" : "NO"));
+                 x.predicted_diff ? (x.predicted_equals_observed ? "yes" : "NO")
+                                  : (x.arm[0].unmodelled.empty() && x.arm[1].unmodelled.empty() ? "-" : "unmod"));
     }
   }
   // Totals per scale regime.
@@ -79,7 +79,7 @@ void print_table(const VerifyResult& r, bool per_layer) {
     // failure it says only what was compared.
     bool all_predicted = !r.runs.empty(), any_modelled = false;
     for (const LayerRun& x : r.runs) {
-      all_predicted = all_predicted && x.predicted_diff >= 0;
+      all_predicted = all_predicted && x.predicted_diff.has_value();
       any_modelled = any_modelled || x.arm[0].formula_mismatch || x.arm[1].formula_mismatch;
     }
     const std::string clean = all_predicted  ? "every arm on its declared model; predicted set == observed set"
@@ -96,7 +96,7 @@ void print_table(const VerifyResult& r, bool per_layer) {
     }
   }
   if (r.total_real.bitwise_diff > 0) {
-    const bool predicted = std::all_of(r.runs.begin(), r.runs.end(), [](const LayerRun& x) { return x.predicted_diff >= 0; });
+    const bool predicted = std::all_of(r.runs.begin(), r.runs.end(), [](const LayerRun& x) { return x.predicted_diff.has_value(); });
     fmt::print("\nfirst real-scale differences ({}):\n",
                !predicted ? "not predicted: an arm declares no formula or model, or refused it"
                : r.arm_a.fp8() ? "each predicted by the declared models unless C6 says otherwise"

@@ -80,7 +80,7 @@ TEST(BlockVerify, TwoFormsOfOneChainPredictedEqualsObservedAndPow2Identical) {
     EXPECT_TRUE(x.predicted_equals_observed) << x.layer << " " << scale_mode_name(x.mode);
     EXPECT_EQ(x.predicted_diff, x.cmp.bitwise_diff) << x.layer;
     if (x.mode == ScaleMode::real) {
-      real_d_differences += x.model_acc_diff;  // the forms' D differ in fp32 ulps; bf16 hides most of it
+      real_d_differences += x.model_acc_diff.value();  // the forms' D differ in fp32 ulps; bf16 hides most of it
       const LayerOperands* ops = nullptr;
       for (const LayerOperands& l : layers) ops = l.name == x.layer ? &l : ops;
       ASSERT_NE(ops, nullptr);
@@ -116,7 +116,7 @@ TEST(BlockVerify, ChainsThatDifferArePredictedExactlyUnderPow2) {
     if (x.mode == ScaleMode::real) continue;
     pow2_differences += x.cmp.bitwise_diff;
     EXPECT_EQ(x.pow2_violations, 0) << x.layer;
-    EXPECT_GE(x.model_acc_diff, x.cmp.bitwise_diff) << x.layer;  // every difference where some chain differs
+    EXPECT_GE(x.model_acc_diff.value(), x.cmp.bitwise_diff) << x.layer;  // every difference where some chain differs
   }
   EXPECT_GT(pow2_differences, 0) << "the Hopper chain and an fp32 sum should differ at some K block";
 }
