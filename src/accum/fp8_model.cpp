@@ -12,6 +12,7 @@
 
 #include "accum/fp8_model_fp64.hpp"
 #include "accum/fp8_model_kernels.hpp"
+#include "core/name_table.hpp"
 #include "core/parallel.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
@@ -307,15 +308,13 @@ Fp8FastPath fp8_fast_path(const Fp8AccumModel& m, const Fp8Gemm& g) {
   return Fp8FastPath::reference;
 }
 
-const char* fast_path_name(Fp8FastPath p) {
-  switch (p) {
-    case Fp8FastPath::steps_f64: return "steps in fp64 lanes";
-    case Fp8FastPath::fp32_sum: return "fp32 sums in fp32 lanes";
-    case Fp8FastPath::exact_f64: return "exact sum in fp64 lanes";
-    case Fp8FastPath::reference: return "scalar reference (no fast path for this model)";
-  }
-  return "?";
-}
+constexpr NameRow<Fp8FastPath> kFastPathNames[] = {
+    {Fp8FastPath::steps_f64, "steps in fp64 lanes"},
+    {Fp8FastPath::fp32_sum, "fp32 sums in fp32 lanes"},
+    {Fp8FastPath::exact_f64, "exact sum in fp64 lanes"},
+    {Fp8FastPath::reference, "scalar reference (no fast path for this model)"}};
+
+const char* fast_path_name(Fp8FastPath p) { return name_of(kFastPathNames, p).data(); }
 
 void fp8_model_evaluate(const Fp8AccumModel& m, const Fp8Gemm& g, float* d, int threads) {
   validate_fp8_gemm(m, g);

@@ -7,18 +7,18 @@
 #include <algorithm>
 
 #include "checks/verify.hpp"
+#include "core/name_table.hpp"
 
 namespace qc {
 
-std::string_view interchangeability_name(Interchangeability a) {
-  switch (a) {
-    case Interchangeability::identical: return "identical";
-    case Interchangeability::explained: return "explained";
-    case Interchangeability::unexplained: return "unexplained";
-    case Interchangeability::different: return "different";
-  }
-  return "?";
-}
+namespace {
+constexpr NameRow<Interchangeability> kInterchangeabilityNames[] = {{Interchangeability::identical, "identical"},
+                                                                    {Interchangeability::explained, "explained"},
+                                                                    {Interchangeability::unexplained, "unexplained"},
+                                                                    {Interchangeability::different, "different"}};
+}  // namespace
+
+std::string_view interchangeability_name(Interchangeability a) { return name_of(kInterchangeabilityNames, a); }
 
 std::string_view interchangeability_licenses(Interchangeability a) {
   // docs/checks.md, "The interchangeability answer", says the same in more words.

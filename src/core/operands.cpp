@@ -51,16 +51,13 @@ void check_layout(const LayerOperands& ops, const ScaleLayout& l, bool weights, 
 }
 }  // namespace
 
-std::string_view scale_granularity_name(ScaleGranularity g) {
-  switch (g) {
-    case ScaleGranularity::per_tensor: return "per-tensor";
-    case ScaleGranularity::per_token: return "per-token";
-    case ScaleGranularity::per_channel: return "per-channel";
-    case ScaleGranularity::per_token_group: return "per-token-group";
-    case ScaleGranularity::per_block: return "per-block";
-  }
-  return "?";
-}
+constexpr NameRow<ScaleGranularity> kScaleGranularityNames[] = {{ScaleGranularity::per_tensor, "per-tensor"},
+                                                                 {ScaleGranularity::per_token, "per-token"},
+                                                                 {ScaleGranularity::per_channel, "per-channel"},
+                                                                 {ScaleGranularity::per_token_group, "per-token-group"},
+                                                                 {ScaleGranularity::per_block, "per-block"}};
+
+std::string_view scale_granularity_name(ScaleGranularity g) { return name_of(kScaleGranularityNames, g); }
 
 std::string ScaleLayout::spec() const {
   switch (granularity) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "core/name_table.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 
@@ -31,23 +32,21 @@ int8_t sat_s8_round_half_away(float x) {
   return saturate_s8(x, [](float v) { return std::round(v); });  // C `round`, like libdevice.round
 }
 
+namespace {
+constexpr NameRow<ActQuantizer> kActQuantizerNames[] = {{ActQuantizer::vllm, "vllm"},
+                                                        {ActQuantizer::sglang, "sglang"},
+                                                        {ActQuantizer::reciprocal, "reciprocal"},
+                                                        {ActQuantizer::static_, "static"}};
+constexpr NameRow<GroupQuantizer> kGroupQuantizerNames[] = {
+    {GroupQuantizer::vllm, "vllm"}, {GroupQuantizer::sglang, "sglang"}, {GroupQuantizer::deepgemm, "deepgemm"}};
+}  // namespace
+
 ActQuantizer act_quantizer(std::string_view name) {
-  if (name == "vllm") return ActQuantizer::vllm;
-  if (name == "reciprocal") return ActQuantizer::reciprocal;
-  if (name == "sglang") return ActQuantizer::sglang;
-  if (name == "static") return ActQuantizer::static_;
+  if (const auto q = value_of(kActQuantizerNames, name)) return *q;
   QC_FAIL_INPUT("unknown activation quantizer `{}`: expected one of vllm, sglang, reciprocal, static", name);
 }
 
-std::string_view act_quantizer_name(ActQuantizer q) {
-  switch (q) {
-    case ActQuantizer::vllm: return "vllm";
-    case ActQuantizer::sglang: return "sglang";
-    case ActQuantizer::reciprocal: return "reciprocal";
-    case ActQuantizer::static_: return "static";
-  }
-  return "?";
-}
+std::string_view act_quantizer_name(ActQuantizer q) { return name_of(kActQuantizerNames, q); }
 
 float quantize_activation_row(ActQuantizer kind, const float* x, int64_t K, int8_t* q, float static_scale) {
   if (kind == ActQuantizer::static_) {
@@ -217,20 +216,11 @@ float ue8m0_ceil(float s) {
 }
 
 GroupQuantizer group_quantizer(std::string_view name, std::string_view what) {
-  if (name == "vllm") return GroupQuantizer::vllm;
-  if (name == "sglang") return GroupQuantizer::sglang;
-  if (name == "deepgemm") return GroupQuantizer::deepgemm;
-  QC_FAIL_INPUT("{} `{}`: expected a per-token-group FP8 quantizer: vllm, sglang or deepgemm", what, name);
+  if (const auto q = value_of(kGroupQuantizerNames, name)) return *q;
+  QC_FAIL_INPUT("{} `{}`: expected a per-token-group FP8 quantizer: {}", what, name, names_or(kGroupQuantizerNames));
 }
 
-std::string_view group_quantizer_name(GroupQuantizer q) {
-  switch (q) {
-    case GroupQuantizer::vllm: return "vllm";
-    case GroupQuantizer::sglang: return "sglang";
-    case GroupQuantizer::deepgemm: return "deepgemm";
-  }
-  return "?";
-}
+std::string_view group_quantizer_name(GroupQuantizer q) { return name_of(kGroupQuantizerNames, q); }
 
 std::string group_quantizer_description(GroupQuantizer q, bool ue8m0) {
   switch (q) {

@@ -15,6 +15,7 @@
 #include <numeric>
 #include <optional>
 
+#include "core/name_table.hpp"
 #include "qconform/error.hpp"
 
 namespace qc::stats {
@@ -379,15 +380,14 @@ void BinomialSeries::validate() const {
   }
 }
 
-const char* fit_model_name(FitModel m) {
-  switch (m) {
-    case FitModel::constant: return "constant";
-    case FitModel::linear: return "linear";
-    case FitModel::power: return "power";
-    case FitModel::saturation: return "saturation";
-  }
-  return "?";
-}
+namespace {
+constexpr NameRow<FitModel> kFitModelNames[] = {{FitModel::constant, "constant"},
+                                                {FitModel::linear, "linear"},
+                                                {FitModel::power, "power"},
+                                                {FitModel::saturation, "saturation"}};
+}  // namespace
+
+const char* fit_model_name(FitModel m) { return name_of(kFitModelNames, m).data(); }
 
 double fit_predict(FitModel model, const std::vector<double>& params, double k) {
   switch (model) {

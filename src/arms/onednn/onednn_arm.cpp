@@ -16,6 +16,7 @@
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
+#include "core/name_table.hpp"
 #include "core/version.hpp"
 
 namespace qc {
@@ -142,15 +143,13 @@ OnednnMatmul onednn_s8s8_matmul(const int8_t* a, const int8_t* w, int64_t m, int
   return result;
 }
 
-std::string_view to_string(OnednnAccumulation model) {
-  switch (model) {
-    case OnednnAccumulation::exact: return "exact";
-    case OnednnAccumulation::fp32_above_2p24: return "exact to 2^24, fp32-rounded above";
-    case OnednnAccumulation::int16_pair_saturation: return "int16 pair saturation";
-    case OnednnAccumulation::unmodelled: return "unmodelled";
-  }
-  return "unmodelled";
-}
+constexpr NameRow<OnednnAccumulation> kOnednnAccumulationNames[] = {
+    {OnednnAccumulation::exact, "exact"},
+    {OnednnAccumulation::fp32_above_2p24, "exact to 2^24, fp32-rounded above"},
+    {OnednnAccumulation::int16_pair_saturation, "int16 pair saturation"},
+    {OnednnAccumulation::unmodelled, "unmodelled"}};
+
+std::string_view to_string(OnednnAccumulation model) { return name_of(kOnednnAccumulationNames, model); }
 
 OnednnAccumulation onednn_accumulation(std::string_view impl, std::string_view isa) {
   // The effective ISA decides which instructions `gemm:jit` uses: `vpdpbusd` (VNNI, exact int32
