@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 
 #include "cli/cli.hpp"
@@ -25,6 +26,11 @@ class Progress {
                  "##############################", kWidth - filled, "", done, total, item.substr(0, 50).c_str());
     std::fflush(stderr);
     drawn_ = true;
+  }
+
+  // `update` as a callback (orchestrate's LayerProgress), for as long as this bar lives.
+  std::function<void(size_t, size_t, const std::string&)> updater() {
+    return [this](size_t done, size_t total, const std::string& item) { update(done, total, item); };
   }
 
   void finish() {

@@ -38,7 +38,9 @@ VerbRunner setup_predict(CLI::App& app) {
                *ops_path, layer.name, element_type_name(layer.a_type), element_type_name(layer.w_type));
     }
     // Under MPI the layers are shared over the ranks; rank 0 merges them in layer order and writes.
-    const PredictionSet p = predict_shared(set, /*everywhere=*/false, "predict");
+    Progress progress("predict");
+    const PredictionSet p = predict_shared(set, /*everywhere=*/false, progress.updater());
+    progress.finish();
     if (!dist::world().root()) return kExitOk;
     const std::string text = to_json(p).dump(1) + "\n";
     write_file_atomic(*out, text);

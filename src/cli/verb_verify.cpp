@@ -10,7 +10,6 @@
 
 #include <unistd.h>
 
-#include "arms/declared_arm.hpp"
 #include "cli/cli.hpp"
 #include "qconform/check.hpp"
 #include "cli/paths.hpp"
@@ -24,6 +23,7 @@
 #include "checks/c8_invariance.hpp"
 #include "checks/verify.hpp"
 #include "checks/verify_results.hpp"
+#include "orchestrate/verify_job.hpp"
 #include "core/operands_io.hpp"
 #include "core/results_json.hpp"
 #include "core/sha256.hpp"
@@ -31,8 +31,6 @@
 
 namespace qc::cli {
 namespace {
-
-std::string strip_prefix(std::string pin) { return pin.rfind("sha256:", 0) == 0 ? pin.substr(7) : pin; }
 
 void print_table(const VerifyResult& r, bool per_layer) {
   if (per_layer) {
@@ -151,43 +149,6 @@ struct VerifyCli {
   std::vector<std::string> declare;
 };
 
-// `--predictions F --pin D`: the predictions, their digest checked against the pin before anything
-// runs ("" and an empty set without --predictions).
-std::pair<PredictionSet, std::string> read_pinned_predictions(const VerifyCli& o) {
-  PredictionSet predictions;
-  std::string predictions_digest;
-  if (!o.predictions.empty()) {
-    const std::string text = read_file(o.predictions);
-    predictions_digest = sha256_hex(std::string_view(text));
-    QC_INPUT(!o.pin.empty(), "--predictions {} given without --pin: expected the SHA-256 that `predict` printed",
-             o.predictions);
-    QC_INPUT(strip_prefix(o.pin) == predictions_digest,
-             "{}: --pin expected sha256:{}, found sha256:{}: the predictions file is not the one that was pinned",
-             o.predictions, strip_prefix(o.pin), predictions_digest);
-    predictions = prediction_set_from_json(parse_json(text, o.predictions), o.predictions);
-    predictions.pinned = true;  // its digest was checked against --pin above
-  } else {
-    QC_INPUT(o.pin.empty(), "--pin given without --predictions");
-  }
-  return {std::move(predictions), std::move(predictions_digest)};
-}
-
-// The two arms, with the epilogues `--declare` gives them (A=<formula>, B=<formula>).
-std::pair<std::unique_ptr<Arm>, std::unique_ptr<Arm>> make_declared_arms(const std::string& label_a,
-                                                                         const std::string& label_b,
-                                                                         const std::vector<std::string>& declare) {
-  auto arm_a = make_arm(label_a);
-  auto arm_b = make_arm(label_b);
-  for (const std::string& d : declare) {
-    const size_t eq = d.find('=');
-    const std::string side = eq == std::string::npos ? "" : d.substr(0, eq);
-    QC_INPUT(side == "A" || side == "B", "--declare `{}`: expected A=<formula> or B=<formula>", d);
-    auto& arm = side == "A" ? arm_a : arm_b;
-    arm = declare_epilogue(std::move(arm), d.substr(eq + 1), fmt::format("--declare {}", side));
-  }
-  return {std::move(arm_a), std::move(arm_b)};
-}
-
 // The lines before the table: the pair, the answer, the ranks, the kernels, the models, the reference.
 void print_header(const VerifyResult& result, const VerifyCli& o, const std::string& label_a, const std::string& label_b,
                   const OperandSet& set, size_t layers_run, size_t layers_resumed) {
@@ -208,24 +169,6 @@ void print_header(const VerifyResult& result, const VerifyCli& o, const std::str
     }
   }
   fmt::print("reference: {}\n\n", result.reference);
-}
-
-// `--resume DIR`'s journal; its identity the digests of every input and every option that shapes a
-// layer's result (a rerun with any of them changed is refused, naming the field).
-ResumeDir resume_journal(const VerifyCli& o, const OperandSet& set, const std::string& predictions_digest,
-                         const std::string& label_a, const std::string& label_b, const std::vector<std::string>& names) {
-  nlohmann::json arm_files = nlohmann::json::object();
-  for (const std::string& label : {label_a, label_b}) {
-    if (const std::string file = arm_file_of(label); !file.empty() && !o.resume.empty()) {
-      arm_files[label] = "sha256:" + sha256_file(file);
-    }
-  }
-  return ResumeDir(o.resume,
-                   {{"operands", set.sha256}, {"predictions", predictions_digest.empty() ? "computed" : predictions_digest},
-                    {"arms", {label_a, label_b}}, {"arm_files", arm_files}, {"scales", o.scales},
-                    {"m_sweep", o.m_sweep}, {"tolerance_ulps", o.tolerance}, {"declare", o.declare},
-                    {"qconform", version()}, {"kind", results_kind("verify")}},
-                   names);
 }
 
 void add_verify_options(CLI::App& app, VerifyCli& o) {
@@ -258,88 +201,6 @@ void add_verify_options(CLI::App& app, VerifyCli& o) {
                  "arm against it bit for bit and predicts the differences exactly (repeatable)");
   add_gpu_per_rank_option(app, o.gpu_per_rank);
   add_manifest_option(app, o.manifest);
-}
-
-// What the ranks verified, merged on rank 0 (nullopt on the other ranks): the result, how many layers
-// ran and how many a previous run in --resume DIR had completed, and each rank's share.
-struct ShardedVerification {
-  VerifyResult result;
-  size_t ran = 0, resumed = 0;
-  std::vector<nlohmann::json> rank_info;
-};
-
-// The layers shared over the ranks (one rank: all of them) by work, each verified with
-// `verify_layer_runs`; a layer a previous run completed in --resume DIR is not run again.
-std::optional<ShardedVerification> verify_sharded(const VerifyCli& o, const OperandSet& set, const PredictionSet& predictions,
-                                                  const std::string& predictions_digest, const std::string& label_a,
-                                                  const std::string& label_b, Arm& arm_a, Arm& arm_b,
-                                                  const VerifyOptions& options, Laps& laps) {
-  const dist::World& world = dist::world();
-  std::vector<std::string> names;
-  for (const LayerHeader& h : set.headers) names.push_back(h.name);
-  const ResumeDir resume = resume_journal(o, set, predictions_digest, label_a, label_b, names);
-  const std::map<size_t, nlohmann::json> resumed = broadcast_done(world.root() ? resume.load() : std::map<size_t, nlohmann::json>{});
-  const std::vector<size_t> todo = remaining(set.size(), resumed);
-  const std::vector<double> all_costs = layer_costs(set);
-  std::vector<double> cost;
-  for (size_t i : todo) cost.push_back(all_costs[i]);
-  Progress progress("verify");
-  laps.lap("arms made, the resume directory read");
-  const auto started = std::chrono::steady_clock::now();
-  std::string reference;
-  // One rank without --resume: the layers' results stay objects. They become JSON only where they
-  // travel (to rank 0, into the resume directory), which for an FP8 pair's ulp histograms costs
-  // as much as a tenth of the verification.
-  const bool in_memory = world.size == 1 && !resume.enabled();
-  std::map<size_t, LayerVerification> kept;
-  const dist::Shared shared = dist::run_shared(todo, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
-                                                                std::string& in_progress) {
-    VerifySelection selection;
-    selection.only = true;
-    selection.layers = mine;
-    selection.started = [&](size_t i) { in_progress = fmt::format("layer {} `{}`", i, names[i]); };
-    selection.done = [&](size_t i, const LayerVerification& v) {
-      if (in_memory) return;  // `kept`, below
-      nlohmann::json j = to_json(v);
-      resume.store(i, j);
-      // Kept as its compact text until the merge: a parsed tree takes six times the memory,
-      // which over hundreds of layers is most of what a long run would hold (docs/hostile-inputs.md, "Soak").
-      out.results[i] = j.dump();
-    };
-    const VerifiedLayers part = verify_layer_runs(
-        arm_a, arm_b, set.size(), [&](size_t i) { return set.load(i); }, predictions, options, selection,
-        [&](size_t i, size_t n, const std::string& item) {
-          if (world.root()) progress.update(i, n, item);
-        });
-    reference = part.reference;
-    if (in_memory) kept = std::move(part.layers);
-    nlohmann::json seconds = nlohmann::json::array();
-    for (const auto& [phase, sec] : part.seconds) seconds.push_back({phase, sec});
-    out.rank_info = {{"seconds", seconds}, {"wall_seconds", part.wall_seconds}, {"layers", mine.size()}};
-  }, layer_groups(set, todo));
-  progress.finish();
-  laps.lap("the verification (verify_layer_runs; its phases above)");
-  if (!world.root()) return std::nullopt;  // rank 0 merges, reports and writes
-
-  std::vector<LayerVerification> layers;
-  for (size_t i = 0; i < set.size(); ++i) {
-    if (in_memory) {
-      layers.push_back(std::move(kept.at(i)));
-      continue;
-    }
-    const bool was_resumed = resumed.count(i) != 0;
-    const nlohmann::json& j = was_resumed ? resumed.at(i) : shared.results.at(i);
-    layers.push_back(layer_verification_from_json(
-        j.is_string() ? parse_json(j.get_ref<const std::string&>(), fmt::format("the result of layer {}", i)) : j,
-        was_resumed ? o.resume : "rank results"));
-  }
-  if (reference.empty()) reference = reference_description(resolve_reference(options.reference));
-  ShardedVerification v{merge_verifications(arm_a.info(), arm_b.info(), reference, std::move(layers), predictions, options),
-                        todo.size(), resumed.size(), shared.rank_info};
-  // Timings: every rank's phases added up (CPU-side seconds of the whole job); wall: the job's.
-  add_rank_seconds(v.result, shared.rank_info);
-  v.result.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  return v;
 }
 
 // C8 (opt-in): each arm's invariance over batch sizes and mates, beside the pair's checks; printed,
@@ -382,7 +243,7 @@ int run_verify(const VerifyCli& o) {
   options.reference = verify_reference_from_name(o.reference);
 
   // The pin is checked before anything runs.
-  auto [predictions, predictions_digest] = read_pinned_predictions(o);
+  auto [predictions, predictions_digest] = read_pinned_predictions(o.predictions, o.pin);
   laps.lap("paths checked, the pinned predictions read (when given)");
   const OperandSet set = open_operands(o.operands);
   laps.lap("open the operands (map, validate, SHA-256)");
@@ -392,13 +253,19 @@ int run_verify(const VerifyCli& o) {
              "operands",
              o.predictions, set.sha256, o.operands, predictions.operands_sha256);
   } else {
-    predictions = predict_shared(set, /*everywhere=*/true, "predict");
+    Progress progress("predict");
+    predictions = predict_shared(set, /*everywhere=*/true, progress.updater());
+    progress.finish();
     laps.lap("predictions computed (no --predictions)");
   }
 
   auto [arm_a, arm_b] = make_declared_arms(label_a, label_b, o.declare);
-  std::optional<ShardedVerification> v =
-      verify_sharded(o, set, predictions, predictions_digest, label_a, label_b, *arm_a, *arm_b, options, laps);
+  Progress progress("verify");
+  const VerifyJob job{set,     predictions, predictions_digest, label_a, label_b, *arm_a, *arm_b, options, o.resume,
+                      {{"scales", o.scales}, {"m_sweep", o.m_sweep}, {"tolerance_ulps", o.tolerance}, {"declare", o.declare}},
+                      progress.updater(), [&](const std::string& phase) { laps.lap(phase); }};
+  std::optional<ShardedVerification> v = verify_sharded(job);
+  progress.finish();
   if (!v) return kExitOk;  // not rank 0
   const VerifyResult& result = v->result;
   print_header(result, o, label_a, label_b, set, v->ran, v->resumed);

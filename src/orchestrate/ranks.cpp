@@ -1,4 +1,4 @@
-#include "cli/distributed.hpp"
+#include "orchestrate/ranks.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <set>
 
-#include "cli/progress.hpp"
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
@@ -16,7 +15,7 @@
 #include "core/results_json.hpp"
 #include "core/sha256.hpp"
 
-namespace qc::cli {
+namespace qc {
 
 namespace fs = std::filesystem;
 
@@ -131,20 +130,18 @@ std::vector<size_t> remaining(size_t count, const std::map<size_t, nlohmann::jso
   return left;
 }
 
-PredictionSet predict_shared(const OperandSet& set, bool everywhere, const std::string& progress_label) {
+PredictionSet predict_shared(const OperandSet& set, bool everywhere, const LayerProgress& progress) {
   const std::vector<size_t> items = remaining(set.size(), {});
   const std::vector<double> cost = layer_costs(set);
-  Progress progress(progress_label);
   size_t completed = 0;
   const dist::Shared shared = dist::run_shared(items, cost, [&](const std::vector<size_t>& mine, dist::Outcome& out,
                                                                std::string& in_progress) {
     for (size_t i : mine) {
       in_progress = fmt::format("layer {} `{}`", i, set.headers[i].name);
       out.results[i] = to_json(predict_layer(set.load(i)));
-      if (dist::world().root()) progress.update(++completed, mine.size(), set.headers[i].name);
+      if (dist::world().root() && progress) progress(++completed, mine.size(), set.headers[i].name);
     }
   }, layer_groups(set, items));
-  progress.finish();
   std::string text;
   PredictionSet p;
   p.operands_path = set.path;
@@ -156,11 +153,6 @@ PredictionSet predict_shared(const OperandSet& set, bool everywhere, const std::
   if (!everywhere || dist::world().size == 1) return p;
   text = dist::broadcast(text);
   return prediction_set_from_json(parse_json(text, "the predictions from rank 0"), "predictions from rank 0");
-}
-
-void add_gpu_per_rank_option(CLI::App& app, bool& flag) {
-  app.add_flag("--gpu-per-rank", flag,
-               "under MPI: each rank uses the GPU of its rank on its host (local rank i takes device i)");
 }
 
 void use_gpu_of_local_rank() {
@@ -274,4 +266,4 @@ std::map<size_t, nlohmann::json> broadcast_done(const std::map<size_t, nlohmann:
   return done;
 }
 
-}  // namespace qc::cli
+}  // namespace qc
