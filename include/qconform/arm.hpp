@@ -40,6 +40,11 @@ struct ArmOutput {
   RunRecord record;
 };
 
+// The kind of layer an arm takes: INT8 codes, FP8 codes under per-tensor/row/column scales, or FP8
+// codes under block scales (per-token-group, per-block). Two arms are compared only when of one kind.
+enum class ArmKind { int8, fp8, fp8_block };
+std::string_view arm_kind_name(ArmKind k);  // "INT8", "FP8", "block-scaled FP8"
+
 struct ArmInfo {
   std::string label;
   std::string description;
@@ -76,6 +81,7 @@ struct ArmInfo {
   // A block-scaled FP8 arm: it declares a block model (`block-<form>[+<chain>]`) or `block_scaled`. It
   // takes layers whose scales act per K block and no others.
   bool block() const;
+  ArmKind kind() const { return !fp8() ? ArmKind::int8 : block() ? ArmKind::fp8_block : ArmKind::fp8; }
   bool offers_unscaled() const { return unscaled_entry || !accumulation_model.empty(); }
   // The arm's calls (`run`, `fp8_accumulate`) may be made from several host threads at once: it
   // guards its own state (the CUDA arms hold a lock around their device buffers). verify then asks

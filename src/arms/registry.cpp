@@ -11,6 +11,7 @@
 #include "qconform/arm.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
+#include "core/name_table.hpp"
 #include "core/suggest.hpp"
 
 namespace qc {
@@ -40,6 +41,11 @@ void from_json(const nlohmann::json& j, RunRecord& r) {
 }
 
 bool ArmInfo::block() const { return block_scaled || is_block_model_name(accumulation_model); }
+
+constexpr NameRow<ArmKind> kArmKindNames[] = {
+    {ArmKind::int8, "INT8"}, {ArmKind::fp8, "FP8"}, {ArmKind::fp8_block, "block-scaled FP8"}};
+
+std::string_view arm_kind_name(ArmKind k) { return name_of(kArmKindNames, k); }
 
 std::vector<float> Arm::fp8_accumulate(const uint8_t*, const uint8_t*, int64_t, int64_t, int64_t, nlohmann::json&, int) {
   QC_FAIL_INPUT("arm `{}` offers no unscaled FP8 GEMM (it is not an FP8 arm, or an FP8 kernel with only its scaled entry); "

@@ -162,27 +162,23 @@ std::string VerifyResult::stage_sentence() const {
 
 namespace {
 
-// The pair's format, checked: two INT8 arms, two FP8 arms of unscaled models, or two block-scaled FP8
+// The pair's kind, checked: two INT8 arms, two FP8 arms of unscaled models, or two block-scaled FP8
 // arms; `reference_text` (the INT8 reference's description on entry) describes an FP8 pair's reference.
-struct PairFormat {
-  bool fp8 = false, block = false;
-};
-
-PairFormat check_pair_format(const ArmInfo& info_a, const ArmInfo& info_b, const Epilogue* formula_a,
+ArmKind check_pair_format(const ArmInfo& info_a, const ArmInfo& info_b, const Epilogue* formula_a,
                              const Epilogue* formula_b, VerifyReference reference, bool python,
                              std::string& reference_text) {
   // An FP8 pair: both arms are FP8 arms, and the reference is each arm's declared model (an arm whose
   // model is unknown is unmodelled on every run: nothing predicts its outputs).
-  PairFormat format;
-  const bool fp8 = format.fp8 = info_a.fp8();
+  const ArmKind kind = info_a.kind();
+  const bool fp8 = kind != ArmKind::int8;
   QC_INPUT(fp8 == info_b.fp8(),
            "{}: `{}` is {} but `{}` is {}: verify compares two arms of the same format (FP8 arms take FP8 codes, "
            "docs/accumulation.md)",
-           python ? "arm_a, arm_b" : "--arms", info_a.label, fp8 ? "FP8" : "INT8", info_b.label, fp8 ? "INT8" : "FP8");
+           python ? "arm_a, arm_b" : "--arms", info_a.label, arm_kind_name(kind), info_b.label, arm_kind_name(info_b.kind()));
   const ArmInfo infos[2] = {info_a, info_b};
   // A block-scaled pair: both arms declare block models, whose scales act inside the accumulation.
-  const bool block = format.block = fp8 && info_a.block();
-  QC_INPUT(!fp8 || block == info_b.block(),
+  const bool block = kind == ArmKind::fp8_block;
+  QC_INPUT(kind == info_b.kind(),
            "--arms: `{}` declares {} but `{}` declares {}: verify compares two block-scaled FP8 arms (block models, "
            "on block-scaled layers) or two FP8 arms of unscaled models, never one of each (no layer runs on both)",
            info_a.label, info_a.block() ? "a block-scaled arm" : info_a.accumulation_model, info_b.label,
@@ -217,7 +213,7 @@ PairFormat check_pair_format(const ArmInfo& info_a, const ArmInfo& info_b, const
                                           : "on the host (Highway)",
         formula_a->name, formula_b->name);
   }
-  return format;
+  return kind;
 }
 
 // A run's element tally folded into its evidence: C4 and C2 part two (the exposed accumulators
@@ -402,7 +398,7 @@ void check_pinned_statistics(LayerVerification& layer, const LayerOperands& full
 
 // A (layer, rows, scale regime) run before the arms run: its coordinates and C2's pinned verdicts.
 LayerRun new_run(const std::string& layer, int64_t m, ScaleMode mode, const LayerOperands& ops,
-                 const LayerPrediction& pred, const PairFormat& format) {
+                 const LayerPrediction& pred, ArmKind kind) {
   LayerRun run;
   run.layer = layer;
   run.m = m;
@@ -411,9 +407,9 @@ LayerRun new_run(const std::string& layer, int64_t m, ScaleMode mode, const Laye
   run.mode = mode;
   run.safe = pred.safe;
   run.int32_overflow = pred.stats.int32_overflow_count > 0;
-  if (format.fp8) {  // C2's range has no meaning for a floating-point accumulation
+  if (kind != ArmKind::int8) {  // C2's range has no meaning for a floating-point accumulation
     run.fp8 = true;
-    run.block = format.block;
+    run.block = kind == ArmKind::fp8_block;
     run.scaling = ops.scaling_description();
     run.safe = false;
     run.int32_overflow = false;
@@ -454,8 +450,8 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   Arm* arms[2] = {&arm_a, &arm_b};
   const ArmInfo infos[2] = {info_a, info_b};
   const bool python = options.language == UserLanguage::python;
-  const PairFormat format = check_pair_format(info_a, info_b, formula_a, formula_b, reference, python, result.reference);
-  const bool fp8 = format.fp8, block = format.block;
+  const ArmKind kind = check_pair_format(info_a, info_b, formula_a, formula_b, reference, python, result.reference);
+  const bool fp8 = kind != ArmKind::int8, block = kind == ArmKind::fp8_block;
   QC_INPUT(predictions.layers.size() == layer_count,
            "predictions cover {} layers but the operands have {}: expected the predictions made from these operands",
            predictions.layers.size(), layer_count);
@@ -531,7 +527,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         const ScaleMode mode = options.modes[mi];
         const LayerOperands ops = apply_scale_mode(rows, mode);
         if (progress) progress(++step, total_steps, fmt::format("{} m={} {}", full.name, m, scale_mode_name(mode)));
-        LayerRun run = new_run(full.name, m, mode, ops, pred, format);
+        LayerRun run = new_run(full.name, m, mode, ops, pred, kind);
 
         // C3: what each arm receives, compared byte for byte with a copy after each run.
         auto [out_a, out_b] = run_both_arms(arm_a, arm_b, ops, m == ms.front() && mi == 0, options.threads,
