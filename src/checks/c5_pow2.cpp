@@ -131,23 +131,29 @@ void c5_add_end_to_end(CheckResult& c5, size_t sequences, size_t identical_seque
 
 // C5's run evidence (power-of-two regimes): the pairs excluded from the required identity, the
 // differences among the rest and the first of them, and whether the declared formulas commute at all.
+namespace {
+
+void write_pow2_run(nlohmann::json& j, const LayerRun& x, bool lossless) {
+  j["pow2_excluded"] = x.pow2_excluded;
+  j["pow2_violations"] = x.pow2_violations;
+  j["pow2_not_commutable"] = x.pow2_not_commutable;
+  if ((x.fp8 && x.mode != ScaleMode::real) || lossless) j["pow2_first"] = x.pow2_first;
+}
+
+void read_pow2_run(const nlohmann::json& j, LayerRun& x) {
+  j.at("pow2_excluded").get_to(x.pow2_excluded);
+  j.at("pow2_violations").get_to(x.pow2_violations);
+  j.at("pow2_first").get_to(x.pow2_first);
+  j.at("pow2_not_commutable").get_to(x.pow2_not_commutable);
+}
+
+}  // namespace
+
 const LayerCheck kC5Pow2 = {
     .id = "C5",
     .decide = [](const LayerCheckInputs& in) { return c5_pow2(in.runs); },
-    .write_run =
-        [](nlohmann::json& j, const LayerRun& x, bool lossless) {
-          j["pow2_excluded"] = x.pow2_excluded;
-          j["pow2_violations"] = x.pow2_violations;
-          j["pow2_not_commutable"] = x.pow2_not_commutable;
-          if ((x.fp8 && x.mode != ScaleMode::real) || lossless) j["pow2_first"] = x.pow2_first;
-        },
-    .read_run =
-        [](const nlohmann::json& j, LayerRun& x) {
-          x.pow2_excluded = j.at("pow2_excluded").get<int64_t>();
-          x.pow2_violations = j.at("pow2_violations").get<int64_t>();
-          x.pow2_first = j.at("pow2_first").get<std::vector<DiffElement>>();
-          x.pow2_not_commutable = j.at("pow2_not_commutable").get<bool>();
-        },
+    .write_run = write_pow2_run,
+    .read_run = read_pow2_run,
     // A power-of-two difference where the models agree: the epilogue.
     .failure_stage = [](const CheckResult& c) { return failed_in(c, Stage::epilogue); },
 };

@@ -12,10 +12,9 @@
 namespace qc {
 
 namespace {
-constexpr NameRow<Interchangeability> kInterchangeabilityNames[] = {{Interchangeability::identical, "identical"},
-                                                                    {Interchangeability::explained, "explained"},
-                                                                    {Interchangeability::unexplained, "unexplained"},
-                                                                    {Interchangeability::different, "different"}};
+using I = Interchangeability;
+constexpr NameRow<I> kInterchangeabilityNames[] = {
+    {I::identical, "identical"}, {I::explained, "explained"}, {I::unexplained, "unexplained"}, {I::different, "different"}};
 }  // namespace
 
 std::string_view interchangeability_name(Interchangeability a) { return name_of(kInterchangeabilityNames, a); }

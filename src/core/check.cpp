@@ -130,16 +130,12 @@ constexpr NameRow<Verdict> kVerdictNames[] = {{Verdict::pass, "pass"},
 
 std::string_view verdict_name(Verdict v) { return name_of(kVerdictNames, v); }
 
-constexpr NameRow<Stage> kStageNames[] = {{Stage::provenance, "provenance"},
-                                          {Stage::arithmetic, "arithmetic"},
-                                          {Stage::operands, "operands"},
-                                          {Stage::accumulator_range, "accumulator range"},
-                                          {Stage::accumulation, "accumulation"},
-                                          {Stage::accumulation_model, "accumulation model"},
-                                          {Stage::epilogue, "epilogue"},
-                                          {Stage::token, "token"},
-                                          {Stage::invariance, "invariance"},
-                                          {Stage::not_localized, "not localized"}};
+constexpr NameRow<Stage> kStageNames[] = {
+    {Stage::provenance, "provenance"},     {Stage::arithmetic, "arithmetic"},
+    {Stage::operands, "operands"},         {Stage::accumulator_range, "accumulator range"},
+    {Stage::accumulation, "accumulation"}, {Stage::accumulation_model, "accumulation model"},
+    {Stage::epilogue, "epilogue"},         {Stage::token, "token"},
+    {Stage::invariance, "invariance"},     {Stage::not_localized, "not localized"}};
 
 std::string_view stage_name(Stage s) { return name_of(kStageNames, s); }
 

@@ -51,11 +51,10 @@ void check_layout(const LayerOperands& ops, const ScaleLayout& l, bool weights, 
 }
 }  // namespace
 
-constexpr NameRow<ScaleGranularity> kScaleGranularityNames[] = {{ScaleGranularity::per_tensor, "per-tensor"},
-                                                                 {ScaleGranularity::per_token, "per-token"},
-                                                                 {ScaleGranularity::per_channel, "per-channel"},
-                                                                 {ScaleGranularity::per_token_group, "per-token-group"},
-                                                                 {ScaleGranularity::per_block, "per-block"}};
+constexpr NameRow<ScaleGranularity> kScaleGranularityNames[] = {
+    {ScaleGranularity::per_tensor, "per-tensor"},   {ScaleGranularity::per_token, "per-token"},
+    {ScaleGranularity::per_channel, "per-channel"}, {ScaleGranularity::per_token_group, "per-token-group"},
+    {ScaleGranularity::per_block, "per-block"}};
 
 std::string_view scale_granularity_name(ScaleGranularity g) { return name_of(kScaleGranularityNames, g); }
 

@@ -381,10 +381,8 @@ void BinomialSeries::validate() const {
 }
 
 namespace {
-constexpr NameRow<FitModel> kFitModelNames[] = {{FitModel::constant, "constant"},
-                                                {FitModel::linear, "linear"},
-                                                {FitModel::power, "power"},
-                                                {FitModel::saturation, "saturation"}};
+constexpr NameRow<FitModel> kFitModelNames[] = {
+    {FitModel::constant, "constant"}, {FitModel::linear, "linear"}, {FitModel::power, "power"}, {FitModel::saturation, "saturation"}};
 }  // namespace
 
 const char* fit_model_name(FitModel m) { return name_of(kFitModelNames, m).data(); }
