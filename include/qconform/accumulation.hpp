@@ -95,6 +95,17 @@ struct RangeStats {
 // Range statistics of accumulators `acc` computed from `a` and `w` (the operands are used for
 // the data-independent bound). The int32 overload requires the no-overflow proof (QC_CHECK).
 // `threads`: 0 = all hardware threads; the result does not depend on it.
+// The statistics assembled from a pass's raw parts, the one assembly of every pass (the host's
+// `range_stats`, the GPU's in verify's device pipeline): the largest |acc| and its first row-major
+// index (-1: none), the elements above 2^24, those that do not survive the fp32 round trip, those
+// outside INT32, whether `a` holds -128, and the largest weight row L1 norm Σ_k |w[n,k]| with its first
+// row (-1, -1 when N is 0).
+struct RangeParts {
+  int64_t max_abs = 0, argmax = -1, above = 0, inexact = 0, overflow = 0;
+  bool a_contains_min = false;
+  int64_t l1_max = -1, l1_argmax = -1;
+};
+RangeStats range_stats_from(AccumShape s, const RangeParts& parts);
 RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int32_t* acc, int threads = 0);
 RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const int64_t* acc, int threads = 0);
 RangeStats range_stats(const int8_t* a, const int8_t* w, AccumShape s, const ExactAccumulators& acc, int threads = 0);

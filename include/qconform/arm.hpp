@@ -40,6 +40,27 @@ struct ArmOutput {
   RunRecord record;
 };
 
+// A layer's operands resident on the current CUDA device, as verify's device pipeline hands them to an
+// arm that runs there (`Arm::run_resident`, docs/gpu.md "verify on the device"): the device copies of
+// `host`'s arrays (the first `host->m` rows of the layer, under the run's scales) and the CUDA stream
+// the arm enqueues its work on (a `cudaStream_t`, opaque here so that callers need no CUDA headers).
+// The arm reads of `host` only its shape, name, element types, scale layouts and bias flag.
+struct ResidentOperands {
+  const LayerOperands* host = nullptr;
+  const int8_t* a = nullptr;          // [m,k] codes
+  const int8_t* w = nullptr;          // [n,k] codes
+  const float* a_scale = nullptr;
+  const float* w_scale = nullptr;
+  const uint16_t* bias = nullptr;     // [n] bf16 bit patterns, null without a bias
+  void* stream = nullptr;
+};
+// Where a resident run writes: device arrays of m*n elements the caller owns (and poisons before the
+// run), `acc` null when the caller does not take the arm's INT32 accumulator.
+struct ResidentOutputs {
+  uint16_t* y = nullptr;
+  int32_t* acc = nullptr;
+};
+
 // The kind of layer an arm takes: INT8 codes, FP8 codes under per-tensor/row/column scales, or FP8
 // codes under block scales (per-token-group, per-block). Two arms are compared only when of one kind.
 enum class ArmKind { int8, fp8, fp8_block };
@@ -88,6 +109,10 @@ struct ArmInfo {
   // an FP8 arm for its fp32 accumulator beside the run loop instead of before the layer's runs.
   // False (the default) for anything that has not said so: Python callables, plugins, the CPU arms.
   bool concurrent_calls = false;
+  // The arm runs on operands resident on the device (`Arm::run_resident`): verify's device pipeline
+  // uploads each layer once for both arms, every scale regime and the reference, and checks the
+  // outputs where they are (docs/gpu.md). False: verify runs the arm through `run` on host memory.
+  bool resident = false;
 };
 
 class Arm {
@@ -97,6 +122,14 @@ class Arm {
   // Runs one layer. Throws qc::Error (input) for shapes the arm cannot take, naming the arm and
   // the constraint.
   virtual ArmOutput run(const LayerOperands& ops) = 0;
+  // Runs one layer on operands already on the current device (`ArmInfo::resident`), enqueued on
+  // `ops.stream` (the caller synchronizes), the outputs written into `out`; returns what ran. The
+  // same refusals as `run`. The default (an arm that is not resident) is an internal error.
+  virtual RunRecord run_resident(const ResidentOperands& ops, const ResidentOutputs& out);
+  // FP8 arms that are resident and offer `fp8_accumulate`: the same unscaled fp32 GEMM of the resident
+  // e4m3 codes `ops.a`, `ops.w` into `d` [m,n] (device), enqueued on `ops.stream`; the record of the call
+  // (its `extra` claims the model, as `fp8_accumulate`'s). The default is an internal error.
+  virtual RunRecord accumulate_resident(const ResidentOperands& ops, float* d);
   // FP8 arms: the unscaled fp32 GEMM result d [m,n] = Σ_k a[m,k]·w[n,k] of e4m3fn codes `a`
   // [m,k] and `w` [n,k] (row-major), as `sweep` compares them (the scales are applied after, by
   // the `fp8-scaled` epilogue), and the identity of what ran in `record`. The default (every

@@ -504,4 +504,27 @@ inline decltype(auto) visit_instance(EpilogueKind kind, Fn&& fn) {
 }
 
 }  // namespace formula
+
+// ---- The power-of-two argument (C5) -----------------------------------------------------------
+
+// The power-of-two argument's jurisdiction for one output `acc·sa·sw`, decided from exact values
+// (never from an arm's output): every intermediate product (`acc·sa`, `acc·sw`, `sa·sw`,
+// `acc·sa·sw`) is a normal finite fp32 number and the result stays below bf16's overflow
+// threshold (2 − 2^-8)·2^127; for acc = 0 only `sa·sw` matters. Scaling by 2^e commutes with
+// rounding inside it; outside (subnormal, overflow) the argument makes no claim. The products are
+// fp64 operations, each rounded once on the host and the device alike (verify's element pass runs
+// it on both).
+QC_FORMULA_FN bool pow2_in_jurisdiction(int64_t acc, float sa, float sw) {
+  constexpr double kMinNormal = min_normal<kFp32>(), kMaxFinite = max_finite<kFp32>(), kBf16Overflow = 0x1.ff8p127;
+  const double s = static_cast<double>(sa) * static_cast<double>(sw);
+  if (!(s >= kMinNormal && s <= kMaxFinite)) return false;
+  if (acc == 0) return true;
+  const double a = acc < 0 ? -static_cast<double>(acc) : static_cast<double>(acc);
+  const double p[3] = {a * sa, a * sw, a * s};
+  for (const double x : p) {
+    if (!(x >= kMinNormal && x <= kMaxFinite)) return false;
+  }
+  return p[2] < kBf16Overflow;
+}
+
 }  // namespace qc

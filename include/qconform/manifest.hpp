@@ -71,12 +71,15 @@ std::string utc_now_iso8601();
 // A manifest for a run of `kind`: hashes every input file (role, path) now, records absolute
 // paths, the project version, `environment_stamp()` as the platform and this process's
 // selection environment. `treatment` is the `RunRecord` the arm returned (pass it after the arm
-// ran; `std::nullopt` records that there is no kernel evidence, which `join` refuses).
+// ran; `std::nullopt` records that there is no kernel evidence, which `join` refuses). `digests`:
+// inputs this run has hashed already ("sha256:<hex>" by path), recorded without reading them again.
 Manifest make_manifest(std::string_view kind, std::string arm, std::optional<RunRecord> treatment,
                        const std::vector<std::pair<std::string, std::string>>& inputs,
-                       nlohmann::json config = nlohmann::json::object());
-// Hashes `path` now and records it under `role` (replacing an earlier entry of that role).
-void add_input(Manifest& m, const std::string& role, const std::string& path);
+                       nlohmann::json config = nlohmann::json::object(),
+                       const std::map<std::string, std::string>& digests = {});
+// Hashes `path` now (or takes `digest`, the run's own hash of it) and records it under `role`
+// (replacing an earlier entry of that role).
+void add_input(Manifest& m, const std::string& role, const std::string& path, const std::string& digest = "");
 
 nlohmann::json to_json(const Manifest& m);
 // Strict: every required field present with its type, every digest well formed, `kind` known.

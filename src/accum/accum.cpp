@@ -45,10 +45,6 @@ int resolve_threads(int threads, AccumShape s) {
 // thread count.
 template <class T>
 RangeStats range_stats_impl(const int8_t* a, const int8_t* w, AccumShape s, const T* acc, int threads) {
-  RangeStats r;
-  r.shape = s;
-  r.int32_overflow_impossible = s.k <= kAccumMaxKInt32;
-
   // 1. Observed range of the accumulators.
   constexpr int64_t kI32Min = std::numeric_limits<int32_t>::min();
   constexpr int64_t kI32Max = std::numeric_limits<int32_t>::max();
@@ -72,23 +68,17 @@ RangeStats range_stats_impl(const int8_t* a, const int8_t* w, AccumShape s, cons
       if (v < kI32Min || v > kI32Max) ++o.overflow;
     }
   });
+  RangeParts total;
   for (const Observed& o : parts) {
-    if (o.max_abs > r.max_abs_acc || r.argmax_m < 0) {
-      r.max_abs_acc = o.max_abs;
-      r.argmax_m = o.argmax / s.n;
-      r.argmax_n = o.argmax % s.n;
-    }
-    r.count_above_2p24 += o.above;
-    r.count_inexact_fp32 += o.inexact;
-    r.int32_overflow_count += o.overflow;
+    if (o.max_abs > total.max_abs || total.argmax < 0) total.max_abs = o.max_abs, total.argmax = o.argmax;
+    total.above += o.above;
+    total.inexact += o.inexact;
+    total.overflow += o.overflow;
   }
-  r.headroom_bits = r.max_abs_acc == 0 ? std::numeric_limits<double>::infinity()
-                                       : 24.0 - std::log2(static_cast<double>(r.max_abs_acc));
 
   // 2. Data-independent bound: |Σ_k a[k]·w[n,k]| <= max|a| · Σ_k |w[n,k]| for every activation row
   // with codes of magnitude <= max|a|.
-  r.a_contains_min = std::find(a, a + s.m * s.k, int8_t{-128}) != a + s.m * s.k;
-  r.bound_max_a = r.a_contains_min ? 128 : 127;
+  total.a_contains_min = std::find(a, a + s.m * s.k, int8_t{-128}) != a + s.m * s.k;
   std::vector<int64_t> l1(static_cast<size_t>(s.n));
   const int64_t cols_per_block = std::max<int64_t>(1, kBlock / std::max<int64_t>(s.k, 1));
   parallel_for((s.n + cols_per_block - 1) / cols_per_block, threads, [&](int64_t b) {
@@ -99,19 +89,32 @@ RangeStats range_stats_impl(const int8_t* a, const int8_t* w, AccumShape s, cons
       l1[static_cast<size_t>(j)] = sum;
     }
   });
-  int64_t best = -1;
   for (int64_t j = 0; j < s.n; ++j) {
-    if (l1[static_cast<size_t>(j)] > best) {
-      best = l1[static_cast<size_t>(j)];
-      r.bound_argmax_n = j;
-    }
+    if (l1[static_cast<size_t>(j)] > total.l1_max) total.l1_max = l1[static_cast<size_t>(j)], total.l1_argmax = j;
   }
-  r.data_independent_bound = s.n == 0 ? 0 : int64_t{r.bound_max_a} * best;
-  r.bound_proves_safe = r.data_independent_bound <= kFp32ExactIntLimit;
-  return r;
+  return range_stats_from(s, total);
 }
 
 }  // namespace
+
+RangeStats range_stats_from(AccumShape s, const RangeParts& p) {
+  RangeStats r;
+  r.shape = s;
+  r.int32_overflow_impossible = s.k <= kAccumMaxKInt32;
+  r.max_abs_acc = p.max_abs;
+  if (p.argmax >= 0 && s.n > 0) r.argmax_m = p.argmax / s.n, r.argmax_n = p.argmax % s.n;
+  r.count_above_2p24 = p.above;
+  r.count_inexact_fp32 = p.inexact;
+  r.int32_overflow_count = p.overflow;
+  r.headroom_bits = r.max_abs_acc == 0 ? std::numeric_limits<double>::infinity()
+                                       : 24.0 - std::log2(static_cast<double>(r.max_abs_acc));
+  r.a_contains_min = p.a_contains_min;
+  r.bound_max_a = r.a_contains_min ? 128 : 127;
+  r.bound_argmax_n = p.l1_argmax;
+  r.data_independent_bound = s.n == 0 ? 0 : int64_t{r.bound_max_a} * p.l1_max;
+  r.bound_proves_safe = r.data_independent_bound <= kFp32ExactIntLimit;
+  return r;
+}
 
 void exact_accumulate_i32(const int8_t* a, const int8_t* w, AccumShape s, int32_t* acc, int threads) {
   check_shape(a, w, s, acc, "exact_accumulate_i32");

@@ -34,6 +34,17 @@ class DeclaredArm final : public Arm {
     claim(out.record.extra);
     return out;
   }
+  RunRecord run_resident(const ResidentOperands& ops, const ResidentOutputs& out) override {
+    RunRecord record = arm_->run_resident(ops, out);
+    record.epilogue = epilogue_;
+    claim(record.extra);
+    return record;
+  }
+  RunRecord accumulate_resident(const ResidentOperands& ops, float* d) override {
+    RunRecord record = arm_->accumulate_resident(ops, d);
+    claim(record.extra);
+    return record;
+  }
   // An FP8 arm keeps its fp32 accumulator (verify compares it with the model).
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int threads) override {

@@ -47,6 +47,15 @@ constexpr NameRow<ArmKind> kArmKindNames[] = {
 
 std::string_view arm_kind_name(ArmKind k) { return name_of(kArmKindNames, k); }
 
+RunRecord Arm::run_resident(const ResidentOperands&, const ResidentOutputs&) {
+  QC_FAIL("arm `{}` does not run on device-resident operands (ArmInfo::resident is false)",
+                   printable_text(info().label));
+}
+
+RunRecord Arm::accumulate_resident(const ResidentOperands&, float*) {
+  QC_FAIL("arm `{}` offers no unscaled FP8 GEMM on device-resident operands", printable_text(info().label));
+}
+
 std::vector<float> Arm::fp8_accumulate(const uint8_t*, const uint8_t*, int64_t, int64_t, int64_t, nlohmann::json&, int) {
   QC_FAIL_INPUT("arm `{}` offers no unscaled FP8 GEMM (it is not an FP8 arm, or an FP8 kernel with only its scaled entry); "
                 "FP8 arms with one: {}",
@@ -103,6 +112,11 @@ class LayerGuard final : public Arm {
     check_arm_takes_layer(info_, ops);
     return arm_->run(ops);
   }
+  RunRecord run_resident(const ResidentOperands& ops, const ResidentOutputs& out) override {
+    check_arm_takes_layer(info_, *ops.host);
+    return arm_->run_resident(ops, out);
+  }
+  RunRecord accumulate_resident(const ResidentOperands& ops, float* d) override { return arm_->accumulate_resident(ops, d); }
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int threads) override {
     return arm_->fp8_accumulate(a, w, m, n, k, record, threads);

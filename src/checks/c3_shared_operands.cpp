@@ -9,17 +9,18 @@
 #include <cstring>
 
 #include "core/parallel.hpp"
+#include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 
 namespace qc {
 
 OperandSnapshot::OperandSnapshot(const LayerOperands& ops, bool with_weights, int threads)
     : with_weights_(with_weights), threads_(threads) {
-  for (const Piece& p : pieces(ops)) copies_.emplace_back(p.bytes.begin(), p.bytes.end());
+  for (const Piece& p : pieces(ops, with_weights_)) copies_.emplace_back(p.bytes.begin(), p.bytes.end());
 }
 
 std::string OperandSnapshot::first_change(const LayerOperands& ops) const {
-  const std::vector<Piece> now = pieces(ops);
+  const std::vector<Piece> now = pieces(ops, with_weights_);
   for (size_t p = 0; p < now.size(); ++p) {
     const std::vector<std::byte>& was = copies_[p];
     if (now[p].bytes.size() != was.size()) {
@@ -36,21 +37,29 @@ std::string OperandSnapshot::first_change(const LayerOperands& ops) const {
     if (hit == differs.end()) continue;
     size_t byte = static_cast<size_t>(hit - differs.begin()) * kChunk;
     while (now[p].bytes[byte] == was[byte]) ++byte;
-    return describe(now[p], byte / now[p].element_size, was);
+    const size_t element = byte / now[p].element_size, at = element * now[p].element_size;
+    return describe(now[p], element, was.data() + at, now[p].bytes.data() + at);
   }
   return "";
 }
 
-std::vector<OperandSnapshot::Piece> OperandSnapshot::pieces(const LayerOperands& ops) const {
+std::vector<OperandSnapshot::Piece> OperandSnapshot::pieces(const LayerOperands& ops, bool with_weights) {
   std::vector<Piece> p = {{"a_q", std::as_bytes(ops.a_q), Kind::i8, 1, ops.k},
                           {"a_scale", std::as_bytes(ops.a_scale), Kind::f32, 4, 0},
                           {"w_scale", std::as_bytes(ops.w_scale), Kind::f32, 4, 0},
                           {"bias", std::as_bytes(ops.bias), Kind::bf16, 2, 0}};
-  if (with_weights_) p.push_back({"w_q", std::as_bytes(ops.w_q), Kind::i8, 1, ops.k});
+  if (with_weights) p.push_back({"w_q", std::as_bytes(ops.w_q), Kind::i8, 1, ops.k});
   return p;
 }
 
-std::string OperandSnapshot::describe(const Piece& p, size_t element, const std::vector<std::byte>& was) {
+std::string OperandSnapshot::describe_change(const LayerOperands& ops, int piece, size_t element, const std::byte* was,
+                                             const std::byte* now) {
+  const std::vector<Piece> p = pieces(ops, /*with_weights=*/true);
+  QC_CHECK(piece >= 0 && static_cast<size_t>(piece) < p.size(), "C3: operand piece {} of {}", piece, p.size());
+  return describe(p[static_cast<size_t>(piece)], element, was, now);
+}
+
+std::string OperandSnapshot::describe(const Piece& p, size_t element, const std::byte* was, const std::byte* now) {
   const auto value = [&](const std::byte* at) {
     switch (p.kind) {
       case Kind::i8: return fmt::format("{} (0x{:02x})", static_cast<int8_t>(*at), static_cast<uint8_t>(*at));
@@ -67,11 +76,10 @@ std::string OperandSnapshot::describe(const Piece& p, size_t element, const std:
     }
     return std::string("?");
   };
-  const size_t at = element * p.element_size;
   const std::string where = p.cols > 0 ? fmt::format("{}[{},{}]", p.name, static_cast<int64_t>(element) / p.cols,
                                                      static_cast<int64_t>(element) % p.cols)
                                        : fmt::format("{}[{}]", p.name, element);
-  return fmt::format("{}: {} became {}", where, value(was.data() + at), value(p.bytes.data() + at));
+  return fmt::format("{}: {} became {}", where, value(was), value(now));
 }
 
 CheckResult c3_shared_operands(const std::vector<LayerRun>& runs) {

@@ -25,6 +25,11 @@ class OperandSnapshot {
 
   // "" when every operand byte is unchanged, else "w_q[12,345]: 5 (0x05) became 7 (0x07)".
   std::string first_change(const LayerOperands& ops) const;
+  // The same words for a change found elsewhere (verify's device pipeline compares device copies):
+  // element `element` of piece `piece` (in the order a_q, a_scale, w_scale, bias, w_q) of `ops`, whose
+  // bytes were `was` and are `now`.
+  static std::string describe_change(const LayerOperands& ops, int piece, size_t element, const std::byte* was,
+                                     const std::byte* now);
 
  private:
   enum class Kind { i8, f32, bf16 };
@@ -35,8 +40,8 @@ class OperandSnapshot {
     size_t element_size;
     int64_t cols;  // for coordinates; 0 for vectors
   };
-  std::vector<Piece> pieces(const LayerOperands& ops) const;
-  static std::string describe(const Piece& p, size_t element, const std::vector<std::byte>& was);
+  static std::vector<Piece> pieces(const LayerOperands& ops, bool with_weights);
+  static std::string describe(const Piece& p, size_t element, const std::byte* was, const std::byte* now);
 
   bool with_weights_;
   int threads_;

@@ -59,7 +59,7 @@ void fp8_accumulator_element(const Fp8RunReference& f, const std::string& layer,
     ++t.acc_mismatch[s];
     if (t.acc_first.size() < 10) {
       t.acc_first.push_back(fmt::format("{} {}[{},{}]: fp32 accumulator {} (0x{:08x}), model {} gives {} (0x{:08x})",
-                                        s ? "B" : "A", layer, row, col, got, f32_bits(got), f.acc_model[s], want,
+                                        s ? "B" : "A", layer, f.row_id(row), col, got, f32_bits(got), f.acc_model[s], want,
                                         f32_bits(want)));
     }
   }
@@ -82,7 +82,7 @@ void fp8_output_element(const ElementContext& run, int64_t i, int64_t row, int64
       t.model_first.push_back(fmt::format(
           "{} {}[{},{}]: output {} (0x{:04x}), model {} + epilogue gives {} (0x{:04x}); model accumulator {} "
           "(0x{:08x}){}",
-          s ? "B" : "A", layer, row, col, bf16_to_f32(got), got, f.model[s], bf16_to_f32(want[s]), want[s], dm,
+          s ? "B" : "A", layer, run.row_id(row), col, bf16_to_f32(got), got, f.model[s], bf16_to_f32(want[s]), want[s], dm,
           f32_bits(dm),
           f.arm_acc[s] != nullptr
               ? fmt::format(", arm accumulator {} (0x{:08x})", (*f.arm_acc[s])[i], f32_bits((*f.arm_acc[s])[i]))
@@ -101,7 +101,7 @@ void fp8_output_element(const ElementContext& run, int64_t i, int64_t row, int64
   ++t.pow2_violations;
   if (t.pow2_first.size() < run.compare.max_listed) {
     const bool finite = bf16_is_finite(x) && bf16_is_finite(z);
-    t.pow2_first.push_back(DiffElement{layer, row, col, x, z, bf16_to_f32(x), bf16_to_f32(z),
+    t.pow2_first.push_back(DiffElement{layer, run.row_id(row), col, x, z, bf16_to_f32(x), bf16_to_f32(z),
                                        finite ? static_cast<int64_t>(bf16_ordered_distance(x, z)) : -1});
   }
 }
@@ -267,7 +267,7 @@ ElementPass pass_rows(const ElementContext& run, int64_t r0, int64_t r1, double 
               ++acc_mismatch[s];
               if (t.acc_first.size() < 10) {
                 t.acc_first.push_back(fmt::format("{} {}[{},{}]: acc {} (0x{:08x}), exact {}", s ? "B" : "A",
-                                                  ops.name, row, col, got, static_cast<uint32_t>(got), want));
+                                                  ops.name, run.row_id(row), col, got, static_cast<uint32_t>(got), want));
               }
             }
             safe_contradicted += safe && std::abs(got) > kFp32ExactIntLimit;
@@ -287,7 +287,7 @@ ElementPass pass_rows(const ElementContext& run, int64_t r0, int64_t r1, double 
           ++pow2_violations;
           if (t.pow2_first.size() < max_listed) {
             const bool finite = bf16_is_finite(x) && bf16_is_finite(z);
-            t.pow2_first.push_back(DiffElement{ops.name, row, col, x, z, bf16_to_f32(x), bf16_to_f32(z),
+            t.pow2_first.push_back(DiffElement{ops.name, run.row_id(row), col, x, z, bf16_to_f32(x), bf16_to_f32(z),
                                                finite ? static_cast<int64_t>(bf16_ordered_distance(x, z)) : -1});
           }
         }
@@ -309,7 +309,7 @@ ElementPass pass_rows(const ElementContext& run, int64_t r0, int64_t r1, double 
 // Blocks of rows on every core, merged in row order.
 ElementPass pass_blocks(const ElementContext& run, PassImpl impl, const std::vector<uint16_t>* model_y) {
   const int64_t rows = run.ops.m;
-  const double near_zero = near_zero_limit(run.out[0]->y, run.compare);
+  const double near_zero = run.near_zero ? *run.near_zero : near_zero_limit(run.out[0]->y, run.compare);
   const int64_t blocks = row_blocks(run.ops, run.threads);
   const int64_t per = (rows + blocks - 1) / blocks;
   std::vector<ElementPass> parts(static_cast<size_t>(blocks));
@@ -321,6 +321,7 @@ ElementPass pass_blocks(const ElementContext& run, PassImpl impl, const std::vec
     total.cmp.merge(parts[k].cmp, run.compare.max_listed);
     total.tally.merge(parts[k].tally, run.compare.max_listed);
   }
+  for (DiffElement& d : total.cmp.first) d.row = run.row_id(d.row);  // the comparison names the rows it saw
   return total;
 }
 

@@ -4,6 +4,7 @@
 // (power-of-two identity) and C6 (outputs off their declared formula, predicted set).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,9 @@ struct Fp8RunReference {
   const std::vector<float>* key[2] = {nullptr, nullptr};
   std::vector<float> key_store;  // owns B's key when `key[1]` is set
   const std::vector<float>* differ_key(int s) const { return key[s] != nullptr ? key[s] : d[s]; }
+  // As `ElementContext::row_ids`, for the lists the accumulators' comparison makes (which has no context).
+  const int64_t* row_ids = nullptr;
+  int64_t row_id(int64_t r) const { return row_ids != nullptr ? row_ids[r] : r; }
 };
 
 // Everything one element pass reads: the run's operands and scale regime, the exact accumulators,
@@ -73,6 +77,12 @@ struct ElementContext {
   int threads = 0;
   const Fp8RunReference* fp8 = nullptr;  // FP8 pairs: the models take the place of `exact`; `formula` is
                                          // each arm's epilogue over its model's accumulators
+  // A pass over some rows of a run (verify's device pipeline lists from the rows it brings back): the
+  // run's near-zero limit, computed over all of its rows, and the row of the run each row here is
+  // (`row_ids[r]`), as the lists name it. Unset: the rows are the run's, and the limit is theirs.
+  std::optional<double> near_zero = std::nullopt;
+  const int64_t* row_ids = nullptr;
+  int64_t row_id(int64_t r) const { return row_ids != nullptr ? row_ids[r] : r; }
 };
 
 struct ElementPass {

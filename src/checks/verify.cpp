@@ -28,6 +28,7 @@
 #include "qconform/error.hpp"
 #include "checks/verify.hpp"
 #include "checks/verify_internal.hpp"
+#include "checks/verify_resident.hpp"
 #include "core/numerics_checked.hpp"
 #include "qconform/numerics.hpp"
 #include "core/name_table.hpp"
@@ -160,62 +161,6 @@ std::string VerifyResult::stage_sentence() const {
   return stage ? fmt::format("the {} stage: {}", stage_name(*stage), stage_detail) : "";
 }
 
-namespace {
-
-// The pair's kind, checked: two INT8 arms, two FP8 arms of unscaled models, or two block-scaled FP8
-// arms; `reference_text` (the INT8 reference's description on entry) describes an FP8 pair's reference.
-ArmKind check_pair_format(const ArmInfo& info_a, const ArmInfo& info_b, const Epilogue* formula_a,
-                             const Epilogue* formula_b, VerifyReference reference, bool python,
-                             std::string& reference_text) {
-  // An FP8 pair: both arms are FP8 arms, and the reference is each arm's declared model (an arm whose
-  // model is unknown is unmodelled on every run: nothing predicts its outputs).
-  const ArmKind kind = info_a.kind();
-  const bool fp8 = kind != ArmKind::int8;
-  QC_INPUT(fp8 == info_b.fp8(),
-           "{}: `{}` is {} but `{}` is {}: verify compares two arms of the same format (FP8 arms take FP8 codes, "
-           "docs/accumulation.md)",
-           python ? "arm_a, arm_b" : "--arms", info_a.label, arm_kind_name(kind), info_b.label, arm_kind_name(info_b.kind()));
-  const ArmInfo infos[2] = {info_a, info_b};
-  // A block-scaled pair: both arms declare block models, whose scales act inside the accumulation.
-  const bool block = kind == ArmKind::fp8_block;
-  QC_INPUT(kind == info_b.kind(),
-           "--arms: `{}` declares {} but `{}` declares {}: verify compares two block-scaled FP8 arms (block models, "
-           "on block-scaled layers) or two FP8 arms of unscaled models, never one of each (no layer runs on both)",
-           info_a.label, info_a.block() ? "a block-scaled arm" : info_a.accumulation_model, info_b.label,
-           info_b.block() ? "a block-scaled arm" : info_b.accumulation_model);
-  if (block) {
-    for (const ArmInfo& i : infos) {
-      if (!i.accumulation_model.empty()) (void)fp8_block_model(i.accumulation_model);  // a name it can evaluate
-    }
-    reference_text = fmt::format(
-        "the declared block models (A: {}, B: {}) evaluated on the layer's FP8 codes and each run's scales {}: per K "
-        "block the model's chain from zero, its promotion form into an fp32 D, bf16 = RNE(D)",
-        info_a.accumulation_model.empty() ? "undeclared" : info_a.accumulation_model,
-        info_b.accumulation_model.empty() ? "undeclared" : info_b.accumulation_model,
-        reference == VerifyReference::gpu
-            ? "on the CUDA cores of " + cuda_device_description() +
-                  " (src/arms/cuda/kernels/fp8_block_model.cu: the chain kernels per K block, then the header's "
-                  "promotion; never the tensor cores)"
-            : std::string("on the host (Highway)"));
-  } else if (fp8) {
-    for (const ArmInfo& i : infos) {
-      if (!i.accumulation_model.empty()) (void)fp8_accumulation_model(i.accumulation_model);  // a name it can evaluate
-    }
-    const auto model_of = [](const ArmInfo& i) {
-      return i.accumulation_model.empty() ? std::string("none declared, unmodelled") : i.accumulation_model;
-    };
-    reference_text = fmt::format(
-        "the declared accumulation models (A: {}, B: {}; on a run whose record names another, such as cuBLASLt's "
-        "split-K form, that one) evaluated on the layer's FP8 codes {}, then each arm's declared epilogue (A: {}, "
-        "B: {}) on the host",
-        model_of(info_a), model_of(info_b),
-        reference == VerifyReference::gpu ? "on " + cuda_device_description() + " (the models' CUDA evaluation)"
-                                          : "on the host (Highway)",
-        formula_a->name, formula_b->name);
-  }
-  return kind;
-}
-
 // A run's element tally folded into its evidence: C4 and C2 part two (the exposed accumulators
 // against the exact one, the safe verdict), the formula and model counts, C5 under power-of-two
 // scales. `fp8`: an FP8 pair's reference of this (layer, rows), each count only where the arm
@@ -275,6 +220,101 @@ void fold_tally(LayerRun& run, const ElementTally& t, bool a_has_acc, bool b_has
     run.pow2_first = t.pow2_first;
   }
 }
+
+// A (layer, rows, scale regime) run before the arms run: its coordinates and C2's pinned verdicts.
+LayerRun new_run(const std::string& layer, int64_t m, ScaleMode mode, const LayerOperands& ops,
+                 const LayerPrediction& pred, ArmKind kind) {
+  LayerRun run;
+  run.layer = layer;
+  run.m = m;
+  run.n = ops.n;
+  run.k = ops.k;
+  run.mode = mode;
+  run.safe = pred.safe;
+  run.int32_overflow = pred.stats.int32_overflow_count > 0;
+  if (kind != ArmKind::int8) {  // C2's range has no meaning for a floating-point accumulation
+    run.fp8 = true;
+    run.block = kind == ArmKind::fp8_block;
+    run.scaling = ops.scaling_description();
+    run.safe = false;
+    run.int32_overflow = false;
+  }
+  return run;
+}
+
+// FP8: the model each arm's run claims (or why it is unmodelled: an arm that declares no model is
+// unmodelled on every run, whatever its record says), into the run and the element pass's reference.
+std::shared_ptr<Fp8RunReference> claim_models(LayerRun& run, const ArmInfo (&infos)[2], const RunRecord& record_a,
+                                              const RunRecord& record_b) {
+  auto fp8_run = std::make_shared<Fp8RunReference>();
+  for (int s = 0; s < 2; ++s) {
+    const ArmInfo& info = infos[s];
+    const RunRecord& record = s ? record_b : record_a;
+    const bool declared = !info.accumulation_model.empty();
+    run.arm[s].unmodelled = declared ? accumulation_model_refusal(record.extra) : std::string(kUndeclaredModel);
+    run.arm[s].model = declared ? claimed_model(record.extra, info.accumulation_model) : std::string();
+    fp8_run->modelled[s] = !run.arm[s].model.empty();
+    fp8_run->model[s] = run.arm[s].model;
+  }
+  return fp8_run;
+}
+
+namespace {
+
+// The pair's kind, checked: two INT8 arms, two FP8 arms of unscaled models, or two block-scaled FP8
+// arms; `reference_text` (the INT8 reference's description on entry) describes an FP8 pair's reference.
+ArmKind check_pair_format(const ArmInfo& info_a, const ArmInfo& info_b, const Epilogue* formula_a,
+                             const Epilogue* formula_b, VerifyReference reference, bool python,
+                             std::string& reference_text) {
+  // An FP8 pair: both arms are FP8 arms, and the reference is each arm's declared model (an arm whose
+  // model is unknown is unmodelled on every run: nothing predicts its outputs).
+  const ArmKind kind = info_a.kind();
+  const bool fp8 = kind != ArmKind::int8;
+  QC_INPUT(fp8 == info_b.fp8(),
+           "{}: `{}` is {} but `{}` is {}: verify compares two arms of the same format (FP8 arms take FP8 codes, "
+           "docs/accumulation.md)",
+           python ? "arm_a, arm_b" : "--arms", info_a.label, arm_kind_name(kind), info_b.label, arm_kind_name(info_b.kind()));
+  const ArmInfo infos[2] = {info_a, info_b};
+  // A block-scaled pair: both arms declare block models, whose scales act inside the accumulation.
+  const bool block = kind == ArmKind::fp8_block;
+  QC_INPUT(kind == info_b.kind(),
+           "--arms: `{}` declares {} but `{}` declares {}: verify compares two block-scaled FP8 arms (block models, "
+           "on block-scaled layers) or two FP8 arms of unscaled models, never one of each (no layer runs on both)",
+           info_a.label, info_a.block() ? "a block-scaled arm" : info_a.accumulation_model, info_b.label,
+           info_b.block() ? "a block-scaled arm" : info_b.accumulation_model);
+  if (block) {
+    for (const ArmInfo& i : infos) {
+      if (!i.accumulation_model.empty()) (void)fp8_block_model(i.accumulation_model);  // a name it can evaluate
+    }
+    reference_text = fmt::format(
+        "the declared block models (A: {}, B: {}) evaluated on the layer's FP8 codes and each run's scales {}: per K "
+        "block the model's chain from zero, its promotion form into an fp32 D, bf16 = RNE(D)",
+        info_a.accumulation_model.empty() ? "undeclared" : info_a.accumulation_model,
+        info_b.accumulation_model.empty() ? "undeclared" : info_b.accumulation_model,
+        reference == VerifyReference::gpu
+            ? "on the CUDA cores of " + cuda_device_description() +
+                  " (src/arms/cuda/kernels/fp8_block_model.cu: the chain kernels per K block, then the header's "
+                  "promotion; never the tensor cores)"
+            : std::string("on the host (Highway)"));
+  } else if (fp8) {
+    for (const ArmInfo& i : infos) {
+      if (!i.accumulation_model.empty()) (void)fp8_accumulation_model(i.accumulation_model);  // a name it can evaluate
+    }
+    const auto model_of = [](const ArmInfo& i) {
+      return i.accumulation_model.empty() ? std::string("none declared, unmodelled") : i.accumulation_model;
+    };
+    reference_text = fmt::format(
+        "the declared accumulation models (A: {}, B: {}; on a run whose record names another, such as cuBLASLt's "
+        "split-K form, that one) evaluated on the layer's FP8 codes {}, then each arm's declared epilogue (A: {}, "
+        "B: {}) on the host",
+        model_of(info_a), model_of(info_b),
+        reference == VerifyReference::gpu ? "on " + cuda_device_description() + " (the models' CUDA evaluation)"
+                                          : "on the host (Highway)",
+        formula_a->name, formula_b->name);
+  }
+  return kind;
+}
+
 
 // C3 and the two runs: each arm on `ops`, the operands compared byte for byte with a copy taken
 // before (`first_run`: the full comparison) after each; the layer's records are the first run's.
@@ -396,43 +436,7 @@ void check_pinned_statistics(LayerVerification& layer, const LayerOperands& full
   layer.stale = c2_stale_prediction(full.name, pred, fresh);
 }
 
-// A (layer, rows, scale regime) run before the arms run: its coordinates and C2's pinned verdicts.
-LayerRun new_run(const std::string& layer, int64_t m, ScaleMode mode, const LayerOperands& ops,
-                 const LayerPrediction& pred, ArmKind kind) {
-  LayerRun run;
-  run.layer = layer;
-  run.m = m;
-  run.n = ops.n;
-  run.k = ops.k;
-  run.mode = mode;
-  run.safe = pred.safe;
-  run.int32_overflow = pred.stats.int32_overflow_count > 0;
-  if (kind != ArmKind::int8) {  // C2's range has no meaning for a floating-point accumulation
-    run.fp8 = true;
-    run.block = kind == ArmKind::fp8_block;
-    run.scaling = ops.scaling_description();
-    run.safe = false;
-    run.int32_overflow = false;
-  }
-  return run;
-}
 
-// FP8: the model each arm's run claims (or why it is unmodelled: an arm that declares no model is
-// unmodelled on every run, whatever its record says), into the run and the element pass's reference.
-std::shared_ptr<Fp8RunReference> claim_models(LayerRun& run, const ArmInfo (&infos)[2], const ArmOutput& out_a,
-                                              const ArmOutput& out_b) {
-  auto fp8_run = std::make_shared<Fp8RunReference>();
-  for (int s = 0; s < 2; ++s) {
-    const ArmInfo& info = infos[s];
-    const RunRecord& record = s ? out_b.record : out_a.record;
-    const bool declared = !info.accumulation_model.empty();
-    run.arm[s].unmodelled = declared ? accumulation_model_refusal(record.extra) : std::string(kUndeclaredModel);
-    run.arm[s].model = declared ? claimed_model(record.extra, info.accumulation_model) : std::string();
-    fp8_run->modelled[s] = !run.arm[s].model.empty();
-    fp8_run->model[s] = run.arm[s].model;
-  }
-  return fp8_run;
-}
 
 }  // namespace
 
@@ -452,6 +456,12 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   const bool python = options.language == UserLanguage::python;
   const ArmKind kind = check_pair_format(info_a, info_b, formula_a, formula_b, reference, python, result.reference);
   const bool fp8 = kind != ArmKind::int8, block = kind == ArmKind::fp8_block;
+  // Verify's device pipeline where it takes the pair (docs/gpu.md, "verify on the device").
+  std::unique_ptr<ResidentVerifier> resident;
+  if (ResidentVerifier::refusal(info_a, info_b, formula_a, formula_b, reference).empty()) {
+    resident = std::make_unique<ResidentVerifier>(arm_a, arm_b, formula_a, formula_b, options);
+    result.reference = resident->reference_description();
+  }
   QC_INPUT(predictions.layers.size() == layer_count,
            "predictions cover {} layers but the operands have {}: expected the predictions made from these operands",
            predictions.layers.size(), layer_count);
@@ -496,14 +506,31 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     store(std::move(run));
   };
 
-  for (const size_t li : selected) {
+  std::optional<std::pair<size_t, LayerOperands>> ahead;  // the device pipeline's next layer, loaded ahead
+  for (size_t si = 0; si < selected.size(); ++si) {
+    const size_t li = selected[si];
     QC_CHECK(li < layer_count, "verify: layer index {} of {}", li, layer_count);
     if (selection.started) selection.started(li);
-    const LayerOperands full = timed(result.seconds, "layer load", [&] { return load(li); });
+    const LayerOperands full = ahead && ahead->first == li ? std::move(ahead->second)
+                                                          : timed(result.seconds, "layer load", [&] { return load(li); });
+    ahead.reset();
     const LayerPrediction& pred = predictions.layers[li];
     LayerVerification& layer = result.layers[li];
     layer.name = full.name;
     check_prediction_of(li, pred, full);
+    if (resident) {
+      finish_pending();
+      const auto step_of = [&](const std::string& item) {
+        if (progress) progress(++step, total_steps, item);
+      };
+      if (si + 1 < selected.size()) {
+        ahead.emplace(selected[si + 1], timed(result.seconds, "layer load", [&] { return load(selected[si + 1]); }));
+      }
+      if (resident->verify_layer(full, ahead ? &ahead->second : nullptr, pred, python, layer, result.seconds, step_of)) {
+        if (selection.done) timed(result.seconds, "layer results handed on (--resume, the ranks' merge)", [&] { selection.done(li, layer); });
+        continue;
+      }
+    }
     const std::vector<int64_t> ms = options.m_sweep.empty() ? std::vector<int64_t>{full.m} : options.m_sweep;
     std::future<RangeStats> stats;  // C2: the exact statistics of the whole layer, computed beside the arms
     for (size_t msi = 0; msi < ms.size(); ++msi) {
@@ -533,7 +560,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
         auto [out_a, out_b] = run_both_arms(arm_a, arm_b, ops, m == ms.front() && mi == 0, options.threads,
                                             result.seconds, run, layer);
         if (mode != ScaleMode::real) run.pow2_not_commutable = c5_not_commutable(formula_a, formula_b, ops.has_bias());
-        const std::shared_ptr<Fp8RunReference> fp8_run = fp8 ? claim_models(run, infos, out_a, out_b) : nullptr;
+        const std::shared_ptr<Fp8RunReference> fp8_run = fp8 ? claim_models(run, infos, out_a.record, out_b.record) : nullptr;
         // The element pass runs on the host while the next run's arms run (on a GPU the two overlap).
         finish_pending();
         const bool last_of_layer = msi + 1 == ms.size() && mi + 1 == options.modes.size();

@@ -27,10 +27,10 @@ inline void add_manifest_option(CLI::App& app, std::string& path) {
 inline std::string write_run_manifest(const std::string& explicit_path, const std::string& primary_output,
                                       std::string_view kind, std::string arm, std::optional<RunRecord> record,
                                       const std::vector<std::pair<std::string, std::string>>& inputs,
-                                      nlohmann::json config) {
+                                      nlohmann::json config, const std::map<std::string, std::string>& digests = {}) {
   const std::string path = manifest_path(explicit_path, primary_output);
   if (path.empty()) return path;
-  Manifest m = make_manifest(kind, std::move(arm), std::move(record), inputs, std::move(config));
+  Manifest m = make_manifest(kind, std::move(arm), std::move(record), inputs, std::move(config), digests);
   write_manifest(path, m);
   return path;
 }

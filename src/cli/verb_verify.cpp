@@ -245,13 +245,21 @@ int run_verify(const VerifyCli& o) {
   // The pin is checked before anything runs.
   auto [predictions, predictions_digest] = read_pinned_predictions(o.predictions, o.pin);
   laps.lap("paths checked, the pinned predictions read (when given)");
-  const OperandSet set = open_operands(o.operands);
-  laps.lap("open the operands (map, validate, SHA-256)");
-  if (!o.predictions.empty()) {
+  // With pinned predictions and nothing that keys on the operands' digest before the layers run (a
+  // --resume journal), the digest is read beside the verification and checked against the predictions'
+  // when it is done, before anything is printed or written.
+  const bool digest_beside = !o.predictions.empty() && o.resume.empty();
+  OperandSet set = open_operands(o.operands, /*with_digest=*/true, digest_beside);
+  laps.lap(digest_beside ? "open the operands (map, validate; SHA-256 beside the verification)"
+                         : "open the operands (map, validate, SHA-256)");
+  const auto check_predicted_operands = [&] {
     QC_INPUT(predictions.operands_sha256 == set.sha256,
              "{}: field `operands.sha256`: expected {} (the digest of {}), found {}: predictions were made from other "
              "operands",
              o.predictions, set.sha256, o.operands, predictions.operands_sha256);
+  };
+  if (!o.predictions.empty()) {
+    if (!digest_beside) check_predicted_operands();
   } else {
     Progress progress("predict");
     predictions = predict_shared(set, /*everywhere=*/true, progress.updater());
@@ -266,6 +274,11 @@ int run_verify(const VerifyCli& o) {
                       progress.updater(), [&](const std::string& phase) { laps.lap(phase); }};
   std::optional<ShardedVerification> v = verify_sharded(job);
   progress.finish();
+  if (digest_beside) {
+    set.await_sha256();
+    laps.lap("waiting for the operands' SHA-256 (read beside the verification)");
+    check_predicted_operands();
+  }
   if (!v) return kExitOk;  // not rank 0
   const VerifyResult& result = v->result;
   print_header(result, o, label_a, label_b, set, v->ran, v->resumed);
@@ -291,9 +304,13 @@ int run_verify(const VerifyCli& o) {
   }
   std::vector<std::pair<std::string, std::string>> inputs = {{"operands", o.operands}};
   if (!o.predictions.empty()) inputs.emplace_back("predictions", o.predictions);
+  // The operands and the predictions were hashed by this run already (a sharded set's digest is its index's).
+  std::map<std::string, std::string> digests = {{o.operands, set.sha256}};
+  if (!o.predictions.empty()) digests[o.predictions] = "sha256:" + predictions_digest;
   write_run_manifest(o.manifest, o.json, "verify", o.arms, result.record_a, inputs,
                      {{"arm_b", result.record_b}, {"scales", o.scales}, {"m_sweep", o.m_sweep},
-                      {"tolerance_ulps", o.tolerance}});
+                      {"tolerance_ulps", o.tolerance}},
+                     digests);
   return result.all_passed() && !invariance_failed ? kExitOk : kExitCheckFailed;
 }
 

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 
+#include "compare/bf16_square_sum.hpp"
 #include "compare/compare_kernels.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
@@ -15,28 +16,22 @@ namespace qc {
 
 namespace {
 
-// Root mean square of the finite values: fixed blocks of 2^16 on every core, summed in block
-// order, so the result does not depend on the thread count.
+// Root mean square of the finite values: the exact sum of squares (bf16_square_sum.hpp) over fixed
+// blocks of 2^16 on every core, rounded once; the same value whatever the thread count, and the one
+// the GPU's element pass computes.
 double rms_finite(std::span<const uint16_t> a) {
   constexpr size_t kBlock = size_t{1} << 16;
   const size_t blocks = (a.size() + kBlock - 1) / kBlock;
-  std::vector<double> sums(blocks);
-  std::vector<int64_t> counts(blocks);
+  std::vector<Bf16SquareSum> sums(blocks);
   parallel_for(static_cast<int64_t>(blocks), a.size() < (size_t{1} << 20) ? 1 : 0, [&](int64_t b) {
-    double sum = 0;
-    int64_t count = 0;
+    Bf16SquareSum& sum = sums[static_cast<size_t>(b)];
     for (size_t i = static_cast<size_t>(b) * kBlock; i < std::min(a.size(), (static_cast<size_t>(b) + 1) * kBlock); ++i) {
-      if (!bf16_is_finite(a[i])) continue;
-      const double v = bf16_to_f32(a[i]);
-      sum += v * v;
-      ++count;
+      sum.add(a[i]);
     }
-    sums[static_cast<size_t>(b)] = sum, counts[static_cast<size_t>(b)] = count;
   });
-  double sum = 0;
-  int64_t count = 0;
-  for (size_t b = 0; b < blocks; ++b) sum += sums[b], count += counts[b];
-  return count ? std::sqrt(sum / static_cast<double>(count)) : 0.0;
+  Bf16SquareSum total;
+  for (const Bf16SquareSum& s : sums) total.merge(s);
+  return total.count ? std::sqrt(total.rounded() / static_cast<double>(total.count)) : 0.0;
 }
 
 void count_classes(uint16_t b, int64_t& nan, int64_t& inf, int64_t& subnormal) {
@@ -155,23 +150,6 @@ void fold_small_histogram(Comparison& c, const SmallHistogram& small_hist) {
   for (int64_t d = 0; d < kSmallUlps; ++d) {
     if (small_hist[d]) c.ulp_histogram[d] += small_hist[d];
   }
-}
-
-// The magnitude bits (`x & 0x7fff`) below which a finite bf16 is near zero for the fast path:
-// the finite magnitudes in increasing bit order are increasing values, so the magnitudes with
-// |x| < near_zero are a prefix [0, m); m by bisection on the reference's own comparison.
-uint16_t near_zero_magnitude_bits(double near_zero) {
-  const auto below = [&](uint32_t m) { return std::fabs(static_cast<double>(bf16_to_f32(static_cast<uint16_t>(m)))) < near_zero; };
-  uint32_t lo = 0, hi = 0x7F80;  // the answer is in [lo, hi]: below(lo - 1), !below(hi) (0x7f80 is +inf)
-  while (lo < hi) {
-    const uint32_t mid = (lo + hi) / 2;
-    if (below(mid)) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return static_cast<uint16_t>(lo);
 }
 
 }  // namespace

@@ -71,19 +71,4 @@ static_assert(pow2_nearest_value(1.4999999f) == 1.0f && pow2_nearest_value(1.5f)
 static_assert(pow2_nearest_log2(0x1.8p-148f) == 0x1p-147f);
 static_assert(bf16_ulp_distance(0x0001, 0x8001) == 2);
 
-// The power-of-two argument's jurisdiction for one output `acc·sa·sw`, decided from exact values
-// (never from an arm's output): every intermediate product (`acc·sa`, `acc·sw`, `sa·sw`,
-// `acc·sa·sw`) is a normal finite fp32 number and the result stays below bf16's overflow
-// threshold (2 − 2^-8)·2^127; for acc = 0 only `sa·sw` matters. Scaling by 2^e commutes with
-// rounding inside it; outside (subnormal, overflow) the argument makes no claim.
-inline bool pow2_in_jurisdiction(int64_t acc, float sa, float sw) {
-  constexpr double kMinNormal = min_normal<kFp32>(), kMaxFinite = max_finite<kFp32>(), kBf16Overflow = 0x1.ff8p127;
-  const auto normal = [&](double p) { return p >= kMinNormal && p <= kMaxFinite; };
-  const double s = static_cast<double>(sa) * static_cast<double>(sw);
-  if (!normal(s)) return false;
-  if (acc == 0) return true;
-  const double a = std::fabs(static_cast<double>(acc));
-  return normal(a * sa) && normal(a * sw) && normal(a * s) && a * s < kBf16Overflow;
-}
-
 }  // namespace qc

@@ -335,18 +335,31 @@ LayerOperands OperandSet::load(size_t i) const {
   return layers.empty() ? loader(i) : layers[i];
 }
 
-OperandSet open_operands(const std::string& path, bool with_digest) {
-  return is_index_path(path) ? open_sharded(path, with_digest) : load_operands(path, with_digest);
+void OperandSet::await_sha256() {
+  if (pending_sha256.valid()) sha256 = pending_sha256.get();
+  pending_sha256 = {};
+}
+
+namespace {
+OperandSet load_file(const std::string& path, bool with_digest, bool digest_beside);
+}  // namespace
+
+OperandSet open_operands(const std::string& path, bool with_digest, bool digest_beside) {
+  return is_index_path(path) ? open_sharded(path, with_digest) : load_file(path, with_digest, digest_beside);
 }
 
 OperandSet load_operands(const std::string& path, bool with_digest) {
-  if (is_index_path(path)) {
-    OperandSet set = open_sharded(path, with_digest);
-    std::vector<LayerOperands> layers;
-    for (size_t i = 0; i < set.size(); ++i) layers.push_back(set.load(i));
-    set.layers = std::move(layers);
-    return set;
-  }
+  if (!is_index_path(path)) return load_file(path, with_digest, false);
+  OperandSet set = open_sharded(path, with_digest);
+  std::vector<LayerOperands> layers;
+  for (size_t i = 0; i < set.size(); ++i) layers.push_back(set.load(i));
+  set.layers = std::move(layers);
+  return set;
+}
+
+namespace {
+
+OperandSet load_file(const std::string& path, bool with_digest, bool digest_beside) {
   auto file = std::make_shared<SafetensorsFile>(read_safetensors(path));
   OperandSet set;
   set.path = path;
@@ -363,9 +376,12 @@ OperandSet load_operands(const std::string& path, bool with_digest) {
     const LayerOperands& ops = set.layers.back();
     set.headers.push_back({ops.name, ops.m, ops.n, ops.k});
   }
-  if (digest.valid()) set.sha256 = digest.get();
+  if (digest.valid()) set.pending_sha256 = digest.share();
+  if (!digest_beside) set.await_sha256();
   return set;
 }
+
+}  // namespace
 
 namespace {
 // The metadata that records the layers' scale layouts (`file_scaling` reads it back): one layout per

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <functional>
+#include <future>
 #include <map>
 #include <optional>
 #include <string>
@@ -25,6 +26,10 @@ struct LayerHeader {
 struct OperandSet {
   std::string path;
   std::string sha256;  // "sha256:<hex>" of the whole file, or of a sharded set's index
+  // A digest still being read on a thread of its own (`open_operands(path, true, /*digest_beside=*/true)`),
+  // beside the work; `await_sha256` waits for it and stores it in `sha256`.
+  std::shared_future<std::string> pending_sha256;
+  void await_sha256();
   std::map<std::string, std::string> metadata;
   std::vector<LayerOperands> layers;  // every layer, views into mapped files (empty when opened lazily)
   std::vector<LayerHeader> headers;   // every layer's name and shape, in order
@@ -46,7 +51,10 @@ OperandSet load_operands(const std::string& path, bool with_digest = true);
 // The same checks, but a sharded set's layers stay on disk until `load(i)` maps them, so that
 // what is resident is bounded by the layers in use, whatever the set's size. A single file is
 // mapped whole, as by load_operands.
-OperandSet open_operands(const std::string& path, bool with_digest = true);
+// `digest_beside`: a single file's digest is left reading on its own thread (`pending_sha256`) when this
+// returns, so that it costs no wall time beside the work that follows (verify); `sha256` is empty until
+// `await_sha256`.
+OperandSet open_operands(const std::string& path, bool with_digest = true, bool digest_beside = false);
 
 // Writes atomically (temporary file, then rename).
 void save_operands(const std::string& path, const std::vector<LayerOperands>& layers,

@@ -319,17 +319,18 @@ Manifest read_manifest(const std::string& path) {
   return manifest_from_json(parse_json(read_file(path), path), path);
 }
 
-void add_input(Manifest& m, const std::string& role, const std::string& path) {
+void add_input(Manifest& m, const std::string& role, const std::string& path, const std::string& digest) {
   QC_INPUT(valid_role(role), "manifest input role `{}`: expected [a-z0-9_.-]+", role);
   std::error_code ec;
   QC_INPUT(!std::filesystem::is_directory(path, ec), "manifest input `{}`: {} is a directory; record its files one role each",
            role, path);
   const std::string abs = std::filesystem::absolute(path, ec).lexically_normal().string();
-  m.inputs[role] = {ec ? path : abs, sha256_file(path)};
+  m.inputs[role] = {ec ? path : abs, digest.empty() ? sha256_file(path) : digest};
 }
 
 Manifest make_manifest(std::string_view kind, std::string arm, std::optional<RunRecord> treatment,
-                       const std::vector<std::pair<std::string, std::string>>& inputs, json config) {
+                       const std::vector<std::pair<std::string, std::string>>& inputs, json config,
+                       const std::map<std::string, std::string>& digests) {
   QC_INPUT(known_kind(kind), "manifest kind `{}`: expected one of capture, verify, generate, replay, sweep, conform",
            kind);
   QC_INPUT(config.is_object(), "manifest config: expected a JSON object, found {}", show(config));
@@ -337,7 +338,10 @@ Manifest make_manifest(std::string_view kind, std::string arm, std::optional<Run
   m.kind = std::string(kind);
   m.created = utc_now_iso8601();
   m.project_version = version();
-  for (const auto& [role, path] : inputs) add_input(m, role, path);
+  for (const auto& [role, path] : inputs) {
+    const auto known = digests.find(path);
+    add_input(m, role, path, known == digests.end() ? std::string() : known->second);
+  }
   m.arm = std::move(arm);
   m.treatment = std::move(treatment);
   m.platform = environment_stamp();

@@ -10,13 +10,17 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "arms/cuda/verify_pass_types.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
+#include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 
 namespace qc {
@@ -107,7 +111,145 @@ std::vector<float> fp8_model_evaluate_gpu(const Fp8AccumModel& model, const uint
                                           Fp8Format fw, AccumShape s, std::string* kernel = nullptr,
                                           Fp8GpuKernel which = Fp8GpuKernel::best);
 
+// ---- verify's device pipeline (docs/gpu.md, "verify on the device") -----------------------------
+
+// A byte of the operands an arm changed (C3): which piece (in the order a_q, a_scale, w_scale, bias,
+// w_q), which element of it, and that element's bytes before and after.
+struct OperandChange {
+  int piece = 0;
+  int64_t element = 0;
+  std::array<uint8_t, 8> was{}, now{};
+};
+
+// What one run's element pass counted on the device: the counters by `cuda_kernels::PassCounter`, the
+// maxima, the ordered-ulp histogram over finite differing and equal pairs (distance -> pairs), and per
+// row `cuda_kernels::kRowCounters` counts ([m][kRowCounters]).
+struct GpuPassCounts {
+  std::array<int64_t, cuda_kernels::kPassCounters> count{};
+  int64_t max_ulp = 0;
+  double max_rel = 0, near_zero_max_abs = 0;
+  double near_zero_limit = 0;  // the comparison's near-zero limit over arm A's outputs (compare.hpp)
+  std::map<int64_t, int64_t> ulp_histogram;
+  std::vector<uint32_t> rows;
+  std::optional<OperandChange> changed[2];  // C3: what arm A, arm B changed of the operands (`check_operands`)
+};
+
+// What an element pass runs on: each arm's declared formula over the exact accumulators (null: none;
+// `gpu_pass_takes` says which the device evaluates), whether each arm's accumulator was taken, C2's
+// pinned verdict, a power-of-two regime, and the comparison's near-zero fraction.
+struct GpuPassSpec {
+  const Epilogue* formula[2] = {nullptr, nullptr};
+  bool acc[2] = {false, false};
+  bool safe = false;
+  bool pow2 = false;
+  double near_zero_fraction = 1e-2;
+};
+// True when the device evaluates formula `e` (a kind with a kernel instance; not `exact`, not a point of
+// the formula space).
+bool gpu_pass_takes(const Epilogue& e);
+
+// Rows of a run brought back to the host, which lists from them, [rows.size(), n] each: both outputs;
+// INT8, the exposed accumulators (empty when not taken) and the exact accumulators; FP8, the fp32
+// arrays asked for (`GpuVerifyLayer::rows_fp8`; empty where none was).
+struct GpuRows {
+  std::vector<uint16_t> y[2];
+  std::vector<int32_t> acc[2];
+  std::vector<int32_t> exact;
+  std::vector<float> f32[6];
+};
+
+// An FP8 run's element pass: each arm's declared epilogue over the fp32 accumulators of the model its
+// run claims (`d[s]`, device, the layer's rows from `GpuVerifyLayer::model`; null: the run is unmodelled),
+// a power-of-two regime, the comparison's near-zero fraction.
+struct GpuFp8PassSpec {
+  const Epilogue* formula[2] = {nullptr, nullptr};
+  const float* d[2] = {nullptr, nullptr};
+  bool pow2 = false;
+  double near_zero_fraction = 1e-2;
+};
+
+// One layer resident on the current device for verify (INT8, or FP8 under per-tensor, per-row and
+// per-column scales): uploaded once (`load`) for every row count,
+// scale regime, both arms and the reference, with a pristine copy of every operand beside it (C3), the
+// exact accumulators computed there (int32; K <= kAccumMaxKInt32), and one element pass per run. The
+// work runs on a stream of its own, which `operands` hands to the arms; each call that returns host data
+// waits for it. One layer at a time; not thread-safe.
+class GpuVerifyLayer {
+ public:
+  GpuVerifyLayer();
+  ~GpuVerifyLayer();
+  GpuVerifyLayer(const GpuVerifyLayer&) = delete;
+  GpuVerifyLayer& operator=(const GpuVerifyLayer&) = delete;
+  // Why the pipeline cannot take `full` ("" when it can): for an INT8 pair (`fp8` false) an FP8 layer or
+  // K beyond the int32 proof, for an FP8 pair an INT8 or block-scaled layer; N not a multiple of 8, more
+  // than 2^32 outputs.
+  static std::string refusal(const LayerOperands& full, bool fp8);
+  // Uploads the layer (a, w, bias and their copies; nothing when `prefetch` uploaded it already); INT8:
+  // computes its exact accumulators and C2's counts.
+  void load(const LayerOperands& full);
+  // Uploads `next` ahead, on a host thread and a stream of their own, while the current layer's runs go on
+  // (its buffers are not the current layer's; `load(next)` takes them). `next` must stay mapped until then.
+  void prefetch(const LayerOperands& next);
+  // C2's statistics of the whole layer, from the device's pass (the host's `range_stats` assembly).
+  RangeStats range_stats();
+  // The operands of one run, `ops` being the layer's first m rows under the run's scales: the scales
+  // uploaded (and copied), the views an arm takes, on this layer's stream.
+  ResidentOperands operands(const LayerOperands& ops);
+  // Arm `side`'s outputs for the current run, poisoned (0xFF bytes); `acc`: also an accumulator.
+  ResidentOutputs outputs(int side, bool acc);
+  // C3 after arm `side` ran: every operand byte compared with its copy (the result comes with `pass`).
+  void check_operands(int side);
+  // The element pass of the current run (both arms have run, each followed by `check_operands`): the one
+  // wait of a run.
+  GpuPassCounts pass(const GpuPassSpec& spec);
+  // The current run's `rows`, for the host's lists.
+  GpuRows rows(const std::vector<int64_t>& rows, bool acc_a, bool acc_b);
+
+  // FP8: the fp32 accumulators of a model on the layer's codes (all of its rows), evaluated on the device
+  // once per layer and name (`name` keys the cache; `kernel` receives what ran).
+  const float* model(const std::string& name, const Fp8AccumModel& model, std::string* kernel = nullptr);
+  // FP8: arm `side`'s fp32 accumulator for the current rows (its `accumulate_resident` writes it), poisoned;
+  // `accumulator_of` the same buffer as it is.
+  float* accumulator(int side);
+  const float* accumulator_of(int side) const;
+  // FP8: the current rows (`operands` of a run of them comes first) of each exposed accumulator against the
+  // model its call claimed (`want[s]`, null: not compared), bitwise: kAccMismatchA/B and the rows' kRowAcc.
+  GpuPassCounts check_accumulators(const float* const (&want)[2]);
+  // FP8: the element pass of the current run.
+  GpuPassCounts pass_fp8(const GpuFp8PassSpec& spec);
+  // FP8: the current rows' `rows` of up to six fp32 arrays [m, n] (device; null: none), and with `outputs`
+  // of both arms' outputs of the current run.
+  GpuRows rows_fp8(const std::vector<int64_t>& rows, const float* const (&f32)[6], bool outputs);
+  // Seconds the uploads ahead took (beside the runs) since the last call.
+  double take_upload_seconds();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 #ifndef QC_WITH_CUDA
+struct GpuVerifyLayer::Impl {};
+inline bool gpu_pass_takes(const Epilogue&) { return false; }
+inline GpuVerifyLayer::GpuVerifyLayer() { QC_FAIL_INPUT("GpuVerifyLayer: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)"); }
+inline GpuVerifyLayer::~GpuVerifyLayer() = default;
+inline std::string GpuVerifyLayer::refusal(const LayerOperands&, bool) { return "this build has no CUDA"; }
+inline void GpuVerifyLayer::load(const LayerOperands&) {}
+inline void GpuVerifyLayer::prefetch(const LayerOperands&) {}
+inline RangeStats GpuVerifyLayer::range_stats() { return {}; }
+inline ResidentOperands GpuVerifyLayer::operands(const LayerOperands&) { return {}; }
+inline ResidentOutputs GpuVerifyLayer::outputs(int, bool) { return {}; }
+inline void GpuVerifyLayer::check_operands(int) {}
+inline GpuPassCounts GpuVerifyLayer::pass(const GpuPassSpec&) { return {}; }
+inline GpuRows GpuVerifyLayer::rows(const std::vector<int64_t>&, bool, bool) { return {}; }
+inline const float* GpuVerifyLayer::model(const std::string&, const Fp8AccumModel&, std::string*) { return nullptr; }
+inline float* GpuVerifyLayer::accumulator(int) { return nullptr; }
+inline const float* GpuVerifyLayer::accumulator_of(int) const { return nullptr; }
+inline GpuPassCounts GpuVerifyLayer::check_accumulators(const float* const (&)[2]) { return {}; }
+inline GpuPassCounts GpuVerifyLayer::pass_fp8(const GpuFp8PassSpec&) { return {}; }
+inline GpuRows GpuVerifyLayer::rows_fp8(const std::vector<int64_t>&, const float* const (&)[6], bool) { return {}; }
+inline double GpuVerifyLayer::take_upload_seconds() { return 0; }
+
 struct GpuFp8Codes::Impl {};
 inline GpuFp8Codes::GpuFp8Codes(const uint8_t*, Fp8Format, const uint8_t*, Fp8Format, AccumShape) {
   QC_FAIL_INPUT("GpuFp8Codes: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");

@@ -137,32 +137,51 @@ class MmaArm final : public Arm {
     i.epilogue = std::string(epilogue_.name);
     i.exposes_accumulator = true;
     i.concurrent_calls = true;  // its device buffers are used under `d_.mu`
+    i.resident = true;
     return i;
   }
   ArmOutput run(const LayerOperands& ops) override {
-    const ArmInfo i = info();
-    check_shape(i.label, ops, /*int32_accumulator=*/true);
-    require_bias_accepted(epilogue_, ops.has_bias());
-    require_device(i.label);
+    check(ops);
     std::lock_guard lock(d_.mu);
     d_.upload(ops);
-    cuda_kernels::ScaledMmArgs args;
-    args.a = d_.a.get(), args.w = d_.w.get(), args.sa = d_.sa.get(), args.sw = d_.sw.get();
-    args.bias = ops.has_bias() ? d_.bias.get() : nullptr;
-    args.y = d_.y.get(), args.acc = d_.acc.get();
-    args.m = static_cast<int>(ops.m), args.n = static_cast<int>(ops.n), args.k = static_cast<int>(ops.k);
-    // `sglang-sm90` runs the CUTLASS or (swap-AB shapes) the Triton instance: the rule the CPU uses.
-    args.formula = formula::instance_kind(epilogue_.kind, ops.m, ops.n);
-    args.bias_mode = epilogue_.bias_mode;
-    std::string kernel = checked_launch(cuda_kernels::launch_int8_scaled_mm(args, nullptr), i.label.c_str());
+    const ResidentOperands on{&ops, d_.a.get(), d_.w.get(), d_.sa.get(), d_.sw.get(), d_.bias.get(), nullptr};
+    RunRecord record = launch(on, {d_.y.get(), d_.acc.get()});
     QC_CUDA_CHECK(cudaDeviceSynchronize());
     ArmOutput out = d_.download(ops);
-    out.record = cuda_record(i, std::move(kernel), fmt::format("qconform {} CUDA kernels", version()));
-    out.record.extra["formula_instance"] = formula::kind_name(args.formula);
+    out.record = std::move(record);
     return out;
+  }
+  RunRecord run_resident(const ResidentOperands& ops, const ResidentOutputs& out) override {
+    check(*ops.host);
+    return launch(ops, out);
   }
 
  private:
+  void check(const LayerOperands& ops) const {
+    const std::string label = info().label;
+    check_shape(label, ops, /*int32_accumulator=*/true);
+    require_bias_accepted(epilogue_, ops.has_bias());
+    require_device(label);
+  }
+  // The kernel on device operands, enqueued on `ops.stream`.
+  RunRecord launch(const ResidentOperands& ops, const ResidentOutputs& out) {
+    const ArmInfo i = info();
+    const LayerOperands& h = *ops.host;
+    cuda_kernels::ScaledMmArgs args;
+    args.a = ops.a, args.w = ops.w, args.sa = ops.a_scale, args.sw = ops.w_scale;
+    args.bias = h.has_bias() ? ops.bias : nullptr;
+    args.y = out.y, args.acc = out.acc;
+    args.m = static_cast<int>(h.m), args.n = static_cast<int>(h.n), args.k = static_cast<int>(h.k);
+    // `sglang-sm90` runs the CUTLASS or (swap-AB shapes) the Triton instance: the rule the CPU uses.
+    args.formula = formula::instance_kind(epilogue_.kind, h.m, h.n);
+    args.bias_mode = epilogue_.bias_mode;
+    std::string kernel = checked_launch(
+        cuda_kernels::launch_int8_scaled_mm(args, static_cast<cudaStream_t>(ops.stream)), i.label.c_str());
+    RunRecord record = cuda_record(i, std::move(kernel), fmt::format("qconform {} CUDA kernels", version()));
+    record.extra["formula_instance"] = formula::kind_name(args.formula);
+    return record;
+  }
+
   const Epilogue& epilogue_;
   DeviceLayer d_;
 };
@@ -196,33 +215,52 @@ class CublasLtInt8Arm final : public Arm {
     i.epilogue = "vllm-cutlass-muladd";
     i.exposes_accumulator = true;
     i.concurrent_calls = true;  // its device buffers are used under `d_.mu`
+    i.resident = true;
     return i;
   }
   ArmOutput run(const LayerOperands& ops) override {
-    const ArmInfo i = info();
-    check_shape(i.label, ops, /*int32_accumulator=*/true);
-    const Epilogue& e = epilogue(i.epilogue);
-    require_bias_accepted(e, ops.has_bias());
-    require_device(i.label);
-    const int m = static_cast<int>(ops.m), n = static_cast<int>(ops.n), k = static_cast<int>(ops.k);
-    CublasLtGemm& plan = plans_.get(CublasLtGemm::Kind::int8_s32, m, n, k, false);
-    QC_INPUT(plan.ok(), "arm {}: layer `{}`: {}", i.label, ops.name, plan.error());
+    CublasLtGemm& plan = checked_plan(ops);
     std::lock_guard lock(d_.mu);
     d_.upload(ops);
-    int32_t* acc = d_.acc.get();
-    plan.run(d_.a.get(), d_.w.get(), acc, nullptr, nullptr, nullptr);
-    std::string epi = checked_launch(
-        cuda_kernels::launch_int32_scaled_epilogue(acc, d_.sa.get(), d_.sw.get(),
-                                                   ops.has_bias() ? d_.bias.get() : nullptr, d_.y.get(), m,
-                                                   n, formula::instance_kind(e.kind, m, n), e.bias_mode, nullptr),
-        i.label.c_str());
+    const ResidentOperands on{&ops, d_.a.get(), d_.w.get(), d_.sa.get(), d_.sw.get(), d_.bias.get(), nullptr};
+    RunRecord record = launch(plan, on, {d_.y.get(), d_.acc.get()});
     QC_CUDA_CHECK(cudaDeviceSynchronize());
     ArmOutput out = d_.download(ops);
-    out.record = cuda_record(i, plan.identity() + " + " + epi, cublaslt_description());
+    out.record = std::move(record);
     return out;
+  }
+  RunRecord run_resident(const ResidentOperands& ops, const ResidentOutputs& out) override {
+    QC_CHECK(out.acc != nullptr, "arm cuda:cublaslt-int8: its GEMM writes the accumulator: expected a buffer for it");
+    return launch(checked_plan(*ops.host), ops, out);
   }
 
  private:
+  // The layer checked, and the plan for its shape.
+  CublasLtGemm& checked_plan(const LayerOperands& ops) {
+    const ArmInfo i = info();
+    check_shape(i.label, ops, /*int32_accumulator=*/true);
+    require_bias_accepted(epilogue(i.epilogue), ops.has_bias());
+    require_device(i.label);
+    CublasLtGemm& plan = plans_.get(CublasLtGemm::Kind::int8_s32, static_cast<int>(ops.m), static_cast<int>(ops.n),
+                                    static_cast<int>(ops.k), false);
+    QC_INPUT(plan.ok(), "arm {}: layer `{}`: {}", i.label, ops.name, plan.error());
+    return plan;
+  }
+  // The GEMM into `out.acc`, then the epilogue kernel into `out.y`, enqueued on `ops.stream`.
+  RunRecord launch(CublasLtGemm& plan, const ResidentOperands& ops, const ResidentOutputs& out) {
+    const ArmInfo i = info();
+    const LayerOperands& h = *ops.host;
+    const Epilogue& e = epilogue(i.epilogue);
+    const int m = static_cast<int>(h.m), n = static_cast<int>(h.n);
+    const auto stream = static_cast<cudaStream_t>(ops.stream);
+    plan.run(ops.a, ops.w, out.acc, nullptr, nullptr, stream);
+    std::string epi = checked_launch(
+        cuda_kernels::launch_int32_scaled_epilogue(out.acc, ops.a_scale, ops.w_scale, h.has_bias() ? ops.bias : nullptr,
+                                                   out.y, m, n, formula::instance_kind(e.kind, m, n), e.bias_mode, stream),
+        i.label.c_str());
+    return cuda_record(i, plan.identity() + " + " + epi, cublaslt_description());
+  }
+
   PlanCache plans_;
   DeviceLayer d_;
 };
@@ -262,11 +300,68 @@ class CublasLtFp8Arm final : public Arm {
     // (../shared/reference/fp8-accumulation.md; scripts/fp8-model-check.py re-measures them).
     i.accumulation_model = fast_ ? "hopper-fp8-chain" : "hopper-fp8-promote4";
     i.concurrent_calls = true;  // its device buffers are used under `d_.mu`, its plans under the cache's lock
+    i.resident = true;
     return i;
   }
   // The unscaled fp32 GEMM (e4m3 x e4m3), through this arm's plans and device buffers.
   std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
                                     nlohmann::json& record, int /*threads*/) override {
+    CublasLtGemm& plan = accumulator_plan(m, n, k);
+    std::lock_guard lock(d_.mu);
+    d_.select_device();
+    const size_t mn = static_cast<size_t>(m * n);
+    d_.a.upload({a, static_cast<size_t>(m * k)}), d_.w.upload({w, static_cast<size_t>(n * k)});
+    d_.d.poison(mn);
+    plan.run(d_.a.get(), d_.w.get(), d_.d.get(), nullptr, nullptr, nullptr);
+    QC_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // its own (legacy) stream: not verify's model evaluation beside it
+    record = accumulator_record(plan);
+    return d_.d.download(mn);
+  }
+  RunRecord accumulate_resident(const ResidentOperands& ops, float* d) override {
+    const LayerOperands& h = *ops.host;
+    CublasLtGemm& plan = accumulator_plan(h.m, h.n, h.k);
+    std::lock_guard lock(d_.mu);  // the plan's workspace, in stream order with this arm's other calls
+    plan.run(ops.a, ops.w, d, nullptr, nullptr, static_cast<cudaStream_t>(ops.stream));
+    return accumulator_record(plan);
+  }
+  ArmOutput run(const LayerOperands& ops) override {
+    const ArmInfo i = info();
+    check_shape(i.label, ops, /*int32_accumulator=*/false);
+    check_layer(ops);
+    const Fp8LayerCodes codes = fp8_layer_codes(i.label, ops);
+    check_codes(ops, codes);
+    const size_t mn = static_cast<size_t>(ops.m * ops.n);
+    std::lock_guard lock(d_.mu);
+    d_.select_device();
+    // The operands as the arm received them (an FP8 layer's own bytes; an INT8 layer's re-encoded codes).
+    d_.a.upload(codes.a), d_.w.upload(codes.w), d_.sa.upload(ops.a_scale), d_.sw.upload(ops.w_scale);
+    d_.y.poison(mn);
+    const ResidentOperands on{&ops, reinterpret_cast<const int8_t*>(d_.a.get()), reinterpret_cast<const int8_t*>(d_.w.get()),
+                              d_.sa.get(), d_.sw.get(), nullptr, nullptr};
+    RunRecord record = launch(on, codes, d_.y.get());
+    QC_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // its own (legacy) stream: not verify's model evaluation beside it
+    ArmOutput out;
+    out.y = d_.y.download(mn);
+    out.record = std::move(record);
+    return out;
+  }
+  // The codes resident are the layer's own (an FP8 layer: verify's device pipeline takes no INT8 layer for
+  // an FP8 pair). The fallback path's fp32 scratch is this arm's, used in stream order.
+  RunRecord run_resident(const ResidentOperands& ops, const ResidentOutputs& out) override {
+    const LayerOperands& h = *ops.host;
+    const ArmInfo i = info();
+    check_shape(i.label, h, /*int32_accumulator=*/false);
+    QC_CHECK(h.fp8(), "arm {}: resident operands of layer `{}` are INT8 codes", i.label, h.name);
+    check_layer(h);
+    const Fp8LayerCodes codes = fp8_layer_codes(i.label, h);  // views of the layer's bytes: nothing copied
+    check_codes(h, codes);
+    std::lock_guard lock(d_.mu);
+    d_.select_device();
+    return launch(ops, codes, out.y);
+  }
+
+ private:
+  CublasLtGemm& accumulator_plan(int64_t m, int64_t n, int64_t k) {
     const ArmInfo i = info();
     QC_INPUT(m >= 1 && n % 16 == 0 && n > 0 && k % 16 == 0 && k > 0 && m <= INT_MAX && n <= INT_MAX && k <= INT_MAX,
              "arm {}: fp32 accumulator: expected M >= 1, N and K positive multiples of 16 in int32 range, found M={} "
@@ -276,69 +371,64 @@ class CublasLtFp8Arm final : public Arm {
     CublasLtGemm& plan = plans_.get(CublasLtGemm::Kind::fp8_f32, static_cast<int>(m), static_cast<int>(n),
                                     static_cast<int>(k), fast_);
     QC_INPUT(plan.ok(), "arm {}: fp32 accumulator: {}", i.label, plan.error());
-    std::lock_guard lock(d_.mu);
-    d_.select_device();
-    const size_t mn = static_cast<size_t>(m * n);
-    d_.a.upload({a, static_cast<size_t>(m * k)}), d_.w.upload({w, static_cast<size_t>(n * k)});
-    d_.d.poison(mn);
-    plan.run(d_.a.get(), d_.w.get(), d_.d.get(), nullptr, nullptr, nullptr);
-    QC_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // its own (legacy) stream: not verify's model evaluation beside it
+    return plan;
+  }
+  RunRecord accumulator_record(const CublasLtGemm& plan) const {
+    const ArmInfo i = info();
     RunRecord rec = cuda_record(i, plan.identity(), cublaslt_description());
     declare_model(rec.extra, i.accumulation_model, plan.split_k(), plan.reduction_scheme());
-    record = rec;
-    return d_.d.download(mn);
+    return rec;
   }
-  ArmOutput run(const LayerOperands& ops) override {
+  void check_layer(const LayerOperands& ops) const {
     const ArmInfo i = info();
-    check_shape(i.label, ops, /*int32_accumulator=*/false);
     QC_INPUT(!ops.has_bias(), "arm {}: layer `{}`: the FP8 arms take no bias (not modelled)", i.label, ops.name);
     require_device(i.label);
-    const Fp8LayerCodes codes = fp8_layer_codes(i.label, ops);
+  }
+  void check_codes(const LayerOperands& ops, const Fp8LayerCodes& codes) const {
+    const ArmInfo i = info();
     const bool a_e5m2 = codes.a_format == Fp8Format::e5m2, w_e5m2 = codes.w_format == Fp8Format::e5m2;
     QC_INPUT(!(a_e5m2 && w_e5m2),
              "arm {}: layer `{}`: expected e4m3 x e4m3, e5m2 x e4m3 or e4m3 x e5m2 operands, found {} (cuBLASLt has no "
              "e5m2 x e5m2 FP8 GEMM)",
              i.label, ops.name, codes.description);
-    const int m = static_cast<int>(ops.m), n = static_cast<int>(ops.n), k = static_cast<int>(ops.k);
-    const size_t mn = static_cast<size_t>(ops.m * ops.n);
-    std::lock_guard lock(d_.mu);
-    d_.select_device();
-    // The operands as the arm received them (an FP8 layer's own bytes; an INT8 layer's re-encoded codes).
-    d_.a.upload(codes.a), d_.w.upload(codes.w), d_.sa.upload(ops.a_scale), d_.sw.upload(ops.w_scale);
-    d_.y.poison(mn);
+  }
+  // The GEMM on device codes and scales into `y`, enqueued on `ops.stream`: cuBLASLt's outer-vector scaled
+  // plan, else its fp32 plan and our scale kernel through the `fp8-scaled` row.
+  RunRecord launch(const ResidentOperands& ops, const Fp8LayerCodes& codes, uint16_t* y) {
+    const ArmInfo i = info();
+    const LayerOperands& h = *ops.host;
+    const bool a_e5m2 = codes.a_format == Fp8Format::e5m2, w_e5m2 = codes.w_format == Fp8Format::e5m2;
+    const int m = static_cast<int>(h.m), n = static_cast<int>(h.n), k = static_cast<int>(h.k);
+    const auto stream = static_cast<cudaStream_t>(ops.stream);
     std::string kernel;
     long long split_k = -1, reduction = -1;
     CublasLtGemm& vec = plans_.get(CublasLtGemm::Kind::fp8_bf16_vec, m, n, k, fast_, a_e5m2, w_e5m2);
     if (vec.ok()) {
-      vec.run(d_.a.get(), d_.w.get(), d_.y.get(), d_.sa.get(), d_.sw.get(), nullptr);
+      vec.run(ops.a, ops.w, y, ops.a_scale, ops.w_scale, stream);
       kernel = vec.identity();
       split_k = vec.split_k();
       reduction = vec.reduction_scheme();
     } else {
-      // No outer-vector-scaled algorithm: fp32 GEMM, then our scale kernel through the `fp8-scaled`
-      // row (the formula the FP8 sweep applies on the host).
       CublasLtGemm& f32 = plans_.get(CublasLtGemm::Kind::fp8_f32, m, n, k, fast_, a_e5m2, w_e5m2);
-      QC_INPUT(f32.ok(), "arm {}: layer `{}`: {}; {}", i.label, ops.name, vec.error(), f32.error());
-      d_.d.poison(mn);
-      f32.run(d_.a.get(), d_.w.get(), d_.d.get(), nullptr, nullptr, nullptr);
+      QC_INPUT(f32.ok(), "arm {}: layer `{}`: {}; {}", i.label, h.name, vec.error(), f32.error());
+      const size_t mn = static_cast<size_t>(h.m * h.n);
+      float* d = d_.d.reserve(mn);
+      QC_CUDA_CHECK(cudaMemsetAsync(d, 0xFF, mn * sizeof(float), stream));
+      f32.run(ops.a, ops.w, d, nullptr, nullptr, stream);
       split_k = f32.split_k();
       reduction = f32.reduction_scheme();
       kernel = f32.identity() + " + " +
-               checked_launch(cuda_kernels::launch_f32_scale_to_bf16(d_.d.get(), d_.sa.get(), d_.sw.get(), d_.y.get(),
-                                                                    m, n, fp8_epilogue().kind, nullptr),
+               checked_launch(cuda_kernels::launch_f32_scale_to_bf16(d, ops.a_scale, ops.w_scale, y, m, n,
+                                                                    fp8_epilogue().kind, stream),
                               i.label.c_str()) +
                " (outer-vector scaling unavailable: " + vec.error() + ")";
     }
-    QC_CUDA_CHECK(cudaStreamSynchronize(nullptr));  // its own (legacy) stream: not verify's model evaluation beside it
-    ArmOutput out;
-    out.y = d_.y.download(mn);
-    out.record = cuda_record(i, std::move(kernel), cublaslt_description());
-    out.record.extra["operands"] = codes.description;
-    declare_model(out.record.extra, i.accumulation_model, split_k, reduction);
-    return out;
+    RunRecord record = cuda_record(i, std::move(kernel), cublaslt_description());
+    record.extra["operands"] = codes.description;
+    declare_model(record.extra, i.accumulation_model, split_k, reduction);
+    return record;
   }
 
- private:
   bool fast_;
   PlanCache plans_;
   DeviceFp8Layer d_;

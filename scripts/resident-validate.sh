@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Issue #32 on a GPU machine: verify's device pipeline against the code before it, in one call.
+# Builds this tree and a baseline (a `git archive` of the commit to compare with, .carry/baseline.tar.gz)
+# side by side, runs the GPU tests of the pipeline, then the 196-layer verifies of scripts/fp8-verify-speed.sh
+# (INT8 `cuda:mma-vllm-cutlass` vs `cuda:mma-vllm-triton` with pinned predictions, FP8 `cuda:cublaslt-fp8` vs
+# `-fastacc`) alternating baseline and this tree, and compares every JSON field for field (timings and the
+# reference's description aside). Logs and the JSON go to $OUT.
+#   git archive <commit> | gzip > .carry/baseline.tar.gz; STEPS=build,tests,speed scripts/resident-validate.sh
+# Highway is taken from .carry/hwy/usr when present (the GPU machine has no libhwy-dev; docs/gpu.md).
+set -uo pipefail
+OUT=${OUT:-resident-out}
+mkdir -p "$OUT"
+STEPS=${STEPS:-build,tests,speed}
+PAIRS=${PAIRS:-3}
+FILTER=${FILTER:-*}
+want() { [[ ",$STEPS," == *",$1,"* ]]; }
+step() { echo; echo "== $* ($(date +%T))"; }
+now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
+HWY_ARGS=
+[ -d .carry/hwy/usr ] && export LD_LIBRARY_PATH=$PWD/.carry/hwy/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} &&
+  HWY_ARGS=-DCMAKE_PREFIX_PATH=$PWD/.carry/hwy/usr
+ARGS="-DCMAKE_BUILD_TYPE=Release -DQCONFORM_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DQCONFORM_WITH_ONEDNN=OFF
+  -DQCONFORM_WITH_CUTLASS=OFF -DQCONFORM_BUILD_TESTS=ON -DQCONFORM_BUILD_PYTHON=OFF $HWY_ARGS ${CMAKE_ARGS:-}"
+
+if want build; then
+  step "build this tree and the baseline ($(nproc) cores)"
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/env.txt"
+  rm -rf /tmp/qc-base && mkdir -p /tmp/qc-base && tar -xzf .carry/baseline.tar.gz -C /tmp/qc-base
+  t0=$(now_ms)
+  (cmake -S . -B build-gpu $ARGS > "$OUT/build.log" 2>&1 &&
+     cmake --build build-gpu -j"$(nproc)" --target qconform qconform_gpu_tests >> "$OUT/build.log" 2>&1) &
+  after=$!
+  (cmake -S /tmp/qc-base -B /tmp/qc-base/build $ARGS > "$OUT/build-base.log" 2>&1 &&
+     cmake --build /tmp/qc-base/build -j"$(nproc)" --target qconform >> "$OUT/build-base.log" 2>&1) &
+  base=$!
+  wait $after || { tail -30 "$OUT/build.log"; exit 1; }
+  wait $base || { tail -30 "$OUT/build-base.log"; exit 1; }
+  echo "built both in $(( ($(now_ms) - t0) / 1000 )) s"
+  mv "$OUT/build.log" "$OUT/build-base.log" /tmp/  # kept back only when a build fails
+fi
+Q=build-gpu/qconform
+QB=/tmp/qc-base/build/qconform
+
+if want tests; then
+  step "GPU tests ($FILTER)"
+  QC_EXPECT_WGMMA=1 build-gpu/tests/qconform_gpu_tests --gtest_filter="$FILTER" > "$OUT/gpu-tests.log" 2>&1
+  grep -E "^\[  (FAILED|PASSED) |SKIPPED|Failure" "$OUT/gpu-tests.log" | head -40
+fi
+
+if want speed; then
+  step "operands (qwen3-1.7b, M=512, seed 1) and predictions"
+  tmp=${TMPDIR:-/tmp}
+  "$Q" synth --shapes qwen3-1.7b --m 512 --seed 1 --out "$tmp/speed-int8.safetensors" > /dev/null
+  "$Q" synth --shapes qwen3-1.7b --m 512 --seed 1 --element e4m3 --out "$tmp/speed-fp8.safetensors" > /dev/null
+  "$Q" predict "$tmp/speed-int8.safetensors" --out "$OUT/int8.predictions.json" --quiet > "$OUT/predict.txt"
+  pin=$(sed -n 's/^pin: //p' "$OUT/predict.txt")
+  grep -m1 -E "^(model name|flags)" /proc/cpuinfo | cut -c1-80 | tee -a "$OUT/env.txt"
+  grep -o -w sha_ni /proc/cpuinfo | head -1 | tee -a "$OUT/env.txt"
+  R=/tmp/resident-runs  # every run's output and JSON (the call brings back 8 files at most: the summaries go to $OUT)
+  mkdir -p $R
+  one() {  # name, binary, operands, arms, extra args...
+    local name=$1 q=$2 ops=$3 arms=$4
+    shift 4
+    local start rc=0
+    start=$(now_ms)
+    "$q" verify "$ops" --arms "$arms" --reference gpu --timings --json "$R/$name.json" "$@" > "$R/$name.txt" 2>&1 || rc=$?
+    local ms=$(( $(now_ms) - start ))
+    local inside
+    inside=$(sed -n 's/^  the verification (verify_layer_runs; its phases above) *//p' "$R/$name.txt")
+    printf '%-14s exit %d  process %6.2f s  in the verification %6.2f s\n' "$name" "$rc" "$(awk "BEGIN{print $ms / 1000}")" "$inside" |
+      tee -a "$OUT/speed.txt"
+    [ $rc -le 1 ] || tail -3 "$R/$name.txt"
+  }
+  for i in $(seq 1 "$PAIRS"); do
+    for side in base after; do
+      q=$Q; [ $side = base ] && q=$QB
+      one "int8-$side-$i" "$q" "$tmp/speed-int8.safetensors" cuda:mma-vllm-cutlass,cuda:mma-vllm-triton \
+        --predictions "$OUT/int8.predictions.json" --pin "$pin"
+    done
+    for side in base after; do
+      q=$Q; [ $side = base ] && q=$QB
+      one "fp8-$side-$i" "$q" "$tmp/speed-fp8.safetensors" cuda:cublaslt-fp8,cuda:cublaslt-fp8-fastacc
+    done
+  done
+  python3 - "$R" <<'PY' | tee -a "$OUT/speed.txt"
+import json, sys, os
+runs = sys.argv[1]
+def load(name):
+    path = os.path.join(runs, name + ".json")
+    if not os.path.exists(path):
+        return None
+    j = json.load(open(path))
+    for key in ("seconds", "wall_seconds", "reference"):
+        j.pop(key, None)
+    return j
+def diff(a, b, path, out):
+    if type(a) != type(b):
+        out.append((path, a, b))
+    elif isinstance(a, dict):
+        for k in sorted(set(a) | set(b)):
+            diff(a.get(k), b.get(k), path + "." + str(k), out)
+    elif isinstance(a, list):
+        if len(a) != len(b):
+            out.append((path + ".length", len(a), len(b)))
+        for i, (x, y) in enumerate(zip(a, b)):
+            diff(x, y, path + "[%d]" % i, out)
+    elif a != b:
+        out.append((path, a, b))
+for kind in ("int8", "fp8"):
+    a, b = load(kind + "-base-1"), load(kind + "-after-1")
+    if a is None or b is None:
+        print(kind, "a run wrote no JSON")
+        continue
+    found = []
+    diff(a, b, "", found)
+    print(kind, "baseline vs this tree:", "IDENTICAL field for field" if not found else "%d fields differ" % len(found))
+    for p, x, y in found[:12]:
+        print("  ", p, "|", str(x)[:160], "|", str(y)[:160])
+PY
+  for f in int8-after-1 fp8-after-1; do cp "$R/$f.txt" "$OUT/$f.txt"; done
+  for f in int8-after-1 fp8-after-1; do echo "-- $f"; sed -n '/^time by phase/,$p' "$R/$f.txt"; done
+fi

@@ -1,0 +1,519 @@
+// verify's device pipeline, the device side (cuda.hpp, `GpuVerifyLayer`): a layer's operands resident
+// with their pristine copies, the exact accumulators and C2's counts computed where they are, the arms'
+// outputs in buffers the pipeline owns, and the element pass (kernels/verify_pass.cu) whose counts alone
+// come back, with the rows the host lists from.
+#include <fmt/format.h>
+
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <future>
+#include <map>
+#include <utility>
+
+#include "arms/cuda/cuda.hpp"
+#include "arms/cuda/cuda_common.hpp"
+#include "accum/fp8_model.hpp"
+#include "arms/cuda/kernels/fp8_accum_model.cuh"
+#include "arms/cuda/kernels/int64_exact_accum.cuh"
+#include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
+#include "arms/cuda/kernels/verify_pass.cuh"
+
+namespace qc {
+
+using cuda::DeviceScratch;
+
+bool gpu_pass_takes(const Epilogue& e) {
+  return e.kind != EpilogueKind::exact && e.kind != EpilogueKind::point &&
+         formula::has_kernel_instance(formula::instance_kind(e.kind, 1, 16));
+}
+
+namespace {
+
+// Pieces of the operands in the order of the host's C3 (`OperandSnapshot`): a_q, a_scale, w_scale, bias, w_q.
+enum Piece : int { kA, kSa, kSw, kBias, kW, kPieces };
+
+// Pinned host memory for what every run brings back (counts), reused.
+template <class T>
+class PinnedSlot {
+ public:
+  PinnedSlot() { QC_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p_), sizeof(T))); }
+  ~PinnedSlot() { cudaFreeHost(p_); }
+  PinnedSlot(const PinnedSlot&) = delete;
+  PinnedSlot& operator=(const PinnedSlot&) = delete;
+  T* get() const { return p_; }
+
+ private:
+  T* p_ = nullptr;
+};
+
+}  // namespace
+
+struct GpuVerifyLayer::Impl {
+  cudaStream_t stream = nullptr;
+  int64_t m_full = 0, n = 0, k = 0;
+  bool bias = false;
+  bool fp8 = false;
+  Fp8Format fa = Fp8Format::e4m3, fw = Fp8Format::e4m3;
+  std::map<std::string, cuda::DeviceBuffer<float>> models;  // FP8: by name, the layer's rows
+  DeviceScratch<uint8_t> wt;                                // FP8: w transposed (the fp64 kernel's scratch)
+  DeviceScratch<float> arm_acc[2];                          // FP8: the arms' exposed accumulators
+  // The next layer, uploaded ahead on its own stream by a host thread of its own (`prefetch`) while this
+  // layer's runs go on; `load` takes its buffers (swaps them with the current ones) when it is that layer.
+  struct Ahead {
+    DeviceScratch<int8_t> a, a0, w, w0;
+    DeviceScratch<uint16_t> bias, bias0;
+    const void* host[3] = {nullptr, nullptr, nullptr};  // the host arrays uploaded (a, w, bias)
+    size_t bytes[3] = {0, 0, 0};
+    double seconds = 0;
+  } ahead;
+  std::future<void> ahead_task;
+  double ahead_seconds = 0;  // the uploads ahead taken so far (beside the runs)
+  cudaStream_t copy_stream = nullptr;
+  cudaEvent_t ahead_done = nullptr;
+  // The layer (full rows) and the copies C3 compares with.
+  DeviceScratch<int8_t> a, a0, w, w0;
+  DeviceScratch<uint16_t> bias_now, bias0;
+  DeviceScratch<float> sa, sa0, sw, sw0;
+  DeviceScratch<int32_t> exact;
+  // The current run.
+  int64_t m = 0;
+  DeviceScratch<uint16_t> y[2], f[2];
+  DeviceScratch<int32_t> acc[2];
+  bool has_acc[2] = {false, false};
+  // Results of the kernels, and their pinned landing places.
+  DeviceScratch<cuda_kernels::RangeCounts> range;
+  DeviceScratch<cuda_kernels::PassCounts> counts;
+  DeviceScratch<unsigned long long> large_hist, first_diff;
+  DeviceScratch<cuda_kernels::OperandDiff> diffs;  // C3, after arm A and after arm B
+  DeviceScratch<int64_t> row_ids;
+  DeviceScratch<unsigned char> gathered;
+  std::vector<unsigned char> staged;  // the gathered rows on the host
+  std::vector<size_t> staged_at;      // where each gathered array starts in it
+  DeviceScratch<unsigned> row_counts;
+  DeviceScratch<Bf16SquareSum> square_sum;
+  DeviceScratch<uint16_t> near_bits;
+  DeviceScratch<double> near_limit;
+  PinnedSlot<cuda_kernels::RangeCounts> range_host;
+  PinnedSlot<cuda_kernels::PassCounts> counts_host;
+  PinnedSlot<std::array<cuda_kernels::OperandDiff, 2>> diffs_host;
+  PinnedSlot<double> near_limit_host;
+
+  void sync() const { QC_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+  template <class T>
+  void copy_to_device(DeviceScratch<T>& dst, DeviceScratch<T>& copy, std::span<const T> host, cudaStream_t on = nullptr) {
+    T* d = dst.reserve(host.size());
+    T* c = copy.reserve(host.size());
+    if (host.empty()) return;
+    QC_CUDA_CHECK(cudaMemcpyAsync(d, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, on ? on : stream));
+    QC_CUDA_CHECK(cudaMemcpyAsync(c, d, host.size_bytes(), cudaMemcpyDeviceToDevice, on ? on : stream));
+  }
+  // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
+  bool take_ahead(const LayerOperands& full);
+  void zero(void* p, size_t bytes) const {
+    if (bytes != 0) QC_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
+  }
+  void begin_pass(double near_zero_fraction);
+  void zero_counts();
+  GpuPassCounts finish_pass(bool run);
+  GpuRows gather(const std::vector<int64_t>& rows, const std::vector<std::pair<const void*, int>>& arrays);
+};
+
+GpuVerifyLayer::GpuVerifyLayer() : impl_(std::make_unique<Impl>()) {
+  cuda::require_device("verify's device pipeline");
+  QC_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
+  QC_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->copy_stream, cudaStreamNonBlocking));
+  QC_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->ahead_done, cudaEventDisableTiming));
+}
+
+GpuVerifyLayer::~GpuVerifyLayer() {
+  if (!impl_) return;
+  if (impl_->ahead_task.valid()) impl_->ahead_task.wait();
+  for (cudaStream_t s : {impl_->stream, impl_->copy_stream}) {
+    if (s == nullptr) continue;
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+  if (impl_->ahead_done != nullptr) cudaEventDestroy(impl_->ahead_done);
+}
+
+void GpuVerifyLayer::prefetch(const LayerOperands& next) {
+  Impl& x = *impl_;
+  if (x.ahead_task.valid()) x.ahead_task.get();
+  if (!refusal(next, next.fp8()).empty()) return;
+  x.ahead.host[0] = x.ahead.host[1] = x.ahead.host[2] = nullptr;
+  x.ahead_task = std::async(std::launch::async, [&x, next] {
+    const auto t0 = std::chrono::steady_clock::now();
+    Impl::Ahead& h = x.ahead;
+    x.copy_to_device(h.a, h.a0, next.a_q, x.copy_stream);
+    x.copy_to_device(h.w, h.w0, next.w_q, x.copy_stream);
+    x.copy_to_device(h.bias, h.bias0, next.bias, x.copy_stream);
+    QC_CUDA_CHECK(cudaEventRecord(x.ahead_done, x.copy_stream));
+    QC_CUDA_CHECK(cudaEventSynchronize(x.ahead_done));
+    h.host[0] = next.a_q.data(), h.host[1] = next.w_q.data(), h.host[2] = next.bias.data();
+    h.bytes[0] = next.a_q.size(), h.bytes[1] = next.w_q.size(), h.bytes[2] = next.bias.size();
+    h.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  });
+}
+
+bool GpuVerifyLayer::Impl::take_ahead(const LayerOperands& full) {
+  if (ahead_task.valid()) ahead_task.get();  // rethrows what the upload threw
+  const void* host[3] = {full.a_q.data(), full.w_q.data(), full.bias.data()};
+  const size_t bytes[3] = {full.a_q.size(), full.w_q.size(), full.bias.size()};
+  for (int i = 0; i < 3; ++i) {
+    if (ahead.host[i] != host[i] || ahead.bytes[i] != bytes[i]) return false;
+  }
+  std::swap(a, ahead.a), std::swap(a0, ahead.a0), std::swap(w, ahead.w), std::swap(w0, ahead.w0);
+  std::swap(bias_now, ahead.bias), std::swap(bias0, ahead.bias0);
+  ahead.host[0] = ahead.host[1] = ahead.host[2] = nullptr;
+  ahead_seconds += ahead.seconds;
+  return true;
+}
+
+std::string GpuVerifyLayer::refusal(const LayerOperands& full, bool fp8) {
+  if (!fp8 && full.fp8()) return "an FP8 layer (the pair is INT8)";
+  if (fp8 && !full.fp8()) return "an INT8 layer (the FP8 arms' re-encoded codes stay on the host's pipeline)";
+  if (fp8 && full.block_scaled()) return "a block-scaled layer (the host's pipeline runs the block models)";
+  if (!fp8 && full.k > kAccumMaxKInt32) return fmt::format("K = {} is beyond the int32 accumulators' proof", full.k);
+  if (full.n % 8 != 0 || full.n <= 0) return fmt::format("N = {} is not a positive multiple of 8", full.n);
+  if (full.m * full.n >= (int64_t{1} << 32) || full.m > 65535 || full.n > INT_MAX || full.k > INT_MAX) {
+    return fmt::format("{}x{}x{} is beyond the pass's indices", full.m, full.n, full.k);
+  }
+  return "";
+}
+
+void GpuVerifyLayer::load(const LayerOperands& full) {
+  Impl& x = *impl_;
+  const std::string why = refusal(full, full.fp8());
+  QC_CHECK(why.empty(), "GpuVerifyLayer::load: layer `{}`: {}", full.name, why);
+  x.m_full = full.m, x.n = full.n, x.k = full.k, x.bias = full.has_bias();
+  x.fp8 = full.fp8();
+  x.models.clear();
+  if (!x.take_ahead(full)) {
+    x.copy_to_device(x.a, x.a0, full.a_q);
+    x.copy_to_device(x.w, x.w0, full.w_q);
+    x.copy_to_device(x.bias_now, x.bias0, full.bias);
+  }
+  if (x.fp8) {
+    x.fa = fp8_format(full.a_type), x.fw = fp8_format(full.w_type);
+    return;
+  }
+  const int m = static_cast<int>(full.m), n = static_cast<int>(full.n), k = static_cast<int>(full.k);
+  int32_t* exact = x.exact.reserve(static_cast<size_t>(full.m * full.n));
+  cuda::checked_launch(cuda_kernels::launch_int64_exact_accum(x.a.get(), x.w.get(), exact, m, n, k, x.stream),
+                       "verify's device pipeline: the exact accumulators");
+  cuda_kernels::RangeCounts* range = x.range.reserve(1);
+  x.zero(range, sizeof(*range));
+  cuda::checked_launch(cuda_kernels::launch_range_counts(exact, full.m * full.n, x.a.get(), full.m * full.k, x.w.get(),
+                                                         n, k, range, x.stream),
+                       "verify's device pipeline: C2's statistics");
+  QC_CUDA_CHECK(cudaMemcpyAsync(x.range_host.get(), range, sizeof(*range), cudaMemcpyDeviceToHost, x.stream));
+}
+
+RangeStats GpuVerifyLayer::range_stats() {
+  Impl& x = *impl_;
+  x.sync();
+  const cuda_kernels::RangeCounts& c = *x.range_host.get();
+  RangeParts p;
+  p.max_abs = static_cast<int64_t>(c.max_key >> 32);
+  p.argmax = static_cast<int64_t>(0xFFFFFFFFull - (c.max_key & 0xFFFFFFFFull));
+  p.above = static_cast<int64_t>(c.above);
+  p.inexact = static_cast<int64_t>(c.inexact);
+  p.a_contains_min = c.a_has_min != 0;
+  p.l1_max = static_cast<int64_t>(c.l1_key >> 32);
+  p.l1_argmax = static_cast<int64_t>(0xFFFFFFFFull - (c.l1_key & 0xFFFFFFFFull));
+  return range_stats_from({x.m_full, x.n, x.k}, p);
+}
+
+ResidentOperands GpuVerifyLayer::operands(const LayerOperands& ops) {
+  Impl& x = *impl_;
+  QC_CHECK(ops.n == x.n && ops.k == x.k && ops.m <= x.m_full && ops.has_bias() == x.bias,
+           "GpuVerifyLayer::operands: layer `{}` {}x{}x{} is not the loaded one", ops.name, ops.m, ops.n, ops.k);
+  x.m = ops.m;
+  x.copy_to_device(x.sa, x.sa0, ops.a_scale);
+  x.copy_to_device(x.sw, x.sw0, ops.w_scale);
+  ResidentOperands r;
+  r.host = &ops;
+  r.a = x.a.get(), r.w = x.w.get(), r.a_scale = x.sa.get(), r.w_scale = x.sw.get();
+  r.bias = x.bias ? x.bias_now.get() : nullptr;
+  r.stream = x.stream;
+  return r;
+}
+
+ResidentOutputs GpuVerifyLayer::outputs(int side, bool acc) {
+  Impl& x = *impl_;
+  const size_t mn = static_cast<size_t>(x.m * x.n);
+  QC_CUDA_CHECK(cudaMemsetAsync(x.y[side].reserve(mn), 0xFF, mn * sizeof(uint16_t), x.stream));
+  x.has_acc[side] = acc;
+  if (acc) QC_CUDA_CHECK(cudaMemsetAsync(x.acc[side].reserve(mn), 0xFF, mn * sizeof(int32_t), x.stream));
+  return {x.y[side].get(), acc ? x.acc[side].get() : nullptr};
+}
+
+void GpuVerifyLayer::check_operands(int side) {
+  Impl& x = *impl_;
+  cuda_kernels::BytePieces p;
+  const auto add = [&](const void* now, const void* was, size_t bytes) {
+    p.now[p.count] = static_cast<const unsigned char*>(now);
+    p.was[p.count] = static_cast<const unsigned char*>(was);
+    p.bytes[p.count] = bytes;
+    ++p.count;
+  };
+  add(x.a.get(), x.a0.get(), static_cast<size_t>(x.m * x.k));  // the rows the arms took
+  add(x.sa.get(), x.sa0.get(), static_cast<size_t>(x.m) * sizeof(float));
+  add(x.sw.get(), x.sw0.get(), static_cast<size_t>(x.n) * sizeof(float));
+  add(x.bias_now.get(), x.bias0.get(), x.bias ? static_cast<size_t>(x.n) * sizeof(uint16_t) : 0);
+  add(x.w.get(), x.w0.get(), static_cast<size_t>(x.n * x.k));
+  static constexpr int kElementSize[kPieces] = {1, 4, 4, 2, 1};
+  unsigned long long* first = x.first_diff.reserve(2 * kPieces) + side * kPieces;
+  cuda_kernels::OperandDiff* diff = x.diffs.reserve(2) + side;
+  const char* who = "verify's device pipeline: C3";
+  QC_CUDA_CHECK(cudaMemsetAsync(first, 0xFF, kPieces * sizeof(unsigned long long), x.stream));
+  cuda::checked_launch(cuda_kernels::launch_first_byte_diff(p, first, x.stream), who);
+  cuda::checked_launch(cuda_kernels::launch_capture_diff(p, kElementSize, first, diff, x.stream), who);
+}
+
+namespace {
+
+const char* const kPassWho = "verify's device pipeline: the element pass";
+
+}  // namespace
+
+// The comparison's near-zero limit over arm A's outputs (the host's rule, from the same exact sum), and
+// the pass's counters zeroed: what every element pass starts with.
+void GpuVerifyLayer::Impl::begin_pass(double near_zero_fraction) {
+  const size_t mn = static_cast<size_t>(m * n);
+  Bf16SquareSum* sum = square_sum.reserve(1);
+  zero(sum, sizeof(*sum));
+  cuda::checked_launch(cuda_kernels::launch_square_sum(y[0].get(), static_cast<int64_t>(mn), sum, stream), kPassWho);
+  cuda::checked_launch(cuda_kernels::launch_near_zero_bits(sum, near_zero_fraction, near_limit.reserve(1),
+                                                           near_bits.reserve(1), stream),
+                       kPassWho);
+  zero_counts();
+}
+
+void GpuVerifyLayer::Impl::zero_counts() {
+  zero(counts.reserve(1), sizeof(cuda_kernels::PassCounts));
+  zero(large_hist.reserve(cuda_kernels::kLargeHist), cuda_kernels::kLargeHist * sizeof(unsigned long long));
+  const size_t row_bytes = static_cast<size_t>(m) * cuda_kernels::kRowCounters * sizeof(unsigned);
+  zero(row_counts.reserve(row_bytes / sizeof(unsigned)), row_bytes);
+}
+
+// The counts of a pass back on the host (the run's one wait): the counters, the histogram, the rows'
+// counts; for a run's pass also the near-zero limit and C3's findings after each arm.
+GpuPassCounts GpuVerifyLayer::Impl::finish_pass(bool run) {
+  const auto back = [&](void* host, const void* device, size_t bytes) {
+    QC_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream));
+  };
+  back(counts_host.get(), counts.get(), sizeof(cuda_kernels::PassCounts));
+  GpuPassCounts r;
+  r.rows.resize(static_cast<size_t>(m) * cuda_kernels::kRowCounters);
+  back(r.rows.data(), row_counts.get(), r.rows.size() * sizeof(unsigned));
+  if (run) {
+    back(near_limit_host.get(), near_limit.get(), sizeof(double));
+    back(diffs_host.get(), diffs.reserve(2), 2 * sizeof(cuda_kernels::OperandDiff));
+  }
+  sync();
+  for (int side = 0; run && side < 2; ++side) {
+    const cuda_kernels::OperandDiff& d = (*diffs_host.get())[static_cast<size_t>(side)];
+    if (d.piece < 0) continue;
+    OperandChange& c = r.changed[side].emplace();
+    c.piece = d.piece;
+    c.element = static_cast<int64_t>(d.element);
+    std::memcpy(c.was.data(), d.was, sizeof(d.was));
+    std::memcpy(c.now.data(), d.now, sizeof(d.now));
+  }
+  const cuda_kernels::PassCounts& c = *counts_host.get();
+  for (int i = 0; i < cuda_kernels::kPassCounters; ++i) r.count[static_cast<size_t>(i)] = static_cast<int64_t>(c.count[i]);
+  r.max_ulp = static_cast<int64_t>(c.max_ulp);
+  if (run) r.near_zero_limit = *near_limit_host.get();
+  std::memcpy(&r.max_rel, &c.max_rel_bits, sizeof(double));
+  std::memcpy(&r.near_zero_max_abs, &c.near_zero_max_abs_bits, sizeof(double));
+  for (int d = 0; d < cuda_kernels::kSmallUlps; ++d) {
+    if (c.small_hist[d] != 0) r.ulp_histogram[d] = static_cast<int64_t>(c.small_hist[d]);
+  }
+  if (c.count[cuda_kernels::kLargeUlps] != 0) {
+    std::vector<unsigned long long> hist(cuda_kernels::kLargeHist);
+    QC_CUDA_CHECK(cudaMemcpy(hist.data(), large_hist.get(), hist.size() * sizeof(unsigned long long),
+                             cudaMemcpyDeviceToHost));
+    for (size_t d = cuda_kernels::kSmallUlps; d < hist.size(); ++d) {
+      if (hist[d] != 0) r.ulp_histogram[static_cast<int64_t>(d)] = static_cast<int64_t>(hist[d]);
+    }
+  }
+  return r;
+}
+
+GpuPassCounts GpuVerifyLayer::pass(const GpuPassSpec& spec) {
+  Impl& x = *impl_;
+  const int m = static_cast<int>(x.m), n = static_cast<int>(x.n);
+  const size_t mn = static_cast<size_t>(x.m * x.n);
+  cuda_kernels::Int8PassArgs args;
+  args.exact = x.exact.get();  // the first m rows of the layer's
+  for (int s = 0; s < 2; ++s) {
+    args.y[s] = x.y[s].get();
+    QC_CHECK(spec.acc[s] == x.has_acc[s], "GpuVerifyLayer::pass: arm {}'s accumulator was {}taken", s, x.has_acc[s] ? "" : "not ");
+    args.acc[s] = spec.acc[s] ? x.acc[s].get() : nullptr;
+    if (const Epilogue* e = spec.formula[s]) {
+      QC_CHECK(gpu_pass_takes(*e), "GpuVerifyLayer::pass: formula `{}` has no device instance", e->name);
+      cuda::checked_launch(cuda_kernels::launch_int32_scaled_epilogue(
+                               x.exact.get(), x.sa.get(), x.sw.get(), x.bias ? x.bias_now.get() : nullptr,
+                               x.f[s].reserve(mn), m, n, formula::instance_kind(e->kind, m, n), e->bias_mode, x.stream),
+                           kPassWho);
+      args.f[s] = x.f[s].get();
+    }
+  }
+  x.begin_pass(spec.near_zero_fraction);
+  args.sa = x.sa.get(), args.sw = x.sw.get();
+  args.m = m, args.n = n;
+  args.safe = spec.safe, args.pow2 = spec.pow2;
+  args.near_bits = x.near_bits.get();
+  cuda::checked_launch(
+      cuda_kernels::launch_int8_element_pass(args, x.counts.get(), x.large_hist.get(), x.row_counts.get(), x.stream),
+      kPassWho);
+  return x.finish_pass(/*run=*/true);
+}
+
+const float* GpuVerifyLayer::model(const std::string& name, const Fp8AccumModel& model, std::string* kernel) {
+  Impl& x = *impl_;
+  QC_CHECK(x.fp8, "GpuVerifyLayer::model: the loaded layer is not FP8");
+  if (const auto it = x.models.find(name); it != x.models.end()) return it->second.get();
+  validate_fp8_model_for(model, {x.m_full, x.n, x.k});
+  cuda::DeviceBuffer<float> d(static_cast<size_t>(x.m_full * x.n));
+  const std::string ran = cuda::checked_launch(
+      cuda_kernels::launch_fp8_accum_model(model, reinterpret_cast<const uint8_t*>(x.a.get()), x.fa,
+                                           reinterpret_cast<const uint8_t*>(x.w.get()), x.fw,
+                                           x.wt.reserve(static_cast<size_t>(x.n * x.k)), d.get(),
+                                           static_cast<int>(x.m_full), static_cast<int>(x.n), x.k,
+                                           /*allow_fp32=*/true, /*reference_kernel=*/false, x.stream),
+      "verify's device pipeline: an accumulation model");
+  if (kernel != nullptr) *kernel = ran;
+  return x.models.emplace(name, std::move(d)).first->second.get();
+}
+
+float* GpuVerifyLayer::accumulator(int side) {
+  Impl& x = *impl_;
+  const size_t mn = static_cast<size_t>(x.m * x.n);
+  float* d = x.arm_acc[side].reserve(mn);
+  QC_CUDA_CHECK(cudaMemsetAsync(d, 0xFF, mn * sizeof(float), x.stream));
+  return d;
+}
+
+const float* GpuVerifyLayer::accumulator_of(int side) const { return impl_->arm_acc[side].get(); }
+
+GpuPassCounts GpuVerifyLayer::check_accumulators(const float* const (&want)[2]) {
+  Impl& x = *impl_;
+  const float* got[2] = {want[0] != nullptr ? x.arm_acc[0].get() : nullptr, want[1] != nullptr ? x.arm_acc[1].get() : nullptr};
+  x.zero_counts();
+  cuda::checked_launch(cuda_kernels::launch_fp32_accumulator_check(got, want, static_cast<int>(x.m), static_cast<int>(x.n),
+                                                                   x.counts.get(), x.row_counts.get(), x.stream),
+                       "verify's device pipeline: the exposed accumulators");
+  return x.finish_pass(/*run=*/false);
+}
+
+GpuPassCounts GpuVerifyLayer::pass_fp8(const GpuFp8PassSpec& spec) {
+  Impl& x = *impl_;
+  const int m = static_cast<int>(x.m), n = static_cast<int>(x.n);
+  const size_t mn = static_cast<size_t>(x.m * x.n);
+  cuda_kernels::Fp8PassArgs args;
+  const bool both = spec.d[0] != nullptr && spec.d[1] != nullptr;
+  for (int s = 0; s < 2; ++s) {
+    args.y[s] = x.y[s].get();
+    if (spec.d[s] == nullptr) continue;
+    const Epilogue* e = spec.formula[s];
+    QC_CHECK(e != nullptr && gpu_pass_takes(*e), "GpuVerifyLayer::pass_fp8: arm {}'s epilogue has no device instance", s);
+    cuda::checked_launch(cuda_kernels::launch_f32_scale_to_bf16(spec.d[s], x.sa.get(), x.sw.get(), x.f[s].reserve(mn),
+                                                                m, n, formula::instance_kind(e->kind, m, n), x.stream),
+                         kPassWho);
+    args.want[s] = x.f[s].get();
+    if (both) args.key[s] = spec.d[s];
+  }
+  x.begin_pass(spec.near_zero_fraction);
+  args.m = m, args.n = n;
+  args.pow2 = spec.pow2;
+  args.near_bits = x.near_bits.get();
+  cuda::checked_launch(
+      cuda_kernels::launch_fp8_element_pass(args, x.counts.get(), x.large_hist.get(), x.row_counts.get(), x.stream),
+      kPassWho);
+  return x.finish_pass(/*run=*/true);
+}
+
+// `arrays` ([m, n], each with its element size) at `rows`, gathered on the device into one staging area
+// and brought back in one copy; the bytes land in the host vectors the caller then assigns.
+GpuRows GpuVerifyLayer::Impl::gather(const std::vector<int64_t>& rows, const std::vector<std::pair<const void*, int>>& arrays) {
+  GpuRows r;
+  for (const int64_t row : rows) QC_CHECK(row >= 0 && row < m, "GpuVerifyLayer::rows: row {} of {}", row, m);
+  QC_CHECK(arrays.size() <= static_cast<size_t>(cuda_kernels::kMaxGather), "GpuVerifyLayer::rows: {} arrays", arrays.size());
+  const size_t count = rows.size(), cols = static_cast<size_t>(n);
+  cuda_kernels::RowGather g;
+  std::vector<size_t> at;
+  size_t offset = 0;
+  for (const auto& [src, bytes] : arrays) {
+    QC_CHECK(src != nullptr, "GpuVerifyLayer::rows: array {} is not on the device", g.arrays);
+    g.src[g.arrays] = static_cast<const unsigned char*>(src);
+    g.bytes[g.arrays] = bytes;
+    at.push_back(offset);
+    offset += count * cols * static_cast<size_t>(bytes);
+    ++g.arrays;
+  }
+  staged.resize(offset);
+  staged_at = at;
+  if (count == 0 || offset == 0) return r;
+  unsigned char* staging = gathered.reserve(offset);
+  for (int j = 0; j < g.arrays; ++j) g.dst[j] = staging + at[static_cast<size_t>(j)];
+  int64_t* ids = row_ids.reserve(count);
+  QC_CUDA_CHECK(cudaMemcpyAsync(ids, rows.data(), count * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
+  cuda::checked_launch(cuda_kernels::launch_gather_rows(g, ids, static_cast<int>(count), n, stream),
+                       "verify's device pipeline: the listed rows");
+  QC_CUDA_CHECK(cudaMemcpyAsync(staged.data(), staging, offset, cudaMemcpyDeviceToHost, stream));
+  sync();
+  return r;
+}
+
+namespace {
+
+template <class T>
+std::vector<T> staged_array(const std::vector<unsigned char>& staged, size_t at, size_t count) {
+  std::vector<T> v(count);
+  if (count != 0) std::memcpy(v.data(), staged.data() + at, count * sizeof(T));
+  return v;
+}
+
+}  // namespace
+
+GpuRows GpuVerifyLayer::rows(const std::vector<int64_t>& rows, bool acc_a, bool acc_b) {
+  Impl& x = *impl_;
+  const bool acc[2] = {acc_a, acc_b};
+  std::vector<std::pair<const void*, int>> arrays = {{x.y[0].get(), 2}, {x.y[1].get(), 2}, {x.exact.get(), 4}};
+  for (int s = 0; s < 2; ++s) {
+    if (acc[s]) arrays.emplace_back(x.acc[s].get(), 4);
+  }
+  GpuRows r = x.gather(rows, arrays);
+  const size_t count = rows.size() * static_cast<size_t>(x.n);
+  size_t j = 0;
+  for (int s = 0; s < 2; ++s) r.y[s] = staged_array<uint16_t>(x.staged, x.staged_at[j++], count);
+  r.exact = staged_array<int32_t>(x.staged, x.staged_at[j++], count);
+  for (int s = 0; s < 2; ++s) {
+    if (acc[s]) r.acc[s] = staged_array<int32_t>(x.staged, x.staged_at[j++], count);
+  }
+  return r;
+}
+
+GpuRows GpuVerifyLayer::rows_fp8(const std::vector<int64_t>& rows, const float* const (&f32)[6], bool outputs) {
+  Impl& x = *impl_;
+  std::vector<std::pair<const void*, int>> arrays;
+  if (outputs) arrays = {{x.y[0].get(), 2}, {x.y[1].get(), 2}};
+  for (const float* p : f32) {
+    if (p != nullptr) arrays.emplace_back(p, 4);
+  }
+  GpuRows r = x.gather(rows, arrays);
+  const size_t count = rows.size() * static_cast<size_t>(x.n);
+  size_t j = 0;
+  for (int s = 0; s < 2 && outputs; ++s) r.y[s] = staged_array<uint16_t>(x.staged, x.staged_at[j++], count);
+  for (int i = 0; i < 6; ++i) {
+    if (f32[i] != nullptr) r.f32[i] = staged_array<float>(x.staged, x.staged_at[j++], count);
+  }
+  return r;
+}
+
+double GpuVerifyLayer::take_upload_seconds() { return std::exchange(impl_->ahead_seconds, 0.0); }
+
+}  // namespace qc
