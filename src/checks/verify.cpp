@@ -459,7 +459,9 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   // Verify's device pipeline where it takes the pair (docs/gpu.md, "verify on the device").
   std::unique_ptr<ResidentVerifier> resident;
   if (ResidentVerifier::refusal(info_a, info_b, formula_a, formula_b, reference).empty()) {
-    resident = std::make_unique<ResidentVerifier>(arm_a, arm_b, formula_a, formula_b, options);
+    resident = timed(result.seconds, "the device pipeline set up (the CUDA context, streams)", [&] {
+      return std::make_unique<ResidentVerifier>(arm_a, arm_b, formula_a, formula_b, options);
+    });
     result.reference = resident->reference_description();
   }
   QC_INPUT(predictions.layers.size() == layer_count,

@@ -17,6 +17,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <future>
+#include <utility>
 
 #include "accum/fp8_model.hpp"
 #include "checks/c2_range.hpp"
@@ -49,7 +51,14 @@ std::string ResidentVerifier::refusal(const ArmInfo& a, const ArmInfo& b, const 
 ResidentVerifier::ResidentVerifier(Arm& a, Arm& b, const Epilogue* formula_a, const Epilogue* formula_b,
                                    const VerifyOptions& options)
     : arms_{&a, &b}, infos_{a.info(), b.info()}, formula_{formula_a, formula_b}, options_(options),
-      fp8_(infos_[0].fp8()), gpu_(std::make_unique<GpuVerifyLayer>()) {}
+      fp8_(infos_[0].fp8()), gpu_(std::make_unique<GpuVerifyLayer>()) {
+  for (const ArmInfo& i : infos_) {  // FP8: the declared models, evaluated on each next layer as it is uploaded
+    if (!fp8_ || i.accumulation_model.empty()) continue;
+    if (std::none_of(declared_.begin(), declared_.end(), [&](const NamedAccumModel& m) { return m.name == i.accumulation_model; })) {
+      declared_.push_back(fp8_accumulation_model(i.accumulation_model));
+    }
+  }
+}
 
 ResidentVerifier::~ResidentVerifier() = default;
 
@@ -187,8 +196,47 @@ void ResidentVerifier::take_operand_check(const GpuPassCounts& counts, const Lay
   }
 }
 
-LayerRun ResidentVerifier::int8_run(const LayerOperands& ops, const std::string& label, LayerRun run,
-                                    LayerVerification& layer, PhaseSeconds& seconds) {
+namespace {
+
+// The host's part of an INT8 run, off the run loop's thread: its element pass over the listed rows (the
+// lists, and its counts against the device's), merged with the device's counts, folded into the run.
+LayerRun int8_host_part(LayerRun run, const LayerOperands& ops, const std::string& label, const GpuPassCounts& counts,
+                        const std::vector<int64_t>& rows, const GpuRows& back, const Epilogue* const (&formula)[2],
+                        const bool (&acc)[2], const VerifyOptions& options) {
+  const RowSubset sub(ops, rows);
+  ExactAccumulators exact;
+  exact.i32 = back.exact;
+  ArmOutput out[2];
+  for (int s = 0; s < 2; ++s) {
+    out[s].y = back.y[s];
+    if (!back.acc[s].empty()) out[s].acc = back.acc[s];
+  }
+  ElementPass host = element_pass(ElementContext{.ops = sub.ops,
+                                                 .label = label,
+                                                 .mode = run.mode,
+                                                 .safe = run.safe,
+                                                 .exact = exact,
+                                                 .out = {&out[0], &out[1]},
+                                                 .formula = {formula[0], formula[1]},
+                                                 .compare = options.compare,
+                                                 .threads = 1,
+                                                 .near_zero = counts.near_zero_limit,
+                                                 .row_ids = rows.data()});
+  const ElementTally& t = host.tally;
+  require_equal_rows(counts, rows,
+                     {host.cmp.bitwise_diff, t.acc_mismatch[0] + t.acc_mismatch[1], t.pow2_violations,
+                      t.formula_mismatch[0] + t.formula_mismatch[1], t.predicted_diff, t.predicted_vs_observed},
+                     label, run.mode);
+  const ElementPass pass = merged_pass(counts, ops.m * ops.n, std::move(host));
+  run.cmp = pass.cmp;
+  fold_tally(run, pass.tally, acc[0], acc[1], nullptr, formula[0], formula[1]);
+  return run;
+}
+
+}  // namespace
+
+ResidentVerifier::PendingRun ResidentVerifier::int8_run(const LayerOperands& ops, const std::string& label, LayerRun run,
+                                                        LayerVerification& layer, PhaseSeconds& seconds) {
   GpuVerifyLayer& gpu = *gpu_;
   RunRecord records[2];
   arms_run(ops, layer, seconds, records);
@@ -199,43 +247,21 @@ LayerRun ResidentVerifier::int8_run(const LayerOperands& ops, const std::string&
   spec.pow2 = run.mode != ScaleMode::real;
   spec.near_zero_fraction = options_.compare.near_zero_fraction;
   // The run's one wait: the arms' kernels, C3 and the element pass finish in it.
-  const GpuPassCounts counts =
+  GpuPassCounts counts =
       timed(seconds, "the arms' kernels, C3 and the element pass (on the device)", [&] { return gpu.pass(spec); });
   take_operand_check(counts, ops, run);
-  const ElementPass pass = timed(seconds, "the listed rows (brought back, the host's pass over them)", [&] {
-    const size_t listed = options_.compare.max_listed;
-    const std::vector<int64_t> rows =
-        listing_rows(counts, ops.m, {{ck::kRowDiff, listed}, {ck::kRowAcc, 10}, {ck::kRowPow2, listed}}, sample_row(ops.m));
-    const GpuRows back = gpu.rows(rows, spec.acc[0], spec.acc[1]);
-    const RowSubset sub(ops, rows);
-    ExactAccumulators exact;
-    exact.i32 = back.exact;
-    ArmOutput out[2];
-    for (int s = 0; s < 2; ++s) {
-      out[s].y = back.y[s];
-      if (!back.acc[s].empty()) out[s].acc = back.acc[s];
-    }
-    ElementPass host = element_pass(ElementContext{.ops = sub.ops,
-                                                   .label = label,
-                                                   .mode = run.mode,
-                                                   .safe = run.safe,
-                                                   .exact = exact,
-                                                   .out = {&out[0], &out[1]},
-                                                   .formula = {formula_[0], formula_[1]},
-                                                   .compare = options_.compare,
-                                                   .threads = 1,
-                                                   .near_zero = counts.near_zero_limit,
-                                                   .row_ids = rows.data()});
-    const ElementTally& t = host.tally;
-    require_equal_rows(counts, rows,
-                       {host.cmp.bitwise_diff, t.acc_mismatch[0] + t.acc_mismatch[1], t.pow2_violations,
-                        t.formula_mismatch[0] + t.formula_mismatch[1], t.predicted_diff, t.predicted_vs_observed},
-                       label, run.mode);
-    return merged_pass(counts, ops.m * ops.n, std::move(host));
+  const size_t listed = options_.compare.max_listed;
+  std::vector<int64_t> rows =
+      listing_rows(counts, ops.m, {{ck::kRowDiff, listed}, {ck::kRowAcc, 10}, {ck::kRowPow2, listed}}, sample_row(ops.m));
+  GpuRows back = timed(seconds, "the listed rows brought back", [&] { return gpu.rows(rows, spec.acc[0], spec.acc[1]); });
+  const bool acc[2] = {spec.acc[0], spec.acc[1]};
+  return std::async(std::launch::async, [this, run = std::move(run), ops, label, counts = std::move(counts),
+                                         rows = std::move(rows), back = std::move(back), acc0 = acc[0], acc1 = acc[1]]() mutable {
+    const auto t0 = std::chrono::steady_clock::now();
+    const bool acc2[2] = {acc0, acc1};
+    LayerRun done = int8_host_part(std::move(run), ops, label, counts, rows, back, formula_, acc2, options_);
+    return std::pair(std::move(done), seconds_since(t0));
   });
-  run.cmp = pass.cmp;
-  fold_tally(run, pass.tally, spec.acc[0], spec.acc[1], nullptr, formula_[0], formula_[1]);
-  return run;
 }
 
 // The arms' exposed fp32 accumulators of these rows (`accumulate_resident`), each compared on the device
@@ -296,12 +322,58 @@ void ResidentVerifier::fp8_accumulators(const LayerOperands& rows, Fp8Rows& shar
   shared.acc.acc_mismatch[1] = counts.count[ck::kAccMismatchB];
 }
 
-LayerRun ResidentVerifier::fp8_run(const LayerOperands& ops, const std::string& label, LayerRun run, const Fp8Rows& shared,
-                                   LayerVerification& layer, PhaseSeconds& seconds) {
+namespace {
+
+// The host's part of an FP8 run, off the run loop's thread (as `int8_host_part`): the claimed models'
+// accumulators and the arms' exposed ones over the listed rows stand in for the whole layer's.
+LayerRun fp8_host_part(LayerRun run, const LayerOperands& ops, const std::string& label, const GpuPassCounts& counts,
+                       const std::vector<int64_t>& rows, const GpuRows& back, Fp8RunReference& f,
+                       const Fp8LayerReference& ref, const ElementTally& acc, const Epilogue* const (&formula)[2],
+                       const VerifyOptions& options) {
+  const RowSubset sub(ops, rows);
+  for (int s = 0; s < 2; ++s) {
+    if (f.modelled[s]) f.d[s] = &back.f32[s];
+    if (ref.has_acc[s]) f.arm_acc[s] = &back.f32[2 + s], f.acc_model[s] = ref.acc_model[s];
+  }
+  f.acc_tally = &acc;
+  f.row_ids = rows.data();
+  ExactAccumulators none;
+  ArmOutput out[2];
+  for (int s = 0; s < 2; ++s) out[s].y = back.y[s];
+  ElementPass host = element_pass(ElementContext{.ops = sub.ops,
+                                                 .label = label,
+                                                 .mode = run.mode,
+                                                 .safe = false,
+                                                 .exact = none,
+                                                 .out = {&out[0], &out[1]},
+                                                 .formula = {formula[0], formula[1]},
+                                                 .compare = options.compare,
+                                                 .threads = 1,
+                                                 .fp8 = &f,
+                                                 .near_zero = counts.near_zero_limit,
+                                                 .row_ids = rows.data()});
+  const ElementTally& t = host.tally;
+  require_equal_rows(counts, rows,
+                     {host.cmp.bitwise_diff, -1, t.pow2_violations, t.formula_mismatch[0] + t.formula_mismatch[1],
+                      t.predicted_diff, t.predicted_vs_observed},
+                     label, run.mode);
+  ElementPass pass = merged_pass(counts, ops.m * ops.n, std::move(host));
+  pass.tally.acc_first = acc.acc_first;
+  for (int s = 0; s < 2; ++s) pass.tally.acc_mismatch[s] = acc.acc_mismatch[s];
+  run.cmp = pass.cmp;
+  fold_tally(run, pass.tally, false, false, &ref, formula[0], formula[1]);
+  return run;
+}
+
+}  // namespace
+
+ResidentVerifier::PendingRun ResidentVerifier::fp8_run(const LayerOperands& ops, const std::string& label, LayerRun run,
+                                                       const Fp8Rows& shared, LayerVerification& layer,
+                                                       PhaseSeconds& seconds) {
   GpuVerifyLayer& gpu = *gpu_;
   RunRecord records[2];
   arms_run(ops, layer, seconds, records);
-  const std::shared_ptr<Fp8RunReference> claims = claim_models(run, infos_, records[0], records[1]);
+  std::shared_ptr<Fp8RunReference> claims = claim_models(run, infos_, records[0], records[1]);
   GpuFp8PassSpec spec;
   for (int s = 0; s < 2; ++s) {
     spec.formula[s] = formula_[s];
@@ -312,53 +384,23 @@ LayerRun ResidentVerifier::fp8_run(const LayerOperands& ops, const std::string& 
   }
   spec.pow2 = run.mode != ScaleMode::real;
   spec.near_zero_fraction = options_.compare.near_zero_fraction;
-  const GpuPassCounts counts =
+  GpuPassCounts counts =
       timed(seconds, "the arms' kernels, C3 and the element pass (on the device)", [&] { return gpu.pass_fp8(spec); });
   take_operand_check(counts, ops, run);
-  const ElementPass pass = timed(seconds, "the listed rows (brought back, the host's pass over them)", [&] {
-    const size_t listed = options_.compare.max_listed;
-    const std::vector<int64_t> rows = listing_rows(
-        counts, ops.m, {{ck::kRowDiff, listed}, {ck::kRowFormula, 10}, {ck::kRowPow2, listed}}, sample_row(ops.m));
-    const Fp8LayerReference& ref = shared.ref;
-    const float* f32[6] = {spec.d[0], spec.d[1], ref.has_acc[0] ? gpu.accumulator_of(0) : nullptr,
-                           ref.has_acc[1] ? gpu.accumulator_of(1) : nullptr, nullptr, nullptr};
-    const GpuRows back = gpu.rows_fp8(rows, f32, /*outputs=*/true);
-    const RowSubset sub(ops, rows);
-    Fp8RunReference& f = *claims;
-    for (int s = 0; s < 2; ++s) {
-      if (f.modelled[s]) f.d[s] = &back.f32[s];
-      if (ref.has_acc[s]) f.arm_acc[s] = &back.f32[2 + s], f.acc_model[s] = ref.acc_model[s];
-    }
-    f.acc_tally = &shared.acc;
-    f.row_ids = rows.data();
-    ExactAccumulators none;
-    ArmOutput out[2];
-    for (int s = 0; s < 2; ++s) out[s].y = back.y[s];
-    ElementPass host = element_pass(ElementContext{.ops = sub.ops,
-                                                   .label = label,
-                                                   .mode = run.mode,
-                                                   .safe = false,
-                                                   .exact = none,
-                                                   .out = {&out[0], &out[1]},
-                                                   .formula = {formula_[0], formula_[1]},
-                                                   .compare = options_.compare,
-                                                   .threads = 1,
-                                                   .fp8 = &f,
-                                                   .near_zero = counts.near_zero_limit,
-                                                   .row_ids = rows.data()});
-    const ElementTally& t = host.tally;
-    require_equal_rows(counts, rows,
-                       {host.cmp.bitwise_diff, -1, t.pow2_violations, t.formula_mismatch[0] + t.formula_mismatch[1],
-                        t.predicted_diff, t.predicted_vs_observed},
-                       label, run.mode);
-    ElementPass merged = merged_pass(counts, ops.m * ops.n, std::move(host));
-    merged.tally.acc_first = shared.acc.acc_first;
-    for (int s = 0; s < 2; ++s) merged.tally.acc_mismatch[s] = shared.acc.acc_mismatch[s];
-    return merged;
+  const size_t listed = options_.compare.max_listed;
+  std::vector<int64_t> rows = listing_rows(
+      counts, ops.m, {{ck::kRowDiff, listed}, {ck::kRowFormula, 10}, {ck::kRowPow2, listed}}, sample_row(ops.m));
+  const Fp8LayerReference& ref = shared.ref;
+  const float* f32[6] = {spec.d[0], spec.d[1], ref.has_acc[0] ? gpu.accumulator_of(0) : nullptr,
+                         ref.has_acc[1] ? gpu.accumulator_of(1) : nullptr, nullptr, nullptr};
+  GpuRows back = timed(seconds, "the listed rows brought back", [&] { return gpu.rows_fp8(rows, f32, /*outputs=*/true); });
+  return std::async(std::launch::async, [this, run = std::move(run), ops, label, counts = std::move(counts),
+                                         rows = std::move(rows), back = std::move(back), claims, &shared]() mutable {
+    const auto t0 = std::chrono::steady_clock::now();
+    LayerRun done = fp8_host_part(std::move(run), ops, label, counts, rows, back, *claims, shared.ref, shared.acc,
+                                  formula_, options_);
+    return std::pair(std::move(done), seconds_since(t0));
   });
-  run.cmp = pass.cmp;
-  fold_tally(run, pass.tally, false, false, &shared.ref, formula_[0], formula_[1]);
-  return run;
 }
 
 bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperands* next, const LayerPrediction& pred,
@@ -367,7 +409,7 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
   if (!GpuVerifyLayer::refusal(full, fp8_).empty()) return false;
   const auto t0 = std::chrono::steady_clock::now();
   gpu_->load(full);
-  if (next != nullptr) gpu_->prefetch(*next);
+  if (next != nullptr) gpu_->prefetch(*next, declared_);
   add_seconds(seconds, fp8_ ? "layer upload (what was not uploaded ahead)" : "layer upload (what was not uploaded ahead), exact accumulators, C2's statistics",
               seconds_since(t0));
   if (const double ahead = gpu_->take_upload_seconds(); ahead > 0) add_seconds(seconds, "layer uploads ahead (beside the runs)", ahead);
@@ -377,16 +419,19 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
     const std::string label = m == full.m ? full.name : fmt::format("{}@M={}", full.name, m);
     Fp8Rows shared;
     if (fp8_) fp8_accumulators(rows, shared, seconds);
+    std::vector<PendingRun> pending;  // the host's parts of the runs, beside the next runs
     for (const ScaleMode mode : options_.modes) {
       const LayerOperands ops = timed(seconds, "the regime's scales (on the host)", [&] { return apply_scale_mode(rows, mode); });
       if (step) step(fmt::format("{} m={} {}", full.name, m, scale_mode_name(mode)));
       LayerRun r = new_run(full.name, m, mode, ops, pred, fp8_ ? ArmKind::fp8 : ArmKind::int8);
-      LayerRun done = fp8_ ? fp8_run(ops, label, std::move(r), shared, layer, seconds)
-                           : int8_run(ops, label, std::move(r), layer, seconds);
-      timed(seconds, "the run's results kept", [&] {
-        layer.runs.push_back(std::move(done));
-        return 0;
-      });
+      pending.push_back(fp8_ ? fp8_run(ops, label, std::move(r), shared, layer, seconds)
+                             : int8_run(ops, label, std::move(r), layer, seconds));
+    }
+    // Joined in order, before `shared` (which the FP8 parts read) goes away.
+    for (PendingRun& p : pending) {
+      auto [done, host_seconds] = timed(seconds, "waiting for the host's passes over the listed rows", [&] { return p.get(); });
+      add_seconds(seconds, "the host's passes over the listed rows (beside the runs)", host_seconds);
+      layer.runs.push_back(std::move(done));
     }
   }
   if (fp8_) return true;

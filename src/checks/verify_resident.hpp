@@ -9,8 +9,11 @@
 #pragma once
 
 #include <functional>
+#include <future>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "arms/cuda/cuda.hpp"
 #include "checks/element_pass.hpp"
@@ -42,11 +45,14 @@ class ResidentVerifier {
   struct Fp8Rows;
   void arms_run(const LayerOperands& ops, LayerVerification& layer, PhaseSeconds& seconds, RunRecord (&records)[2]);
   void take_operand_check(const GpuPassCounts& counts, const LayerOperands& ops, LayerRun& run) const;
-  LayerRun int8_run(const LayerOperands& ops, const std::string& label, LayerRun run, LayerVerification& layer,
-                    PhaseSeconds& seconds);
+  // A run whose device part is done: its host part (the element pass over the listed rows, the merge,
+  // the fold) on a task of its own, with that part's seconds.
+  using PendingRun = std::future<std::pair<LayerRun, double>>;
+  PendingRun int8_run(const LayerOperands& ops, const std::string& label, LayerRun run, LayerVerification& layer,
+                      PhaseSeconds& seconds);
   void fp8_accumulators(const LayerOperands& rows, Fp8Rows& shared, PhaseSeconds& seconds);
-  LayerRun fp8_run(const LayerOperands& ops, const std::string& label, LayerRun run, const Fp8Rows& shared,
-                   LayerVerification& layer, PhaseSeconds& seconds);
+  PendingRun fp8_run(const LayerOperands& ops, const std::string& label, LayerRun run, const Fp8Rows& shared,
+                     LayerVerification& layer, PhaseSeconds& seconds);
   int64_t sample_row(int64_t m) { return (runs_++ * 7919) % m; }
 
   Arm* arms_[2];
@@ -55,6 +61,7 @@ class ResidentVerifier {
   const VerifyOptions& options_;
   bool fp8_;
   std::unique_ptr<GpuVerifyLayer> gpu_;
+  std::vector<NamedAccumModel> declared_;  // FP8: the arms' declared models
   int64_t runs_ = 0;  // the runs so far, which choose each run's sampled row
 };
 

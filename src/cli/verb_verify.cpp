@@ -245,10 +245,10 @@ int run_verify(const VerifyCli& o) {
   // The pin is checked before anything runs.
   auto [predictions, predictions_digest] = read_pinned_predictions(o.predictions, o.pin);
   laps.lap("paths checked, the pinned predictions read (when given)");
-  // With pinned predictions and nothing that keys on the operands' digest before the layers run (a
-  // --resume journal), the digest is read beside the verification and checked against the predictions'
-  // when it is done, before anything is printed or written.
-  const bool digest_beside = !o.predictions.empty() && o.resume.empty();
+  // Unless something keys on the operands' digest before the layers run (a --resume journal), the digest
+  // is read beside the verification and, with pinned predictions, checked against theirs when it is done,
+  // before anything is printed or written.
+  const bool digest_beside = o.resume.empty();
   OperandSet set = open_operands(o.operands, /*with_digest=*/true, digest_beside);
   laps.lap(digest_beside ? "open the operands (map, validate; SHA-256 beside the verification)"
                          : "open the operands (map, validate, SHA-256)");
@@ -277,7 +277,11 @@ int run_verify(const VerifyCli& o) {
   if (digest_beside) {
     set.await_sha256();
     laps.lap("waiting for the operands' SHA-256 (read beside the verification)");
-    check_predicted_operands();
+    if (o.predictions.empty()) {
+      predictions.operands_sha256 = set.sha256;  // computed now, before the digest was there
+    } else {
+      check_predicted_operands();
+    }
   }
   if (!v) return kExitOk;  // not rank 0
   const VerifyResult& result = v->result;

@@ -41,12 +41,18 @@ nlohmann::json verify_json(Arm& a, Arm& b, const std::vector<LayerOperands>& lay
   return j;
 }
 
+// Field for field, as text: a NaN that a listed element holds is `null` in both (as a JSON value a NaN
+// never equals itself).
+void expect_same(const nlohmann::json& device, const nlohmann::json& host, const std::string& what) {
+  EXPECT_EQ(device.dump(), host.dump()) << what << "\n" << nlohmann::json::diff(host, device).dump(1);
+}
+
 void expect_same_verify(const std::string& a, const std::string& b, const std::vector<LayerOperands>& layers,
                         std::vector<int64_t> m_sweep = {}) {
   auto arm_a = make_arm(a), arm_b = make_arm(b);
   const nlohmann::json device = verify_json(*arm_a, *arm_b, layers, VerifyReference::gpu, m_sweep);
   const nlohmann::json host = verify_json(*arm_a, *arm_b, layers, VerifyReference::cpu, m_sweep);
-  EXPECT_EQ(device, host) << a << " vs " << b << "\n" << nlohmann::json::diff(host, device).dump(1);
+  expect_same(device, host, a + " vs " + b);
 }
 
 TEST(ResidentVerify, RealArmsGiveTheHostPipelinesResults) {
@@ -123,9 +129,9 @@ TEST(ResidentVerify, DesignedOutputsGiveTheHostPipelinesResults) {
     std::unique_ptr<Arm> real = make_arm("cuda:mma-vllm-triton");
     DesignedArm b(pb);
     Arm& other = pb == 0 ? *real : static_cast<Arm&>(b);
-    const nlohmann::json device = verify_json(a, other, layers, VerifyReference::gpu, {1, 40, 96});
-    const nlohmann::json host = verify_json(a, other, layers, VerifyReference::cpu, {1, 40, 96});
-    EXPECT_EQ(device, host) << nlohmann::json::diff(host, device).dump(1);
+    const nlohmann::json device = verify_json(a, other, layers, VerifyReference::gpu, {1, 17, 40});
+    const nlohmann::json host = verify_json(a, other, layers, VerifyReference::cpu, {1, 17, 40});
+    expect_same(device, host, fmt::format("designed {} vs {}", pa, pb));
     if (pb == 0) continue;
     // The design reaches the branches it is for (so that the equality above is not of empty counts).
     const nlohmann::json& cmp = host["total_real"];
@@ -215,7 +221,7 @@ TEST(ResidentVerify, DesignedFp8OutputsGiveTheHostPipelinesResults) {
   const std::vector<LayerOperands> layers = fp8_resident_layers();
   const nlohmann::json device = verify_json(a, *b, layers, VerifyReference::gpu, {1, 40});
   const nlohmann::json host = verify_json(a, *b, layers, VerifyReference::cpu, {1, 40});
-  EXPECT_EQ(device, host) << nlohmann::json::diff(host, device).dump(1);
+  expect_same(device, host, "designed FP8 vs cuda:cublaslt-fp8-fastacc");
   // The design reaches what it is for: outputs off the model (listed), accumulator faults (listed).
   const std::string text = host.dump();
   EXPECT_NE(text.find("model hopper-fp8-promote4 + epilogue gives"), std::string::npos);
@@ -280,7 +286,8 @@ TEST(ResidentVerify, RangeStatisticsOnTheDeviceEqualTheHosts) {
     EXPECT_EQ(device.data_independent_bound, host.data_independent_bound) << ops.name;
     EXPECT_EQ(device.bound_argmax_n, host.bound_argmax_n) << ops.name;
     EXPECT_EQ(device.bound_proves_safe, host.bound_proves_safe) << ops.name;
-    EXPECT_GT(host.count_above_2p24, 0) << ops.name << ": the extreme rows reach beyond 2^24";
+    // K >= 2048: the all -128 rows reach 2^14 K >= 2^25.
+    if (ops.k >= 2048) EXPECT_GT(host.count_above_2p24, 0) << ops.name << ": the extreme rows reach beyond 2^24";
   }
 }
 

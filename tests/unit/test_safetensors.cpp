@@ -492,7 +492,7 @@ TEST(Sha256, NistVectors) {
 TEST(Sha256, FileMatchesSha256sum) {
   TempDir dir;
   const std::string path = dir.file("blob.bin");
-  auto bytes = pattern_bytes((3 << 20) + 12345, 11);  // spans several 1 MiB read chunks
+  auto bytes = pattern_bytes((17 << 20) + 12345, 11);  // spans several 8 MiB read chunks (read ahead while hashing)
   qc::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
   if (std::system("command -v sha256sum > /dev/null 2>&1") != 0) GTEST_SKIP() << "SKIPPED: sha256sum is not installed";
   // Quoted: TMPDIR may hold spaces (found by running the tests with TMPDIR="/tmp/qc audit tmp").

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "accum/fp8_model.hpp"
 #include "arms/cuda/verify_pass_types.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
@@ -188,8 +189,9 @@ class GpuVerifyLayer {
   // computes its exact accumulators and C2's counts.
   void load(const LayerOperands& full);
   // Uploads `next` ahead, on a host thread and a stream of their own, while the current layer's runs go on
-  // (its buffers are not the current layer's; `load(next)` takes them). `next` must stay mapped until then.
-  void prefetch(const LayerOperands& next);
+  // (its buffers are not the current layer's; `load(next)` takes them), and for an FP8 layer evaluates
+  // `models` on it there. `next` must stay mapped until then.
+  void prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models = {});
   // C2's statistics of the whole layer, from the device's pass (the host's `range_stats` assembly).
   RangeStats range_stats();
   // The operands of one run, `ops` being the layer's first m rows under the run's scales: the scales
@@ -235,7 +237,7 @@ inline GpuVerifyLayer::GpuVerifyLayer() { QC_FAIL_INPUT("GpuVerifyLayer: this bu
 inline GpuVerifyLayer::~GpuVerifyLayer() = default;
 inline std::string GpuVerifyLayer::refusal(const LayerOperands&, bool) { return "this build has no CUDA"; }
 inline void GpuVerifyLayer::load(const LayerOperands&) {}
-inline void GpuVerifyLayer::prefetch(const LayerOperands&) {}
+inline void GpuVerifyLayer::prefetch(const LayerOperands&, const std::vector<NamedAccumModel>&) {}
 inline RangeStats GpuVerifyLayer::range_stats() { return {}; }
 inline ResidentOperands GpuVerifyLayer::operands(const LayerOperands&) { return {}; }
 inline ResidentOutputs GpuVerifyLayer::outputs(int, bool) { return {}; }

@@ -63,6 +63,8 @@ struct GpuVerifyLayer::Impl {
   struct Ahead {
     DeviceScratch<int8_t> a, a0, w, w0;
     DeviceScratch<uint16_t> bias, bias0;
+    DeviceScratch<uint8_t> wt;
+    std::map<std::string, cuda::DeviceBuffer<float>> models;  // FP8: evaluated right after the upload
     const void* host[3] = {nullptr, nullptr, nullptr};  // the host arrays uploaded (a, w, bias)
     size_t bytes[3] = {0, 0, 0};
     double seconds = 0;
@@ -110,6 +112,10 @@ struct GpuVerifyLayer::Impl {
   }
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
   bool take_ahead(const LayerOperands& full);
+  // A model's fp32 accumulators of codes a [m,k], w [n,k] (device), enqueued on `on`.
+  cuda::DeviceBuffer<float> evaluate(const Fp8AccumModel& model, int64_t m, int64_t n, int64_t k, const int8_t* a,
+                                     Fp8Format a_format, const int8_t* w, Fp8Format w_format, DeviceScratch<uint8_t>& wt,
+                                     cudaStream_t on, std::string* kernel);
   void zero(void* p, size_t bytes) const {
     if (bytes != 0) QC_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
   }
@@ -137,17 +143,23 @@ GpuVerifyLayer::~GpuVerifyLayer() {
   if (impl_->ahead_done != nullptr) cudaEventDestroy(impl_->ahead_done);
 }
 
-void GpuVerifyLayer::prefetch(const LayerOperands& next) {
+void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models) {
   Impl& x = *impl_;
   if (x.ahead_task.valid()) x.ahead_task.get();
   if (!refusal(next, next.fp8()).empty()) return;
   x.ahead.host[0] = x.ahead.host[1] = x.ahead.host[2] = nullptr;
-  x.ahead_task = std::async(std::launch::async, [&x, next] {
+  x.ahead.models.clear();
+  x.ahead_task = std::async(std::launch::async, [&x, next, models] {
     const auto t0 = std::chrono::steady_clock::now();
     Impl::Ahead& h = x.ahead;
     x.copy_to_device(h.a, h.a0, next.a_q, x.copy_stream);
     x.copy_to_device(h.w, h.w0, next.w_q, x.copy_stream);
     x.copy_to_device(h.bias, h.bias0, next.bias, x.copy_stream);
+    for (const NamedAccumModel& m : next.fp8() ? models : std::vector<NamedAccumModel>{}) {
+      if (h.models.count(m.name) != 0) continue;
+      h.models.emplace(m.name, x.evaluate(m.model, next.m, next.n, next.k, h.a.get(), fp8_format(next.a_type), h.w.get(),
+                                          fp8_format(next.w_type), h.wt, x.copy_stream, nullptr));
+    }
     QC_CUDA_CHECK(cudaEventRecord(x.ahead_done, x.copy_stream));
     QC_CUDA_CHECK(cudaEventSynchronize(x.ahead_done));
     h.host[0] = next.a_q.data(), h.host[1] = next.w_q.data(), h.host[2] = next.bias.data();
@@ -165,6 +177,8 @@ bool GpuVerifyLayer::Impl::take_ahead(const LayerOperands& full) {
   }
   std::swap(a, ahead.a), std::swap(a0, ahead.a0), std::swap(w, ahead.w), std::swap(w0, ahead.w0);
   std::swap(bias_now, ahead.bias), std::swap(bias0, ahead.bias0);
+  models = std::move(ahead.models);
+  ahead.models.clear();
   ahead.host[0] = ahead.host[1] = ahead.host[2] = nullptr;
   ahead_seconds += ahead.seconds;
   return true;
@@ -188,8 +202,8 @@ void GpuVerifyLayer::load(const LayerOperands& full) {
   QC_CHECK(why.empty(), "GpuVerifyLayer::load: layer `{}`: {}", full.name, why);
   x.m_full = full.m, x.n = full.n, x.k = full.k, x.bias = full.has_bias();
   x.fp8 = full.fp8();
-  x.models.clear();
   if (!x.take_ahead(full)) {
+    x.models.clear();
     x.copy_to_device(x.a, x.a0, full.a_q);
     x.copy_to_device(x.w, x.w0, full.w_q);
     x.copy_to_device(x.bias_now, x.bias0, full.bias);
@@ -376,17 +390,24 @@ const float* GpuVerifyLayer::model(const std::string& name, const Fp8AccumModel&
   Impl& x = *impl_;
   QC_CHECK(x.fp8, "GpuVerifyLayer::model: the loaded layer is not FP8");
   if (const auto it = x.models.find(name); it != x.models.end()) return it->second.get();
-  validate_fp8_model_for(model, {x.m_full, x.n, x.k});
-  cuda::DeviceBuffer<float> d(static_cast<size_t>(x.m_full * x.n));
+  return x.models.emplace(name, x.evaluate(model, x.m_full, x.n, x.k, x.a.get(), x.fa, x.w.get(), x.fw, x.wt, x.stream, kernel))
+      .first->second.get();
+}
+
+cuda::DeviceBuffer<float> GpuVerifyLayer::Impl::evaluate(const Fp8AccumModel& model, int64_t m, int64_t n, int64_t k,
+                                                          const int8_t* a, Fp8Format a_format, const int8_t* w,
+                                                          Fp8Format w_format, DeviceScratch<uint8_t>& wt, cudaStream_t on,
+                                                          std::string* kernel) {
+  validate_fp8_model_for(model, {m, n, k});
+  cuda::DeviceBuffer<float> d(static_cast<size_t>(m * n));
   const std::string ran = cuda::checked_launch(
-      cuda_kernels::launch_fp8_accum_model(model, reinterpret_cast<const uint8_t*>(x.a.get()), x.fa,
-                                           reinterpret_cast<const uint8_t*>(x.w.get()), x.fw,
-                                           x.wt.reserve(static_cast<size_t>(x.n * x.k)), d.get(),
-                                           static_cast<int>(x.m_full), static_cast<int>(x.n), x.k,
-                                           /*allow_fp32=*/true, /*reference_kernel=*/false, x.stream),
+      cuda_kernels::launch_fp8_accum_model(model, reinterpret_cast<const uint8_t*>(a), a_format,
+                                           reinterpret_cast<const uint8_t*>(w), w_format,
+                                           wt.reserve(static_cast<size_t>(n * k)), d.get(), static_cast<int>(m),
+                                           static_cast<int>(n), k, /*allow_fp32=*/true, /*reference_kernel=*/false, on),
       "verify's device pipeline: an accumulation model");
   if (kernel != nullptr) *kernel = ran;
-  return x.models.emplace(name, std::move(d)).first->second.get();
+  return d;
 }
 
 float* GpuVerifyLayer::accumulator(int side) {
