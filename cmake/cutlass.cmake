@@ -107,7 +107,8 @@ if(QC_CUTLASS)
 
   # vLLM's INT8 configurations, a row each as `kInt8ConfigTable` (src/arms/cutlass/cutlass_dispatch.hpp)
   # lists them: index, vLLM's name, tile M N K, cluster M N, kernel schedule (cutlass::gemm::...);
-  # launch_int8_vllm_config<index>. Configuring fails where a row and the table disagree.
+  # launch_int8_vllm_config<index>. Configuring fails where a row and the table's row of that index
+  # disagree.
   set(QC_CUTLASS_INT8_CONFIGS
       "0 M32_NSmall 64 64 256 1 8 KernelTmaWarpSpecialized"
       "1 M32_NBig 64 128 256 1 4 KernelTmaWarpSpecialized"
@@ -117,6 +118,8 @@ if(QC_CUTLASS)
   set(_qc_dispatch ${CMAKE_CURRENT_SOURCE_DIR}/src/arms/cutlass/cutlass_dispatch.hpp)
   file(READ ${_qc_dispatch} _qc_dispatch_hpp)
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${_qc_dispatch})
+  string(REGEX MATCH "kInt8ConfigTable\\[kInt8Configs\\] = {[^;]*};" _qc_int8_table "${_qc_dispatch_hpp}")
+  string(REGEX MATCHALL "{\"[^\"]*\", [^}]*}" _qc_int8_rows "${_qc_int8_table}")
   foreach(_qc_row IN LISTS QC_CUTLASS_INT8_CONFIGS)
     string(REPLACE " " ";" _qc_row "${_qc_row}")
     list(GET _qc_row 0 QC_INDEX)
@@ -127,11 +130,16 @@ if(QC_CUTLASS)
     list(GET _qc_row 5 QC_CLUSTER_M)
     list(GET _qc_row 6 QC_CLUSTER_N)
     list(GET _qc_row 7 QC_SCHEDULE)
+    set(_qc_actual "none")
+    list(LENGTH _qc_int8_rows _qc_count)
+    if(QC_INDEX LESS _qc_count)
+      list(GET _qc_int8_rows ${QC_INDEX} _qc_actual)
+    endif()
     set(_qc_expected "{\"${QC_NAME} ([^\"]*)\", ${QC_TILE_M}, ${QC_TILE_N}, ${QC_TILE_K}, ${QC_CLUSTER_M}, ${QC_CLUSTER_N}, \"${QC_SCHEDULE}\"")
-    if(NOT _qc_dispatch_hpp MATCHES "${_qc_expected}")
-      message(FATAL_ERROR "cmake/cutlass.cmake, QC_CUTLASS_INT8_CONFIGS row ${QC_INDEX}: expected kInt8ConfigTable "
-                          "(src/arms/cutlass/cutlass_dispatch.hpp) to hold ${QC_NAME}, ${QC_TILE_M} x ${QC_TILE_N} x "
-                          "${QC_TILE_K}, cluster ${QC_CLUSTER_M} x ${QC_CLUSTER_N}, ${QC_SCHEDULE}; found no such row")
+    if(NOT _qc_actual MATCHES "^${_qc_expected}")
+      message(FATAL_ERROR "cmake/cutlass.cmake, QC_CUTLASS_INT8_CONFIGS row ${QC_INDEX}: expected kInt8ConfigTable[${QC_INDEX}] "
+                          "(src/arms/cutlass/cutlass_dispatch.hpp) to be ${QC_NAME}, tile ${QC_TILE_M} x ${QC_TILE_N} x "
+                          "${QC_TILE_K}, cluster ${QC_CLUSTER_M} x ${QC_CLUSTER_N}, ${QC_SCHEDULE}; found ${_qc_actual}")
     endif()
     configure_file(${_qc_kernels_src}/sm90_cutlass_int8_config.cu.in
                    ${_qc_kernels_gen}/sm90_cutlass_int8_config${QC_INDEX}.cu @ONLY)
