@@ -70,6 +70,15 @@ def bit_for_bit(result, side):
     return all(r["bitwise_diff"] == 0 and r["formula_mismatch"][side] == 0 for r in result["runs"])
 
 
+def unless_unavailable(flag, against, verify):
+    """`verify()`'s result, or None (and a line that says so) where this build cannot run `against`."""
+    try:
+        return verify()
+    except qconform.InputError as e:
+        print(f"\n{flag} {against}: not available in this build: {e}")
+        return None
+
+
 def direct_check(layers, ms, count):
     """The kernel's output against the exact accumulator + the vllm-triton formula, outside verify."""
     from qconform import triton_arm
@@ -151,11 +160,9 @@ def main():
 
     if args.against:
         t0 = time.time()
-        try:
-            r = qconform.verify(tarm, args.against, layers, scales=args.scales, m_sweep=ms)
-        except qconform.InputError as e:
-            print(f"\n--against {args.against}: not available in this build: {e}")
-        else:
+        r = unless_unavailable("--against", args.against,
+                               lambda: qconform.verify(tarm, args.against, layers, scales=args.scales, m_sweep=ms))
+        if r is not None:
             results[f"triton_vs_{args.against}"] = r
             print_summary(f"Triton arm vs {args.against} [{time.time() - t0:.1f} s]", r, 0)
             pow2_same = all(x["bitwise_diff"] == 0 for x in r["runs"] if x["scales"] != "real" and x["safe"])
@@ -170,17 +177,18 @@ def main():
         fp8_layers = qconform.synth(args.shapes, m=max(ms), seed=args.seed, element="e4m3")
         if args.layers:
             fp8_layers = fp8_layers[:args.layers]
-        try:
+
+        def identify_then_verify():
             ident = qconform.identify(triton_arm.fp8_arm())
             results["identify_triton_fp8"] = {k: v for k, v in ident.items() if k != "printout"}
             print(f"\nidentify triton:vllm-triton-fp8: {ident['verdict']}\n{ident.get('printout', '')}")
             declared = ident.get("declaration") or ""  # FP8: "<model>; <epilogue>" when identified
             model, _, epi = declared.partition("; ")
             fp8 = triton_arm.fp8_arm(accumulation_model=model or None, epilogue=epi or None)
-            r = qconform.verify(fp8, args.fp8_against, fp8_layers, scales=args.scales, m_sweep=ms)
-        except qconform.InputError as e:
-            print(f"\n--fp8-against {args.fp8_against}: not available in this build: {e}")
-        else:
+            return qconform.verify(fp8, args.fp8_against, fp8_layers, scales=args.scales, m_sweep=ms)
+
+        r = unless_unavailable("--fp8-against", args.fp8_against, identify_then_verify)
+        if r is not None:
             results[f"triton_fp8_vs_{args.fp8_against}"] = r
             print_summary(f"Triton FP8 arm vs {args.fp8_against} [{time.time() - t0:.1f} s]", r, 0)
             runs = r["runs"]

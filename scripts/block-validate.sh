@@ -16,16 +16,11 @@
 # Highway is taken from .carry/hwy/usr when present (the GPU machine has no libhwy-dev; docs/gpu.md).
 set -uo pipefail
 OUT=${OUT:-block-out}
-B=${BUILD:-build-gpu}
-mkdir -p "$OUT"
-Q=$B/qconform
+. "$(dirname "$0")/gpu-steps.sh"
 WHEEL=${1:-$(ls .carry/nvidia_cutlass-*.whl 2>/dev/null | head -1)}
 STEPS=${STEPS:-build,tests,verify,ue8m0,speed,own}
-want() { [[ ",$STEPS," == *",$1,"* ]]; }
-step() { echo; echo "== $* ($(date +%T))"; }
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-[ -d .carry/hwy/usr ] && export LD_LIBRARY_PATH=$PWD/.carry/hwy/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} &&
-  HWY_ARGS=-DCMAKE_PREFIX_PATH=$PWD/.carry/hwy/usr
+hwy_from_carry
 T0=$(now_ms)
 BUDGET=${BUDGET:-540}  # seconds for the whole script (the device call's limit is 600): later steps get what is left
 left() { echo $(( BUDGET - ($(now_ms) - T0) / 1000 )); }

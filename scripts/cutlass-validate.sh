@@ -8,16 +8,10 @@
 # Highway is taken from .carry/hwy/usr when present (the GPU machine has no libhwy-dev; docs/gpu.md).
 set -uo pipefail
 OUT=${OUT:-cutlass-out}
-B=${BUILD:-build-gpu}
-mkdir -p "$OUT"
-Q=$B/qconform
+. "$(dirname "$0")/gpu-steps.sh"
 WHEEL=${1:-$(ls .carry/nvidia_cutlass-*.whl 2>/dev/null | head -1)}
 STEPS=${STEPS:-build,tests,verify-int8,verify-fp8,identify,triton,bench}
-want() { [[ ",$STEPS," == *",$1,"* ]]; }
-step() { echo; echo "== $* ($(date +%T))"; }
-timed() { local t0=$(date +%s%N); "$@"; local rc=$?; echo "[took $(( ($(date +%s%N) - t0) / 1000000 )) ms, rc=$rc]"; return $rc; }
-[ -d .carry/hwy/usr ] && export LD_LIBRARY_PATH=$PWD/.carry/hwy/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} &&
-  HWY_ARGS=-DCMAKE_PREFIX_PATH=$PWD/.carry/hwy/usr
+hwy_from_carry
 
 if want build; then
   step "build with CUTLASS from $WHEEL"

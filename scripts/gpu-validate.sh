@@ -7,14 +7,9 @@
 #   CMAKE_ARGS=-DCMAKE_PREFIX_PATH=... scripts/gpu-validate.sh
 set -uo pipefail
 OUT=${OUT:-gpu-out}
-B=${BUILD:-build-gpu}
-mkdir -p "$OUT"
-Q=$B/qconform
+. "$(dirname "$0")/gpu-steps.sh"
 OPS=${OPS:-/tmp/qc-q17.safetensors}
 STEPS=${STEPS:-tests,verify,cross,boundary,python,sweep,conform,bench}   # which steps to run
-want() { [[ ",$STEPS," == *",$1,"* ]]; }
-step() { echo; echo "== $* ($(date +%T))"; }
-timed() { local t0=$(date +%s%N); "$@"; local rc=$?; echo "[took $(( ($(date +%s%N) - t0) / 1000000 )) ms, rc=$rc]"; return $rc; }
 
 step build
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$OUT/env.txt"

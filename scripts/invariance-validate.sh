@@ -26,14 +26,9 @@
 # Highway is taken from .carry/hwy/usr when present (the GPU machine has no libhwy-dev; docs/gpu.md).
 set -uo pipefail
 OUT=${OUT:-invariance-out}
-B=${BUILD:-build-gpu}
-mkdir -p "$OUT"
-Q=$B/qconform
+. "$(dirname "$0")/gpu-steps.sh"
 SHARED=${QCONFORM_SHARED_DIR:-/work/shared}
 STEPS=${STEPS:-build,fp8,int8,decoder,tp,block,conform}
-want() { [[ ",$STEPS," == *",$1,"* ]]; }
-step() { echo; echo "== $* ($(date +%T))"; }
-timed() { local t0=$(date +%s%N); "$@"; local rc=$?; echo "[took $(( ($(date +%s%N) - t0) / 1000000 )) ms, rc=$rc]"; return $rc; }
 # A step's command under a time limit, and under what is left of the whole script's budget (BUDGET seconds,
 # default 450: the 8 minutes less a margin): rc 124 is reported as a timeout or a skip, never as a result.
 START=$(date +%s)
@@ -48,8 +43,7 @@ limit() {
   return $rc
 }
 verdicts() { grep -E "^(C8 invariance|  verdict|  threshold|  edge|  the collective|  the declared)" "$1" | head -${2:-20}; }
-[ -d .carry/hwy/usr ] && export LD_LIBRARY_PATH=$PWD/.carry/hwy/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} &&
-  HWY_ARGS=-DCMAKE_PREFIX_PATH=$PWD/.carry/hwy/usr
+hwy_from_carry
 
 if want build; then
   step "build with CUDA"

@@ -91,21 +91,18 @@ inline std::string printable(std::string_view text) {
 }  // namespace qc
 
 // `QC_CHECK(cond, "format {}", args...)`: an invariant of the library; failure is a bug (exit 3).
-#define QC_CHECK(cond, ...)                                                                          \
-  do {                                                                                               \
-    if (!(cond)) {                                                                                   \
-      ::qc::detail::throw_error(::qc::ErrorKind::internal, __FILE__, __LINE__, #cond,                \
-                                ::fmt::format(__VA_ARGS__));                                         \
-    }                                                                                                \
-  } while (0)
+#define QC_CHECK(cond, ...) QC_DETAIL_CHECK(::qc::ErrorKind::internal, cond, #cond, __VA_ARGS__)
 
 // `QC_INPUT(cond, "format {}", args...)`: validation of user input; the message must name the
 // file, the field, what was expected and what was found (exit 2).
-#define QC_INPUT(cond, ...)                                                                          \
+#define QC_INPUT(cond, ...) QC_DETAIL_CHECK(::qc::ErrorKind::input, cond, #cond, __VA_ARGS__)
+
+// Both: an error of `kind` naming this file and line and the condition's text as written (`text`,
+// stringized by the caller before `cond` is expanded).
+#define QC_DETAIL_CHECK(kind, cond, text, ...)                                                       \
   do {                                                                                               \
     if (!(cond)) {                                                                                   \
-      ::qc::detail::throw_error(::qc::ErrorKind::input, __FILE__, __LINE__, #cond,                   \
-                                ::fmt::format(__VA_ARGS__));                                         \
+      ::qc::detail::throw_error(kind, __FILE__, __LINE__, text, ::fmt::format(__VA_ARGS__));        \
     }                                                                                                \
   } while (0)
 

@@ -4,8 +4,11 @@
 // `interleave` is spelled only when nonzero (K order is the default, and every older spelling reads).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
+#include <iterator>
 #include <string>
+#include <utility>
 
 #include "accum/fp8_model.hpp"
 #include "qconform/error.hpp"
@@ -15,6 +18,17 @@ namespace qc {
 namespace {
 
 constexpr std::string_view kPrefix = "fp8-model(";
+
+// The fields a spelling names, by their type (`alignment` apart).
+constexpr std::pair<std::string_view, int32_t Fp8AccumModel::*> kIntFields[] = {
+    {"step_k", &Fp8AccumModel::step_k}, {"term_bits", &Fp8AccumModel::term_bits},
+    {"result_bits", &Fp8AccumModel::result_bits}, {"promote_steps", &Fp8AccumModel::promote_steps},
+    {"promote_bits", &Fp8AccumModel::promote_bits}, {"splits", &Fp8AccumModel::splits},
+    {"split_granule", &Fp8AccumModel::split_granule}, {"interleave", &Fp8AccumModel::interleave}};
+constexpr std::pair<std::string_view, AccumRounding Fp8AccumModel::*> kRoundingFields[] = {
+    {"term_rounding", &Fp8AccumModel::term_rounding},
+    {"result_rounding", &Fp8AccumModel::result_rounding},
+    {"promote_rounding", &Fp8AccumModel::promote_rounding}};
 
 const char* rounding_word(AccumRounding r) { return r == AccumRounding::toward_zero ? "rz" : "rn"; }
 
@@ -59,32 +73,18 @@ Fp8AccumModel parse_fp8_model_spelling(std::string_view text) {
     const size_t eq = item.find('=');
     QC_INPUT(eq != std::string_view::npos, "accumulation model `{}`: expected field=value, found `{}`", text, item);
     const std::string_view f = item.substr(0, eq), v = item.substr(eq + 1);
-    if (f == "step_k") {
-      m.step_k = parse_int(v, text, f);
-    } else if (f == "term_bits") {
-      m.term_bits = parse_int(v, text, f);
-    } else if (f == "term_rounding") {
-      m.term_rounding = parse_rounding(v, text, f);
-    } else if (f == "result_bits") {
-      m.result_bits = parse_int(v, text, f);
-    } else if (f == "result_rounding") {
-      m.result_rounding = parse_rounding(v, text, f);
+    const auto named = [&](const auto& fields) {
+      const auto it = std::find_if(std::begin(fields), std::end(fields), [&](const auto& x) { return x.first == f; });
+      return it == std::end(fields) ? nullptr : &*it;
+    };
+    if (const auto* field = named(kIntFields)) {
+      m.*(field->second) = parse_int(v, text, f);
+    } else if (const auto* rounding = named(kRoundingFields)) {
+      m.*(rounding->second) = parse_rounding(v, text, f);
     } else if (f == "alignment") {
       QC_INPUT(v == "exponent_sum" || v == "exact_exponent",
                "accumulation model `{}`: field `alignment`: expected exponent_sum or exact_exponent, found `{}`", text, v);
       m.alignment = v == "exponent_sum" ? AccumAlignment::exponent_sum : AccumAlignment::exact_exponent;
-    } else if (f == "promote_steps") {
-      m.promote_steps = parse_int(v, text, f);
-    } else if (f == "promote_bits") {
-      m.promote_bits = parse_int(v, text, f);
-    } else if (f == "promote_rounding") {
-      m.promote_rounding = parse_rounding(v, text, f);
-    } else if (f == "splits") {
-      m.splits = parse_int(v, text, f);
-    } else if (f == "split_granule") {
-      m.split_granule = parse_int(v, text, f);
-    } else if (f == "interleave") {
-      m.interleave = parse_int(v, text, f);
     } else {
       QC_FAIL_INPUT("accumulation model `{}`: unknown field `{}` (expected the fields of docs/accumulation.md)", text, f);
     }

@@ -119,6 +119,17 @@ CLI::Validator non_negative_integer(const T& variable) {
   return integer_in(variable, T{0});
 }
 
+// An integer option with its default shown in --help, checked by `positive_integer` (a count, a size)
+// or `non_negative_integer` (a seed, a thread count, a tolerance).
+template <class T>
+CLI::Option* add_positive_option(CLI::App& app, const std::string& name, T& variable, const std::string& help) {
+  return app.add_option(name, variable, help)->capture_default_str()->check(positive_integer(variable));
+}
+template <class T>
+CLI::Option* add_non_negative_option(CLI::App& app, const std::string& name, T& variable, const std::string& help) {
+  return app.add_option(name, variable, help)->capture_default_str()->check(non_negative_integer(variable));
+}
+
 // `number_in(lo, hi, what)`: a finite number in [lo, hi], described as `what` (default "a finite
 // number in [lo, hi]").
 inline CLI::Validator number_in(double lo, double hi, std::string what = "", std::string type_name = "") {

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/paths.hpp"
+#include "cli/run_manifest.hpp"
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
 #include "model/model.hpp"
@@ -192,6 +193,18 @@ inline std::vector<Prompt> read_prompts(const std::string& path, const Model& mo
   }
   QC_INPUT(!out.empty(), "{}: expected at least one prompt line, the file is empty", path);
   return out;
+}
+
+// The manifest of a model run (generate, replay): the model's files, the tokenizer and the verb's own
+// input `input` (when given) as its inputs, the arm with the record of its last call (fp32: qconform's
+// own reference), and `config`.
+inline void write_model_run_manifest(const std::string& manifest, const std::string& out, std::string_view kind,
+                                     const ModelRunArgs& a, const ModelRun& run,
+                                     const std::pair<std::string, std::string>& input, nlohmann::json config) {
+  auto inputs = model_inputs(a.model, a.tokenizer);
+  if (!input.second.empty()) inputs.push_back(input);
+  write_run_manifest(manifest, out, kind, run.arm_label.empty() ? "fp32" : run.arm_label,
+                     run.w8a8 ? run.w8a8->last_record() : fp32_record(), inputs, std::move(config));
 }
 
 }  // namespace qc::cli

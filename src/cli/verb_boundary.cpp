@@ -17,9 +17,7 @@ VerbRunner setup_boundary(CLI::App& app) {
   app.add_option("--json", *json, "write the results as JSON");
   app.add_flag("--verbose,-v", *verbose, "print every case, not only failures and summaries");
   auto seed = std::make_shared<uint64_t>(Fp8MeasureOptions{}.seed);
-  app.add_option("--seed", *seed, "FP8 arms: seed of the confirmation operands")
-      ->capture_default_str()
-      ->check(non_negative_integer(*seed));
+  add_non_negative_option(app, "--seed", *seed, "FP8 arms: seed of the confirmation operands");
   return [=] {
     auto arm = checked_arm(*arm_label, *json);
     BoundaryOptions options;

@@ -84,21 +84,13 @@ VerbRunner setup_conform(CLI::App& app) {
                  "demo` finds it (without one conform warns that it falls back to random-token prompts)");
   app.add_option("--prompts", o->prompts, "prompts: text lines (with --tokenizer) or token JSONL");
   app.add_option("--out", o->out_dir, "output directory")->capture_default_str();
-  app.add_option("--max-new", o->max_new, "tokens to generate per prompt")
-      ->capture_default_str()
-      ->check(positive_integer(o->max_new));
-  app.add_option("--seed", o->seed, "seed of the synthetic model and prompts")
-      ->capture_default_str()
-      ->check(non_negative_integer(o->seed));
+  add_positive_option(app, "--max-new", o->max_new, "tokens to generate per prompt");
+  add_non_negative_option(app, "--seed", o->seed, "seed of the synthetic model and prompts");
   app.add_option("--synthetic-config", o->synthetic_config, "synthetic model: tiny or qwen3-1.7b-shaped")
       ->capture_default_str();
-  app.add_option("--synthetic-layers", o->synthetic_layers, "decoder layers of the synthetic model")
-      ->capture_default_str()
-      ->check(positive_integer(o->synthetic_layers));
+  add_positive_option(app, "--synthetic-layers", o->synthetic_layers, "decoder layers of the synthetic model");
   app.add_option("--act-quantizer", o->act_quantizer, "activation quantizer: vllm, sglang or reciprocal")->capture_default_str();
-  app.add_option("--tolerance-ulps", o->tolerance_ulps, "C6 tolerance in bf16 ulps")
-      ->capture_default_str()
-      ->check(non_negative_integer(o->tolerance_ulps));
+  add_non_negative_option(app, "--tolerance-ulps", o->tolerance_ulps, "C6 tolerance in bf16 ulps");
   app.add_option("--max-flip-rate", o->max_flip_rate, "C7 tolerance on the teacher-forced flip rate (without it C7 only reports: verdict `reported`)")
       ->check(finite_in(0, 1));
   app.add_flag("--allow-unverified", o->allow_unverified, "proceed when the identity contract (C0) fails; recorded");

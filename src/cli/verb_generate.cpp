@@ -151,11 +151,8 @@ VerbRunner setup_generate(CLI::App& app) {
     print_decoder_invariance(a->invariance, invariance, "prompts");
     if (!a->out.empty()) write_file_atomic(a->out, jsonl);
     if (!a->tokens_out.empty()) write_file_atomic(a->tokens_out, tokens_jsonl);
-    auto inputs = model_inputs(a->run.model, a->run.tokenizer);
-    if (!a->prompts.empty()) inputs.emplace_back("prompts", a->prompts);
-    write_run_manifest(a->manifest, a->out, "generate", run.arm_label.empty() ? "fp32" : run.arm_label,
-                       run.w8a8 ? run.w8a8->last_record() : fp32_record(), inputs,
-                       {{"mode", to_string(run.mode)}, {"max_new", a->max_new}, {"header", extra}});
+    write_model_run_manifest(a->manifest, a->out, "generate", a->run, run, {"prompts", a->prompts},
+                             {{"mode", to_string(run.mode)}, {"max_new", a->max_new}, {"header", extra}});
     return kExitOk;
   };
 }

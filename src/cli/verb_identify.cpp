@@ -16,9 +16,7 @@ VerbRunner setup_identify(CLI::App& app) {
   auto seed = std::make_shared<uint64_t>(IdentifyOptions{}.seed);
   app.add_option("--arm", *arm_label, "the arm to identify (see `qconform arms`)")->required();
   app.add_option("--json", *json, "write the result as JSON");
-  app.add_option("--seed", *seed, "seed of the probe design and the held-out operands")
-      ->capture_default_str()
-      ->check(non_negative_integer(*seed));
+  add_non_negative_option(app, "--seed", *seed, "seed of the probe design and the held-out operands");
   return [=] {
     auto arm = checked_arm(*arm_label, *json);
     IdentifyOptions options;

@@ -55,9 +55,7 @@ VerbRunner setup_invariance(CLI::App& app) {
   app.add_option("--collective", a->collective,
                  "what sums the partials (default: the --reduction model, run step by step); mutant:tree-from-<T> "
                  "is a positive control");
-  app.add_option("--seed", a->seed, "seed of the shuffled and synthetic batch mates")
-      ->capture_default_str()
-      ->check(non_negative_integer(a->seed));
+  add_non_negative_option(app, "--seed", a->seed, "seed of the shuffled and synthetic batch mates");
   app.add_option("--json", a->json, "write the results as JSON");
   add_gpu_per_rank_option(app, a->gpu_per_rank);
   return [a] {

@@ -92,11 +92,8 @@ VerbRunner setup_replay(CLI::App& app) {
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     write_file_atomic(a->out, jsonl);
-    auto inputs = model_inputs(a->run.model, a->run.tokenizer);
-    inputs.emplace_back("tokens", a->tokens);
-    write_run_manifest(a->manifest, a->out, "replay", run.arm_label.empty() ? "fp32" : run.arm_label,
-                       run.w8a8 ? run.w8a8->last_record() : fp32_record(), inputs,
-                       {{"mode", to_string(run.mode)}, {"header", extra}});
+    write_model_run_manifest(a->manifest, a->out, "replay", a->run, run, {"tokens", a->tokens},
+                             {{"mode", to_string(run.mode)}, {"header", extra}});
     print_decoder_invariance(a->invariance, invariance, "sequences");
     fmt::print("replay: {} sequences, {} positions, top-1 = forced token at {} ({:.1f}%), {:.3f} s; wrote {}\n",
                seqs.size(), positions, agree, 100.0 * agree / std::max<int64_t>(positions, 1), seconds, a->out);

@@ -33,23 +33,19 @@ VerbRunner setup_sweep(CLI::App& app) {
                  "(cpu:fp8-block-<form>[+<chain>], on block-scaled operands, --block)")
       ->required();
   app.add_option("--k", *ks, "comma-separated reduction depths")->capture_default_str();
-  app.add_option("--m", o->m, "rows (tokens)")->capture_default_str()->check(positive_integer(o->m));
-  app.add_option("--n", o->n, "output channels")->capture_default_str()->check(positive_integer(o->n));
+  add_positive_option(app, "--m", o->m, "rows (tokens)");
+  add_positive_option(app, "--n", o->n, "output channels");
   app.add_option("--block", o->block,
                  "block-scaled FP8 pairs (cpu:fp8-block-<form>): 1 x BLOCK activation groups and BLOCK x BLOCK weight "
                  "blocks")
       ->capture_default_str()
       ->check(positive_integer(o->block));
-  app.add_option("--seeds", o->seeds, "seeds per depth")->capture_default_str()->check(positive_integer(o->seeds));
-  app.add_option("--first-seed", o->first_seed, "first seed")
-      ->capture_default_str()
-      ->check(non_negative_integer(o->first_seed));
+  add_positive_option(app, "--seeds", o->seeds, "seeds per depth");
+  add_non_negative_option(app, "--first-seed", o->first_seed, "first seed");
   app.add_option("--confidence", o->confidence, "level of the Clopper-Pearson intervals")
       ->capture_default_str()
       ->check(finite_in(0x1p-20, 1 - 0x1p-20));
-  app.add_option("--threads", o->threads, "worker threads (0: all cores)")
-      ->capture_default_str()
-      ->check(non_negative_integer(o->threads));
+  add_non_negative_option(app, "--threads", o->threads, "worker threads (0: all cores)");
   auto no_explained = std::make_shared<bool>(false);
   app.add_flag("--no-explained", *no_explained,
                "skip the explained column (each arm's declared model evaluated per cell: the share of differing "

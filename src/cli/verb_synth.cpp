@@ -20,12 +20,8 @@ VerbRunner setup_synth(CLI::App& app) {
   auto o = std::make_shared<SynthOptions>();
   auto out = std::make_shared<std::string>();
   app.add_option("--shapes", o->shapes, "qwen3-1.7b, qwen3-8b, llama3-70b, tiny, MxNxK, or a comma-separated list of MxNxK with one M (layer0, layer1, ...)")->capture_default_str();
-  app.add_option("--m", o->m, "rows (tokens) per layer; ignored for MxNxK")
-      ->capture_default_str()
-      ->check(positive_integer(o->m));
-  app.add_option("--seed", o->seed, "seed of the deterministic generator")
-      ->capture_default_str()
-      ->check(non_negative_integer(o->seed));
+  add_positive_option(app, "--m", o->m, "rows (tokens) per layer; ignored for MxNxK");
+  add_non_negative_option(app, "--seed", o->seed, "seed of the deterministic generator");
   app.add_flag("--bias", o->bias, "add a bf16 bias per output channel");
   app.add_option("--act-quantizer", o->act_quantizer,
                  "activation quantizer: vllm, sglang, reciprocal (INT8); vllm (FP8 per token or tensor); vllm, sglang, "

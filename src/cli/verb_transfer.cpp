@@ -25,21 +25,11 @@ VerbRunner setup_transfer(CLI::App& app) {
   app.add_flag("--replay", args->opt.replay,
                "teacher-forced mode: both files score the same forced tokens at the same positions");
   app.add_option("--json", args->json, "write the results JSON (schema_version 1) to this file, atomically");
-  app.add_option("--seed", args->opt.seed, "seed: the bootstrap uses it, the fold permutation seed+1")
-      ->capture_default_str()
-      ->check(non_negative_integer(args->opt.seed));
-  app.add_option("--bootstrap", args->opt.bootstrap, "cluster bootstrap resamples (prompts are the clusters)")
-      ->capture_default_str()
-      ->check(positive_integer(args->opt.bootstrap));
-  app.add_option("--min-bin-support", args->opt.min_bin_support, "minimum positions per calibration bin")
-      ->capture_default_str()
-      ->check(positive_integer(args->opt.min_bin_support));
-  app.add_option("--bins", args->opt.initial_bins, "quantile bins before merging")
-      ->capture_default_str()
-      ->check(positive_integer(args->opt.initial_bins));
-  app.add_option("--folds", args->opt.folds, "cross-validation folds over prompts for the held-out Brier score")
-      ->capture_default_str()
-      ->check(positive_integer(args->opt.folds));
+  add_non_negative_option(app, "--seed", args->opt.seed, "seed: the bootstrap uses it, the fold permutation seed+1");
+  add_positive_option(app, "--bootstrap", args->opt.bootstrap, "cluster bootstrap resamples (prompts are the clusters)");
+  add_positive_option(app, "--min-bin-support", args->opt.min_bin_support, "minimum positions per calibration bin");
+  add_positive_option(app, "--bins", args->opt.initial_bins, "quantile bins before merging");
+  add_positive_option(app, "--folds", args->opt.folds, "cross-validation folds over prompts for the held-out Brier score");
   app.add_option("--ci-level", args->opt.ci_level, "bootstrap and Beta interval level")
       ->capture_default_str()
       ->check(finite_in(0.5, 0.999999));

@@ -145,6 +145,18 @@ struct Descr {
   bool big_endian;
 };
 
+// The numpy types with a dtype of their own, one row each: a `descr`'s kind and byte size (written
+// little-endian, `|` for one byte). bf16, e4m3 and e5m2 are opaque `V` types.
+struct NpyType {
+  DType dtype;
+  char kind;
+  int size;
+};
+constexpr NpyType kNpyTypes[] = {
+    {DType::boolean, 'b', 1}, {DType::u8, 'u', 1},  {DType::i8, 'i', 1},  {DType::i16, 'i', 2},
+    {DType::u16, 'u', 2},     {DType::i32, 'i', 4}, {DType::u32, 'u', 4}, {DType::i64, 'i', 8},
+    {DType::u64, 'u', 8},     {DType::f16, 'f', 2}, {DType::f32, 'f', 4}, {DType::f64, 'f', 8}};
+
 Descr parse_descr(const std::string& descr_raw, std::string_view file, std::optional<DType> opaque_as) {
   const std::string descr = printable_text(descr_raw, 40);
   QC_INPUT(descr.size() >= 3, "{}: npy `descr`: expected a type string like `<f4`, found `{}`", file, descr);
@@ -159,41 +171,20 @@ Descr parse_descr(const std::string& descr_raw, std::string_view file, std::opti
   const int size = std::stoi(size_text);
   // `=` is native order, and every machine qconform runs on is little-endian.
   const bool big = order == '>';
-  auto make = [&](DType d) { return Descr{d, big && dtype_size(d) > 1}; };
-  switch (kind) {
-    case 'b':
-      if (size == 1) return make(DType::boolean);
-      break;
-    case 'u':
-      if (size == 1) return make(DType::u8);
-      if (size == 2) return make(DType::u16);
-      if (size == 4) return make(DType::u32);
-      if (size == 8) return make(DType::u64);
-      break;
-    case 'i':
-      if (size == 1) return make(DType::i8);
-      if (size == 2) return make(DType::i16);
-      if (size == 4) return make(DType::i32);
-      if (size == 8) return make(DType::i64);
-      break;
-    case 'f':
-      if (size == 2) return make(DType::f16);
-      if (size == 4) return make(DType::f32);
-      if (size == 8) return make(DType::f64);
-      // `<f1` is what np.save writes for ml_dtypes.float8_e5m2 (np.load itself rejects it): an
-      // opaque byte like `<V1`.
-      if (size != 1) break;
-      [[fallthrough]];
-    case 'V':
-      QC_INPUT(opaque_as.has_value(),
-               "{}: npy `descr`: found the opaque type `{}` (how np.save writes ml_dtypes bfloat16 and float8 arrays); "
-               "expected the caller to say which dtype the bytes hold",
-               file, descr);
-      QC_INPUT(static_cast<size_t>(size) == dtype_size(*opaque_as) && !big,
-               "{}: npy `descr`: expected a little-endian {}-byte opaque type to read as {}, found `{}`", file,
-               dtype_size(*opaque_as), dtype_name(*opaque_as), descr);
-      return Descr{*opaque_as, false};
-    default: break;
+  for (const NpyType& t : kNpyTypes) {
+    if (t.kind == kind && t.size == size) return Descr{t.dtype, big && size > 1};
+  }
+  // `<f1` is what np.save writes for ml_dtypes.float8_e5m2 (np.load itself rejects it): an opaque
+  // byte like `<V1`.
+  if (kind == 'V' || (kind == 'f' && size == 1)) {
+    QC_INPUT(opaque_as.has_value(),
+             "{}: npy `descr`: found the opaque type `{}` (how np.save writes ml_dtypes bfloat16 and float8 arrays); "
+             "expected the caller to say which dtype the bytes hold",
+             file, descr);
+    QC_INPUT(static_cast<size_t>(size) == dtype_size(*opaque_as) && !big,
+             "{}: npy `descr`: expected a little-endian {}-byte opaque type to read as {}, found `{}`", file,
+             dtype_size(*opaque_as), dtype_name(*opaque_as), descr);
+    return Descr{*opaque_as, false};
   }
   QC_FAIL_INPUT("{}: npy `descr`: expected one of b1, u1-u8, i1-i8, f2, f4, f8 (or V1/V2 with a declared dtype), "
                 "found `{}`",
@@ -201,26 +192,14 @@ Descr parse_descr(const std::string& descr_raw, std::string_view file, std::opti
 }
 
 std::string descr_of(DType dtype) {
-  switch (dtype) {
-    case DType::boolean: return "|b1";
-    case DType::u8: return "|u1";
-    case DType::i8: return "|i1";
-    case DType::i16: return "<i2";
-    case DType::u16: return "<u2";
-    case DType::i32: return "<i4";
-    case DType::u32: return "<u4";
-    case DType::i64: return "<i8";
-    case DType::u64: return "<u8";
-    case DType::f16: return "<f2";
-    case DType::f32: return "<f4";
-    case DType::f64: return "<f8";
-    // What `np.save` writes for ml_dtypes.bfloat16 and float8_e4m3fn arrays. For float8_e5m2 it
-    // writes `<f1`, which np.load cannot read back; `<V1` keeps our files loadable by numpy.
-    case DType::bf16: return "<V2";
-    case DType::e4m3:
-    case DType::e5m2: return "<V1";
+  for (const NpyType& t : kNpyTypes) {
+    if (t.dtype == dtype) return fmt::format("{}{}{}", t.size == 1 ? '|' : '<', t.kind, t.size);
   }
-  QC_FAIL("unknown DType {}", static_cast<int>(dtype));
+  // What `np.save` writes for ml_dtypes.bfloat16 and float8_e4m3fn arrays (`<V2`, `<V1`). For
+  // float8_e5m2 it writes `<f1`, which np.load cannot read back; `<V1` keeps our files loadable by numpy.
+  QC_CHECK(dtype == DType::bf16 || dtype == DType::e4m3 || dtype == DType::e5m2, "unknown DType {}",
+           static_cast<int>(dtype));
+  return fmt::format("<V{}", dtype_size(dtype));
 }
 
 }  // namespace

@@ -188,21 +188,16 @@ class Parser {
     return false;
   }
   std::string found() const { return pos_ < text_.size() ? fmt::format("`{}`", text_.substr(pos_, 1)) : "the end"; }
-  Node expr() {
-    Node first = term();
-    if (!eat('+')) return first;
-    Node s{Node::sum, "", {std::move(first)}};
-    do s.kids.push_back(term());
-    while (eat('+'));
-    return s;
-  }
-  Node term() {
-    Node first = atom();
-    if (!eat('*')) return first;
-    Node p{Node::product, "", {std::move(first)}};
-    do p.kids.push_back(atom());
-    while (eat('*'));
-    return p;
+  Node expr() { return chain('+', Node::sum, &Parser::term); }
+  Node term() { return chain('*', Node::product, &Parser::atom); }
+  // `operand (op operand)*`: the operand alone, or a `type` node of all of them.
+  Node chain(char op, Node::Type type, Node (Parser::*operand)()) {
+    Node first = (this->*operand)();
+    if (!eat(op)) return first;
+    Node n{type, "", {std::move(first)}};
+    do n.kids.push_back((this->*operand)());
+    while (eat(op));
+    return n;
   }
   Node atom() {
     skip();

@@ -269,54 +269,62 @@ void permute_linear(LinearLayer& l, int64_t heads, int64_t hd, RopeStyle to) {
   permute_rows_t(l.bias, heads, hd, 1, to);
 }
 
-}  // namespace
-
-Model fp8_quantized(const Model& model, WeightScaling scaling) {
+// A copy of `model` whose unquantized linear layers `quantize(layer, dtype)` turns into e4m3 codes and
+// their scales (in the model's scale dtype), each then dequantized as load_hf reads the written
+// checkpoint back; a layer already quantized stays as it is once `check_quantized(layer)` accepts it.
+template <class CheckQuantized, class Quantize>
+Model quantize_linear_layers(const Model& model, CheckQuantized check_quantized, Quantize quantize) {
   Model m = model;
   const WeightScaleDtype dtype = weight_scale_dtype_for(m.config);
   for (DecoderLayer& L : m.layers) {
     for (LinearLayer* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) {
       if (l->quantized()) {
-        QC_INPUT(l->weight_type == ElementType::e4m3 && l->weight_scaling == scaling,
-                 "{}: layer `{}`: expected an unquantized or e4m3 {} layer to quantize to FP8, found {}", model.source,
-                 l->name, to_string(scaling), weight_storage(*l).describe());
+        check_quantized(*l);
         continue;
       }
       l->weight_type = ElementType::e4m3;
-      l->weight_scaling = scaling;
       l->weight_q.resize(static_cast<size_t>(l->n_out * l->k_in));
-      l->weight_scale.resize(static_cast<size_t>(l->n_out));
-      quantize_weights_fp8(ElementType::e4m3, scaling, l->weight.data(), l->n_out, l->k_in,
-                           reinterpret_cast<uint8_t*>(l->weight_q.data()), l->weight_scale.data(), dtype);
+      quantize(*l, dtype);
       dequantize(*l);  // what load_hf gives for the written checkpoint
     }
   }
   return m;
 }
 
+}  // namespace
+
+Model fp8_quantized(const Model& model, WeightScaling scaling) {
+  return quantize_linear_layers(
+      model,
+      [&](const LinearLayer& l) {
+        QC_INPUT(l.weight_type == ElementType::e4m3 && l.weight_scaling == scaling,
+                 "{}: layer `{}`: expected an unquantized or e4m3 {} layer to quantize to FP8, found {}", model.source,
+                 l.name, to_string(scaling), weight_storage(l).describe());
+      },
+      [&](LinearLayer& l, WeightScaleDtype dtype) {
+        l.weight_scaling = scaling;
+        l.weight_scale.resize(static_cast<size_t>(l.n_out));
+        quantize_weights_fp8(ElementType::e4m3, scaling, l.weight.data(), l.n_out, l.k_in,
+                             reinterpret_cast<uint8_t*>(l.weight_q.data()), l.weight_scale.data(), dtype);
+      });
+}
+
 Model fp8_block_quantized(const Model& model, const ScaleLayout& blocks, BlockQuantizer quantizer) {
-  Model m = model;
-  const WeightScaleDtype dtype = weight_scale_dtype_for(m.config);
-  for (DecoderLayer& L : m.layers) {
-    for (LinearLayer* l : {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down}) {
-      if (l->quantized()) {
-        QC_INPUT(l->weight_type == ElementType::e4m3 && l->weight_blocks == blocks,
+  return quantize_linear_layers(
+      model,
+      [&](const LinearLayer& l) {
+        QC_INPUT(l.weight_type == ElementType::e4m3 && l.weight_blocks == blocks,
                  "{}: layer `{}`: expected an unquantized layer or e4m3 weights in {} blocks to quantize to block-scaled "
                  "FP8, found {}",
-                 model.source, l->name, blocks.spec(), weight_storage(*l).describe());
-        continue;
-      }
-      l->weight_type = ElementType::e4m3;
-      l->weight_blocks = blocks;
-      l->weight_q.resize(static_cast<size_t>(l->n_out * l->k_in));
-      l->weight_scale.resize(static_cast<size_t>(blocks.scale_count(l->n_out, l->k_in)));
-      quantize_weights_fp8_blocks(ElementType::e4m3, quantizer, blocks.block_rows, blocks.block_k, blocks.ue8m0,
-                                  l->weight.data(), l->n_out, l->k_in, reinterpret_cast<uint8_t*>(l->weight_q.data()),
-                                  l->weight_scale.data(), dtype);
-      dequantize(*l);  // what load_hf gives for the written checkpoint
-    }
-  }
-  return m;
+                 model.source, l.name, blocks.spec(), weight_storage(l).describe());
+      },
+      [&](LinearLayer& l, WeightScaleDtype dtype) {
+        l.weight_blocks = blocks;
+        l.weight_scale.resize(static_cast<size_t>(blocks.scale_count(l.n_out, l.k_in)));
+        quantize_weights_fp8_blocks(ElementType::e4m3, quantizer, blocks.block_rows, blocks.block_k, blocks.ue8m0,
+                                    l.weight.data(), l.n_out, l.k_in, reinterpret_cast<uint8_t*>(l.weight_q.data()),
+                                    l.weight_scale.data(), dtype);
+      });
 }
 
 CheckpointTraits peek_checkpoint(const std::string& path) {

@@ -8,7 +8,9 @@
 // every machine.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
 
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
@@ -46,57 +48,39 @@ std::vector<float> normals(uint64_t seed, const std::string& name, int64_t n, do
   return v;
 }
 
+// The synthetic configurations (`synth-model --config`), one row each, all of 2 layers unless
+// `layers` says otherwise. tiny-qwen3's head_dim is explicit and != hidden / heads, as in Qwen3;
+// qwen3-1.7b-shaped has Qwen3-1.7B's shapes but a vocabulary of 4096 (Qwen3's is 151936), which keeps
+// the head and the files small.
+struct SynthShape {
+  std::string_view name, arch;
+  int64_t hidden, intermediate, n_heads, n_kv_heads, head_dim, vocab, max_seq_len;
+  double rope_theta;
+  float rms_eps;
+  bool tie_embeddings, qk_norm, qkv_bias;
+};
+constexpr SynthShape kSynthShapes[] = {
+    // name, arch, hidden, intermediate, heads, kv heads, head_dim, vocab, max_seq_len, rope_theta, rms_eps,
+    // tied embeddings, QK-norm, q/k/v bias
+    {"tiny", "llama", 64, 176, 4, 2, 16, 256, 128, 10000.0, 1e-5f, false, false, false},
+    {"tiny-qwen2", "qwen2", 64, 176, 4, 2, 16, 256, 128, 10000.0, 1e-5f, true, false, true},
+    {"tiny-qwen3", "qwen3", 64, 128, 4, 2, 32, 256, 128, 1000000.0, 1e-6f, true, true, false},
+    {"qwen3-1.7b-shaped", "qwen3", 2048, 6144, 16, 8, 128, 4096, 4096, 1000000.0, 1e-6f, true, true, false},
+};
+
 }  // namespace
 
 ModelConfig synth_config(std::string_view name, int64_t layers) {
-  ModelConfig c;
-  c.bos_id = 1;
-  c.rope_style = RopeStyle::rotate_half;
-  if (name == "tiny" || name == "tiny-qwen2") {
-    c.arch = name == "tiny" ? "llama" : "qwen2";
-    c.hidden = 64;
-    c.intermediate = 176;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 16;
-    c.vocab = 256;
-    c.max_seq_len = 128;
-    c.rope_theta = 10000.0;
-    c.rms_eps = 1e-5f;
-    c.tie_embeddings = name == "tiny-qwen2";
-    c.qkv_bias = name == "tiny-qwen2";
-  } else if (name == "tiny-qwen3") {
-    c.arch = "qwen3";
-    c.hidden = 64;
-    c.intermediate = 128;
-    c.n_layers = 2;
-    c.n_heads = 4;
-    c.n_kv_heads = 2;
-    c.head_dim = 32;  // explicit, != hidden / heads, as in Qwen3
-    c.vocab = 256;
-    c.max_seq_len = 128;
-    c.rope_theta = 1000000.0;
-    c.rms_eps = 1e-6f;
-    c.tie_embeddings = true;
-    c.qk_norm = true;
-  } else if (name == "qwen3-1.7b-shaped") {
-    c.arch = "qwen3";
-    c.hidden = 2048;
-    c.intermediate = 6144;
-    c.n_layers = 2;
-    c.n_heads = 16;
-    c.n_kv_heads = 8;
-    c.head_dim = 128;
-    c.vocab = 4096;  // Qwen3's is 151936; a small vocabulary keeps the head and the files small
-    c.max_seq_len = 4096;
-    c.rope_theta = 1000000.0;
-    c.rms_eps = 1e-6f;
-    c.tie_embeddings = true;
-    c.qk_norm = true;
-  } else {
+  const SynthShape* s = std::find_if(std::begin(kSynthShapes), std::end(kSynthShapes),
+                                     [&](const SynthShape& x) { return x.name == name; });
+  if (s == std::end(kSynthShapes)) {
     QC_FAIL_INPUT("--config: expected `tiny`, `tiny-qwen2`, `tiny-qwen3` or `qwen3-1.7b-shaped`, found `{}`", name);
   }
+  ModelConfig c{.arch = std::string(s->arch), .hidden = s->hidden, .intermediate = s->intermediate, .n_layers = 2,
+                .n_heads = s->n_heads, .n_kv_heads = s->n_kv_heads, .head_dim = s->head_dim, .vocab = s->vocab,
+                .max_seq_len = s->max_seq_len, .rope_theta = s->rope_theta, .rms_eps = s->rms_eps,
+                .rope_style = RopeStyle::rotate_half, .tie_embeddings = s->tie_embeddings, .qk_norm = s->qk_norm,
+                .qkv_bias = s->qkv_bias, .bos_id = 1};
   if (layers > 0) c.n_layers = layers;
   QC_INPUT(layers >= 0, "--layers: expected a positive count, found {}", layers);
   c.validate(fmt::format("synth config {}", name));

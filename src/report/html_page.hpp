@@ -101,6 +101,12 @@ class Page {
     f("<details class=\"data\"{}><summary>{}</summary>\n", charts_ ? "" : " open", html_escape(label));
   }
   void table_end() { raw("</details>\n"); }
+  // The end of a section whose last part is a table_start table (its tbody open).
+  void table_section_end() {
+    raw("</tbody></table>");
+    table_end();
+    raw("</section>\n");
+  }
 
   bool charts() const { return charts_; }
   const json& charts_json() const { return charts_json_; }

@@ -179,9 +179,7 @@ void headroom_section(Page& p, const json& results) {
                        : "<span class=\"verdict pass\">safe</span>")
              : "<span class=\"verdict fail\">unsafe</span>");
   }
-  p.raw("</tbody></table>");
-  p.table_end();
-  p.raw("</section>\n");
+  p.table_section_end();
 }
 
 void differences_section(Page& p, const json& results) {
@@ -247,9 +245,7 @@ void differences_section(Page& p, const json& results) {
     }
     p.raw("</tr>\n");
   }
-  p.raw("</tbody></table>");
-  p.table_end();
-  p.raw("</section>\n");
+  p.table_section_end();
 }
 
 // An FP8 verify (`verify.fp8`): the models each arm declared (the reference), the stage the verdict
@@ -308,9 +304,7 @@ void fp8_verify_section(Page& p, const json& results) {
         html_escape(pair(r, "formula_mismatch", 1)), html_escape(pair(r, "acc_mismatch", 0)),
         html_escape(pair(r, "acc_mismatch", 1)), html_escape(unmodelled));
   }
-  p.raw("</tbody></table>");
-  p.table_end();
-  p.raw("</section>\n");
+  p.table_section_end();
 }
 
 void sweep_section(Page& p, const json& results) {
@@ -378,9 +372,7 @@ void sweep_section(Page& p, const json& results) {
       }
     }
   }
-  p.raw("</tbody></table>");
-  p.table_end();
-  p.raw("</section>\n");
+  p.table_section_end();
 }
 
 void transfer_section(Page& p, const json& results) {

@@ -1,5 +1,6 @@
-// Helpers of the GPU tests: operand generation with extremes and bitwise comparisons that print
-// coordinates, values and bit patterns of the first mismatches.
+// Helpers of the GPU tests: operand generation with extremes, bitwise comparisons that print
+// coordinates, values and bit patterns of the first mismatches, and verify's results to compare
+// between its two references.
 #pragma once
 
 #include <fmt/format.h>
@@ -10,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "checks/verify.hpp"
+#include "qconform/arm.hpp"
 #include "qconform/numerics.hpp"
 #include "qconform/operands.hpp"
 
@@ -75,6 +78,19 @@ std::string diff_report(const std::vector<T>& got, const std::vector<U>& want, i
   }
   if (count == 0) return "";
   return fmt::format("{}: {} of {} elements differ; first:{}", what, count, got.size(), lines);
+}
+
+// `verify` of `a` against `b` on `layers` (their own predictions) with the reference
+// `options.reference`, as JSON less what may differ between the two references: the timings, and
+// the reference's description, which must contain `place` ("CUDA cores", "on the host", ...).
+inline nlohmann::json reference_json(const std::string& a, const std::string& b, const std::vector<LayerOperands>& layers,
+                                     const VerifyOptions& options, const std::string& place) {
+  const PredictionSet p = predict(layers, "mem", "sha256:none");
+  auto arm_a = make_arm(a), arm_b = make_arm(b);
+  nlohmann::json j = to_json(verify_layers(*arm_a, *arm_b, layers, p, options));
+  EXPECT_NE(j["reference"].get<std::string>().find(place), std::string::npos) << j["reference"];
+  for (const char* timing_or_place : {"seconds", "wall_seconds", "reference"}) j.erase(timing_or_place);
+  return j;
 }
 
 }  // namespace qc::gpu_test

@@ -275,17 +275,9 @@ TEST(CudaFp8Block, EachArmEqualsItsDeclaredModel) {
 // field, as with them evaluated on the host (only the timings and the reference's place differ).
 TEST(CudaFp8Block, VerifyWithTheGpuReferenceEqualsTheHostReference) {
   std::vector<LayerOperands> layers = {block_layer(24, 200, 300, 51, false), block_layer(16, 256, 1024, 52, false)};
-  const PredictionSet p = predict(layers, "mem", "sha256:none");
   const auto run = [&](VerifyReference where) {
-    auto a = make_arm("cpu:fp8-block-triton"), b = make_arm("cpu:fp8-block-deepgemm");
-    VerifyOptions options;
-    options.reference = where;
-    nlohmann::json j = to_json(verify_layers(*a, *b, layers, p, options));
-    EXPECT_NE(j["reference"].get<std::string>().find(where == VerifyReference::gpu ? "CUDA cores" : "on the host"),
-              std::string::npos)
-        << j["reference"];
-    for (const char* timing_or_place : {"seconds", "wall_seconds", "reference"}) j.erase(timing_or_place);
-    return j;
+    return gpu_test::reference_json("cpu:fp8-block-triton", "cpu:fp8-block-deepgemm", layers, {.reference = where},
+                                    where == VerifyReference::gpu ? "CUDA cores" : "on the host");
   };
   EXPECT_EQ(run(VerifyReference::gpu), run(VerifyReference::cpu));
 }

@@ -21,17 +21,10 @@ namespace {
 
 nlohmann::json verify_json(const std::string& a, const std::string& b, const std::vector<LayerOperands>& layers,
                            VerifyReference where) {
-  const PredictionSet p = predict(layers, "mem", "sha256:none");
-  auto arm_a = make_arm(a), arm_b = make_arm(b);
   VerifyOptions options;
   if (layers.front().m >= 96) options.m_sweep = {1, 17, 96};
   options.reference = where;
-  nlohmann::json j = to_json(verify_layers(*arm_a, *arm_b, layers, p, options));
-  EXPECT_NE(j["reference"].get<std::string>().find(where == VerifyReference::gpu ? "CUDA cores" : "host"),
-            std::string::npos)
-      << j["reference"];
-  for (const char* timing_or_place : {"seconds", "wall_seconds", "reference"}) j.erase(timing_or_place);
-  return j;
+  return gpu_test::reference_json(a, b, layers, options, where == VerifyReference::gpu ? "CUDA cores" : "host");
 }
 
 std::vector<LayerOperands> layers() {
@@ -77,17 +70,8 @@ std::vector<LayerOperands> fp8_layers() {
 }
 
 nlohmann::json fp8_verify_json(const std::string& a, const std::string& b, VerifyReference where) {
-  const std::vector<LayerOperands> layers = fp8_layers();
-  const PredictionSet p = predict(layers, "mem", "sha256:none");
-  auto arm_a = make_arm(a), arm_b = make_arm(b);
-  VerifyOptions options;
-  options.reference = where;
-  nlohmann::json j = to_json(verify_layers(*arm_a, *arm_b, layers, p, options));
-  EXPECT_NE(j["reference"].get<std::string>().find(where == VerifyReference::gpu ? "CUDA evaluation" : "on the host"),
-            std::string::npos)
-      << j["reference"];
-  for (const char* timing_or_place : {"seconds", "wall_seconds", "reference"}) j.erase(timing_or_place);
-  return j;
+  return gpu_test::reference_json(a, b, fp8_layers(), {.reference = where},
+                                  where == VerifyReference::gpu ? "CUDA evaluation" : "on the host");
 }
 
 TEST(CudaVerifyReference, Fp8GpuModelsEqualCpuModels) {

@@ -97,6 +97,31 @@ class Dom(html.parser.HTMLParser):
             self.title += data
 
 
+def render_with_chartjs(sample, name, without_it):
+    """The sample results rendered to `name` with Chart.js inlined; SKIPPED, saying `without_it` (what a
+    report without Chart.js would lack), where Chromium or Chart.js is missing."""
+    need_chromium()
+    chartjs = chartjs_path()
+    if chartjs is None:
+        pytest.skip(f"SKIPPED: Chart.js not found (Debian package libjs-chart.js): {without_it}")
+    report = sample / name
+    run([tool("qc_render_report"), sample / "results.json", report, "--chartjs", chartjs])
+    return report
+
+
+def dump_dom(report, workdir, args=()):
+    """Chromium's DOM of `report` after its scripts ran (`--dump-dom`): (the parsed Dom, its text, stderr)."""
+    out, err = chromium([*args, "--dump-dom", report.as_uri()], workdir)
+    dom = Dom()
+    dom.feed(out)
+    return dom, out, err
+
+
+def assert_no_console(stderr):
+    console = console_lines(stderr)
+    assert not console, "console messages in the report:\n" + "\n".join(console)
+
+
 def png_size(path):
     data = pathlib.Path(path).read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
@@ -111,21 +136,12 @@ def sample(tmp_path_factory):
 
 
 def test_report_renders_every_figure_without_console_errors(sample):
-    need_chromium()
-    chartjs = chartjs_path()
-    if chartjs is None:
-        pytest.skip("SKIPPED: Chart.js not found (Debian package libjs-chart.js): the report would have no figures")
-    report = sample / "report.html"
-    run([tool("qc_render_report"), sample / "results.json", report, "--chartjs", chartjs])
+    report = render_with_chartjs(sample, "report.html", "the report would have no figures")
     text = report.read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), "the report references something outside itself"
 
-    out, err = chromium(["--dump-dom", report.as_uri()], sample)
-    console = console_lines(err)
-    assert not console, "console messages in the report:\n" + "\n".join(console)
-
-    dom = Dom()
-    dom.feed(out)
+    dom, out, err = dump_dom(report, sample)
+    assert_no_console(err)
     assert dom.body.get("data-js-errors") == "0", dom.body
     assert dom.body.get("data-charts-expected") == str(EXPECTED_FIGURES), dom.body
     assert dom.body.get("data-charts-rendered") == str(EXPECTED_FIGURES), dom.body
@@ -156,15 +172,8 @@ def test_report_renders_every_figure_without_console_errors(sample):
 def test_report_fits_1280_pixels_with_the_answer_first_and_manifests_collapsed(sample):
     """At 1280 px the page has no horizontal scroll; the answer banner comes before the verdict table;
     the manifests sit collapsed in a <details> under the identity contract."""
-    need_chromium()
-    chartjs = chartjs_path()
-    if chartjs is None:
-        pytest.skip("SKIPPED: Chart.js not found (Debian package libjs-chart.js): the layout script does not run")
-    report = sample / "report-1280.html"
-    run([tool("qc_render_report"), sample / "results.json", report, "--chartjs", chartjs])
-    out, _ = chromium(["--window-size=1280,2000", "--dump-dom", report.as_uri()], sample)
-    dom = Dom()
-    dom.feed(out)
+    report = render_with_chartjs(sample, "report-1280.html", "the layout script does not run")
+    dom, out, _ = dump_dom(report, sample, ["--window-size=1280,2000"])
     scroll, viewport = int(dom.body.get("data-scroll-width", "0")), int(dom.body.get("data-viewport-width", "0"))
     assert 0 < viewport <= 1280 and scroll <= viewport, f"horizontal scroll at 1280 px: {scroll} > {viewport}"
     assert out.index('id="qc-answer"') < out.index('id="verdicts"'), "the answer must come first"
@@ -176,11 +185,8 @@ def test_tables_only_when_chartjs_is_missing(sample, tmp_path):
     need_chromium()
     report = tmp_path / "report.html"
     run([tool("qc_render_report"), sample / "results.json", report, "--chartjs", tmp_path / "missing-chart.js"])
-    out, err = chromium(["--dump-dom", report.as_uri()], tmp_path)
-    console = console_lines(err)
-    assert not console, "console messages in the report:\n" + "\n".join(console)
-    dom = Dom()
-    dom.feed(out)
+    dom, out, err = dump_dom(report, tmp_path)
+    assert_no_console(err)
     assert dom.body.get("data-charts-status") == "omitted", dom.body
     assert dom.body.get("data-charts-expected") == "0", dom.body
     assert not dom.canvases and dom.scripts == 0

@@ -25,6 +25,14 @@ def qc_stats(requests):
     return results
 
 
+def request(op, w=None, **arrays):
+    """One qc_stats request: the numpy `arrays` as lists, then the weights `w` where there are any."""
+    r = {"op": op, **{name: a.tolist() for name, a in arrays.items()}}
+    if w is not None:
+        r["w"] = w.tolist()
+    return r
+
+
 def close(ours, theirs, what):
     """Fails on NaN/None and names the case, both values and the difference."""
     assert ours is not None, f"{what}: ours is null/NaN, sklearn {theirs!r}"
@@ -63,12 +71,7 @@ def binary_cases(seed):
 @pytest.mark.parametrize("metric", ["roc_auc", "average_precision"])
 def test_ranking_metrics_match_sklearn(metric):
     cases = binary_cases(7 if metric == "roc_auc" else 8)
-    reqs = []
-    for s, y, w in cases:
-        r = {"op": metric, "y": y.tolist(), "score": s.tolist()}
-        if w is not None:
-            r["w"] = w.tolist()
-        reqs.append(r)
+    reqs = [request(metric, w, y=y, score=s) for s, y, w in cases]
     peer = roc_auc_score if metric == "roc_auc" else average_precision_score
     for i, ((s, y, w), res) in enumerate(zip(cases, qc_stats(reqs))):
         assert "error" not in res, res
@@ -108,10 +111,7 @@ def test_isotonic_decreasing_matches_sklearn(weighted):
         w = rng.uniform(0.05, 4.0, n) if weighted else None
         if weighted and c % 2:
             w = rng.integers(1, 6, n).astype(float)
-        r = {"op": "isotonic", "x": x.tolist(), "y": y.tolist()}
-        if w is not None:
-            r["w"] = w.tolist()
-        reqs.append(r)
+        reqs.append(request("isotonic", w, x=x, y=y))
         cases.append((x, y, w))
     for i, ((x, y, w), res) in enumerate(zip(cases, qc_stats(reqs))):
         assert "error" not in res, res
@@ -133,10 +133,7 @@ def test_brier_matches_sklearn():
         y = (rng.random(n) < rng.random()).astype(int)
         p = np.round(rng.random(n), int(rng.integers(1, 4)))  # ties in p, exact 0 and 1 included
         w = rng.uniform(0.1, 2.0, n) if c % 2 else None
-        r = {"op": "brier", "y": y.tolist(), "p": p.tolist()}
-        if w is not None:
-            r["w"] = w.tolist()
-        reqs.append(r)
+        reqs.append(request("brier", w, y=y, p=p))
         cases.append((y, p, w))
     for i, ((y, p, w), res) in enumerate(zip(cases, qc_stats(reqs))):
         theirs = brier_score_loss(y, p, sample_weight=w, pos_label=1) if y.max() == 1 else float(np.average((y - p) ** 2, weights=w))

@@ -6,10 +6,12 @@
 //   decode modes read the raw encoding and write float32:
 //     dec-bf16, dec-f16 (uint16 in); dec-e4m3, dec-e5m2, dec-e8m0, dec-e2m1 (uint8 in; e2m1: the low 4 bits)
 // Deliberately self-contained (plain stdio) so it depends on nothing but numerics.hpp.
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "qconform/numerics.hpp"
@@ -27,18 +29,46 @@ std::vector<unsigned char> read_file(const char* path) {
   return bytes;
 }
 
-template <typename In, typename Out, typename Fn>
-std::vector<unsigned char> map(const std::vector<unsigned char>& in, Fn fn) {
-  const size_t n = in.size() / sizeof(In);
-  std::vector<unsigned char> out(n * sizeof(Out));
-  for (size_t i = 0; i < n; ++i) {
-    In x;
-    std::memcpy(&x, in.data() + i * sizeof(In), sizeof(In));
-    const Out y = fn(x);
-    std::memcpy(out.data() + i * sizeof(Out), &y, sizeof(Out));
-  }
-  return out;
+using Bytes = std::vector<unsigned char>;
+
+struct Mode {
+  std::string_view name;
+  size_t unit;  // bytes of one input element
+  Bytes (*convert)(const Bytes& in);
+};
+
+// The mode `name`: every `In` of the input through `fn`, written as `Out`.
+template <typename In, typename Out, auto fn>
+constexpr Mode mode(std::string_view name) {
+  return {name, sizeof(In), [](const Bytes& in) {
+            const size_t n = in.size() / sizeof(In);
+            Bytes out(n * sizeof(Out));
+            for (size_t i = 0; i < n; ++i) {
+              In x;
+              std::memcpy(&x, in.data() + i * sizeof(In), sizeof(In));
+              const Out y = fn(x);
+              std::memcpy(out.data() + i * sizeof(Out), &y, sizeof(Out));
+            }
+            return out;
+          }};
 }
+
+constexpr Mode kModes[] = {
+    mode<float, uint16_t, [](float x) { return qc::f32_to_bf16(x); }>("bf16"),
+    mode<float, uint16_t, [](float x) { return qc::f32_to_bf16_rz(x); }>("bf16-rz"),
+    mode<float, uint16_t, [](float x) { return qc::f32_to_f16(x); }>("f16"),
+    mode<float, uint8_t, [](float x) { return qc::f32_to_e4m3fn(x, /*saturate=*/false); }>("e4m3"),
+    mode<float, uint8_t, [](float x) { return qc::f32_to_e4m3fn(x, /*saturate=*/true); }>("e4m3-sat"),
+    mode<float, uint8_t, [](float x) { return qc::f32_to_e5m2(x, /*saturate=*/false); }>("e5m2"),
+    mode<float, uint8_t, [](float x) { return qc::f32_to_e5m2(x, /*saturate=*/true); }>("e5m2-sat"),
+    mode<float, int8_t, [](float x) { return qc::f32_to_s8_rni_sat(x); }>("s8"),
+    mode<uint16_t, float, [](uint16_t b) { return qc::bf16_to_f32(b); }>("dec-bf16"),
+    mode<uint16_t, float, [](uint16_t b) { return qc::f16_to_f32(b); }>("dec-f16"),
+    mode<uint8_t, float, [](uint8_t b) { return qc::e4m3fn_to_f32(b); }>("dec-e4m3"),
+    mode<uint8_t, float, [](uint8_t b) { return qc::e5m2_to_f32(b); }>("dec-e5m2"),
+    mode<uint8_t, float, [](uint8_t b) { return qc::decode_f32<qc::kE8M0>(b); }>("dec-e8m0"),
+    mode<uint8_t, float, [](uint8_t b) { return qc::decode_f32<qc::kE2M1>(b & 0xFu); }>("dec-e2m1"),
+};
 
 }  // namespace
 
@@ -55,51 +85,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "qc_convert: cannot read %s\n", argv[2]);
     return 2;
   }
-  const std::vector<unsigned char> in = read_file(argv[2]);
-  std::vector<unsigned char> out;
-  size_t unit = 4;
-  if (mode == "bf16") {
-    out = map<float, uint16_t>(in, [](float x) { return qc::f32_to_bf16(x); });
-  } else if (mode == "bf16-rz") {
-    out = map<float, uint16_t>(in, [](float x) { return qc::f32_to_bf16_rz(x); });
-  } else if (mode == "f16") {
-    out = map<float, uint16_t>(in, [](float x) { return qc::f32_to_f16(x); });
-  } else if (mode == "e4m3") {
-    out = map<float, uint8_t>(in, [](float x) { return qc::f32_to_e4m3fn(x, /*saturate=*/false); });
-  } else if (mode == "e4m3-sat") {
-    out = map<float, uint8_t>(in, [](float x) { return qc::f32_to_e4m3fn(x, /*saturate=*/true); });
-  } else if (mode == "e5m2") {
-    out = map<float, uint8_t>(in, [](float x) { return qc::f32_to_e5m2(x, /*saturate=*/false); });
-  } else if (mode == "e5m2-sat") {
-    out = map<float, uint8_t>(in, [](float x) { return qc::f32_to_e5m2(x, /*saturate=*/true); });
-  } else if (mode == "s8") {
-    out = map<float, int8_t>(in, [](float x) { return qc::f32_to_s8_rni_sat(x); });
-  } else if (mode == "dec-bf16") {
-    unit = 2;
-    out = map<uint16_t, float>(in, [](uint16_t b) { return qc::bf16_to_f32(b); });
-  } else if (mode == "dec-f16") {
-    unit = 2;
-    out = map<uint16_t, float>(in, [](uint16_t b) { return qc::f16_to_f32(b); });
-  } else if (mode == "dec-e4m3") {
-    unit = 1;
-    out = map<uint8_t, float>(in, [](uint8_t b) { return qc::e4m3fn_to_f32(b); });
-  } else if (mode == "dec-e5m2") {
-    unit = 1;
-    out = map<uint8_t, float>(in, [](uint8_t b) { return qc::e5m2_to_f32(b); });
-  } else if (mode == "dec-e8m0") {
-    unit = 1;
-    out = map<uint8_t, float>(in, [](uint8_t b) { return qc::decode_f32<qc::kE8M0>(b); });
-  } else if (mode == "dec-e2m1") {
-    unit = 1;
-    out = map<uint8_t, float>(in, [](uint8_t b) { return qc::decode_f32<qc::kE2M1>(b & 0xFu); });
-  } else {
+  const Bytes in = read_file(argv[2]);
+  const Mode* m = std::find_if(std::begin(kModes), std::end(kModes), [&](const Mode& x) { return x.name == mode; });
+  if (m == std::end(kModes)) {
     std::fprintf(stderr, "qc_convert: unknown mode '%s'\n", mode.c_str());
     return 2;
   }
-  if (in.size() % unit != 0) {
-    std::fprintf(stderr, "qc_convert: %s: size %zu is not a multiple of %zu bytes\n", argv[2], in.size(), unit);
+  if (in.size() % m->unit != 0) {
+    std::fprintf(stderr, "qc_convert: %s: size %zu is not a multiple of %zu bytes\n", argv[2], in.size(), m->unit);
     return 2;
   }
+  const Bytes out = m->convert(in);
   FILE* f = std::fopen(argv[3], "wb");
   if (f == nullptr || std::fwrite(out.data(), 1, out.size(), f) != out.size() || std::fclose(f) != 0) {
     std::fprintf(stderr, "qc_convert: cannot write %s\n", argv[3]);

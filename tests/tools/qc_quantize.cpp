@@ -17,6 +17,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/npy.hpp"
 #include "epilogue/quantize.hpp"
@@ -36,6 +38,24 @@ qc::Tensor matrix(const char* path) {
   return t.contiguous();
 }
 
+qc::WeightScaleDtype scale_dtype(const std::string& s) {
+  QC_INPUT(s == "f32" || s == "bf16", "DTYPE: expected f32 or bf16, found `{}`", s);
+  return s == "f32" ? qc::WeightScaleDtype::f32 : qc::WeightScaleDtype::bf16;
+}
+
+// What a mode writes: the codes Q [rows, k] (uint8) and the scales S (float32), to the last two paths
+// of the command line.
+struct Quantized {
+  qc::Tensor q, s;
+  Quantized(int64_t rows, int64_t k, std::vector<int64_t> scale_shape)
+      : q(qc::Tensor::empty(qc::DType::u8, {rows, k})), s(qc::Tensor::empty(qc::DType::f32, std::move(scale_shape))) {}
+  int write(int argc, char** argv) const {
+    qc::write_npy(argv[argc - 2], q);
+    qc::write_npy(argv[argc - 1], s);
+    return 0;
+  }
+};
+
 }  // namespace
 
 int main(int argc, char** argv) try {
@@ -46,12 +66,10 @@ int main(int argc, char** argv) try {
     const qc::Fp8ActScaling scaling = qc::parse_fp8_act_scaling(argv[3]);  // the CLI's spelling and parser
     const qc::Tensor x = matrix(argv[4]);
     const int64_t m = x.shape()[0], k = x.shape()[1];
-    qc::Tensor q = qc::Tensor::empty(qc::DType::u8, {m, k});
-    qc::Tensor s = qc::Tensor::empty(qc::DType::f32, {m});
-    qc::quantize_activations_fp8(format(argv[2]), scaling, x.data<float>(), m, k, q.data<uint8_t>(), s.data<float>());
-    qc::write_npy(argv[5], q);
-    qc::write_npy(argv[6], s);
-    return 0;
+    Quantized out(m, k, {m});
+    qc::quantize_activations_fp8(format(argv[2]), scaling, x.data<float>(), m, k, out.q.data<uint8_t>(),
+                                 out.s.data<float>());
+    return out.write(argc, argv);
   }
   if (mode == "group") {
     QC_INPUT(argc == 8, "usage: qc_quantize group vllm|sglang|deepgemm 0|1 G X.npy Q.npy S.npy");
@@ -60,46 +78,34 @@ int main(int argc, char** argv) try {
     const int64_t g = std::stoll(argv[4]);
     const qc::Tensor x = matrix(argv[5]);
     const int64_t m = x.shape()[0], k = x.shape()[1];
-    qc::Tensor q = qc::Tensor::empty(qc::DType::u8, {m, k});
-    qc::Tensor s = qc::Tensor::empty(qc::DType::f32, {m, (k + g - 1) / g});
+    Quantized out(m, k, {m, (k + g - 1) / g});
     qc::quantize_activations_fp8_groups(qc::ElementType::e4m3, quantizer, g, ue8m0, x.data<float>(), m, k,
-                                        q.data<uint8_t>(), s.data<float>());
-    qc::write_npy(argv[6], q);
-    qc::write_npy(argv[7], s);
-    return 0;
+                                        out.q.data<uint8_t>(), out.s.data<float>());
+    return out.write(argc, argv);
   }
   if (mode == "block") {
     QC_INPUT(argc == 10, "usage: qc_quantize block deepgemm|compressed-tensors 0|1 BN BK f32|bf16 W.npy Q.npy S.npy");
     const qc::BlockQuantizer quantizer = qc::block_quantizer(argv[2], "QUANTIZER");
     const bool ue8m0 = std::string(argv[3]) == "1";
     const int64_t bn = std::stoll(argv[4]), bk = std::stoll(argv[5]);
-    const std::string dt = argv[6];
-    QC_INPUT(dt == "f32" || dt == "bf16", "DTYPE: expected f32 or bf16, found `{}`", dt);
+    const qc::WeightScaleDtype dtype = scale_dtype(argv[6]);
     const qc::Tensor w = matrix(argv[7]);
     const int64_t n = w.shape()[0], k = w.shape()[1];
-    qc::Tensor q = qc::Tensor::empty(qc::DType::u8, {n, k});
-    qc::Tensor s = qc::Tensor::empty(qc::DType::f32, {(n + bn - 1) / bn, (k + bk - 1) / bk});
+    Quantized out(n, k, {(n + bn - 1) / bn, (k + bk - 1) / bk});
     qc::quantize_weights_fp8_blocks(qc::ElementType::e4m3, quantizer, bn, bk, ue8m0, w.data<float>(), n, k,
-                                    q.data<uint8_t>(), s.data<float>(),
-                                    dt == "f32" ? qc::WeightScaleDtype::f32 : qc::WeightScaleDtype::bf16);
-    qc::write_npy(argv[8], q);
-    qc::write_npy(argv[9], s);
-    return 0;
+                                    out.q.data<uint8_t>(), out.s.data<float>(), dtype);
+    return out.write(argc, argv);
   }
   QC_INPUT(mode == "weight", "mode: expected act, weight, group or block, found `{}`", mode);
   QC_INPUT(argc == 8, "usage: qc_quantize weight FMT per-channel|per-tensor f32|bf16 W.npy Q.npy S.npy");
   const qc::WeightScaling scaling = qc::parse_weight_scaling(argv[3]);
-  const std::string dt = argv[4];
-  QC_INPUT(dt == "f32" || dt == "bf16", "DTYPE: expected f32 or bf16, found `{}`", dt);
+  const qc::WeightScaleDtype dtype = scale_dtype(argv[4]);
   const qc::Tensor w = matrix(argv[5]);
   const int64_t n = w.shape()[0], k = w.shape()[1];
-  qc::Tensor q = qc::Tensor::empty(qc::DType::u8, {n, k});
-  qc::Tensor s = qc::Tensor::empty(qc::DType::f32, {n});
-  qc::quantize_weights_fp8(format(argv[2]), scaling, w.data<float>(), n, k, q.data<uint8_t>(), s.data<float>(),
-                           dt == "f32" ? qc::WeightScaleDtype::f32 : qc::WeightScaleDtype::bf16);
-  qc::write_npy(argv[6], q);
-  qc::write_npy(argv[7], s);
-  return 0;
+  Quantized out(n, k, {n});
+  qc::quantize_weights_fp8(format(argv[2]), scaling, w.data<float>(), n, k, out.q.data<uint8_t>(), out.s.data<float>(),
+                           dtype);
+  return out.write(argc, argv);
 } catch (const qc::Error& e) {
   std::fprintf(stderr, "qc_quantize: %s\n", e.what());
   return 2;

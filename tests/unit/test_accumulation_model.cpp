@@ -30,12 +30,7 @@ using qc::AccumRounding;
 using qc::Fp8AccumModel;
 using qc::Fp8Format;
 using qc::Fp8Gemm;
-
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
+using qc::f32_bits;
 
 const char* fmt_name(Fp8Format f) { return f == Fp8Format::e4m3 ? "e4m3" : "e5m2"; }
 
@@ -151,12 +146,12 @@ void expect_same(const std::string& model_name, const Fp8AccumModel& m, const Fp
   for (int64_t i = 0; i < g.s.m; ++i) {
     for (int64_t j = 0; j < g.s.n; ++j) {
       const size_t x = static_cast<size_t>(i * g.s.n + j);
-      if (bits(want[x]) == bits(got[x])) continue;
+      if (f32_bits(want[x]) == f32_bits(got[x])) continue;
       ++bad;
       if (reported++ < 3) {
         ADD_FAILURE() << fmt::format("model `{}` ({}, {}): d[{},{}]: reference {} ({:#010x}), fast {} ({:#010x})",
                                      model_name, what, qc::fast_path_name(qc::fp8_fast_path(m, g)), i, j, want[x],
-                                     bits(want[x]), got[x], bits(got[x]));
+                                     f32_bits(want[x]), got[x], f32_bits(got[x]));
       }
     }
   }
@@ -203,10 +198,10 @@ struct ReferenceCheck {
   void operator()(int64_t i, int64_t j, float got, const char* how) const {
     const float ref = want[static_cast<size_t>(i * n + j)];
     ++*outputs;
-    if (bits(got) == bits(ref)) return;
+    if (f32_bits(got) == f32_bits(ref)) return;
     if ((*bad)++ < 3) {
       ADD_FAILURE() << fmt::format("{}: d[{},{}]: reference {} ({:#010x}), {} {} {} ({:#010x})", what, i, j, ref,
-                                   bits(ref), evaluation, how, got, bits(got));
+                                   f32_bits(ref), evaluation, how, got, f32_bits(got));
     }
   }
   std::vector<float> want;
@@ -378,7 +373,7 @@ float eval1(const Fp8AccumModel& m, const std::vector<std::pair<uint8_t, uint8_t
   float r = 0, f = 0;
   qc::fp8_model_reference(m, g, &r);
   qc::fp8_model_evaluate(m, g, &f, 1);
-  EXPECT_EQ(bits(r), bits(f)) << what << ": reference " << r << ", fast " << f;
+  EXPECT_EQ(f32_bits(r), f32_bits(f)) << what << ": reference " << r << ", fast " << f;
   return r;
 }
 float eval1(const std::string& name, const std::vector<std::pair<uint8_t, uint8_t>>& terms) {
@@ -488,8 +483,8 @@ TEST(AccumulationModel, SequentialModelIsPlainFp32Summation) {
           acc = acc + x * qc::e4m3fn_to_f32(w[static_cast<size_t>(j * K + k)]);  // product exact in fp32
         }
         const size_t x = static_cast<size_t>(i * N + j);
-        ASSERT_EQ(bits(ref[x]), bits(acc)) << fmt::format("{} d[{},{}]: model {} fp32 loop {}", fmt_name(fa), i, j, ref[x], acc);
-        ASSERT_EQ(bits(fast[x]), bits(acc)) << fmt::format("{} d[{},{}]: fast {} fp32 loop {}", fmt_name(fa), i, j, fast[x], acc);
+        ASSERT_EQ(f32_bits(ref[x]), f32_bits(acc)) << fmt::format("{} d[{},{}]: model {} fp32 loop {}", fmt_name(fa), i, j, ref[x], acc);
+        ASSERT_EQ(f32_bits(fast[x]), f32_bits(acc)) << fmt::format("{} d[{},{}]: fast {} fp32 loop {}", fmt_name(fa), i, j, fast[x], acc);
       }
     }
   }
@@ -524,8 +519,8 @@ TEST(AccumulationModel, NonFiniteCodesAreInputErrorsNamingTheCoordinate) {
 
 TEST(AccumulationModel, ZeroAndNegativeZeroGivePositiveZero) {
   for (const auto& r : qc::fp8_accumulation_models()) {
-    EXPECT_EQ(bits(eval1(r.name, {{0x80, kOne}, {0x00, 0x80}})), 0u) << r.name;
-    EXPECT_EQ(bits(eval1(r.name, {{kOne, kOne}, {0xB8, kOne}})), 0u) << r.name;  // 1 - 1
+    EXPECT_EQ(f32_bits(eval1(r.name, {{0x80, kOne}, {0x00, 0x80}})), 0u) << r.name;
+    EXPECT_EQ(f32_bits(eval1(r.name, {{kOne, kOne}, {0xB8, kOne}})), 0u) << r.name;  // 1 - 1
   }
 }
 
@@ -720,7 +715,7 @@ TEST(AccumulationModel, CpuFp8ArmsDeclareTheirModel) {
   std::vector<float> want(6);
   qc::fp8_model_reference(qc::fp8_accumulation_model("hopper-fp8-promote4").model,
                           Fp8Gemm{a.data(), Fp8Format::e4m3, w.data(), Fp8Format::e4m3, {2, 3, 96}}, want.data());
-  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(bits(d[i]), bits(want[i])) << i;
+  for (size_t i = 0; i < 6; ++i) EXPECT_EQ(f32_bits(d[i]), f32_bits(want[i])) << i;
   EXPECT_EQ(rec.at("accumulation_model"), "hopper-fp8-promote4");
   // INT8 arms refuse.
   EXPECT_THROW(qc::make_arm("cpu:vllm-cutlass")->fp8_accumulate(a.data(), w.data(), 2, 3, 96, rec), qc::Error);

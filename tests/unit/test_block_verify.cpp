@@ -20,6 +20,7 @@
 #include "qconform/arm.hpp"
 #include "qconform/numerics.hpp"
 #include "synth/synth.hpp"
+#include "wrapped_arm.hpp"
 
 namespace qc {
 namespace {
@@ -122,25 +123,10 @@ TEST(BlockVerify, ChainsThatDifferArePredictedExactlyUnderPow2) {
 }
 
 // An arm that runs one block model and declares another: verify localizes it to its accumulation model.
-class Mislabeled final : public Arm {
+class Mislabeled final : public test::DeclaringArm {
  public:
-  Mislabeled(std::string runs, std::string declares) : arm_(make_arm("cpu:fp8-" + runs)), declares_(std::move(declares)) {}
-  ArmInfo info() const override {
-    ArmInfo i = arm_->info();
-    i.label = "test:mislabeled";
-    i.accumulation_model = declares_;
-    return i;
-  }
-  ArmOutput run(const LayerOperands& ops) override {
-    ArmOutput out = arm_->run(ops);
-    out.record.arm = "test:mislabeled";
-    out.record.extra["accumulation_model"] = declares_;
-    return out;
-  }
-
- private:
-  std::unique_ptr<Arm> arm_;
-  std::string declares_;
+  Mislabeled(const std::string& runs, std::string declares)
+      : DeclaringArm("cpu:fp8-" + runs, "test:mislabeled", std::move(declares), /*unscaled=*/false) {}
 };
 
 TEST(BlockVerify, AnArmOffItsDeclaredFormIsLocalizedToItsAccumulation) {

@@ -17,14 +17,8 @@ namespace {
 
 TEST(ConformInvariance, EachArmPerLayerAndPerSequenceInResultsAndReport) {
   test::TempDir dir("conform-invariance");
-  ConformOptions o;
-  o.arm_a = "cpu:vllm-cutlass";
-  o.arm_b = "cpu:sglang-sm90";
-  o.synthetic_config = "tiny";
-  o.max_new = 6;
-  o.invariance_mates = {0, 15, 63, 127};
-  o.invariance_tp = 2;
-  o.out_dir = dir.file("with");
+  ConformOptions o{.arm_a = "cpu:vllm-cutlass", .arm_b = "cpu:sglang-sm90", .out_dir = dir.file("with"),
+                   .synthetic_config = "tiny", .max_new = 6, .invariance_mates = {0, 15, 63, 127}, .invariance_tp = 2};
   const ConformOutcome out = run_conform(o);
   const nlohmann::json& inv = out.results.at("invariance");
   ASSERT_TRUE(inv.is_object());

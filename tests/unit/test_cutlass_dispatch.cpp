@@ -82,11 +82,6 @@ TEST(CutlassDispatch, TorchRowwiseTileChoice) {
   EXPECT_EQ(qc::cutlass_arms::rowwise_index(false, false, true), 1);
 }
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 float bits_float(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
@@ -120,7 +115,7 @@ TEST(CutlassDispatch, TorchRowwiseEpilogueAddsZeroAndFollowsTheOrientation) {
   std::vector<float> acc(128 * N, d), sa_col(128, sa), sw_cols(N, sw);
   std::vector<uint16_t> y(128 * N);
   qc::apply_epilogue(torch, acc.data(), sa_col.data(), sw_cols.data(), nullptr, 128, N, y.data(), 1);
-  EXPECT_EQ(y[0], want_wx) << "wx " << bits(wx) << " xw " << bits(xw);
+  EXPECT_EQ(y[0], want_wx) << "wx " << qc::f32_bits(wx) << " xw " << qc::f32_bits(xw);
   std::vector<float> acc1(6144, d), sw1(6144, sw);
   std::vector<uint16_t> y1(6144);
   qc::apply_epilogue(torch, acc1.data(), &sa, sw1.data(), nullptr, 1, 6144, y1.data(), 1);

@@ -31,13 +31,7 @@ struct TempDir : qc::test::TempDir {
   TempDir() : qc::test::TempDir("dist") {}
 };
 
-std::vector<LayerOperands> tiny_layers() {
-  SynthOptions o;
-  o.shapes = "tiny";
-  o.m = 24;
-  o.seed = 11;
-  return synth_operands(o);
-}
+std::vector<LayerOperands> tiny_layers() { return synth_operands({.shapes = "tiny", .m = 24, .seed = 11}); }
 
 nlohmann::json without_timings(nlohmann::json j) {
   j.erase("seconds");

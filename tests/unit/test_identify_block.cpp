@@ -18,39 +18,22 @@
 #include "qconform/numerics.hpp"
 #include "synth/synth.hpp"
 #include "verify_test_util.hpp"
+#include "wrapped_arm.hpp"
 
 namespace qc {
 namespace {
 
 // A cpu:fp8-block arm that declares another block model (or hides its unscaled entry): what a real
 // kernel is to identify, a black box with a claim.
-class Disguised final : public Arm {
+class Disguised final : public test::DeclaringArm {
  public:
   Disguised(const std::string& runs, std::string declares, bool unscaled)
-      : arm_(make_arm("cpu:fp8-" + runs)), declares_(std::move(declares)), unscaled_(unscaled) {}
-  ArmInfo info() const override {
-    ArmInfo i = arm_->info();
-    i.label = "test:disguised";
-    i.accumulation_model = declares_;
-    return i;
-  }
+      : DeclaringArm("cpu:fp8-" + runs, "test:disguised", std::move(declares), unscaled) {}
   ArmOutput run(const LayerOperands& ops) override {
-    ArmOutput out = arm_->run(ops);
-    out.record.arm = "test:disguised";
-    out.record.extra["accumulation_model"] = declares_;
+    ArmOutput out = DeclaringArm::run(ops);
     out.d.reset();  // a kernel that returns bf16 only
     return out;
   }
-  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
-                                    nlohmann::json& record, int threads) override {
-    QC_INPUT(unscaled_, "test:disguised offers no unscaled entry");
-    return arm_->fp8_accumulate(a, w, m, n, k, record, threads);
-  }
-
- private:
-  std::unique_ptr<Arm> arm_;
-  std::string declares_;
-  bool unscaled_;
 };
 
 TEST(IdentifyBlock, EveryCpuBlockArmIsIdentifiedAsItsOwnForm) {

@@ -13,6 +13,7 @@
 #include "orchestrate/conform.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/report.hpp"
+#include "c_plugin.hpp"
 #include "temp_dir.hpp"
 
 namespace qc {
@@ -20,22 +21,10 @@ namespace {
 
 // `fault`: built with -DUNDECLARED_FAULT (every seventh output's last bit flipped).
 std::string compile_undeclared_plugin(const test::TempDir& dir, bool fault = false) {
-  const std::string out = dir.file(fault ? "libundeclared_fault.so" : "libundeclared_arm.so");
-  const std::string cmd = fmt::format(
-      "cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{0}/include' -I'{0}/examples/plugin' {2} "
-      "'{0}/tests/unit/plugins/undeclared_arm.c' -o '{1}' 2>&1",
-      QC_SOURCE_DIR, out, fault ? "-DUNDECLARED_FAULT" : "");
-  return std::system(cmd.c_str()) == 0 ? out : std::string();
-}
-
-// tests/unit/plugins/undeclared_block_arm.c: a block-scaled FP8 plugin declaring no block model.
-std::string compile_undeclared_block_plugin(const test::TempDir& dir) {
-  const std::string out = dir.file("libundeclared_block.so");
-  const std::string cmd = fmt::format(
-      "cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{0}/include' "
-      "'{0}/tests/unit/plugins/undeclared_block_arm.c' -o '{1}' -lm 2>&1",
-      QC_SOURCE_DIR, out);
-  return std::system(cmd.c_str()) == 0 ? out : std::string();
+  return test::compile_c_plugin({.source = "tests/unit/plugins/undeclared_arm.c",
+                                 .out = dir.file(fault ? "libundeclared_fault.so" : "libundeclared_arm.so"),
+                                 .flags = fault ? "-DUNDECLARED_FAULT" : "",
+                                 .example_headers = true});
 }
 
 TEST(ConformIdentify, AnUndeclaredArmIsIdentifiedAndItsFormulaDeclared) {
@@ -122,9 +111,11 @@ TEST(ConformIdentify, AnUnexplainedArmIsReportedAndGoesOnUndeclared) {
 // A block-scaled FP8 plugin that declares nothing (QC_ARM_FLAG_FP8_BLOCK): conform identifies its block
 // model first (blocks, chain, promotion form, through its own `run`), declares it with its provenance, and
 // verify then holds the plugin's D to it and predicts every difference with A (issue #30 item 5).
+// tests/unit/plugins/undeclared_block_arm.c is that plugin.
 TEST(ConformIdentify, AnUndeclaredBlockScaledPluginIsIdentifiedAndItsBlockModelDeclared) {
   test::TempDir dir("conform-identify-block");
-  const std::string so = compile_undeclared_block_plugin(dir);
+  const std::string so = test::compile_c_plugin(
+      {.source = "tests/unit/plugins/undeclared_block_arm.c", .out = dir.file("libundeclared_block.so"), .libm = true});
   if (so.empty()) GTEST_SKIP() << "SKIPPED: no C compiler (`cc`) to build tests/unit/plugins/undeclared_block_arm.c";
   const std::string label = "plugin-inproc:" + so;
   const ArmInfo info = make_arm(label)->info();

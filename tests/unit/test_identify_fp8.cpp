@@ -22,6 +22,7 @@
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
 #include "synth/synth.hpp"
+#include "c_plugin.hpp"
 #include "temp_dir.hpp"
 
 namespace qc {
@@ -180,19 +181,12 @@ TEST(IdentifyFp8, AnAccumulationOutsideTheFamilyIsUnexplainedAtTheAccumulation) 
   EXPECT_NE(describe(r).find("the accumulation: no model of the FP8 family"), std::string::npos) << describe(r);
 }
 
-std::string compile_fp8_plugin(const test::TempDir& dir, bool with_gemm) {
-  const std::string out = dir.file(with_gemm ? "libfp8_kernel_gemm.so" : "libfp8_kernel.so");
-  const std::string cmd = fmt::format(
-      "cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{0}/include' {2} "
-      "'{0}/tests/unit/plugins/fp8_kernel_arm.c' -o '{1}' -lm 2>&1",
-      QC_SOURCE_DIR, out, with_gemm ? "-DFP8_WITH_GEMM" : "");
-  return std::system(cmd.c_str()) == 0 ? out : std::string();
-}
-
 TEST(IdentifyFp8, AnUndeclaredFp8PluginIsIdentifiedAndItsDeclarationPredictsVerify) {
   test::TempDir dir("identify-fp8-plugin");
   for (bool with_gemm : {false, true}) {
-    const std::string so = compile_fp8_plugin(dir, with_gemm);
+    const std::string so = test::compile_c_plugin({.source = "tests/unit/plugins/fp8_kernel_arm.c",
+                                                   .out = dir.file(with_gemm ? "libfp8_kernel_gemm.so" : "libfp8_kernel.so"),
+                                                   .flags = with_gemm ? "-DFP8_WITH_GEMM" : "", .libm = true});
     if (so.empty()) GTEST_SKIP() << "SKIPPED: no C compiler (`cc`) to build tests/unit/plugins/fp8_kernel_arm.c";
     auto arm = make_arm((with_gemm ? "plugin:" : "plugin-inproc:") + so);
     const ArmInfo info = arm->info();
@@ -210,12 +204,7 @@ TEST(IdentifyFp8, AnUndeclaredFp8PluginIsIdentifiedAndItsDeclarationPredictsVeri
     // for bit and predicts its differences from the Triton-order `fp8-scaled` of cpu:fp8-sequential.
     auto declared = declare_epilogue(std::move(arm), identified_declaration(r), "test");
     EXPECT_EQ(declared->info().accumulation_model, "sequential");
-    SynthOptions so_fp8;
-    so_fp8.shapes = "tiny";
-    so_fp8.m = 16;
-    so_fp8.seed = 5;
-    so_fp8.element = "e4m3";
-    const std::vector<LayerOperands> layers = synth_operands(so_fp8);
+    const std::vector<LayerOperands> layers = synth_operands({.shapes = "tiny", .m = 16, .seed = 5, .element = "e4m3"});
     auto other = make_arm("cpu:fp8-sequential");
     VerifyOptions vo;
     vo.reference = VerifyReference::cpu;

@@ -19,7 +19,9 @@
 #include "qconform/arm.hpp"
 #include "qconform/error.hpp"
 #include "synth/synth.hpp"
+#include "c_plugin.hpp"
 #include "temp_dir.hpp"
+#include "wrapped_arm.hpp"
 
 namespace qc {
 namespace {
@@ -98,22 +100,15 @@ TEST(Interchangeability, NothingComparedIsNoAnswer) {
 
 // A layer on which `vllm-cutlass` and `vllm-triton` differ: 6 of its 2^20 outputs under real scales
 // (the synthetic operands are the same bytes on every machine).
-std::vector<LayerOperands> layers_that_differ() {
-  SynthOptions o;
-  o.shapes = "512x2048x256";
-  o.m = 512;
-  o.seed = 2;
-  return synth_operands(o);
-}
+std::vector<LayerOperands> layers_that_differ() { return synth_operands({.shapes = "512x2048x256", .m = 512, .seed = 2}); }
 
 // An arm that computes `inner`'s arithmetic and declares nothing: a kernel whose formula is unknown.
-class Undeclared final : public Arm {
+class Undeclared final : public test::WrappedArm {
  public:
   explicit Undeclared(const std::string& inner, bool fp8 = false, std::string label = "")
-      : inner_(make_arm(inner)), fp8_(fp8), label_(label.empty() ? "test:undeclared-" + inner : std::move(label)) {}
+      : WrappedArm(inner, label.empty() ? "test:undeclared-" + inner : std::move(label)), fp8_(fp8) {}
   ArmInfo info() const override {
-    ArmInfo i = inner_->info();
-    i.label = label_;
+    ArmInfo i = WrappedArm::info();
     i.epilogue = fp8_ ? i.epilogue : "";
     i.accumulation_model = "";
     if (fp8_) i.element = ElementType::e4m3;
@@ -121,22 +116,16 @@ class Undeclared final : public Arm {
     return i;
   }
   ArmOutput run(const LayerOperands& ops) override {
-    ArmOutput out = inner_->run(ops);
+    ArmOutput out = WrappedArm::run(ops);
     out.record.arm = info().label;
     out.acc.reset();
     out.record.epilogue.clear();
     out.record.extra.erase("accumulation_model");
     return out;
   }
-  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
-                                    nlohmann::json& record, int threads) override {
-    return inner_->fp8_accumulate(a, w, m, n, k, record, threads);
-  }
 
  private:
-  std::unique_ptr<Arm> inner_;
   bool fp8_;
-  std::string label_;
 };
 
 VerifyOptions cpu(UserLanguage language = UserLanguage::cli) {
@@ -250,12 +239,8 @@ TEST(InterchangeabilityVerify, NullCountsReadBackLosslessly) {
 
 // Two declared FP8 models: every difference predicted, localized to the accumulation.
 TEST(InterchangeabilityVerify, TwoDeclaredFp8ModelsAreExplained) {
-  SynthOptions o;
-  o.shapes = "16x64x2048";
-  o.m = 16;
-  o.seed = 9;
-  o.element = "e4m3";
-  const std::vector<LayerOperands> layers = synth_operands(o);
+  const std::vector<LayerOperands> layers =
+      synth_operands({.shapes = "16x64x2048", .m = 16, .seed = 9, .element = "e4m3"});
   auto a = make_arm("cpu:fp8-hopper-fp8-promote4"), b = make_arm("cpu:fp8-hopper-fp8-chain");
   const VerifyResult r = verify_layers(*a, *b, layers, predict(layers, "memory", ""), cpu());
   ASSERT_GT(r.total_real.bitwise_diff, 0);
@@ -340,14 +325,9 @@ TEST(InterchangeabilityConform, AnUndeclaredFp8ArmRunsToAnHonestAnswer) {
   }();
   ASSERT_TRUE(registered);
   test::TempDir dir("conform-fp8-undeclared");
-  ConformOptions o;
-  o.arm_a = "cpu:fp8-hopper-fp8-promote4";
-  o.arm_b = "testfp8:undeclared-chain";
-  o.synthetic_config = "tiny";
-  o.max_new = 4;
-  o.sweep_ks = {256};
-  o.sweep_seeds = 1;
-  o.out_dir = dir.file("out");
+  ConformOptions o{.arm_a = "cpu:fp8-hopper-fp8-promote4", .arm_b = "testfp8:undeclared-chain",
+                   .out_dir = dir.file("out"), .synthetic_config = "tiny", .max_new = 4, .sweep_ks = {256},
+                   .sweep_seeds = 1};
   // Identified first (conform's default): identify measures B's model, which then is its declaration,
   // so every difference is predicted.
   {
@@ -414,18 +394,10 @@ TEST(SummaryLines, C7WithoutAToleranceIsReportedNotPassed) {
 
 // ---- a failed C1 case names itself and its cause --------------------------------------------------
 
-std::string compile_wrap_plugin(const test::TempDir& dir) {
-  const std::string out = dir.file("libwrap_arm.so");
-  const std::string cmd = fmt::format(
-      "cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{0}/include' -I'{0}/examples/plugin' "
-      "'{0}/tests/unit/plugins/wrap_arm.c' -o '{1}' 2>&1",
-      QC_SOURCE_DIR, out);
-  return std::system(cmd.c_str()) == 0 ? out : std::string();
-}
-
 TEST(C1Failure, AWrappingPluginFailsTheOverflowCaseWhichNamesTheMissingRefusal) {
   test::TempDir dir("c1-wrap");
-  const std::string so = compile_wrap_plugin(dir);
+  const std::string so = test::compile_c_plugin(
+      {.source = "tests/unit/plugins/wrap_arm.c", .out = dir.file("libwrap_arm.so"), .example_headers = true});
   if (so.empty()) GTEST_SKIP() << "SKIPPED: no C compiler (`cc`) to build tests/unit/plugins/wrap_arm.c";
   auto arm = make_arm("plugin-inproc:" + so);
   const BoundaryResult r = run_boundary(*arm);

@@ -105,12 +105,7 @@ TEST(Compare, FastRowsEqualTheReference) {
 // order and the blocks in order: written here as that plain loop, it must give the same double for
 // sizes below one block, of whole groups of blocks and with a partial last block, NaN and inf included.
 TEST(Operands, RoundTripAndNaturalOrder) {
-  SynthOptions o;
-  o.shapes = "tiny";
-  o.m = 8;
-  o.seed = 3;
-  o.bias = true;
-  const auto layers = synth_operands(o);
+  const auto layers = synth_operands({.shapes = "tiny", .m = 8, .seed = 3, .bias = true});
   ASSERT_EQ(layers.size(), 14u);
   const std::string path = temp_path("ops.safetensors");
   save_operands(path, layers, {{"source", "test"}});
@@ -304,12 +299,7 @@ TEST(ScaleModes, PowersOfTwo) {
 
 std::vector<CheckResult> verify_tiny(const std::string& a, const std::string& b, bool bias,
                                      std::vector<int64_t> m_sweep = {}) {
-  SynthOptions o;
-  o.shapes = "tiny";
-  o.m = 64;
-  o.seed = 7;
-  o.bias = bias;
-  const auto layers = synth_operands(o);
+  const auto layers = synth_operands({.shapes = "tiny", .m = 64, .seed = 7, .bias = bias});
   const PredictionSet p = predict(layers, "mem", "sha256:none");
   auto arm_a = make_arm(a), arm_b = make_arm(b);
   VerifyOptions options;
@@ -395,22 +385,29 @@ class DamagingArm final : public Arm {
   int64_t index_;
 };
 
+// The layer verify_pair runs, the same bytes every time.
+std::vector<LayerOperands> pair_layers() { return synth_operands({.shapes = "16x64x128", .seed = 5}); }
+
 VerifyResult verify_pair(Arm& a, Arm& b, std::vector<ScaleMode> modes) {
-  SynthOptions o;
-  o.shapes = "16x64x128";
-  o.seed = 5;
-  const auto layers = synth_operands(o);
+  const auto layers = pair_layers();
   VerifyOptions options;
   options.modes = std::move(modes);
   return verify_layers(a, b, layers, predict(layers, "mem", ""), options);
+}
+
+// The check at `index` of the check table in `r`, which must be `id` and must have failed.
+const CheckResult& failed(const VerifyResult& r, size_t index, const std::string& id) {
+  const CheckResult& c = r.checks.at(index);
+  EXPECT_EQ(c.id, id);
+  EXPECT_EQ(c.verdict, Verdict::fail) << c.summary;
+  return c;
 }
 
 TEST(Verify, NonFiniteMismatchFailsC6EvenWithEqualTotals) {
   // A NaN at element 3 in A and at element 7 in B: equal NaN counts on both sides.
   DamagingArm a("nan", 3), b("nan", 7);
   const auto r = verify_pair(a, b, {ScaleMode::real});
-  EXPECT_EQ(r.checks[4].id, "C6");
-  EXPECT_EQ(r.checks[4].verdict, Verdict::fail) << r.checks[4].summary;
+  failed(r, 4, "C6");
   EXPECT_EQ(r.total_real.nonfinite_diff, 2);
   // +inf against -inf at the same element.
   DamagingArm c("pos-inf", 5), d("neg-inf", 5);
@@ -421,25 +418,20 @@ TEST(Verify, NaNUnderPowerOfTwoScalesIsAViolationNotAnExclusion) {
   auto good = make_arm("cpu:vllm-cutlass");
   DamagingArm bad("nan", 9);
   const auto r = verify_pair(*good, bad, {ScaleMode::pow2_channel});
-  EXPECT_EQ(r.checks[3].id, "C5");
-  EXPECT_EQ(r.checks[3].verdict, Verdict::fail) << r.checks[3].summary;
-  EXPECT_EQ(r.checks[3].evidence["violations"].get<int64_t>(), 1);
-  EXPECT_EQ(r.checks[3].evidence["excluded"].get<int64_t>(), 0);
+  const CheckResult& c5 = failed(r, 3, "C5");
+  EXPECT_EQ(c5.evidence["violations"].get<int64_t>(), 1);
+  EXPECT_EQ(c5.evidence["excluded"].get<int64_t>(), 0);
 }
 
 TEST(Verify, AnArmWritingIntoItsInputsFailsC3) {
   auto good = make_arm("cpu:vllm-cutlass");
   DamagingArm writer("write-input", 0);
   const auto r = verify_pair(*good, writer, {ScaleMode::real});
-  EXPECT_EQ(r.checks[1].id, "C3");
-  EXPECT_EQ(r.checks[1].verdict, Verdict::fail) << r.checks[1].summary;
+  failed(r, 1, "C3");
   ASSERT_EQ(r.runs.size(), 1u);
   // The note names the arm, the element, and both values with their bit patterns; the original
   // values come from the same synthetic operands made afresh.
-  SynthOptions o;
-  o.shapes = "16x64x128";
-  o.seed = 5;
-  const auto fresh = synth_operands(o);
+  const auto fresh = pair_layers();
   const float s0 = fresh[0].a_scale[0];
   EXPECT_EQ(r.runs[0].operands_note,
             fmt::format("arm B modified its operands: a_scale[0]: {:.9g} (0x{:08x}) became {:.9g} (0x{:08x})", s0,

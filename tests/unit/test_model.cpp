@@ -27,6 +27,7 @@
 namespace {
 
 using qc::Decoder;
+using qc::DecoderLayer;
 using qc::Model;
 using qc::ModelConfig;
 using qc::RopeStyle;
@@ -585,59 +586,64 @@ TEST(ModelLoader, LegacyStories260K) {
   EXPECT_EQ(b.size(), H + 4 * (rms_final + D + 512 * 8));  // + freq_cis real and imag
 }
 
-// Writes a v1 file the way export.py's `version1_export` does (written here, not by the library).
+// The bytes of a llama2.c checkpoint written by hand, little-endian as export.py packs them (written
+// here, not by the library).
+struct HandWritten {
+  std::vector<uint8_t> bytes;
+  void i32(int32_t v) { append(&v, 4); }
+  void floats(const std::vector<float>& v) { append(v.data(), v.size() * sizeof(float)); }
+  // One tensor of every layer, layer after layer: a norm, or a projection's weight.
+  void per_layer(const Model& m, std::vector<float> DecoderLayer::*norm) {
+    for (const DecoderLayer& l : m.layers) floats(l.*norm);
+  }
+  void per_layer(const Model& m, qc::LinearLayer DecoderLayer::*projection) {
+    for (const DecoderLayer& l : m.layers) floats((l.*projection).weight);
+  }
+
+ private:
+  void append(const void* p, size_t n) {
+    bytes.insert(bytes.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n);
+  }
+};
+
+// A v1 file, the way export.py's `version1_export` writes it.
 std::vector<uint8_t> write_v1_by_hand(const Model& m) {
   const ModelConfig& c = m.config;
-  std::vector<uint8_t> out;
-  auto i32 = [&](int32_t v) { out.insert(out.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4); };
-  auto floats = [&](const std::vector<float>& v) {
-    out.insert(out.end(), reinterpret_cast<const uint8_t*>(v.data()), reinterpret_cast<const uint8_t*>(v.data() + v.size()));
-  };
-  out = {'2', '4', 'k', 'a'};  // struct.pack('I', 0x616b3432)
-  i32(1);
-  for (int64_t v : {c.hidden, c.intermediate, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab, c.max_seq_len}) i32(static_cast<int32_t>(v));
-  out.push_back(c.tie_embeddings ? 1 : 0);
-  out.resize(256, 0);
-  for (auto& l : m.layers) floats(l.attn_norm);
-  for (auto& l : m.layers) floats(l.ffn_norm);
-  floats(m.final_norm);
-  floats(m.embed);
-  for (auto& l : m.layers) floats(l.q.weight);
-  for (auto& l : m.layers) floats(l.k.weight);
-  for (auto& l : m.layers) floats(l.v.weight);
-  for (auto& l : m.layers) floats(l.o.weight);
-  for (auto& l : m.layers) floats(l.gate.weight);  // w1
-  for (auto& l : m.layers) floats(l.down.weight);  // w2
-  for (auto& l : m.layers) floats(l.up.weight);    // w3
-  if (!c.tie_embeddings) floats(m.lm_head);
-  return out;
+  HandWritten out;
+  out.bytes = {'2', '4', 'k', 'a'};  // struct.pack('I', 0x616b3432)
+  out.i32(1);
+  for (int64_t v : {c.hidden, c.intermediate, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab, c.max_seq_len}) out.i32(static_cast<int32_t>(v));
+  out.bytes.push_back(c.tie_embeddings ? 1 : 0);
+  out.bytes.resize(256, 0);
+  out.per_layer(m, &DecoderLayer::attn_norm);
+  out.per_layer(m, &DecoderLayer::ffn_norm);
+  out.floats(m.final_norm);
+  out.floats(m.embed);
+  // w1 (gate), w2 (down), w3 (up).
+  for (auto p : {&DecoderLayer::q, &DecoderLayer::k, &DecoderLayer::v, &DecoderLayer::o, &DecoderLayer::gate,
+                 &DecoderLayer::down, &DecoderLayer::up}) {
+    out.per_layer(m, p);
+  }
+  if (!c.tie_embeddings) out.floats(m.lm_head);
+  return out.bytes;
 }
 
-// Legacy layout with an untied classifier (negative vocab_size), written by hand.
+// Legacy layout with an untied classifier (negative vocab_size).
 std::vector<uint8_t> write_legacy_by_hand(const Model& m) {
   const ModelConfig& c = m.config;
-  std::vector<uint8_t> out;
-  auto i32 = [&](int32_t v) { out.insert(out.end(), reinterpret_cast<uint8_t*>(&v), reinterpret_cast<uint8_t*>(&v) + 4); };
-  auto floats = [&](const std::vector<float>& v) {
-    out.insert(out.end(), reinterpret_cast<const uint8_t*>(v.data()), reinterpret_cast<const uint8_t*>(v.data() + v.size()));
-  };
-  for (int64_t v : {c.hidden, c.intermediate, c.n_layers, c.n_heads, c.n_kv_heads}) i32(static_cast<int32_t>(v));
-  i32(static_cast<int32_t>(c.tie_embeddings ? c.vocab : -c.vocab));
-  i32(static_cast<int32_t>(c.max_seq_len));
-  floats(m.embed);
-  for (auto& l : m.layers) floats(l.attn_norm);
-  for (auto& l : m.layers) floats(l.q.weight);
-  for (auto& l : m.layers) floats(l.k.weight);
-  for (auto& l : m.layers) floats(l.v.weight);
-  for (auto& l : m.layers) floats(l.o.weight);
-  for (auto& l : m.layers) floats(l.ffn_norm);
-  for (auto& l : m.layers) floats(l.gate.weight);
-  for (auto& l : m.layers) floats(l.down.weight);
-  for (auto& l : m.layers) floats(l.up.weight);
-  floats(m.final_norm);
-  floats(std::vector<float>(c.max_seq_len * c.head_dim, 0.25f));  // freq_cis_real + _imag
-  if (!c.tie_embeddings) floats(m.lm_head);
-  return out;
+  HandWritten out;
+  for (int64_t v : {c.hidden, c.intermediate, c.n_layers, c.n_heads, c.n_kv_heads}) out.i32(static_cast<int32_t>(v));
+  out.i32(static_cast<int32_t>(c.tie_embeddings ? c.vocab : -c.vocab));
+  out.i32(static_cast<int32_t>(c.max_seq_len));
+  out.floats(m.embed);
+  out.per_layer(m, &DecoderLayer::attn_norm);
+  for (auto p : {&DecoderLayer::q, &DecoderLayer::k, &DecoderLayer::v, &DecoderLayer::o}) out.per_layer(m, p);
+  out.per_layer(m, &DecoderLayer::ffn_norm);
+  for (auto p : {&DecoderLayer::gate, &DecoderLayer::down, &DecoderLayer::up}) out.per_layer(m, p);
+  out.floats(m.final_norm);
+  out.floats(std::vector<float>(c.max_seq_len * c.head_dim, 0.25f));  // freq_cis_real + _imag
+  if (!c.tie_embeddings) out.floats(m.lm_head);
+  return out.bytes;
 }
 
 void expect_same_model(const Model& a, const Model& b) {

@@ -279,22 +279,30 @@ void expect_input_error(const std::function<void()>& fn, const std::string& need
   }
 }
 
+nlohmann::json json_file(const std::string& path) { return nlohmann::json::parse(qc::read_file(path)); }
+
+// A checkpoint folder `dir` of `config` beside a copy of the safetensors file `weights`, whose loading
+// must be an input error naming `needle`.
+void expect_bad_checkpoint(const std::string& dir, const nlohmann::json& config, const std::string& weights,
+                           const std::string& needle) {
+  fs::create_directories(dir);
+  fs::copy_file(weights, dir + "/model.safetensors");
+  qc::write_file_atomic(dir + "/config.json", config.dump());
+  SCOPED_TRACE(needle);
+  expect_input_error([&] { qc::load_model(dir); }, needle);
+}
+
 TEST(ModelFormats, MalformedConfigsAndCheckpointsAreInputErrors) {
   TempDir t("bad");
   const qc::Model m = qc::synth_model(qc::synth_config("tiny"), 2);
   qc::save_model(m, t / "ct", qc::ModelFormat::compressed_tensors);
   qc::save_model(m, t / "hf", qc::ModelFormat::hf);
-  const nlohmann::json ct = nlohmann::json::parse(qc::read_file(t / "ct/config.json"));
-  const nlohmann::json hf = nlohmann::json::parse(qc::read_file(t / "hf/config.json"));
+  const nlohmann::json ct = json_file(t / "ct/config.json");
+  const nlohmann::json hf = json_file(t / "hf/config.json");
   int variant = 0;
-  // Writes `config` beside a copy of `weights_from`'s safetensors and expects an error naming `needle`.
+  // `config` beside a copy of `weights_from`'s safetensors.
   auto with_config = [&](const nlohmann::json& config, const std::string& weights_from, const std::string& needle) {
-    const std::string dir = t / fmt::format("v{}", variant++);
-    fs::create_directories(dir);
-    fs::copy_file(weights_from + "/model.safetensors", dir + "/model.safetensors");
-    qc::write_file_atomic(dir + "/config.json", config.dump());
-    SCOPED_TRACE(needle);
-    expect_input_error([&] { qc::load_model(dir); }, needle);
+    expect_bad_checkpoint(t / fmt::format("v{}", variant++), config, weights_from + "/model.safetensors", needle);
   };
   auto edit = [](nlohmann::json j, const nlohmann::json::json_pointer& p, const nlohmann::json& v) {
     if (v.is_null()) {
@@ -476,17 +484,12 @@ TEST(ModelFormats, MalformedFp8ConfigsAndCheckpointsAreInputErrors) {
   qc::save_model(m, t / "fp8", qc::ModelFormat::compressed_tensors_fp8);
   qc::save_model(qc::fp8_quantized(m, qc::WeightScaling::per_tensor), t / "fp8t", qc::ModelFormat::compressed_tensors_fp8);
   qc::save_model(m, t / "ct", qc::ModelFormat::compressed_tensors);
-  const nlohmann::json fp8 = nlohmann::json::parse(qc::read_file(t / "fp8/config.json"));
-  const nlohmann::json fp8t = nlohmann::json::parse(qc::read_file(t / "fp8t/config.json"));
-  const nlohmann::json ct = nlohmann::json::parse(qc::read_file(t / "ct/config.json"));
+  const nlohmann::json fp8 = json_file(t / "fp8/config.json");
+  const nlohmann::json fp8t = json_file(t / "fp8t/config.json");
+  const nlohmann::json ct = json_file(t / "ct/config.json");
   int variant = 0;
   auto with_files = [&](const nlohmann::json& config, const std::string& weights, const std::string& needle) {
-    const std::string dir = t / fmt::format("v{}", variant++);
-    fs::create_directories(dir);
-    fs::copy_file(weights, dir + "/model.safetensors");
-    qc::write_file_atomic(dir + "/config.json", config.dump());
-    SCOPED_TRACE(needle);
-    expect_input_error([&] { qc::load_model(dir); }, needle);
+    expect_bad_checkpoint(t / fmt::format("v{}", variant++), config, weights, needle);
   };
   auto edit = [](nlohmann::json j, const std::string& p, const nlohmann::json& v) {
     j[nlohmann::json::json_pointer(p)] = v;

@@ -20,6 +20,7 @@
 #include <unistd.h>
 #include <vector>
 
+#include "int8_layer.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
 #include "qconform/epilogue.hpp"
@@ -32,6 +33,9 @@
 
 namespace qc {
 namespace {
+
+using test::int8_layer;
+using test::uniform_int8;
 
 #ifndef QC_WITH_ONEDNN
 // Without oneDNN the arm is absent, and asking for it names the reason the configure found.
@@ -75,13 +79,12 @@ struct Pattern {
   std::function<int8_t(std::mt19937&, int64_t row, int64_t col)> a, w;
 };
 
-int8_t uniform(std::mt19937& r) { return static_cast<int8_t>(static_cast<int>(r() & 0xFF) - 128); }
 int8_t extreme(std::mt19937& r) { return (r() & 1) ? int8_t{127} : int8_t{-128}; }
 
 std::vector<Pattern> patterns() {
   using R = std::mt19937&;
   return {
-      {"random", [](R r, int64_t, int64_t) { return uniform(r); }, [](R r, int64_t, int64_t) { return uniform(r); }},
+      {"random", [](R r, int64_t, int64_t) { return uniform_int8(r); }, [](R r, int64_t, int64_t) { return uniform_int8(r); }},
       {"all-m128xm128", [](R, int64_t, int64_t) { return int8_t{-128}; }, [](R, int64_t, int64_t) { return int8_t{-128}; }},
       {"all-127x127", [](R, int64_t, int64_t) { return int8_t{127}; }, [](R, int64_t, int64_t) { return int8_t{127}; }},
       {"all-m128x127", [](R, int64_t, int64_t) { return int8_t{-128}; }, [](R, int64_t, int64_t) { return int8_t{127}; }},
@@ -253,27 +256,6 @@ TEST(OnednnArm, AccumulatorAbove2p24FollowsTheModelTiesIncluded) {
               std::string(to_string(model)).c_str(), (long long)differ, (long long)exact.size(), (long long)ties);
 }
 
-LayerOperands layer(int64_t m, int64_t n, int64_t k, bool bias, uint32_t seed) {
-  std::mt19937 r(seed);
-  OperandStorage st;
-  st.a_q.resize(static_cast<size_t>(m * k));
-  st.w_q.resize(static_cast<size_t>(n * k));
-  for (auto& x : st.a_q) x = uniform(r);
-  for (auto& x : st.w_q) x = uniform(r);
-  std::uniform_real_distribution<float> sa(1e-4f, 3e-2f), sw(1e-4f, 3e-3f), b(-4.0f, 4.0f);
-  for (int64_t i = 0; i < m; ++i) st.a_scale.push_back(sa(r));
-  for (int64_t j = 0; j < n; ++j) st.w_scale.push_back(sw(r));
-  if (bias) {
-    for (int64_t j = 0; j < n; ++j) {
-      const float v = b(r);
-      uint32_t u;
-      std::memcpy(&u, &v, 4);
-      st.bias.push_back(static_cast<uint16_t>(u >> 16));  // truncation: any bf16 value will do
-    }
-  }
-  return make_operands("test.layer", m, n, k, std::move(st), fmt::format("test seed={}", seed));
-}
-
 // The arm's output must be the declared formula applied to the arm's own accumulator (and, with
 // VNNI, the exact one), bit for bit.
 TEST(OnednnArm, OutputIsDeclaredEpilogueOfItsAccumulator) {
@@ -286,7 +268,7 @@ TEST(OnednnArm, OutputIsDeclaredEpilogueOfItsAccumulator) {
                         {"onednn:s8s8-sglang-sm90", "sglang-sm90", false},
                         {"onednn:s8s8-exact", "exact", true}};
   for (const Case& c : cases) {
-    const LayerOperands ops = layer(19, 37, 300, c.bias, 11);
+    const LayerOperands ops = int8_layer(19, 37, 300, c.bias, 11);
     auto arm = make_arm(c.label);
     const ArmInfo info = arm->info();
     EXPECT_EQ(info.epilogue, c.epilogue);
@@ -310,7 +292,7 @@ TEST(OnednnArm, OutputIsDeclaredEpilogueOfItsAccumulator) {
 }
 
 TEST(OnednnArm, RunRecordNamesWhatOneDnnRan) {
-  const LayerOperands ops = layer(4, 8, 64, false, 3);
+  const LayerOperands ops = int8_layer(4, 8, 64, false, 3);
   const ArmOutput out = make_arm("onednn:s8s8")->run(ops);
   const OnednnMatmul mm = onednn_s8s8_matmul(ops.a_q.data(), ops.w_q.data(), ops.m, ops.n, ops.k);
   EXPECT_FALSE(mm.impl.empty());

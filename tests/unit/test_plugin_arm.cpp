@@ -33,9 +33,14 @@
 #include "qconform/numerics.hpp"
 #include "qconform/operands.hpp"
 #include "core/sha256.hpp"
+#include "c_plugin.hpp"
+#include "int8_layer.hpp"
 
 namespace qc {
 namespace {
+
+using test::int8_layer;
+using test::uniform_int8;
 
 namespace fs = std::filesystem;
 
@@ -48,27 +53,20 @@ fs::path scratch_dir() {
   return dir;
 }
 
-// Compiles C source into a shared library with the system C compiler; "" when none is usable.
-std::string compile_plugin(const std::string& name, const std::string& source_path, const std::string& flags = "") {
-  const fs::path out = scratch_dir() / fmt::format("lib{}.so", name);
-  const std::string cmd =
-      fmt::format("cc -std=c99 -O2 -fPIC -shared -ffp-contract=off -fno-fast-math -I'{}/include' {} '{}' -o '{}' 2>&1",
-                  QC_SOURCE_DIR, flags, source_path, out.string());
-  return std::system(cmd.c_str()) == 0 ? out.string() : std::string();
-}
+std::string plugin_path(const std::string& name) { return (scratch_dir() / fmt::format("lib{}.so", name)).string(); }
 
 // tests/hostile/plugins/misbehave.c with one BEHAVE_* macro, misbehaving from call `at_call` on.
 std::string misbehave_plugin(const std::string& behave, int at_call = 1) {
-  return compile_plugin(fmt::format("misbehave_{}_{}", behave, at_call),
-                        std::string(QC_SOURCE_DIR) + "/tests/hostile/plugins/misbehave.c",
-                        fmt::format("-std=gnu99 -I'{}/examples/plugin' -DBEHAVE_{} -DAT_CALL={}", QC_SOURCE_DIR, behave,
-                                    at_call));
+  return test::compile_c_plugin({.source = "tests/hostile/plugins/misbehave.c",
+                                 .out = plugin_path(fmt::format("misbehave_{}_{}", behave, at_call)),
+                                 .flags = fmt::format("-std=gnu99 -DBEHAVE_{} -DAT_CALL={}", behave, at_call),
+                                 .example_headers = true});
 }
 
 std::string compile_plugin_source(const std::string& name, const std::string& code) {
   const fs::path src = scratch_dir() / fmt::format("{}.c", name);
   std::ofstream(src) << code;
-  return compile_plugin(name, src.string());
+  return test::compile_c_plugin({.source = src.string(), .out = plugin_path(name)});
 }
 
 // The example plugin: the one CMake built (examples/plugin/CMakeLists.txt), else compiled here.
@@ -76,7 +74,7 @@ std::string example_plugin() {
   static const std::string path = [] {
     const fs::path built = fs::path(QC_BINARY_DIR) / "examples/plugin/libqconform_example_arm.so";
     if (fs::exists(built)) return built.string();
-    return compile_plugin("qconform_example_arm", std::string(QC_SOURCE_DIR) + "/examples/plugin/example_arm.c");
+    return test::compile_c_plugin({.source = "examples/plugin/example_arm.c", .out = plugin_path("qconform_example_arm")});
   }();
   return path;
 }
@@ -86,28 +84,6 @@ std::string example_plugin() {
     if ((path).empty()) GTEST_SKIP() << "SKIPPED: no plugin library (not built and no `cc` to build it)"; \
   } while (0)
 
-int8_t uniform(std::mt19937& r) { return static_cast<int8_t>(static_cast<int>(r() & 0xFF) - 128); }
-
-LayerOperands layer(int64_t m, int64_t n, int64_t k, bool bias, uint32_t seed, int fill = 0) {
-  std::mt19937 r(seed);
-  OperandStorage st;
-  st.a_q.resize(static_cast<size_t>(m * k));
-  st.w_q.resize(static_cast<size_t>(n * k));
-  for (auto& x : st.a_q) x = fill == 0 ? uniform(r) : static_cast<int8_t>(fill);
-  for (auto& x : st.w_q) x = fill == 0 ? uniform(r) : static_cast<int8_t>(fill);
-  std::uniform_real_distribution<float> sa(1e-4f, 3e-2f), sw(1e-4f, 3e-3f), b(-4.0f, 4.0f);
-  for (int64_t i = 0; i < m; ++i) st.a_scale.push_back(sa(r));
-  for (int64_t j = 0; j < n; ++j) st.w_scale.push_back(sw(r));
-  if (bias) {
-    for (int64_t j = 0; j < n; ++j) {
-      const float v = b(r);
-      uint32_t u;
-      std::memcpy(&u, &v, 4);
-      st.bias.push_back(static_cast<uint16_t>(u >> 16));
-    }
-  }
-  return make_operands("test.layer", m, n, k, std::move(st), fmt::format("test seed={}", seed));
-}
 
 // Independent reference accumulator: int64 triple loop.
 std::vector<int64_t> ref_acc(const LayerOperands& o) {
@@ -154,7 +130,7 @@ TEST(PluginArm, ExampleEqualsVllmTritonAndExactAccumulator) {
   } catch (const Error&) {
   }
   for (const Case& c : cases) {
-    const LayerOperands ops = layer(c.m, c.n, c.k, c.bias, static_cast<uint32_t>(c.m + c.n + c.k), c.fill);
+    const LayerOperands ops = int8_layer(c.m, c.n, c.k, c.bias, static_cast<uint32_t>(c.m + c.n + c.k), c.fill);
     const std::string id = fmt::format("m={} n={} k={} bias={} fill={}", c.m, c.n, c.k, c.bias, c.fill);
     const ArmOutput out = arm->run(ops);
     ASSERT_TRUE(out.acc.has_value()) << id;
@@ -199,7 +175,7 @@ TEST(PluginArm, ExampleFollowsTritonOrderWhereOrdersDiffer) {
   for (int64_t t = 0; t < t_count; ++t) {
     for (int64_t tries = 0;; ++tries) {
       ASSERT_LT(tries, 100'000'000) << "no discriminating case found";
-      const int8_t a = uniform(r), w = uniform(r);
+      const int8_t a = uniform_int8(r), w = uniform_int8(r);
       const float sa = sa_d(r), sw = sw_d(r);
       const int64_t acc = int64_t{a} * w;
       if (triton.apply(acc, sa, sw, std::nullopt, t_count, t_count) !=
@@ -227,7 +203,7 @@ TEST(PluginArm, ExampleFollowsTritonOrderWhereOrdersDiffer) {
 TEST(PluginArm, RunRecordCarriesPluginNameAndFileDigest) {
   const std::string so = example_plugin();
   REQUIRE_PLUGIN(so);
-  const ArmOutput out = make_arm("plugin:" + so)->run(layer(2, 3, 4, false, 1));
+  const ArmOutput out = make_arm("plugin:" + so)->run(int8_layer(2, 3, 4, false, 1));
   const std::string digest = sha256_file(fs::canonical(so).string());
   EXPECT_EQ(out.record.arm, "plugin:" + so);
   EXPECT_EQ(out.record.kernel, "example_arm: scalar C int8 GEMM (int32 acc) + vllm-triton epilogue, v1");
@@ -263,7 +239,7 @@ const char* kFillRun = R"(for (int64_t i = 0; i < args->m * args->n; ++i) args->
 void expect_input_error(const std::string& label, const std::vector<std::string>& needles, bool run = false) {
   try {
     auto arm = make_arm(label);
-    if (run) (void)arm->run(layer(2, 3, 4, false, 1));
+    if (run) (void)arm->run(int8_layer(2, 3, 4, false, 1));
     ADD_FAILURE() << label << ": no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::input) << e.what();
@@ -356,7 +332,8 @@ QC_ARM_EXPORT const qc_arm_v1* qc_arm_v1_entry(void) { return &kArm; }
 std::string fp8_plugin(const std::string& id, const std::string& model_literal) {
   const fs::path src = scratch_dir() / "fp8_plugin.c";
   std::ofstream(src) << kFp8PluginSource;
-  return compile_plugin("fp8_" + id, src.string(), fmt::format("-DMODEL='{}'", model_literal));
+  return test::compile_c_plugin(
+      {.source = src.string(), .out = plugin_path("fp8_" + id), .flags = fmt::format("-DMODEL='{}'", model_literal)});
 }
 
 TEST(PluginArm, Fp8PluginDeclaresItsModelAndEqualsIt) {
@@ -374,7 +351,7 @@ TEST(PluginArm, Fp8PluginDeclaresItsModelAndEqualsIt) {
   fp8_model_evaluate(fp8_accumulation_model("hopper-fp8-chain").model, g, chain.data());
   EXPECT_NE(std::memcmp(want.data(), chain.data(), want.size() * sizeof(float)), 0) << "the models must differ here";
   // An INT8 layer whose codes are e4m3 values (|q| <= 16): run() goes through the FP8 call.
-  LayerOperands lay = layer(3, 4, 64, false, 9, 0);
+  LayerOperands lay = int8_layer(3, 4, 64, false, 9, 0);
   OperandStorage st;
   std::mt19937 r(3);
   for (int64_t i = 0; i < 3 * 64; ++i) st.a_q.push_back(static_cast<int8_t>(static_cast<int>(r() % 33) - 16));
@@ -432,7 +409,7 @@ TEST(PluginArm, Fp8DeclarationsAreCheckedAndOldDescriptorsStillLoad) {
     SCOPED_TRACE(prefix);
     auto arm = make_arm(prefix + old);
     EXPECT_EQ(arm->info().accumulation_model, "");
-    EXPECT_EQ(arm->run(layer(2, 3, 4, false, 1)).y.size(), 6u);
+    EXPECT_EQ(arm->run(int8_layer(2, 3, 4, false, 1)).y.size(), 6u);
     nlohmann::json rec;
     const uint8_t one = 0x38;
     try {
@@ -475,7 +452,7 @@ TEST(PluginArm, UndeclaredFp8FlagsAreCheckedAndMakeAnFp8Arm) {
     EXPECT_EQ(info.accumulation_model, "");
     EXPECT_FALSE(info.offers_unscaled());
     EXPECT_EQ(info.epilogue, "bf16(rn32(sa * rn32(d * sw)))");
-    EXPECT_EQ(arm->run(layer(2, 3, 4, false, 1, /*fill=*/3)).y.size(), 6u);  // INT8 codes 3 re-encoded to e4m3
+    EXPECT_EQ(arm->run(int8_layer(2, 3, 4, false, 1, /*fill=*/3)).y.size(), 6u);  // INT8 codes 3 re-encoded to e4m3
     nlohmann::json rec;
     const uint8_t one = 0x38;
     EXPECT_THROW((void)arm->fp8_accumulate(&one, &one, 1, 1, 1, rec), Error);
@@ -525,7 +502,8 @@ QC_ARM_EXPORT const qc_arm_v1* qc_arm_v1_entry(void) { return &kArm; }
 TEST(PluginArm, BlockScaledPluginTakesBlockScalesAndEqualsItsModel) {
   const fs::path src = scratch_dir() / "block_plugin.c";
   std::ofstream(src) << kBlockPluginSource;
-  const std::string so = compile_plugin("block_triton_exact", src.string(), "-ffp-contract=off");
+  const std::string so = test::compile_c_plugin(
+      {.source = src.string(), .out = plugin_path("block_triton_exact"), .flags = "-ffp-contract=off"});
   REQUIRE_PLUGIN(so);
   SynthOptions o;
   o.shapes = "6x40x300";  // a partial K block (300 = 2*128 + 44)
@@ -573,7 +551,7 @@ TEST(PluginArm, UnwrittenOutputsAreNaN) {
       "writes_nothing",
       plugin_source("QC_ARM_ABI_VERSION, sizeof(qc_arm_v1), \"lazy\", NULL, 0, bad_run, NULL", "(void)args; return 0;"));
   REQUIRE_PLUGIN(so);
-  const ArmOutput out = make_arm("plugin:" + so)->run(layer(2, 3, 4, false, 1));
+  const ArmOutput out = make_arm("plugin:" + so)->run(int8_layer(2, 3, 4, false, 1));
   EXPECT_FALSE(out.acc.has_value());
   for (uint16_t y : out.y) EXPECT_TRUE((y & 0x7FFF) > 0x7F80) << std::hex << y;
 }
@@ -598,7 +576,7 @@ TEST(PluginArm, IsolatedAndInProcessAreBitIdentical) {
   const Case cases[] = {{1, 1, 1, false, 0},   {64, 96, 1024, true, 0}, {3, 5, 7, true, 0},
                         {2, 3, 32768, false, -128}, {128, 64, 512, false, 0}, {7, 13, 31, true, 127}};
   for (const Case& c : cases) {
-    const LayerOperands ops = layer(c.m, c.n, c.k, c.bias, static_cast<uint32_t>(7 * c.m + c.n + c.k), c.fill);
+    const LayerOperands ops = int8_layer(c.m, c.n, c.k, c.bias, static_cast<uint32_t>(7 * c.m + c.n + c.k), c.fill);
     const std::string id = fmt::format("m={} n={} k={} bias={} fill={}", c.m, c.n, c.k, c.bias, c.fill);
     const ArmOutput a = isolated->run(ops);
     const ArmOutput b = inproc->run(ops);
@@ -664,7 +642,7 @@ TEST(PluginArm, IsolatedFaultsAreTheArmsFailureNamingArmAndLayer) {
       {"OVERRUN", {"wrote past the end of its output `y`"}},
   };
   // 8 x 16 outputs: 256 bytes of `y`, so an overrun of m*n elements runs far into the guard page.
-  const LayerOperands ops = layer(8, 16, 32, true, 11);
+  const LayerOperands ops = int8_layer(8, 16, 32, true, 11);
   const ArmOutput want = make_arm("plugin-inproc:" + good)->run(ops);
   for (const Case& c : cases) {
     const std::string so = misbehave_plugin(c.behave);
@@ -691,7 +669,7 @@ TEST(PluginArm, IsolatedArmRecoversAfterAFailedCall) {
   REQUIRE_PLUGIN(good);
   auto arm = make_arm("plugin:" + so);
   auto ref = make_arm("plugin-inproc:" + good);
-  LayerOperands first = layer(4, 6, 8, false, 1), second = layer(5, 7, 9, false, 2), third = layer(6, 8, 10, true, 3);
+  LayerOperands first = int8_layer(4, 6, 8, false, 1), second = int8_layer(5, 7, 9, false, 2), third = int8_layer(6, 8, 10, true, 3);
   first.name = "blk.0.q";
   second.name = "blk.0.k";
   third.name = "blk.0.v";
@@ -710,7 +688,7 @@ TEST(PluginArm, IsolatedWorkerEndIsNoticedAndItsChildrenKilled) {
   ScopedTimeout limit(60);
   auto arm = make_arm("plugin:" + so);
   const auto start = std::chrono::steady_clock::now();
-  expect_arm_failure("FORK_EXIT", [&] { (void)arm->run(layer(2, 3, 4, false, 1)); }, {"exited with status 0"});
+  expect_arm_failure("FORK_EXIT", [&] { (void)arm->run(int8_layer(2, 3, 4, false, 1)); }, {"exited with status 0"});
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   unsetenv("QC_MISBEHAVE_PIDFILE");
   EXPECT_LT(took, 20.0) << "the worker's end was not noticed before the time limit";
@@ -738,7 +716,7 @@ TEST(PluginArm, IsolatedCallsHaveATimeLimit) {
     ScopedTimeout limit(2);
     auto arm = make_arm("plugin:" + so);
     const auto start = std::chrono::steady_clock::now();
-    expect_arm_failure(behave, [&] { (void)arm->run(layer(2, 3, 4, false, 1)); },
+    expect_arm_failure(behave, [&] { (void)arm->run(int8_layer(2, 3, 4, false, 1)); },
                        {"within the per-call time limit of 2 s", "--arm-timeout", "on layer `test.layer`"});
     const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     EXPECT_LT(took, 30.0) << behave << ": the limit was not enforced promptly";
@@ -771,7 +749,7 @@ TEST(PluginArm, ControlCharactersFromThePluginAreEscaped) {
     expect_input_error(prefix + huge, {"field `name`", "expected at most 1024 bytes", "found at least 65536"});
     expect_input_error(prefix + name, {"field `name`", "expected printable characters", "misbehave\\x1b[2J\\x1b[31m red \\x07\\x0d"});
     try {
-      (void)make_arm(prefix + refuse)->run(layer(2, 3, 4, false, 1));
+      (void)make_arm(prefix + refuse)->run(int8_layer(2, 3, 4, false, 1));
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {
       const std::string msg = e.what();

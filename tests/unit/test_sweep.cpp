@@ -129,14 +129,8 @@ TEST(SweepCells, MagnitudeStatisticsOfAHandMadePair) {
 }
 
 TEST(SweepRun, TinyInt8SweepStaysWithinOneUlp) {
-  qc::SweepOptions o;
-  o.arm_a = "cpu:vllm-cutlass";
-  o.arm_b = "cpu:vllm-triton";
-  o.ks = {64, 256, 1024};
-  o.m = 32;
-  o.n = 64;
-  o.seeds = 2;
-  const qc::SweepResult r = qc::run_sweep(o);
+  const qc::SweepResult r = qc::run_sweep(
+      {.arm_a = "cpu:vllm-cutlass", .arm_b = "cpu:vllm-triton", .ks = {64, 256, 1024}, .m = 32, .n = 64, .seeds = 2});
   ASSERT_EQ(r.rows.size(), 3u);
   EXPECT_EQ(r.format, qc::SweepFormat::int8);
   for (const auto& row : r.rows) {
@@ -152,13 +146,8 @@ TEST(SweepRun, TinyInt8SweepStaysWithinOneUlp) {
 }
 
 TEST(SweepRun, TinyFp8SweepAndPairErrors) {
-  qc::SweepOptions o;
-  o.arm_a = "fp8:sequential";
-  o.arm_b = "fp8:split-k-4";
-  o.ks = {256, 1024, 4096};
-  o.m = 16;
-  o.n = 64;
-  o.seeds = 2;
+  qc::SweepOptions o{
+      .arm_a = "fp8:sequential", .arm_b = "fp8:split-k-4", .ks = {256, 1024, 4096}, .m = 16, .n = 64, .seeds = 2};
   const qc::SweepResult r = qc::run_sweep(o);
   EXPECT_EQ(r.format, qc::SweepFormat::fp8);
   EXPECT_EQ(r.cells.size(), 6u);

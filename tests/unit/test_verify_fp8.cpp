@@ -29,6 +29,7 @@
 #include "qconform/report.hpp"
 #include "synth/synth.hpp"
 #include "temp_dir.hpp"
+#include "wrapped_arm.hpp"
 
 namespace qc {
 namespace {
@@ -57,12 +58,6 @@ std::vector<LayerOperands> fp8_layers() {
 using test::check;
 using test::cpu_options;
 
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  return u;
-}
-
 // Independently of verify: the scalar reference of each model, the `fp8-scaled` epilogue, and the
 // elements where the two predictions differ (and where the two accumulators differ).
 struct ScalarPrediction {
@@ -79,7 +74,7 @@ ScalarPrediction scalar_prediction(const LayerOperands& ops, const Fp8AccumModel
   ScalarPrediction p;
   for (size_t i = 0; i < ya.size(); ++i) {
     p.outputs_differ += ya[i] != yb[i];
-    p.accumulators_differ += bits(da[i]) != bits(db[i]);
+    p.accumulators_differ += f32_bits(da[i]) != f32_bits(db[i]);
   }
   return p;
 }
@@ -184,7 +179,7 @@ TEST(VerifyFp8, MutantIsCaughtInTheAccumulationStage) {
   fp8_model_reference(faulty, codes.gemm(), got.data());
   int64_t differ = 0, first = -1;
   for (size_t i = 0; i < want.size(); ++i) {
-    if (bits(want[i]) == bits(got[i])) continue;
+    if (f32_bits(want[i]) == f32_bits(got[i])) continue;
     ++differ;
     if (first < 0) first = static_cast<int64_t>(i);
   }
@@ -193,43 +188,35 @@ TEST(VerifyFp8, MutantIsCaughtInTheAccumulationStage) {
   ASSERT_FALSE(r.runs[0].acc_first_mismatch.empty());
   const std::string expected = fmt::format("A fp8.k2048[{},{}]: fp32 accumulator {} (0x{:08x}), model hopper-fp8-chain "
                                            "gives {} (0x{:08x})",
-                                           first / 32, first % 32, got[first], bits(got[first]), want[first],
-                                           bits(want[first]));
+                                           first / 32, first % 32, got[first], f32_bits(got[first]), want[first],
+                                           f32_bits(want[first]));
   EXPECT_EQ(r.runs[0].acc_first_mismatch[0], expected);
+}
+
+// `b` against the arm `a` names on one layer, with the layer's own predictions, the reference on the host.
+VerifyResult verify_against(const std::string& a, Arm& b, const LayerOperands& layer) {
+  const std::vector<LayerOperands> layers = {layer};
+  auto arm_a = make_arm(a);
+  return verify_layers(*arm_a, b, layers, predict(layers, "memory", ""), cpu_options());
 }
 
 // An arm whose record refuses its model on a run (cuBLASLt's split-K) is unmodelled there: neither
 // checked against the model nor counted as a pass or a failure.
-class RefusingArm final : public Arm {
+class RefusingArm final : public test::WrappedArm {
  public:
-  RefusingArm() : inner_(make_arm("cpu:fp8-hopper-fp8-promote4")) {}
-  ArmInfo info() const override {
-    ArmInfo i = inner_->info();
-    i.label = "test:refusing-fp8";
-    return i;
-  }
+  RefusingArm() : WrappedArm("cpu:fp8-hopper-fp8-promote4", "test:refusing-fp8") {}
   ArmOutput run(const LayerOperands& ops) override {
-    ArmOutput out = inner_->run(ops);
+    ArmOutput out = WrappedArm::run(ops);
     out.y[0] ^= 1;  // would be off the model, were it claimed
     out.record.extra["accumulation_model"] = nullptr;
     out.record.extra["accumulation_model_refused"] = "split-K 4 (reduction scheme 1): not modelled";
     return out;
   }
-  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
-                                    nlohmann::json& record, int threads) override {
-    return inner_->fp8_accumulate(a, w, m, n, k, record, threads);
-  }
-
- private:
-  std::unique_ptr<Arm> inner_;
 };
 
 TEST(VerifyFp8, RefusedModelIsReportedUnmodelled) {
-  const std::vector<LayerOperands> layers = {fp8_layer("fp8.k1024", 4, 16, 1024, 7)};
-  const PredictionSet predictions = predict(layers, "memory", "");
-  auto a = make_arm("cpu:fp8-hopper-fp8-chain");
   RefusingArm b;
-  const VerifyResult r = verify_layers(*a, b, layers, predictions, cpu_options());
+  const VerifyResult r = verify_against("cpu:fp8-hopper-fp8-chain", b, fp8_layer("fp8.k1024", 4, 16, 1024, 7));
   for (const LayerRun& run : r.runs) {
     EXPECT_EQ(run.arm[1].unmodelled, "split-K 4 (reduction scheme 1): not modelled");
     EXPECT_FALSE(run.arm[1].formula_mismatch.has_value());
@@ -246,31 +233,19 @@ TEST(VerifyFp8, RefusedModelIsReportedUnmodelled) {
 
 // An arm whose run records claim another model than the one it declares (cuBLASLt names the split-K
 // form of its model on such runs) is checked against the claimed model, and the run says which.
-class ClaimingArm final : public Arm {
+class ClaimingArm final : public test::WrappedArm {
  public:
-  ClaimingArm() : inner_(make_arm("cpu:fp8-blocked-4")) {}
+  ClaimingArm() : WrappedArm("cpu:fp8-blocked-4", "test:claims-blocked-4") {}
   ArmInfo info() const override {
-    ArmInfo i = inner_->info();
-    i.label = "test:claims-blocked-4";
+    ArmInfo i = WrappedArm::info();
     i.accumulation_model = "hopper-fp8-promote4";  // declared; each record claims blocked-4
     return i;
   }
-  ArmOutput run(const LayerOperands& ops) override { return inner_->run(ops); }
-  std::vector<float> fp8_accumulate(const uint8_t* a, const uint8_t* w, int64_t m, int64_t n, int64_t k,
-                                    nlohmann::json& record, int threads) override {
-    return inner_->fp8_accumulate(a, w, m, n, k, record, threads);
-  }
-
- private:
-  std::unique_ptr<Arm> inner_;
 };
 
 TEST(VerifyFp8, TheModelARunClaimsIsTheReference) {
-  const std::vector<LayerOperands> layers = {fp8_layer("fp8.k2048", 4, 16, 2048, 21)};
-  const PredictionSet predictions = predict(layers, "memory", "");
-  auto a = make_arm("cpu:fp8-hopper-fp8-promote4");
   ClaimingArm b;
-  const VerifyResult r = verify_layers(*a, b, layers, predictions, cpu_options());
+  const VerifyResult r = verify_against("cpu:fp8-hopper-fp8-promote4", b, fp8_layer("fp8.k2048", 4, 16, 2048, 21));
   EXPECT_TRUE(r.all_passed()) << r.stage_detail;
   int64_t differ = 0;
   for (const LayerRun& run : r.runs) {
@@ -388,13 +363,7 @@ int64_t explained_by_scalar_models(const std::string& la, const std::string& lb,
 TEST(VerifyFp8, SweepExplainedColumnCountsWhatTheModelsPredict) {
   for (const auto& [la, lb] : {std::pair<std::string, std::string>{"cpu:fp8-hopper-fp8-chain", "cpu:fp8-hopper-fp8-promote4"},
                                std::pair<std::string, std::string>{"mutant:fp8-rne-steps", "cpu:fp8-hopper-fp8-promote4"}}) {
-    SweepOptions o;
-    o.arm_a = la;
-    o.arm_b = lb;
-    o.ks = {256, 2048};
-    o.m = 8;
-    o.n = 32;
-    o.seeds = 2;
+    const SweepOptions o{.arm_a = la, .arm_b = lb, .ks = {256, 2048}, .m = 8, .n = 32, .seeds = 2};
     const SweepResult r = run_sweep(o);
     int64_t all_differing = 0, all_explained = 0;
     for (const SweepCell& c : r.cells) {
@@ -416,15 +385,8 @@ TEST(VerifyFp8, SweepExplainedColumnCountsWhatTheModelsPredict) {
     EXPECT_NE(format_sweep(r).find("explained"), std::string::npos);
   }
   // --no-explained: not computed, and said so.
-  SweepOptions o;
-  o.arm_a = "cpu:fp8-hopper-fp8-chain";
-  o.arm_b = "cpu:fp8-hopper-fp8-promote4";
-  o.ks = {1024};
-  o.m = 4;
-  o.n = 16;
-  o.seeds = 1;
-  o.explained = false;
-  const SweepResult r = run_sweep(o);
+  const SweepResult r = run_sweep({.arm_a = "cpu:fp8-hopper-fp8-chain", .arm_b = "cpu:fp8-hopper-fp8-promote4",
+                                   .ks = {1024}, .m = 4, .n = 16, .seeds = 1, .explained = false});
   EXPECT_EQ(r.cells[0].explained, -1);
   EXPECT_EQ(to_json(r)["rows"][0]["explained"], nullptr);
   EXPECT_NE(format_sweep(r).find("not computed (--no-explained)"), std::string::npos);
@@ -443,14 +405,8 @@ TEST(VerifyFp8, SweepExplainedColumnUsesTheModelEachRunClaims) {
     return true;
   }();
   ASSERT_TRUE(registered);
-  SweepOptions o;
-  o.arm_a = "cpu:fp8-hopper-fp8-promote4";
-  o.arm_b = "test-claims:blocked-4";
-  o.ks = {2048};
-  o.m = 8;
-  o.n = 32;
-  o.seeds = 2;
-  const SweepResult r = run_sweep(o);
+  const SweepResult r = run_sweep(
+      {.arm_a = "cpu:fp8-hopper-fp8-promote4", .arm_b = "test-claims:blocked-4", .ks = {2048}, .m = 8, .n = 32, .seeds = 2});
   int64_t differing = 0, explained = 0;
   for (const SweepCell& c : r.cells) {
     EXPECT_EQ(c.explained, c.differing) << "K=" << c.k << " seed " << c.seed << ": " << c.explained_note;

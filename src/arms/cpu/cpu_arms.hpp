@@ -22,6 +22,11 @@ void register_fp8_alias_arms();
 std::unique_ptr<Arm> make_cpu_fp8_arm(std::string_view model);
 // The RunRecord of an arm that runs on this CPU inside qconform itself.
 RunRecord cpu_run_record(const ArmInfo& info, std::string kernel);
+// What every mutant declares (mutants.cpp; `mutant:`, `mutant-shape:`): faulty on purpose, breaking
+// `stage`. An FP8 mutant's adds the `fp8-scaled` epilogue and the accumulation model it `declares`
+// (and breaks the accumulation).
+ArmInfo mutant_info(std::string label, std::string description, std::string stage);
+ArmInfo fp8_mutant_info(std::string label, std::string description, std::string declares);
 // An FP8 mutant's layer (mutants.cpp; `mutant:fp8-rne-steps`, `mutant-shape:fp8-splitk-m<T>`): `model` on the
 // layer's codes, then `fp8-scaled`; the record claims `claimed` (a bias is an input error).
 ArmOutput fp8_mutant_run(const ArmInfo& info, const Fp8AccumModel& model, const LayerOperands& ops,

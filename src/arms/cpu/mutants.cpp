@@ -115,13 +115,10 @@ class MutantArm final : public Arm {
   explicit MutantArm(const MutantSpec& spec) : spec_(spec) {}
 
   ArmInfo info() const override {
-    ArmInfo i;
-    i.label = fmt::format("mutant:{}", spec_.name);
-    i.description = fmt::format("FAULTY on purpose: {}", spec_.description);
+    ArmInfo i = mutant_info(fmt::format("mutant:{}", spec_.name), fmt::format("FAULTY on purpose: {}", spec_.description),
+                            spec_.stage);
     i.epilogue = "vllm-cutlass";
     i.exposes_accumulator = true;
-    i.is_mutant = true;
-    i.breaks_stage = spec_.stage;
     return i;
   }
 
@@ -165,16 +162,11 @@ class Fp8RneStepsMutant final : public Arm {
   }
 
   ArmInfo info() const override {
-    ArmInfo i;
-    i.label = fmt::format("mutant:{}", kFp8MutantName);
-    i.description = fmt::format("FAULTY on purpose: declares {} but rounds each step's terms and result to nearest "
-                                "even instead of truncating: {}",
-                                kFp8MutantDeclares, accumulation_formula(faulty_));
-    i.epilogue = std::string(fp8_epilogue().name);
-    i.is_mutant = true;
-    i.breaks_stage = "accumulation";
-    i.accumulation_model = kFp8MutantDeclares;
-    return i;
+    return fp8_mutant_info(fmt::format("mutant:{}", kFp8MutantName),
+                           fmt::format("FAULTY on purpose: declares {} but rounds each step's terms and result to "
+                                       "nearest even instead of truncating: {}",
+                                       kFp8MutantDeclares, accumulation_formula(faulty_)),
+                           kFp8MutantDeclares);
   }
 
   ArmOutput run(const LayerOperands& ops) override {
@@ -194,6 +186,22 @@ class Fp8RneStepsMutant final : public Arm {
 };
 
 }  // namespace
+
+ArmInfo mutant_info(std::string label, std::string description, std::string stage) {
+  ArmInfo i;
+  i.label = std::move(label);
+  i.description = std::move(description);
+  i.is_mutant = true;
+  i.breaks_stage = std::move(stage);
+  return i;
+}
+
+ArmInfo fp8_mutant_info(std::string label, std::string description, std::string declares) {
+  ArmInfo i = mutant_info(std::move(label), std::move(description), "accumulation");
+  i.epilogue = std::string(fp8_epilogue().name);
+  i.accumulation_model = std::move(declares);
+  return i;
+}
 
 ArmOutput fp8_mutant_run(const ArmInfo& info, const Fp8AccumModel& model, const LayerOperands& ops,
                          const std::string& kernel, const std::string& claimed) {

@@ -33,16 +33,15 @@ class SwapAbThresholdMutant final : public Arm {
   explicit SwapAbThresholdMutant(int64_t threshold) : threshold_(threshold) {}
 
   ArmInfo info() const override {
-    ArmInfo i;
-    i.label = fmt::format("mutant-shape:swap-ab-m{}", threshold_);
-    i.description = fmt::format(
-        "FAULTY on purpose (C8 control): declares vllm-cutlass-muladd, but for M <= {} runs a swap-AB instance whose "
-        "epilogue is vllm-triton (sa first, a bias after the bf16 rounding); its run record names the instance",
-        threshold_);
+    ArmInfo i = mutant_info(
+        fmt::format("mutant-shape:swap-ab-m{}", threshold_),
+        fmt::format("FAULTY on purpose (C8 control): declares vllm-cutlass-muladd, but for M <= {} runs a swap-AB "
+                    "instance whose epilogue is vllm-triton (sa first, a bias after the bf16 rounding); its run record "
+                    "names the instance",
+                    threshold_),
+        "epilogue");
     i.epilogue = "vllm-cutlass-muladd";
     i.exposes_accumulator = true;
-    i.is_mutant = true;
-    i.breaks_stage = "epilogue";
     return i;
   }
 
@@ -75,17 +74,11 @@ class Fp8SplitKThresholdMutant final : public Arm {
   explicit Fp8SplitKThresholdMutant(int64_t threshold) : threshold_(threshold) {}
 
   ArmInfo info() const override {
-    ArmInfo i;
-    i.label = fmt::format("mutant-shape:fp8-splitk-m{}", threshold_);
-    i.description = fmt::format(
-        "FAULTY on purpose (C8 control): an FP8 GEMM that declares {} but for M <= {} splits K in 4 ({}); its "
-        "run record claims the model of each run",
-        kFp8Declared, threshold_, kFp8Split);
-    i.epilogue = std::string(fp8_epilogue().name);
-    i.is_mutant = true;
-    i.breaks_stage = "accumulation";
-    i.accumulation_model = kFp8Declared;
-    return i;
+    return fp8_mutant_info(fmt::format("mutant-shape:fp8-splitk-m{}", threshold_),
+                           fmt::format("FAULTY on purpose (C8 control): an FP8 GEMM that declares {} but for M <= {} "
+                                       "splits K in 4 ({}); its run record claims the model of each run",
+                                       kFp8Declared, threshold_, kFp8Split),
+                           kFp8Declared);
   }
 
   ArmOutput run(const LayerOperands& ops) override {

@@ -1,6 +1,7 @@
 // The CUTLASS 3.x kernels of the CUTLASS arms, built from CUTLASS's own collective builders
 // (sm90, TMA warp-specialized mainloops, epilogue visitor trees). Included only by the instance
-// files beside it (one kernel configuration each, so they compile in parallel).
+// files (one kernel configuration each, so they compile in parallel), which cmake/cutlass.cmake
+// generates from the templates beside it (*.cu.in), and by sm90_cutlass_dispatch.cu.
 //
 // Two families, each written after the engine's published source (docs/epilogues.md, "CUTLASS
 // arms", names the files and what they compute):

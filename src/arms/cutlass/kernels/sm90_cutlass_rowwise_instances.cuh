@@ -1,4 +1,5 @@
-// The FP8 rowwise instances, one translation unit each (sm90_cutlass_fp8_rowwise_t*_c*_*.cu), as the
+// The FP8 rowwise instances, one translation unit each (sm90_cutlass_fp8_rowwise_t*_c*_*.cu, which
+// cmake/cutlass.cmake generates from sm90_cutlass_fp8_rowwise_instance.cu.in), as the
 // dispatcher (sm90_cutlass_dispatch.cu) calls them. `transposed`: launch Dᵀ = W·Xᵀ.
 #pragma once
 

@@ -1,4 +1,5 @@
-// Entry points of the CUTLASS kernels (sm90_cutlass_int8_*.cu, sm90_cutlass_fp8_rowwise_*.cu,
+// Entry points of the CUTLASS kernels (sm90_cutlass_int8_config<i>.cu and sm90_cutlass_fp8_rowwise_*.cu,
+// which cmake/cutlass.cmake generates from the templates beside this header, *.cu.in;
 // sm90_cutlass_fp8_blockwise_*.cu):
 // plain types only, so the host launcher (cutlass_arms.cpp) needs neither CUTLASS nor nvcc.
 //
@@ -36,7 +37,8 @@ struct LaunchResult {
 };
 
 // vLLM's INT8 ScaledEpilogue (no bias) or ScaledEpilogueBias (bias), instance `config`
-// (cutlass_dispatch.hpp, `Int8Config`). Defined one config per translation unit.
+// (cutlass_dispatch.hpp, `Int8Config`). Defined one config per translation unit,
+// generated from sm90_cutlass_int8_config.cu.in.
 LaunchResult launch_int8_vllm_config0(const ScaledMmArgs& args, bool bias);
 LaunchResult launch_int8_vllm_config1(const ScaledMmArgs& args, bool bias);
 LaunchResult launch_int8_vllm_config2(const ScaledMmArgs& args, bool bias);
