@@ -56,6 +56,10 @@ if want speed; then
   pin=$(sed -n 's/^pin: //p' "$OUT/predict.txt")
   grep -m1 -E "^(model name|flags)" /proc/cpuinfo | cut -c1-80 | tee -a "$OUT/env.txt"
   grep -o -w sha_ni /proc/cpuinfo | head -1 | tee -a "$OUT/env.txt"
+  # The floor of the operands' digest on this host: sha256sum of the file (page cache warm), and OpenSSL's rate.
+  t0=$(now_ms); sha256sum "$tmp/speed-int8.safetensors" > /dev/null
+  echo "sha256sum of $(stat -c %s "$tmp/speed-int8.safetensors") bytes: $(( $(now_ms) - t0 )) ms" | tee -a "$OUT/env.txt"
+  openssl speed -evp sha256 -bytes 8388608 -seconds 2 2>/dev/null | tail -1 | tee -a "$OUT/env.txt"
   R=/tmp/resident-runs  # every run's output and JSON (the call brings back 8 files at most: the summaries go to $OUT)
   mkdir -p $R
   one() {  # name, binary, operands, arms, extra args...

@@ -136,6 +136,27 @@ struct RowSubset {
   }
 };
 
+// The host's element pass over `rows` of a run (`ops` restricted to them), its outputs `out`, against
+// `exact` (INT8) or the models of `fp8`, under the run's near-zero limit; the lists name the run's rows.
+ElementPass host_rows_pass(const LayerOperands& ops, const std::vector<int64_t>& rows, const std::string& label,
+                           const LayerRun& run, const ExactAccumulators& exact, const ArmOutput (&out)[2],
+                           const Epilogue* const (&formula)[2], const VerifyOptions& options,
+                           const GpuPassCounts& counts, const Fp8RunReference* fp8) {
+  const RowSubset sub(ops, rows);
+  return element_pass(ElementContext{.ops = sub.ops,
+                                     .label = label,
+                                     .mode = run.mode,
+                                     .safe = fp8 == nullptr && run.safe,
+                                     .exact = exact,
+                                     .out = {&out[0], &out[1]},
+                                     .formula = {formula[0], formula[1]},
+                                     .compare = options.compare,
+                                     .threads = 1,
+                                     .fp8 = fp8,
+                                     .near_zero = counts.near_zero_limit,
+                                     .row_ids = rows.data()});
+}
+
 // The run's comparison and tally: the device's counts, the host's lists.
 ElementPass merged_pass(const GpuPassCounts& c, int64_t total, ElementPass lists) {
   ElementPass p;
@@ -203,7 +224,6 @@ namespace {
 LayerRun int8_host_part(LayerRun run, const LayerOperands& ops, const std::string& label, const GpuPassCounts& counts,
                         const std::vector<int64_t>& rows, const GpuRows& back, const Epilogue* const (&formula)[2],
                         const bool (&acc)[2], const VerifyOptions& options) {
-  const RowSubset sub(ops, rows);
   ExactAccumulators exact;
   exact.i32 = back.exact;
   ArmOutput out[2];
@@ -211,17 +231,7 @@ LayerRun int8_host_part(LayerRun run, const LayerOperands& ops, const std::strin
     out[s].y = back.y[s];
     if (!back.acc[s].empty()) out[s].acc = back.acc[s];
   }
-  ElementPass host = element_pass(ElementContext{.ops = sub.ops,
-                                                 .label = label,
-                                                 .mode = run.mode,
-                                                 .safe = run.safe,
-                                                 .exact = exact,
-                                                 .out = {&out[0], &out[1]},
-                                                 .formula = {formula[0], formula[1]},
-                                                 .compare = options.compare,
-                                                 .threads = 1,
-                                                 .near_zero = counts.near_zero_limit,
-                                                 .row_ids = rows.data()});
+  ElementPass host = host_rows_pass(ops, rows, label, run, exact, out, formula, options, counts, nullptr);
   const ElementTally& t = host.tally;
   require_equal_rows(counts, rows,
                      {host.cmp.bitwise_diff, t.acc_mismatch[0] + t.acc_mismatch[1], t.pow2_violations,
@@ -330,28 +340,15 @@ LayerRun fp8_host_part(LayerRun run, const LayerOperands& ops, const std::string
                        const std::vector<int64_t>& rows, const GpuRows& back, Fp8RunReference& f,
                        const Fp8LayerReference& ref, const ElementTally& acc, const Epilogue* const (&formula)[2],
                        const VerifyOptions& options) {
-  const RowSubset sub(ops, rows);
   for (int s = 0; s < 2; ++s) {
     if (f.modelled[s]) f.d[s] = &back.f32[s];
     if (ref.has_acc[s]) f.arm_acc[s] = &back.f32[2 + s], f.acc_model[s] = ref.acc_model[s];
   }
   f.acc_tally = &acc;
   f.row_ids = rows.data();
-  ExactAccumulators none;
   ArmOutput out[2];
   for (int s = 0; s < 2; ++s) out[s].y = back.y[s];
-  ElementPass host = element_pass(ElementContext{.ops = sub.ops,
-                                                 .label = label,
-                                                 .mode = run.mode,
-                                                 .safe = false,
-                                                 .exact = none,
-                                                 .out = {&out[0], &out[1]},
-                                                 .formula = {formula[0], formula[1]},
-                                                 .compare = options.compare,
-                                                 .threads = 1,
-                                                 .fp8 = &f,
-                                                 .near_zero = counts.near_zero_limit,
-                                                 .row_ids = rows.data()});
+  ElementPass host = host_rows_pass(ops, rows, label, run, ExactAccumulators{}, out, formula, options, counts, &f);
   const ElementTally& t = host.tally;
   require_equal_rows(counts, rows,
                      {host.cmp.bitwise_diff, -1, t.pow2_violations, t.formula_mismatch[0] + t.formula_mismatch[1],

@@ -63,6 +63,13 @@ TEST(ResidentVerify, RealArmsGiveTheHostPipelinesResults) {
   expect_same_verify("cuda:mma-sglang-sm90", "cuda:mma-vllm-cutlass", unbiased, {1, 17, 40});
 }
 
+// Host bytes to the device on a resident run's stream, waited for (the host vectors go away on return).
+void to_device(void* device, const void* host, size_t bytes, void* stream) {
+  const auto s = static_cast<cudaStream_t>(stream);
+  EXPECT_EQ(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, s), cudaSuccess);
+  EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+}
+
 // A resident arm of designed outputs: `cpu:vllm-cutlass`'s, then, by element index, a NaN, infinities
 // of both signs, a -0 for a +0 (and the reverse), a subnormal, far distances (past the small histogram),
 // a one-ulp change of a near-zero element, and accumulator faults. Deterministic in the element's row
@@ -86,13 +93,8 @@ class DesignedArm final : public Arm {
   }
   RunRecord run_resident(const ResidentOperands& ops, const ResidentOutputs& out) override {
     ArmOutput host = run(*ops.host);
-    const auto stream = static_cast<cudaStream_t>(ops.stream);
-    EXPECT_EQ(cudaMemcpyAsync(out.y, host.y.data(), host.y.size() * 2, cudaMemcpyHostToDevice, stream), cudaSuccess);
-    if (out.acc != nullptr) {
-      EXPECT_EQ(cudaMemcpyAsync(out.acc, host.acc->data(), host.acc->size() * 4, cudaMemcpyHostToDevice, stream),
-                cudaSuccess);
-    }
-    EXPECT_EQ(cudaStreamSynchronize(stream), cudaSuccess);  // the host vectors go away on return
+    to_device(out.y, host.y.data(), host.y.size() * 2, ops.stream);
+    if (out.acc != nullptr) to_device(out.acc, host.acc->data(), host.acc->size() * 4, ops.stream);
     return host.record;
   }
 
@@ -191,14 +193,14 @@ class DesignedFp8Arm final : public Arm {
   }
   RunRecord run_resident(const ResidentOperands& ops, const ResidentOutputs& out) override {
     ArmOutput host = run(*ops.host);
-    copy(out.y, host.y.data(), host.y.size() * 2, ops.stream);
+    to_device(out.y, host.y.data(), host.y.size() * 2, ops.stream);
     return host.record;
   }
   RunRecord accumulate_resident(const ResidentOperands& ops, float* d) override {
     const LayerOperands& h = *ops.host;
     nlohmann::json record;
     const std::vector<float> host = fp8_accumulate(h.a_codes().data(), h.w_codes().data(), h.m, h.n, h.k, record, 0);
-    copy(d, host.data(), host.size() * 4, ops.stream);
+    to_device(d, host.data(), host.size() * 4, ops.stream);
     RunRecord r;
     r.extra = record.contains("extra") ? record["extra"] : record;
     return r;
@@ -206,11 +208,6 @@ class DesignedFp8Arm final : public Arm {
 
  private:
   int64_t code(size_t i) const { return (static_cast<int64_t>(i) * 40503 + pattern_ * 13) % 211; }
-  static void copy(void* device, const void* host, size_t bytes, void* stream) {
-    const auto s = static_cast<cudaStream_t>(stream);
-    EXPECT_EQ(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, s), cudaSuccess);
-    EXPECT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  }
   std::unique_ptr<Arm> base_;
   int pattern_;
 };
@@ -287,7 +284,9 @@ TEST(ResidentVerify, RangeStatisticsOnTheDeviceEqualTheHosts) {
     EXPECT_EQ(device.bound_argmax_n, host.bound_argmax_n) << ops.name;
     EXPECT_EQ(device.bound_proves_safe, host.bound_proves_safe) << ops.name;
     // K >= 2048: the all -128 rows reach 2^14 K >= 2^25.
-    if (ops.k >= 2048) EXPECT_GT(host.count_above_2p24, 0) << ops.name << ": the extreme rows reach beyond 2^24";
+    if (ops.k >= 2048) {
+      EXPECT_GT(host.count_above_2p24, 0) << ops.name << ": the extreme rows reach beyond 2^24";
+    }
   }
 }
 

@@ -12,6 +12,7 @@
 // Test: `make test-gpu` (tests/gpu/test_cuda_compare.cpp checks it against a CPU loop, and the
 // benchmark reports GB/s against a cudaMemcpy device-to-device copy).
 #include "sm90_compare_bf16.cuh"
+#include "warp_reduce.cuh"
 
 #include "qconform/numerics.hpp"
 
@@ -48,22 +49,6 @@ __device__ __forceinline__ void compare_vec(const uint4& va, const uint4& vb, un
     compare_one(wa[i] & 0xFFFFu, wb[i] & 0xFFFFu, base + 2 * i, l, hist);
     compare_one(wa[i] >> 16, wb[i] >> 16, base + 2 * i + 1, l, hist);
   }
-}
-
-__device__ __forceinline__ unsigned long long warp_sum(unsigned long long v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-__device__ __forceinline__ unsigned long long warp_max(unsigned long long v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
-__device__ __forceinline__ unsigned long long warp_min(unsigned long long v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
 }
 
 __global__ void __launch_bounds__(256) compare_bf16_kernel(const uint16_t* __restrict__ a,

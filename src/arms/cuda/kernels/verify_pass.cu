@@ -11,6 +11,7 @@
 // Test: tests/gpu/test_gpu_verify_pass.cpp (the pass against the host's, field for field, on random and
 // designed outputs: NaN, inf, signed zeros, subnormals, far ulp distances, power-of-two exclusions).
 #include "verify_pass.cuh"
+#include "warp_reduce.cuh"
 
 #include "qconform/epilogue_formula.hpp"  // pow2_in_jurisdiction
 #include "qconform/numerics.hpp"
@@ -28,17 +29,6 @@ struct Local {
   unsigned equal_finite = 0;  // small_hist[0] of the equal pairs, added once per thread
   unsigned long long max_ulp = 0, max_rel_bits = 0, near_zero_max_abs_bits = 0;
 };
-
-__device__ __forceinline__ unsigned long long warp_sum(unsigned long long v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-__device__ __forceinline__ unsigned long long warp_max(unsigned long long v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xFFFFFFFFu, v, o));
-  return v;
-}
 
 __device__ __forceinline__ void count_class(uint16_t b, unsigned& nan, unsigned& inf, unsigned& subnormal) {
   const FpClass c = classify_bf16(b);
@@ -100,37 +90,60 @@ __device__ __forceinline__ void load(const T* p, T (&out)[N]) {
   for (int i = 0; i < kVecs; ++i) reinterpret_cast<V*>(out)[i] = v[i];
 }
 
-// The block's counters: a warp sum of each, lane 0 into shared memory, then one global atomic each.
-__device__ void flush(const Local& l, unsigned long long* block_counts, unsigned long long* block_max,
-                      PassCounts* out, unsigned long long* small_hist, unsigned* row_counts, const unsigned* row_local) {
-  const int lane = threadIdx.x & 31;
-#pragma unroll
-  for (int c = 0; c < kPassCounters; ++c) {
-    const unsigned long long v = warp_sum(l.count[c]);
-    if (lane == 0 && v != 0) atomicAdd(&block_counts[c], v);
+// What one block of an element pass counts in shared memory (the small ulp histogram, the counters,
+// the maxima, its row's counts) and where in the run it is: one row, a stretch of its columns, 8 per
+// thread. `finish` adds a thread's counts to the block's, then the block's to the run's, one atomic each.
+struct BlockPass {
+  unsigned long long small_hist[kSmallUlps];
+  unsigned long long counts[kPassCounters];
+  unsigned long long maxima[3];
+  unsigned row_local[kRowCounters];
+
+  __device__ void start() {
+    if (threadIdx.x < kSmallUlps) small_hist[threadIdx.x] = 0;
+    if (threadIdx.x < kPassCounters) counts[threadIdx.x] = 0;
+    if (threadIdx.x < 3) maxima[threadIdx.x] = 0;
+    if (threadIdx.x < kRowCounters) row_local[threadIdx.x] = 0;
+    __syncthreads();
   }
-  const unsigned long long eq = warp_sum(l.equal_finite);
-  if (lane == 0 && eq != 0) atomicAdd(&small_hist[0], eq);
-  const unsigned long long maxima[3] = {warp_max(l.max_ulp), warp_max(l.max_rel_bits), warp_max(l.near_zero_max_abs_bits)};
-  if (lane == 0) {
-    for (int i = 0; i < 3; ++i) {
-      if (maxima[i] != 0) atomicMax(&block_max[i], maxima[i]);
+  // The block's row, and the first of the thread's 8 columns.
+  __device__ static int row(int n) { return static_cast<int>(blockIdx.x / ((n + kColsPerBlock - 1) / kColsPerBlock)); }
+  __device__ static int col0(int n) {
+    return static_cast<int>(blockIdx.x % ((n + kColsPerBlock - 1) / kColsPerBlock)) * kColsPerBlock + threadIdx.x * kPerThread;
+  }
+
+  // `row_counts`: this block's row's counts in the run's [m, kRowCounters].
+  __device__ void finish(const Local& l, const unsigned (&rows)[kRowCounters], PassCounts* out, unsigned* row_counts) {
+    for (int c = 0; c < kRowCounters; ++c) {
+      if (rows[c] != 0) atomicAdd(&row_local[c], rows[c]);
     }
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int c = 0; c < kPassCounters; ++c) {
+      const unsigned long long v = warp_sum(l.count[c]);
+      if (lane == 0 && v != 0) atomicAdd(&counts[c], v);
+    }
+    const unsigned long long eq = warp_sum(l.equal_finite);
+    if (lane == 0 && eq != 0) atomicAdd(&small_hist[0], eq);
+    const unsigned long long m[3] = {warp_max(l.max_ulp), warp_max(l.max_rel_bits), warp_max(l.near_zero_max_abs_bits)};
+    if (lane == 0) {
+      for (int i = 0; i < 3; ++i) {
+        if (m[i] != 0) atomicMax(&maxima[i], m[i]);
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x < kPassCounters && counts[threadIdx.x] != 0) atomicAdd(&out->count[threadIdx.x], counts[threadIdx.x]);
+    if (threadIdx.x < kSmallUlps && small_hist[threadIdx.x] != 0) {
+      atomicAdd(&out->small_hist[threadIdx.x], small_hist[threadIdx.x]);
+    }
+    if (threadIdx.x == 0) {
+      if (maxima[0] != 0) atomicMax(&out->max_ulp, maxima[0]);
+      if (maxima[1] != 0) atomicMax(&out->max_rel_bits, maxima[1]);
+      if (maxima[2] != 0) atomicMax(&out->near_zero_max_abs_bits, maxima[2]);
+    }
+    if (threadIdx.x < kRowCounters && row_local[threadIdx.x] != 0) atomicAdd(&row_counts[threadIdx.x], row_local[threadIdx.x]);
   }
-  __syncthreads();
-  if (threadIdx.x < kPassCounters && block_counts[threadIdx.x] != 0) {
-    atomicAdd(&out->count[threadIdx.x], block_counts[threadIdx.x]);
-  }
-  if (threadIdx.x < kSmallUlps && small_hist[threadIdx.x] != 0) {
-    atomicAdd(&out->small_hist[threadIdx.x], small_hist[threadIdx.x]);
-  }
-  if (threadIdx.x == 0) {
-    if (block_max[0] != 0) atomicMax(&out->max_ulp, block_max[0]);
-    if (block_max[1] != 0) atomicMax(&out->max_rel_bits, block_max[1]);
-    if (block_max[2] != 0) atomicMax(&out->near_zero_max_abs_bits, block_max[2]);
-  }
-  if (threadIdx.x < kRowCounters && row_local[threadIdx.x] != 0) atomicAdd(&row_counts[threadIdx.x], row_local[threadIdx.x]);
-}
+};
 
 // element_pass.cpp's `pass_rows` (INT8), its lists aside: per element the comparison, each exposed
 // accumulator against the exact one (C4, C2's part two), each declared formula against its arm (C6),
@@ -138,19 +151,9 @@ __device__ void flush(const Local& l, unsigned long long* block_counts, unsigned
 // and violations.
 __global__ void __launch_bounds__(kThreads) int8_pass_kernel(Int8PassArgs p, PassCounts* out,
                                                              unsigned long long* large_hist, unsigned* row_counts) {
-  __shared__ unsigned long long small_hist[kSmallUlps];
-  __shared__ unsigned long long block_counts[kPassCounters];
-  __shared__ unsigned long long block_max[3];
-  __shared__ unsigned row_local[kRowCounters];
-  if (threadIdx.x < kSmallUlps) small_hist[threadIdx.x] = 0;
-  if (threadIdx.x < kPassCounters) block_counts[threadIdx.x] = 0;
-  if (threadIdx.x < 3) block_max[threadIdx.x] = 0;
-  if (threadIdx.x < kRowCounters) row_local[threadIdx.x] = 0;
-  __syncthreads();
-
-  const int chunks = (p.n + kColsPerBlock - 1) / kColsPerBlock;
-  const int row = static_cast<int>(blockIdx.x / chunks);
-  const int col0 = static_cast<int>(blockIdx.x % chunks) * kColsPerBlock + threadIdx.x * kPerThread;
+  __shared__ BlockPass block;
+  block.start();
+  const int row = BlockPass::row(p.n), col0 = BlockPass::col0(p.n);
   const uint16_t near_bits = *p.near_bits;
   Local l;
   unsigned rows[kRowCounters] = {};
@@ -169,7 +172,7 @@ __global__ void __launch_bounds__(kThreads) int8_pass_kernel(Int8PassArgs p, Pas
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
       const uint16_t x = y[0][e], z = y[1][e];
-      compare_pair(x, z, near_bits, l, small_hist, large_hist);
+      compare_pair(x, z, near_bits, l, block.small_hist, large_hist);
       rows[kRowDiff] += x != z;
       for (int s = 0; s < 2; ++s) {
         if (p.acc[s] != nullptr) {
@@ -203,10 +206,7 @@ __global__ void __launch_bounds__(kThreads) int8_pass_kernel(Int8PassArgs p, Pas
       }
     }
   }
-  for (int c = 0; c < kRowCounters; ++c) {
-    if (rows[c] != 0) atomicAdd(&row_local[c], rows[c]);
-  }
-  flush(l, block_counts, block_max, out, small_hist, row_counts + static_cast<int64_t>(row) * kRowCounters, row_local);
+  block.finish(l, rows, out, row_counts + static_cast<int64_t>(row) * kRowCounters);
 }
 
 // element_pass.cpp's FP8 steps (`fp8_output_element`), its lists aside: per element the comparison, each
@@ -214,19 +214,9 @@ __global__ void __launch_bounds__(kThreads) int8_pass_kernel(Int8PassArgs p, Pas
 // observed one, the two models' accumulators, and under power-of-two scales a difference where those agree.
 __global__ void __launch_bounds__(kThreads) fp8_pass_kernel(Fp8PassArgs p, PassCounts* out,
                                                             unsigned long long* large_hist, unsigned* row_counts) {
-  __shared__ unsigned long long small_hist[kSmallUlps];
-  __shared__ unsigned long long block_counts[kPassCounters];
-  __shared__ unsigned long long block_max[3];
-  __shared__ unsigned row_local[kRowCounters];
-  if (threadIdx.x < kSmallUlps) small_hist[threadIdx.x] = 0;
-  if (threadIdx.x < kPassCounters) block_counts[threadIdx.x] = 0;
-  if (threadIdx.x < 3) block_max[threadIdx.x] = 0;
-  if (threadIdx.x < kRowCounters) row_local[threadIdx.x] = 0;
-  __syncthreads();
-
-  const int chunks = (p.n + kColsPerBlock - 1) / kColsPerBlock;
-  const int row = static_cast<int>(blockIdx.x / chunks);
-  const int col0 = static_cast<int>(blockIdx.x % chunks) * kColsPerBlock + threadIdx.x * kPerThread;
+  __shared__ BlockPass block;
+  block.start();
+  const int row = BlockPass::row(p.n), col0 = BlockPass::col0(p.n);
   const uint16_t near_bits = *p.near_bits;
   const bool both = p.want[0] != nullptr && p.want[1] != nullptr;
   Local l;
@@ -244,7 +234,7 @@ __global__ void __launch_bounds__(kThreads) fp8_pass_kernel(Fp8PassArgs p, PassC
 #pragma unroll
     for (int e = 0; e < kPerThread; ++e) {
       const uint16_t x = y[0][e], z = y[1][e];
-      compare_pair(x, z, near_bits, l, small_hist, large_hist);
+      compare_pair(x, z, near_bits, l, block.small_hist, large_hist);
       rows[kRowDiff] += x != z;
       for (int s = 0; s < 2; ++s) {
         if (p.want[s] == nullptr) continue;
@@ -267,10 +257,7 @@ __global__ void __launch_bounds__(kThreads) fp8_pass_kernel(Fp8PassArgs p, PassC
       }
     }
   }
-  for (int c = 0; c < kRowCounters; ++c) {
-    if (rows[c] != 0) atomicAdd(&row_local[c], rows[c]);
-  }
-  flush(l, block_counts, block_max, out, small_hist, row_counts + static_cast<int64_t>(row) * kRowCounters, row_local);
+  block.finish(l, rows, out, row_counts + static_cast<int64_t>(row) * kRowCounters);
 }
 
 __global__ void __launch_bounds__(kThreads) fp32_accumulator_check_kernel(const float* got0, const float* got1,
