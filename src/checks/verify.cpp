@@ -438,6 +438,68 @@ void check_pinned_statistics(LayerVerification& layer, const LayerOperands& full
 
 
 
+// What the host pipeline's runs of one (layer, rows) share: an FP8 pair's reference (the declared models,
+// the arms' exposed accumulators, on the codes; no integer reference) and the check of those accumulators
+// (they do not depend on the scale regime: the first run's element pass compares them with their models,
+// the others take its counts: the same JSON, a third of the work); an INT8 pair's exact accumulators, and
+// when these are the layer's rows C2's statistics computed from them beside the arms (into `stats`).
+struct HostRowsReference {
+  std::shared_ptr<Fp8LayerReference> fp8_ref;
+  std::shared_ptr<Fp8AccumulatorCheck> fp8_acc;
+  std::shared_ptr<const ExactAccumulators> exact;
+};
+HostRowsReference host_rows_reference(Arm* arms[2], const ArmInfo infos[2], const LayerOperands& rows, bool fp8,
+                                      bool layer_rows, VerifyReference reference, int threads, PhaseSeconds& seconds,
+                                      std::future<RangeStats>& stats) {
+  HostRowsReference r;
+  if (fp8) {
+    r.fp8_ref = fp8_layer_reference(arms, infos, rows, reference, threads);
+    r.fp8_acc = std::make_shared<Fp8AccumulatorCheck>();
+    r.exact = std::make_shared<const ExactAccumulators>();
+    return r;
+  }
+  r.exact = std::make_shared<const ExactAccumulators>(
+      timed(seconds, "reference accumulation", [&] { return exact_acc(rows, reference, threads); }));
+  if (layer_rows) {
+    stats = std::async(std::launch::async, [exact = r.exact, rows, threads] {
+      return range_stats(rows.a_q.data(), rows.w_q.data(), {rows.m, rows.n, rows.k}, *exact, threads);
+    });
+  }
+  return r;
+}
+
+// Verify's device pipeline where it takes the pair (docs/gpu.md, "verify on the device"), set up, and the
+// reference described as it; null where it does not.
+std::unique_ptr<ResidentVerifier> device_pipeline(Arm& a, Arm& b, const Epilogue* formula_a, const Epilogue* formula_b,
+                                                  VerifyReference reference, const VerifyOptions& options,
+                                                  VerifiedLayers& result) {
+  if (!ResidentVerifier::refusal(a.info(), b.info(), formula_a, formula_b, reference).empty()) return nullptr;
+  auto resident = timed(result.seconds, "the device pipeline set up (the CUDA context, streams)",
+                        [&] { return std::make_unique<ResidentVerifier>(a, b, formula_a, formula_b, options); });
+  result.reference = resident->reference_description();
+  return resident;
+}
+
+// The selected layers in order, each loaded once: the device pipeline asks for the next one ahead (to
+// upload it beside the current one's runs), and takes it from here when its turn comes.
+struct LayerSequence {
+  const LayerLoader& load;
+  const std::vector<size_t>& selected;
+  PhaseSeconds& seconds;
+  std::optional<std::pair<size_t, LayerOperands>> ahead = std::nullopt;
+
+  LayerOperands take(size_t si) {
+    std::optional<std::pair<size_t, LayerOperands>> held = std::exchange(ahead, std::nullopt);
+    if (held && held->first == selected[si]) return std::move(held->second);
+    return timed(seconds, "layer load", [&] { return load(selected[si]); });
+  }
+  const LayerOperands* next(size_t si) {
+    if (si + 1 >= selected.size()) return nullptr;
+    ahead.emplace(selected[si + 1], timed(seconds, "layer load", [&] { return load(selected[si + 1]); }));
+    return &ahead->second;
+  }
+};
+
 }  // namespace
 
 VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, const LayerLoader& load,
@@ -456,14 +518,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
   const bool python = options.language == UserLanguage::python;
   const ArmKind kind = check_pair_format(info_a, info_b, formula_a, formula_b, reference, python, result.reference);
   const bool fp8 = kind != ArmKind::int8, block = kind == ArmKind::fp8_block;
-  // Verify's device pipeline where it takes the pair (docs/gpu.md, "verify on the device").
-  std::unique_ptr<ResidentVerifier> resident;
-  if (ResidentVerifier::refusal(info_a, info_b, formula_a, formula_b, reference).empty()) {
-    resident = timed(result.seconds, "the device pipeline set up (the CUDA context, streams)", [&] {
-      return std::make_unique<ResidentVerifier>(arm_a, arm_b, formula_a, formula_b, options);
-    });
-    result.reference = resident->reference_description();
-  }
+  std::unique_ptr<ResidentVerifier> resident = device_pipeline(arm_a, arm_b, formula_a, formula_b, reference, options, result);
   QC_INPUT(predictions.layers.size() == layer_count,
            "predictions cover {} layers but the operands have {}: expected the predictions made from these operands",
            predictions.layers.size(), layer_count);
@@ -508,50 +563,30 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     store(std::move(run));
   };
 
-  std::optional<std::pair<size_t, LayerOperands>> ahead;  // the device pipeline's next layer, loaded ahead
+  LayerSequence sequence{load, selected, result.seconds};
   for (size_t si = 0; si < selected.size(); ++si) {
     const size_t li = selected[si];
     QC_CHECK(li < layer_count, "verify: layer index {} of {}", li, layer_count);
     if (selection.started) selection.started(li);
-    const LayerOperands full = ahead && ahead->first == li ? std::move(ahead->second)
-                                                          : timed(result.seconds, "layer load", [&] { return load(li); });
-    ahead.reset();
+    const LayerOperands full = sequence.take(si);
     const LayerPrediction& pred = predictions.layers[li];
     LayerVerification& layer = result.layers[li];
     layer.name = full.name;
     check_prediction_of(li, pred, full);
-    if (resident) {
-      finish_pending();
-      const auto step_of = [&](const std::string& item) {
-        if (progress) progress(++step, total_steps, item);
-      };
-      if (si + 1 < selected.size()) {
-        ahead.emplace(selected[si + 1], timed(result.seconds, "layer load", [&] { return load(selected[si + 1]); }));
-      }
-      if (resident->verify_layer(full, ahead ? &ahead->second : nullptr, pred, python, layer, result.seconds, step_of)) {
-        if (selection.done) timed(result.seconds, "layer results handed on (--resume, the ranks' merge)", [&] { selection.done(li, layer); });
-        continue;
-      }
+    if (resident) finish_pending();
+    if (resident && resident->verify_layer(full, sequence.next(si), pred, python, layer, result.seconds, [&](const std::string& item) {
+          if (progress) progress(++step, total_steps, item);
+        })) {
+      if (selection.done) timed(result.seconds, "layer results handed on (--resume, the ranks' merge)", [&] { selection.done(li, layer); });
+      continue;
     }
     const std::vector<int64_t> ms = options.m_sweep.empty() ? std::vector<int64_t>{full.m} : options.m_sweep;
     std::future<RangeStats> stats;  // C2: the exact statistics of the whole layer, computed beside the arms
     for (size_t msi = 0; msi < ms.size(); ++msi) {
       const int64_t m = ms[msi];
       const LayerOperands rows = first_rows(full, m, python ? "m_sweep" : "--m-sweep");
-      // FP8: the declared models (and the arms' exposed accumulators) on the codes; no integer reference.
-      std::shared_ptr<Fp8LayerReference> fp8_ref;
-      if (fp8) fp8_ref = fp8_layer_reference(arms, infos, rows, reference, options.threads);
-      // The arms' exposed accumulators do not depend on the scale regime: the first run's element pass
-      // compares them with their models, the others take its counts (same JSON, a third of the work).
-      const auto fp8_acc = fp8 ? std::make_shared<Fp8AccumulatorCheck>() : nullptr;
-      const auto exact = std::make_shared<const ExactAccumulators>(
-          fp8 ? ExactAccumulators{}
-              : timed(result.seconds, "reference accumulation", [&] { return exact_acc(rows, reference, options.threads); }));
-      if (m == full.m && !fp8) {
-        stats = std::async(std::launch::async, [exact, rows, threads = options.threads] {
-          return range_stats(rows.a_q.data(), rows.w_q.data(), {rows.m, rows.n, rows.k}, *exact, threads);
-        });
-      }
+      const auto [fp8_ref, fp8_acc, exact] =
+          host_rows_reference(arms, infos, rows, fp8, m == full.m, reference, options.threads, result.seconds, stats);
       for (size_t mi = 0; mi < options.modes.size(); ++mi) {
         const ScaleMode mode = options.modes[mi];
         const LayerOperands ops = apply_scale_mode(rows, mode);
