@@ -125,8 +125,9 @@ struct GpuVerifyLayer::Impl {
   GpuRows gather(const std::vector<int64_t>& rows, const std::vector<std::pair<const void*, int>>& arrays);
 };
 
-GpuVerifyLayer::GpuVerifyLayer() : impl_(std::make_unique<Impl>()) {
-  cuda::require_device("verify's device pipeline");
+// The device is asked for first: the pinned slots of `Impl` need one.
+GpuVerifyLayer::GpuVerifyLayer()
+    : impl_((cuda::require_device("verify's device pipeline"), std::make_unique<Impl>())) {
   QC_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
   QC_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->copy_stream, cudaStreamNonBlocking));
   QC_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->ahead_done, cudaEventDisableTiming));
