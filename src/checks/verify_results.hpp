@@ -1,5 +1,5 @@
 // The document `qconform verify --json` writes and `qconform.verify()` returns: one builder for
-// the CLI (src/cli/verb_verify.cpp) and the Python binding (python/src/qconform_ext.cpp), so the
+// the CLI (src/cli/verb_verify.cpp) and the Python binding (python/src/ext_checks.cpp), so the
 // two cannot drift. Layout: docs/results-schema.md (`verify`), kind `qconform-verify`.
 #pragma once
 
