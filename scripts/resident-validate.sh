@@ -7,29 +7,35 @@
 # reference's description aside). Logs and the JSON go to $OUT.
 #   git archive <commit> | gzip > .carry/baseline.tar.gz; STEPS=build,tests,speed scripts/resident-validate.sh
 # Highway is taken from .carry/hwy/usr when present (the GPU machine has no libhwy-dev; docs/gpu.md).
+#   CUTLASS=1: this tree is built with CUTLASS's headers from .carry/nvidia_cutlass-*.whl (its GPU tests then run
+#   the CUTLASS arms too; the build takes minutes longer); the baseline is always built without.
 set -uo pipefail
 OUT=${OUT:-resident-out}
-mkdir -p "$OUT"
 STEPS=${STEPS:-build,tests,speed}
 PAIRS=${PAIRS:-3}
 BASE=${BASE:-1}  # 0: no baseline (this tree's runs only)
 FILTER=${FILTER:-*}
-want() { [[ ",$STEPS," == *",$1,"* ]]; }
-step() { echo; echo "== $* ($(date +%T))"; }
+source scripts/gpu-steps.sh
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 HWY_ARGS=
-[ -d .carry/hwy/usr ] && export LD_LIBRARY_PATH=$PWD/.carry/hwy/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-} &&
-  HWY_ARGS=-DCMAKE_PREFIX_PATH=$PWD/.carry/hwy/usr
+hwy_from_carry
 ARGS="-DCMAKE_BUILD_TYPE=Release -DQCONFORM_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DQCONFORM_WITH_ONEDNN=OFF
   -DQCONFORM_WITH_CUTLASS=OFF -DQCONFORM_BUILD_TESTS=ON -DQCONFORM_BUILD_PYTHON=OFF $HWY_ARGS ${CMAKE_ARGS:-}"
+CUTLASS_ARGS=
+if [ "${CUTLASS:-0}" = 1 ]; then
+  wheel=$(ls .carry/nvidia_cutlass-*.whl 2>/dev/null | head -1)
+  [ -n "$wheel" ] || { echo "CUTLASS=1: no .carry/nvidia_cutlass-*.whl"; exit 1; }
+  rm -rf /tmp/qc-cutlass && python3 -m zipfile -e "$wheel" /tmp/qc-cutlass &&
+    CUTLASS_ARGS="-DQCONFORM_WITH_CUTLASS=ON -DQCONFORM_CUTLASS_DIR=/tmp/qc-cutlass/cutlass_library/source"
+fi
 
 if want build; then
   step "build this tree and the baseline ($(nproc) cores)"
   nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/env.txt"
   rm -rf /tmp/qc-base && mkdir -p /tmp/qc-base && tar -xzf .carry/baseline.tar.gz -C /tmp/qc-base
   t0=$(now_ms)
-  (cmake -S . -B build-gpu $ARGS > "$OUT/build.log" 2>&1 &&
-     cmake --build build-gpu -j"$(nproc)" --target qconform qconform_gpu_tests >> "$OUT/build.log" 2>&1) &
+  (cmake -S . -B "$B" $ARGS $CUTLASS_ARGS > "$OUT/build.log" 2>&1 &&
+     cmake --build "$B" -j"$(nproc)" --target qconform qconform_gpu_tests >> "$OUT/build.log" 2>&1) &
   after=$!
   base=
   if [ "$BASE" = 1 ]; then
@@ -43,12 +49,11 @@ if want build; then
   echo "built both in $(( ($(now_ms) - t0) / 1000 )) s"
   mv "$OUT/build.log" "$OUT/build-base.log" /tmp/  # kept back only when a build fails
 fi
-Q=build-gpu/qconform
 QB=/tmp/qc-base/build/qconform
 
 if want tests; then
   step "GPU tests ($FILTER)"
-  QC_EXPECT_WGMMA=1 build-gpu/tests/qconform_gpu_tests --gtest_filter="$FILTER" > "$OUT/gpu-tests.log" 2>&1
+  QC_EXPECT_WGMMA=1 "$B/tests/qconform_gpu_tests" --gtest_filter="$FILTER" > "$OUT/gpu-tests.log" 2>&1
   grep -E "^\[  (FAILED|PASSED) |SKIPPED|Failure" "$OUT/gpu-tests.log" | head -40
 fi
 
