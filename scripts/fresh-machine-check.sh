@@ -37,11 +37,26 @@ security=$(awk '$1 == "security" { print $2 }' <<<"$mirrors")
 log() { echo "fresh-machine-check: $*"; }
 elapsed() { echo $(($(date +%s) - $1)); }
 
+# Every mount point at or below $1, deepest first, lazily unmounted: a run killed before its
+# cleanup (a machine restarted mid-check) leaves proc, sys and dev mounted in the chroot, and
+# `rm --one-file-system` refuses to cross them (CI failed so once).
+unmount_below() {
+  local root m
+  root=$(realpath -m "$1")
+  awk -v root="$root" '{ gsub(/\\040/, " ", $5); if ($5 == root || index($5, root "/") == 1) print $5 }' \
+    /proc/self/mountinfo | awk '{ print length($0) "\t" $0 }' | sort -rn | cut -f2- |
+    while IFS= read -r m; do umount -l "$m" 2>/dev/null || true; done
+}
+remove_dir() {
+  [[ -e $1 ]] || return 0
+  unmount_below "$1"
+  rm -rf --one-file-system "$1" || { echo "fresh-machine-check: cannot remove $1 (a mount below it?)" >&2; return 1; }
+}
+
 mounted=()
 cleanup() {
-  local m
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[$i]}" 2>/dev/null || true; done
-  if [[ ${QC_FRESH_KEEP:-0} != 1 && -d $dir ]]; then rm -rf --one-file-system "$dir"; fi
+  if [[ ${QC_FRESH_KEEP:-0} != 1 ]]; then remove_dir "$dir" || true; fi
 }
 trap cleanup EXIT
 
@@ -57,7 +72,10 @@ fi
 t=$(date +%s)
 # A mirror caught mid-sync fails `apt-get update` now and then (seen once here): up to three tries.
 for try in 1 2 3; do
-  rm -rf --one-file-system "$dir"
+  if ! remove_dir "$dir"; then
+    dir=$(mktemp -d "${dir%/}.XXXXXX")  # an empty directory beside it; mmdebstrap accepts one
+    log "using $dir instead"
+  fi
   mmdebstrap --quiet --variant=minbase --include=make,ca-certificates "$suite" "$dir" \
     "deb $mirror $suite main" "deb $mirror $suite-updates main" \
     "deb $security $suite-security main" && break
