@@ -248,7 +248,9 @@ int run_verify(const VerifyCli& o) {
   // Unless something keys on the operands' digest before the layers run (a --resume journal), the digest
   // is read beside the verification and, with pinned predictions, checked against theirs when it is done,
   // before anything is printed or written.
-  const bool digest_beside = o.resume.empty();
+  // With several ranks a sharded set's shards are checked as each rank maps them (before its results go to
+  // rank 0, which cannot wait for another rank's digests).
+  const bool digest_beside = o.resume.empty() && !(is_index_path(o.operands) && dist::world().size > 1);
   OperandSet set = open_operands(o.operands, /*with_digest=*/true, digest_beside);
   laps.lap(digest_beside ? "open the operands (map, validate; SHA-256 beside the verification)"
                          : "open the operands (map, validate, SHA-256)");

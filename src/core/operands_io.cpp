@@ -8,7 +8,11 @@
 #include <future>
 #include <iterator>
 #include <mutex>
+#include <semaphore>
 #include <set>
+#include <thread>
+#include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -236,10 +240,8 @@ LayerOperands layer_of(const std::shared_ptr<SafetensorsFile>& file, const std::
   return ops;
 }
 
-bool is_index_path(const std::string& path) { return ends_with(path, ".json"); }
-
 // A sharded set: the index, validated against every shard's header; layers are mapped on demand.
-OperandSet open_sharded(const std::string& path, bool with_digest) {
+OperandSet open_sharded(const std::string& path, bool with_digest, bool digest_beside) {
   const ShardIndex ix = read_shard_index_file(path);
   const nlohmann::json& j = ix.json;
   QC_INPUT(j.contains("metadata") && j["metadata"].is_object() && j["metadata"].value("format", "") == "qconform-operands",
@@ -302,33 +304,60 @@ OperandSet open_sharded(const std::string& path, bool with_digest) {
   }  // the shard is unmapped here
 
   // A layer maps its shard; the shard's digest is checked against the index the first time it is
-  // mapped in this process (so each rank checks the shards it reads, once).
+  // mapped in this process (so each rank checks the shards it reads, once). With `digest_beside` the
+  // digest is read on a thread of its own, at most one shard per core at a time, while the layer is
+  // used; `await_sha256` waits for every shard begun and fails on the first that differs from the index.
   struct Checked {
     std::mutex mutex;
     std::set<std::string> shards;
+    std::vector<std::tuple<std::string, std::string, std::shared_future<std::string>>> pending;  // shard, layer, digest
+    std::counting_semaphore<> readers{std::max(1u, std::thread::hardware_concurrency())};
   };
   auto checked = std::make_shared<Checked>();
   const std::string dir = ix.dir;
-  set.loader = [path, dir, order, shard_of, digests, checked, scaling](size_t i) {
+  const auto check = [path, digests](const std::string& shard, const std::string& layer, const std::string& found) {
+    QC_INPUT(found == digests->at(shard),
+             "{}: shard `{}` (layer `{}`): expected {} (field `shards.{}` of the index), found {}: the shard changed "
+             "after the index was written",
+             path, shard, layer, digests->at(shard), shard, found);
+  };
+  set.loader = [order, shard_of, checked, scaling, dir, check, digest_beside](size_t i) {
     const std::string& shard = shard_of->at(i);
     const std::string shard_path = (std::filesystem::path(dir) / shard).string();
     {
       std::lock_guard lock(checked->mutex);
       if (!checked->shards.count(shard)) {
-        const std::string found = sha256_file(shard_path);
-        QC_INPUT(found == digests->at(shard),
-                 "{}: shard `{}` (layer `{}`): expected {} (field `shards.{}` of the index), found {}: the shard changed "
-                 "after the index was written",
-                 path, shard, order[i], digests->at(shard), shard, found);
+        if (digest_beside) {
+          std::shared_future<std::string> digest = std::async(std::launch::async, [checked, shard_path] {
+                                                     checked->readers.acquire();
+                                                     struct Release {
+                                                       Checked& c;
+                                                       ~Release() { c.readers.release(); }
+                                                     } release{*checked};
+                                                     return sha256_file(shard_path);
+                                                   }).share();
+          checked->pending.emplace_back(shard, order[i], std::move(digest));
+        } else {
+          check(shard, order[i], sha256_file(shard_path));
+        }
         checked->shards.insert(shard);
       }
     }
     return layer_of(std::make_shared<SafetensorsFile>(read_safetensors(shard_path)), order[i], shard_path, scaling);
   };
+  if (digest_beside) {
+    set.await_shards = [checked, check] {
+      std::lock_guard lock(checked->mutex);
+      for (auto& [shard, layer, digest] : checked->pending) check(shard, layer, digest.get());
+      checked->pending.clear();
+    };
+  }
   return set;
 }
 
 }  // namespace
+
+bool is_index_path(const std::string& path) { return ends_with(path, ".json"); }
 
 LayerOperands OperandSet::load(size_t i) const {
   QC_CHECK(i < size(), "OperandSet::load: layer {} of {}", i, size());
@@ -338,6 +367,7 @@ LayerOperands OperandSet::load(size_t i) const {
 void OperandSet::await_sha256() {
   if (pending_sha256.valid()) sha256 = pending_sha256.get();
   pending_sha256 = {};
+  if (await_shards) std::exchange(await_shards, nullptr)();
 }
 
 namespace {
@@ -345,12 +375,12 @@ OperandSet load_file(const std::string& path, bool with_digest, bool digest_besi
 }  // namespace
 
 OperandSet open_operands(const std::string& path, bool with_digest, bool digest_beside) {
-  return is_index_path(path) ? open_sharded(path, with_digest) : load_file(path, with_digest, digest_beside);
+  return is_index_path(path) ? open_sharded(path, with_digest, digest_beside) : load_file(path, with_digest, digest_beside);
 }
 
 OperandSet load_operands(const std::string& path, bool with_digest) {
   if (!is_index_path(path)) return load_file(path, with_digest, false);
-  OperandSet set = open_sharded(path, with_digest);
+  OperandSet set = open_sharded(path, with_digest, /*digest_beside=*/false);
   std::vector<LayerOperands> layers;
   for (size_t i = 0; i < set.size(); ++i) layers.push_back(set.load(i));
   set.layers = std::move(layers);

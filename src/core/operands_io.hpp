@@ -29,6 +29,9 @@ struct OperandSet {
   // A digest still being read on a thread of its own (`open_operands(path, true, /*digest_beside=*/true)`),
   // beside the work; `await_sha256` waits for it and stores it in `sha256`.
   std::shared_future<std::string> pending_sha256;
+  // A sharded set opened with `digest_beside`: waits for the digests of the shards mapped so far and
+  // compares each with the index (an input error naming the first that differs).
+  std::function<void()> await_shards;
   void await_sha256();
   std::map<std::string, std::string> metadata;
   std::vector<LayerOperands> layers;  // every layer, views into mapped files (empty when opened lazily)
@@ -48,12 +51,17 @@ struct OperandSet {
 // w_q, non-finite or non-positive scales are input errors naming the file, the key and what was
 // expected. `with_digest = false` skips hashing the file (the index).
 OperandSet load_operands(const std::string& path, bool with_digest = true);
+// Whether `path` names a sharded set's index (it ends in `.json`) rather than one safetensors file.
+bool is_index_path(const std::string& path);
 // The same checks, but a sharded set's layers stay on disk until `load(i)` maps them, so that
 // what is resident is bounded by the layers in use, whatever the set's size. A single file is
 // mapped whole, as by load_operands.
 // `digest_beside`: a single file's digest is left reading on its own thread (`pending_sha256`) when this
 // returns, so that it costs no wall time beside the work that follows (verify); `sha256` is empty until
-// `await_sha256`.
+// `await_sha256`. For a sharded set, each shard's digest is read on a thread of its own from the moment a
+// layer of it is first mapped (the shards in parallel, one per core at most), and compared with the index in
+// `await_sha256`, which the caller must call before it trusts what the layers gave (verify: before anything
+// is printed or written).
 OperandSet open_operands(const std::string& path, bool with_digest = true, bool digest_beside = false);
 
 // Writes atomically (temporary file, then rename).

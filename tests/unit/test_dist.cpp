@@ -19,6 +19,7 @@
 #include "checks/verify.hpp"
 #include "qconform/numerics.hpp"
 #include "core/operands_io.hpp"
+#include "core/sha256.hpp"
 #include "synth/synth.hpp"
 
 namespace fs = std::filesystem;
@@ -238,6 +239,29 @@ TEST(ShardedOperands, ChangedOrInconsistentShardsAreInputErrors) {
     EXPECT_EQ(e.kind(), ErrorKind::input);
     EXPECT_NE(std::string(e.what()).find("shard `" + shard + "`"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find(index["shards"][shard].get<std::string>()), std::string::npos) << e.what();
+  }
+  // Read beside the work (verify): the layers load while the digests are read, and `await_sha256` fails on
+  // the changed shard with the same words; the shards left unmapped are never read.
+  {
+    OperandSet beside = open_operands(dir.file("ops.index.json"), true, /*digest_beside=*/true);
+    ASSERT_TRUE(beside.await_shards);
+    EXPECT_NO_THROW(beside.load(0));
+    EXPECT_NO_THROW(beside.load(beside.size() - 1));
+    try {
+      beside.await_sha256();
+      FAIL() << "a changed shard was not found";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::input);
+      EXPECT_NE(std::string(e.what()).find("shard `" + shard + "`"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("the shard changed after the index was written"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_EQ(beside.sha256, sha256_file(dir.file("ops.index.json")));  // the index's own digest, read at open
+    OperandSet first_only = open_operands(dir.file("ops.index.json"), true, /*digest_beside=*/true);
+    const std::string first_shard = index["weight_map"][layers.front().name + ".w_q"].get<std::string>();
+    ASSERT_NE(first_shard, shard);
+    EXPECT_NO_THROW(first_only.load(0));
+    EXPECT_NO_THROW(first_only.await_sha256());  // only the intact shard was mapped
   }
 
   const auto expect_error = [&](nlohmann::json j, const std::string& fragment) {
