@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -314,13 +315,16 @@ std::string temporary_path_for(const std::string& destination) {
 }
 
 void remove_orphaned_temporaries(const std::string& directory) {
+  // Once per directory and process. The path is part of the key: a directory removed and another made
+  // elsewhere may get the same inode number (a long-lived process, the Python binding, a test binary), and
+  // must still be swept.
   static std::mutex mutex;
-  static std::set<std::pair<dev_t, ino_t>> swept;
+  static std::set<std::tuple<dev_t, ino_t, std::string>> swept;
   struct stat d {};
   if (::stat(directory.c_str(), &d) != 0 || !S_ISDIR(d.st_mode)) return;
   {
     std::lock_guard lock(mutex);
-    if (!swept.insert({d.st_dev, d.st_ino}).second) return;
+    if (!swept.insert({d.st_dev, d.st_ino, directory}).second) return;
   }
   DIR* dir = ::opendir(directory.c_str());
   if (dir == nullptr) return;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -21,13 +22,16 @@ class TempDir {
     if (made == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
     path_ = made;
   }
+  // Removed by the process that made it only (a static one must survive a forked child's exit()).
   ~TempDir() {
+    if (::getpid() != owner_) return;
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
 
+  const std::filesystem::path& path() const { return path_; }
   std::string file(const std::string& name) const { return (path_ / name).string(); }
   // The names in the directory, sorted.
   std::vector<std::string> listing() const {
@@ -39,6 +43,7 @@ class TempDir {
 
  private:
   std::filesystem::path path_;
+  pid_t owner_ = ::getpid();
 };
 
 }  // namespace qc::test

@@ -4,6 +4,7 @@
 // arm's time limit that follows the work. The hostile suite (tests/hostile/) drives the same
 // through the CLI with real processes.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -85,6 +86,40 @@ TEST_F(OutputGuards, OrphansOfDeadProcessesAreRemovedOthersKept) {
   touch(orphan, "again");
   remove_orphaned_temporaries(dir_.string());
   EXPECT_TRUE(fs::exists(orphan));
+}
+
+// A directory swept, removed, and another made elsewhere with the same inode number (file systems reuse
+// them at once): the new one is swept too. (Keyed by inode alone, an earlier test's directory made this
+// one's sweep a no-op now and then.)
+TEST_F(OutputGuards, ADirectoryWithAReusedInodeIsSweptAgain) {
+  const std::string tag = [&] {
+    const std::string probe = fs::path(temporary_path_for(path("x"))).filename().string();
+    return probe.substr(probe.size() - 15, 8);
+  }();
+  const pid_t dead = dead_pid();
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    const fs::path first = dir_ / ("first-" + std::to_string(attempt));
+    fs::create_directories(first);
+    testing::internal::CaptureStderr();
+    remove_orphaned_temporaries(first.string());
+    (void)testing::internal::GetCapturedStderr();
+    struct stat a {};
+    ASSERT_EQ(::stat(first.c_str(), &a), 0);
+    fs::remove(first);
+    const fs::path second = dir_ / ("second-" + std::to_string(attempt));
+    fs::create_directories(second);
+    struct stat b {};
+    ASSERT_EQ(::stat(second.c_str(), &b), 0);
+    if (a.st_dev != b.st_dev || a.st_ino != b.st_ino) continue;  // not reused this time: again
+    const std::string orphan = (second / (".o.qc-tmp-" + std::to_string(dead) + "-" + tag + "-abcdef")).string();
+    touch(orphan, "x");
+    testing::internal::CaptureStderr();
+    remove_orphaned_temporaries(second.string());
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_FALSE(fs::exists(orphan)) << "the directory with a reused inode was not swept; " << err;
+    return;
+  }
+  GTEST_SKIP() << "the file system of " << dir_ << " gave no reused inode in 20 tries";
 }
 
 TEST_F(OutputGuards, SecondWriterIsRefusedNamingTheHolder) {

@@ -35,6 +35,7 @@
 #include "core/sha256.hpp"
 #include "c_plugin.hpp"
 #include "int8_layer.hpp"
+#include "temp_dir.hpp"
 
 namespace qc {
 namespace {
@@ -44,13 +45,10 @@ using test::uniform_int8;
 
 namespace fs = std::filesystem;
 
+// The compiled plugins of this process, removed when it exits.
 fs::path scratch_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / fmt::format("qc_plugin_test_{}", getpid());
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
+  static const test::TempDir dir("plugin-arm");
+  return dir.path();
 }
 
 std::string plugin_path(const std::string& name) { return (scratch_dir() / fmt::format("lib{}.so", name)).string(); }

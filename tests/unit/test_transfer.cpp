@@ -15,6 +15,7 @@
 #include "qconform/error.hpp"
 #include "stats/stats.hpp"
 #include "stats/transfer.hpp"
+#include "temp_dir.hpp"
 
 namespace tr = qc::transfer;
 namespace st = qc::stats;
@@ -25,9 +26,8 @@ namespace {
 const std::string kData = std::string(QC_SOURCE_DIR) + "/tests/data/transfer/";
 
 std::string write_temp(const std::string& name, const std::string& content) {
-  fs::path dir = fs::temp_directory_path() / ("qc_transfer_test_" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  fs::path p = dir / name;
+  static const qc::test::TempDir dir("transfer");  // removed when the process exits
+  fs::path p = dir.file(name);
   std::ofstream(p) << content;
   return p.string();
 }
