@@ -5,7 +5,9 @@
 # (INT8 `cuda:mma-vllm-cutlass` vs `cuda:mma-vllm-triton` with pinned predictions, FP8 `cuda:cublaslt-fp8` vs
 # `-fastacc`) alternating baseline and this tree, and compares every JSON field for field (timings and the
 # reference's description aside). Logs and the JSON go to $OUT.
-#   git archive <commit> | gzip > .carry/baseline.tar.gz; STEPS=build,tests,speed scripts/resident-validate.sh
+#   git archive <commit> | gzip > .carry/baseline.tar.gz; STEPS=build,tests,speed,70b scripts/resident-validate.sh
+# `speed` times a single file and the same operands as a sharded set; `70b` a Llama-3-70B-shaped subset
+# (LAYERS70 of its 560 layers, default 77: 11 blocks), projected to the whole model.
 # Highway is taken from .carry/hwy/usr when present (the GPU machine has no libhwy-dev; docs/gpu.md).
 #   CUTLASS=1: this tree is built with CUTLASS's headers from .carry/nvidia_cutlass-*.whl (its GPU tests then run
 #   the CUTLASS arms too; the build takes minutes longer); the baseline is always built without.
@@ -62,16 +64,20 @@ if want speed; then
   tmp=${TMPDIR:-/tmp}
   "$Q" synth --shapes qwen3-1.7b --m 512 --seed 1 --out "$tmp/speed-int8.safetensors" > /dev/null
   "$Q" synth --shapes qwen3-1.7b --m 512 --seed 1 --element e4m3 --out "$tmp/speed-fp8.safetensors" > /dev/null
-  "$Q" predict "$tmp/speed-int8.safetensors" --out "$OUT/int8.predictions.json" --quiet > "$OUT/predict.txt"
-  pin=$(sed -n 's/^pin: //p' "$OUT/predict.txt")
+  R=/tmp/resident-runs  # every run's output and JSON (the call brings back 8 files at most: the summaries go to $OUT)
+  mkdir -p $R
+  "$Q" predict "$tmp/speed-int8.safetensors" --out "$R/int8.predictions.json" --quiet > "$R/predict.txt"
+  pin=$(sed -n 's/^pin: //p' "$R/predict.txt")
+  # The same operands as a sharded set (9 shards of <= 200 MB), whose shards are hashed in parallel.
+  "$Q" synth --shapes qwen3-1.7b --m 512 --seed 1 --shard-size 200000000 --out "$tmp/speed-int8-sharded.index.json" > /dev/null
+  "$Q" predict "$tmp/speed-int8-sharded.index.json" --out "$R/int8-sharded.predictions.json" --quiet > "$R/predict-sharded.txt"
+  pin_sharded=$(sed -n 's/^pin: //p' "$R/predict-sharded.txt")
   grep -m1 -E "^(model name|flags)" /proc/cpuinfo | cut -c1-80 | tee -a "$OUT/env.txt"
   grep -o -w sha_ni /proc/cpuinfo | head -1 | tee -a "$OUT/env.txt"
   # The floor of the operands' digest on this host: sha256sum of the file (page cache warm), and OpenSSL's rate.
   t0=$(now_ms); sha256sum "$tmp/speed-int8.safetensors" > /dev/null
   echo "sha256sum of $(stat -c %s "$tmp/speed-int8.safetensors") bytes: $(( $(now_ms) - t0 )) ms" | tee -a "$OUT/env.txt"
   openssl speed -evp sha256 -bytes 8388608 -seconds 2 2>/dev/null | tail -1 | tee -a "$OUT/env.txt"
-  R=/tmp/resident-runs  # every run's output and JSON (the call brings back 8 files at most: the summaries go to $OUT)
-  mkdir -p $R
   one() {  # name, binary, operands, arms, extra args...
     local name=$1 q=$2 ops=$3 arms=$4
     shift 4
@@ -90,7 +96,12 @@ if want speed; then
     for side in $sides; do
       q=$Q; [ $side = base ] && q=$QB
       one "int8-$side-$i" "$q" "$tmp/speed-int8.safetensors" cuda:mma-vllm-cutlass,cuda:mma-vllm-triton \
-        --predictions "$OUT/int8.predictions.json" --pin "$pin"
+        --predictions "$R/int8.predictions.json" --pin "$pin"
+    done
+    for side in $sides; do
+      q=$Q; [ $side = base ] && q=$QB
+      one "int8-sharded-$side-$i" "$q" "$tmp/speed-int8-sharded.index.json" cuda:mma-vllm-cutlass,cuda:mma-vllm-triton \
+        --predictions "$R/int8-sharded.predictions.json" --pin "$pin_sharded"
     done
     for side in $sides; do
       q=$Q; [ $side = base ] && q=$QB
@@ -132,6 +143,29 @@ for kind in ("int8", "fp8"):
     for p, x, y in found[:12]:
         print("  ", p, "|", str(x)[:160], "|", str(y)[:160])
 PY
-  for f in int8-after-1 fp8-after-1; do cp "$R/$f.txt" "$OUT/$f.txt"; done
-  for f in int8-after-1 fp8-after-1; do echo "-- $f"; sed -n '/^time by phase/,$p' "$R/$f.txt"; done
+  for f in int8-after-1 fp8-after-1 int8-sharded-after-1; do cp "$R/$f.txt" "$OUT/$f.txt"; done
+  for f in int8-after-1 fp8-after-1 int8-sharded-after-1; do echo "-- $f"; sed -n '/^time by phase/,$p' "$R/$f.txt"; done
+fi
+
+# A Llama-3-70B-shaped subset: the first LAYERS70 of its 560 layers (M = 512), sharded as HF checkpoints are
+# (5 GB), the INT8 pair with pinned predictions; the whole model's time is projected from it (the device's
+# 64 GiB disk cannot hold the 71.6 GB set). This tree only.
+if want 70b; then
+  n=${LAYERS70:-77}  # 11 decoder blocks of 7 linear layers
+  step "llama3-70b-shaped, $n of 560 layers"
+  tmp=${TMPDIR:-/tmp}
+  rm -f "$tmp"/speed-70b*
+  timed "$Q" synth --shapes llama3-70b --layers "$n" --m 512 --seed 1 --shard-size 5000000000 --out "$tmp/speed-70b.index.json" > /dev/null
+  du -sb "$tmp"/speed-70b* | awk '{ s += $1 } END { print s " bytes of operands" }' | tee "$OUT/70b.txt"
+  "$Q" predict "$tmp/speed-70b.index.json" --out /tmp/70b.predictions.json --quiet > /tmp/70b.predict.txt
+  pin70=$(sed -n 's/^pin: //p' /tmp/70b.predict.txt)
+  for i in 1 2; do
+    t0=$(now_ms)
+    "$Q" verify "$tmp/speed-70b.index.json" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --reference gpu --timings \
+      --predictions /tmp/70b.predictions.json --pin "$pin70" > /tmp/70b-$i.txt 2>&1
+    rc=$?
+    ms=$(( $(now_ms) - t0 ))
+    echo "run $i: exit $rc, process $ms ms for $n layers; 560 layers projected $(( ms * 560 / n )) ms" | tee -a "$OUT/70b.txt"
+  done
+  sed -n '/^time by phase/,$p' /tmp/70b-2.txt >> "$OUT/70b.txt"
 fi
