@@ -157,6 +157,7 @@ if want 70b; then
   rm -f "$tmp"/speed-70b*
   timed "$Q" synth --shapes llama3-70b --layers "$n" --m 512 --seed 1 --shard-size 5000000000 --out "$tmp/speed-70b.index.json" > /dev/null
   du -sb "$tmp"/speed-70b* | awk '{ s += $1 } END { print s " bytes of operands" }' | tee "$OUT/70b.txt"
+  df -h "$tmp" /dev/shm | tee -a "$OUT/70b.txt"  # where a whole 70B set (71.6 GB) could go
   "$Q" predict "$tmp/speed-70b.index.json" --out /tmp/70b.predictions.json --quiet > /tmp/70b.predict.txt
   pin70=$(sed -n 's/^pin: //p' /tmp/70b.predict.txt)
   for i in 1 2; do
