@@ -240,6 +240,61 @@ LayerOperands layer_of(const std::shared_ptr<SafetensorsFile>& file, const std::
   return ops;
 }
 
+// A layer maps its shard; the shard's digest is checked against the index the first time it is
+// mapped in this process (so each rank checks the shards it reads, once). With `digest_beside` the
+// digest is read on a thread of its own, at most one shard per core at a time, while the layer is
+// used; `await_sha256` waits for every shard begun and fails on the first that differs from the index.
+void attach_shard_loader(OperandSet& set, const std::string& path, const std::string& dir, std::vector<std::string> order,
+                         std::shared_ptr<std::vector<std::string>> shard_of,
+                         std::shared_ptr<std::map<std::string, std::string>> digests, FileScaling scaling,
+                         bool digest_beside) {
+  struct Checked {
+    std::mutex mutex;
+    std::set<std::string> shards;
+    std::vector<std::tuple<std::string, std::string, std::shared_future<std::string>>> pending;  // shard, layer, digest
+  };
+  auto checked = std::make_shared<Checked>();
+  // Apart from `checked`, which holds the digests' futures: their tasks must not hold it.
+  auto readers = std::make_shared<std::counting_semaphore<>>(std::max(1u, std::thread::hardware_concurrency()));
+  const auto check = [path, digests](const std::string& shard, const std::string& layer, const std::string& found) {
+    QC_INPUT(found == digests->at(shard),
+             "{}: shard `{}` (layer `{}`): expected {} (field `shards.{}` of the index), found {}: the shard changed "
+             "after the index was written",
+             path, shard, layer, digests->at(shard), shard, found);
+  };
+  set.loader = [order = std::move(order), shard_of, checked, readers, scaling, dir, check, digest_beside](size_t i) {
+    const std::string& shard = shard_of->at(i);
+    const std::string shard_path = (std::filesystem::path(dir) / shard).string();
+    {
+      std::lock_guard lock(checked->mutex);
+      if (!checked->shards.count(shard)) {
+        if (digest_beside) {
+          auto read = [readers, shard_path] {
+            readers->acquire();
+            struct Release {
+              std::counting_semaphore<>& s;
+              ~Release() { s.release(); }
+            } release{*readers};
+            return sha256_file(shard_path);
+          };
+          checked->pending.emplace_back(shard, order[i], std::async(std::launch::async, std::move(read)).share());
+        } else {
+          check(shard, order[i], sha256_file(shard_path));
+        }
+        checked->shards.insert(shard);
+      }
+    }
+    return layer_of(std::make_shared<SafetensorsFile>(read_safetensors(shard_path)), order[i], shard_path, scaling);
+  };
+  if (digest_beside) {
+    set.await_shards = [checked, check] {
+      std::lock_guard lock(checked->mutex);
+      for (auto& [shard, layer, digest] : checked->pending) check(shard, layer, digest.get());
+      checked->pending.clear();
+    };
+  }
+}
+
 // A sharded set: the index, validated against every shard's header; layers are mapped on demand.
 OperandSet open_sharded(const std::string& path, bool with_digest, bool digest_beside) {
   const ShardIndex ix = read_shard_index_file(path);
@@ -271,7 +326,7 @@ OperandSet open_sharded(const std::string& path, bool with_digest, bool digest_b
   if (with_digest) set.sha256 = sha256_file(path);
   std::vector<std::string> keys;
   for (const auto& [tensor, shard] : ix.weight_map) keys.push_back(tensor);
-  const std::vector<std::string> order = layer_order(keys, set.metadata, path);
+  std::vector<std::string> order = layer_order(keys, set.metadata, path);
 
   // Every layer in one shard, and every shard holding exactly the tensors the index maps to it.
   auto shard_of = std::make_shared<std::vector<std::string>>();
@@ -303,55 +358,7 @@ OperandSet open_sharded(const std::string& path, bool with_digest, bool digest_b
     }
   }  // the shard is unmapped here
 
-  // A layer maps its shard; the shard's digest is checked against the index the first time it is
-  // mapped in this process (so each rank checks the shards it reads, once). With `digest_beside` the
-  // digest is read on a thread of its own, at most one shard per core at a time, while the layer is
-  // used; `await_sha256` waits for every shard begun and fails on the first that differs from the index.
-  struct Checked {
-    std::mutex mutex;
-    std::set<std::string> shards;
-    std::vector<std::tuple<std::string, std::string, std::shared_future<std::string>>> pending;  // shard, layer, digest
-    std::counting_semaphore<> readers{std::max(1u, std::thread::hardware_concurrency())};
-  };
-  auto checked = std::make_shared<Checked>();
-  const std::string dir = ix.dir;
-  const auto check = [path, digests](const std::string& shard, const std::string& layer, const std::string& found) {
-    QC_INPUT(found == digests->at(shard),
-             "{}: shard `{}` (layer `{}`): expected {} (field `shards.{}` of the index), found {}: the shard changed "
-             "after the index was written",
-             path, shard, layer, digests->at(shard), shard, found);
-  };
-  set.loader = [order, shard_of, checked, scaling, dir, check, digest_beside](size_t i) {
-    const std::string& shard = shard_of->at(i);
-    const std::string shard_path = (std::filesystem::path(dir) / shard).string();
-    {
-      std::lock_guard lock(checked->mutex);
-      if (!checked->shards.count(shard)) {
-        if (digest_beside) {
-          std::shared_future<std::string> digest = std::async(std::launch::async, [checked, shard_path] {
-                                                     checked->readers.acquire();
-                                                     struct Release {
-                                                       Checked& c;
-                                                       ~Release() { c.readers.release(); }
-                                                     } release{*checked};
-                                                     return sha256_file(shard_path);
-                                                   }).share();
-          checked->pending.emplace_back(shard, order[i], std::move(digest));
-        } else {
-          check(shard, order[i], sha256_file(shard_path));
-        }
-        checked->shards.insert(shard);
-      }
-    }
-    return layer_of(std::make_shared<SafetensorsFile>(read_safetensors(shard_path)), order[i], shard_path, scaling);
-  };
-  if (digest_beside) {
-    set.await_shards = [checked, check] {
-      std::lock_guard lock(checked->mutex);
-      for (auto& [shard, layer, digest] : checked->pending) check(shard, layer, digest.get());
-      checked->pending.clear();
-    };
-  }
+  attach_shard_loader(set, path, ix.dir, std::move(order), std::move(shard_of), std::move(digests), scaling, digest_beside);
   return set;
 }
 
@@ -404,7 +411,7 @@ OperandSet load_file(const std::string& path, bool with_digest, bool digest_besi
   for (const std::string& name : layer_order(keys, set.metadata, path)) {
     set.layers.push_back(layer_of(file, name, path, scaling));
     const LayerOperands& ops = set.layers.back();
-    set.headers.push_back({ops.name, ops.m, ops.n, ops.k});
+    set.headers.push_back({ops.name, ops.m, ops.n, ops.k, {}});
   }
   if (digest.valid()) set.pending_sha256 = digest.share();
   if (!digest_beside) set.await_sha256();
