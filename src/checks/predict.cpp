@@ -1,6 +1,7 @@
 // C2: exact per-layer range prediction, written before any comparison runs and pinned by SHA-256.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
@@ -98,9 +99,11 @@ nlohmann::json to_json(const PredictionSet& p) {
   nlohmann::json layers = nlohmann::json::array();
   for (const LayerPrediction& l : p.layers) layers.push_back(to_json(l));
   const PredictionSummary sum = summarize(p);
+  nlohmann::json operands = {{"path", p.operands_path}, {"sha256", p.operands_sha256}};
+  if (!p.operands_sha256_tree.empty()) operands["sha256_tree"] = p.operands_sha256_tree;
   return results_envelope("predictions",
                           {{"threshold", kFp32ExactIntLimit},
-                           {"operands", {{"path", p.operands_path}, {"sha256", p.operands_sha256}}},
+                           {"operands", operands},
                            {"summary",
                             {{"layers", sum.layers},
                              {"safe", sum.safe},
@@ -147,6 +150,14 @@ PredictionSet prediction_set_from_json(const nlohmann::json& j, const std::strin
   const nlohmann::json& operands = r.at(j, "", "operands");
   p.operands_path = r.get<std::string>(operands, "operands", "path", "a string");
   p.operands_sha256 = r.get<std::string>(operands, "operands", "sha256", "a string (sha256:<hex>)");
+  if (operands.is_object() && operands.contains("sha256_tree")) {
+    p.operands_sha256_tree = r.get<std::string>(operands, "operands", "sha256_tree", "a string (sha256-tree:<hex>)");
+    const std::string& t = p.operands_sha256_tree;
+    QC_INPUT(t.size() == 12 + 64 && t.rfind("sha256-tree:", 0) == 0 &&
+                 std::all_of(t.begin() + 12, t.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }),
+             "{}: field `operands.sha256_tree`: expected sha256-tree:<64 lowercase hex>, found {}", file,
+             printable_text(t, 90));
+  }
   const nlohmann::json& layers = r.at(j, "", "layers");
   QC_INPUT(layers.is_array(), "{}: field `layers`: expected an array of per-layer predictions, found {}", file,
            layers.type_name());

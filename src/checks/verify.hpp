@@ -35,6 +35,9 @@ struct LayerPrediction {
 struct PredictionSet {
   std::string operands_path;
   std::string operands_sha256;
+  // The operands' tree digest (`sha256_tree_file`), recorded by `predict` beside the plain one; empty in
+  // files written before it (and for predictions computed inside verify).
+  std::string operands_sha256_tree;
   std::vector<LayerPrediction> layers;
   // Pinned: read from a predictions file whose SHA-256 was checked before any arm ran (`verify
   // --predictions P --pin SHA`, conform's own pin). False: computed in this run, so C2 only says

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <future>
 
 #include "cli/cli.hpp"
 #include "cli/paths.hpp"
@@ -27,7 +28,13 @@ VerbRunner setup_predict(CLI::App& app) {
     std::vector<PathUse> paths_in;
     add_operand_inputs(paths_in, "OPS", *ops_path);
     check_output_paths(paths_in, {{"--out", *out}});
-    const OperandSet set = open_operands(*ops_path);
+    // Both digests are read beside the predictions: the plain SHA-256, and the tree digest (docs/formats.md)
+    // that a pinned verify of these operands checks on every core instead of the plain one, which cannot be
+    // split. (A sharded set's shards are checked at load when there are several ranks, as in verify.)
+    const bool beside = !(is_index_path(*ops_path) && dist::world().size > 1);
+    OperandSet set = open_operands(*ops_path, /*with_digest=*/true, beside);
+    std::future<std::string> tree;
+    if (dist::world().root()) tree = std::async(std::launch::async, [path = *ops_path] { return sha256_tree_file(path); });
     for (size_t i = 0; i < set.size(); ++i) {
       const LayerOperands layer = set.load(i);
       QC_INPUT(!layer.fp8(),
@@ -39,9 +46,12 @@ VerbRunner setup_predict(CLI::App& app) {
     }
     // Under MPI the layers are shared over the ranks; rank 0 merges them in layer order and writes.
     Progress progress("predict");
-    const PredictionSet p = predict_shared(set, /*everywhere=*/false, progress.updater());
+    PredictionSet p = predict_shared(set, /*everywhere=*/false, progress.updater());
     progress.finish();
+    set.await_sha256();  // and the shards' digests against the index
     if (!dist::world().root()) return kExitOk;
+    p.operands_sha256 = set.sha256;
+    p.operands_sha256_tree = tree.get();
     const std::string text = to_json(p).dump(1) + "\n";
     write_file_atomic(*out, text);
     if (!*quiet) fmt::print("{:<40} {:>16} {:>12} {:>9} {:>8} {:>14} {}\n", "layer", "MxNxK", "max|acc|", "headroom",

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <future>
 #include <optional>
 #include <sstream>
 
@@ -251,9 +252,17 @@ int run_verify(const VerifyCli& o) {
   // With several ranks a sharded set's shards are checked as each rank maps them (before its results go to
   // rank 0, which cannot wait for another rank's digests).
   const bool digest_beside = o.resume.empty() && !(is_index_path(o.operands) && dist::world().size > 1);
-  OperandSet set = open_operands(o.operands, /*with_digest=*/true, digest_beside);
-  laps.lap(digest_beside ? "open the operands (map, validate; SHA-256 beside the verification)"
-                         : "open the operands (map, validate, SHA-256)");
+  // A single file whose pinned predictions record its tree digest: the tree digest is read beside instead (on
+  // every core), and once it equals theirs the file holds the bytes `predict` hashed, so the plain SHA-256 it
+  // recorded is this file's (docs/formats.md, "Tree digest").
+  const bool by_tree = digest_beside && !o.predictions.empty() && !predictions.operands_sha256_tree.empty() &&
+                       !is_index_path(o.operands);
+  OperandSet set = open_operands(o.operands, /*with_digest=*/!by_tree, digest_beside);
+  std::future<std::string> tree;
+  if (by_tree) tree = std::async(std::launch::async, [path = o.operands] { return sha256_tree_file(path); });
+  laps.lap(by_tree         ? "open the operands (map, validate; the tree digest beside the verification)"
+           : digest_beside ? "open the operands (map, validate; SHA-256 beside the verification)"
+                           : "open the operands (map, validate, SHA-256)");
   const auto check_predicted_operands = [&] {
     QC_INPUT(predictions.operands_sha256 == set.sha256,
              "{}: field `operands.sha256`: expected {} (the digest of {}), found {}: predictions were made from other "
@@ -276,7 +285,15 @@ int run_verify(const VerifyCli& o) {
                       progress.updater(), [&](const std::string& phase) { laps.lap(phase); }};
   std::optional<ShardedVerification> v = verify_sharded(job);
   progress.finish();
-  if (digest_beside) {
+  if (by_tree) {
+    const std::string found = tree.get();
+    laps.lap("waiting for the operands' tree digest (read beside the verification)");
+    QC_INPUT(found == predictions.operands_sha256_tree,
+             "{}: field `operands.sha256_tree`: expected {} (the tree digest of {}), found {}: predictions were made "
+             "from other operands",
+             o.predictions, found, o.operands, predictions.operands_sha256_tree);
+    set.sha256 = predictions.operands_sha256;  // the same bytes (above): the plain digest predict read of them
+  } else if (digest_beside) {
     set.await_sha256();
     laps.lap("waiting for the operands' SHA-256 (read beside the verification)");
     if (o.predictions.empty()) {

@@ -4,9 +4,11 @@
 #include <openssl/evp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <future>
+#include <thread>
 #include <vector>
 
 #include "qconform/error.hpp"
@@ -36,17 +38,23 @@ void Sha256::update(std::string_view text) {
   update(std::span<const std::byte>(reinterpret_cast<const std::byte*>(text.data()), text.size()));
 }
 
-std::string Sha256::hex() {
-  QC_CHECK(!finished_, "Sha256::hex called twice");
+std::string Sha256::bytes() {
+  QC_CHECK(!finished_, "Sha256: the digest taken twice");
   finished_ = true;
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
   QC_CHECK(EVP_DigestFinal_ex(impl_->ctx, digest, &length) == 1 && length == 32, "EVP_DigestFinal_ex failed");
+  return std::string(reinterpret_cast<const char*>(digest), 32);
+}
+
+std::string Sha256::hex() {
   static constexpr char kHex[] = "0123456789abcdef";
+  const std::string raw = bytes();
   std::string out(64, '0');
-  for (unsigned int i = 0; i < 32; ++i) {
-    out[2 * i] = kHex[digest[i] >> 4];
-    out[2 * i + 1] = kHex[digest[i] & 0xF];
+  for (size_t i = 0; i < 32; ++i) {
+    const auto b = static_cast<unsigned char>(raw[i]);
+    out[2 * i] = kHex[b >> 4];
+    out[2 * i + 1] = kHex[b & 0xF];
   }
   return out;
 }
@@ -81,6 +89,25 @@ size_t read_chunk(int fd, std::vector<std::byte>& buffer, const std::string& pat
   return have;
 }
 
+// Hashes `length` bytes of `fd` from `offset` (pread, so that threads share the descriptor) into `h`.
+void hash_range(int fd, uint64_t offset, uint64_t length, std::vector<std::byte>& buffer, Sha256& h,
+                const std::string& path) {
+  while (length > 0) {
+    const size_t want = static_cast<size_t>(std::min<uint64_t>(length, buffer.size()));
+    const ssize_t got = ::pread(fd, buffer.data(), want, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) QC_FAIL_INPUT("{}: read failed while hashing: {}", path, std::strerror(errno));
+    QC_INPUT(got > 0, "{}: the file became shorter while it was hashed (at byte {})", path, offset);
+    h.update(std::span<const std::byte>(buffer.data(), static_cast<size_t>(got)));
+    offset += static_cast<uint64_t>(got);
+    length -= static_cast<uint64_t>(got);
+  }
+}
+
+void append_u64_le(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
 }  // namespace
 
 // Two buffers: a task reads the next chunk while this thread hashes the one before, so that a large file
@@ -101,6 +128,37 @@ std::string sha256_file(const std::string& path) {
     got = next.get();
   }
   return "sha256:" + h.hex();
+}
+
+std::string sha256_tree_file(const std::string& path) {
+  uint64_t size = 0;
+  const int fd = open_input(path, &size);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const uint64_t pieces = std::max<uint64_t>(1, (size + kTreeDigestPiece - 1) / kTreeDigestPiece);
+  std::vector<std::string> leaves(pieces);  // raw 32-byte digests
+  const size_t workers = static_cast<size_t>(std::min<uint64_t>(pieces, std::max(1u, std::thread::hardware_concurrency())));
+  std::vector<std::future<void>> tasks;
+  for (size_t t = 0; t < workers; ++t) {
+    tasks.push_back(std::async(std::launch::async, [&, t] {
+      std::vector<std::byte> buffer(size_t{8} << 20);
+      for (uint64_t i = t; i < pieces; i += workers) {
+        Sha256 h;
+        const uint64_t offset = i * kTreeDigestPiece;
+        hash_range(fd, offset, std::min(kTreeDigestPiece, size - std::min(size, offset)), buffer, h, path);
+        leaves[i] = h.bytes();
+      }
+    }));
+  }
+  for (auto& task : tasks) task.get();  // rethrows a read error
+  std::string root("qconform sha256-tree v1", 23);
+  root.push_back('\0');
+  append_u64_le(root, kTreeDigestPiece);
+  append_u64_le(root, size);
+  for (const std::string& leaf : leaves) root += leaf;
+  return "sha256-tree:" + sha256_hex(std::string_view(root));
 }
 
 }  // namespace qc

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -21,6 +22,8 @@ class Sha256 {
   void update(std::string_view text);
   // The 64 lowercase hex digits (no prefix). The object cannot be updated afterwards.
   std::string hex();
+  // The 32 bytes of the digest, instead of `hex` (one or the other, once).
+  std::string bytes();
 
  private:
   struct Impl;
@@ -35,7 +38,14 @@ std::string sha256_hex(std::string_view text);
 // `sha256:<64 hex>`, the form manifests record.
 std::string sha256_digest(std::span<const std::byte> bytes);
 
-// `sha256:<64 hex>` of a file's content, streamed in 1 MiB pieces (files of any size).
+// `sha256:<64 hex>` of a file's content, streamed in 8 MiB pieces (files of any size).
 std::string sha256_file(const std::string& path);
+
+// The tree digest of a file (docs/formats.md, "Tree digest"): SHA-256 of each 64 MiB piece, computed on
+// every core, then one SHA-256 over a fixed header, the piece size, the file size and the pieces' digests.
+// It is not the file's SHA-256 (which cannot be split); predictions record both, so that verify can take
+// the plain one from them once the tree digest shows it has the same bytes. `sha256-tree:<64 hex>`.
+inline constexpr uint64_t kTreeDigestPiece = uint64_t{64} << 20;
+std::string sha256_tree_file(const std::string& path);
 
 }  // namespace qc

@@ -502,3 +502,45 @@ TEST(Sha256, FileMatchesSha256sum) {
   EXPECT_EQ(qc::sha256_digest(bytes), std::string("sha256:") + out);
   EXPECT_THROW(qc::sha256_file(dir.file("absent")), qc::Error);
 }
+
+// The tree digest (docs/formats.md) recomputed from its definition with coreutils: each 64 MiB piece's
+// digest from `sha256sum` of that piece, then `sha256sum` of the header, both sizes and the pieces' digests,
+// at the edges of the piece size (an empty file is one empty piece).
+TEST(Sha256, TreeDigestIsItsDefinitionComputedBySha256sum) {
+  if (std::system("command -v sha256sum > /dev/null 2>&1") != 0) GTEST_SKIP() << "SKIPPED: sha256sum is not installed";
+  TempDir dir;
+  const auto sha256sum = [](const std::string& path) {
+    FILE* p = ::popen(("sha256sum '" + path + "'").c_str(), "r");
+    char out[65] = {};
+    const size_t got = p == nullptr ? 0 : std::fread(out, 1, 64, p);
+    const int status = p == nullptr ? -1 : ::pclose(p);
+    EXPECT_TRUE(got == 64 && status == 0) << "sha256sum " << path;
+    std::string raw;
+    for (int i = 0; i < 32; ++i) raw.push_back(static_cast<char>(std::stoi(std::string(out + 2 * i, 2), nullptr, 16)));
+    return std::pair<std::string, std::string>{raw, std::string(out, 64)};
+  };
+  const auto le64 = [](uint64_t v) {
+    std::string s;
+    for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+    return s;
+  };
+  const uint64_t piece = qc::kTreeDigestPiece;
+  ASSERT_EQ(piece, uint64_t{64} << 20);
+  for (const uint64_t size : {uint64_t{0}, uint64_t{1}, piece, piece + 1}) {
+    const auto bytes = pattern_bytes(size, 5);
+    const std::string path = dir.file("blob.bin");
+    qc::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+    std::string root = std::string("qconform sha256-tree v1", 23) + '\0' + le64(piece) + le64(size);
+    for (uint64_t at = 0; at < std::max<uint64_t>(size, 1); at += piece) {
+      const std::string part = dir.file("piece.bin");
+      const size_t len = static_cast<size_t>(std::min(piece, size - at));
+      qc::write_file_atomic(part, std::string_view(reinterpret_cast<const char*>(bytes.data()) + at, len));
+      root += sha256sum(part).first;
+    }
+    const std::string root_path = dir.file("root.bin");
+    qc::write_file_atomic(root_path, root);
+    EXPECT_EQ(qc::sha256_tree_file(path), "sha256-tree:" + sha256sum(root_path).second) << size << " bytes";
+    if (size == piece + 1) EXPECT_EQ(root.size(), 24u + 16u + 64u);  // two pieces
+  }
+  EXPECT_THROW(qc::sha256_tree_file(dir.file("absent")), qc::Error);
+}

@@ -1,0 +1,52 @@
+"""The operands' two digests against Python's hashlib: `predict` records the file's plain SHA-256 and its
+tree digest (docs/formats.md, "Tree digest": SHA-256 of each 64 MiB piece, then of a fixed header, the piece
+size, the file size and the pieces' digests), recomputed here from that definition on a file of two pieces;
+a pinned `verify` of a byte-identical copy reports the copy's plain digest, and of a file one byte apart
+refuses the predictions naming the tree digest."""
+import hashlib
+import json
+import shutil
+import struct
+
+from conftest import run, tool
+
+PIECE = 64 << 20
+
+
+def tree_digest(data):
+    pieces = [data[i:i + PIECE] for i in range(0, max(len(data), 1), PIECE)] or [b""]
+    header = b"qconform sha256-tree v1\0" + struct.pack("<QQ", PIECE, len(data))
+    return "sha256-tree:" + hashlib.sha256(header + b"".join(hashlib.sha256(p).digest() for p in pieces)).hexdigest()
+
+
+def test_predict_records_both_digests_and_verify_carries_the_plain_one(tmp_path):
+    ops = tmp_path / "ops.safetensors"
+    run([tool("qconform"), "synth", "--shapes", "64x8192x8200", "--seed", "2", "--out", ops])
+    data = ops.read_bytes()
+    assert PIECE < len(data) < 2 * PIECE, len(data)  # two pieces, the second short
+    pred = tmp_path / "p.json"
+    out = run([tool("qconform"), "predict", ops, "--out", pred, "--quiet"]).stdout
+    pin = next(line.split()[1] for line in out.splitlines() if line.startswith("pin: "))
+    recorded = json.loads(pred.read_text())["operands"]
+    assert recorded["sha256"] == "sha256:" + hashlib.sha256(data).hexdigest()
+    assert recorded["sha256_tree"] == tree_digest(data)
+    assert tree_digest(b"") == "sha256-tree:" + hashlib.sha256(
+        b"qconform sha256-tree v1\0" + struct.pack("<QQ", PIECE, 0) + hashlib.sha256(b"").digest()).hexdigest()
+
+    copy = tmp_path / "copy.safetensors"
+    shutil.copyfile(ops, copy)
+    result = tmp_path / "v.json"
+    run([tool("qconform"), "verify", copy, "--arms", "cpu:vllm-cutlass,cpu:vllm-triton", "--predictions", pred,
+         "--pin", pin, "--json", result])
+    assert json.loads(result.read_text())["operands"]["sha256"] == "sha256:" + hashlib.sha256(copy.read_bytes()).hexdigest()
+
+    changed = bytearray(data)
+    changed[-1] ^= 0x01  # the last weight code: still a valid file, one byte apart
+    other = tmp_path / "other.safetensors"
+    other.write_bytes(bytes(changed))
+    p = run([tool("qconform"), "verify", other, "--arms", "cpu:vllm-cutlass,cpu:vllm-triton", "--predictions", pred,
+             "--pin", pin, "--json", tmp_path / "v2.json"], check=False)
+    assert p.returncode == 2, p.stderr
+    assert "field `operands.sha256_tree`: expected " + tree_digest(bytes(changed)) in p.stderr, p.stderr
+    assert "predictions were made from other operands" in p.stderr
+    assert not (tmp_path / "v2.json").exists()
