@@ -1,13 +1,13 @@
 // C2: exact per-layer range prediction, written before any comparison runs and pinned by SHA-256.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <cmath>
 #include <type_traits>
 
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
 #include "core/results_json.hpp"
+#include "core/sha256.hpp"
 #include "checks/verify.hpp"
 
 namespace qc {
@@ -152,11 +152,9 @@ PredictionSet prediction_set_from_json(const nlohmann::json& j, const std::strin
   p.operands_sha256 = r.get<std::string>(operands, "operands", "sha256", "a string (sha256:<hex>)");
   if (operands.is_object() && operands.contains("sha256_tree")) {
     p.operands_sha256_tree = r.get<std::string>(operands, "operands", "sha256_tree", "a string (sha256-tree:<hex>)");
-    const std::string& t = p.operands_sha256_tree;
-    QC_INPUT(t.size() == 12 + 64 && t.rfind("sha256-tree:", 0) == 0 &&
-                 std::all_of(t.begin() + 12, t.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); }),
+    QC_INPUT(is_digest(p.operands_sha256_tree, "sha256-tree:"),
              "{}: field `operands.sha256_tree`: expected sha256-tree:<64 lowercase hex>, found {}", file,
-             printable_text(t, 90));
+             printable_text(p.operands_sha256_tree, 90));
   }
   const nlohmann::json& layers = r.at(j, "", "layers");
   QC_INPUT(layers.is_array(), "{}: field `layers`: expected an array of per-layer predictions, found {}", file,

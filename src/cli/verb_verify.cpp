@@ -292,6 +292,10 @@ int run_verify(const VerifyCli& o) {
              "{}: field `operands.sha256_tree`: expected {} (the tree digest of {}), found {}: predictions were made "
              "from other operands",
              o.predictions, found, o.operands, predictions.operands_sha256_tree);
+    QC_INPUT(is_digest(predictions.operands_sha256),
+             "{}: field `operands.sha256`: expected sha256:<64 lowercase hex> (the plain digest beside the tree digest), "
+             "found {}",
+             o.predictions, printable_text(predictions.operands_sha256, 90));
     set.sha256 = predictions.operands_sha256;  // the same bytes (above): the plain digest predict read of them
   } else if (digest_beside) {
     set.await_sha256();

@@ -73,6 +73,12 @@ std::string sha256_hex(std::string_view text) {
 
 std::string sha256_digest(std::span<const std::byte> bytes) { return "sha256:" + sha256_hex(bytes); }
 
+bool is_digest(std::string_view d, std::string_view prefix) {
+  if (d.size() != prefix.size() + 64 || d.substr(0, prefix.size()) != prefix) return false;
+  return std::all_of(d.begin() + static_cast<std::ptrdiff_t>(prefix.size()), d.end(),
+                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
+}
+
 namespace {
 
 // Fills `buffer` from `fd` (short reads continued); the bytes read, 0 at the end. Input error naming

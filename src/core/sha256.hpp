@@ -38,6 +38,9 @@ std::string sha256_hex(std::string_view text);
 // `sha256:<64 hex>`, the form manifests record.
 std::string sha256_digest(std::span<const std::byte> bytes);
 
+// Whether `d` is `<prefix><64 lowercase hex>`: `sha256:` for a plain digest, `sha256-tree:` for a tree digest.
+bool is_digest(std::string_view d, std::string_view prefix = "sha256:");
+
 // `sha256:<64 hex>` of a file's content, streamed in 8 MiB pieces (files of any size).
 std::string sha256_file(const std::string& path);
 

@@ -27,12 +27,7 @@ namespace qc {
 
 using nlohmann::json;
 
-bool is_valid_digest(std::string_view d) {
-  constexpr std::string_view kPrefix = "sha256:";
-  if (d.size() != kPrefix.size() + 64 || d.substr(0, kPrefix.size()) != kPrefix) return false;
-  return std::all_of(d.begin() + kPrefix.size(), d.end(),
-                     [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
-}
+bool is_valid_digest(std::string_view d) { return is_digest(d); }
 
 bool is_selection_variable(std::string_view name) {
   static constexpr std::string_view kPrefixes[] = {"QC_",    "VLLM_",   "SGLANG_", "CUDA_",   "CUBLAS_",

@@ -539,7 +539,10 @@ TEST(Sha256, TreeDigestIsItsDefinitionComputedBySha256sum) {
     }
     const std::string root_path = dir.file("root.bin");
     qc::write_file_atomic(root_path, root);
-    EXPECT_EQ(qc::sha256_tree_file(path), "sha256-tree:" + sha256sum(root_path).second) << size << " bytes";
+    const std::string tree = qc::sha256_tree_file(path);
+    EXPECT_EQ(tree, "sha256-tree:" + sha256sum(root_path).second) << size << " bytes";
+    EXPECT_TRUE(qc::is_digest(tree, "sha256-tree:")) << tree;
+    EXPECT_FALSE(qc::is_digest(tree)) << tree;  // not a plain digest
     if (size == piece + 1) EXPECT_EQ(root.size(), 24u + 16u + 64u);  // two pieces
   }
   EXPECT_THROW(qc::sha256_tree_file(dir.file("absent")), qc::Error);
