@@ -132,7 +132,7 @@ def diff(a, b, path, out):
             diff(x, y, path + "[%d]" % i, out)
     elif a != b:
         out.append((path, a, b))
-for kind in ("int8", "fp8"):
+for kind in ("int8", "fp8", "int8-sharded"):
     a, b = load(kind + "-base-1"), load(kind + "-after-1")
     if a is None or b is None:
         print(kind, "a run wrote no JSON")
