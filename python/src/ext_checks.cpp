@@ -22,12 +22,11 @@ void bind_checks(nb::module_& m) {
       "predict",
       [](nb::handle operands, int threads) {
         const OperandsIn in = operands_in(operands);
-        const bool from_file = nb::isinstance<nb::str>(operands);
         nlohmann::json j;
         without_gil([&] {
           qc::PredictionSet p = qc::predict(in.layers, in.path, in.sha256, threads);
           // A file's tree digest as well, as `qconform predict` records it (docs/formats.md "Tree digest").
-          if (from_file) p.operands_sha256_tree = qc::sha256_tree_file(in.path);
+          if (in.from_file) p.operands_sha256_tree = qc::sha256_tree_file(in.path);
           j = qc::to_json(p);
         });
         return json_to_py(j);

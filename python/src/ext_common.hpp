@@ -120,6 +120,7 @@ qc::LayerOperands operands_from_dict(nb::handle obj, const std::string& where);
 struct OperandsIn {
   std::vector<qc::LayerOperands> layers;
   std::string path, sha256;
+  bool from_file = false;  // read from `path` (else layer dicts: path "<python>")
 };
 
 // `operands`: a path (str; the Python layer turns PathLike into str) or a sequence of layer dicts.

@@ -155,6 +155,7 @@ OperandsIn operands_in(nb::handle operands) {
     in.layers = std::move(set.layers);
     in.path = set.path;
     in.sha256 = set.sha256;
+    in.from_file = true;
     return in;
   }
   nb::list list;

@@ -155,6 +155,11 @@ PredictionSet prediction_set_from_json(const nlohmann::json& j, const std::strin
     QC_INPUT(is_digest(p.operands_sha256_tree, "sha256-tree:"),
              "{}: field `operands.sha256_tree`: expected sha256-tree:<64 lowercase hex>, found {}", file,
              printable_text(p.operands_sha256_tree, 90));
+    // verify reports this plain digest once the tree digest matches: it must be one.
+    QC_INPUT(is_digest(p.operands_sha256),
+             "{}: field `operands.sha256`: expected sha256:<64 lowercase hex> (the plain digest beside the tree digest), "
+             "found {}",
+             file, printable_text(p.operands_sha256, 90));
   }
   const nlohmann::json& layers = r.at(j, "", "layers");
   QC_INPUT(layers.is_array(), "{}: field `layers`: expected an array of per-layer predictions, found {}", file,

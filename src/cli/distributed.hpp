@@ -6,6 +6,8 @@
 
 #include <string>
 
+#include "core/operands_io.hpp"
+#include "dist/dist.hpp"
 #include "orchestrate/ranks.hpp"
 
 namespace qc::cli {
@@ -15,6 +17,13 @@ inline void add_shard_size_option(CLI::App& app, std::string& size) {
   app.add_option("--shard-size", size,
                  "write a sharded set: shards of at most SIZE bytes (e.g. 2G) beside the index given as --out "
                  "NAME.index.json, read layer by layer");
+}
+
+// Whether a verb may read the operands' digests beside its work (`open_operands(..., digest_beside)`) and
+// check them when it is done. Not a sharded set's under several ranks: each rank checks its shards as it maps
+// them, before its results go to rank 0, which cannot wait for another rank's digests.
+inline bool digests_beside_the_work(const std::string& operands) {
+  return !(is_index_path(operands) && dist::world().size > 1);
 }
 
 // `--gpu-per-rank` (use_gpu_of_local_rank).

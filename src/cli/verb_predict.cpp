@@ -30,9 +30,8 @@ VerbRunner setup_predict(CLI::App& app) {
     check_output_paths(paths_in, {{"--out", *out}});
     // Both digests are read beside the predictions: the plain SHA-256, and the tree digest (docs/formats.md)
     // that a pinned verify of these operands checks on every core instead of the plain one, which cannot be
-    // split. (A sharded set's shards are checked at load when there are several ranks, as in verify.)
-    const bool beside = !(is_index_path(*ops_path) && dist::world().size > 1);
-    OperandSet set = open_operands(*ops_path, /*with_digest=*/true, beside);
+    // split.
+    OperandSet set = open_operands(*ops_path, /*with_digest=*/true, digests_beside_the_work(*ops_path));
     std::future<std::string> tree;
     if (dist::world().root()) tree = std::async(std::launch::async, [path = *ops_path] { return sha256_tree_file(path); });
     for (size_t i = 0; i < set.size(); ++i) {

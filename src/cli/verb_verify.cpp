@@ -249,9 +249,7 @@ int run_verify(const VerifyCli& o) {
   // Unless something keys on the operands' digest before the layers run (a --resume journal), the digest
   // is read beside the verification and, with pinned predictions, checked against theirs when it is done,
   // before anything is printed or written.
-  // With several ranks a sharded set's shards are checked as each rank maps them (before its results go to
-  // rank 0, which cannot wait for another rank's digests).
-  const bool digest_beside = o.resume.empty() && !(is_index_path(o.operands) && dist::world().size > 1);
+  const bool digest_beside = o.resume.empty() && digests_beside_the_work(o.operands);
   // A single file whose pinned predictions record its tree digest: the tree digest is read beside instead (on
   // every core), and once it equals theirs the file holds the bytes `predict` hashed, so the plain SHA-256 it
   // recorded is this file's (docs/formats.md, "Tree digest").
@@ -292,11 +290,8 @@ int run_verify(const VerifyCli& o) {
              "{}: field `operands.sha256_tree`: expected {} (the tree digest of {}), found {}: predictions were made "
              "from other operands",
              o.predictions, found, o.operands, predictions.operands_sha256_tree);
-    QC_INPUT(is_digest(predictions.operands_sha256),
-             "{}: field `operands.sha256`: expected sha256:<64 lowercase hex> (the plain digest beside the tree digest), "
-             "found {}",
-             o.predictions, printable_text(predictions.operands_sha256, 90));
     set.sha256 = predictions.operands_sha256;  // the same bytes (above): the plain digest predict read of them
+                                               // (well formed: prediction_set_from_json)
   } else if (digest_beside) {
     set.await_sha256();
     laps.lap("waiting for the operands' SHA-256 (read beside the verification)");

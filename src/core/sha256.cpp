@@ -81,12 +81,13 @@ bool is_digest(std::string_view d, std::string_view prefix) {
 
 namespace {
 
-// Fills `buffer` from `fd` (short reads continued); the bytes read, 0 at the end. Input error naming
+// Reads up to `want` bytes of `fd` at `offset` into `buffer` (pread, so that threads may share the
+// descriptor; short reads continued); the bytes read, fewer only at the end of the file. Input error naming
 // `path` when a read fails.
-size_t read_chunk(int fd, std::vector<std::byte>& buffer, const std::string& path) {
+size_t read_at(int fd, uint64_t offset, std::byte* buffer, size_t want, const std::string& path) {
   size_t have = 0;
-  while (have < buffer.size()) {
-    const ssize_t got = ::read(fd, buffer.data() + have, buffer.size() - have);
+  while (have < want) {
+    const ssize_t got = ::pread(fd, buffer + have, want - have, static_cast<off_t>(offset + have));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) QC_FAIL_INPUT("{}: read failed while hashing: {}", path, std::strerror(errno));
     if (got == 0) break;
@@ -95,18 +96,16 @@ size_t read_chunk(int fd, std::vector<std::byte>& buffer, const std::string& pat
   return have;
 }
 
-// Hashes `length` bytes of `fd` from `offset` (pread, so that threads share the descriptor) into `h`.
+// Hashes `length` bytes of `fd` from `offset` into `h`, through `buffer`.
 void hash_range(int fd, uint64_t offset, uint64_t length, std::vector<std::byte>& buffer, Sha256& h,
                 const std::string& path) {
   while (length > 0) {
     const size_t want = static_cast<size_t>(std::min<uint64_t>(length, buffer.size()));
-    const ssize_t got = ::pread(fd, buffer.data(), want, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) QC_FAIL_INPUT("{}: read failed while hashing: {}", path, std::strerror(errno));
-    QC_INPUT(got > 0, "{}: the file became shorter while it was hashed (at byte {})", path, offset);
-    h.update(std::span<const std::byte>(buffer.data(), static_cast<size_t>(got)));
-    offset += static_cast<uint64_t>(got);
-    length -= static_cast<uint64_t>(got);
+    const size_t got = read_at(fd, offset, buffer.data(), want, path);
+    QC_INPUT(got == want, "{}: the file became shorter while it was hashed (at byte {})", path, offset + got);
+    h.update(std::span<const std::byte>(buffer.data(), got));
+    offset += got;
+    length -= got;
   }
 }
 
@@ -127,9 +126,13 @@ std::string sha256_file(const std::string& path) {
   constexpr size_t kChunk = size_t{8} << 20;
   std::vector<std::byte> buffer[2] = {std::vector<std::byte>(kChunk), std::vector<std::byte>(kChunk)};
   Sha256 h;
-  size_t got = read_chunk(fd, buffer[0], path);
+  uint64_t offset = 0;
+  size_t got = read_at(fd, offset, buffer[0].data(), kChunk, path);
   for (int cur = 0; got != 0; cur = 1 - cur) {
-    std::future<size_t> next = std::async(std::launch::async, [&, other = 1 - cur] { return read_chunk(fd, buffer[other], path); });
+    offset += got;
+    std::future<size_t> next = std::async(std::launch::async, [&, other = 1 - cur, at = offset] {
+      return read_at(fd, at, buffer[other].data(), kChunk, path);
+    });
     h.update(std::span<const std::byte>(buffer[cur].data(), got));
     got = next.get();
   }
