@@ -31,9 +31,13 @@ VerbRunner setup_predict(CLI::App& app) {
     // Both digests are read beside the predictions: the plain SHA-256, and the tree digest (docs/formats.md)
     // that a pinned verify of these operands checks on every core instead of the plain one, which cannot be
     // split.
+    // A single file's are read together when the digest record is on (docs/formats.md, "Digest record").
     OperandSet set = open_operands(*ops_path, /*with_digest=*/true, digests_beside_the_work(*ops_path));
+    const bool tree_with_plain = !is_index_path(*ops_path) && !digest_record_dir().empty();
     std::future<std::string> tree;
-    if (dist::world().root()) tree = std::async(std::launch::async, [path = *ops_path] { return sha256_tree_file(path); });
+    if (dist::world().root() && !tree_with_plain) {
+      tree = std::async(std::launch::async, [path = *ops_path] { return sha256_tree_file(path); });
+    }
     for (size_t i = 0; i < set.size(); ++i) {
       const LayerOperands layer = set.load(i);
       QC_INPUT(!layer.fp8(),
@@ -50,7 +54,8 @@ VerbRunner setup_predict(CLI::App& app) {
     set.await_sha256();  // and the shards' digests against the index
     if (!dist::world().root()) return kExitOk;
     p.operands_sha256 = set.sha256;
-    p.operands_sha256_tree = tree.get();
+    p.operands_sha256_tree = tree.valid() ? tree.get() : set.sha256_tree;
+    if (p.operands_sha256_tree.empty()) p.operands_sha256_tree = sha256_tree_file(*ops_path);  // no record after all
     const std::string text = to_json(p).dump(1) + "\n";
     write_file_atomic(*out, text);
     if (!*quiet) fmt::print("{:<40} {:>16} {:>12} {:>9} {:>8} {:>14} {}\n", "layer", "MxNxK", "max|acc|", "headroom",

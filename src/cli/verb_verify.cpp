@@ -294,7 +294,9 @@ int run_verify(const VerifyCli& o) {
                                                // (well formed: prediction_set_from_json)
   } else if (digest_beside) {
     set.await_sha256();
-    laps.lap("waiting for the operands' SHA-256 (read beside the verification)");
+    laps.lap(set.sha256_from_record
+                 ? "waiting for the operands' SHA-256 (beside; its tree digest found in the digest record)"
+                 : "waiting for the operands' SHA-256 (read beside the verification)");
     if (o.predictions.empty()) {
       predictions.operands_sha256 = set.sha256;  // computed now, before the digest was there
     } else {

@@ -255,7 +255,10 @@ void attach_shard_loader(OperandSet& set, const std::string& path, const std::st
   };
   auto checked = std::make_shared<Checked>();
   // Apart from `checked`, which holds the digests' futures: their tasks must not hold it.
-  auto readers = std::make_shared<std::counting_semaphore<>>(std::max(1u, std::thread::hardware_concurrency()));
+  // One shard per core; with the digest record each shard's tree digest reads on every core itself, so a
+  // quarter of them (the plain digests of a first run still one core each).
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  auto readers = std::make_shared<std::counting_semaphore<>>(digest_record_dir().empty() ? cores : std::max(1u, cores / 4));
   const auto check = [path, digests](const std::string& shard, const std::string& layer, const std::string& found) {
     QC_INPUT(found == digests->at(shard),
              "{}: shard `{}` (layer `{}`): expected {} (field `shards.{}` of the index), found {}: the shard changed "
@@ -275,11 +278,11 @@ void attach_shard_loader(OperandSet& set, const std::string& path, const std::st
               std::counting_semaphore<>& s;
               ~Release() { s.release(); }
             } release{*readers};
-            return sha256_file(shard_path);
+            return sha256_file_recorded(shard_path).sha256;
           };
           checked->pending.emplace_back(shard, order[i], std::async(std::launch::async, std::move(read)).share());
         } else {
-          check(shard, order[i], sha256_file(shard_path));
+          check(shard, order[i], sha256_file_recorded(shard_path).sha256);
         }
         checked->shards.insert(shard);
       }
@@ -372,7 +375,10 @@ LayerOperands OperandSet::load(size_t i) const {
 }
 
 void OperandSet::await_sha256() {
-  if (pending_sha256.valid()) sha256 = pending_sha256.get();
+  if (pending_sha256.valid()) {
+    const FileDigests& d = pending_sha256.get();
+    sha256 = d.sha256, sha256_tree = d.sha256_tree, sha256_from_record = d.from_record;
+  }
   pending_sha256 = {};
   if (await_shards) std::exchange(await_shards, nullptr)();
 }
@@ -403,8 +409,8 @@ OperandSet load_file(const std::string& path, bool with_digest, bool digest_besi
   set.metadata = file->metadata;
   // The digest is read from the file on its own thread while the layers are checked here (for FP8
   // codes a scan of every byte).
-  std::future<std::string> digest;
-  if (with_digest) digest = std::async(std::launch::async, [path] { return sha256_file(path); });
+  std::future<FileDigests> digest;
+  if (with_digest) digest = std::async(std::launch::async, [path] { return sha256_file_recorded(path); });
   std::vector<std::string> keys;
   for (const auto& [key, tensor] : file->tensors) keys.push_back(key);
   const FileScaling scaling = file_scaling(set.metadata, path);

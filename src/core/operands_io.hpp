@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/sha256.hpp"
 #include "qconform/operands.hpp"
 
 namespace qc {
@@ -28,7 +29,11 @@ struct OperandSet {
   std::string sha256;  // "sha256:<hex>" of the whole file, or of a sharded set's index
   // A digest still being read on a thread of its own (`open_operands(path, true, /*digest_beside=*/true)`),
   // beside the work; `await_sha256` waits for it and stores it in `sha256`.
-  std::shared_future<std::string> pending_sha256;
+  std::shared_future<FileDigests> pending_sha256;
+  // A single file's tree digest, when the digest record is on (docs/formats.md, "Digest record"), and
+  // whether `sha256` is the record's (the file read once, at the tree's pace) rather than read now.
+  std::string sha256_tree;
+  bool sha256_from_record = false;
   // A sharded set opened with `digest_beside`: waits for the digests of the shards mapped so far and
   // compares each with the index (an input error naming the first that differs).
   std::function<void()> await_shards;

@@ -1,12 +1,16 @@
 #include "core/sha256.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <future>
 #include <thread>
 #include <vector>
@@ -115,9 +119,12 @@ void append_u64_le(std::string& out, uint64_t v) {
 
 }  // namespace
 
+namespace {
+
 // Two buffers: a task reads the next chunk while this thread hashes the one before, so that a large file
-// (verify's operands) is hashed at the hash's own pace rather than the sum of reading and hashing.
-std::string sha256_file(const std::string& path) {
+// (verify's operands) is hashed at the hash's own pace rather than the sum of reading and hashing. Returns
+// "" when `stop` was set before the end.
+std::string sha256_file_until(const std::string& path, const std::atomic<bool>* stop) {
   const int fd = open_input(path);
   struct Closer {
     int fd;
@@ -129,6 +136,7 @@ std::string sha256_file(const std::string& path) {
   uint64_t offset = 0;
   size_t got = read_at(fd, offset, buffer[0].data(), kChunk, path);
   for (int cur = 0; got != 0; cur = 1 - cur) {
+    if (stop != nullptr && stop->load(std::memory_order_relaxed)) return "";
     offset += got;
     std::future<size_t> next = std::async(std::launch::async, [&, other = 1 - cur, at = offset] {
       return read_at(fd, at, buffer[other].data(), kChunk, path);
@@ -138,6 +146,10 @@ std::string sha256_file(const std::string& path) {
   }
   return "sha256:" + h.hex();
 }
+
+}  // namespace
+
+std::string sha256_file(const std::string& path) { return sha256_file_until(path, nullptr); }
 
 std::string sha256_tree_file(const std::string& path) {
   uint64_t size = 0;
@@ -168,6 +180,118 @@ std::string sha256_tree_file(const std::string& path) {
   append_u64_le(root, size);
   for (const std::string& leaf : leaves) root += leaf;
   return "sha256-tree:" + sha256_hex(std::string_view(root));
+}
+
+std::string digest_record_dir() {
+  if (const char* set = std::getenv("QC_DIGEST_RECORD")) {
+    const std::string dir = set;
+    return dir == "off" ? "" : dir;
+  }
+  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache != nullptr && cache[0] == '/') {
+    return std::string(cache) + "/qconform/digests";
+  }
+  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] == '/') {
+    return std::string(home) + "/.cache/qconform/digests";
+  }
+  return "";
+}
+
+namespace {
+
+// The record's folder, made (0700) when missing; "" when it cannot be made or is not this user's alone
+// (owned by another user, or writable by others: then its entries could be anybody's).
+std::string usable_record_dir() {
+  const std::string dir = digest_record_dir();
+  if (dir.empty()) return "";
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
+  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return "";
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    return "";
+  }
+  return dir;
+}
+
+// The plain digest recorded for `tree`, when its entry is a regular file of this user's, writable by nobody
+// else, holding exactly `sha256:<64 hex>\n`; anything else is not an entry (and is replaced on the next miss).
+std::optional<std::string> recorded_plain(const std::string& entry) {
+  const int fd = ::open(entry.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  struct stat st {};
+  constexpr size_t kSize = 72;  // "sha256:" + 64 hex + "\n"
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 || st.st_size != static_cast<off_t>(kSize)) {
+    return std::nullopt;
+  }
+  char text[kSize];
+  if (::pread(fd, text, kSize, 0) != static_cast<ssize_t>(kSize) || text[kSize - 1] != '\n') return std::nullopt;
+  std::string plain(text, kSize - 1);
+  if (!is_digest(plain)) return std::nullopt;
+  return plain;
+}
+
+// What identifies the file's bytes without reading them: unchanged across both digests, or the pair is not
+// recorded (a write between them changes the ctime, whatever it does to the mtime).
+struct FileStamp {
+  dev_t dev = 0;
+  ino_t ino = 0;
+  off_t size = 0;
+  timespec mtime{}, ctime{};
+  bool ok = false;
+  bool operator==(const FileStamp& o) const {
+    return ok && o.ok && dev == o.dev && ino == o.ino && size == o.size && mtime.tv_sec == o.mtime.tv_sec &&
+           mtime.tv_nsec == o.mtime.tv_nsec && ctime.tv_sec == o.ctime.tv_sec && ctime.tv_nsec == o.ctime.tv_nsec;
+  }
+};
+FileStamp stamp_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return {};
+  return {st.st_dev, st.st_ino, st.st_size, st.st_mtim, st.st_ctim, S_ISREG(st.st_mode)};
+}
+
+}  // namespace
+
+FileDigests sha256_file_recorded(const std::string& path) {
+  const std::string dir = usable_record_dir();
+  if (dir.empty()) return {sha256_file(path), "", false};
+  const FileStamp before = stamp_of(path);
+  // The plain digest is read beside the tree (one core of them) and abandoned if the record has it.
+  std::atomic<bool> stop{false};
+  std::future<std::string> plain =
+      std::async(std::launch::async, [&path, &stop] { return sha256_file_until(path, &stop); });
+  struct StopPlain {  // also when the tree throws: the task must not outlive `stop`
+    std::atomic<bool>& stop;
+    std::future<std::string>& plain;
+    ~StopPlain() {
+      if (plain.valid()) {
+        stop = true;
+        plain.wait();
+      }
+    }
+  } stop_plain{stop, plain};
+  FileDigests d;
+  d.sha256_tree = sha256_tree_file(path);
+  const std::string entry = dir + "/" + d.sha256_tree.substr(std::string_view("sha256-tree:").size());
+  if (std::optional<std::string> recorded = recorded_plain(entry)) {
+    d.sha256 = *recorded;
+    d.from_record = true;
+    return d;  // `stop_plain` abandons the plain digest
+  }
+  d.sha256 = plain.get();
+  if (before == stamp_of(path)) {
+    try {
+      write_file_atomic(entry, d.sha256 + "\n");
+    } catch (const std::exception&) {
+      // A record that cannot be written (a full or read-only disk) costs the next run its speed, nothing more.
+    }
+  }
+  return d;
 }
 
 }  // namespace qc

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -50,5 +51,20 @@ std::string sha256_file(const std::string& path);
 // the plain one from them once the tree digest shows it has the same bytes. `sha256-tree:<64 hex>`.
 inline constexpr uint64_t kTreeDigestPiece = uint64_t{64} << 20;
 std::string sha256_tree_file(const std::string& path);
+
+// A file's plain SHA-256 by way of its tree digest and the digest record (docs/formats.md, "Digest record"):
+// the tree digest is read on every core; when the record holds it, the plain SHA-256 recorded beside it is
+// this file's (equal tree digests, equal bytes) and the file is read once, at the tree's pace. Otherwise the
+// plain digest is read at the same time and the pair is recorded, unless the file changed meanwhile. With
+// no record (`digest_record_dir()` empty) this is `sha256_file` alone.
+struct FileDigests {
+  std::string sha256;        // sha256:<64 hex>
+  std::string sha256_tree;   // sha256-tree:<64 hex>; empty when there is no record
+  bool from_record = false;  // `sha256` is the record's, not read now
+};
+FileDigests sha256_file_recorded(const std::string& path);
+// The record's folder: QC_DIGEST_RECORD when set (`off` or empty: no record), else
+// $XDG_CACHE_HOME/qconform/digests, else $HOME/.cache/qconform/digests; "" when there is none.
+std::string digest_record_dir();
 
 }  // namespace qc

@@ -8,6 +8,8 @@ import pytest
 REPO = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("QCONFORM_BUILD", REPO / "build"))
 SHARED = REPO.parent / "shared"
+# The digest record (docs/formats.md) of the peer tests is in the build folder, not the user's cache.
+os.environ.setdefault("QC_DIGEST_RECORD", str(BUILD / "test-digest-record"))
 
 
 def tool(name: str) -> pathlib.Path:

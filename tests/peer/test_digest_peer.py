@@ -5,6 +5,7 @@ a pinned `verify` of a byte-identical copy reports the copy's plain digest, and 
 refuses the predictions naming the tree digest."""
 import hashlib
 import json
+import os
 import shutil
 import struct
 
@@ -50,3 +51,38 @@ def test_predict_records_both_digests_and_verify_carries_the_plain_one(tmp_path)
     assert "field `operands.sha256_tree`: expected " + tree_digest(bytes(changed)) in p.stderr, p.stderr
     assert "predictions were made from other operands" in p.stderr
     assert not (tmp_path / "v2.json").exists()
+
+
+def test_digest_record_gives_verify_the_plain_digest_of_the_same_bytes(tmp_path):
+    """docs/formats.md, "Digest record": the first verify reads both digests and records the pair under the
+    tree digest; the second finds it there (its --timings say so) and reports the same plain digest, hashlib's;
+    a file one byte apart misses the record and reports its own."""
+    ops = tmp_path / "ops.safetensors"
+    run([tool("qconform"), "synth", "--shapes", "64x8192x8200", "--seed", "3", "--out", ops])
+    data = ops.read_bytes()
+    record = tmp_path / "record"
+    env = dict(os.environ, QC_DIGEST_RECORD=str(record))
+    arms = ["--arms", "cpu:vllm-cutlass,cpu:vllm-triton", "--timings"]
+
+    def verify(path, name):
+        out = run([tool("qconform"), "verify", path, *arms, "--json", tmp_path / name], env=env).stdout
+        return out, json.loads((tmp_path / name).read_text())
+
+    first, j1 = verify(ops, "v1.json")
+    assert "found in the digest record" not in first
+    assert (record / tree_digest(data).split(":")[1]).read_text() == "sha256:" + hashlib.sha256(data).hexdigest() + "\n"
+    second, j2 = verify(ops, "v2.json")
+    assert "its tree digest found in the digest record" in second, second
+    for j in (j1, j2):
+        j.pop("seconds", None)
+        j.pop("wall_seconds", None)
+    assert j1 == j2
+    assert j2["operands"]["sha256"] == "sha256:" + hashlib.sha256(data).hexdigest()
+
+    changed = bytearray(data)
+    changed[-1] ^= 0x01
+    other = tmp_path / "other.safetensors"
+    other.write_bytes(bytes(changed))
+    third, j3 = verify(other, "v3.json")
+    assert "found in the digest record" not in third
+    assert j3["operands"]["sha256"] == "sha256:" + hashlib.sha256(bytes(changed)).hexdigest()

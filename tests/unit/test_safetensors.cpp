@@ -17,6 +17,7 @@
 #include <fstream>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "input_error.hpp"
@@ -546,4 +547,89 @@ TEST(Sha256, TreeDigestIsItsDefinitionComputedBySha256sum) {
     if (size == piece + 1) EXPECT_EQ(root.size(), 24u + 16u + 64u);  // two pieces
   }
   EXPECT_THROW(qc::sha256_tree_file(dir.file("absent")), qc::Error);
+}
+
+// The digest record (docs/formats.md, "Digest record"): a miss reads both digests and records the pair, a
+// hit takes the plain digest from the record (and it is the file's, by `sha256_file`), a changed file
+// misses, and nothing but a well-formed entry of this user's, writable by nobody else, is believed.
+TEST(Sha256, DigestRecordGivesThePlainDigestOfTheSameBytesOnly) {
+  TempDir dir;
+  struct Env {  // QC_DIGEST_RECORD for this test, restored after it
+    std::optional<std::string> was;
+    Env() {
+      if (const char* v = std::getenv("QC_DIGEST_RECORD")) was = v;
+    }
+    ~Env() { was ? ::setenv("QC_DIGEST_RECORD", was->c_str(), 1) : ::unsetenv("QC_DIGEST_RECORD"); }
+  } env;
+  const std::string record = dir.file("record");
+  ::setenv("QC_DIGEST_RECORD", record.c_str(), 1);
+  ASSERT_EQ(qc::digest_record_dir(), record);
+  const std::string path = dir.file("ops.bin");
+  auto bytes = pattern_bytes((uint64_t{64} << 20) + 4097, 11);  // two tree pieces
+  const auto write = [&] {
+    qc::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  };
+  write();
+  const std::string plain = qc::sha256_file(path), tree = qc::sha256_tree_file(path);
+
+  const qc::FileDigests miss = qc::sha256_file_recorded(path);
+  EXPECT_EQ(miss.sha256, plain);
+  EXPECT_EQ(miss.sha256_tree, tree);
+  EXPECT_FALSE(miss.from_record);
+  const std::string entry = record + "/" + tree.substr(12);
+  ASSERT_TRUE(fs::exists(entry)) << entry;
+  EXPECT_EQ(fs::status(record).permissions() & fs::perms::all, fs::perms::owner_all);
+  EXPECT_EQ(qc::read_file(entry), plain + "\n");
+
+  const qc::FileDigests hit = qc::sha256_file_recorded(path);
+  EXPECT_EQ(hit.sha256, plain);
+  EXPECT_EQ(hit.sha256_tree, tree);
+  EXPECT_TRUE(hit.from_record);
+
+  // One byte changed in the second piece, same size: another tree digest, the plain digest read again.
+  bytes[(uint64_t{64} << 20) + 7] ^= std::byte{1};
+  write();
+  const qc::FileDigests changed = qc::sha256_file_recorded(path);
+  EXPECT_FALSE(changed.from_record);
+  EXPECT_EQ(changed.sha256, qc::sha256_file(path));
+  EXPECT_NE(changed.sha256, plain);
+  EXPECT_NE(changed.sha256_tree, tree);
+
+  // Entries that are not believed: malformed, group-writable, a symbolic link. Each is read past (the
+  // plain digest read again, correct) and a malformed or group-writable one is replaced by the right pair.
+  const std::string forged = "sha256:" + std::string(64, '0');
+  bytes[(uint64_t{64} << 20) + 7] ^= std::byte{1};  // back to the first bytes, whose pair is `plain`, `tree`
+  const auto not_believed = [&](const std::string& why, auto&& make) {
+    fs::remove(entry);
+    make();
+    const qc::FileDigests d = qc::sha256_file_recorded(path);
+    EXPECT_FALSE(d.from_record) << why;
+    EXPECT_EQ(d.sha256, qc::sha256_file(path)) << why;
+  };
+  write();
+  ASSERT_EQ(qc::sha256_file(path), plain);
+  not_believed("malformed", [&] { qc::write_file_atomic(entry, "sha256:" + std::string(63, 'a') + "\n\n"); });
+  EXPECT_EQ(qc::read_file(entry), plain + "\n");
+  not_believed("upper-case hex", [&] { qc::write_file_atomic(entry, "sha256:" + std::string(64, 'A') + "\n"); });
+  not_believed("group-writable", [&] {
+    qc::write_file_atomic(entry, forged + "\n");
+    fs::permissions(entry, fs::perms::group_write, fs::perm_options::add);
+  });
+  EXPECT_EQ(qc::read_file(entry), plain + "\n");
+  not_believed("a symbolic link", [&] {
+    qc::write_file_atomic(dir.file("elsewhere"), forged + "\n");
+    fs::create_symlink(dir.file("elsewhere"), entry);
+  });
+
+  // A record folder writable by others is not used (its entries could be anybody's); nor is one with `off`.
+  fs::permissions(record, fs::perms::others_write, fs::perm_options::add);
+  const qc::FileDigests open_dir = qc::sha256_file_recorded(path);
+  EXPECT_TRUE(open_dir.sha256_tree.empty());
+  EXPECT_EQ(open_dir.sha256, plain);
+  ::setenv("QC_DIGEST_RECORD", "off", 1);
+  EXPECT_EQ(qc::digest_record_dir(), "");
+  const qc::FileDigests off = qc::sha256_file_recorded(path);
+  EXPECT_TRUE(off.sha256_tree.empty());
+  EXPECT_FALSE(off.from_record);
+  EXPECT_EQ(off.sha256, plain);
 }
