@@ -6,8 +6,8 @@
 # `-fastacc`) alternating baseline and this tree, and compares every JSON field for field (timings and the
 # reference's description aside). Logs and the JSON go to $OUT.
 #   git archive <commit> | gzip > .carry/baseline.tar.gz; STEPS=build,tests,speed,70b scripts/resident-validate.sh
-# `speed` times a single file and the same operands as a sharded set; `70b` a Llama-3-70B-shaped subset
-# (LAYERS70 of its 560 layers, default 77: 11 blocks), projected to the whole model.
+# `speed` times a single file and the same operands as a sharded set (NSYS=1: and profiles one FP8 verify);
+# `70b` a Llama-3-70B-shaped set at full size (560 layers, 71.6 GB in /dev/shm), below.
 # Highway is taken from .carry/hwy/usr when present (the GPU machine has no libhwy-dev; docs/gpu.md).
 #   CUTLASS=1: this tree is built with CUTLASS's headers from .carry/nvidia_cutlass-*.whl (its GPU tests then run
 #   the CUTLASS arms too; the build takes minutes longer); the baseline is always built without.
@@ -85,10 +85,13 @@ if want speed; then
     start=$(now_ms)
     "$q" verify "$ops" --arms "$arms" --reference gpu --timings --json "$R/$name.json" "$@" > "$R/$name.txt" 2>&1 || rc=$?
     local ms=$(( $(now_ms) - start ))
-    local inside
+    local inside laps
     inside=$(sed -n 's/^  the verification (verify_layer_runs; its phases above) *//p' "$R/$name.txt")
-    printf '%-14s exit %d  process %6.2f s  in the verification %6.2f s\n' "$name" "$rc" "$(awk "BEGIN{print $ms / 1000}")" "$inside" |
-      tee -a "$OUT/speed.txt"
+    # The process's own phases add up to the wall up to its last write; the rest is its exit (destructors,
+    # the CUDA driver's teardown).
+    laps=$(awk '/^this process around/ { on = 1; next } on && NF { s += $NF } END { print s + 0 }' "$R/$name.txt")
+    printf '%-14s exit %d  process %6.2f s  in the verification %6.2f s  after the last phase %5.2f s\n' "$name" "$rc" \
+      "$(awk "BEGIN{print $ms / 1000}")" "$inside" "$(awk "BEGIN{print $ms / 1000 - $laps}")" | tee -a "$OUT/speed.txt"
     [ $rc -le 1 ] || tail -3 "$R/$name.txt"
   }
   for i in $(seq 1 "$PAIRS"); do
@@ -143,30 +146,41 @@ for kind in ("int8", "fp8", "int8-sharded"):
     for p, x, y in found[:12]:
         print("  ", p, "|", str(x)[:160], "|", str(y)[:160])
 PY
+  if [ "${NSYS:-0}" = 1 ] && command -v nsys > /dev/null; then  # the FP8 verify's kernels, for where its GPU time goes
+    nsys profile -o "$R/fp8prof" --force-overwrite true "$Q" verify "$tmp/speed-fp8.safetensors" \
+      --arms cuda:cublaslt-fp8,cuda:cublaslt-fp8-fastacc --reference gpu > /dev/null 2>&1
+    nsys stats -r cuda_gpu_kern_sum,cuda_gpu_mem_time_sum "$R/fp8prof.nsys-rep" 2>&1 | cut -c1-220 | head -60 > "$OUT/fp8-nsys.txt"
+  fi
   for f in int8-after-1 fp8-after-1 int8-sharded-after-1; do cp "$R/$f.txt" "$OUT/$f.txt"; done
   for f in int8-after-1 fp8-after-1 int8-sharded-after-1; do echo "-- $f"; sed -n '/^time by phase/,$p' "$R/$f.txt"; done
 fi
 
-# A Llama-3-70B-shaped subset: the first LAYERS70 of its 560 layers (M = 512), sharded as HF checkpoints are
-# (5 GB), the INT8 pair with pinned predictions; the whole model's time is projected from it (the device's
-# 64 GiB disk cannot hold the 71.6 GB set). This tree only.
+# A Llama-3-70B-shaped set at full size: 560 layers (80 blocks), M = 512, sharded as HF checkpoints are (5 GB),
+# 71.6 GB, in DIR70 (default /dev/shm: the machine's 64 GiB disk cannot hold it). SRC70 layers (default 77: 11
+# blocks) are synthesized and repeated to BLOCKS70 blocks (scripts/replicate-operands.py: every layer keeps its
+# name, shape and a synthesized layer's bytes). `predict` pins them (and fills the digest record), then the INT8
+# pair verifies them RUNS70 times; the last run's phases are kept. This tree only.
 if want 70b; then
-  n=${LAYERS70:-77}  # 11 decoder blocks of 7 linear layers
-  step "llama3-70b-shaped, $n of 560 layers"
-  tmp=${TMPDIR:-/tmp}
-  rm -f "$tmp"/speed-70b*
-  timed "$Q" synth --shapes llama3-70b --layers "$n" --m 512 --seed 1 --shard-size 5000000000 --out "$tmp/speed-70b.index.json" > /dev/null
-  du -sb "$tmp"/speed-70b* | awk '{ s += $1 } END { print s " bytes of operands" }' | tee "$OUT/70b.txt"
-  df -h "$tmp" /dev/shm | tee -a "$OUT/70b.txt"  # where a whole 70B set (71.6 GB) could go
-  "$Q" predict "$tmp/speed-70b.index.json" --out /tmp/70b.predictions.json --quiet > /tmp/70b.predict.txt
+  n=${SRC70:-77} blocks=${BLOCKS70:-80} dir=${DIR70:-/dev/shm}
+  step "llama3-70b-shaped, $blocks blocks from $n synthesized layers, in $dir"
+  rm -rf "$dir/qc70" && mkdir -p "$dir/qc70"
+  free -g | head -2 | tee "$OUT/70b.txt"
+  timed "$Q" synth --shapes llama3-70b --layers "$n" --m 512 --seed 1 --shard-size 5000000000 \
+    --out "$dir/qc70/src.index.json" | tee -a "$OUT/70b.txt"
+  timed python3 scripts/replicate-operands.py "$dir/qc70/src.index.json" "$blocks" "$dir/qc70/l70.index.json" | tee -a "$OUT/70b.txt"
+  rm -f "$dir"/qc70/src*
+  du -sb "$dir/qc70" | tee -a "$OUT/70b.txt"
+  free -g | head -2 | tee -a "$OUT/70b.txt"
+  timed "$Q" predict "$dir/qc70/l70.index.json" --out /tmp/70b.predictions.json --quiet | tee /tmp/70b.predict.txt | tee -a "$OUT/70b.txt"
   pin70=$(sed -n 's/^pin: //p' /tmp/70b.predict.txt)
-  for i in 1 2; do
+  for i in $(seq 1 "${RUNS70:-3}"); do
     t0=$(now_ms)
-    "$Q" verify "$tmp/speed-70b.index.json" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --reference gpu --timings \
-      --predictions /tmp/70b.predictions.json --pin "$pin70" > /tmp/70b-$i.txt 2>&1
+    "$Q" verify "$dir/qc70/l70.index.json" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --reference gpu --timings \
+      --predictions /tmp/70b.predictions.json --pin "$pin70" --json /tmp/70b-$i.json > /tmp/70b-$i.txt 2>&1
     rc=$?
-    ms=$(( $(now_ms) - t0 ))
-    echo "run $i: exit $rc, process $ms ms for $n layers; 560 layers projected $(( ms * 560 / n )) ms" | tee -a "$OUT/70b.txt"
+    echo "run $i: exit $rc, process $(( $(now_ms) - t0 )) ms for $(( blocks * 7 )) layers" | tee -a "$OUT/70b.txt"
+    [ $rc -le 1 ] || tail -5 /tmp/70b-$i.txt | tee -a "$OUT/70b.txt"
   done
-  sed -n '/^time by phase/,$p' /tmp/70b-2.txt >> "$OUT/70b.txt"
+  head -120 /tmp/70b-"${RUNS70:-3}".txt >> "$OUT/70b.txt"
+  rm -rf "$dir/qc70"
 fi

@@ -4,12 +4,16 @@
 // come back, with the rows the host lists from.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cstring>
 #include <future>
 #include <map>
+#include <mutex>
+#include <thread>
 #include <utility>
+#include <vector>
 
 #include "arms/cuda/cuda.hpp"
 #include "arms/cuda/cuda_common.hpp"
@@ -45,6 +49,77 @@ class PinnedSlot {
 
  private:
   T* p_ = nullptr;
+};
+
+// Uploads from pageable memory (the operands' mapped files) at the link's pace: a large array is cut into
+// chunks that `workers` threads copy into pinned slots in parallel (the page faults of a mapped file taken
+// on every worker, not one), each slot going to the device by DMA behind its copy; a slot is written again
+// once its DMA is done. A plain `cudaMemcpyAsync` from pageable memory is one thread's staging copy, about
+// 5 GB/s on the GPU machine, where the layers of a 70B model need their 72 GB at the link's ~50 GB/s.
+class PinnedStager {
+ public:
+  static constexpr size_t kChunk = size_t{8} << 20;
+  static constexpr size_t kMinBytes = size_t{32} << 20;  // below this, one cudaMemcpyAsync
+
+  ~PinnedStager() {
+    for (Slot& s : slots_) {
+      if (s.done != nullptr) {
+        cudaEventSynchronize(s.done);
+        cudaEventDestroy(s.done);
+      }
+      if (s.host != nullptr) cudaFreeHost(s.host);
+    }
+  }
+  // Enqueues the copy of `bytes` from `src` (host, pageable) to `dst` (device) on `stream`; when it returns,
+  // `src` has been read (later work on `stream` sees the bytes in `dst`).
+  void upload(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+    if (bytes < kMinBytes) {
+      QC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
+      return;
+    }
+    std::lock_guard lock(mutex_);
+    const int workers = ensure_slots();
+    const size_t chunks = (bytes + kChunk - 1) / kChunk;
+    std::vector<std::future<void>> tasks;
+    for (int w = 0; w < workers; ++w) {
+      tasks.push_back(std::async(std::launch::async, [&, w] {
+        // Worker w owns slots w and w + workers, alternately: a slot is reused by the thread that filled it.
+        for (size_t c = static_cast<size_t>(w), turn = 0; c < chunks; c += static_cast<size_t>(workers), ++turn) {
+          Slot& slot = slots_[static_cast<size_t>(w) + static_cast<size_t>(workers) * (turn % 2)];
+          if (slot.in_flight) QC_CUDA_CHECK(cudaEventSynchronize(slot.done));
+          const size_t at = c * kChunk, len = std::min(kChunk, bytes - at);
+          std::memcpy(slot.host, static_cast<const char*>(src) + at, len);
+          QC_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + at, slot.host, len, cudaMemcpyHostToDevice, stream));
+          QC_CUDA_CHECK(cudaEventRecord(slot.done, stream));
+          slot.in_flight = true;
+        }
+      }));
+    }
+    for (auto& t : tasks) t.wait();
+    for (auto& t : tasks) t.get();  // rethrows a worker's error once all have stopped
+  }
+
+ private:
+  struct Slot {
+    void* host = nullptr;
+    cudaEvent_t done = nullptr;
+    bool in_flight = false;
+  };
+  // The slots, allocated at the first large upload (a verify of small layers pins nothing): two per worker,
+  // a worker per two cores up to 8 (the rest hash the operands and run the host's passes beside).
+  int ensure_slots() {
+    if (slots_.empty()) {
+      const int workers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8);
+      slots_.resize(static_cast<size_t>(2 * workers));
+      for (Slot& s : slots_) {
+        QC_CUDA_CHECK(cudaHostAlloc(&s.host, kChunk, cudaHostAllocDefault));
+        QC_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+      }
+    }
+    return static_cast<int>(slots_.size() / 2);
+  }
+  std::mutex mutex_;
+  std::vector<Slot> slots_;
 };
 
 }  // namespace
@@ -101,13 +176,15 @@ struct GpuVerifyLayer::Impl {
   PinnedSlot<std::array<cuda_kernels::OperandDiff, 2>> diffs_host;
   PinnedSlot<double> near_limit_host;
 
+  PinnedStager stager;  // large uploads from the mapped operands
+
   void sync() const { QC_CUDA_CHECK(cudaStreamSynchronize(stream)); }
   template <class T>
   void copy_to_device(DeviceScratch<T>& dst, DeviceScratch<T>& copy, std::span<const T> host, cudaStream_t on = nullptr) {
     T* d = dst.reserve(host.size());
     T* c = copy.reserve(host.size());
     if (host.empty()) return;
-    QC_CUDA_CHECK(cudaMemcpyAsync(d, host.data(), host.size_bytes(), cudaMemcpyHostToDevice, on ? on : stream));
+    stager.upload(d, host.data(), host.size_bytes(), on ? on : stream);
     QC_CUDA_CHECK(cudaMemcpyAsync(c, d, host.size_bytes(), cudaMemcpyDeviceToDevice, on ? on : stream));
   }
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
