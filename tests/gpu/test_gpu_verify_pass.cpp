@@ -66,6 +66,14 @@ TEST(ResidentVerify, RealArmsGiveTheHostPipelinesResults) {
   expect_same_verify("cuda:mma-sglang-sm90", "cuda:mma-vllm-cutlass", unbiased, {1, 17, 40});
 }
 
+// A weight of 18 staging chunks (8 MiB each, the last one short): uploaded through the pinned slots by
+// parallel workers, each slot written again once its DMA is done; the results are the host pipeline's.
+TEST(ResidentVerify, AStagedUploadGivesTheHostPipelinesResults) {
+  const std::vector<LayerOperands> layers = {gpu_test::make_layer("r.staged", 16, 8192, 17424, 14, false)};
+  ASSERT_GT(layers[0].w_q.size(), size_t{16} * (8 << 20));
+  expect_same_verify("cuda:mma-vllm-cutlass", "cuda:mma-vllm-triton", layers);
+}
+
 // Host bytes to the device on a resident run's stream, waited for (the host vectors go away on return).
 void to_device(void* device, const void* host, size_t bytes, void* stream) {
 #ifdef QC_WITH_CUDA

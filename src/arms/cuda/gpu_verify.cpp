@@ -59,7 +59,7 @@ class PinnedSlot {
 class PinnedStager {
  public:
   static constexpr size_t kChunk = size_t{8} << 20;
-  static constexpr size_t kMinBytes = size_t{32} << 20;  // below this, one cudaMemcpyAsync
+  static constexpr size_t kMinBytes = kChunk;  // below this, one cudaMemcpyAsync
 
   ~PinnedStager() {
     for (Slot& s : slots_) {
