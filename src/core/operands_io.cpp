@@ -255,30 +255,34 @@ void attach_shard_loader(OperandSet& set, const std::string& path, const std::st
   };
   auto checked = std::make_shared<Checked>();
   // Apart from `checked`, which holds the digests' futures: their tasks must not hold it.
-  // One shard per core; with the digest record each shard's tree digest reads on every core itself, so a
-  // quarter of them (the plain digests of a first run still one core each).
+  // One shard per core; with the digest record, a quarter as many shards at once, their tree digests sharing
+  // the cores (4 threads each; the plain digest of a first run one core more each).
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  auto readers = std::make_shared<std::counting_semaphore<>>(digest_record_dir().empty() ? cores : std::max(1u, cores / 4));
+  const bool by_tree = !digest_record_dir().empty();
+  const unsigned at_once = by_tree ? std::max(1u, cores / 4) : cores;
+  const unsigned tree_threads = std::max(1u, cores / at_once);  // the cores shared by the shards read at once
+  auto readers = std::make_shared<std::counting_semaphore<>>(at_once);
   const auto check = [path, digests](const std::string& shard, const std::string& layer, const std::string& found) {
     QC_INPUT(found == digests->at(shard),
              "{}: shard `{}` (layer `{}`): expected {} (field `shards.{}` of the index), found {}: the shard changed "
              "after the index was written",
              path, shard, layer, digests->at(shard), shard, found);
   };
-  set.loader = [order = std::move(order), shard_of, checked, readers, scaling, dir, check, digest_beside](size_t i) {
+  set.loader = [order = std::move(order), shard_of, checked, readers, tree_threads, scaling, dir, check,
+                digest_beside](size_t i) {
     const std::string& shard = shard_of->at(i);
     const std::string shard_path = (std::filesystem::path(dir) / shard).string();
     {
       std::lock_guard lock(checked->mutex);
       if (!checked->shards.count(shard)) {
         if (digest_beside) {
-          auto read = [readers, shard_path] {
+          auto read = [readers, tree_threads, shard_path] {
             readers->acquire();
             struct Release {
               std::counting_semaphore<>& s;
               ~Release() { s.release(); }
             } release{*readers};
-            return sha256_file_recorded(shard_path).sha256;
+            return sha256_file_recorded(shard_path, tree_threads).sha256;
           };
           checked->pending.emplace_back(shard, order[i], std::async(std::launch::async, std::move(read)).share());
         } else {

@@ -1,7 +1,9 @@
 #include "core/sha256.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
@@ -151,7 +153,7 @@ std::string sha256_file_until(const std::string& path, const std::atomic<bool>* 
 
 std::string sha256_file(const std::string& path) { return sha256_file_until(path, nullptr); }
 
-std::string sha256_tree_file(const std::string& path) {
+std::string sha256_tree_file(const std::string& path, unsigned threads) {
   uint64_t size = 0;
   const int fd = open_input(path, &size);
   struct Closer {
@@ -160,10 +162,13 @@ std::string sha256_tree_file(const std::string& path) {
   } closer{fd};
   const uint64_t pieces = std::max<uint64_t>(1, (size + kTreeDigestPiece - 1) / kTreeDigestPiece);
   std::vector<std::string> leaves(pieces);  // raw 32-byte digests
-  const size_t workers = static_cast<size_t>(std::min<uint64_t>(pieces, std::max(1u, std::thread::hardware_concurrency())));
+  const unsigned cores = threads != 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+  const size_t workers = static_cast<size_t>(std::min<uint64_t>(pieces, cores));
   std::vector<std::future<void>> tasks;
   for (size_t t = 0; t < workers; ++t) {
     tasks.push_back(std::async(std::launch::async, [&, t] {
+      // Linux keeps a nice value per thread: this worker's alone is lowered (a failure leaves it as it was).
+      ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
       std::vector<std::byte> buffer(size_t{8} << 20);
       for (uint64_t i = t; i < pieces; i += workers) {
         Sha256 h;
@@ -257,7 +262,7 @@ FileStamp stamp_of(const std::string& path) {
 
 }  // namespace
 
-FileDigests sha256_file_recorded(const std::string& path) {
+FileDigests sha256_file_recorded(const std::string& path, unsigned threads) {
   const std::string dir = usable_record_dir();
   if (dir.empty()) return {sha256_file(path), "", false};
   const FileStamp before = stamp_of(path);
@@ -276,7 +281,7 @@ FileDigests sha256_file_recorded(const std::string& path) {
     }
   } stop_plain{stop, plain};
   FileDigests d;
-  d.sha256_tree = sha256_tree_file(path);
+  d.sha256_tree = sha256_tree_file(path, threads);
   const std::string entry = dir + "/" + d.sha256_tree.substr(std::string_view("sha256-tree:").size());
   if (std::optional<std::string> recorded = recorded_plain(entry)) {
     d.sha256 = *recorded;

@@ -49,8 +49,10 @@ std::string sha256_file(const std::string& path);
 // every core, then one SHA-256 over a fixed header, the piece size, the file size and the pieces' digests.
 // It is not the file's SHA-256 (which cannot be split); predictions record both, so that verify can take
 // the plain one from them once the tree digest shows it has the same bytes. `sha256-tree:<64 hex>`.
+// `threads` (0: every core) read the pieces at a lower priority than the process's other threads (nice +10),
+// so that beside a verification they take the cores it leaves idle.
 inline constexpr uint64_t kTreeDigestPiece = uint64_t{64} << 20;
-std::string sha256_tree_file(const std::string& path);
+std::string sha256_tree_file(const std::string& path, unsigned threads = 0);
 
 // A file's plain SHA-256 by way of its tree digest and the digest record (docs/formats.md, "Digest record"):
 // the tree digest is read on every core; when the record holds it, the plain SHA-256 recorded beside it is
@@ -62,7 +64,7 @@ struct FileDigests {
   std::string sha256_tree;   // sha256-tree:<64 hex>; empty when there is no record
   bool from_record = false;  // `sha256` is the record's, not read now
 };
-FileDigests sha256_file_recorded(const std::string& path);
+FileDigests sha256_file_recorded(const std::string& path, unsigned threads = 0);  // `threads`: the tree's
 // The record's folder: QC_DIGEST_RECORD when set (`off` or empty: no record), else
 // $XDG_CACHE_HOME/qconform/digests, else $HOME/.cache/qconform/digests; "" when there is none.
 std::string digest_record_dir();
