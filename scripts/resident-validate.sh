@@ -72,6 +72,7 @@ if want speed; then
   "$Q" synth --shapes qwen3-1.7b --m 512 --seed 1 --shard-size 200000000 --out "$tmp/speed-int8-sharded.index.json" > /dev/null
   "$Q" predict "$tmp/speed-int8-sharded.index.json" --out "$R/int8-sharded.predictions.json" --quiet > "$R/predict-sharded.txt"
   pin_sharded=$(sed -n 's/^pin: //p' "$R/predict-sharded.txt")
+  sync  # the files just written reach the disk now, not during a timed run's fsync of its JSON
   grep -m1 -E "^(model name|flags)" /proc/cpuinfo | cut -c1-80 | tee -a "$OUT/env.txt"
   grep -o -w sha_ni /proc/cpuinfo | head -1 | tee -a "$OUT/env.txt"
   # The floor of the operands' digest on this host: sha256sum of the file (page cache warm), and OpenSSL's rate.
@@ -146,12 +147,31 @@ for kind in ("int8", "fp8", "int8-sharded"):
     for p, x, y in found[:12]:
         print("  ", p, "|", str(x)[:160], "|", str(y)[:160])
 PY
-  if [ "${NSYS:-0}" = 1 ] && command -v nsys > /dev/null; then  # the FP8 verify's kernels, for where its GPU time goes
-    nsys profile -o "$R/fp8prof" --force-overwrite true "$Q" verify "$tmp/speed-fp8.safetensors" \
-      --arms cuda:cublaslt-fp8,cuda:cublaslt-fp8-fastacc --reference gpu > /dev/null 2>&1
-    nsys stats -r cuda_gpu_kern_sum,cuda_gpu_mem_time_sum "$R/fp8prof.nsys-rep" 2>&1 | cut -c1-220 | head -60 > "$OUT/fp8-nsys.txt"
+  if [ "${NCU:-0}" = 1 ] && command -v ncu > /dev/null; then
+    # Where the FP8 verify's GPU time goes: every kernel's duration over one decoder block (7 layers), summed by
+    # kernel name (ncu serializes the kernels: the durations add up, the verify's own wall does not matter here).
+    "$Q" synth --shapes qwen3-1.7b --layers 7 --m 512 --seed 1 --element e4m3 --out "$tmp/ncu-fp8.safetensors" > /dev/null
+    ncu --metrics gpu__time_duration.sum --csv "$Q" verify "$tmp/ncu-fp8.safetensors" \
+      --arms cuda:cublaslt-fp8,cuda:cublaslt-fp8-fastacc --reference gpu > "$R/ncu.csv" 2> "$R/ncu.err"
+    python3 - "$R/ncu.csv" <<'PY' > "$OUT/fp8-ncu.txt"
+import csv, sys, collections
+rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
+head = rows[0]
+name, value, unit = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
+total = collections.defaultdict(lambda: [0, 0.0])
+for r in rows[1:]:
+    v = float(r[value].replace(",", "")) * {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}.get(r[unit], float("nan"))
+    t = total[r[name][:110]]
+    t[0] += 1
+    t[1] += v
+print("FP8 verify, one block (7 qwen3-1.7b layers, M = 512): GPU time by kernel (ms; x28 for the 196 layers)")
+for k, (n, ms) in sorted(total.items(), key=lambda kv: -kv[1][1]):
+    print("%10.3f ms %6d launches  %s" % (ms, n, k))
+print("%10.3f ms total" % sum(t[1] for t in total.values()))
+PY
+    tail -3 "$R/ncu.err" >> "$OUT/fp8-ncu.txt"
   fi
-  for f in int8-after-1 fp8-after-1 int8-sharded-after-1; do cp "$R/$f.txt" "$OUT/$f.txt"; done
+  for f in int8-after-1 fp8-after-1; do cp "$R/$f.txt" "$OUT/$f.txt"; done
   for f in int8-after-1 fp8-after-1 int8-sharded-after-1; do echo "-- $f"; sed -n '/^time by phase/,$p' "$R/$f.txt"; done
 fi
 
