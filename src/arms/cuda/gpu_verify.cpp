@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <future>
 #include <map>
@@ -73,7 +74,7 @@ class PinnedStager {
   // Enqueues the copy of `bytes` from `src` (host, pageable) to `dst` (device) on `stream`; when it returns,
   // `src` has been read (later work on `stream` sees the bytes in `dst`).
   void upload(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
-    if (bytes < kMinBytes) {
+    if (bytes < kMinBytes || workers() == 0) {
       QC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
       return;
     }
@@ -105,12 +106,21 @@ class PinnedStager {
     cudaEvent_t done = nullptr;
     bool in_flight = false;
   };
-  // The slots, allocated at the first large upload (a verify of small layers pins nothing): two per worker,
-  // a worker per two cores up to 8 (the rest hash the operands and run the host's passes beside).
+  // A worker per two cores up to 8 (the rest hash the operands and run the host's passes beside), or
+  // QC_UPLOAD_WORKERS (0: a plain cudaMemcpyAsync; docs/gpu.md), read once.
+  static int workers() {
+    static const int n = [] {
+      if (const char* v = std::getenv("QC_UPLOAD_WORKERS"); v != nullptr && *v != '\0') {
+        return std::clamp(std::atoi(v), 0, 64);
+      }
+      return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8);
+    }();
+    return n;
+  }
+  // The slots, allocated at the first large upload (a verify of small layers pins nothing): two per worker.
   int ensure_slots() {
     if (slots_.empty()) {
-      const int workers = std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8);
-      slots_.resize(static_cast<size_t>(2 * workers));
+      slots_.resize(static_cast<size_t>(2 * workers()));
       for (Slot& s : slots_) {
         QC_CUDA_CHECK(cudaHostAlloc(&s.host, kChunk, cudaHostAllocDefault));
         QC_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
