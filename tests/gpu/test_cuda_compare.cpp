@@ -89,21 +89,13 @@ void expect_exact_i64(int64_t m, int64_t n, int64_t k, int fill, uint64_t seed) 
   }
 }
 
-// K = 2068 (not a multiple of 16) runs the IMAD kernel; K a multiple of 16 below 2^17 the fp32 one, here
-// with ragged 128x128 tiles, a last stage of 16 bytes (K = 2064 = 64.5 stages) and partials flushed into
-// the totals at 1024 and 2048 terms.
-TEST(CudaExactAccum, RandomRagged) {
-  expect_exact_i64(333, 1040, 2068, 0, 1);
-  expect_exact_i64(333, 1040, 2064, 0, 5);
-  expect_exact_i64(129, 200, 16, 0, 6);
-}
+TEST(CudaExactAccum, RandomRagged) { expect_exact_i64(333, 1040, 2068, 0, 1); }
 TEST(CudaExactAccum, KNotAMultipleOfFour) {
   // Byte loads: rows start at unaligned offsets and end mid-word.
   for (int64_t k : {1, 3, 5, 31, 33, 1001}) expect_exact_i64(67, 65, k, 0, 10 + static_cast<uint64_t>(k));
   expect_exact_i64(5, 7, 1023, -128, 11);
 }
 TEST(CudaExactAccum, AllExtremeK32768) {
-  // The fp32 kernel: every 1024-term partial of (-128)·(-128) is 2^24 exactly, the largest it holds.
   expect_exact_i64(65, 70, 32768, -128, 2);  // 2^14 · 2^15 = 2^29
   expect_exact_i64(17, 33, 32768, 127, 3);
 }

@@ -10,11 +10,8 @@
 // Block: 16x16 threads, a 64x64 output tile, each thread rows ty+16r and cols tx+16c; K is staged
 // through shared memory 32 bytes at a time (rows padded to 9 words: conflict-free).
 //
-// Where K is a multiple of 16 below 2^17 and the operands 16-byte aligned (every layer verify uploads), the
-// fp32 kernel below computes the same sums, exactly, at about twice the rate.
-//
-// Test: `make test-gpu` (tests/gpu/test_cuda_compare.cpp: both kernels equal the CPU exact reference,
-// including all-extreme operands at K = 32768, whose 1024-term partials reach 2^24 exactly).
+// Test: `make test-gpu` (tests/gpu/test_cuda_compare.cpp: equals the CPU exact reference,
+// including all-extreme operands at K = 32768).
 #include "int64_exact_accum.cuh"
 
 namespace qc::cuda_kernels {
@@ -127,113 +124,13 @@ __global__ void __launch_bounds__(256) int64_exact_accum_kernel(const int8_t* __
   }
 }
 
-// The same sums on the fp32 pipes, for K a multiple of 16 below 2^17 and 16-byte aligned operands. Exact:
-// each product of two int8 is an integer of magnitude <= 2^14, and a partial over at most kFFlushK = 1024
-// of them an integer of magnitude <= 2^24, which fp32 holds exactly, so the exact result of every FFMA is
-// representable and nothing rounds; the partials go into int32 totals every 1024 terms (|sum| <= K·2^14 <
-// 2^31). Still CUDA cores, not the INT8 tensor cores under test and not dp4a, at about twice the IMAD
-// kernel's rate (sm_90 issues FFMA at twice the rate of IMAD, and the bytes are converted once, when staged).
-//
-// Block: 256 threads, a 128x128 output tile, 8x8 outputs per thread (rows 4ty..4ty+3 and 64+4ty..,
-// columns likewise with tx); K staged 32 bytes at a time, each thread loading 16 bytes of one row of each
-// operand (the next stage's while this one is computed) and storing them k-major as floats.
-constexpr int kFTile = 128;
-constexpr int kFKc = 32;
-constexpr int kFFlushK = 1024;
-
-__device__ __forceinline__ void store_as_floats(float (*s)[kFTile], int k, int row, int4 v) {
-  const int words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-  for (int i = 0; i < 16; ++i) s[k + i][row] = static_cast<float>(static_cast<int8_t>(words[i / 4] >> (8 * (i % 4))));
-}
-
-template <typename Out>
-__global__ void __launch_bounds__(256, 1) fp32_exact_accum_kernel(const int8_t* __restrict__ a,
-                                                                 const int8_t* __restrict__ w,
-                                                                 Out* __restrict__ out, int M, int N, int K) {
-  __shared__ __align__(16) float as[kFKc][kFTile];
-  __shared__ __align__(16) float ws[kFKc][kFTile];
-  const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
-  const int m0 = blockIdx.y * kFTile, n0 = blockIdx.x * kFTile;
-  const int lrow = tid & 127, lhalf = tid >> 7;
-  const bool a_ok = m0 + lrow < M, w_ok = n0 + lrow < N;
-  const int4* a_row = reinterpret_cast<const int4*>(a + static_cast<int64_t>(a_ok ? m0 + lrow : 0) * K);
-  const int4* w_row = reinterpret_cast<const int4*>(w + static_cast<int64_t>(w_ok ? n0 + lrow : 0) * K);
-  const int4 zero = make_int4(0, 0, 0, 0);
-  const auto load = [&](const int4* row, bool ok, int k0) {
-    const int kb = k0 + 16 * lhalf;
-    return ok && kb < K ? row[kb / 16] : zero;
-  };
-  float acc[8][8];
-  int32_t total[8][8];
-#pragma unroll
-  for (int r = 0; r < 8; ++r)
-#pragma unroll
-    for (int c = 0; c < 8; ++c) acc[r][c] = 0.f, total[r][c] = 0;
-  int4 ra = load(a_row, a_ok, 0), rw = load(w_row, w_ok, 0);
-  for (int k0 = 0; k0 < K; k0 += kFKc) {
-    store_as_floats(as, 16 * lhalf, lrow, ra);
-    store_as_floats(ws, 16 * lhalf, lrow, rw);
-    __syncthreads();
-    ra = load(a_row, a_ok, k0 + kFKc), rw = load(w_row, w_ok, k0 + kFKc);
-#pragma unroll 8
-    for (int kk = 0; kk < kFKc; ++kk) {
-      const float4 a0 = *reinterpret_cast<const float4*>(&as[kk][4 * ty]);
-      const float4 a1 = *reinterpret_cast<const float4*>(&as[kk][64 + 4 * ty]);
-      const float4 b0 = *reinterpret_cast<const float4*>(&ws[kk][4 * tx]);
-      const float4 b1 = *reinterpret_cast<const float4*>(&ws[kk][64 + 4 * tx]);
-      const float av[8] = {a0.x, a0.y, a0.z, a0.w, a1.x, a1.y, a1.z, a1.w};
-      const float bv[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
-#pragma unroll
-      for (int r = 0; r < 8; ++r)
-#pragma unroll
-        for (int c = 0; c < 8; ++c) acc[r][c] = __fmaf_rn(av[r], bv[c], acc[r][c]);
-    }
-    __syncthreads();
-    if ((k0 + kFKc) % kFFlushK == 0 || k0 + kFKc >= K) {
-#pragma unroll
-      for (int r = 0; r < 8; ++r)
-#pragma unroll
-        for (int c = 0; c < 8; ++c) {
-          total[r][c] += __float2int_rz(acc[r][c]);
-          acc[r][c] = 0.f;
-        }
-    }
-  }
-#pragma unroll
-  for (int r = 0; r < 8; ++r) {
-    const int row = m0 + (r < 4 ? 4 * ty + r : 64 + 4 * ty + r - 4);
-    if (row >= M) continue;
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      const int col = n0 + (c < 4 ? 4 * tx + c : 64 + 4 * tx + c - 4);
-      if (col < N) out[static_cast<int64_t>(row) * N + col] = static_cast<Out>(total[r][c]);
-    }
-  }
-}
-
-bool fp32_kernel_takes(const int8_t* a, const int8_t* w, int k) {
-  return k % 16 == 0 && k < (1 << 17) && reinterpret_cast<uintptr_t>(a) % 16 == 0 &&
-         reinterpret_cast<uintptr_t>(w) % 16 == 0;
-}
-
 template <typename Out>
 std::string launch(const int8_t* a, const int8_t* w, Out* out, int m, int n, int k, cudaStream_t stream) {
-  const char* out_name = sizeof(Out) == 8 ? "int64" : "int32";
-  if (fp32_kernel_takes(a, w, k)) {
-    const dim3 grid((n + kFTile - 1) / kFTile, (m + kFTile - 1) / kFTile);
-    fp32_exact_accum_kernel<Out><<<grid, 256, 0, stream>>>(a, w, out, m, n, k);
-    const cudaError_t err = cudaGetLastError();
-    if (err != cudaSuccess) return std::string("error: launch: ") + cudaGetErrorString(err);
-    return std::string("qc::fp32_exact_accum_kernel<") + out_name +
-           " out> (CUDA-core fp32 FFMA on integers, exact: partials <= 2^24, int32 totals every 1024) grid=" +
-           std::to_string(grid.x) + "x" + std::to_string(grid.y) + " block=256";
-  }
   const dim3 grid((n + kTile - 1) / kTile, (m + kTile - 1) / kTile);
   int64_exact_accum_kernel<Out><<<grid, dim3(16, 16), 0, stream>>>(a, w, out, m, n, k);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return std::string("error: launch: ") + cudaGetErrorString(err);
-  return std::string("qc::int64_exact_accum_kernel<") + out_name +
+  return std::string("qc::int64_exact_accum_kernel<") + (sizeof(Out) == 8 ? "int64" : "int32") +
          " out> (CUDA-core int32 IMAD, int64 flush every 65536) grid=" + std::to_string(grid.x) + "x" +
          std::to_string(grid.y) + " block=16x16";
 }
