@@ -160,7 +160,10 @@ head = rows[0]
 name, value, unit = head.index("Kernel Name"), head.index("Metric Value"), head.index("Metric Unit")
 total = collections.defaultdict(lambda: [0, 0.0])
 for r in rows[1:]:
-    v = float(r[value].replace(",", "")) * {"nsecond": 1e-6, "usecond": 1e-3, "msecond": 1.0}.get(r[unit], float("nan"))
+    scale = {"nsecond": 1e-6, "ns": 1e-6, "usecond": 1e-3, "us": 1e-3, "msecond": 1.0, "ms": 1.0, "second": 1e3, "s": 1e3}
+    if r[unit] not in scale:
+        sys.exit("unknown unit %r of %s" % (r[unit], r[name][:60]))
+    v = float(r[value].replace(",", "")) * scale[r[unit]]
     t = total[r[name][:110]]
     t[0] += 1
     t[1] += v

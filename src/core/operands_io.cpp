@@ -255,11 +255,12 @@ void attach_shard_loader(OperandSet& set, const std::string& path, const std::st
   };
   auto checked = std::make_shared<Checked>();
   // Apart from `checked`, which holds the digests' futures: their tasks must not hold it.
-  // One shard per core; with the digest record, a quarter as many shards at once, their tree digests sharing
-  // the cores (4 threads each; the plain digest of a first run one core more each).
+  // One shard per core; with the digest record, a quarter as many shards at once (fewer when the set has
+  // fewer), their tree digests sharing the cores (a first run's plain digests one core more each).
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   const bool by_tree = !digest_record_dir().empty();
-  const unsigned at_once = by_tree ? std::max(1u, cores / 4) : cores;
+  const unsigned shards = static_cast<unsigned>(std::max<size_t>(1, digests->size()));
+  const unsigned at_once = by_tree ? std::clamp(cores / 4, 1u, shards) : cores;
   const unsigned tree_threads = std::max(1u, cores / at_once);  // the cores shared by the shards read at once
   auto readers = std::make_shared<std::counting_semaphore<>>(at_once);
   const auto check = [path, digests](const std::string& shard, const std::string& layer, const std::string& found) {
