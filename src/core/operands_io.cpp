@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <exception>
 #include <filesystem>
 #include <future>
 #include <iterator>
@@ -18,6 +19,7 @@
 
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
+#include "core/parallel.hpp"
 #include "core/safetensors.hpp"
 #include "core/sha256.hpp"
 #include "core/shard_index.hpp"
@@ -257,7 +259,7 @@ void attach_shard_loader(OperandSet& set, const std::string& path, const std::st
   // Apart from `checked`, which holds the digests' futures: their tasks must not hold it.
   // One shard per core; with the digest record, a quarter as many shards at once (fewer when the set has
   // fewer), their tree digests sharing the cores (a first run's plain digests one core more each).
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned cores = static_cast<unsigned>(hardware_threads());  // this rank's share of them
   const bool by_tree = !digest_record_dir().empty();
   const unsigned shards = static_cast<unsigned>(std::max<size_t>(1, digests->size()));
   const unsigned at_once = by_tree ? std::clamp(cores / 4, 1u, shards) : cores;
@@ -419,11 +421,22 @@ OperandSet load_file(const std::string& path, bool with_digest, bool digest_besi
   std::vector<std::string> keys;
   for (const auto& [key, tensor] : file->tensors) keys.push_back(key);
   const FileScaling scaling = file_scaling(set.metadata, path);
-  for (const std::string& name : layer_order(keys, set.metadata, path)) {
-    set.layers.push_back(layer_of(file, name, path, scaling));
-    const LayerOperands& ops = set.layers.back();
-    set.headers.push_back({ops.name, ops.m, ops.n, ops.k, {}});
+  // The layers are checked on every core (an FP8 file's codes are scanned here, every byte); a file with
+  // several bad layers names the first in layer order, whichever thread found it first.
+  const std::vector<std::string> order = layer_order(keys, set.metadata, path);
+  set.layers.resize(order.size());
+  std::vector<std::exception_ptr> failed(order.size());
+  parallel_for(static_cast<int64_t>(order.size()), 0, [&](int64_t i) {
+    try {
+      set.layers[static_cast<size_t>(i)] = layer_of(file, order[static_cast<size_t>(i)], path, scaling);
+    } catch (...) {
+      failed[static_cast<size_t>(i)] = std::current_exception();
+    }
+  });
+  for (const std::exception_ptr& e : failed) {
+    if (e) std::rethrow_exception(e);
   }
+  for (const LayerOperands& ops : set.layers) set.headers.push_back({ops.name, ops.m, ops.n, ops.k, {}});
   if (digest.valid()) set.pending_sha256 = digest.share();
   if (!digest_beside) set.await_sha256();
   return set;

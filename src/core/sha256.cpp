@@ -19,6 +19,7 @@
 
 #include "qconform/error.hpp"
 #include "core/fileio.hpp"
+#include "core/parallel.hpp"
 
 namespace qc {
 
@@ -162,7 +163,7 @@ std::string sha256_tree_file(const std::string& path, unsigned threads) {
   } closer{fd};
   const uint64_t pieces = std::max<uint64_t>(1, (size + kTreeDigestPiece - 1) / kTreeDigestPiece);
   std::vector<std::string> leaves(pieces);  // raw 32-byte digests
-  const unsigned cores = threads != 0 ? threads : std::max(1u, std::thread::hardware_concurrency());
+  const unsigned cores = threads != 0 ? threads : static_cast<unsigned>(hardware_threads());  // a rank's share
   const size_t workers = static_cast<size_t>(std::min<uint64_t>(pieces, cores));
   std::vector<std::future<void>> tasks;
   for (size_t t = 0; t < workers; ++t) {

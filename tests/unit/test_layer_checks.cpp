@@ -15,6 +15,7 @@
 #include "qconform/error.hpp"
 #include "checks/verify.hpp"
 #include "qconform/numerics.hpp"
+#include "core/fileio.hpp"
 #include "core/operands_io.hpp"
 #include "core/safetensors.hpp"
 #include "synth/synth.hpp"
@@ -199,6 +200,44 @@ TEST(Operands, Fp8CodesCheckedAtLoadAreScannedAgainOnlyWhenTheyAreOtherBytes) {
   LayerOperands retyped = loaded;  // the checked bytes read as e5m2: 0xFE (-448 in e4m3) is a NaN there
   retyped.a_type = retyped.w_type = ElementType::e5m2;
   expect_validate_refuses(retyped, "`w_q`[0,2]: expected a finite e5m2 code, found 0xfe (NaN)");
+  std::filesystem::remove(path);
+}
+
+// A file's layers are checked on every core; with several bad layers the error names the first in layer
+// order, on every run (not whichever thread found one first).
+TEST(Operands, TheFirstBadLayerInOrderIsNamedWhateverTheThreads) {
+  std::vector<LayerOperands> layers;
+  std::vector<OperandStorage> storage(12);
+  for (int i = 0; i < 12; ++i) {
+    OperandStorage& st = storage[static_cast<size_t>(i)];
+    st.a_q = {0x3C, 0x38, 0x30, 0x40};
+    st.w_q.assign(64 * 2, 0x38);
+    st.w_q[0] = static_cast<int8_t>(0x10 + i);  // the layer's mark, found in the file below
+    st.w_q[1] = 0x55;
+    st.w_q[2] = static_cast<int8_t>(0x20 + i);
+    st.a_scale = {1.0f, 2.0f};
+    st.w_scale.assign(64, 0.5f);
+    st.a_type = st.w_type = ElementType::e4m3;
+    layers.push_back(make_operands(fmt::format("layer{}", i), 2, 64, 2, st, "test"));
+  }
+  const std::string path = temp_path("fp8-bad-layers.safetensors");
+  save_operands(path, layers, {});
+  std::string bytes = read_file(path);
+  for (int bad : {9, 4, 7}) {  // NaN codes in three layers; layer4 is the first in order
+    const std::string mark = {static_cast<char>(0x10 + bad), 0x55, static_cast<char>(0x20 + bad)};
+    const size_t at = bytes.find(mark);
+    ASSERT_NE(at, std::string::npos) << bad;
+    bytes[at + 1] = 0x7F;
+  }
+  write_file_atomic(path, bytes);
+  for (int run = 0; run < 5; ++run) {
+    try {
+      load_operands(path);
+      ADD_FAILURE() << "loaded a file with NaN codes";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("layer `layer4`"), std::string::npos) << e.what();
+    }
+  }
   std::filesystem::remove(path);
 }
 
