@@ -22,6 +22,8 @@ import struct
 import sys
 
 BLOCK = re.compile(r"^model\.layers\.(\d+)\.(.*)$")
+WIDTH = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2, "U16": 2,
+         "I8": 1, "U8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "BOOL": 1}
 
 
 def read_header(path):
@@ -32,7 +34,8 @@ def read_header(path):
 
 
 def write_shard(path, index_name, layers, tensors):
-    """layers: names in order; tensors: [(new key, dtype, shape, src path, src offset, length)] sorted by key."""
+    """layers: names in order; tensors: [(new key, dtype, shape, src path, src offset, length)], written widest
+    element first, then by key, as qconform's writer does, so that every tensor stays aligned to its element."""
     header = {"__metadata__": dict(source_meta, index=index_name, layers=",".join(layers))}
     at = 0
     for key, dtype, shape, _, _, length in tensors:
@@ -50,9 +53,15 @@ def write_shard(path, index_name, layers, tensors):
             with open(src, "rb") as f:
                 done = 0
                 while done < length:
-                    got = os.copy_file_range(f.fileno(), out.fileno(), length - done, offset + done, base + written + done)
+                    try:  # in the kernel; across file systems some kernels refuse it (EXDEV): then through here
+                        got = os.copy_file_range(f.fileno(), out.fileno(), length - done, offset + done,
+                                                 base + written + done)
+                    except OSError:
+                        f.seek(offset + done)
+                        out.seek(base + written + done)
+                        got = out.write(f.read(min(length - done, 64 << 20)))
                     if got <= 0:
-                        raise OSError("copy_file_range returned %d for %s" % (got, src))
+                        raise OSError("copying %s stopped at %d of %d bytes" % (src, done, length))
                     done += got
             written += length
     h = hashlib.sha256()
@@ -118,8 +127,9 @@ def main():
     names = ["%s-%05d.safetensors" % (stem, i + 1) for i in range(len(shards))]
     index_name = os.path.basename(a.out)
     with concurrent.futures.ThreadPoolExecutor(max_workers=min(len(shards), os.cpu_count() or 1)) as pool:
-        digests = list(pool.map(lambda i: write_shard(os.path.join(out_dir, names[i]), index_name,
-                                                      shards[i][0], sorted(shards[i][1])), range(len(shards))))
+        digests = list(pool.map(lambda i: write_shard(os.path.join(out_dir, names[i]), index_name, shards[i][0],
+                                                      sorted(shards[i][1], key=lambda t: (-WIDTH[t[1]], t[0]))),
+                                range(len(shards))))
     weight_map = {}
     total = 0
     for name, (_, ts) in zip(names, shards):

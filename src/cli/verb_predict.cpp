@@ -33,7 +33,7 @@ VerbRunner setup_predict(CLI::App& app) {
     // split.
     // A single file's are read together when the digest record is on (docs/formats.md, "Digest record").
     OperandSet set = open_operands(*ops_path, /*with_digest=*/true, digests_beside_the_work(*ops_path));
-    const bool tree_with_plain = !is_index_path(*ops_path) && !digest_record_dir().empty();
+    const bool tree_with_plain = !is_index_path(*ops_path) && digest_record_usable();
     std::future<std::string> tree;
     if (dist::world().root() && !tree_with_plain) {
       tree = std::async(std::launch::async, [path = *ops_path] { return sha256_tree_file(path); });

@@ -191,10 +191,15 @@ std::string basename_of(const std::string& path) {
 
 // Files created by mkstemp are 0600; a finished output should carry the permissions any other
 // newly created file would get.
+// Read once (umask can only be read by setting it: two threads doing that at once could leave the process
+// with umask 0).
 mode_t default_file_mode() {
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  return 0666 & ~mask;
+  static const mode_t mode = [] {
+    const mode_t mask = ::umask(0);
+    ::umask(mask);
+    return static_cast<mode_t>(0666 & ~mask);
+  }();
+  return mode;
 }
 
 // Eight hex digits naming this host and pid namespace: a pid means a process only there.

@@ -109,13 +109,13 @@ std::string LayerOperands::scaling_description() const {
 namespace {
 // The first non-finite code of `count` FP8 codes of `type`, -1 when all are finite: chunks of 4 MiB on
 // every core for a large tensor (an operand file's codes are scanned once, when it is opened), merged in
-// order.
+// order; serially inside a parallel loop (opening a file checks its layers on every core already).
 int64_t first_nonfinite(const uint8_t* bytes, int64_t count, ElementType type) {
   const auto scan = [type](const uint8_t* p, int64_t n) {
     return type == ElementType::e4m3 ? first_nonfinite_code<kE4M3>(p, n) : first_nonfinite_code<kE5M2>(p, n);
   };
   constexpr int64_t kChunk = int64_t{1} << 22;
-  if (count <= 2 * kChunk) return scan(bytes, count);
+  if (count <= 2 * kChunk || in_parallel_worker()) return scan(bytes, count);
   const int64_t chunks = (count + kChunk - 1) / kChunk;
   std::vector<int64_t> first(static_cast<size_t>(chunks), -1);
   parallel_for(chunks, 0, [&](int64_t c) {

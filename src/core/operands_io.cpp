@@ -260,7 +260,7 @@ void attach_shard_loader(OperandSet& set, const std::string& path, const std::st
   // One shard per core; with the digest record, a quarter as many shards at once (fewer when the set has
   // fewer), their tree digests sharing the cores (a first run's plain digests one core more each).
   const unsigned cores = static_cast<unsigned>(hardware_threads());  // this rank's share of them
-  const bool by_tree = !digest_record_dir().empty();
+  const bool by_tree = digest_record_usable();
   const unsigned shards = static_cast<unsigned>(std::max<size_t>(1, digests->size()));
   const unsigned at_once = by_tree ? std::clamp(cores / 4, 1u, shards) : cores;
   const unsigned tree_threads = std::max(1u, cores / at_once);  // the cores shared by the shards read at once

@@ -26,6 +26,13 @@ inline int hardware_threads() {
 
 inline int resolve_threads(int threads) { return threads > 0 ? threads : hardware_threads(); }
 
+// Whether this thread is a worker of a `parallel_for` (a loop nested in one may choose to run serially
+// instead of starting a pool per item).
+inline bool& in_parallel_worker() {
+  thread_local bool inside = false;
+  return inside;
+}
+
 template <class Fn>
 void parallel_for(int64_t count, int threads, Fn&& fn) {
   const int workers = static_cast<int>(std::min<int64_t>(resolve_threads(threads), std::max<int64_t>(count, 1)));
@@ -41,6 +48,7 @@ void parallel_for(int64_t count, int threads, Fn&& fn) {
   pool.reserve(static_cast<size_t>(workers));
   for (int t = 0; t < workers; ++t) {
     pool.emplace_back([&] {
+      in_parallel_worker() = true;
       for (int64_t i = next++; i < count && !failed; i = next++) {
         try {
           fn(i);

@@ -4,11 +4,13 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <fmt/format.h>
 #include <openssl/evp.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -189,61 +191,92 @@ std::string sha256_tree_file(const std::string& path, unsigned threads) {
 }
 
 std::string digest_record_dir() {
+  std::string dir;
   if (const char* set = std::getenv("QC_DIGEST_RECORD")) {
-    const std::string dir = set;
-    return dir == "off" ? "" : dir;
+    dir = set;
+    std::string lower;
+    for (char c : dir) lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+    if (lower == "off" || lower == "0" || lower == "false" || lower == "no" || lower == "none") return "";
+  } else if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache != nullptr && cache[0] == '/') {
+    dir = std::string(cache) + "/qconform/digests";
+  } else if (const char* home = std::getenv("HOME"); home != nullptr && home[0] == '/') {
+    dir = std::string(home) + "/.cache/qconform/digests";
   }
-  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache != nullptr && cache[0] == '/') {
-    return std::string(cache) + "/qconform/digests";
-  }
-  if (const char* home = std::getenv("HOME"); home != nullptr && home[0] == '/') {
-    return std::string(home) + "/.cache/qconform/digests";
-  }
-  return "";
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+  if (dir.empty()) return "";
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(dir, ec);
+  return ec ? "" : absolute.string();
 }
 
 namespace {
 
-// The record's folder, made (0700) when missing; "" when it cannot be made or is not this user's alone
-// (owned by another user, or writable by others: then its entries could be anybody's).
-std::string usable_record_dir() {
-  const std::string dir = digest_record_dir();
-  if (dir.empty()) return "";
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
-  if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return "";
-  struct stat st {};
-  if (::lstat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != ::geteuid() ||
-      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    return "";
+// The record's folder, opened (O_DIRECTORY | O_NOFOLLOW, made 0700 when missing) and checked through that
+// descriptor: this user's, writable by nobody else. Every entry is then read and written relative to it
+// (openat, renameat), so a folder swapped under the path after the check is never the one used. -1 when
+// there is no record, or it cannot be made, or it is not this user's alone (its entries could be anybody's).
+class RecordDir {
+ public:
+  RecordDir() {
+    const std::string dir = digest_record_dir();
+    if (dir.empty()) return;
+    std::error_code ec;
+    std::filesystem::create_directories(std::filesystem::path(dir).parent_path(), ec);
+    if (::mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return;
+    fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st {};
+    if (fd_ >= 0 && (::fstat(fd_, &st) != 0 || st.st_uid != ::geteuid() || (st.st_mode & (S_IWGRP | S_IWOTH)) != 0)) {
+      ::close(fd_);
+      fd_ = -1;
+    }
   }
-  return dir;
-}
+  ~RecordDir() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  RecordDir(const RecordDir&) = delete;
+  RecordDir& operator=(const RecordDir&) = delete;
+  bool usable() const { return fd_ >= 0; }
 
-// The plain digest recorded for `tree`, when its entry is a regular file of this user's, writable by nobody
-// else, holding exactly `sha256:<64 hex>\n`; anything else is not an entry (and is replaced on the next miss).
-std::optional<std::string> recorded_plain(const std::string& entry) {
-  const int fd = ::open(entry.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  struct Closer {
-    int fd;
-    ~Closer() { ::close(fd); }
-  } closer{fd};
-  struct stat st {};
-  constexpr size_t kSize = 72;  // "sha256:" + 64 hex + "\n"
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
-      (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 || st.st_size != static_cast<off_t>(kSize)) {
-    return std::nullopt;
+  // The plain digest recorded under `name`, when the entry is a regular file of this user's, writable by
+  // nobody else, holding exactly `sha256:<64 hex>\n`; anything else is not an entry (replaced on a miss).
+  std::optional<std::string> read(const std::string& name) const {
+    const int fd = ::openat(fd_, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return std::nullopt;
+    struct Closer {
+      int fd;
+      ~Closer() { ::close(fd); }
+    } closer{fd};
+    struct stat st {};
+    constexpr size_t kSize = 72;  // "sha256:" + 64 hex + "\n"
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != ::geteuid() ||
+        (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 || st.st_size != static_cast<off_t>(kSize)) {
+      return std::nullopt;
+    }
+    char text[kSize];
+    if (::pread(fd, text, kSize, 0) != static_cast<ssize_t>(kSize) || text[kSize - 1] != '\n') return std::nullopt;
+    std::string plain(text, kSize - 1);
+    if (!is_digest(plain)) return std::nullopt;
+    return plain;
   }
-  char text[kSize];
-  if (::pread(fd, text, kSize, 0) != static_cast<ssize_t>(kSize) || text[kSize - 1] != '\n') return std::nullopt;
-  std::string plain(text, kSize - 1);
-  if (!is_digest(plain)) return std::nullopt;
-  return plain;
-}
+
+  // Writes `plain` under `name`: a temporary file of mode 0600 (whatever the umask) renamed into place; a
+  // failure (a full or read-only disk) leaves no trace and costs the next run its speed, nothing more.
+  void write(const std::string& name, const std::string& plain) const {
+    static std::atomic<unsigned> serial{0};
+    const std::string temp = fmt::format(".{}.{}.{}.partial", name, ::getpid(), serial++);
+    const int fd = ::openat(fd_, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) return;
+    const std::string text = plain + "\n";
+    const bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    if (::close(fd) != 0 || !ok || ::renameat(fd_, temp.c_str(), fd_, name.c_str()) != 0) ::unlinkat(fd_, temp.c_str(), 0);
+  }
+
+ private:
+  int fd_ = -1;
+};
 
 // What identifies the file's bytes without reading them: unchanged across both digests, or the pair is not
-// recorded (a write between them changes the ctime, whatever it does to the mtime).
+// recorded.
 struct FileStamp {
   dev_t dev = 0;
   ino_t ino = 0;
@@ -263,9 +296,11 @@ FileStamp stamp_of(const std::string& path) {
 
 }  // namespace
 
+bool digest_record_usable() { return RecordDir().usable(); }
+
 FileDigests sha256_file_recorded(const std::string& path, unsigned threads) {
-  const std::string dir = usable_record_dir();
-  if (dir.empty()) return {sha256_file(path), "", false};
+  const RecordDir record;
+  if (!record.usable()) return {sha256_file(path), "", false};
   const FileStamp before = stamp_of(path);
   // The plain digest is read beside the tree (one core of them) and abandoned if the record has it.
   std::atomic<bool> stop{false};
@@ -283,20 +318,17 @@ FileDigests sha256_file_recorded(const std::string& path, unsigned threads) {
   } stop_plain{stop, plain};
   FileDigests d;
   d.sha256_tree = sha256_tree_file(path, threads);
-  const std::string entry = dir + "/" + d.sha256_tree.substr(std::string_view("sha256-tree:").size());
-  if (std::optional<std::string> recorded = recorded_plain(entry)) {
+  const std::string name = d.sha256_tree.substr(std::string_view("sha256-tree:").size());
+  if (std::optional<std::string> recorded = record.read(name)) {
     d.sha256 = *recorded;
     d.from_record = true;
     return d;  // `stop_plain` abandons the plain digest
   }
   d.sha256 = plain.get();
-  if (before == stamp_of(path)) {
-    try {
-      write_file_atomic(entry, d.sha256 + "\n");
-    } catch (const std::exception&) {
-      // A record that cannot be written (a full or read-only disk) costs the next run its speed, nothing more.
-    }
-  }
+  // Recorded only when the bytes held still while both were read: the same stamp (size, inode, times) and
+  // the same tree digest read again after the plain one (a write the times do not show, through a shared
+  // mapping or within one clock tick, changes the bytes, and so the tree, unless it was undone in between).
+  if (before == stamp_of(path) && sha256_tree_file(path, threads) == d.sha256_tree) record.write(name, d.sha256);
   return d;
 }
 

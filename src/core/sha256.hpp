@@ -65,8 +65,10 @@ struct FileDigests {
   bool from_record = false;  // `sha256` is the record's, not read now
 };
 FileDigests sha256_file_recorded(const std::string& path, unsigned threads = 0);  // `threads`: the tree's
-// The record's folder: QC_DIGEST_RECORD when set (`off` or empty: no record), else
-// $XDG_CACHE_HOME/qconform/digests, else $HOME/.cache/qconform/digests; "" when there is none.
+// The record's folder, absolute: QC_DIGEST_RECORD when set (`off`, `0`, `false`, `no`, `none` in any case, or
+// empty: no record), else $XDG_CACHE_HOME/qconform/digests, else $HOME/.cache/qconform/digests; "" when none.
 std::string digest_record_dir();
+// Whether the record is there to use (its folder made when missing, this user's alone).
+bool digest_record_usable();
 
 }  // namespace qc

@@ -544,7 +544,9 @@ TEST(Sha256, TreeDigestIsItsDefinitionComputedBySha256sum) {
     EXPECT_EQ(tree, "sha256-tree:" + sha256sum(root_path).second) << size << " bytes";
     EXPECT_TRUE(qc::is_digest(tree, "sha256-tree:")) << tree;
     EXPECT_FALSE(qc::is_digest(tree)) << tree;  // not a plain digest
-    if (size == piece + 1) EXPECT_EQ(root.size(), 24u + 16u + 64u);  // two pieces
+    if (size == piece + 1) {
+      EXPECT_EQ(root.size(), 24u + 16u + 64u);  // two pieces
+    }
   }
   EXPECT_THROW(qc::sha256_tree_file(dir.file("absent")), qc::Error);
 }
@@ -579,12 +581,30 @@ TEST(Sha256, DigestRecordGivesThePlainDigestOfTheSameBytesOnly) {
   const std::string entry = record + "/" + tree.substr(12);
   ASSERT_TRUE(fs::exists(entry)) << entry;
   EXPECT_EQ(fs::status(record).permissions() & fs::perms::all, fs::perms::owner_all);
+  EXPECT_EQ(fs::status(entry).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
   EXPECT_EQ(qc::read_file(entry), plain + "\n");
 
   const qc::FileDigests hit = qc::sha256_file_recorded(path);
   EXPECT_EQ(hit.sha256, plain);
   EXPECT_EQ(hit.sha256_tree, tree);
   EXPECT_TRUE(hit.from_record);
+
+  // Under umask 002 (group-writable files by default) an entry is still 0600, so the next run finds it; a
+  // trailing slash names the same folder.
+  fs::remove(entry);
+  const mode_t old_mask = ::umask(002);
+  const qc::FileDigests under_002 = qc::sha256_file_recorded(path);
+  ::umask(old_mask);
+  EXPECT_FALSE(under_002.from_record);
+  EXPECT_EQ(fs::status(entry).permissions() & fs::perms::all, fs::perms::owner_read | fs::perms::owner_write);
+  ::setenv("QC_DIGEST_RECORD", (record + "//").c_str(), 1);
+  EXPECT_EQ(qc::digest_record_dir(), record);
+  EXPECT_TRUE(qc::sha256_file_recorded(path).from_record);
+  for (const char* off : {"off", "OFF", "0", "false", "No", "none", ""}) {
+    ::setenv("QC_DIGEST_RECORD", off, 1);
+    EXPECT_EQ(qc::digest_record_dir(), "") << off;
+  }
+  ::setenv("QC_DIGEST_RECORD", record.c_str(), 1);
 
   // One byte changed in the second piece, same size: another tree digest, the plain digest read again.
   bytes[(uint64_t{64} << 20) + 7] ^= std::byte{1};

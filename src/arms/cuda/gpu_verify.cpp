@@ -62,15 +62,7 @@ class PinnedStager {
   static constexpr size_t kChunk = size_t{8} << 20;
   static constexpr size_t kMinBytes = kChunk;  // below this, one cudaMemcpyAsync
 
-  ~PinnedStager() {
-    for (Slot& s : slots_) {
-      if (s.done != nullptr) {
-        cudaEventSynchronize(s.done);
-        cudaEventDestroy(s.done);
-      }
-      if (s.host != nullptr) cudaFreeHost(s.host);
-    }
-  }
+  ~PinnedStager() { free_slots(slots_); }
   // Enqueues the copy of `bytes` from `src` (host, pageable) to `dst` (device) on `stream`; when it returns,
   // `src` has been read (later work on `stream` sees the bytes in `dst`).
   void upload(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
@@ -118,15 +110,32 @@ class PinnedStager {
     return n;
   }
   // The slots, allocated at the first large upload (a verify of small layers pins nothing): two per worker.
+  // Made whole or not at all: a failure frees what was made and leaves no slots.
   int ensure_slots() {
     if (slots_.empty()) {
-      slots_.resize(static_cast<size_t>(2 * workers()));
-      for (Slot& s : slots_) {
-        QC_CUDA_CHECK(cudaHostAlloc(&s.host, kChunk, cudaHostAllocDefault));
-        QC_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+      std::vector<Slot> made(static_cast<size_t>(2 * workers()));
+      try {
+        for (Slot& s : made) {
+          QC_CUDA_CHECK(cudaHostAlloc(&s.host, kChunk, cudaHostAllocDefault));
+          QC_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
+        }
+      } catch (...) {
+        free_slots(made);
+        throw;
       }
+      slots_ = std::move(made);
     }
     return static_cast<int>(slots_.size() / 2);
+  }
+  static void free_slots(std::vector<Slot>& slots) {
+    for (Slot& s : slots) {
+      if (s.done != nullptr) {
+        cudaEventSynchronize(s.done);
+        cudaEventDestroy(s.done);
+      }
+      if (s.host != nullptr) cudaFreeHost(s.host);
+    }
+    slots.clear();
   }
   std::mutex mutex_;
   std::vector<Slot> slots_;
