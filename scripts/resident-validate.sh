@@ -7,7 +7,7 @@
 # reference's description aside). Logs and the JSON go to $OUT.
 #   git archive <commit> | gzip > .carry/baseline.tar.gz; STEPS=build,tests,speed,70b scripts/resident-validate.sh
 # `speed` times a single file and the same operands as a sharded set (NSYS=1: and profiles one FP8 verify);
-# `70b` a Llama-3-70B-shaped set at full size (560 layers, 71.6 GB in /dev/shm), below.
+# `70b` a Llama-3-70B-shaped set at full size (560 layers, 71.6 GB in /dev/shm), below; `upload` the upload's pace.
 # Highway is taken from .carry/hwy/usr when present (the GPU machine has no libhwy-dev; docs/gpu.md).
 #   CUTLASS=1: this tree is built with CUTLASS's headers from .carry/nvidia_cutlass-*.whl (its GPU tests then run
 #   the CUTLASS arms too; the build takes minutes longer); the baseline is always built without.
@@ -206,4 +206,41 @@ if want 70b; then
   done
   head -120 /tmp/70b-"${RUNS70:-3}".txt >> "$OUT/70b.txt"
   rm -rf "$dir/qc70"
+fi
+
+# The upload's pace on this host: the link and the host's copy rates (a torch probe), then a 35-layer, one-shard
+# Llama-3-70B-shaped subset (4.5 GB, in /dev/shm) verified with QC_UPLOAD_WORKERS = 8, 16, 0, 4, 8 (0: a plain
+# cudaMemcpyAsync from the mapped file); each run's "layer uploads ahead" phase is its upload time. This tree only.
+if want upload; then
+  step "the upload's pace"
+  python3 - <<'PY' | tee "$OUT/upload.txt"
+import time, torch
+n = 1 << 30
+x, y = torch.empty(n, dtype=torch.uint8).pin_memory(), torch.ones(n, dtype=torch.uint8)
+d = torch.empty(n, dtype=torch.uint8, device="cuda")
+def rate(src, reps=8):
+    for _ in range(2): d.copy_(src, non_blocking=True)
+    torch.cuda.synchronize(); t = time.time()
+    for _ in range(reps): d.copy_(src, non_blocking=True)
+    torch.cuda.synchronize(); return reps * n / (time.time() - t) / 1e9
+print("H2D pinned %.1f GB/s, pageable %.1f GB/s" % (rate(x), rate(y)))
+for th in (1, 8, 16):
+    torch.set_num_threads(th); z = torch.empty(n, dtype=torch.uint8); z.copy_(y); t = time.time()
+    for _ in range(4): z.copy_(y)
+    print("host memcpy, %d threads: %.1f GB/s" % (th, 4 * n / (time.time() - t) / 1e9))
+PY
+  d=/dev/shm/qc-upload
+  rm -rf "$d" && mkdir -p "$d"
+  "$Q" synth --shapes llama3-70b --layers 35 --m 512 --seed 1 --shard-size 5000000000 --out "$d/s.index.json" > /dev/null
+  sync
+  "$Q" predict "$d/s.index.json" --out /tmp/upload.predictions.json --quiet > /tmp/upload.predict.txt
+  pin=$(sed -n 's/^pin: //p' /tmp/upload.predict.txt)
+  for w in 8 16 0 4 8; do
+    t0=$(now_ms)
+    QC_UPLOAD_WORKERS=$w "$Q" verify "$d/s.index.json" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --reference gpu \
+      --timings --predictions /tmp/upload.predictions.json --pin "$pin" > /tmp/upload-$w.txt 2>&1
+    echo "QC_UPLOAD_WORKERS=$w: exit $?, process $(( $(now_ms) - t0 )) ms; $(grep -E 'uploads ahead' /tmp/upload-$w.txt | tr -s ' ')" |
+      tee -a "$OUT/upload.txt"
+  done
+  rm -rf "$d"
 fi
