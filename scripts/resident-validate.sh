@@ -6,7 +6,7 @@
 # `-fastacc`) alternating baseline and this tree, and compares every JSON field for field (timings and the
 # reference's description aside). Logs and the JSON go to $OUT.
 #   git archive <commit> | gzip > .carry/baseline.tar.gz; STEPS=build,tests,speed,70b scripts/resident-validate.sh
-# `speed` times a single file and the same operands as a sharded set (NSYS=1: and profiles one FP8 verify);
+# `speed` times a single file and the same operands as a sharded set (NCU=1: and sums one FP8 block's GPU time by kernel);
 # `70b` a Llama-3-70B-shaped set at full size (560 layers, 71.6 GB in /dev/shm), below; `upload` the upload's pace.
 # Highway is taken from .carry/hwy/usr when present (the GPU machine has no libhwy-dev; docs/gpu.md).
 #   CUTLASS=1: this tree is built with CUTLASS's headers from .carry/nvidia_cutlass-*.whl (its GPU tests then run

@@ -30,8 +30,7 @@ VerbRunner setup_predict(CLI::App& app) {
     check_output_paths(paths_in, {{"--out", *out}});
     // Both digests are read beside the predictions: the plain SHA-256, and the tree digest (docs/formats.md)
     // that a pinned verify of these operands checks on every core instead of the plain one, which cannot be
-    // split.
-    // A single file's are read together when the digest record is on (docs/formats.md, "Digest record").
+    // split; a single file's together, through the digest record, when it is usable ("Digest record").
     OperandSet set = open_operands(*ops_path, /*with_digest=*/true, digests_beside_the_work(*ops_path));
     const bool tree_with_plain = !is_index_path(*ops_path) && digest_record_usable();
     std::future<std::string> tree;

@@ -9,13 +9,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
+#include <atomic>
 #include <cctype>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <optional>
 #include <future>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -260,7 +261,9 @@ class RecordDir {
   }
 
   // Writes `plain` under `name`: a temporary file of mode 0600 (whatever the umask) renamed into place; a
-  // failure (a full or read-only disk) leaves no trace and costs the next run its speed, nothing more.
+  // failure (a full or read-only disk) leaves no trace and costs the next run its speed, nothing more. Not
+  // `AtomicFileWriter`, which names paths (this goes through the checked folder's descriptor) and gives the
+  // umask's mode (an entry must be writable by nobody else to be believed).
   void write(const std::string& name, const std::string& plain) const {
     static std::atomic<unsigned> serial{0};
     const std::string temp = fmt::format(".{}.{}.{}.partial", name, ::getpid(), serial++);

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <cstddef>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
