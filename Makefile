@@ -57,7 +57,7 @@ test-fuzz: deps
 	  -DQCONFORM_WITH_CUDA=OFF -DQCONFORM_WITH_ONEDNN=OFF -DQCONFORM_BUILD_TESTS=OFF $(LAUNCHER) > $(FUZZ_BUILD).configure.log || (cat $(FUZZ_BUILD).configure.log; exit 1)
 	@bash scripts/timed.sh build-fuzz cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_safetensors
 	mkdir -p $(FUZZ_BUILD)/corpus && cp -n tests/fuzz/corpus/* $(FUZZ_BUILD)/corpus/ 2>/dev/null || true
-	./$(FUZZ_BUILD)/tests/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 $(FUZZ_BUILD)/corpus
+	$(abspath $(FUZZ_BUILD))/tests/fuzz/fuzz_safetensors -max_total_time=$(FUZZ_SECONDS) -max_len=4096 -print_final_stats=1 $(FUZZ_BUILD)/corpus
 	@echo "fuzz: $(FUZZ_SECONDS) s of fuzz_safetensors: no crash, no sanitizer report"
 
 test-gpu: deps
