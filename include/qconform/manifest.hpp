@@ -87,6 +87,8 @@ nlohmann::json to_json(const Manifest& m);
 // what was found.
 Manifest manifest_from_json(const nlohmann::json& j, const std::string& file_for_errors);
 
+// The pretty-printed JSON write_manifest writes.
+std::string manifest_text(const Manifest& m);
 // Atomic write (temporary file + rename), pretty-printed JSON.
 void write_manifest(const std::string& path, const Manifest& m);
 // Reads and parses strictly (see `manifest_from_json`).

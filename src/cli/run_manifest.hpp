@@ -23,15 +23,28 @@ inline void add_manifest_option(CLI::App& app, std::string& path) {
   app.add_option("--manifest", path, "write the run's manifest (C0 identity record) here; default: <output>.manifest.json");
 }
 
+// The manifest's path and text when `explicit_path` or `primary_output` is set (an empty path when
+// none), for a caller that writes it together with its primary output (`write_files_atomic`).
+inline std::pair<std::string, std::string> run_manifest_file(const std::string& explicit_path,
+                                                             const std::string& primary_output, std::string_view kind,
+                                                             std::string arm, std::optional<RunRecord> record,
+                                                             const std::vector<std::pair<std::string, std::string>>& inputs,
+                                                             nlohmann::json config,
+                                                             const std::map<std::string, std::string>& digests = {}) {
+  const std::string path = manifest_path(explicit_path, primary_output);
+  if (path.empty()) return {};
+  const Manifest m = make_manifest(kind, std::move(arm), std::move(record), inputs, std::move(config), digests);
+  return {path, manifest_text(m)};
+}
+
 // Writes the manifest when `explicit_path` or `primary_output` is set; returns its path ("" when none).
 inline std::string write_run_manifest(const std::string& explicit_path, const std::string& primary_output,
                                       std::string_view kind, std::string arm, std::optional<RunRecord> record,
                                       const std::vector<std::pair<std::string, std::string>>& inputs,
                                       nlohmann::json config, const std::map<std::string, std::string>& digests = {}) {
-  const std::string path = manifest_path(explicit_path, primary_output);
-  if (path.empty()) return path;
-  Manifest m = make_manifest(kind, std::move(arm), std::move(record), inputs, std::move(config), digests);
-  write_manifest(path, m);
+  auto [path, text] = run_manifest_file(explicit_path, primary_output, kind, std::move(arm), std::move(record), inputs,
+                                        std::move(config), digests);
+  if (!path.empty()) write_file_atomic(path, text);
   return path;
 }
 

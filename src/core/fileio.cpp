@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <future>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -360,10 +362,45 @@ void remove_orphaned_temporaries(const std::string& directory) {
   }
 }
 
+namespace {
+
+// Makes a rename in `directory` durable; failure here cannot un-write the file, so it is not an error.
+void sync_directory(const std::string& directory) {
+  const int dir = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir >= 0) {
+    ::fsync(dir);
+    ::close(dir);
+  }
+}
+
+}  // namespace
+
 void write_file_atomic(const std::string& path, std::string_view content) {
   AtomicFileWriter writer(path);
   writer.write(content);
   writer.commit();
+}
+
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& path_and_content) {
+  std::vector<std::unique_ptr<AtomicFileWriter>> writers;
+  for (const auto& [path, content] : path_and_content) {
+    writers.push_back(std::make_unique<AtomicFileWriter>(path));
+    writers.back()->write(content);
+  }
+  {
+    std::vector<std::future<void>> synced;
+    for (size_t i = 1; i < writers.size(); ++i) {
+      synced.push_back(std::async(std::launch::async, [w = writers[i].get()] { w->sync(); }));
+    }
+    if (!writers.empty()) writers[0]->sync();
+    for (std::future<void>& f : synced) f.get();  // the first failure is thrown; the writers discard all
+  }
+  std::set<std::string> directories;
+  for (const std::unique_ptr<AtomicFileWriter>& w : writers) {
+    w->commit(/*sync_directory_too=*/false);
+    directories.insert(directory_of(w->path()));
+  }
+  for (const std::string& d : directories) sync_directory(d);
 }
 
 AtomicFileWriter::AtomicFileWriter(std::string path) : path_(std::move(path)) {
@@ -435,11 +472,17 @@ void AtomicFileWriter::write(std::string_view text) {
   write(std::span<const std::byte>(reinterpret_cast<const std::byte*>(text.data()), text.size()));
 }
 
-void AtomicFileWriter::commit() {
-  QC_CHECK(fd_ >= 0 && !committed_, "AtomicFileWriter::commit twice for {}", path_);
+void AtomicFileWriter::sync() {
+  QC_CHECK(fd_ >= 0 && !committed_, "AtomicFileWriter::sync after commit for {}", path_);
   QC_INPUT(::fchmod(fd_, default_file_mode()) == 0, "{}: chmod of temporary file failed: {}", path_,
            errno_text(errno));
   QC_INPUT(::fsync(fd_) == 0, "{}: fsync failed: {}", path_, errno_text(errno));
+  synced_ = true;
+}
+
+void AtomicFileWriter::commit(bool sync_directory_too) {
+  QC_CHECK(fd_ >= 0 && !committed_, "AtomicFileWriter::commit twice for {}", path_);
+  if (!synced_) sync();
   const int fd = fd_;
   fd_ = -1;
   QC_INPUT(::close(fd) == 0, "{}: close failed: {}", path_, errno_text(errno));
@@ -448,12 +491,7 @@ void AtomicFileWriter::commit() {
   committed_ = true;
   if (slot_ >= 0) g_temp_slots[slot_].state.store(0, std::memory_order_release);
   slot_ = -1;
-  // Make the rename itself durable; failure here cannot un-write the file, so it is not an error.
-  const int dir = ::open(directory_of(path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
+  if (sync_directory_too) sync_directory(directory_of(path_));
 }
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {

@@ -16,6 +16,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace qc {
@@ -88,6 +89,12 @@ std::vector<std::string> live_temporary_files();
 // Writes `content` to `path` atomically: a temporary file in the same directory, fsync, rename,
 // fsync of the directory. On failure the temporary file is removed and `path` is untouched.
 void write_file_atomic(const std::string& path, std::string_view content);
+// Several outputs of one run, all or nothing as far as this process can make it so: every file is
+// written to its temporary and made durable (the fsyncs in parallel, one thread per file: on a disk
+// whose fsync takes tens of milliseconds the files cost one wait, not one each) before the first is
+// renamed into place; then the renames in the given order and one fsync per directory. A failure
+// before the renames leaves none of them written.
+void write_files_atomic(const std::vector<std::pair<std::string, std::string>>& path_and_content);
 
 // Streams an output to a temporary file beside `path`; `commit()` makes it appear at `path` in
 // one rename. Destroying an uncommitted writer removes the temporary file, so an exception
@@ -101,9 +108,12 @@ class AtomicFileWriter {
 
   void write(std::span<const std::byte> bytes);
   void write(std::string_view text);
-  // fsync, permissions as for a newly created file (0666 & ~umask), rename into place, fsync of
-  // the directory. Calling any member after `commit()` is a bug.
-  void commit();
+  // Permissions as for a newly created file (0666 & ~umask) and fsync: the content is durable, not yet
+  // in place. commit() does it when it was not done.
+  void sync();
+  // sync, rename into place, fsync of the directory (unless `sync_directory_too` is false: the
+  // caller does it once for several files). Calling any member after `commit()` is a bug.
+  void commit(bool sync_directory_too = true);
 
   const std::string& path() const { return path_; }
   const std::string& temp_path() const { return temp_path_; }
@@ -117,6 +127,7 @@ class AtomicFileWriter {
   int slot_ = -1;  // index in the registry of live temporary files, -1 when not registered
   bool committed_ = false;
   bool wrote_ = false;  // the first write passes the test hook `write`
+  bool synced_ = false;
 };
 
 // `text` made safe to print inside an error message: `qc::printable` (error.hpp: printable UTF-8

@@ -308,7 +308,9 @@ Manifest manifest_from_json(const json& j, const std::string& file) {
   return m;
 }
 
-void write_manifest(const std::string& path, const Manifest& m) { write_file_atomic(path, to_json(m).dump(2) + "\n"); }
+std::string manifest_text(const Manifest& m) { return to_json(m).dump(2) + "\n"; }
+
+void write_manifest(const std::string& path, const Manifest& m) { write_file_atomic(path, manifest_text(m)); }
 
 Manifest read_manifest(const std::string& path) {
   return manifest_from_json(parse_json(read_file(path), path), path);

@@ -216,6 +216,23 @@ TEST_F(HostileIo, TemporaryFilesAreRegisteredWhileLive) {
   EXPECT_EQ(read_file(path("out.bin")), "abc");
 }
 
+// verify's JSON and manifest: both in place with their contents, or, when one of them cannot be
+// written, neither (and no temporary file left).
+TEST_F(HostileIo, FilesWrittenTogetherAreAllOrNothing) {
+  write_files_atomic({{path("a.json"), "{\"a\": 1}\n"}, {path("a.json.manifest.json"), "{}\n"}});
+  EXPECT_EQ(read_file(path("a.json")), "{\"a\": 1}\n");
+  EXPECT_EQ(read_file(path("a.json.manifest.json")), "{}\n");
+  const std::string err =
+      input_error([&] { write_files_atomic({{path("b.json"), "b"}, {path("missing/b.manifest.json"), "m"}}); });
+  EXPECT_NE(err.find("b.manifest.json"), std::string::npos) << err;
+  EXPECT_FALSE(fs::exists(path("b.json"))) << "the first file was renamed into place though the second failed";
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(entry.path().filename().string().find(".qc-tmp-"), std::string::npos) << entry.path();
+  }
+  EXPECT_TRUE(live_temporary_files().empty());
+  write_files_atomic({});  // nothing to write: nothing happens
+}
+
 // Runs `body` in a forked child; returns its wait status.
 template <class F>
 int in_child(F&& body) {
