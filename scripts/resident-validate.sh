@@ -151,9 +151,14 @@ PY
     # Where the FP8 verify's GPU time goes: every kernel's duration over one decoder block (7 layers), summed by
     # kernel name (ncu serializes the kernels: the durations add up, the verify's own wall does not matter here).
     "$Q" synth --shapes qwen3-1.7b --layers 7 --m 512 --seed 1 --element e4m3 --out "$tmp/ncu-fp8.safetensors" > /dev/null
-    ncu --metrics gpu__time_duration.sum --csv "$Q" verify "$tmp/ncu-fp8.safetensors" \
-      --arms cuda:cublaslt-fp8,cuda:cublaslt-fp8-fastacc --reference gpu > "$R/ncu.csv" 2> "$R/ncu.err"
-    python3 - "$R/ncu.csv" <<'PY' > "$OUT/fp8-ncu.txt"
+    : > "$OUT/fp8-ncu.txt"
+    sides="after"; [ "$BASE" = 1 ] && sides="base after"
+    for side in $sides; do
+      q=$Q; [ $side = base ] && q=$QB
+      # --clock-control none: the clocks as the timed runs have them (ncu would lock them to base otherwise).
+      ncu --clock-control none --metrics gpu__time_duration.sum --csv "$q" verify "$tmp/ncu-fp8.safetensors" \
+        --arms cuda:cublaslt-fp8,cuda:cublaslt-fp8-fastacc --reference gpu > "$R/ncu-$side.csv" 2> "$R/ncu-$side.err"
+      python3 - "$R/ncu-$side.csv" "$side" <<'PY' >> "$OUT/fp8-ncu.txt"
 import csv, sys, collections
 rows = [r for r in csv.reader(l for l in open(sys.argv[1]) if l.startswith('"'))]
 head = rows[0]
@@ -167,12 +172,13 @@ for r in rows[1:]:
     t = total[r[name][:110]]
     t[0] += 1
     t[1] += v
-print("FP8 verify, one block (7 qwen3-1.7b layers, M = 512): GPU time by kernel (ms; x28 for the 196 layers)")
-for k, (n, ms) in sorted(total.items(), key=lambda kv: -kv[1][1]):
+print("%s: FP8 verify, one block (7 qwen3-1.7b layers, M = 512): GPU time by kernel (ms; x28 for the 196 layers)" % sys.argv[2])
+for k, (n, ms) in sorted(total.items(), key=lambda kv: -kv[1][1])[:14]:
     print("%10.3f ms %6d launches  %s" % (ms, n, k))
 print("%10.3f ms total" % sum(t[1] for t in total.values()))
 PY
-    tail -3 "$R/ncu.err" >> "$OUT/fp8-ncu.txt"
+      tail -3 "$R/ncu-$side.err" >> "$OUT/fp8-ncu.txt"
+    done
   fi
   for f in int8-after-1 fp8-after-1; do cp "$R/$f.txt" "$OUT/$f.txt"; done
   for f in int8-after-1 fp8-after-1 int8-sharded-after-1; do echo "-- $f"; sed -n '/^time by phase/,$p' "$R/$f.txt"; done

@@ -75,6 +75,8 @@ Comparison compare_bf16_rows_reference(std::span<const uint16_t> a, std::span<co
 std::string describe(const DiffElement& d);
 
 void to_json(nlohmann::json& j, const Comparison& c);
+// A Comparison's `ulp_histogram` as JSON: an object keyed by the decimal distance.
+nlohmann::json ulp_histogram_json(const std::map<int64_t, int64_t>& histogram);
 void to_json(nlohmann::json& j, const DiffElement& d);
 // The inverses (lossless: the values of a DiffElement are read back from its bit patterns, so
 // non-finite values, which JSON cannot hold, survive): how the ranks of an MPI job send per-layer

@@ -13,8 +13,8 @@
 //   ea+eb of the step, so |q| < 2^(T+2), and |q| >= 2^-80 for any E a model reaches: never subnormal),
 //   and rounding q to an integer (`round_term`) is the term's rounding to the grid. C (the chain so
 //   far, e(C) <= E) gives |C · 2^(T-E)| < 2^(T+1) the same way.
-// - The step's sum is an integer below (step_k + 1) · 2^(T+2) <= 2^24 in magnitude (`applies`): it is
-//   summed in int32 and converts to fp32 exactly.
+// - The step's sum is an integer below (step_k + 1) · 2^(T+2) <= 2^24 in magnitude (`applies`), and
+//   so is every partial sum: it is summed in fp32, exactly, in any order.
 // - The step's result: the sum S (an exact fp32 integer) rounded to `result_bits` fraction bits
 //   relative to its own exponent is a mask (toward zero) or a round-half-even increment on its bit
 //   pattern (fp32 is sign-magnitude, a carry into the exponent is the correct result), then scaled
@@ -22,7 +22,8 @@
 // - Promotion and split-K adds are fp32 adds, round to nearest even (`applies` requires it): plain
 //   `+` under -ffp-contract=off on the host, `__fadd_rn` on the device.
 // Zero codes take no part (their exponent is `kNoExponent`, below every real one, and their value 0
-// adds 0); a zero sum is the int32 0, so C = +0, as the reference's zero.
+// adds 0); a zero sum is +0 (no term or partial sum is ever -0: see round_term), so C = +0, as the
+// reference's zero.
 #pragma once
 
 #include <cmath>
@@ -116,20 +117,38 @@ QC_ACCUM_FN StepParams step_params(const Fp8AccumModel& m) {
                     m.result_rounding == AccumRounding::nearest_even};
 }
 
-// x · up (x, up exact fp32; up a power of two; |x · up| < 2^22) rounded to an integer: a term on the
-// step's grid in units of 2^(E - term_bits). The host spells it with `truncf` / `rintf`; the device
-// with one fused multiply-add that rounds toward zero (or to nearest) against the bias 2^23, whose
-// ulp is 1 on [2^23, 2^24): 2^23 + round(|x·up|), whose low 23 bits are the rounded magnitude, then
-// the sign of x. Both are the same function (tests/gpu/test_cuda_fp8_model.cpp: GPU == CPU).
-QC_ACCUM_FN int32_t round_term(float x, float up, bool nearest) {
+// x · up (x, up exact fp32; up a power of two; |x · up| < 2^22) rounded to an integer, as an fp32
+// integer: a term on the step's grid in units of 2^(E - term_bits). `bias` is 2^23 with the sign of x
+// (`grid_bias`). The host spells it with `truncf` / `rintf` (+ 0.0f: a negative x that rounds to zero
+// gives +0, as the device); the device with one fused multiply-add that rounds toward zero (or to
+// nearest even) against the bias, whose ulp is 1 on [2^23, 2^24) in magnitude: bias + round(x·up)
+// (x and the bias have one sign, so rounding the sum toward zero rounds x·up toward zero; the bias
+// is even, so the nearest-even tie goes the same way), then the bias taken off again (exact:
+// Sterbenz; equal operands give +0). Both are the same function (tests/gpu/test_cuda_fp8_model.cpp:
+// GPU == CPU).
+QC_ACCUM_FN float round_term(float x, float up, float bias, bool nearest) {
 #if defined(__CUDA_ARCH__)
-  const float biased = nearest ? __fmaf_rn(fabsf(x), up, 0x1p23f) : __fmaf_rz(fabsf(x), up, 0x1p23f);
-  const int32_t magnitude = __float_as_int(biased) & static_cast<int32_t>(kFp32.mantissa_mask());
-  const int32_t sign = __float_as_int(x) >> 31;  // 0 or -1
-  return (magnitude ^ sign) - sign;
+  const float biased = nearest ? __fmaf_rn(x, up, bias) : __fmaf_rz(x, up, bias);
+  return __fsub_rn(biased, bias);
 #else
+  (void)bias;
   const float q = x * up;  // exact: a power-of-two scaling inside fp32's normal range
-  return static_cast<int32_t>(nearest ? rintf(q) : truncf(q));
+  return (nearest ? rintf(q) : truncf(q)) + 0.0f;
+#endif
+}
+
+// 2^23 with the sign of x (its sign bit and the exponent of 2^23): round_term's bias.
+QC_ACCUM_FN float grid_bias(float x) { return f32_from_bits((f32_bits(x) & kFp32.sign_bit()) | 0x4B000000u); }
+
+// +1 or -1, the sign of x (its sign bit and the exponent of 1).
+QC_ACCUM_FN float sign_unit(float x) { return f32_from_bits((f32_bits(x) & kFp32.sign_bit()) | 0x3F800000u); }
+
+// s + t · u, u = +-1, exact (the step's sum stays an fp32 integer below 2^24 in magnitude, `applies`).
+QC_ACCUM_FN float add_signed(float s, float t, float u) {
+#if defined(__CUDA_ARCH__)
+  return __fmaf_rn(t, u, s);
+#else
+  return s + t * u;  // both operations exact
 #endif
 }
 
@@ -160,26 +179,36 @@ QC_ACCUM_FN void step_tile(const StepParams& p, const A& a, const W& w, int coun
       for (int c = 0; c < TN; ++c) e[r][c] = add_max(ta[r].e, tw[c].e, e[r][c]);
     }
   }
-  float up[TM][TN];
-  int32_t s[TM][TN];  // the step's sum in units of its grid: |s| < 2^24 (`applies`)
+  // The step's sum in units of its grid, an fp32 integer, |s| < 2^24 (`applies`): every addition is
+  // exact, whatever the order. A product a·w is rounded as sign(a) · round(|a| · w · up) (both
+  // roundings are odd functions), so its bias is w's (`grid_bias`, once per column and term) and
+  // its sign a's (`sign_unit`, once per row and term): four fp32 operations per product and no
+  // integer ones (the device kernel is bound by its integer pipe otherwise).
+  float up[TM][TN], s[TM][TN];
   for (int r = 0; r < TM; ++r) {
     for (int c = 0; c < TN; ++c) {
       e[r][c] = e[r][c] > kMinStepExponent ? e[r][c] : kMinStepExponent;
       up[r][c] = pow2(p.term_bits - e[r][c]);
-      s[r][c] = round_term(chain[r][c], up[r][c], p.nearest_terms);
+      s[r][c] = round_term(chain[r][c], up[r][c], grid_bias(chain[r][c]), p.nearest_terms);
     }
   }
   for (int i = 0; i < count; ++i) {
     a.load(i, ta);
     w.load(i, tw);
+    float magnitude[TM], sign[TM], bias[TN];
+    for (int r = 0; r < TM; ++r) magnitude[r] = fabsf(ta[r].v), sign[r] = sign_unit(ta[r].v);
+    for (int c = 0; c < TN; ++c) bias[c] = grid_bias(tw[c].v);
     for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) s[r][c] += round_term(ta[r].v * tw[c].v, up[r][c], p.nearest_terms);
+      for (int c = 0; c < TN; ++c) {
+        const float t = round_term(magnitude[r] * tw[c].v, up[r][c], bias[c], p.nearest_terms);
+        s[r][c] = add_signed(s[r][c], t, sign[r]);
+      }
     }
   }
   for (int r = 0; r < TM; ++r) {
     for (int c = 0; c < TN; ++c) {
-      const float sum = static_cast<float>(s[r][c]);  // exact below 2^24; a zero sum is +0
-      chain[r][c] = round_significand(sum, p.result_bits, p.nearest_result) * pow2(e[r][c] - p.term_bits);
+      // a zero sum is +0 (round_term and add_signed never make -0 of a zero sum)
+      chain[r][c] = round_significand(s[r][c], p.result_bits, p.nearest_result) * pow2(e[r][c] - p.term_bits);
     }
   }
 }

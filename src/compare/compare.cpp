@@ -265,9 +265,14 @@ void to_json(nlohmann::json& j, const DiffElement& d) {
        {"b_bits", fmt::format("0x{:04x}", d.b_bits)}, {"ulp", d.ulp}};
 }
 
-void to_json(nlohmann::json& j, const Comparison& c) {
+nlohmann::json ulp_histogram_json(const std::map<int64_t, int64_t>& histogram) {
   nlohmann::json hist = nlohmann::json::object();
-  for (const auto& [distance, n] : c.ulp_histogram) hist[std::to_string(distance)] = n;
+  for (const auto& [distance, n] : histogram) hist.emplace(std::to_string(distance), n);
+  return hist;
+}
+
+void to_json(nlohmann::json& j, const Comparison& c) {
+  nlohmann::json hist = ulp_histogram_json(c.ulp_histogram);
   j = {{"total", c.total},
        {"bitwise_diff", c.bitwise_diff},
        {"signed_zero_diff", c.signed_zero_diff},
