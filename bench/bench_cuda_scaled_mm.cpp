@@ -92,6 +92,11 @@ const char* tile_name(MmTile t) {
     case MmTile::m16n32_k4: return "16x32/k4";
     case MmTile::wg128x128: return "wg128x128";
     case MmTile::wg128x256: return "wg128x256";
+    case MmTile::wgpp64x256: return "wgpp64x256";
+    case MmTile::wgpp128x128: return "wgpp128x128";
+    case MmTile::wgpp64x256_c2: return "wgpp64x256c2";
+    case MmTile::wgpp128x128_c2: return "wgpp128x128c2";
+    case MmTile::wg128x256_c2: return "wg128x256c2";
   }
   return "?";
 }
@@ -166,7 +171,9 @@ void bench_gemm(int m, int n, int k) {
   if (m <= 64) {
     tiles.insert(tiles.end(), {MmTile::m16n32_k4, MmTile::m16n64_k4, MmTile::m32n64_k4, MmTile::m64n128});
   } else {
-    tiles.insert(tiles.end(), {MmTile::wg128x128, MmTile::wg128x256, MmTile::m128n128, MmTile::m128n256});
+    tiles.insert(tiles.end(), {MmTile::wg128x128, MmTile::wg128x256, MmTile::wgpp64x256, MmTile::wgpp128x128,
+                               MmTile::wgpp64x256_c2, MmTile::wgpp128x128_c2, MmTile::wg128x256_c2, MmTile::m128n128,
+                               MmTile::m128n256});
   }
   tiles.push_back(MmTile::automatic);  // timed again last: the spread between the two is the noise
   std::printf("\n(M,N,K)=(%d,%d,%d)  cuBLASLt int8 GEMM alone %.4f ms = %.0f TOPS; + epilogue kernel %.4f ms; "
@@ -185,7 +192,7 @@ void bench_gemm(int m, int n, int k) {
       id = launch_int8_scaled_mm(args, nullptr);
     });
     if (id.rfind("error:", 0) == 0) {
-      std::printf("  ours %-10s %s\n", tile_name(tile), id.c_str());
+      std::printf("  ours %-13s %s\n", tile_name(tile), id.c_str());
       continue;
     }
     // Same operands, same formula: the outputs must be identical.
@@ -198,7 +205,7 @@ void bench_gemm(int m, int n, int k) {
     const auto ya = y_ours.to_host(), yb = y_lt.to_host();
     size_t diff = 0;
     for (size_t i = 0; i < ya.size(); ++i) diff += ya[i] != yb[i];
-    std::printf("  ours %-10s %.4f ms = %5.0f TOPS  speed vs pipeline %.2fx  (vs GEMM alone %.2fx)  bitwise diffs %zu%s\n",
+    std::printf("  ours %-13s %.4f ms = %5.0f TOPS  speed vs pipeline %.2fx  (vs GEMM alone %.2fx)  bitwise diffs %zu%s\n",
                 tile_name(tile), t, ops / t / 1e9, t_pipe / t, t_lt / t, diff,
                 tile == MmTile::automatic ? ("  [" + id + "]").c_str() : "");
   }

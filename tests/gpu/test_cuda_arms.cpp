@@ -159,8 +159,10 @@ TEST(CudaArms, PowerOfTwoScalesCutlassEqualsTriton) {
 TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
 #ifdef QC_WITH_CUDA
   using namespace cuda_kernels;
-  const MmTile tiles[] = {MmTile::m128n128,  MmTile::m128n256,  MmTile::m64n128,   MmTile::m16n64_k4,
-                          MmTile::m32n64_k4, MmTile::m16n32_k4, MmTile::wg128x128, MmTile::wg128x256};
+  const MmTile tiles[] = {MmTile::m128n128,      MmTile::m128n256,       MmTile::m64n128,    MmTile::m16n64_k4,
+                          MmTile::m32n64_k4,     MmTile::m16n32_k4,      MmTile::wg128x128,  MmTile::wg128x256,
+                          MmTile::wgpp64x256,    MmTile::wgpp128x128,    MmTile::wgpp64x256_c2,
+                          MmTile::wgpp128x128_c2, MmTile::wg128x256_c2};
   // Ragged for every tile: M = 2x128 + 77, N = 4x256 + 16, K = 16x128 + 16; a shape smaller
   // than one tile in all three dimensions (K < one 128-byte stage); and one with more tiles than
   // the H200 has multiprocessors (the persistent wgmma grid walks several tiles per block).

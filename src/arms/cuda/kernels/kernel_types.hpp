@@ -10,10 +10,13 @@
 namespace qc::cuda_kernels {
 
 // Tile configurations of the tensor-core kernel; `automatic` picks by shape.
-// `wg*`: the sm_90a wgmma + TMA kernel (sm90_int8_scaled_mm_wgmma.cu), 128 x BN tiles.
+// `wg*`: the sm_90a wgmma + TMA kernel (sm90_int8_scaled_mm_wgmma.cu): `wg128x*` 128 x BN tiles
+// shared by both consumer warpgroups (cooperative), `wgpp*` ping-pong tiles each owned by one
+// (`_c2`: clusters of 2 blocks along M that share each W box through TMA multicast).
 enum class MmTile : int {
   automatic = 0, m128n128 = 1, m128n256 = 2, m64n128 = 3, m16n64_k4 = 4, m32n64_k4 = 5, m16n32_k4 = 6,
-  wg128x128 = 7, wg128x256 = 8
+  wg128x128 = 7, wg128x256 = 8, wgpp64x256 = 9, wgpp128x128 = 10, wgpp64x256_c2 = 11, wgpp128x128_c2 = 12,
+  wg128x256_c2 = 13
 };
 
 // Why a launcher cannot run formula `kind` with this bias (nullptr when it can): a kernel

@@ -277,6 +277,11 @@ std::string launch_formula(const ScaledMmArgs& args, MmTile tile, cudaStream_t s
     case MmTile::m16n64_k4:
     case MmTile::wg128x128:  // handled by launch_int8_scaled_mm
     case MmTile::wg128x256:
+    case MmTile::wgpp64x256:
+    case MmTile::wgpp128x128:
+    case MmTile::wgpp64x256_c2:
+    case MmTile::wgpp128x128_c2:
+    case MmTile::wg128x256_c2:
     case MmTile::automatic: return launch_config<16, 64, 1, 2, 4, 6, F>(args, stream);
   }
   return "error: unknown tile";
@@ -303,15 +308,25 @@ std::string launch_int8_scaled_mm(const ScaledMmArgs& args, cudaStream_t stream)
     return std::string("error: launch_int8_scaled_mm: ") + why;
   MmTile tile = args.tile == MmTile::automatic ? select_tile(args.m, args.n, args.k) : args.tile;
   std::string note;
-  if (tile == MmTile::wg128x128 || tile == MmTile::wg128x256) {
+  if (tile == MmTile::wg128x128 || tile == MmTile::wg128x256 || tile == MmTile::wgpp64x256 ||
+      tile == MmTile::wgpp128x128 || tile == MmTile::wgpp64x256_c2 || tile == MmTile::wgpp128x128_c2 ||
+      tile == MmTile::wg128x256_c2) {
     ScaledMmArgs wg = args;
     wg.tile = tile;
     std::string id = launch_int8_scaled_mm_wgmma(wg, stream);
     if (id.rfind("unavailable:", 0) != 0) return id;
-    // The record names what ran: the mma.sync tile of the same shape, and why not wgmma.
-    note = " (fallback from wgmma " + std::string(tile == MmTile::wg128x256 ? "128x256" : "128x128") + ": " +
-           id.substr(13) + ")";
-    tile = tile == MmTile::wg128x256 ? MmTile::m128n256 : MmTile::m128n128;
+    // The record names what ran: the mma.sync tile of the same width, and why not wgmma.
+    const bool wide = tile == MmTile::wg128x256 || tile == MmTile::wgpp64x256 || tile == MmTile::wgpp64x256_c2 ||
+                      tile == MmTile::wg128x256_c2;
+    const char* wg_name = tile == MmTile::wg128x256       ? "128x256"
+                          : tile == MmTile::wg128x128     ? "128x128"
+                          : tile == MmTile::wgpp64x256    ? "ping-pong 64x256"
+                          : tile == MmTile::wgpp128x128   ? "ping-pong 128x128"
+                          : tile == MmTile::wgpp64x256_c2 ? "ping-pong 64x256 cluster 2x1"
+                          : tile == MmTile::wg128x256_c2  ? "128x256 cluster 2x1"
+                                                          : "ping-pong 128x128 cluster 2x1";
+    note = " (fallback from wgmma " + std::string(wg_name) + ": " + id.substr(13) + ")";
+    tile = wide ? MmTile::m128n256 : MmTile::m128n128;
   }
   const std::string id = formula::visit_kernel_instance(
       args.formula, [&](auto kind) { return launch_formula<decltype(kind)::value>(args, tile, stream); });

@@ -7,21 +7,82 @@
 // bytes), K < 2^17 (every partial sum exact in int32). Ragged M, N and K tiles: TMA fills the
 // out-of-bounds part of each box with zeros, and the epilogue masks rows >= M and cols >= N.
 //
-// Algorithm: 128 x BN output tiles (BN = 128 or 256); a persistent grid of at most one block per
-// multiprocessor walks the tiles; 384 threads = 3 warpgroups.
+// Algorithm: a persistent grid of at most one block per multiprocessor walks BM x BN output tiles
+// (grouped rasterization: the tiles of 1024 consecutive rows share each W column tile while it is in
+// L2); 384 threads = 3 warpgroups.
 // Warpgroup 0 is the producer: one thread issues `cp.async.bulk.tensor.2d` (TMA) loads of a
-// 128-row A box and a BN-row W box, 128 bytes of K each, into a STAGES-deep ring of shared-memory
-// stages in the 128-byte swizzle layout, completing on a `full` mbarrier per stage. Warpgroups 1
-// and 2 are consumers: each owns 64 rows of the tile and issues four
-// `wgmma.mma_async.sync.aligned.m64n{BN}k32.s32.s8.s8` per stage (both operands from shared
-// memory through matrix descriptors), keeps one wgmma group in flight and releases the stage
-// before it through an `empty` mbarrier. The producer runs ahead into the next tile while the
-// consumers are in the epilogue. `setmaxnreg` moves registers from the producer to the
-// consumers (BN/2 int32 accumulators per thread). The epilogue runs on the int32 registers with
-// the same formula text as the mma.sync kernel and the CPU emulation (`formula::apply` of
-// include/qconform/epilogue_formula.hpp: `__fmul_rn`, `__fmaf_rn` only where declared, bf16
-// round-to-nearest-even); the formula kind is a template parameter, so one instance exists per
-// formula body.
+// BM-row A box and a BN-row W box, 128 bytes of K each, into a STAGES-deep ring of shared-memory
+// stages in the 128-byte swizzle layout, completing on a `full` mbarrier per stage; it walks the
+// block's tiles in order, k_tiles stages each, so stage use number `it` (counted from 0 over the
+// whole block) sits in ring slot it % STAGES, in round it / STAGES of that slot. Warpgroups 1 and 2
+// are consumers: per stage each issues `wgmma.mma_async.sync.aligned.m64n{BN}k32.s32.s8.s8` (both
+// operands from shared memory through matrix descriptors; four k32 steps, one m64 wgmma per 64 of
+// its rows), keeps one wgmma group in flight and releases the stage before it through an `empty`
+// mbarrier. `setmaxnreg` moves registers from the producer to the consumers (at most 128 int32
+// accumulators per thread). Two schedules (template parameter `Schedule`):
+//  - cooperative (MmTile::wg128x256, wg128x128; BM = 128): both consumers work on every tile, each
+//    on 64 of its rows (BN/2 accumulators per thread), and so both run the epilogue at the same
+//    time; only the producer runs ahead into the next tile meanwhile.
+//  - ping-pong (MmTile::wgpp64x256: BM = 64; wgpp128x128: BM = 128, two m64n128 wgmmas per k32
+//    step; 128 accumulators per thread either way): each consumer owns whole tiles, consumer 0 the
+//    block's even tiles (local index i = 0, 2, ...), consumer 1 the odd ones. Their mainloops take
+//    turns through two named barriers (ids kTurnBar + c, 256 threads: the owner's 128 `bar.sync`,
+//    the other consumer's 128 `bar.arrive`), so one consumer's epilogue runs while the other's
+//    wgmmas keep the tensor cores busy.
+//  - clusters of 2 blocks along M (template parameter CM = 2; ping-pong MmTile::wgpp64x256_c2,
+//    wgpp128x128_c2, cooperative wg128x256_c2): the cluster walks cluster tiles of 2 x BM rows,
+//    block rank r the M-tile 2q + r of cluster tile q (entirely past M for the last one when the
+//    M-tile count is odd: its A box reads as zeros and its stores are masked). Each block's
+//    producer loads its own A box and half of the W box (BN / 2 rows, rank r the rows r BN / 2 ..)
+//    multicast into the same stage offset of both blocks, which halves the W traffic out of L2.
+// The epilogue runs on the int32 registers, 64 rows at a time, with the same formula text as the
+// mma.sync kernel and the CPU emulation (`formula::apply` of include/qconform/epilogue_formula.hpp:
+// `__fmul_rn`, `__fmaf_rn` only where declared, bf16 round-to-nearest-even); the formula kind is a
+// template parameter, so one instance exists per formula body and tile. Both schedules call the
+// same `epilogue_m64`.
+//
+// Synchronization protocol (parity p(it) = (it / STAGES) & 1 of stage use `it`):
+//  - full[s] (count 1): the producer's `arrive.expect_tx` of the stage's bytes, then the two TMA
+//    copies' bytes complete phase it / STAGES. The consumer of use `it` waits with parity p(it).
+//  - empty[s] (count 8 cooperative = one arrive per consumer warp, both warpgroups read every
+//    stage; count 4 ping-pong = the 4 warps of the one warpgroup that owns the stage's tile): the
+//    consumer arrives for use `it` once the wgmma group reading it has completed (after the
+//    `wgmma.wait_group 1` of use it + 1, or the `wait_group 0` after the tile's last use); that
+//    completes phase it / STAGES. The producer waits for it before use it + STAGES, with parity
+//    p(it + STAGES) ^ 1 (a fresh barrier passes parity 1 at once, so the first round waits for
+//    nothing).
+//  - A parity wait is exact only while the barrier is at most one phase away from the awaited one.
+//    empty: the producer waited for every earlier phase itself. full: the phase after the awaited
+//    one needs the waiter's own release first; the phase before it (use it - STAGES) must have
+//    completed already, which the cooperative consumers ensure by reading every stage in order.
+//    A ping-pong consumer skips the other's uses, and TMA copies may complete out of order, so
+//    the turn order is what ensures it: consumer c starts the mainloop of its tile i > 0 with
+//    `bar.sync kTurnBar + c, 256`, which completes when the other consumer has finished the
+//    mainloop of tile i - 1 (all of its full waits done) and executed `bar.arrive kTurnBar + c, 256`;
+//    so every use before tile i has completed its full phase before consumer c waits on any use of
+//    tile i, and by induction the mainloops run strictly in tile order. The arrive for tile i is
+//    made only when tile i exists (i < the block's tile count) and the sync only for i > 0, so
+//    each barrier generation has exactly 128 + 128 threads; the next arrive on the same barrier
+//    (for tile i + 2) comes after the mainloop of tile i + 1, which waited for this generation's
+//    sync to pass, so generations never mix. The last stage of a tile is released after the turn
+//    is handed on (the tail's `wait_group 0`), which waits on nothing else. No deadlock: the
+//    earliest unfinished mainloop has its turn, each of its full waits needs only the release of
+//    a use at least STAGES >= 2 earlier (done or in a finished mainloop's tail), and epilogues
+//    wait on nothing.
+//  - Clusters (CM = 2): full[s] of each block expects the whole stage's bytes from its own producer's
+//    expect_tx and receives them from three copies: its A box, its own W half and the peer's W half
+//    (that multicast may complete before the expect_tx; the phase cannot complete before the
+//    arrive). empty[s] counts the arrives of both blocks' consumers of the use (8 ping-pong, 16
+//    cooperative): each consumer warp arrives on its own block's empty[s] and, through `mapa`, on
+//    the peer's, since the refill of slot s by either producer writes into both blocks. Both blocks walk the same
+//    tiles, so stage use `it` means the same (tile, k) in both. The peer's copies for use it + STAGES
+//    need this block's release of use `it`, so neither barrier gets an arrive or bytes of a phase
+//    before the previous phase has completed. The mbarrier inits are published by
+//    `fence.mbarrier_init.release.cluster` and a cluster barrier (all threads) before any copy.
+//    Exit: a block's consumers wait for every full phase (all bytes landed, the peer's too); its
+//    producer thread, after its last load, waits for the last STAGES uses' empty phases (every
+//    arrive of the peer's consumers on this block has landed), so no block exits while the peer can
+//    still write into its shared memory.
 //
 // The wgmma code exists only in an sm_90a compilation (`__CUDA_ARCH_FEAT_SM90_ALL`); in any other
 // compilation the kernel body is empty and the entry point answers "unavailable: ..." (decided at
@@ -46,18 +107,34 @@
 namespace qc::cuda_kernels {
 namespace {
 
-constexpr int kBM = 128;       // two consumer warpgroups x 64 rows
 constexpr int kBK = 128;       // bytes of K per stage: one 128-byte swizzle row
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
+constexpr int kConsumerThreads = 256;  // the two consumer warpgroups: a turn barrier's thread count
+constexpr int kTurnBar = 1;    // named barrier kTurnBar + c: ping-pong consumer c's mainloop turn (0 is __syncthreads)
 
-template <int BN, int STAGES>
+// How the two consumer warpgroups share the work (see the header).
+enum class Schedule { cooperative, pingpong };
+
+template <Schedule S, int BM, int BN, int STAGES, int CM>
 struct WgConfig {
-  static constexpr int kABytes = kBM * kBK;
+  static constexpr bool kPingpong = S == Schedule::pingpong;
+  static constexpr int kCluster = CM;        // blocks per cluster along M: they share each W box
+  static constexpr int kWBoxRows = BN / CM;  // rows of the W box this block loads (multicast when CM = 2)
+  static constexpr int kWgRows = kPingpong ? BM : BM / 2;  // rows of one consumer warpgroup's accumulators
+  static constexpr int kMBlocks = kWgRows / 64;            // m64 wgmmas per k32 step
+  static constexpr int kABytes = BM * kBK;
   static constexpr int kBBytes = BN * kBK;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + slack to align the ring to 1024 B
+  static constexpr int kGroupM = 1024 / BM;  // M-tiles per rasterization group: 1024 rows
+  // One arrive per warp of the stage's consumers, in each block of the cluster.
+  static constexpr uint32_t kEmptyArrivals = (kPingpong ? 4 : 8) * CM;
   static_assert(BN == 128 || BN == 256, "wgmma n of the instance");
-  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+  static_assert(kPingpong ? (BM == 64 || BM == 128) : BM == 128, "tile rows of the schedule");
+  static_assert(kMBlocks * BN / 2 <= 128, "accumulators per thread within the consumers' register budget");
+  static_assert(STAGES >= 2, "a stage is released one stage late");
+  static_assert(CM == 1 || CM == 2, "cluster size along M");
+  static_assert(kSmemBytes + 1024 <= 227 * 1024, "shared memory per block (+ the static barriers' 1 KB)");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -88,12 +165,46 @@ __device__ __forceinline__ void mbar_arrive(uint32_t bar) {
 __device__ __forceinline__ void mbar_arrive_expect_tx(uint32_t bar, uint32_t bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
 }
+// Arrive on the mbarrier at shared::cluster address `bar` (another block's, from `mapa`). Default
+// (.release.cta) semantics, as CUTLASS's ClusterBarrier::arrive: what it orders is the completion of
+// this block's wgmma reads (wgmma.wait_group) before the peer's TMA refill. (`.release.cluster`
+// compiled to MEMBAR.ALL.GPU + ERRBAR + CCTL.IVALL per release, and the cluster tiles ran 1.4 to
+// 1.7x slower than without a cluster, H100.)
+__device__ __forceinline__ void mbar_arrive_cluster(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// The shared::cluster address of the variable at `addr` (a shared::cta address) in block `rank` of the cluster.
+__device__ __forceinline__ uint32_t mapa_shared(uint32_t addr, uint32_t rank) {
+  uint32_t out;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(out) : "r"(addr), "r"(rank));
+  return out;
+}
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// Every thread of every block of the cluster (release/acquire: mbarrier inits are visible after).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
 // TMA: box at (c0 = K byte offset, c1 = row) of the tensor map into shared memory at `dst`.
 __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
           dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+// The same box into shared memory at offset `dst` of every block in `cta_mask` of the cluster; each
+// destination block's mbarrier at offset `bar` receives the bytes that land in that block.
+__device__ __forceinline__ void tma_load_2d_multicast(uint32_t dst, const CUtensorMap* map, uint32_t bar, int c0,
+                                                      int c1, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%2, "
+      "%3}], [%4], %5;\n" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask)
       : "memory");
 }
 
@@ -122,6 +233,15 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 template <int R>
 __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(R));
+}
+
+// Named barrier `id` over `threads` threads (a multiple of 32, whole warps): `sync` counts the
+// calling warp's threads and waits for the barrier to complete, `arrive` only counts them.
+__device__ __forceinline__ void named_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 // Keeps the accumulator registers live and ordered around the asynchronous wgmma (so that the
@@ -203,6 +323,120 @@ __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2], uint64_t da, ui
   }
 }
 
+// A consumer warp's release of stage slot `s` (lane 0 only): on this block's empty barrier and, in a
+// cluster, on the peer block's (whose producer multicast half of this slot's W box here). `peer_empty0`
+// is the peer's empty_bar[0] as a shared::cluster address (unused when CM = 1).
+template <class C>
+__device__ __forceinline__ void release_stage(uint32_t empty0, uint32_t peer_empty0, int s) {
+  mbar_arrive(empty0 + 8 * s);
+  if constexpr (C::kCluster > 1) mbar_arrive_cluster(peer_empty0 + 8 * s);
+}
+
+// One consumer warpgroup's mainloop over one tile: k_tiles stages from stage use `it`; per stage
+// and k32 step one m64 wgmma per 64 rows (the A rows at `a_off` bytes into the stage's A box, then
+// every 64 rows 64 x 128 bytes further), all against the stage's whole W box. Zeroes `acc` first.
+// Returns with the last stage's wgmma group still in flight and every other stage released.
+template <class C, int BN, int STAGES>
+__device__ __forceinline__ void mma_mainloop(int32_t (&acc)[C::kMBlocks][BN / 2], int it, int k_tiles, uint32_t ring,
+                                             uint32_t a_off, uint32_t full0, uint32_t empty0, uint32_t peer_empty0,
+                                             int lane) {
+#pragma unroll
+  for (int h = 0; h < C::kMBlocks; ++h)
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) acc[h][i] = 0;
+
+  for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+    const int s = it % STAGES;
+    mbar_wait(full0 + 8 * s, (it / STAGES) & 1);
+    const uint32_t a_base = ring + s * C::kStageBytes + a_off;
+    const uint32_t b_base = ring + s * C::kStageBytes + C::kABytes;
+    const uint64_t db = smem_desc(b_base);
+#pragma unroll
+    for (int h = 0; h < C::kMBlocks; ++h) fence_regs(acc[h]);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBK / 32; ++kk) {
+#pragma unroll
+      for (int h = 0; h < C::kMBlocks; ++h) {
+        // +32 bytes of K inside the swizzled 128-byte rows: +2 in the descriptor's address field.
+        const uint64_t da = smem_desc(a_base + h * 64 * kBK);
+        wgmma_tile<BN>(acc[h], da + 2 * kk, db + 2 * kk);
+      }
+    }
+    wgmma_commit();
+    wgmma_wait<1>();  // the group of stage kt-1 has completed: its shared memory may be refilled
+#pragma unroll
+    for (int h = 0; h < C::kMBlocks; ++h) fence_regs(acc[h]);
+    if (kt > 0 && lane == 0) release_stage<C>(empty0, peer_empty0, (it - 1) % STAGES);
+  }
+}
+
+// After `mma_mainloop` ended at stage use `it_end` (exclusive): waits for the last wgmma group and
+// releases its stage.
+template <class C, int BN, int STAGES>
+__device__ __forceinline__ void mma_tail(int32_t (&acc)[C::kMBlocks][BN / 2], int it_end, uint32_t empty0,
+                                         uint32_t peer_empty0, int lane) {
+  wgmma_wait<0>();
+#pragma unroll
+  for (int h = 0; h < C::kMBlocks; ++h) fence_regs(acc[h]);
+  if (lane == 0) release_stage<C>(empty0, peer_empty0, (it_end - 1) % STAGES);  // the tile's last stage
+}
+
+// Epilogue on registers of one m64 x BN accumulator block whose first row is `row_base`.
+// Accumulator layout (m64nN): warp w of the warpgroup holds rows 16w + g and 16w + g + 8
+// (g = lane / 4); acc[4j + 0, 1] = row g, cols 8j + 2t, 8j + 2t + 1 (t = lane % 4);
+// acc[4j + 2, 3] = row g + 8, same cols.
+template <int BN, EpilogueKind F>
+__device__ __forceinline__ void epilogue_m64(const int32_t (&acc)[BN / 2], const ScaledMmArgs& args, int row_base,
+                                             int n0, int warp, int lane) {
+  const int M = args.m, N = args.n;
+  const int g = lane >> 2;
+  const int t = lane & 3;
+  const int row0 = row_base + (warp & 3) * 16 + g;
+  const bool has_bias = args.bias != nullptr;
+  const BiasMode bias_mode = args.bias_mode;
+  float sa[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) sa[h] = row0 + 8 * h < M ? args.sa[row0 + 8 * h] : 0.0f;
+  // Columns in chunks of 8 n8-blocks: the chunk's scales and bias are loaded before any of its
+  // stores. (A load after a store through another pointer cannot be hoisted above it, so a
+  // load-compute-store loop over the 32 blocks of BN = 256 waited out one global-load latency
+  // per block.)
+  constexpr int kChunk = 8;
+#pragma unroll
+  for (int j0 = 0; j0 < BN / 8; j0 += kChunk) {
+    float2 swc[kChunk];
+    float2 bc[kChunk];
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u) {
+      const int col = n0 + (j0 + u) * 8 + t * 2;
+      const bool in = col < N;  // N is a multiple of 16, so col + 1 < N too
+      swc[u] = in ? *reinterpret_cast<const float2*>(args.sw + col) : make_float2(0.0f, 0.0f);
+      bc[u] = make_float2(0.0f, 0.0f);
+      if (in && has_bias)
+        bc[u] = make_float2(formula::bf16_value(args.bias[col]), formula::bf16_value(args.bias[col + 1]));
+    }
+#pragma unroll
+    for (int u = 0; u < kChunk; ++u) {
+      const int j = j0 + u;
+      const int col = n0 + j * 8 + t * 2;
+      if (col >= N) continue;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = row0 + 8 * h;
+        if (row >= M) continue;
+        const int32_t v0 = acc[4 * j + 2 * h];
+        const int32_t v1 = acc[4 * j + 2 * h + 1];
+        const uint32_t lo = formula::apply<F>(v0, sa[h], swc[u].x, bias_mode, has_bias, bc[u].x);
+        const uint32_t hi = formula::apply<F>(v1, sa[h], swc[u].y, bias_mode, has_bias, bc[u].y);
+        const int64_t off = static_cast<int64_t>(row) * N + col;
+        *reinterpret_cast<uint32_t*>(args.y + off) = lo | (hi << 16);
+        if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
+      }
+    }
+  }
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // Writes 1 when this compilation (the one the device runs) holds the wgmma code.
@@ -214,29 +448,38 @@ __global__ void wgmma_probe_kernel(int* flag) {
 #endif
 }
 
-template <int BN, int STAGES, EpilogueKind F>
+template <Schedule S, int BM, int BN, int STAGES, int CM, EpilogueKind F>
 __global__ void __launch_bounds__(kThreads, 1)
     int8_scaled_mm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
                                 ScaledMmArgs args) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = WgConfig<BN, STAGES>;
+  using C = WgConfig<S, BM, BN, STAGES, CM>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[STAGES];
   __shared__ __align__(8) uint64_t empty_bar[STAGES];
   const uint32_t ring = (smem_addr(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024-B alignment
+  const uint32_t full0 = smem_addr(&full_bar[0]);    // full_bar[s] at full0 + 8 s
+  const uint32_t empty0 = smem_addr(&empty_bar[0]);  // empty_bar[s] at empty0 + 8 s
   const int M = args.m, N = args.n, K = args.k;
 
-  // Persistent grid: block b computes tiles b, b + gridDim.x, ... Grouped rasterization of the
-  // tile index: 8 M-tiles share each W column tile while it is in L2.
-  constexpr int kGroupM = 8;
-  const int tiles_m = (M + kBM - 1) / kBM;
+  // Cluster of CM blocks along M (consecutive block indices): rank r computes the M-tile CM q + r of
+  // the cluster's tile q, so the cluster's blocks share each W box. CM = 1: the block is the unit.
+  const uint32_t rank = CM > 1 ? cluster_ctarank() : 0;
+  const uint32_t peer_empty0 = CM > 1 ? mapa_shared(empty0, rank ^ 1) : 0;
+  const int unit = static_cast<int>(blockIdx.x) / CM;
+  const int units = static_cast<int>(gridDim.x) / CM;
+
+  // Persistent grid: unit u computes (cluster) tiles u, u + units, ... Grouped rasterization of the
+  // tile index: groups of 1024 rows share each W column tile while it is in L2.
+  constexpr int kGroupM = C::kGroupM / CM;  // cluster tiles (CM * BM rows each) per group
+  const int tiles_m = (M + CM * BM - 1) / (CM * BM);
   const int tiles_n = (N + BN - 1) / BN;
   const int num_tiles = tiles_m * tiles_n;
   auto tile_origin = [&](int pid, int& m0, int& n0) {
     const int in_group = kGroupM * tiles_n;
     const int first_m = (pid / in_group) * kGroupM;
     const int group_m = min(tiles_m - first_m, kGroupM);
-    m0 = (first_m + (pid % in_group) % group_m) * kBM;
+    m0 = ((first_m + (pid % in_group) % group_m) * CM + static_cast<int>(rank)) * BM;  // may be >= M when CM > 1
     n0 = ((pid % in_group) / group_m) * BN;
   };
   const int k_tiles = (K + kBK - 1) / kBK;
@@ -248,13 +491,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(smem_addr(&full_bar[s]), 1);   // the producer's arrive (+ the TMA bytes)
-      mbar_init(smem_addr(&empty_bar[s]), 8);  // one arrive per consumer warp
+      mbar_init(full0 + 8 * s, 1);                    // the producer's arrive (+ the TMA bytes)
+      mbar_init(empty0 + 8 * s, C::kEmptyArrivals);  // one arrive per warp of the stage's consumers
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
   }
-  __syncthreads();
+  if constexpr (CM > 1) {
+    cluster_sync();  // the peer's barriers are initialized before anyone multicasts or arrives there
+  } else {
+    __syncthreads();
+  }
 
   if (wg == 0) {
     // Producer warpgroup: gives registers away; one thread drives the copy engine.
@@ -264,107 +511,67 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
       // It runs ahead into the next tile while the consumers are in their epilogue.
       int it = 0;  // stage uses so far: ring slot it % STAGES, its round's parity (it / STAGES) & 1
-      for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
+      for (int tile = unit; tile < num_tiles; tile += units) {
         int m0, n0;
         tile_origin(tile, m0, n0);
         for (int kt = 0; kt < k_tiles; ++kt, ++it) {
           const int s = it % STAGES;
           const uint32_t phase = (it / STAGES) & 1;
-          mbar_wait(smem_addr(&empty_bar[s]), phase ^ 1);  // a fresh barrier passes parity 1 at once
-          const uint32_t fb = smem_addr(&full_bar[s]);
-          mbar_arrive_expect_tx(fb, C::kStageBytes);  // full boxes, out-of-bounds parts zero-filled
+          mbar_wait(empty0 + 8 * s, phase ^ 1);  // a fresh barrier passes parity 1 at once
+          const uint32_t fb = full0 + 8 * s;
+          // Full boxes, out-of-bounds parts zero-filled; in a cluster the W box arrives in CM parts,
+          // this block's own and the peer's multicast (which may land before this expect_tx).
+          mbar_arrive_expect_tx(fb, C::kStageBytes);
           const uint32_t a_dst = ring + s * C::kStageBytes;
           tma_load_2d(a_dst, &map_a, fb, kt * kBK, m0);
-          tma_load_2d(a_dst + C::kABytes, &map_w, fb, kt * kBK, n0);
+          if constexpr (CM == 1) {
+            tma_load_2d(a_dst + C::kABytes, &map_w, fb, kt * kBK, n0);
+          } else {
+            const int part = static_cast<int>(rank) * C::kWBoxRows;  // this block's rows of the W box
+            tma_load_2d_multicast(a_dst + C::kABytes + part * kBK, &map_w, fb, kt * kBK, n0 + part,
+                                  static_cast<uint16_t>((1u << CM) - 1));
+          }
         }
+      }
+      if constexpr (CM > 1) {
+        // Wait until every stage use of the block has been released by both blocks' consumers: the
+        // peer's last arrives on this block's barriers have landed, so the block may exit.
+        for (int j = 0; j < STAGES; ++j, ++it) mbar_wait(empty0 + 8 * (it % STAGES), ((it / STAGES) & 1) ^ 1);
       }
     }
     return;
   }
 
-  // Consumer warpgroups 1 and 2: rows (wg - 1) * 64 .. + 63 of the tile.
   setmaxnreg_inc<232>();
-  const int cw = wg - 1;
-  int it = 0;  // the same stage-use count as the producer's
-  for (int tile = blockIdx.x; tile < num_tiles; tile += gridDim.x) {
-    int m0, n0;
-    tile_origin(tile, m0, n0);
-    int32_t acc[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0;
-
-    for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-      const int s = it % STAGES;
-      mbar_wait(smem_addr(&full_bar[s]), (it / STAGES) & 1);
-      const uint32_t a_base = ring + s * C::kStageBytes + cw * 64 * kBK;
-      const uint32_t b_base = ring + s * C::kStageBytes + C::kABytes;
-      const uint64_t da = smem_desc(a_base);
-      const uint64_t db = smem_desc(b_base);
-      fence_regs(acc);
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBK / 32; ++kk) {
-        // +32 bytes of K inside the swizzled 128-byte rows: +2 in the descriptor's address field.
-        wgmma_tile<BN>(acc, da + 2 * kk, db + 2 * kk);
-      }
-      wgmma_commit();
-      wgmma_wait<1>();  // the group of stage kt-1 has completed: its shared memory may be refilled
-      fence_regs(acc);
-      if (kt > 0 && lane == 0) mbar_arrive(smem_addr(&empty_bar[(it - 1) % STAGES]));
+  const int cw = wg - 1;  // consumer 0 or 1
+  if constexpr (!C::kPingpong) {
+    // Cooperative: consumer cw computes rows cw * 64 .. + 63 of every tile of the block.
+    int it = 0;  // the same stage-use count as the producer's
+    for (int tile = unit; tile < num_tiles; tile += units, it += k_tiles) {
+      int m0, n0;
+      tile_origin(tile, m0, n0);
+      int32_t acc[C::kMBlocks][BN / 2];
+      mma_mainloop<C, BN, STAGES>(acc, it, k_tiles, ring, cw * 64 * kBK, full0, empty0, peer_empty0, lane);
+      mma_tail<C, BN, STAGES>(acc, it + k_tiles, empty0, peer_empty0, lane);
+      epilogue_m64<BN, F>(acc[0], args, m0 + cw * 64, n0, warp, lane);
     }
-    wgmma_wait<0>();
-    fence_regs(acc);
-    if (lane == 0) mbar_arrive(smem_addr(&empty_bar[(it - 1) % STAGES]));  // the tile's last stage
-
-    // Epilogue on registers. Accumulator layout (m64nN): warp w of the warpgroup holds rows
-    // 16w + g and 16w + g + 8 (g = lane / 4); acc[4j + 0, 1] = row g, cols 8j + 2t, 8j + 2t + 1
-    // (t = lane % 4); acc[4j + 2, 3] = row g + 8, same cols.
-    const int g = lane >> 2;
-    const int t = lane & 3;
-    const int row0 = m0 + cw * 64 + (warp & 3) * 16 + g;
-    const bool has_bias = args.bias != nullptr;
-    const BiasMode bias_mode = args.bias_mode;
-    float sa[2];
+  } else {
+    // Ping-pong: consumer cw computes the block's tiles of local index i = cw, cw + 2, ... whole;
+    // their stage uses are i * k_tiles .. + k_tiles - 1. Mainloops take turns in tile order.
+    const int my_tiles = (num_tiles - unit + units - 1) / units;  // >= 1: at most num_tiles units
+    for (int i = cw; i < my_tiles; i += 2) {
+      int m0, n0;
+      tile_origin(unit + i * units, m0, n0);
+      const int it = i * k_tiles;
+      int32_t acc[C::kMBlocks][BN / 2];
+      if (i > 0) named_bar_sync(kTurnBar + cw, kConsumerThreads);  // tile i - 1's mainloop has ended
+      mma_mainloop<C, BN, STAGES>(acc, it, k_tiles, ring, 0, full0, empty0, peer_empty0, lane);
+      if (i + 1 < my_tiles) named_bar_arrive(kTurnBar + (cw ^ 1), kConsumerThreads);  // tile i + 1's turn
+      mma_tail<C, BN, STAGES>(acc, it + k_tiles, empty0, peer_empty0, lane);
 #pragma unroll
-    for (int h = 0; h < 2; ++h) sa[h] = row0 + 8 * h < M ? args.sa[row0 + 8 * h] : 0.0f;
-    // Columns in chunks of 8 n8-blocks: the chunk's scales and bias are loaded before any of its
-    // stores. (A load after a store through another pointer cannot be hoisted above it, so a
-    // load-compute-store loop over the 32 blocks of BN = 256 waited out one global-load latency
-    // per block.)
-    constexpr int kChunk = 8;
-#pragma unroll
-    for (int j0 = 0; j0 < BN / 8; j0 += kChunk) {
-      float2 swc[kChunk];
-      float2 bc[kChunk];
-#pragma unroll
-      for (int u = 0; u < kChunk; ++u) {
-        const int col = n0 + (j0 + u) * 8 + t * 2;
-        const bool in = col < N;  // N is a multiple of 16, so col + 1 < N too
-        swc[u] = in ? *reinterpret_cast<const float2*>(args.sw + col) : make_float2(0.0f, 0.0f);
-        bc[u] = make_float2(0.0f, 0.0f);
-        if (in && has_bias)
-          bc[u] = make_float2(formula::bf16_value(args.bias[col]), formula::bf16_value(args.bias[col + 1]));
-      }
-#pragma unroll
-      for (int u = 0; u < kChunk; ++u) {
-        const int j = j0 + u;
-        const int col = n0 + j * 8 + t * 2;
-        if (col >= N) continue;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = row0 + 8 * h;
-          if (row >= M) continue;
-          const int32_t v0 = acc[4 * j + 2 * h];
-          const int32_t v1 = acc[4 * j + 2 * h + 1];
-          const uint32_t lo = formula::apply<F>(v0, sa[h], swc[u].x, bias_mode, has_bias, bc[u].x);
-          const uint32_t hi = formula::apply<F>(v1, sa[h], swc[u].y, bias_mode, has_bias, bc[u].y);
-          const int64_t off = static_cast<int64_t>(row) * N + col;
-          *reinterpret_cast<uint32_t*>(args.y + off) = lo | (hi << 16);
-          if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
-        }
-      }
+      for (int h = 0; h < C::kMBlocks; ++h) epilogue_m64<BN, F>(acc[h], args, m0 + h * 64, n0, warp, lane);
     }
-  }  // tiles
+  }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 }
 
@@ -449,9 +656,9 @@ bool make_map(EncodeTiledFn encode, CUtensorMap* map, const int8_t* ptr, int row
   return true;
 }
 
-template <int BN, int STAGES, EpilogueKind F>
+template <Schedule S, int BM, int BN, int STAGES, int CM, EpilogueKind F>
 std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
-  using C = WgConfig<BN, STAGES>;
+  using C = WgConfig<S, BM, BN, STAGES, CM>;
   std::string why;
   if (!wgmma_runs_here(&why)) return "unavailable: " + why;
   const EncodeTiledFn encode = encode_tiled(&why);
@@ -459,51 +666,101 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0 || reinterpret_cast<uintptr_t>(args.w) % 16 != 0)
     return "unavailable: operands not 16-byte aligned (TMA)";
   CUtensorMap map_a, map_w;
-  if (!make_map(encode, &map_a, args.a, args.m, args.k, kBM, &why) ||
-      !make_map(encode, &map_w, args.w, args.n, args.k, BN, &why))
+  if (!make_map(encode, &map_a, args.a, args.m, args.k, BM, &why) ||
+      !make_map(encode, &map_w, args.w, args.n, args.k, C::kWBoxRows, &why))
     return "error: " + why;
-  auto kernel = int8_scaled_mm_wgmma_kernel<BN, STAGES, F>;
+  auto kernel = int8_scaled_mm_wgmma_kernel<S, BM, BN, STAGES, CM, F>;
   // Raise the dynamic shared-memory limit once per instance (per process; single device).
   static const cudaError_t attr_err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, C::kSmemBytes);
   if (attr_err != cudaSuccess) return std::string("error: cudaFuncSetAttribute: ") + cudaGetErrorString(attr_err);
-  cudaError_t err = cudaSuccess;
-  const int tiles = ((args.m + kBM - 1) / kBM) * ((args.n + BN - 1) / BN);
-  static const int sms = [] {
+  // Units (blocks, or clusters of CM blocks) resident at once: the persistent grid's size at most.
+  static const int max_units = [&]() -> int {
     int dev = 0, count = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
       return 1;
-    return count;
+    if constexpr (CM == 1) {
+      return count;
+    } else {
+      cudaLaunchConfig_t cfg{};
+      cudaLaunchAttribute attr{};
+      attr.id = cudaLaunchAttributeClusterDimension;
+      attr.val.clusterDim.x = CM, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+      cfg.gridDim = dim3(static_cast<unsigned>(count / CM * CM));
+      cfg.blockDim = dim3(kThreads);
+      cfg.dynamicSmemBytes = C::kSmemBytes;
+      cfg.attrs = &attr, cfg.numAttrs = 1;
+      int clusters = 0;
+      if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess || clusters < 1) {
+        (void)cudaGetLastError();
+        return count / CM;  // one block per multiprocessor, rounded down to whole clusters
+      }
+      return clusters;
+    }
   }();
-  const int grid = tiles < sms ? tiles : sms;  // persistent: one block per multiprocessor at most
-  kernel<<<grid, kThreads, C::kSmemBytes, stream>>>(map_a, map_w, args);
-  err = cudaGetLastError();
+  const int tiles = ((args.m + CM * BM - 1) / (CM * BM)) * ((args.n + BN - 1) / BN);  // cluster tiles when CM > 1
+  const int units = tiles < max_units ? tiles : max_units;  // persistent: one block per multiprocessor at most
+  const int grid = units * CM;
+  cudaError_t err = cudaSuccess;
+  if constexpr (CM == 1) {
+    kernel<<<grid, kThreads, C::kSmemBytes, stream>>>(map_a, map_w, args);
+    err = cudaGetLastError();
+  } else {
+    cudaLaunchConfig_t cfg{};
+    cudaLaunchAttribute attr{};
+    attr.id = cudaLaunchAttributeClusterDimension;
+    attr.val.clusterDim.x = CM, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
+    cfg.gridDim = dim3(static_cast<unsigned>(grid));
+    cfg.blockDim = dim3(kThreads);
+    cfg.dynamicSmemBytes = C::kSmemBytes;
+    cfg.stream = stream;
+    cfg.attrs = &attr, cfg.numAttrs = 1;
+    err = cudaLaunchKernelEx(&cfg, kernel, map_a, map_w, args);
+  }
   if (err != cudaSuccess) return std::string("error: launch: ") + cudaGetErrorString(err);
-  char buf[320];
-  std::snprintf(buf, sizeof buf,
-                "qc::int8_scaled_mm_wgmma_kernel<BM=%d,BN=%d,stages=%d,%s> wgmma.m64n%dk32.s8 sm_90a, "
-                "TMA 128B-swizzle, "
-                "1 producer + 2 consumer warpgroups, persistent grid=%d over %d tiles block=%d smem=%d bias=%s",
-                kBM, BN, STAGES, formula::kind_name(F), BN, grid, tiles, kThreads, C::kSmemBytes,
-                bias_label(args.bias_mode, args.bias != nullptr));
+  char buf[400];
+  if constexpr (C::kPingpong) {
+    std::snprintf(buf, sizeof buf,
+                  "qc::int8_scaled_mm_wgmma_kernel<pingpong,BM=%d,BN=%d,stages=%d,cluster=%dx1,%s> wgmma.m64n%dk32.s8 "
+                  "sm_90a, TMA 128B-swizzle%s, "
+                  "1 producer + 2 ping-pong consumer warpgroups (a %dx%d tile each, mainloops in turn), "
+                  "persistent grid=%d over %d tiles block=%d smem=%d bias=%s",
+                  BM, BN, STAGES, CM, formula::kind_name(F), BN, CM > 1 ? " (W multicast)" : "", BM, BN, grid,
+                  tiles * CM, kThreads, C::kSmemBytes, bias_label(args.bias_mode, args.bias != nullptr));
+  } else {
+    char cluster[32] = "";
+    if (CM > 1) std::snprintf(cluster, sizeof cluster, ",cluster=%dx1", CM);
+    std::snprintf(buf, sizeof buf,
+                  "qc::int8_scaled_mm_wgmma_kernel<BM=%d,BN=%d,stages=%d%s,%s> wgmma.m64n%dk32.s8 sm_90a, "
+                  "TMA 128B-swizzle%s, "
+                  "1 producer + 2 consumer warpgroups, persistent grid=%d over %d tiles block=%d smem=%d bias=%s",
+                  BM, BN, STAGES, cluster, formula::kind_name(F), BN, CM > 1 ? " (W multicast)" : "", grid,
+                  tiles * CM, kThreads, C::kSmemBytes, bias_label(args.bias_mode, args.bias != nullptr));
+  }
   return buf;
 }
 
-template <int BN, int STAGES>
+template <Schedule S, int BM, int BN, int STAGES, int CM>
 std::string launch_wgmma_tile(const ScaledMmArgs& args, cudaStream_t stream) {
   if (const char* why = launch_formula_error(args.formula, args.bias_mode, args.bias != nullptr))
     return std::string("error: launch_int8_scaled_mm_wgmma: ") + why;
-  return formula::visit_kernel_instance(
-      args.formula, [&](auto kind) { return launch_wgmma_config<BN, STAGES, decltype(kind)::value>(args, stream); });
+  return formula::visit_kernel_instance(args.formula, [&](auto kind) {
+    return launch_wgmma_config<S, BM, BN, STAGES, CM, decltype(kind)::value>(args, stream);
+  });
 }
 
 }  // namespace
 
 std::string launch_int8_scaled_mm_wgmma(const ScaledMmArgs& args, cudaStream_t stream) {
   switch (args.tile) {
-    case MmTile::wg128x256: return launch_wgmma_tile<256, 4>(args, stream);
-    case MmTile::wg128x128: return launch_wgmma_tile<128, 6>(args, stream);
+    case MmTile::wg128x256: return launch_wgmma_tile<Schedule::cooperative, 128, 256, 4, 1>(args, stream);
+    case MmTile::wg128x128: return launch_wgmma_tile<Schedule::cooperative, 128, 128, 6, 1>(args, stream);
+    case MmTile::wgpp64x256: return launch_wgmma_tile<Schedule::pingpong, 64, 256, 5, 1>(args, stream);
+    case MmTile::wgpp128x128: return launch_wgmma_tile<Schedule::pingpong, 128, 128, 7, 1>(args, stream);
+    case MmTile::wgpp64x256_c2: return launch_wgmma_tile<Schedule::pingpong, 64, 256, 5, 2>(args, stream);
+    case MmTile::wgpp128x128_c2: return launch_wgmma_tile<Schedule::pingpong, 128, 128, 7, 2>(args, stream);
+    case MmTile::wg128x256_c2: return launch_wgmma_tile<Schedule::cooperative, 128, 256, 4, 2>(args, stream);
     default: break;
   }
   return "error: launch_int8_scaled_mm_wgmma: not a wgmma tile";

@@ -12,7 +12,8 @@
 
 namespace qc::cuda_kernels {
 
-// `args.tile` must be MmTile::wg128x128 or MmTile::wg128x256. Returns the kernel identity for the
+// `args.tile` must be MmTile::wg128x128, wg128x256, wg128x256_c2 (cooperative), wgpp64x256,
+// wgpp128x128, wgpp64x256_c2 or wgpp128x128_c2 (ping-pong). Returns the kernel identity for the
 // RunRecord, "unavailable: <why>" when the wgmma code does not run on this device or build
 // (nothing was launched), or "error: <why>" when a launch failed.
 std::string launch_int8_scaled_mm_wgmma(const ScaledMmArgs& args, cudaStream_t stream);
