@@ -59,7 +59,8 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
 
 nlohmann::json to_json(const VerifyResult& r) {
   // The runs' documents on every core (a 196-layer FP8 result holds 588 runs of ~400 histogram
-  // entries each: 0.3 s on one core of the GPU host), then moved into the array in order.
+  // entries each; with the manifest 0.30 s on one core of the GPU host), then moved into the array
+  // in order.
   std::vector<nlohmann::json> docs(r.runs.size());
   parallel_for(static_cast<int64_t>(docs.size()), 0,
                [&](int64_t i) { docs[static_cast<size_t>(i)] = run_json(r.runs[static_cast<size_t>(i)], false); });
