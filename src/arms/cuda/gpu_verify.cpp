@@ -12,6 +12,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <set>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -141,6 +142,44 @@ class PinnedStager {
   std::vector<Slot> slots_;
 };
 
+// Pinned host memory that grows and is kept (the listed rows land here: a device-to-host copy into pageable
+// memory goes through the driver's own staging at a fraction of the link's pace).
+class PinnedBytes {
+ public:
+  PinnedBytes() = default;
+  ~PinnedBytes() {
+    if (p_ != nullptr) cudaFreeHost(p_);
+  }
+  PinnedBytes(const PinnedBytes&) = delete;
+  PinnedBytes& operator=(const PinnedBytes&) = delete;
+  unsigned char* reserve(size_t bytes) {
+    if (bytes > capacity_) {
+      if (p_ != nullptr) cudaFreeHost(p_);
+      p_ = nullptr, capacity_ = 0;
+      QC_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&p_), bytes));
+      capacity_ = bytes;
+    }
+    return p_;
+  }
+  const unsigned char* data() const { return p_; }
+
+ private:
+  unsigned char* p_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+// A layer's FP8 model accumulators by model name, in buffers kept from layer to layer (a cudaFree waits
+// for the whole device): `ready` names those that hold this layer's values.
+struct ModelSet {
+  std::map<std::string, DeviceScratch<float>> buffers;
+  std::set<std::string> ready;
+
+  const float* find(const std::string& name) const {
+    return ready.count(name) != 0 ? buffers.at(name).get() : nullptr;
+  }
+  float* slot(const std::string& name, size_t count) { return buffers[name].reserve(count); }
+};
+
 }  // namespace
 
 struct GpuVerifyLayer::Impl {
@@ -149,7 +188,7 @@ struct GpuVerifyLayer::Impl {
   bool bias = false;
   bool fp8 = false;
   Fp8Format fa = Fp8Format::e4m3, fw = Fp8Format::e4m3;
-  std::map<std::string, cuda::DeviceBuffer<float>> models;  // FP8: by name, the layer's rows
+  ModelSet models;                                          // FP8: by name, the layer's rows
   DeviceScratch<uint8_t> wt;                                // FP8: w transposed (the fp64 kernel's scratch)
   DeviceScratch<float> arm_acc[2];                          // FP8: the arms' exposed accumulators
   // The next layer, uploaded ahead on its own stream by a host thread of its own (`prefetch`) while this
@@ -158,7 +197,8 @@ struct GpuVerifyLayer::Impl {
     DeviceScratch<int8_t> a, a0, w, w0;
     DeviceScratch<uint16_t> bias, bias0;
     DeviceScratch<uint8_t> wt;
-    std::map<std::string, cuda::DeviceBuffer<float>> models;  // FP8: evaluated right after the upload
+    DeviceScratch<uint8_t> wt2;                               // the second model stream's scratch
+    ModelSet models;                                          // FP8: evaluated right after the upload
     const void* host[3] = {nullptr, nullptr, nullptr};  // the host arrays uploaded (a, w, bias)
     size_t bytes[3] = {0, 0, 0};
     double seconds = 0;
@@ -166,7 +206,8 @@ struct GpuVerifyLayer::Impl {
   std::future<void> ahead_task;
   double ahead_seconds = 0;  // the uploads ahead taken so far (beside the runs)
   cudaStream_t copy_stream = nullptr;
-  cudaEvent_t ahead_done = nullptr;
+  cudaStream_t model_stream = nullptr;  // the next layer's second model, beside its first
+  cudaEvent_t ahead_done = nullptr, uploaded = nullptr, second_model_done = nullptr;
   // The layer (full rows) and the copies C3 compares with.
   DeviceScratch<int8_t> a, a0, w, w0;
   DeviceScratch<uint16_t> bias_now, bias0;
@@ -184,7 +225,7 @@ struct GpuVerifyLayer::Impl {
   DeviceScratch<cuda_kernels::OperandDiff> diffs;  // C3, after arm A and after arm B
   DeviceScratch<int64_t> row_ids;
   DeviceScratch<unsigned char> gathered;
-  std::vector<unsigned char> staged;  // the gathered rows on the host
+  PinnedBytes staged;                 // the gathered rows on the host
   std::vector<size_t> staged_at;      // where each gathered array starts in it
   DeviceScratch<unsigned> row_counts;
   DeviceScratch<Bf16SquareSum> square_sum;
@@ -209,9 +250,9 @@ struct GpuVerifyLayer::Impl {
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
   bool take_ahead(const LayerOperands& full);
   // A model's fp32 accumulators of codes a [m,k], w [n,k] (device), enqueued on `on`.
-  cuda::DeviceBuffer<float> evaluate(const Fp8AccumModel& model, int64_t m, int64_t n, int64_t k, const int8_t* a,
-                                     Fp8Format a_format, const int8_t* w, Fp8Format w_format, DeviceScratch<uint8_t>& wt,
-                                     cudaStream_t on, std::string* kernel);
+  void evaluate(const Fp8AccumModel& model, int64_t m, int64_t n, int64_t k, const int8_t* a, Fp8Format a_format,
+                const int8_t* w, Fp8Format w_format, DeviceScratch<uint8_t>& wt, float* d, cudaStream_t on,
+                std::string* kernel);
   void zero(void* p, size_t bytes) const {
     if (bytes != 0) QC_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
   }
@@ -224,20 +265,31 @@ struct GpuVerifyLayer::Impl {
 // The device is asked for first: the pinned slots of `Impl` need one.
 GpuVerifyLayer::GpuVerifyLayer()
     : impl_((cuda::require_device("verify's device pipeline"), std::make_unique<Impl>())) {
-  QC_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->stream, cudaStreamNonBlocking));
-  QC_CUDA_CHECK(cudaStreamCreateWithFlags(&impl_->copy_stream, cudaStreamNonBlocking));
-  QC_CUDA_CHECK(cudaEventCreateWithFlags(&impl_->ahead_done, cudaEventDisableTiming));
+  // The runs' stream (the arms, C3, the element pass) ahead of the next layer's (its upload and its FP8
+  // models): the block scheduler gives the runs' kernels the multiprocessors the models' blocks free as
+  // they finish, instead of queueing them behind the models' whole grids. Scheduling only: what each
+  // kernel computes is the same.
+  int least = 0, greatest = 0;
+  QC_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->stream, cudaStreamNonBlocking, greatest));
+  QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->copy_stream, cudaStreamNonBlocking, least));
+  QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->model_stream, cudaStreamNonBlocking, least));
+  for (cudaEvent_t* e : {&impl_->ahead_done, &impl_->uploaded, &impl_->second_model_done}) {
+    QC_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
+  }
 }
 
 GpuVerifyLayer::~GpuVerifyLayer() {
   if (!impl_) return;
   if (impl_->ahead_task.valid()) impl_->ahead_task.wait();
-  for (cudaStream_t s : {impl_->stream, impl_->copy_stream}) {
+  for (cudaStream_t s : {impl_->stream, impl_->copy_stream, impl_->model_stream}) {
     if (s == nullptr) continue;
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
   }
-  if (impl_->ahead_done != nullptr) cudaEventDestroy(impl_->ahead_done);
+  for (cudaEvent_t e : {impl_->ahead_done, impl_->uploaded, impl_->second_model_done}) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
 }
 
 void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models) {
@@ -245,17 +297,30 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
   if (x.ahead_task.valid()) x.ahead_task.get();
   if (!refusal(next, next.fp8()).empty()) return;
   x.ahead.host[0] = x.ahead.host[1] = x.ahead.host[2] = nullptr;
-  x.ahead.models.clear();
+  x.ahead.models.ready.clear();
   x.ahead_task = std::async(std::launch::async, [&x, next, models] {
     const auto t0 = std::chrono::steady_clock::now();
     Impl::Ahead& h = x.ahead;
     x.copy_to_device(h.a, h.a0, next.a_q, x.copy_stream);
     x.copy_to_device(h.w, h.w0, next.w_q, x.copy_stream);
     x.copy_to_device(h.bias, h.bias0, next.bias, x.copy_stream);
+    // The models one after another on two streams, so that a small layer's grids fill the device together.
+    int evaluated = 0;
     for (const NamedAccumModel& m : next.fp8() ? models : std::vector<NamedAccumModel>{}) {
-      if (h.models.count(m.name) != 0) continue;
-      h.models.emplace(m.name, x.evaluate(m.model, next.m, next.n, next.k, h.a.get(), fp8_format(next.a_type), h.w.get(),
-                                          fp8_format(next.w_type), h.wt, x.copy_stream, nullptr));
+      if (h.models.ready.count(m.name) != 0) continue;
+      const bool second = evaluated++ % 2 == 1;
+      if (second && evaluated == 2) {
+        QC_CUDA_CHECK(cudaEventRecord(x.uploaded, x.copy_stream));
+        QC_CUDA_CHECK(cudaStreamWaitEvent(x.model_stream, x.uploaded));
+      }
+      x.evaluate(m.model, next.m, next.n, next.k, h.a.get(), fp8_format(next.a_type), h.w.get(), fp8_format(next.w_type),
+                 second ? h.wt2 : h.wt, h.models.slot(m.name, static_cast<size_t>(next.m * next.n)),
+                 second ? x.model_stream : x.copy_stream, nullptr);
+      h.models.ready.insert(m.name);
+    }
+    if (evaluated > 1) {
+      QC_CUDA_CHECK(cudaEventRecord(x.second_model_done, x.model_stream));
+      QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.second_model_done));
     }
     QC_CUDA_CHECK(cudaEventRecord(x.ahead_done, x.copy_stream));
     QC_CUDA_CHECK(cudaEventSynchronize(x.ahead_done));
@@ -274,8 +339,8 @@ bool GpuVerifyLayer::Impl::take_ahead(const LayerOperands& full) {
   }
   std::swap(a, ahead.a), std::swap(a0, ahead.a0), std::swap(w, ahead.w), std::swap(w0, ahead.w0);
   std::swap(bias_now, ahead.bias), std::swap(bias0, ahead.bias0);
-  models = std::move(ahead.models);
-  ahead.models.clear();
+  std::swap(models, ahead.models);
+  ahead.models.ready.clear();
   ahead.host[0] = ahead.host[1] = ahead.host[2] = nullptr;
   ahead_seconds += ahead.seconds;
   return true;
@@ -300,7 +365,7 @@ void GpuVerifyLayer::load(const LayerOperands& full) {
   x.m_full = full.m, x.n = full.n, x.k = full.k, x.bias = full.has_bias();
   x.fp8 = full.fp8();
   if (!x.take_ahead(full)) {
-    x.models.clear();
+    x.models.ready.clear();
     x.copy_to_device(x.a, x.a0, full.a_q);
     x.copy_to_device(x.w, x.w0, full.w_q);
     x.copy_to_device(x.bias_now, x.bias0, full.bias);
@@ -486,25 +551,24 @@ GpuPassCounts GpuVerifyLayer::pass(const GpuPassSpec& spec) {
 const float* GpuVerifyLayer::model(const std::string& name, const Fp8AccumModel& model, std::string* kernel) {
   Impl& x = *impl_;
   QC_CHECK(x.fp8, "GpuVerifyLayer::model: the loaded layer is not FP8");
-  if (const auto it = x.models.find(name); it != x.models.end()) return it->second.get();
-  return x.models.emplace(name, x.evaluate(model, x.m_full, x.n, x.k, x.a.get(), x.fa, x.w.get(), x.fw, x.wt, x.stream, kernel))
-      .first->second.get();
+  if (const float* d = x.models.find(name)) return d;
+  float* d = x.models.slot(name, static_cast<size_t>(x.m_full * x.n));
+  x.evaluate(model, x.m_full, x.n, x.k, x.a.get(), x.fa, x.w.get(), x.fw, x.wt, d, x.stream, kernel);
+  x.models.ready.insert(name);
+  return d;
 }
 
-cuda::DeviceBuffer<float> GpuVerifyLayer::Impl::evaluate(const Fp8AccumModel& model, int64_t m, int64_t n, int64_t k,
-                                                          const int8_t* a, Fp8Format a_format, const int8_t* w,
-                                                          Fp8Format w_format, DeviceScratch<uint8_t>& wt, cudaStream_t on,
-                                                          std::string* kernel) {
+void GpuVerifyLayer::Impl::evaluate(const Fp8AccumModel& model, int64_t m, int64_t n, int64_t k, const int8_t* a,
+                                    Fp8Format a_format, const int8_t* w, Fp8Format w_format, DeviceScratch<uint8_t>& wt,
+                                    float* d, cudaStream_t on, std::string* kernel) {
   validate_fp8_model_for(model, {m, n, k});
-  cuda::DeviceBuffer<float> d(static_cast<size_t>(m * n));
   const std::string ran = cuda::checked_launch(
       cuda_kernels::launch_fp8_accum_model(model, reinterpret_cast<const uint8_t*>(a), a_format,
                                            reinterpret_cast<const uint8_t*>(w), w_format,
-                                           wt.reserve(static_cast<size_t>(n * k)), d.get(), static_cast<int>(m),
+                                           wt.reserve(static_cast<size_t>(n * k)), d, static_cast<int>(m),
                                            static_cast<int>(n), k, /*allow_fp32=*/true, /*reference_kernel=*/false, on),
       "verify's device pipeline: an accumulation model");
   if (kernel != nullptr) *kernel = ran;
-  return d;
 }
 
 float* GpuVerifyLayer::accumulator(int side) {
@@ -572,7 +636,6 @@ GpuRows GpuVerifyLayer::Impl::gather(const std::vector<int64_t>& rows, const std
     offset += count * cols * static_cast<size_t>(bytes);
     ++g.arrays;
   }
-  staged.resize(offset);
   staged_at = at;
   if (count == 0 || offset == 0) return r;
   unsigned char* staging = gathered.reserve(offset);
@@ -581,7 +644,7 @@ GpuRows GpuVerifyLayer::Impl::gather(const std::vector<int64_t>& rows, const std
   QC_CUDA_CHECK(cudaMemcpyAsync(ids, rows.data(), count * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
   cuda::checked_launch(cuda_kernels::launch_gather_rows(g, ids, static_cast<int>(count), n, stream),
                        "verify's device pipeline: the listed rows");
-  QC_CUDA_CHECK(cudaMemcpyAsync(staged.data(), staging, offset, cudaMemcpyDeviceToHost, stream));
+  QC_CUDA_CHECK(cudaMemcpyAsync(staged.reserve(offset), staging, offset, cudaMemcpyDeviceToHost, stream));
   sync();
   return r;
 }
@@ -589,7 +652,7 @@ GpuRows GpuVerifyLayer::Impl::gather(const std::vector<int64_t>& rows, const std
 namespace {
 
 template <class T>
-std::vector<T> staged_array(const std::vector<unsigned char>& staged, size_t at, size_t count) {
+std::vector<T> staged_array(const PinnedBytes& staged, size_t at, size_t count) {
   std::vector<T> v(count);
   if (count != 0) std::memcpy(v.data(), staged.data() + at, count * sizeof(T));
   return v;
