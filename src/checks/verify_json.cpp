@@ -11,6 +11,7 @@
 #include "checks/verify.hpp"
 #include "checks/verify_internal.hpp"
 #include "core/parallel.hpp"
+#include "core/results_json.hpp"
 #include "epilogue/block_models.hpp"
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
@@ -55,17 +56,8 @@ nlohmann::json run_json(const LayerRun& x, bool lossless) {
   return j;
 }
 
-}  // namespace
-
-nlohmann::json to_json(const VerifyResult& r) {
-  // The runs' documents on every core (a 196-layer FP8 result holds 588 runs of ~400 histogram
-  // entries each; with the manifest 0.30 s on one core of the GPU host), then moved into the array
-  // in order.
-  std::vector<nlohmann::json> docs(r.runs.size());
-  parallel_for(static_cast<int64_t>(docs.size()), 0,
-               [&](int64_t i) { docs[static_cast<size_t>(i)] = run_json(r.runs[static_cast<size_t>(i)], false); });
-  nlohmann::json runs = nlohmann::json::array();
-  for (nlohmann::json& doc : docs) runs.push_back(std::move(doc));
+// verify's results without `runs`.
+nlohmann::json head_json(const VerifyResult& r) {
   const auto info = [](const ArmInfo& i, const RunRecord& rec) {
     nlohmann::json j{{"label", i.label},
                      {"description", i.description},
@@ -93,8 +85,7 @@ nlohmann::json to_json(const VerifyResult& r) {
           {"checks", r.checks},
           {"total_real", r.total_real},
           {"seconds", seconds},
-          {"wall_seconds", r.wall_seconds},
-          {"runs", runs}};
+          {"wall_seconds", r.wall_seconds}};
   j["interchangeability"] = to_json(r.interchangeability);
   if (r.arm_a.fp8()) {
     const auto model = [](const ArmInfo& i) {
@@ -106,6 +97,32 @@ nlohmann::json to_json(const VerifyResult& r) {
                 {"stage_detail", r.stage_detail}};
   }
   return j;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const VerifyResult& r) {
+  // The runs' documents on every core, then moved into the array in order.
+  std::vector<nlohmann::json> docs(r.runs.size());
+  parallel_for(static_cast<int64_t>(docs.size()), 0,
+               [&](int64_t i) { docs[static_cast<size_t>(i)] = run_json(r.runs[static_cast<size_t>(i)], false); });
+  nlohmann::json runs = nlohmann::json::array();
+  for (nlohmann::json& doc : docs) runs.push_back(std::move(doc));
+  nlohmann::json j = head_json(r);
+  j["runs"] = std::move(runs);
+  return j;
+}
+
+std::string to_json_text(const VerifyResult& r, nlohmann::json fields) {
+  // Each run's text made on a worker from its document, which goes away there: a 196-layer FP8 result
+  // holds 588 runs of ~400 histogram entries each (~8 MB), 0.15 s on one core of the GPU host.
+  std::vector<std::string> texts(r.runs.size());
+  parallel_for(static_cast<int64_t>(texts.size()), 0, [&](int64_t i) {
+    texts[static_cast<size_t>(i)] = run_json(r.runs[static_cast<size_t>(i)], false).dump(1);
+  });
+  nlohmann::json doc = head_json(r);
+  for (auto& [key, value] : fields.items()) doc[key] = std::move(value);
+  return dump_with_array(std::move(doc), "runs", texts);
 }
 
 nlohmann::json to_json(const LayerVerification& v) {

@@ -6,12 +6,31 @@
 
 namespace qc {
 
-nlohmann::json verify_results_json(const VerifyResult& result, const VerifyInputs& in) {
-  nlohmann::json j = results_envelope("verify", to_json(result));
+namespace {
+
+// The members verify's results add to `to_json(result)`: the envelope, `operands` and `predictions`.
+nlohmann::json added_members(const VerifyInputs& in) {
+  nlohmann::json j = results_envelope("verify");
   j["operands"] = {{"path", in.operands_path}, {"sha256", in.operands_sha256}};
   j["predictions"] = {
       {"path", in.predictions_path}, {"sha256", in.predictions_sha256}, {"pinned", in.predictions_pinned}};
   return j;
+}
+
+}  // namespace
+
+nlohmann::json verify_results_json(const VerifyResult& result, const VerifyInputs& in) {
+  nlohmann::json j = results_envelope("verify", to_json(result));
+  for (auto& [key, value] : added_members(in).items()) {
+    if (!j.contains(key)) j[key] = std::move(value);
+  }
+  return j;
+}
+
+std::string verify_results_text(const VerifyResult& result, const VerifyInputs& in, const nlohmann::json& extra) {
+  nlohmann::json fields = added_members(in);
+  for (const auto& [key, value] : extra.items()) fields[key] = value;
+  return to_json_text(result, std::move(fields));
 }
 
 void add_rank_seconds(VerifyResult& result, const std::vector<nlohmann::json>& rank_info) {

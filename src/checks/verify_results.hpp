@@ -23,6 +23,10 @@ struct VerifyInputs {
 // `to_json(result)` in the results envelope (`results_envelope("verify")`), with `operands` and
 // `predictions` as given.
 nlohmann::json verify_results_json(const VerifyResult& result, const VerifyInputs& inputs);
+// `verify_results_json(result, inputs)` with the members of `extra` added, as the text of `dump(1)`
+// (to_json_text): what `verify --json` writes.
+std::string verify_results_text(const VerifyResult& result, const VerifyInputs& inputs,
+                                const nlohmann::json& extra = nlohmann::json::object());
 
 // The ranks' phase seconds (`rank_info[r]["seconds"]`: [phase, seconds] pairs, ranks without it
 // skipped) added into `result.seconds` phase by phase: the CPU-side seconds of the whole job.

@@ -326,11 +326,14 @@ int run_verify(const VerifyCli& o) {
   // The JSON and the manifest are written together: both durable before either is in place.
   std::vector<std::pair<std::string, std::string>> outputs;
   if (!o.json.empty()) {
-    nlohmann::json j = verify_results_json(
-        result, {set.path, set.sha256, o.predictions, predictions_digest.empty() ? "" : "sha256:" + predictions_digest,
-                 !o.predictions.empty()});
-    if (o.invariance) j["invariance"] = invariance;
-    outputs.emplace_back(o.json, j.dump(1) + "\n");
+    nlohmann::json extra = nlohmann::json::object();
+    if (o.invariance) extra["invariance"] = invariance;
+    outputs.emplace_back(o.json, verify_results_text(result,
+                                                     {set.path, set.sha256, o.predictions,
+                                                      predictions_digest.empty() ? "" : "sha256:" + predictions_digest,
+                                                      !o.predictions.empty()},
+                                                     extra) +
+                                     "\n");
     laps.lap("the results JSON made");
   }
   std::vector<std::pair<std::string, std::string>> inputs = {{"operands", o.operands}};

@@ -61,4 +61,41 @@ void check_results_envelope(const nlohmann::json& doc, std::string_view name, co
            doc.contains("schema_version") ? printable_text(doc["schema_version"].dump(), 60) : "nothing");
 }
 
+std::string dump_with_array(nlohmann::json doc, const std::string& key, const std::vector<std::string>& elements) {
+  QC_CHECK(doc.is_object(), "dump_with_array: expected an object, found {}", doc.type_name());
+  // A placeholder no real document holds: control characters are escaped in the dump, so its quoted
+  // text is unique unless a string of the document equals it, which the count below refuses.
+  const std::string placeholder = "\x01qconform-array-placeholder\x02";
+  doc[key] = placeholder;
+  const std::string text = doc.dump(1);
+  const std::string quoted = nlohmann::json(placeholder).dump();
+  const size_t at = text.find(quoted);
+  QC_CHECK(at != std::string::npos && text.find(quoted, at + 1) == std::string::npos,
+           "dump_with_array: the placeholder of `{}` is not found exactly once", key);
+  // The array is the value of a top-level member: `[` on the member's line, its elements at depth 2,
+  // its `]` at depth 1 (nlohmann's pretty printer with an indent of 1).
+  std::string array;
+  if (elements.empty()) {
+    array = "[]";
+  } else {
+    size_t bytes = 4;
+    for (const std::string& e : elements) bytes += e.size() + 4 + 2 * static_cast<size_t>(std::count(e.begin(), e.end(), '\n'));
+    array.reserve(bytes);
+    array += "[\n";
+    for (size_t i = 0; i < elements.size(); ++i) {
+      array += "  ";
+      for (const char c : elements[i]) {
+        array += c;
+        if (c == '\n') array += "  ";
+      }
+      array += i + 1 < elements.size() ? ",\n" : "\n";
+    }
+    array += " ]";
+  }
+  std::string out;
+  out.reserve(text.size() + array.size());
+  out.append(text, 0, at).append(array).append(text, at + quoted.size(), std::string::npos);
+  return out;
+}
+
 }  // namespace qc

@@ -11,6 +11,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace qc {
 
@@ -36,5 +37,12 @@ bool is_results_kind(const nlohmann::json& kind, std::string_view name);
 // file, the field, what was expected and what was found.
 void check_results_envelope(const nlohmann::json& doc, std::string_view name, const std::string& file,
                             std::string_view what);
+
+// `doc.dump(1)` with `doc[key]` (a member of the top-level object) the array whose elements' own
+// `dump(1)` texts are `elements`, in order: the same bytes, without the array's element trees ever being
+// one document (a 196-layer FP8 verify's runs are ~8 MB of text; their texts are made on every core).
+// `doc[key]` is replaced; the elements are re-indented by the array's depth (a JSON text holds no raw
+// newline inside a string, so every newline in an element's text is one of its own lines).
+std::string dump_with_array(nlohmann::json doc, const std::string& key, const std::vector<std::string>& elements);
 
 }  // namespace qc

@@ -45,6 +45,32 @@ TEST(ResultsJson, Envelope) {
   EXPECT_THROW(results_envelope("sweep", json::array()), Error);
 }
 
+// dump_with_array's text is nlohmann's own dump(1) of the whole document, byte for byte: arrays of no,
+// one and several elements, elements that are objects with nested arrays and objects (empty ones
+// among them), scalars, strings with escapes and newlines, and keys before and after the array's.
+TEST(ResultsJson, ArraySplicedFromItsElementsTextsIsTheDocumentsDump) {
+  const std::vector<json> pool = {
+      json{{"layer", "a\nb \"q\" \x01"}, {"hist", {{"0", 1}, {"17", 2}}}, {"first", json::array()},
+           {"nested", {{"x", json::array({1, json::object(), json::array({2, 3})})}, {"e", json::object()}}}},
+      json(3.25), json("plain"), json(nullptr), json::array({json::array(), json::object({{"k", -1}})}),
+      json::object()};
+  for (size_t count : {size_t{0}, size_t{1}, size_t{2}, pool.size()}) {
+    const json elements_doc = json(std::vector<json>(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(count)));
+    for (const char* key : {"aaa", "runs", "zzz"}) {
+      json doc = {{"kind", "qconform-verify"}, {"m", {{"deep", json::array({1, 2})}}}, {"schema_version", 1}};
+      std::vector<std::string> texts;
+      for (const json& e : elements_doc) texts.push_back(e.dump(1));
+      json whole = doc;
+      whole[key] = elements_doc;
+      doc[key] = "replaced";
+      EXPECT_EQ(dump_with_array(doc, key, texts), whole.dump(1)) << count << " elements under " << key;
+    }
+  }
+  // A document that already holds the placeholder's text elsewhere is refused, not spliced twice.
+  json clash = {{"a", "\x01qconform-array-placeholder\x02"}};
+  EXPECT_THROW(dump_with_array(clash, "runs", {}), Error);
+}
+
 TEST(ResultsJson, OldSpellingsAcceptedForTheirDocumentOnly) {
   EXPECT_TRUE(is_results_kind("qconform-transfer", "transfer"));
   EXPECT_TRUE(is_results_kind("qconform.transfer", "transfer"));  // written before the rule

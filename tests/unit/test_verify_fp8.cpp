@@ -120,6 +120,11 @@ TEST(VerifyFp8, ChainVersusPromote4PredictsEveryDifference) {
   EXPECT_GT(deep_differences, 0) << "chain and promote4 should differ somewhere at K >= 1024";
   // The JSON names the models and says the reference was the model.
   const nlohmann::json j = to_json(r);
+  // What `verify --json` writes (the runs' texts made apart and spliced) is the document's own dump.
+  const nlohmann::json extra = {{"schema_version", 1}, {"invariance", {{"checked", false}}}};
+  nlohmann::json whole = j;
+  for (const auto& [key, value] : extra.items()) whole[key] = value;
+  EXPECT_EQ(to_json_text(r, extra), whole.dump(1));
   EXPECT_EQ(j["fp8"]["reference"], "model");
   EXPECT_EQ(j["arms"][0]["accumulation_model"], "hopper-fp8-chain");
   EXPECT_EQ(j["arms"][1]["accumulation_model"], "hopper-fp8-promote4");
