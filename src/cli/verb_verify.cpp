@@ -21,6 +21,7 @@
 #include "qconform/error.hpp"
 #include "core/limits.hpp"
 #include "core/fileio.hpp"
+#include "arms/cuda/cuda.hpp"
 #include "checks/c8_invariance.hpp"
 #include "checks/verify.hpp"
 #include "checks/verify_results.hpp"
@@ -230,6 +231,9 @@ int run_verify(const VerifyCli& o) {
   }
   if (o.gpu_per_rank) use_gpu_of_local_rank();
   const auto [label_a, label_b] = parse_pair("--arms", o.arms);
+  // A pair of device arms or the device's reference: the CUDA context is made beside the checks and the
+  // opening of the operands below.
+  if (label_a.rfind("cuda:", 0) == 0 || label_b.rfind("cuda:", 0) == 0 || o.reference == "gpu") start_cuda_early();
   std::vector<PathUse> paths_in = {{"--predictions", o.predictions}};
   add_operand_inputs(paths_in, "OPS", o.operands);
   add_arm_inputs(paths_in, "--arms", label_a);

@@ -33,6 +33,12 @@ struct Fp8BlockGemm;  // epilogue/block_models.hpp
 // ("this build has no CUDA", "cudaGetDeviceCount: no CUDA-capable device is detected", ...).
 bool cuda_available(std::string* reason = nullptr);
 
+// Starts the CUDA driver and the current device's context on a thread of its own and returns (once per
+// process; the process waits for it at exit): a command that will use the device calls it first, so
+// that the ~0.1 s of context creation runs beside what it does before (checking paths, mapping the
+// operands). Errors are left for the first real use to report (`require_device`). No-op without CUDA.
+void start_cuda_early();
+
 // "NVIDIA H200 (sm_90, 132 SMs), driver 13.0, CUDA runtime 13.0" for RunRecords.
 std::string cuda_device_description();
 
@@ -278,6 +284,7 @@ inline bool cuda_available(std::string* reason) {
   return false;
 }
 inline std::string cuda_device_description() { return "none (built without CUDA)"; }
+inline void start_cuda_early() {}
 inline GpuBf16Comparison compare_bf16_gpu(std::span<const uint16_t>, std::span<const uint16_t>) {
   QC_FAIL_INPUT("compare_bf16_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
 }

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <future>
 #include <map>
 #include <mutex>
 
@@ -68,5 +69,14 @@ bool cuda_available(std::string* reason) {
 }
 
 std::string cuda_device_description() { return cuda::device_description(); }
+
+void start_cuda_early() {
+  // A static future: its destructor (at exit) waits for the thread, which never outlives the driver.
+  static std::future<void> started = std::async(std::launch::async, [] {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) == cudaSuccess && count > 0) cudaFree(nullptr);
+    cudaGetLastError();  // this thread's error state; the first real use reports its own
+  });
+}
 
 }  // namespace qc
