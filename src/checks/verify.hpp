@@ -199,8 +199,8 @@ VerifyResult verify_layers(Arm& a, Arm& b, const std::vector<LayerOperands>& lay
                            const VerifyOptions& options,
                            const std::function<void(size_t, size_t, const std::string&)>& progress = {});
 nlohmann::json to_json(const VerifyResult& r);
-// `to_json(r)` with the top-level members of `fields` added (or replacing its own), as the text of
-// `dump(1)`: the same bytes, the runs' texts made on every core (`dump_with_array`).
+// `to_json(r)` with the top-level members of `fields` added (or replacing its own, `runs` excepted), as
+// the text of `dump(1)`: the same bytes, the runs' texts made on every core (`dump_with_array`).
 std::string to_json_text(const VerifyResult& r, nlohmann::json fields);
 
 // ---- verification in parts (the ranks of an MPI job, `verify --resume`) ---------------------------

@@ -120,6 +120,7 @@ std::string to_json_text(const VerifyResult& r, nlohmann::json fields) {
   parallel_for(static_cast<int64_t>(texts.size()), 0, [&](int64_t i) {
     texts[static_cast<size_t>(i)] = run_json(r.runs[static_cast<size_t>(i)], false).dump(1);
   });
+  QC_CHECK(!fields.contains("runs"), "to_json_text: `fields` may not replace the runs");
   nlohmann::json doc = head_json(r);
   for (auto& [key, value] : fields.items()) doc[key] = std::move(value);
   return dump_with_array(std::move(doc), "runs", texts);

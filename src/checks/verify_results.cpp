@@ -21,9 +21,8 @@ nlohmann::json added_members(const VerifyInputs& in) {
 
 nlohmann::json verify_results_json(const VerifyResult& result, const VerifyInputs& in) {
   nlohmann::json j = results_envelope("verify", to_json(result));
-  for (auto& [key, value] : added_members(in).items()) {
-    if (!j.contains(key)) j[key] = std::move(value);
-  }
+  nlohmann::json added = added_members(in);  // named: a range over a temporary's items() would dangle
+  for (auto& [key, value] : added.items()) j[key] = std::move(value);
   return j;
 }
 

@@ -231,8 +231,8 @@ int run_verify(const VerifyCli& o) {
   }
   if (o.gpu_per_rank) use_gpu_of_local_rank();
   const auto [label_a, label_b] = parse_pair("--arms", o.arms);
-  // A pair of device arms or the device's reference: the CUDA context is made beside the checks and the
-  // opening of the operands below.
+  // A device arm on either side, or the device's reference asked for: the CUDA context is made beside the
+  // checks and the opening of the operands below (`--reference auto` waits for the pair's own choice).
   if (label_a.rfind("cuda:", 0) == 0 || label_b.rfind("cuda:", 0) == 0 || o.reference == "gpu") start_cuda_early();
   std::vector<PathUse> paths_in = {{"--predictions", o.predictions}};
   add_operand_inputs(paths_in, "OPS", o.operands);

@@ -63,8 +63,8 @@ void check_results_envelope(const nlohmann::json& doc, std::string_view name, co
 
 std::string dump_with_array(nlohmann::json doc, const std::string& key, const std::vector<std::string>& elements) {
   QC_CHECK(doc.is_object(), "dump_with_array: expected an object, found {}", doc.type_name());
-  // A placeholder no real document holds: control characters are escaped in the dump, so its quoted
-  // text is unique unless a string of the document equals it, which the count below refuses.
+  // A placeholder no real document holds (control characters, escaped in the dump): should a string of
+  // the document hold its quoted text too, the count below refuses rather than splice twice.
   const std::string placeholder = "\x01qconform-array-placeholder\x02";
   doc[key] = placeholder;
   const std::string text = doc.dump(1);

@@ -20,6 +20,7 @@
 #include "checks/element_pass.hpp"
 #include "orchestrate/sweep.hpp"
 #include "checks/verify.hpp"
+#include "checks/verify_results.hpp"
 #include "verify_test_util.hpp"
 #include "core/operands_io.hpp"
 #include "qconform/arm.hpp"
@@ -125,6 +126,9 @@ TEST(VerifyFp8, ChainVersusPromote4PredictsEveryDifference) {
   nlohmann::json whole = j;
   for (const auto& [key, value] : extra.items()) whole[key] = value;
   EXPECT_EQ(to_json_text(r, extra), whole.dump(1));
+  const VerifyInputs inputs{"ops.safetensors", "sha256:00", "pred.json", "sha256:11", true};
+  EXPECT_EQ(verify_results_text(r, inputs), verify_results_json(r, inputs).dump(1));
+  EXPECT_THROW(to_json_text(r, {{"runs", 1}}), Error);
   EXPECT_EQ(j["fp8"]["reference"], "model");
   EXPECT_EQ(j["arms"][0]["accumulation_model"], "hopper-fp8-chain");
   EXPECT_EQ(j["arms"][1]["accumulation_model"], "hopper-fp8-promote4");
