@@ -197,7 +197,6 @@ struct GpuVerifyLayer::Impl {
     DeviceScratch<int8_t> a, a0, w, w0;
     DeviceScratch<uint16_t> bias, bias0;
     DeviceScratch<uint8_t> wt;
-    DeviceScratch<uint8_t> wt2;                               // the second model stream's scratch
     ModelSet models;                                          // FP8: evaluated right after the upload
     const void* host[3] = {nullptr, nullptr, nullptr};  // the host arrays uploaded (a, w, bias)
     size_t bytes[3] = {0, 0, 0};
@@ -206,8 +205,10 @@ struct GpuVerifyLayer::Impl {
   std::future<void> ahead_task;
   double ahead_seconds = 0;  // the uploads ahead taken so far (beside the runs)
   cudaStream_t copy_stream = nullptr;
-  cudaStream_t model_stream = nullptr;  // the next layer's second model, beside its first
-  cudaEvent_t ahead_done = nullptr, uploaded = nullptr, second_model_done = nullptr;
+  // `previous_done`: recorded on `stream` before a layer's first work, so that the next layer's upload and
+  // models, written into the buffers the previous layer used, come after its last use of them on the device
+  // (the host waits for every run as well; this states it where the device sees it).
+  cudaEvent_t ahead_done = nullptr, previous_done = nullptr;
   // The layer (full rows) and the copies C3 compares with.
   DeviceScratch<int8_t> a, a0, w, w0;
   DeviceScratch<uint16_t> bias_now, bias0;
@@ -250,8 +251,7 @@ struct GpuVerifyLayer::Impl {
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
   bool take_ahead(const LayerOperands& full);
   // A model's fp32 accumulators of codes a [m,k], w [n,k] (device), enqueued on `on`.
-  void evaluate(const Fp8AccumModel& model, int64_t m, int64_t n, int64_t k, const int8_t* a, Fp8Format a_format,
-                const int8_t* w, Fp8Format w_format, DeviceScratch<uint8_t>& wt, float* d, cudaStream_t on,
+  void evaluate(const Fp8AccumModel& model, const Fp8Gemm& codes, DeviceScratch<uint8_t>& wt, float* d, cudaStream_t on,
                 std::string* kernel);
   void zero(void* p, size_t bytes) const {
     if (bytes != 0) QC_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
@@ -273,8 +273,7 @@ GpuVerifyLayer::GpuVerifyLayer()
   QC_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->stream, cudaStreamNonBlocking, greatest));
   QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->copy_stream, cudaStreamNonBlocking, least));
-  QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->model_stream, cudaStreamNonBlocking, least));
-  for (cudaEvent_t* e : {&impl_->ahead_done, &impl_->uploaded, &impl_->second_model_done}) {
+  for (cudaEvent_t* e : {&impl_->ahead_done, &impl_->previous_done}) {
     QC_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   }
 }
@@ -282,12 +281,12 @@ GpuVerifyLayer::GpuVerifyLayer()
 GpuVerifyLayer::~GpuVerifyLayer() {
   if (!impl_) return;
   if (impl_->ahead_task.valid()) impl_->ahead_task.wait();
-  for (cudaStream_t s : {impl_->stream, impl_->copy_stream, impl_->model_stream}) {
+  for (cudaStream_t s : {impl_->stream, impl_->copy_stream}) {
     if (s == nullptr) continue;
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
   }
-  for (cudaEvent_t e : {impl_->ahead_done, impl_->uploaded, impl_->second_model_done}) {
+  for (cudaEvent_t e : {impl_->ahead_done, impl_->previous_done}) {
     if (e != nullptr) cudaEventDestroy(e);
   }
 }
@@ -301,26 +300,18 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
   x.ahead_task = std::async(std::launch::async, [&x, next, models] {
     const auto t0 = std::chrono::steady_clock::now();
     Impl::Ahead& h = x.ahead;
+    QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
     x.copy_to_device(h.a, h.a0, next.a_q, x.copy_stream);
     x.copy_to_device(h.w, h.w0, next.w_q, x.copy_stream);
     x.copy_to_device(h.bias, h.bias0, next.bias, x.copy_stream);
-    // The models one after another on two streams, so that a small layer's grids fill the device together.
-    int evaluated = 0;
+    // The models after the upload, one after the other on the same stream.
+    const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
+                        reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
     for (const NamedAccumModel& m : next.fp8() ? models : std::vector<NamedAccumModel>{}) {
       if (h.models.ready.count(m.name) != 0) continue;
-      const bool second = evaluated++ % 2 == 1;
-      if (second && evaluated == 2) {
-        QC_CUDA_CHECK(cudaEventRecord(x.uploaded, x.copy_stream));
-        QC_CUDA_CHECK(cudaStreamWaitEvent(x.model_stream, x.uploaded));
-      }
-      x.evaluate(m.model, next.m, next.n, next.k, h.a.get(), fp8_format(next.a_type), h.w.get(), fp8_format(next.w_type),
-                 second ? h.wt2 : h.wt, h.models.slot(m.name, static_cast<size_t>(next.m * next.n)),
-                 second ? x.model_stream : x.copy_stream, nullptr);
+      x.evaluate(m.model, codes, h.wt, h.models.slot(m.name, static_cast<size_t>(next.m * next.n)), x.copy_stream,
+                 nullptr);
       h.models.ready.insert(m.name);
-    }
-    if (evaluated > 1) {
-      QC_CUDA_CHECK(cudaEventRecord(x.second_model_done, x.model_stream));
-      QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.second_model_done));
     }
     QC_CUDA_CHECK(cudaEventRecord(x.ahead_done, x.copy_stream));
     QC_CUDA_CHECK(cudaEventSynchronize(x.ahead_done));
@@ -362,10 +353,11 @@ void GpuVerifyLayer::load(const LayerOperands& full) {
   Impl& x = *impl_;
   const std::string why = refusal(full, full.fp8());
   QC_CHECK(why.empty(), "GpuVerifyLayer::load: layer `{}`: {}", full.name, why);
+  QC_CUDA_CHECK(cudaEventRecord(x.previous_done, x.stream));
+  x.models.ready.clear();  // until the layer's own are taken or made (a throw below leaves none named)
   x.m_full = full.m, x.n = full.n, x.k = full.k, x.bias = full.has_bias();
   x.fp8 = full.fp8();
   if (!x.take_ahead(full)) {
-    x.models.ready.clear();
     x.copy_to_device(x.a, x.a0, full.a_q);
     x.copy_to_device(x.w, x.w0, full.w_q);
     x.copy_to_device(x.bias_now, x.bias0, full.bias);
@@ -553,20 +545,21 @@ const float* GpuVerifyLayer::model(const std::string& name, const Fp8AccumModel&
   QC_CHECK(x.fp8, "GpuVerifyLayer::model: the loaded layer is not FP8");
   if (const float* d = x.models.find(name)) return d;
   float* d = x.models.slot(name, static_cast<size_t>(x.m_full * x.n));
-  x.evaluate(model, x.m_full, x.n, x.k, x.a.get(), x.fa, x.w.get(), x.fw, x.wt, d, x.stream, kernel);
+  const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(x.a.get()), x.fa, reinterpret_cast<const uint8_t*>(x.w.get()),
+                      x.fw, {x.m_full, x.n, x.k}};
+  x.evaluate(model, codes, x.wt, d, x.stream, kernel);
   x.models.ready.insert(name);
   return d;
 }
 
-void GpuVerifyLayer::Impl::evaluate(const Fp8AccumModel& model, int64_t m, int64_t n, int64_t k, const int8_t* a,
-                                    Fp8Format a_format, const int8_t* w, Fp8Format w_format, DeviceScratch<uint8_t>& wt,
+void GpuVerifyLayer::Impl::evaluate(const Fp8AccumModel& model, const Fp8Gemm& codes, DeviceScratch<uint8_t>& wt,
                                     float* d, cudaStream_t on, std::string* kernel) {
-  validate_fp8_model_for(model, {m, n, k});
+  const AccumShape& s = codes.s;
+  validate_fp8_model_for(model, s);
   const std::string ran = cuda::checked_launch(
-      cuda_kernels::launch_fp8_accum_model(model, reinterpret_cast<const uint8_t*>(a), a_format,
-                                           reinterpret_cast<const uint8_t*>(w), w_format,
-                                           wt.reserve(static_cast<size_t>(n * k)), d, static_cast<int>(m),
-                                           static_cast<int>(n), k, /*allow_fp32=*/true, /*reference_kernel=*/false, on),
+      cuda_kernels::launch_fp8_accum_model(model, codes.a, codes.a_format, codes.w, codes.w_format,
+                                           wt.reserve(static_cast<size_t>(s.n * s.k)), d, static_cast<int>(s.m),
+                                           static_cast<int>(s.n), s.k, /*allow_fp32=*/true, /*reference_kernel=*/false, on),
       "verify's device pipeline: an accumulation model");
   if (kernel != nullptr) *kernel = ran;
 }
