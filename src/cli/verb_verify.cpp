@@ -224,6 +224,37 @@ nlohmann::json verify_invariance(const std::vector<Arm*>& arms, const OperandSet
   return invariance;
 }
 
+// verify's results JSON (--json) and its run manifest, each phase a lap: both made, then written together,
+// both durable before either is in place.
+void write_outputs(const VerifyCli& o, const VerifyResult& result, const OperandSet& set,
+                   const std::string& predictions_digest, const nlohmann::json& invariance, Laps& laps) {
+  std::vector<std::pair<std::string, std::string>> outputs;
+  if (!o.json.empty()) {
+    nlohmann::json extra = nlohmann::json::object();
+    if (o.invariance) extra["invariance"] = invariance;
+    outputs.emplace_back(o.json, verify_results_text(result,
+                                                     {set.path, set.sha256, o.predictions,
+                                                      predictions_digest.empty() ? "" : "sha256:" + predictions_digest,
+                                                      !o.predictions.empty()},
+                                                     extra) +
+                                     "\n");
+    laps.lap("the results JSON made");
+  }
+  std::vector<std::pair<std::string, std::string>> inputs = {{"operands", o.operands}};
+  if (!o.predictions.empty()) inputs.emplace_back("predictions", o.predictions);
+  // The operands and the predictions were hashed by this run already (a sharded set's digest is its index's).
+  std::map<std::string, std::string> digests = {{o.operands, set.sha256}};
+  if (!o.predictions.empty()) digests[o.predictions] = "sha256:" + predictions_digest;
+  auto manifest = run_manifest_file(o.manifest, o.json, "verify", o.arms, result.record_a, inputs,
+                                    {{"arm_b", result.record_b}, {"scales", o.scales}, {"m_sweep", o.m_sweep},
+                                     {"tolerance_ulps", o.tolerance}},
+                                    digests);
+  if (!manifest.first.empty()) outputs.push_back(std::move(manifest));
+  laps.lap("the manifest made");
+  write_files_atomic(outputs);
+  laps.lap("the JSON and the manifest written");
+}
+
 int run_verify(const VerifyCli& o) {
   Laps laps;
   if (const double s = seconds_since_process_start(); s >= 0) {
@@ -327,32 +358,7 @@ int run_verify(const VerifyCli& o) {
   const nlohmann::json invariance =
       o.invariance ? verify_invariance({arm_a.get(), arm_b.get()}, set, invariance_failed) : nlohmann::json();
   if (o.invariance) laps.lap("C8 (--invariance)");
-  // The JSON and the manifest are written together: both durable before either is in place.
-  std::vector<std::pair<std::string, std::string>> outputs;
-  if (!o.json.empty()) {
-    nlohmann::json extra = nlohmann::json::object();
-    if (o.invariance) extra["invariance"] = invariance;
-    outputs.emplace_back(o.json, verify_results_text(result,
-                                                     {set.path, set.sha256, o.predictions,
-                                                      predictions_digest.empty() ? "" : "sha256:" + predictions_digest,
-                                                      !o.predictions.empty()},
-                                                     extra) +
-                                     "\n");
-    laps.lap("the results JSON made");
-  }
-  std::vector<std::pair<std::string, std::string>> inputs = {{"operands", o.operands}};
-  if (!o.predictions.empty()) inputs.emplace_back("predictions", o.predictions);
-  // The operands and the predictions were hashed by this run already (a sharded set's digest is its index's).
-  std::map<std::string, std::string> digests = {{o.operands, set.sha256}};
-  if (!o.predictions.empty()) digests[o.predictions] = "sha256:" + predictions_digest;
-  auto manifest = run_manifest_file(o.manifest, o.json, "verify", o.arms, result.record_a, inputs,
-                                    {{"arm_b", result.record_b}, {"scales", o.scales}, {"m_sweep", o.m_sweep},
-                                     {"tolerance_ulps", o.tolerance}},
-                                    digests);
-  if (!manifest.first.empty()) outputs.push_back(std::move(manifest));
-  laps.lap("the manifest made");
-  write_files_atomic(outputs);
-  laps.lap("the JSON and the manifest written");
+  write_outputs(o, result, set, predictions_digest, invariance, laps);
   // What the process holds is released here, in order, so that --timings can say what the exit costs;
   // what remains after the timings is the runtime's own teardown (the CUDA context, static objects).
   arm_a.reset();
