@@ -303,30 +303,42 @@ MmTile select_tile(int m, int n, int k) {
   return tiles256 >= 2 * 132 ? MmTile::wg128x256 : MmTile::wg128x128;
 }
 
+namespace {
+
+// The wgmma tiles: the name a fallback record gives, and the mma.sync tile of the same width that runs
+// where the wgmma code does not.
+struct WgmmaTile {
+  MmTile tile;
+  const char* name;
+  MmTile fallback;
+};
+constexpr WgmmaTile kWgmmaTiles[] = {
+    {MmTile::wg128x128, "128x128", MmTile::m128n128},
+    {MmTile::wg128x256, "128x256", MmTile::m128n256},
+    {MmTile::wgpp64x256, "ping-pong 64x256", MmTile::m128n256},
+    {MmTile::wgpp128x128, "ping-pong 128x128", MmTile::m128n128},
+    {MmTile::wgpp64x256_c2, "ping-pong 64x256 cluster 2x1", MmTile::m128n256},
+    {MmTile::wgpp128x128_c2, "ping-pong 128x128 cluster 2x1", MmTile::m128n128},
+    {MmTile::wg128x256_c2, "128x256 cluster 2x1", MmTile::m128n256},
+};
+
+}  // namespace
+
 std::string launch_int8_scaled_mm(const ScaledMmArgs& args, cudaStream_t stream) {
   if (const char* why = launch_formula_error(args.formula, args.bias_mode, args.bias != nullptr))
     return std::string("error: launch_int8_scaled_mm: ") + why;
   MmTile tile = args.tile == MmTile::automatic ? select_tile(args.m, args.n, args.k) : args.tile;
   std::string note;
-  if (tile == MmTile::wg128x128 || tile == MmTile::wg128x256 || tile == MmTile::wgpp64x256 ||
-      tile == MmTile::wgpp128x128 || tile == MmTile::wgpp64x256_c2 || tile == MmTile::wgpp128x128_c2 ||
-      tile == MmTile::wg128x256_c2) {
+  for (const WgmmaTile& wt : kWgmmaTiles) {
+    if (wt.tile != tile) continue;
     ScaledMmArgs wg = args;
     wg.tile = tile;
     std::string id = launch_int8_scaled_mm_wgmma(wg, stream);
     if (id.rfind("unavailable:", 0) != 0) return id;
     // The record names what ran: the mma.sync tile of the same width, and why not wgmma.
-    const bool wide = tile == MmTile::wg128x256 || tile == MmTile::wgpp64x256 || tile == MmTile::wgpp64x256_c2 ||
-                      tile == MmTile::wg128x256_c2;
-    const char* wg_name = tile == MmTile::wg128x256       ? "128x256"
-                          : tile == MmTile::wg128x128     ? "128x128"
-                          : tile == MmTile::wgpp64x256    ? "ping-pong 64x256"
-                          : tile == MmTile::wgpp128x128   ? "ping-pong 128x128"
-                          : tile == MmTile::wgpp64x256_c2 ? "ping-pong 64x256 cluster 2x1"
-                          : tile == MmTile::wg128x256_c2  ? "128x256 cluster 2x1"
-                                                          : "ping-pong 128x128 cluster 2x1";
-    note = " (fallback from wgmma " + std::string(wg_name) + ": " + id.substr(13) + ")";
-    tile = wide ? MmTile::m128n256 : MmTile::m128n128;
+    note = " (fallback from wgmma " + std::string(wt.name) + ": " + id.substr(13) + ")";
+    tile = wt.fallback;
+    break;
   }
   const std::string id = formula::visit_kernel_instance(
       args.formula, [&](auto kind) { return launch_formula<decltype(kind)::value>(args, tile, stream); });
