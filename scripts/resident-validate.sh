@@ -203,11 +203,13 @@ if want 70b; then
   timed "$Q" predict "$dir/qc70/l70.index.json" --out /tmp/70b.predictions.json --quiet | tee /tmp/70b.predict.txt | tee -a "$OUT/70b.txt"
   pin70=$(sed -n 's/^pin: //p' /tmp/70b.predict.txt)
   for i in $(seq 1 "${RUNS70:-3}"); do
+    # WORKERS70="8 16 ...": run i with QC_UPLOAD_WORKERS set to the i-th word (none: the default).
+    w=$(echo "${WORKERS70:-}" | awk -v i="$i" '{ print $i }')
     t0=$(now_ms)
-    "$Q" verify "$dir/qc70/l70.index.json" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --reference gpu --timings \
+    ${w:+env QC_UPLOAD_WORKERS=$w} "$Q" verify "$dir/qc70/l70.index.json" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --reference gpu --timings \
       --predictions /tmp/70b.predictions.json --pin "$pin70" --json /tmp/70b-$i.json > /tmp/70b-$i.txt 2>&1
     rc=$?
-    echo "run $i: exit $rc, process $(( $(now_ms) - t0 )) ms for $(( blocks * 7 )) layers" | tee -a "$OUT/70b.txt"
+    echo "run $i: exit $rc, process $(( $(now_ms) - t0 )) ms for $(( blocks * 7 )) layers${w:+ (QC_UPLOAD_WORKERS=$w)}" | tee -a "$OUT/70b.txt"
     [ $rc -le 1 ] || tail -5 /tmp/70b-$i.txt | tee -a "$OUT/70b.txt"
   done
   head -120 /tmp/70b-"${RUNS70:-3}".txt >> "$OUT/70b.txt"

@@ -106,7 +106,7 @@ VerifyReference resolve_reference(VerifyReference requested) {
 std::string reference_description(VerifyReference where) {
   return where == VerifyReference::gpu
              ? "exact accumulation on the CUDA cores of " + cuda_device_description() +
-                   " (integer multiply-adds, never the tensor cores); formulas, comparisons and operand checks on the "
+                   " (integer dp4a dot products, never the tensor cores); formulas, comparisons and operand checks on the "
                    "host"
              : "exact accumulation on the host (Highway SIMD); formulas, comparisons and operand checks on the host";
 }
@@ -501,6 +501,12 @@ struct LayerSequence {
 };
 
 }  // namespace
+
+std::string device_pipeline_refusal(Arm& a, Arm& b, const VerifyOptions& options) {
+  const ArmInfo info_a = a.info(), info_b = b.info();
+  return ResidentVerifier::refusal(info_a, info_b, verify_declared_formula(info_a), verify_declared_formula(info_b),
+                                   resolve_reference(options.reference));
+}
 
 VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, const LayerLoader& load,
                                  const PredictionSet& predictions, const VerifyOptions& options,

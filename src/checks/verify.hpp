@@ -80,7 +80,7 @@ LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode);
 
 // Where verify computes its reference (the exact accumulators every check compares against; for an
 // FP8 pair, each arm's declared accumulation model on the layer's codes).
-// `gpu`: plain int64 multiply-adds on CUDA cores (never the tensor cores an arm may use); `automatic`:
+// `gpu`: integer dp4a on the CUDA cores (never the tensor cores an arm may use); `automatic`:
 // gpu when a CUDA device is usable, else cpu. The checks and their results do not depend on it.
 enum class VerifyReference { automatic, cpu, gpu };
 VerifyReference verify_reference_from_name(std::string_view name);  // auto, cpu, gpu
@@ -98,6 +98,9 @@ struct VerifyOptions {
   // The words of verify's messages and advice: the CLI's flags or the Python API's argument names.
   UserLanguage language = UserLanguage::cli;
 };
+// Why verify's device pipeline does not take this pair under `options` ("" when it does: its uploads then
+// hash the tree digest's leaves of the operands on the device, docs/gpu.md).
+std::string device_pipeline_refusal(Arm& a, Arm& b, const VerifyOptions& options);
 
 // The reason an FP8 run is unmodelled when its arm declares no accumulation model at all
 // (`ArmInfo::fp8_model_unknown`); any other reason is the arm's record refusing its declared model.

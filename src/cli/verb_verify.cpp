@@ -290,10 +290,19 @@ int run_verify(const VerifyCli& o) {
   // recorded is this file's (docs/formats.md, "Tree digest").
   const bool by_tree = digest_beside && !o.predictions.empty() && !predictions.operands_sha256_tree.empty() &&
                        !is_index_path(o.operands);
-  OperandSet set = open_operands(o.operands, /*with_digest=*/!by_tree, digest_beside);
+  // Where the device pipeline takes the pair, it hashes the tree leaves of the arrays it uploads, on the
+  // device; the digests are then finished after the verification from those and the rest of each file.
+  auto [arm_a, arm_b] = make_declared_arms(label_a, label_b, o.declare);
+  const bool device_leaves = digest_beside && device_pipeline_refusal(*arm_a, *arm_b, options).empty();
+  laps.lap("the arms made");
+  OperandSet set = open_operands(o.operands, /*with_digest=*/!by_tree, digest_beside, device_leaves);
   std::future<std::string> tree;
-  if (by_tree) tree = std::async(std::launch::async, [path = o.operands] { return sha256_tree_file(path); });
-  laps.lap(by_tree         ? "open the operands (map, validate; the tree digest beside the verification)"
+  if (by_tree) {
+    tree = std::async(device_leaves ? std::launch::deferred : std::launch::async,
+                      [path = o.operands, leaves = set.tree_leaves] { return sha256_tree_file(path, 0, leaves.get()); });
+  }
+  laps.lap(device_leaves   ? "open the operands (map, validate; the digests' leaves hashed on the device as uploaded)"
+           : by_tree       ? "open the operands (map, validate; the tree digest beside the verification)"
            : digest_beside ? "open the operands (map, validate; SHA-256 beside the verification)"
                            : "open the operands (map, validate, SHA-256)");
   const auto check_predicted_operands = [&] {
@@ -311,7 +320,6 @@ int run_verify(const VerifyCli& o) {
     laps.lap("predictions computed (no --predictions)");
   }
 
-  auto [arm_a, arm_b] = make_declared_arms(label_a, label_b, o.declare);
   Progress progress("verify");
   const VerifyJob job{set,     predictions, predictions_digest, label_a, label_b, *arm_a, *arm_b, options, o.resume,
                       {{"scales", o.scales}, {"m_sweep", o.m_sweep}, {"tolerance_ulps", o.tolerance}, {"declare", o.declare}},
@@ -320,16 +328,28 @@ int run_verify(const VerifyCli& o) {
   progress.finish();
   if (by_tree) {
     const std::string found = tree.get();
-    laps.lap("waiting for the operands' tree digest (read beside the verification)");
-    QC_INPUT(found == predictions.operands_sha256_tree,
-             "{}: field `operands.sha256_tree`: expected {} (the tree digest of {}), found {}: predictions were made "
-             "from other operands",
-             o.predictions, found, o.operands, predictions.operands_sha256_tree);
-    set.sha256 = predictions.operands_sha256;  // the same bytes (above): the plain digest predict read of them
-                                               // (well formed: prediction_set_from_json)
+    const uint64_t given = set.tree_leaves ? set.tree_leaves->given_count() : 0;
+    laps.lap(device_leaves ? fmt::format("the operands' tree digest finished ({} of its {} leaves hashed on the device)",
+                                         given, set.tree_leaves->count())
+                           : std::string("waiting for the operands' tree digest (read beside the verification)"));
+    if (found == predictions.operands_sha256_tree) {
+      set.sha256 = predictions.operands_sha256;  // the same bytes: the plain digest predict read of them
+                                                 // (well formed: prediction_set_from_json)
+    } else {
+      // Predictions of an earlier tree definition (docs/formats.md, "Tree digest") differ from every file's
+      // tree digest today: the plain SHA-256 decides.
+      set.sha256 = sha256_file(o.operands);
+      laps.lap("the operands' SHA-256 read (their tree digest is not the predictions')");
+      QC_INPUT(set.sha256 == predictions.operands_sha256,
+               "{}: field `operands.sha256_tree`: expected {} (the tree digest of {}), found {}: predictions were made "
+               "from other operands (field `operands.sha256`: expected {}, found {})",
+               o.predictions, found, o.operands, predictions.operands_sha256_tree, set.sha256,
+               predictions.operands_sha256);
+    }
   } else if (digest_beside) {
     set.await_sha256();
-    laps.lap(set.sha256_from_record
+    laps.lap(device_leaves ? "the operands' digests finished (tree leaves hashed on the device, the rest read now)"
+             : set.sha256_from_record
                  ? "waiting for the operands' SHA-256 (beside; its tree digest found in the digest record)"
                  : "waiting for the operands' SHA-256 (read beside the verification)");
     if (o.predictions.empty()) {

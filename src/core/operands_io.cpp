@@ -246,13 +246,16 @@ LayerOperands layer_of(const std::shared_ptr<SafetensorsFile>& file, const std::
 // mapped in this process (so each rank checks the shards it reads, once). With `digest_beside` the
 // digest is read on a thread of its own, at most one shard per core at a time, while the layer is
 // used; `await_sha256` waits for every shard begun and fails on the first that differs from the index.
+// With `device_leaves` every mapping of a shard is registered with the shard's tree leaves, and the shards'
+// digests are read in `await_sha256`, all at once, from the leaves the device gave and the rest of each file.
 void attach_shard_loader(OperandSet& set, const std::string& path, const std::string& dir, std::vector<std::string> order,
                          std::shared_ptr<std::vector<std::string>> shard_of,
                          std::shared_ptr<std::map<std::string, std::string>> digests, FileScaling scaling,
-                         bool digest_beside) {
+                         bool digest_beside, bool device_leaves) {
   struct Checked {
     std::mutex mutex;
     std::set<std::string> shards;
+    std::map<std::string, std::shared_ptr<TreeLeaves>> leaves;  // device_leaves: by shard
     std::vector<std::tuple<std::string, std::string, std::shared_future<std::string>>> pending;  // shard, layer, digest
   };
   auto checked = std::make_shared<Checked>();
@@ -271,14 +274,33 @@ void attach_shard_loader(OperandSet& set, const std::string& path, const std::st
              "after the index was written",
              path, shard, layer, digests->at(shard), shard, found);
   };
-  set.loader = [order = std::move(order), shard_of, checked, readers, tree_threads, scaling, dir, check,
-                digest_beside](size_t i) {
+  set.loader = [order = std::move(order), shard_of, checked, readers, tree_threads, scaling, dir, check, digest_beside,
+                device_leaves](size_t i) {
     const std::string& shard = shard_of->at(i);
     const std::string shard_path = (std::filesystem::path(dir) / shard).string();
+    // Mapped after the digest is begun or checked (a changed shard is named as such, before its parse), but
+    // before, with device leaves, whose size it gives.
+    const auto map = [&] { return std::make_shared<SafetensorsFile>(read_safetensors(shard_path)); };
+    std::shared_ptr<SafetensorsFile> file = device_leaves ? map() : nullptr;
+    std::shared_ptr<TreeLeaves> leaves;
     {
       std::lock_guard lock(checked->mutex);
+      if (device_leaves) {
+        std::shared_ptr<TreeLeaves>& l = checked->leaves[shard];
+        if (!l) l = std::make_shared<TreeLeaves>(file->bytes.size());
+        QC_INPUT(l->file_size() == file->bytes.size(),
+                 "{}: shard `{}` (layer `{}`): {} bytes, but {} when a layer of it was mapped before: the shard changed "
+                 "during the run",
+                 shard_path, shard, order[i], file->bytes.size(), l->file_size());
+        leaves = l;
+      }
       if (!checked->shards.count(shard)) {
-        if (digest_beside) {
+        if (device_leaves) {  // read when awaited
+          auto read = [tree_threads, shard_path, leaves] {
+            return sha256_file_recorded(shard_path, tree_threads, leaves.get()).sha256;
+          };
+          checked->pending.emplace_back(shard, order[i], std::async(std::launch::deferred, std::move(read)).share());
+        } else if (digest_beside) {
           auto read = [readers, tree_threads, shard_path] {
             readers->acquire();
             struct Release {
@@ -294,11 +316,21 @@ void attach_shard_loader(OperandSet& set, const std::string& path, const std::st
         checked->shards.insert(shard);
       }
     }
-    return layer_of(std::make_shared<SafetensorsFile>(read_safetensors(shard_path)), order[i], shard_path, scaling);
+    if (!file) file = map();
+    LayerOperands ops = layer_of(file, order[i], shard_path, scaling);
+    // The registration holds the mapping; the layer's views hold the registration.
+    if (leaves) ops.keepalive = register_mapped_leaves(file->bytes.data(), file->bytes.size(), leaves, file);
+    return ops;
   };
   if (digest_beside) {
     set.await_shards = [checked, check] {
       std::lock_guard lock(checked->mutex);
+      // Deferred digests (device leaves) run here, the shards at once, each on a thread of its own.
+      std::vector<std::future<void>> reads;
+      for (auto& pending : checked->pending) {
+        reads.push_back(std::async(std::launch::async, [&digest = std::get<2>(pending)] { digest.wait(); }));
+      }
+      for (auto& r : reads) r.get();
       for (auto& [shard, layer, digest] : checked->pending) check(shard, layer, digest.get());
       checked->pending.clear();
     };
@@ -306,7 +338,7 @@ void attach_shard_loader(OperandSet& set, const std::string& path, const std::st
 }
 
 // A sharded set: the index, validated against every shard's header; layers are mapped on demand.
-OperandSet open_sharded(const std::string& path, bool with_digest, bool digest_beside) {
+OperandSet open_sharded(const std::string& path, bool with_digest, bool digest_beside, bool device_leaves) {
   const ShardIndex ix = read_shard_index_file(path);
   const nlohmann::json& j = ix.json;
   QC_INPUT(j.contains("metadata") && j["metadata"].is_object() && j["metadata"].value("format", "") == "qconform-operands",
@@ -368,7 +400,8 @@ OperandSet open_sharded(const std::string& path, bool with_digest, bool digest_b
     }
   }  // the shard is unmapped here
 
-  attach_shard_loader(set, path, ix.dir, std::move(order), std::move(shard_of), std::move(digests), scaling, digest_beside);
+  attach_shard_loader(set, path, ix.dir, std::move(order), std::move(shard_of), std::move(digests), scaling, digest_beside,
+                      device_leaves);
   return set;
 }
 
@@ -391,16 +424,18 @@ void OperandSet::await_sha256() {
 }
 
 namespace {
-OperandSet load_file(const std::string& path, bool with_digest, bool digest_beside);
+OperandSet load_file(const std::string& path, bool with_digest, bool digest_beside, bool device_leaves);
 }  // namespace
 
-OperandSet open_operands(const std::string& path, bool with_digest, bool digest_beside) {
-  return is_index_path(path) ? open_sharded(path, with_digest, digest_beside) : load_file(path, with_digest, digest_beside);
+OperandSet open_operands(const std::string& path, bool with_digest, bool digest_beside, bool device_leaves) {
+  device_leaves = device_leaves && digest_beside;
+  return is_index_path(path) ? open_sharded(path, with_digest, digest_beside, device_leaves)
+                             : load_file(path, with_digest, digest_beside, device_leaves);
 }
 
 OperandSet load_operands(const std::string& path, bool with_digest) {
-  if (!is_index_path(path)) return load_file(path, with_digest, false);
-  OperandSet set = open_sharded(path, with_digest, /*digest_beside=*/false);
+  if (!is_index_path(path)) return load_file(path, with_digest, false, false);
+  OperandSet set = open_sharded(path, with_digest, /*digest_beside=*/false, /*device_leaves=*/false);
   std::vector<LayerOperands> layers;
   for (size_t i = 0; i < set.size(); ++i) layers.push_back(set.load(i));
   set.layers = std::move(layers);
@@ -409,15 +444,22 @@ OperandSet load_operands(const std::string& path, bool with_digest) {
 
 namespace {
 
-OperandSet load_file(const std::string& path, bool with_digest, bool digest_beside) {
+OperandSet load_file(const std::string& path, bool with_digest, bool digest_beside, bool device_leaves) {
   auto file = std::make_shared<SafetensorsFile>(read_safetensors(path));
   OperandSet set;
   set.path = path;
   set.metadata = file->metadata;
+  if (device_leaves) {
+    set.tree_leaves = std::make_shared<TreeLeaves>(file->bytes.size());
+    set.tree_leaves_registration = register_mapped_leaves(file->bytes.data(), file->bytes.size(), set.tree_leaves, file);
+  }
   // The digest is read from the file on its own thread while the layers are checked here (for FP8
-  // codes a scan of every byte).
+  // codes a scan of every byte); with device leaves, when it is awaited, once the device has given them.
   std::future<FileDigests> digest;
-  if (with_digest) digest = std::async(std::launch::async, [path] { return sha256_file_recorded(path); });
+  if (with_digest) {
+    digest = std::async(device_leaves ? std::launch::deferred : std::launch::async,
+                        [path, leaves = set.tree_leaves] { return sha256_file_recorded(path, 0, leaves.get()); });
+  }
   std::vector<std::string> keys;
   for (const auto& [key, tensor] : file->tensors) keys.push_back(key);
   const FileScaling scaling = file_scaling(set.metadata, path);

@@ -38,6 +38,10 @@ struct OperandSet {
   // compares each with the index (an input error naming the first that differs).
   std::function<void()> await_shards;
   void await_sha256();
+  // Opened with `device_leaves`: a single file's tree leaves, which verify's device pipeline gives as it
+  // uploads the arrays (null otherwise), and the registration of its mapping that lets it find them.
+  std::shared_ptr<TreeLeaves> tree_leaves;
+  std::shared_ptr<const void> tree_leaves_registration;
   std::map<std::string, std::string> metadata;
   std::vector<LayerOperands> layers;  // every layer, views into mapped files (empty when opened lazily)
   std::vector<LayerHeader> headers;   // every layer's name and shape, in order
@@ -67,7 +71,12 @@ bool is_index_path(const std::string& path);
 // layer of it is first mapped (the shards in parallel, one per core at most), and compared with the index in
 // `await_sha256`, which the caller must call before it trusts what the layers gave (verify: before anything
 // is printed or written).
-OperandSet open_operands(const std::string& path, bool with_digest = true, bool digest_beside = false);
+// `device_leaves` (with `digest_beside`): the arrays of every file mapped are registered for verify's device
+// pipeline, which hashes the tree digest's leaves of what it uploads (core/tree_leaves.hpp); the digests
+// are then read when awaited (`await_sha256`, `pending_sha256`), from those leaves and the rest of the file,
+// instead of beside the work from the start.
+OperandSet open_operands(const std::string& path, bool with_digest = true, bool digest_beside = false,
+                         bool device_leaves = false);
 
 // Writes atomically (temporary file, then rename).
 void save_operands(const std::string& path, const std::vector<LayerOperands>& layers,

@@ -209,6 +209,7 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, std::string_
   SafetensorsFile out;
   out.path = std::string(file);
   out.header_size = header_size;
+  out.bytes = bytes;
   std::vector<Entry> entries;
   for (const auto& [key, value] : header.items()) {
     if (key == "__metadata__") {

@@ -42,6 +42,7 @@ struct SafetensorsFile {
   std::vector<std::pair<std::string, Tensor>> tensors;   // in file (data offset) order
   uint64_t header_size = 0;                              // `N`
   bool read_only_mapping = false;                        // tensors view a PROT_READ file mapping (read_safetensors)
+  std::span<const std::byte> bytes;                      // the whole file, as parsed (the mapping's bytes)
 
   // The tensor called `name`; QC_INPUT error naming the file and the key when it is absent.
   const Tensor& at(std::string_view name) const;

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "core/tree_leaves.hpp"
+
 namespace qc {
 
 // Incremental hashing, for data that arrives in pieces.
@@ -44,15 +46,14 @@ bool is_digest(std::string_view d, std::string_view prefix = "sha256:");
 // `sha256:<64 hex>` of a file's content, streamed in 8 MiB pieces (files of any size).
 std::string sha256_file(const std::string& path);
 
-// The tree digest of a file (docs/formats.md, "Tree digest"): SHA-256 of each 64 MiB piece, computed on
-// every core, then one SHA-256 over a fixed header, the piece size, the file size and the pieces' digests.
+// The tree digest of a file (docs/formats.md, "Tree digest"): SHA-256 of each 4 KiB leaf, computed on every
+// core, then one SHA-256 over a fixed header, the leaf size, the file size and the leaves' digests.
 // It is not the file's SHA-256 (which cannot be split); predictions record both, so that verify can take
 // the plain one from them once the tree digest shows it has the same bytes. `sha256-tree:<64 hex>`.
-// `threads` (0: every core) read the pieces at a lower priority than the process's other threads (nice +10),
-// so that beside a verification they take the cores it leaves idle.
-inline constexpr uint64_t kTreeDigestPiece = uint64_t{64} << 20;
-std::string sha256_tree_file(const std::string& path, unsigned threads = 0);
-
+// `threads` (0: every core) read the leaves at a lower priority than the process's other threads (nice +10),
+// so that beside a verification they take the cores it leaves idle. The leaves in `given` (verify's device
+// pipeline hashed them) are taken from it and not read; input error when it was made for another size.
+std::string sha256_tree_file(const std::string& path, unsigned threads = 0, const TreeLeaves* given = nullptr);
 // A file's plain SHA-256 by way of its tree digest and the digest record (docs/formats.md, "Digest record"):
 // the tree digest is read on every core; when the record holds it, the plain SHA-256 recorded beside it is
 // this file's (equal tree digests, equal bytes) and the file is read once, at the tree's pace. Otherwise the
@@ -63,7 +64,8 @@ struct FileDigests {
   std::string sha256_tree;   // sha256-tree:<64 hex>; empty when there is no record
   bool from_record = false;  // `sha256` is the record's, not read now
 };
-FileDigests sha256_file_recorded(const std::string& path, unsigned threads = 0);  // `threads`: the tree's
+FileDigests sha256_file_recorded(const std::string& path, unsigned threads = 0,  // `threads`, `given`: the tree's
+                                 const TreeLeaves* given = nullptr);
 // The record's folder, absolute: QC_DIGEST_RECORD when set (`off`, `0`, `false`, `no`, `none` in any case, or
 // empty: no record), else $XDG_CACHE_HOME/qconform/digests, else $HOME/.cache/qconform/digests; "" when none.
 std::string digest_record_dir();

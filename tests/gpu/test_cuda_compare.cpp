@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -99,6 +100,38 @@ TEST(CudaExactAccum, AllExtremeK32768) {
   expect_exact_i64(65, 70, 32768, -128, 2);  // 2^14 · 2^15 = 2^29
   expect_exact_i64(17, 33, 32768, 127, 3);
 }
+// Enough output tiles that the kernel does not split K (2048 x 1792: 224 tiles of 128 x 128, more than
+// four fifths of a wave of two blocks on each of 132 SMs), with K = 32768 of extreme bytes: one int32
+// accumulator per output sums all 32768 products, up to 2^29 in magnitude. The operands are built so that
+// the exact sums are known without an O(MNK) loop: a's row m is one value v(m) repeated (alternately -128
+// and 127), so acc[m, n] = v(m) * S(n) with S(n) the sum of w's row n (-128 everywhere but a random few).
+TEST(CudaExactAccum, LongKWithoutSplitAtA70BLayersTileCount) {
+  const int64_t m = 2048, n = 1792, k = 32768;
+  std::vector<int8_t> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k), -128);
+  const auto v = [](int64_t row) { return row % 2 == 0 ? -128 : 127; };
+  for (int64_t r = 0; r < m; ++r) std::fill_n(a.begin() + r * k, k, static_cast<int8_t>(v(r)));
+  std::mt19937_64 rng(5);
+  std::vector<int64_t> row_sum(static_cast<size_t>(n));
+  for (int64_t c = 0; c < n; ++c) {
+    for (int i = 0; i < 64; ++i) w[static_cast<size_t>(c * k + static_cast<int64_t>(rng() % k))] = static_cast<int8_t>(rng() % 256 - 128);
+    int64_t sum = 0;
+    for (int64_t j = 0; j < k; ++j) sum += w[static_cast<size_t>(c * k + j)];
+    row_sum[static_cast<size_t>(c)] = sum;
+  }
+  const std::vector<int32_t> got = exact_accumulate_i32_gpu(a.data(), w.data(), AccumShape{m, n, k});
+  ASSERT_EQ(got.size(), static_cast<size_t>(m * n));
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t c = 0; c < n; ++c) {
+      const int64_t want = v(r) * row_sum[static_cast<size_t>(c)];
+      const int32_t g = got[static_cast<size_t>(r * n + c)];
+      if (g != want && wrong++ < 5) ADD_FAILURE() << fmt::format("acc[{}, {}] = {}, expected {}", r, c, g, want);
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+  EXPECT_GT(-128 * row_sum[0], int64_t{1} << 28);  // the sums reach past 2^28
+}
+
 TEST(CudaExactAccum, BeyondInt32Proof) {
   // 140000 · 2^14 > 2^31: only an int64 accumulation is exact here.
   expect_exact_i64(3, 5, 140000, -128, 4);

@@ -8,11 +8,19 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "arms/cuda/cuda.hpp"
 #include "checks/verify.hpp"
+#include "core/fileio.hpp"
+#include "core/operands_io.hpp"
+#include "core/sha256.hpp"
+#include "core/tree_leaves.hpp"
 #include "gpu_test_util.hpp"
 #include "orchestrate/sweep.hpp"
 #include "qconform/arm.hpp"
@@ -72,6 +80,69 @@ TEST(ResidentVerify, AStagedUploadGivesTheHostPipelinesResults) {
   const std::vector<LayerOperands> layers = {gpu_test::make_layer("r.staged", 16, 8192, 17424, 14, false)};
   ASSERT_GT(layers[0].w_q.size(), size_t{16} * (8 << 20));
   expect_same_verify("cuda:mma-vllm-cutlass", "cuda:mma-vllm-triton", layers);
+}
+
+// The tree digest's leaves hashed on the device as the pipeline uploads a file's arrays (docs/formats.md,
+// "Tree digest"): every leaf wholly inside an a_q, w_q or bias array is given, each equal to OpenSSL's
+// digest of the file's bytes there, and the tree finished from them is the file's, as is the plain digest
+// awaited. The first layer is uploaded by `load` itself, the others ahead beside the runs; the bias (96
+// bytes) leaves the later arrays at offsets that are not multiples of the leaf or of 16 bytes.
+TEST(ResidentVerify, TheDeviceHashesTheTreeLeavesOfWhatItUploads) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / fmt::format("qc-device-leaves-{}.safetensors", ::getpid())).string();
+  struct Remove {
+    std::string path;
+    ~Remove() { std::filesystem::remove(path); }
+  } remove{path};
+  std::vector<LayerOperands> made = resident_layers();
+  std::swap(made[0], made[1]);  // the bias first: every later array at an odd offset
+  save_operands(path, made, {});
+  OperandSet set = open_operands(path, /*with_digest=*/true, /*digest_beside=*/true, /*device_leaves=*/true);
+  ASSERT_TRUE(set.tree_leaves != nullptr);
+  EXPECT_EQ(set.tree_leaves->given_count(), 0u);
+  uint64_t expected = 0;
+  bool odd_offset = false;
+  for (const LayerOperands& l : set.layers) {
+    for (const auto& [p, bytes] : {std::pair<const void*, size_t>{l.a_q.data(), l.a_q.size_bytes()},
+                                   {l.w_q.data(), l.w_q.size_bytes()}, {l.bias.data(), l.bias.size_bytes()}}) {
+      if (bytes == 0) continue;
+      const auto found = find_mapped_leaves(p, bytes);
+      ASSERT_TRUE(found.has_value()) << l.name;
+      expected += whole_leaves(found->offset, bytes).count;
+      odd_offset = odd_offset || found->offset % 16 != 0;
+    }
+  }
+  ASSERT_GT(expected, 0u);
+  EXPECT_TRUE(odd_offset) << "the layers' arrays should not all be 16-byte aligned in the file";
+  auto a = make_arm("cuda:mma-vllm-cutlass-muladd"), b = make_arm("cuda:cublaslt-int8");
+  VerifyOptions options;
+  options.reference = VerifyReference::gpu;
+  options.modes = {ScaleMode::real};
+  const VerifyResult r = verify_layers(*a, *b, set.layers, predict(set.layers, path, "sha256:none"), options);
+  ASSERT_NE(r.reference.find("resident"), std::string::npos) << r.reference;
+  EXPECT_EQ(set.tree_leaves->given_count(), expected);
+  const std::string bytes = read_file(path);
+  uint64_t wrong = 0;
+  for (uint64_t i = 0; i < set.tree_leaves->count(); ++i) {
+    const unsigned char* given = set.tree_leaves->given(i);
+    if (given == nullptr) continue;
+    Sha256 h;
+    h.update(std::string_view(bytes).substr(i * kTreeDigestLeaf, kTreeDigestLeaf));
+    const std::string want = h.bytes();
+    if (std::memcmp(given, want.data(), 32) != 0 && wrong++ < 5) {
+      const auto hex = [](const void* d) {
+        std::string out;
+        for (int j = 0; j < 32; ++j) out += fmt::format("{:02x}", static_cast<const unsigned char*>(d)[j]);
+        return out;
+      };
+      ADD_FAILURE() << "leaf " << i << " (file bytes " << i * kTreeDigestLeaf << "..): device " << hex(given)
+                    << ", OpenSSL " << hex(want.data());
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_EQ(sha256_tree_file(path, 0, set.tree_leaves.get()), sha256_tree_file(path));
+  set.await_sha256();
+  EXPECT_EQ(set.sha256, sha256_file(path));
 }
 
 // Host bytes to the device on a resident run's stream, waited for (the host vectors go away on return).

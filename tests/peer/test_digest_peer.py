@@ -1,8 +1,9 @@
 """The operands' two digests against Python's hashlib: `predict` records the file's plain SHA-256 and its
-tree digest (docs/formats.md, "Tree digest": SHA-256 of each 64 MiB piece, then of a fixed header, the piece
-size, the file size and the pieces' digests), recomputed here from that definition on a file of two pieces;
-a pinned `verify` of a byte-identical copy reports the copy's plain digest, and of a file one byte apart
-refuses the predictions naming the tree digest."""
+tree digest (docs/formats.md, "Tree digest": SHA-256 of each 4 KiB leaf, then of a fixed header, the leaf
+size, the file size and the leaves' digests), recomputed here from that definition, and from the earlier
+definition (64 MiB pieces) for predictions written before it; a pinned `verify` of a byte-identical copy
+reports the copy's plain digest (also from predictions with an earlier tree digest), and of a file one byte
+apart refuses the predictions naming the tree digest."""
 import hashlib
 import json
 import os
@@ -11,12 +12,12 @@ import struct
 
 from conftest import run, tool
 
-PIECE = 64 << 20
+LEAF = 4096
 
 
-def tree_digest(data):
-    pieces = [data[i:i + PIECE] for i in range(0, max(len(data), 1), PIECE)] or [b""]
-    header = b"qconform sha256-tree v1\0" + struct.pack("<QQ", PIECE, len(data))
+def tree_digest(data, leaf=LEAF, version=b"v2"):
+    pieces = [data[i:i + leaf] for i in range(0, max(len(data), 1), leaf)] or [b""]
+    header = b"qconform sha256-tree " + version + b"\0" + struct.pack("<QQ", leaf, len(data))
     return "sha256-tree:" + hashlib.sha256(header + b"".join(hashlib.sha256(p).digest() for p in pieces)).hexdigest()
 
 
@@ -24,7 +25,7 @@ def test_predict_records_both_digests_and_verify_carries_the_plain_one(tmp_path)
     ops = tmp_path / "ops.safetensors"
     run([tool("qconform"), "synth", "--shapes", "64x8192x8200", "--seed", "2", "--out", ops])
     data = ops.read_bytes()
-    assert PIECE < len(data) < 2 * PIECE, len(data)  # two pieces, the second short
+    assert len(data) % LEAF != 0 and len(data) > (64 << 20), len(data)  # the last leaf short; two earlier pieces
     pred = tmp_path / "p.json"
     out = run([tool("qconform"), "predict", ops, "--out", pred, "--quiet"]).stdout
     pin = next(line.split()[1] for line in out.splitlines() if line.startswith("pin: "))
@@ -32,7 +33,7 @@ def test_predict_records_both_digests_and_verify_carries_the_plain_one(tmp_path)
     assert recorded["sha256"] == "sha256:" + hashlib.sha256(data).hexdigest()
     assert recorded["sha256_tree"] == tree_digest(data)
     assert tree_digest(b"") == "sha256-tree:" + hashlib.sha256(
-        b"qconform sha256-tree v1\0" + struct.pack("<QQ", PIECE, 0) + hashlib.sha256(b"").digest()).hexdigest()
+        b"qconform sha256-tree v2\0" + struct.pack("<QQ", LEAF, 0) + hashlib.sha256(b"").digest()).hexdigest()
 
     copy = tmp_path / "copy.safetensors"
     shutil.copyfile(ops, copy)
@@ -40,6 +41,20 @@ def test_predict_records_both_digests_and_verify_carries_the_plain_one(tmp_path)
     run([tool("qconform"), "verify", copy, "--arms", "cpu:vllm-cutlass,cpu:vllm-triton", "--predictions", pred,
          "--pin", pin, "--json", result])
     assert json.loads(result.read_text())["operands"]["sha256"] == "sha256:" + hashlib.sha256(copy.read_bytes()).hexdigest()
+
+    # Predictions written under the earlier tree definition (64 MiB pieces): their tree digest is no file's
+    # today, so the plain SHA-256 decides, and it is the copy's.
+    old = json.loads(pred.read_text())
+    old["operands"]["sha256_tree"] = tree_digest(data, 64 << 20, b"v1")
+    assert old["operands"]["sha256_tree"] != recorded["sha256_tree"]
+    old_pred = tmp_path / "p_v1.json"
+    old_pred.write_text(json.dumps(old))
+    old_pin = "sha256:" + hashlib.sha256(old_pred.read_bytes()).hexdigest()
+    result_old = tmp_path / "v_old.json"
+    out = run([tool("qconform"), "verify", copy, "--arms", "cpu:vllm-cutlass,cpu:vllm-triton", "--predictions",
+               old_pred, "--pin", old_pin, "--json", result_old, "--timings"]).stdout
+    assert "their tree digest is not the predictions'" in out, out
+    assert json.loads(result_old.read_text())["operands"]["sha256"] == "sha256:" + hashlib.sha256(data).hexdigest()
 
     changed = bytearray(data)
     changed[-1] ^= 0x01  # the last weight code: still a valid file, one byte apart
@@ -49,7 +64,7 @@ def test_predict_records_both_digests_and_verify_carries_the_plain_one(tmp_path)
              "--pin", pin, "--json", tmp_path / "v2.json"], check=False)
     assert p.returncode == 2, p.stderr
     assert "field `operands.sha256_tree`: expected " + tree_digest(bytes(changed)) in p.stderr, p.stderr
-    assert "predictions were made from other operands" in p.stderr
+    assert "predictions were made from other operands (field `operands.sha256`: expected " in p.stderr
     assert not (tmp_path / "v2.json").exists()
 
 

@@ -504,9 +504,9 @@ TEST(Sha256, FileMatchesSha256sum) {
   EXPECT_THROW(qc::sha256_file(dir.file("absent")), qc::Error);
 }
 
-// The tree digest (docs/formats.md) recomputed from its definition with coreutils: each 64 MiB piece's
-// digest from `sha256sum` of that piece, then `sha256sum` of the header, both sizes and the pieces' digests,
-// at the edges of the piece size (an empty file is one empty piece).
+// The tree digest (docs/formats.md) recomputed from its definition with coreutils: each 4 KiB leaf's
+// digest from `sha256sum` of that leaf, then `sha256sum` of the header, both sizes and the leaves' digests,
+// at the edges of the leaf size (an empty file is one empty leaf) and across the tree's 8 MiB reading blocks.
 TEST(Sha256, TreeDigestIsItsDefinitionComputedBySha256sum) {
   if (std::system("command -v sha256sum > /dev/null 2>&1") != 0) GTEST_SKIP() << "SKIPPED: sha256sum is not installed";
   TempDir dir;
@@ -525,18 +525,28 @@ TEST(Sha256, TreeDigestIsItsDefinitionComputedBySha256sum) {
     for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
     return s;
   };
-  const uint64_t piece = qc::kTreeDigestPiece;
-  ASSERT_EQ(piece, uint64_t{64} << 20);
-  for (const uint64_t size : {uint64_t{0}, uint64_t{1}, piece, piece + 1}) {
+  const uint64_t piece = qc::kTreeDigestLeaf;
+  ASSERT_EQ(piece, uint64_t{4096});
+  for (const uint64_t size : {uint64_t{0}, uint64_t{1}, piece, piece + 1, (uint64_t{8} << 20) + 3 * piece + 17}) {
     const auto bytes = pattern_bytes(size, 5);
     const std::string path = dir.file("blob.bin");
     qc::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
-    std::string root = std::string("qconform sha256-tree v1", 23) + '\0' + le64(piece) + le64(size);
+    std::string root = std::string("qconform sha256-tree v2", 23) + '\0' + le64(piece) + le64(size);
+    // One sha256sum per leaf would be thousands of processes for the largest size: there, the leaves of the
+    // first and last 8 MiB block's edges through sha256sum, the rest through qc::Sha256 (checked by it above).
     for (uint64_t at = 0; at < std::max<uint64_t>(size, 1); at += piece) {
-      const std::string part = dir.file("piece.bin");
       const size_t len = static_cast<size_t>(std::min(piece, size - at));
-      qc::write_file_atomic(part, std::string_view(reinterpret_cast<const char*>(bytes.data()) + at, len));
-      root += sha256sum(part).first;
+      const auto* leaf = reinterpret_cast<const char*>(bytes.data()) + at;
+      const bool edge = at < 2 * piece || at + 3 * piece >= size || at / (uint64_t{8} << 20) != (at + piece) / (uint64_t{8} << 20);
+      if (edge) {
+        const std::string part = dir.file("piece.bin");
+        qc::write_file_atomic(part, std::string_view(leaf, len));
+        root += sha256sum(part).first;
+      } else {
+        qc::Sha256 h;
+        h.update(std::string_view(leaf, len));
+        root += h.bytes();
+      }
     }
     const std::string root_path = dir.file("root.bin");
     qc::write_file_atomic(root_path, root);
@@ -545,10 +555,77 @@ TEST(Sha256, TreeDigestIsItsDefinitionComputedBySha256sum) {
     EXPECT_TRUE(qc::is_digest(tree, "sha256-tree:")) << tree;
     EXPECT_FALSE(qc::is_digest(tree)) << tree;  // not a plain digest
     if (size == piece + 1) {
-      EXPECT_EQ(root.size(), 24u + 16u + 64u);  // two pieces
+      EXPECT_EQ(root.size(), 24u + 16u + 64u);  // two leaves
     }
   }
   EXPECT_THROW(qc::sha256_tree_file(dir.file("absent")), qc::Error);
+}
+
+// Leaves given to the tree (verify's device pipeline hashes the arrays it uploads) are taken instead of
+// read: the right digests give the file's tree digest, a wrong one a different digest (so they were used),
+// and leaves given for a file of another size are refused as a changed file.
+TEST(Sha256, TreeDigestTakesTheLeavesGivenAndReadsTheRest) {
+  TempDir dir;
+  const uint64_t leaf = qc::kTreeDigestLeaf;
+  const uint64_t size = (uint64_t{8} << 20) + 20 * leaf + 123;  // two reading blocks, the last leaf short
+  const auto bytes = pattern_bytes(size, 17);
+  const std::string path = dir.file("blob.bin");
+  qc::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  const std::string tree = qc::sha256_tree_file(path);
+  const auto digest_of = [&](uint64_t i) {
+    qc::Sha256 h;
+    h.update(std::span<const std::byte>(bytes.data() + i * leaf, std::min(leaf, size - i * leaf)));
+    return h.bytes();
+  };
+  qc::TreeLeaves given(size);
+  ASSERT_EQ(given.count(), (size + leaf - 1) / leaf);
+  // Runs of given leaves at the start, across the blocks' edge and at the end, one alone in between.
+  for (const auto [first, n] : std::vector<std::pair<uint64_t, uint64_t>>{{0, 3}, {2040, 16}, {2060, 1}, {given.count() - 2, 2}}) {
+    std::string run;
+    for (uint64_t i = first; i < first + n; ++i) run += digest_of(i);
+    given.put(first, n, reinterpret_cast<const unsigned char*>(run.data()));
+  }
+  EXPECT_EQ(given.given_count(), 22u);
+  EXPECT_EQ(qc::sha256_tree_file(path, 3, &given), tree);
+  EXPECT_EQ(qc::sha256_tree_file(path, 1, &given), tree);
+  std::string wrong = digest_of(2060);
+  wrong[0] = static_cast<char>(wrong[0] ^ 1);
+  given.put(2060, 1, reinterpret_cast<const unsigned char*>(wrong.data()));
+  EXPECT_EQ(given.given_count(), 22u);  // the same leaf given again
+  EXPECT_NE(qc::sha256_tree_file(path, 0, &given), tree);
+  qc::TreeLeaves other_size(size + 1);
+  EXPECT_THROW(qc::sha256_tree_file(path, 0, &other_size), qc::Error);
+  EXPECT_THROW(given.put(given.count() - 1, 2, reinterpret_cast<const unsigned char*>(wrong.data())), qc::Error);
+}
+
+// A view into a registered mapping finds its file's leaves and its offset, until the registration is
+// dropped; a view that leaves the mapping finds nothing. `whole_leaves` names the leaves inside a range.
+TEST(Sha256, MappedLeavesAreFoundByTheirViewsWhileRegistered) {
+  std::vector<unsigned char> mapping(3 * qc::kTreeDigestLeaf + 100);
+  auto leaves = std::make_shared<qc::TreeLeaves>(mapping.size());
+  auto keep = std::make_shared<int>(7);
+  {
+    const auto handle = qc::register_mapped_leaves(mapping.data(), mapping.size(), leaves, keep);
+    EXPECT_EQ(keep.use_count(), 2);  // the registration holds the mapping's owner
+    const auto found = qc::find_mapped_leaves(mapping.data() + 4000, 5000);
+    ASSERT_TRUE(found.has_value());
+    EXPECT_EQ(found->leaves, leaves);
+    EXPECT_EQ(found->offset, 4000u);
+    EXPECT_TRUE(qc::find_mapped_leaves(mapping.data(), mapping.size()).has_value());
+    EXPECT_FALSE(qc::find_mapped_leaves(mapping.data() + 1, mapping.size()).has_value());
+    EXPECT_FALSE(qc::find_mapped_leaves(mapping.data() - 1, 2).has_value());
+    EXPECT_THROW(qc::register_mapped_leaves(mapping.data(), mapping.size(), leaves, keep), qc::Error);
+  }
+  EXPECT_FALSE(qc::find_mapped_leaves(mapping.data() + 4000, 5000).has_value());
+  EXPECT_EQ(keep.use_count(), 1);
+  const uint64_t leaf = qc::kTreeDigestLeaf;
+  const qc::WholeLeaves w = qc::whole_leaves(4000, 3 * leaf);  // [4000, 16288): leaves 1 and 2 whole
+  EXPECT_EQ(w.first, 1u);
+  EXPECT_EQ(w.count, 2u);
+  EXPECT_EQ(w.skip, 96u);
+  EXPECT_EQ(qc::whole_leaves(0, leaf).count, 1u);
+  EXPECT_EQ(qc::whole_leaves(1, leaf).count, 0u);
+  EXPECT_EQ(qc::whole_leaves(leaf, leaf - 1).count, 0u);
 }
 
 // The digest record (docs/formats.md, "Digest record"): a miss reads both digests and records the pair, a

@@ -20,8 +20,10 @@
 #include "arms/cuda/cuda.hpp"
 #include "arms/cuda/cuda_common.hpp"
 #include "accum/fp8_model.hpp"
+#include "core/tree_leaves.hpp"
 #include "arms/cuda/kernels/fp8_accum_model.cuh"
 #include "arms/cuda/kernels/int64_exact_accum.cuh"
+#include "arms/cuda/kernels/sha256_leaves.cuh"
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/verify_pass.cuh"
 
@@ -162,6 +164,7 @@ class PinnedBytes {
     return p_;
   }
   const unsigned char* data() const { return p_; }
+  unsigned char* data() { return p_; }
 
  private:
   unsigned char* p_ = nullptr;
@@ -178,6 +181,57 @@ struct ModelSet {
     return ready.count(name) != 0 ? buffers.at(name).get() : nullptr;
   }
   float* slot(const std::string& name, size_t count) { return buffers[name].reserve(count); }
+};
+
+// The tree digest's leaves (core/tree_leaves.hpp) of the arrays one upload brings from registered
+// mappings: hashed on the device from the pristine copies as they land, brought back into pinned memory
+// behind them, and given to their files' leaves once the upload's stream has been waited for (`give`).
+// Kept from layer to layer, grown to the largest.
+class LeafHashes {
+  static_assert(cuda_kernels::kSha256LeafBytes == kTreeDigestLeaf);
+
+ public:
+  // Room for the leaves of these host arrays (an upper bound: each array's bytes over the leaf, plus one).
+  void begin(std::initializer_list<size_t> bytes) {
+    jobs_.clear();  // an upload that failed gives none: the tree reads those leaves itself
+    size_t most = 0;
+    for (size_t b : bytes) most += b / kTreeDigestLeaf + 1;
+    device_.reserve(most * 32);
+    host_.reserve(most * 32);
+    capacity_ = most, used_ = 0;
+  }
+  // The whole leaves of `host` (bytes of a registered file, now also at `device` on `stream`), if any.
+  void hash(const void* host, const void* device, size_t bytes, cudaStream_t stream) {
+    const std::optional<MappedLeaves> file = find_mapped_leaves(host, bytes);
+    if (!file) return;
+    const WholeLeaves w = whole_leaves(file->offset, bytes);
+    if (w.count == 0) return;
+    QC_CHECK(used_ + w.count <= capacity_, "LeafHashes::hash: {} leaves past the {} reserved", used_ + w.count, capacity_);
+    unsigned char* out = device_.get() + used_ * 32;
+    cuda::checked_launch(
+        cuda_kernels::launch_sha256_leaves(static_cast<const unsigned char*>(device) + w.skip, w.count, out, stream),
+        "verify's device pipeline: the operands' tree leaves");
+    QC_CUDA_CHECK(cudaMemcpyAsync(host_.data() + used_ * 32, out, w.count * 32, cudaMemcpyDeviceToHost, stream));
+    jobs_.push_back({file->leaves, w.first, w.count, used_});
+    used_ += w.count;
+  }
+  // After the stream has been waited for: the leaves to their files.
+  void give() {
+    for (const Job& j : jobs_) j.leaves->put(j.first, j.count, host_.data() + j.at * 32);
+    jobs_.clear();
+    used_ = 0;
+  }
+
+ private:
+  struct Job {
+    std::shared_ptr<TreeLeaves> leaves;
+    uint64_t first = 0, count = 0;
+    size_t at = 0;  // in leaves, into the landing places
+  };
+  DeviceScratch<unsigned char> device_;
+  PinnedBytes host_;
+  std::vector<Job> jobs_;
+  size_t capacity_ = 0, used_ = 0;
 };
 
 }  // namespace
@@ -198,6 +252,7 @@ struct GpuVerifyLayer::Impl {
     DeviceScratch<uint16_t> bias, bias0;
     DeviceScratch<uint8_t> wt;
     ModelSet models;                                          // FP8: evaluated right after the upload
+    LeafHashes leaves;                                        // of the arrays uploaded
     const void* host[3] = {nullptr, nullptr, nullptr};  // the host arrays uploaded (a, w, bias)
     size_t bytes[3] = {0, 0, 0};
     double seconds = 0;
@@ -238,15 +293,28 @@ struct GpuVerifyLayer::Impl {
   PinnedSlot<double> near_limit_host;
 
   PinnedStager stager;  // large uploads from the mapped operands
+  LeafHashes leaves;    // of the arrays `load` uploads itself (the layer was not uploaded ahead)
 
   void sync() const { QC_CUDA_CHECK(cudaStreamSynchronize(stream)); }
+  // `hashes`: where the tree leaves of the bytes go, when they lie in a registered mapping.
   template <class T>
-  void copy_to_device(DeviceScratch<T>& dst, DeviceScratch<T>& copy, std::span<const T> host, cudaStream_t on = nullptr) {
+  void copy_to_device(DeviceScratch<T>& dst, DeviceScratch<T>& copy, std::span<const T> host, cudaStream_t on = nullptr,
+                      LeafHashes* hashes = nullptr) {
     T* d = dst.reserve(host.size());
     T* c = copy.reserve(host.size());
     if (host.empty()) return;
     stager.upload(d, host.data(), host.size_bytes(), on ? on : stream);
     QC_CUDA_CHECK(cudaMemcpyAsync(c, d, host.size_bytes(), cudaMemcpyDeviceToDevice, on ? on : stream));
+    if (hashes != nullptr) hashes->hash(host.data(), c, host.size_bytes(), on ? on : stream);
+  }
+  // The layer's three arrays, with their tree leaves.
+  void upload_layer(const LayerOperands& l, DeviceScratch<int8_t>& a_, DeviceScratch<int8_t>& a0_,
+                    DeviceScratch<int8_t>& w_, DeviceScratch<int8_t>& w0_, DeviceScratch<uint16_t>& bias_,
+                    DeviceScratch<uint16_t>& bias0_, cudaStream_t on, LeafHashes& hashes) {
+    hashes.begin({l.a_q.size_bytes(), l.w_q.size_bytes(), l.bias.size_bytes()});
+    copy_to_device(a_, a0_, l.a_q, on, &hashes);
+    copy_to_device(w_, w0_, l.w_q, on, &hashes);
+    copy_to_device(bias_, bias0_, l.bias, on, &hashes);
   }
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
   bool take_ahead(const LayerOperands& full);
@@ -301,9 +369,7 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     const auto t0 = std::chrono::steady_clock::now();
     Impl::Ahead& h = x.ahead;
     QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
-    x.copy_to_device(h.a, h.a0, next.a_q, x.copy_stream);
-    x.copy_to_device(h.w, h.w0, next.w_q, x.copy_stream);
-    x.copy_to_device(h.bias, h.bias0, next.bias, x.copy_stream);
+    x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
     // The models after the upload, one after the other on the same stream.
     const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
                         reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
@@ -315,6 +381,7 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     }
     QC_CUDA_CHECK(cudaEventRecord(x.ahead_done, x.copy_stream));
     QC_CUDA_CHECK(cudaEventSynchronize(x.ahead_done));
+    h.leaves.give();
     h.host[0] = next.a_q.data(), h.host[1] = next.w_q.data(), h.host[2] = next.bias.data();
     h.bytes[0] = next.a_q.size(), h.bytes[1] = next.w_q.size(), h.bytes[2] = next.bias.size();
     h.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -358,9 +425,9 @@ void GpuVerifyLayer::load(const LayerOperands& full) {
   x.m_full = full.m, x.n = full.n, x.k = full.k, x.bias = full.has_bias();
   x.fp8 = full.fp8();
   if (!x.take_ahead(full)) {
-    x.copy_to_device(x.a, x.a0, full.a_q);
-    x.copy_to_device(x.w, x.w0, full.w_q);
-    x.copy_to_device(x.bias_now, x.bias0, full.bias);
+    x.upload_layer(full, x.a, x.a0, x.w, x.w0, x.bias_now, x.bias0, x.stream, x.leaves);
+    x.sync();  // the leaves' landing places (the layers after this one are uploaded ahead, beside the runs)
+    x.leaves.give();
   }
   if (x.fp8) {
     x.fa = fp8_format(full.a_type), x.fw = fp8_format(full.w_type);
