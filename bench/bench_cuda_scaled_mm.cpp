@@ -8,7 +8,8 @@
 // 2·M·N·K integer operations. Both paths compute the same formula, so their outputs are also
 // compared bit for bit (a benchmark of wrong code is worthless).
 //
-// Run: `build/bench/bench_cuda_scaled_mm` (docs/performance.md, "CUDA arms (H200)").
+// Run: `build/bench/bench_cuda_scaled_mm` (docs/performance.md, "CUDA arms (H200)"); `--quick`: the GEMMs alone;
+// `--exact`: the exact accumulation alone (Qwen3-1.7B and Llama-3-70B layer shapes at M = 512).
 #include <cstdio>
 
 #ifndef QC_WITH_CUDA
@@ -30,6 +31,7 @@ int main() {
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
 #include "arms/cuda/cuda.hpp"
+#include "cuda_event_timing.hpp"
 #ifdef QC_WITH_CUTLASS
 #include "arms/cutlass/cutlass_dispatch.hpp"
 #include "arms/cutlass/kernels/sm90_cutlass_scaled_mm.cuh"
@@ -45,23 +47,7 @@ constexpr int kReps = 30;
 
 template <typename F>
 double median_ms(F&& launch) {
-  cudaEvent_t start, stop;
-  QC_CUDA_CHECK(cudaEventCreate(&start));
-  QC_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < kWarmup; ++i) launch(i);
-  QC_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> t(kReps);
-  for (int i = 0; i < kReps; ++i) {
-    QC_CUDA_CHECK(cudaEventRecord(start));
-    launch(kWarmup + i);
-    QC_CUDA_CHECK(cudaEventRecord(stop));
-    QC_CUDA_CHECK(cudaEventSynchronize(stop));
-    QC_CUDA_CHECK(cudaEventElapsedTime(&t[i], start, stop));
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(t.begin(), t.end());
-  return t[kReps / 2];
+  return bench::time_launches(launch, kWarmup, kReps).median_ms;
 }
 
 template <typename T>
@@ -235,21 +221,32 @@ void bench_compare() {
               gb / 2, t_cmp, gb / t_cmp * 1e3, gb, t_copy, gb / t_copy * 1e3, t_copy / t_cmp);
 }
 
-void bench_exact_accum() {
-  // One M=512 pass over the seven Qwen3-1.7B layer shapes (x28 layers = the 196-layer verify).
-  const int shapes[7][2] = {{2048, 2048}, {1024, 2048}, {1024, 2048}, {2048, 2048}, {6144, 2048}, {6144, 2048}, {2048, 6144}};
+// One M = 512 pass over a model's seven layer shapes ({N, K}), int64 and int32 outputs (verify's device
+// pipeline stores int32).
+void bench_exact_accum(const char* model, const int (&shapes)[7][2], int layers) {
   const int m = 512;
-  double total_ms = 0, macs = 0;
+  double ms64 = 0, ms32 = 0, macs = 0;
   for (const auto& s : shapes) {
     auto a = random_device<int8_t>(static_cast<size_t>(m) * s[1], -128, 127, 5);
     auto w = random_device<int8_t>(static_cast<size_t>(s[0]) * s[1], -128, 127, 6);
     cuda::DeviceBuffer<int64_t> out(static_cast<size_t>(m) * s[0]);
-    total_ms += median_ms([&](int) { launch_int64_exact_accum(a.get(), w.get(), out.get(), m, s[0], s[1], nullptr); });
+    cuda::DeviceBuffer<int32_t> out32(static_cast<size_t>(m) * s[0]);
+    ms64 += median_ms([&](int) { launch_int64_exact_accum(a.get(), w.get(), out.get(), m, s[0], s[1], nullptr); });
+    ms32 += median_ms([&](int) { launch_int64_exact_accum(a.get(), w.get(), out32.get(), m, s[0], s[1], nullptr); });
     macs += static_cast<double>(m) * s[0] * s[1];
   }
-  std::printf("\nint64 exact accumulation (CUDA cores): one decoder layer of Qwen3-1.7B at M=512 in %.3f ms = %.2f T "
-              "MAC/s; 28 layers (196 linear layers) ~ %.1f ms\n",
-              total_ms, macs / total_ms / 1e9, 28 * total_ms);
+  std::printf("\nexact accumulation (CUDA cores): one decoder block of %s at M=512, int64 out %.3f ms = %.2f T MAC/s, "
+              "int32 out %.3f ms = %.2f T MAC/s; %d blocks (%d linear layers, int32) ~ %.1f ms\n",
+              model, ms64, macs / ms64 / 1e9, ms32, macs / ms32 / 1e9, layers, 7 * layers, layers * ms32);
+}
+
+void bench_exact_accum() {
+  // {N, K} of q, k, v, o, gate, up, down.
+  const int qwen[7][2] = {{2048, 2048}, {1024, 2048}, {1024, 2048}, {2048, 2048}, {6144, 2048}, {6144, 2048}, {2048, 6144}};
+  const int llama70b[7][2] = {{8192, 8192},  {1024, 8192},  {1024, 8192}, {8192, 8192},
+                              {28672, 8192}, {28672, 8192}, {8192, 28672}};
+  bench_exact_accum("Qwen3-1.7B", qwen, 28);
+  bench_exact_accum("Llama-3-70B", llama70b, 80);
 }
 
 }  // namespace
@@ -265,6 +262,10 @@ int main(int argc, char** argv) {
   const int shapes[][3] = {{512, 4096, 4096}, {512, 12288, 4096}, {4096, 4096, 4096}, {8192, 8192, 8192},
                            {1, 4096, 4096},   {16, 4096, 4096}};
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
+  if (argc > 1 && std::string(argv[1]) == "--exact") {  // the exact accumulation alone
+    bench_exact_accum();
+    return 0;
+  }
   for (const auto& s : shapes) bench_gemm(s[0], s[1], s[2]);
   if (!quick) {
     bench_compare();

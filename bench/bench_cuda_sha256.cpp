@@ -29,6 +29,7 @@ int main() {
 #include "arms/cuda/cuda_common.hpp"
 #include "arms/cuda/kernels/sha256_leaves.cuh"
 #include "core/sha256.hpp"
+#include "cuda_event_timing.hpp"
 
 namespace {
 
@@ -42,30 +43,11 @@ constexpr uint64_t kBytes = kLeaves * kSha256LeafBytes;
 constexpr size_t kDigest = 32;
 constexpr uint64_t kSampleEvery = 7;
 
-struct Timing {
-  double median_ms;
-  double best_ms;
-};
+using Timing = bench::EventTiming;
 
 template <typename F>
 Timing time_ms(F&& launch) {
-  cudaEvent_t start, stop;
-  QC_CUDA_CHECK(cudaEventCreate(&start));
-  QC_CUDA_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < kWarmup; ++i) launch();
-  QC_CUDA_CHECK(cudaDeviceSynchronize());
-  std::vector<float> t(kReps);
-  for (int i = 0; i < kReps; ++i) {
-    QC_CUDA_CHECK(cudaEventRecord(start));
-    launch();
-    QC_CUDA_CHECK(cudaEventRecord(stop));
-    QC_CUDA_CHECK(cudaEventSynchronize(stop));
-    QC_CUDA_CHECK(cudaEventElapsedTime(&t[i], start, stop));
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(t.begin(), t.end());
-  return {t[kReps / 2], t[0]};
+  return bench::time_launches([&](int) { launch(); }, kWarmup, kReps);
 }
 
 double gb_per_s(uint64_t bytes, double ms) { return static_cast<double>(bytes) / (ms * 1e6); }
