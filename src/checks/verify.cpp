@@ -106,7 +106,7 @@ VerifyReference resolve_reference(VerifyReference requested) {
 std::string reference_description(VerifyReference where) {
   return where == VerifyReference::gpu
              ? "exact accumulation on the CUDA cores of " + cuda_device_description() +
-                   " (integer dp4a dot products, never the tensor cores); formulas, comparisons and operand checks on the "
+                   " (integer multiply-adds, never the tensor cores); formulas, comparisons and operand checks on the "
                    "host"
              : "exact accumulation on the host (Highway SIMD); formulas, comparisons and operand checks on the host";
 }

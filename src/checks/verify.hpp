@@ -80,7 +80,7 @@ LayerOperands apply_scale_mode(const LayerOperands& ops, ScaleMode mode);
 
 // Where verify computes its reference (the exact accumulators every check compares against; for an
 // FP8 pair, each arm's declared accumulation model on the layer's codes).
-// `gpu`: integer dp4a on the CUDA cores (never the tensor cores an arm may use); `automatic`:
+// `gpu`: plain int64 multiply-adds on CUDA cores (never the tensor cores an arm may use); `automatic`:
 // gpu when a CUDA device is usable, else cpu. The checks and their results do not depend on it.
 enum class VerifyReference { automatic, cpu, gpu };
 VerifyReference verify_reference_from_name(std::string_view name);  // auto, cpu, gpu

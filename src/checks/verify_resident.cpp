@@ -68,7 +68,7 @@ std::string ResidentVerifier::reference_description() const {
       ", uploaded once per layer; the declared formulas (the device compilation of the formula text), the comparison "
       "and the operand checks on the device; the rows holding the listed elements and one sampled row per run "
       "re-checked by the host's element pass (host compilation), its counts equal to the device's";
-  if (!fp8_) return "exact accumulation on the CUDA cores (integer dp4a dot products, never the tensor cores); " + where;
+  if (!fp8_) return "exact accumulation on the CUDA cores (integer multiply-adds, never the tensor cores); " + where;
   return fmt::format("the declared accumulation models (A: {}, B: {}; on a run whose record names another, that one) "
                      "evaluated on the layer's FP8 codes on the CUDA cores (the models' CUDA evaluation); {}",
                      infos_[0].accumulation_model.empty() ? "none declared, unmodelled" : infos_[0].accumulation_model,

@@ -100,12 +100,11 @@ TEST(CudaExactAccum, AllExtremeK32768) {
   expect_exact_i64(65, 70, 32768, -128, 2);  // 2^14 · 2^15 = 2^29
   expect_exact_i64(17, 33, 32768, 127, 3);
 }
-// Enough output tiles that the kernel does not split K (2048 x 1792: 224 tiles of 128 x 128, more than
-// four fifths of a wave of two blocks on each of 132 SMs), with K = 32768 of extreme bytes: one int32
-// accumulator per output sums all 32768 products, up to 2^29 in magnitude. The operands are built so that
-// the exact sums are known without an O(MNK) loop: a's row m is one value v(m) repeated (alternately -128
-// and 127), so acc[m, n] = v(m) * S(n) with S(n) the sum of w's row n (-128 everywhere but a random few).
-TEST(CudaExactAccum, LongKWithoutSplitAtA70BLayersTileCount) {
+// A layer-sized exact accumulation with long K of extreme bytes (2048 x 1792 x 32768): each int32 output
+// sums 32768 products, up to 2^29 in magnitude. The operands are built so that the exact sums are known
+// without an O(MNK) loop: a's row m is one value v(m) repeated (alternately -128 and 127), so
+// acc[m, n] = v(m) * S(n) with S(n) the sum of w's row n (-128 everywhere but a random few).
+TEST(CudaExactAccum, LongKAtALayersSizeIsKnownWithoutALoop) {
   const int64_t m = 2048, n = 1792, k = 32768;
   std::vector<int8_t> a(static_cast<size_t>(m * k)), w(static_cast<size_t>(n * k), -128);
   const auto v = [](int64_t row) { return row % 2 == 0 ? -128 : 127; };
