@@ -85,8 +85,8 @@ TEST(ResidentVerify, AStagedUploadGivesTheHostPipelinesResults) {
 // The tree digest's leaves hashed on the device as the pipeline uploads a file's arrays (docs/formats.md,
 // "Tree digest"): every leaf wholly inside an a_q, w_q or bias array is given, each equal to OpenSSL's
 // digest of the file's bytes there, and the tree finished from them is the file's, as is the plain digest
-// awaited. The first layer is uploaded by `load` itself, the others ahead beside the runs; the bias (96
-// bytes) leaves the later arrays at offsets that are not multiples of the leaf or of 16 bytes.
+// awaited. The first layer is uploaded by `load` itself, the others ahead beside the runs; the arrays lie
+// at offsets that are not multiples of the leaf (the kernel's other alignments: CudaSha256.*).
 TEST(ResidentVerify, TheDeviceHashesTheTreeLeavesOfWhatItUploads) {
   const std::string path =
       (std::filesystem::temp_directory_path() / fmt::format("qc-device-leaves-{}.safetensors", ::getpid())).string();
@@ -94,14 +94,12 @@ TEST(ResidentVerify, TheDeviceHashesTheTreeLeavesOfWhatItUploads) {
     std::string path;
     ~Remove() { std::filesystem::remove(path); }
   } remove{path};
-  std::vector<LayerOperands> made = resident_layers();
-  std::swap(made[0], made[1]);  // the bias first: every later array at an odd offset
-  save_operands(path, made, {});
+  save_operands(path, resident_layers(), {});
   OperandSet set = open_operands(path, /*with_digest=*/true, /*digest_beside=*/true, /*device_leaves=*/true);
   ASSERT_TRUE(set.tree_leaves != nullptr);
   EXPECT_EQ(set.tree_leaves->given_count(), 0u);
   uint64_t expected = 0;
-  bool odd_offset = false;
+  bool inside_a_leaf = false;  // an array that starts inside a leaf (its first leaf is the host's)
   for (const LayerOperands& l : set.layers) {
     for (const auto& [p, bytes] : {std::pair<const void*, size_t>{l.a_q.data(), l.a_q.size_bytes()},
                                    {l.w_q.data(), l.w_q.size_bytes()}, {l.bias.data(), l.bias.size_bytes()}}) {
@@ -109,11 +107,11 @@ TEST(ResidentVerify, TheDeviceHashesTheTreeLeavesOfWhatItUploads) {
       const auto found = find_mapped_leaves(p, bytes);
       ASSERT_TRUE(found.has_value()) << l.name;
       expected += whole_leaves(found->offset, bytes).count;
-      odd_offset = odd_offset || found->offset % 16 != 0;
+      inside_a_leaf = inside_a_leaf || found->offset % kTreeDigestLeaf != 0;
     }
   }
   ASSERT_GT(expected, 0u);
-  EXPECT_TRUE(odd_offset) << "the layers' arrays should not all be 16-byte aligned in the file";
+  EXPECT_TRUE(inside_a_leaf);
   auto a = make_arm("cuda:mma-vllm-cutlass-muladd"), b = make_arm("cuda:cublaslt-int8");
   VerifyOptions options;
   options.reference = VerifyReference::gpu;

@@ -371,13 +371,15 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
     x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
     // The models after the upload, one after the other on the same stream.
-    const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
-                        reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
-    for (const NamedAccumModel& m : next.fp8() ? models : std::vector<NamedAccumModel>{}) {
-      if (h.models.ready.count(m.name) != 0) continue;
-      x.evaluate(m.model, codes, h.wt, h.models.slot(m.name, static_cast<size_t>(next.m * next.n)), x.copy_stream,
-                 nullptr);
-      h.models.ready.insert(m.name);
+    if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
+      const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
+                          reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
+      for (const NamedAccumModel& m : models) {
+        if (h.models.ready.count(m.name) != 0) continue;
+        x.evaluate(m.model, codes, h.wt, h.models.slot(m.name, static_cast<size_t>(next.m * next.n)), x.copy_stream,
+                   nullptr);
+        h.models.ready.insert(m.name);
+      }
     }
     QC_CUDA_CHECK(cudaEventRecord(x.ahead_done, x.copy_stream));
     QC_CUDA_CHECK(cudaEventSynchronize(x.ahead_done));
