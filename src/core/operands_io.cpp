@@ -296,8 +296,9 @@ void attach_shard_loader(OperandSet& set, const std::string& path, const std::st
       }
       if (!checked->shards.count(shard)) {
         if (device_leaves) {  // read when awaited
+          // Both digests then (a set's shards are many, and `predict` has filled the record for them).
           auto read = [tree_threads, shard_path, leaves] {
-            return sha256_file_recorded(shard_path, tree_threads, leaves.get()).sha256;
+            return sha256_file_recorded_begun(shard_path, tree_threads, leaves)().sha256;
           };
           checked->pending.emplace_back(shard, order[i], std::async(std::launch::deferred, std::move(read)).share());
         } else if (digest_beside) {
@@ -454,11 +455,13 @@ OperandSet load_file(const std::string& path, bool with_digest, bool digest_besi
     set.tree_leaves_registration = register_mapped_leaves(file->bytes.data(), file->bytes.size(), set.tree_leaves, file);
   }
   // The digest is read from the file on its own thread while the layers are checked here (for FP8
-  // codes a scan of every byte); with device leaves, when it is awaited, once the device has given them.
+  // codes a scan of every byte); with device leaves, its tree when it is awaited, once the device has given
+  // the leaves.
   std::future<FileDigests> digest;
-  if (with_digest) {
-    digest = std::async(device_leaves ? std::launch::deferred : std::launch::async,
-                        [path, leaves = set.tree_leaves] { return sha256_file_recorded(path, 0, leaves.get()); });
+  if (device_leaves && with_digest) {  // the plain digest begun beside now (a first run's), the tree when awaited
+    digest = std::async(std::launch::deferred, sha256_file_recorded_begun(path, 0, set.tree_leaves));
+  } else if (with_digest) {
+    digest = std::async(std::launch::async, [path] { return sha256_file_recorded(path); });
   }
   std::vector<std::string> keys;
   for (const auto& [key, tensor] : file->tensors) keys.push_back(key);

@@ -335,38 +335,50 @@ FileStamp stamp_of(const std::string& path) {
 
 bool digest_record_usable() { return RecordDir().usable(); }
 
-FileDigests sha256_file_recorded(const std::string& path, unsigned threads, const TreeLeaves* given) {
-  const RecordDir record;
-  if (!record.usable()) return {sha256_file(path), "", false};
-  const FileStamp before = stamp_of(path);
-  // The plain digest is read beside the tree (one core of them) and abandoned if the record has it.
-  std::atomic<bool> stop{false};
-  std::future<std::string> plain =
-      std::async(std::launch::async, [&path, &stop] { return sha256_file_until(path, &stop); });
-  struct StopPlain {  // also when the tree throws: the task must not outlive `stop`
-    std::atomic<bool>& stop;
-    std::future<std::string>& plain;
-    ~StopPlain() {
-      if (plain.valid()) {
+std::function<FileDigests()> sha256_file_recorded_begun(const std::string& path, unsigned threads,
+                                                        std::shared_ptr<const TreeLeaves> given) {
+  auto record = std::make_shared<const RecordDir>();
+  if (!record->usable()) {
+    auto plain = std::make_shared<std::future<std::string>>(std::async(std::launch::async, [path] { return sha256_file(path); }));
+    return [plain] { return FileDigests{plain->get(), "", false}; };
+  }
+  // The plain digest is read beside (one core, at nice +10) from now on, and abandoned if the record has it.
+  struct Plain {
+    std::atomic<bool> stop{false};
+    std::future<std::string> read;
+    ~Plain() {  // also when the tree throws, or nobody finishes: the task must not outlive `stop`
+      if (read.valid()) {
         stop = true;
-        plain.wait();
+        read.wait();
       }
     }
-  } stop_plain{stop, plain};
-  FileDigests d;
-  d.sha256_tree = sha256_tree_file(path, threads, given);
-  const std::string name = d.sha256_tree.substr(std::string_view("sha256-tree:").size());
-  if (std::optional<std::string> recorded = record.read(name)) {
-    d.sha256 = *recorded;
-    d.from_record = true;
-    return d;  // `stop_plain` abandons the plain digest
-  }
-  d.sha256 = plain.get();
-  // Recorded only when the bytes held still while both were read: the same stamp (size, inode, times) and
-  // the same tree digest read again after the plain one (a write the times do not show, through a shared
-  // mapping or within one clock tick, changes the bytes, and so the tree, unless it was undone in between).
-  if (before == stamp_of(path) && sha256_tree_file(path, threads) == d.sha256_tree) record.write(name, d.sha256);
-  return d;
+  };
+  auto plain = std::make_shared<Plain>();
+  plain->read = std::async(std::launch::async, [path, p = plain.get()] {
+    ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);  // as the tree's readers
+    return sha256_file_until(path, &p->stop);
+  });
+  return [path, threads, given = std::move(given), record, plain, before = stamp_of(path)] {
+    FileDigests d;
+    d.sha256_tree = sha256_tree_file(path, threads, given.get());
+    const std::string name = d.sha256_tree.substr(std::string_view("sha256-tree:").size());
+    if (std::optional<std::string> recorded = record->read(name)) {
+      d.sha256 = *recorded;
+      d.from_record = true;
+      return d;  // `plain` abandons the plain digest when the last copy of this function goes
+    }
+    d.sha256 = plain->read.get();
+    // Recorded only when the bytes held still while both were read: the same stamp (size, inode, times) and
+    // the same tree digest read again after the plain one, from the file alone (a write the times do not
+    // show, through a shared mapping or within one clock tick, changes the bytes, and so the tree, unless it
+    // was undone in between; leaves given by the device are not the file read now).
+    if (before == stamp_of(path) && sha256_tree_file(path, threads) == d.sha256_tree) record->write(name, d.sha256);
+    return d;
+  };
+}
+
+FileDigests sha256_file_recorded(const std::string& path, unsigned threads) {
+  return sha256_file_recorded_begun(path, threads, nullptr)();
 }
 
 }  // namespace qc

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -64,8 +65,12 @@ struct FileDigests {
   std::string sha256_tree;   // sha256-tree:<64 hex>; empty when there is no record
   bool from_record = false;  // `sha256` is the record's, not read now
 };
-FileDigests sha256_file_recorded(const std::string& path, unsigned threads = 0,  // `threads`, `given`: the tree's
-                                 const TreeLeaves* given = nullptr);
+FileDigests sha256_file_recorded(const std::string& path, unsigned threads = 0);  // `threads`: the tree's
+// The same in two parts: the plain digest begins reading now, beside whatever follows; the function returned
+// reads the tree digest, taking the leaves `given` has by then (verify's device pipeline gives them as it
+// uploads), and finishes. Dropped uncalled, it abandons the plain read.
+std::function<FileDigests()> sha256_file_recorded_begun(const std::string& path, unsigned threads,
+                                                        std::shared_ptr<const TreeLeaves> given);
 // The record's folder, absolute: QC_DIGEST_RECORD when set (`off`, `0`, `false`, `no`, `none` in any case, or
 // empty: no record), else $XDG_CACHE_HOME/qconform/digests, else $HOME/.cache/qconform/digests; "" when none.
 std::string digest_record_dir();

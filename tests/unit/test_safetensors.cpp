@@ -561,6 +561,19 @@ TEST(Sha256, TreeDigestIsItsDefinitionComputedBySha256sum) {
   EXPECT_THROW(qc::sha256_tree_file(dir.file("absent")), qc::Error);
 }
 
+// QC_DIGEST_RECORD set to `record` for a test, restored after it.
+struct RecordEnv {
+  std::string record;
+  std::optional<std::string> was;
+  explicit RecordEnv(std::string folder) : record(std::move(folder)) {
+    if (const char* v = std::getenv("QC_DIGEST_RECORD")) was = v;
+    ::setenv("QC_DIGEST_RECORD", record.c_str(), 1);
+  }
+  ~RecordEnv() { was ? ::setenv("QC_DIGEST_RECORD", was->c_str(), 1) : ::unsetenv("QC_DIGEST_RECORD"); }
+  RecordEnv(const RecordEnv&) = delete;
+  RecordEnv& operator=(const RecordEnv&) = delete;
+};
+
 // Leaves given to the tree (verify's device pipeline hashes the arrays it uploads) are taken instead of
 // read: the right digests give the file's tree digest, a wrong one a different digest (so they were used),
 // and leaves given for a file of another size are refused as a changed file.
@@ -628,20 +641,51 @@ TEST(Sha256, MappedLeavesAreFoundByTheirViewsWhileRegistered) {
   EXPECT_EQ(qc::whole_leaves(leaf, leaf - 1).count, 0u);
 }
 
+// The digest record with leaves given (verify's device pipeline): begun before the leaves arrive, finished
+// after; right leaves give the file's tree digest and the pair is recorded; a wrong leaf gives another tree
+// digest, the plain digest is still the file's, and nothing is recorded under the wrong tree (the host's own
+// reading of the tree does not equal it). Dropped uncalled, it abandons its plain read.
+TEST(Sha256, DigestRecordWithGivenLeavesRecordsOnlyTheFilesOwnTree) {
+  TempDir dir;
+  const RecordEnv env(dir.file("record"));
+  const std::string& record = env.record;
+  const uint64_t leaf = qc::kTreeDigestLeaf;
+  const auto bytes = pattern_bytes(40 * leaf + 9, 23);
+  const std::string path = dir.file("ops.bin");
+  qc::write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
+  const std::string plain = qc::sha256_file(path), tree = qc::sha256_tree_file(path);
+  const auto leaf_digest = [&](uint64_t i, bool wrong) {
+    qc::Sha256 h;
+    h.update(std::span<const std::byte>(bytes.data() + i * leaf, leaf));
+    std::string d = h.bytes();
+    if (wrong) d[5] = static_cast<char>(d[5] ^ 0x10);
+    return d;
+  };
+  for (const bool wrong : {true, false}) {
+    auto given = std::make_shared<qc::TreeLeaves>(bytes.size());
+    auto finish = qc::sha256_file_recorded_begun(path, 2, given);
+    for (uint64_t i = 3; i < 30; ++i) {
+      given->put(i, 1, reinterpret_cast<const unsigned char*>(leaf_digest(i, wrong && i == 17).data()));
+    }
+    const qc::FileDigests d = finish();
+    EXPECT_EQ(d.sha256, plain) << wrong;
+    EXPECT_FALSE(d.from_record) << wrong;
+    EXPECT_EQ(d.sha256_tree == tree, !wrong);
+    EXPECT_EQ(fs::exists(record + "/" + d.sha256_tree.substr(12)), !wrong) << d.sha256_tree;
+  }
+  const qc::FileDigests hit = qc::sha256_file_recorded_begun(path, 2, std::make_shared<qc::TreeLeaves>(bytes.size()))();
+  EXPECT_TRUE(hit.from_record);
+  EXPECT_EQ(hit.sha256, plain);
+  auto dropped = qc::sha256_file_recorded_begun(path, 2, nullptr);  // never called: its destructor stops the read
+}
+
 // The digest record (docs/formats.md, "Digest record"): a miss reads both digests and records the pair, a
 // hit takes the plain digest from the record (and it is the file's, by `sha256_file`), a changed file
 // misses, and nothing but a well-formed entry of this user's, writable by nobody else, is believed.
 TEST(Sha256, DigestRecordGivesThePlainDigestOfTheSameBytesOnly) {
   TempDir dir;
-  struct Env {  // QC_DIGEST_RECORD for this test, restored after it
-    std::optional<std::string> was;
-    Env() {
-      if (const char* v = std::getenv("QC_DIGEST_RECORD")) was = v;
-    }
-    ~Env() { was ? ::setenv("QC_DIGEST_RECORD", was->c_str(), 1) : ::unsetenv("QC_DIGEST_RECORD"); }
-  } env;
-  const std::string record = dir.file("record");
-  ::setenv("QC_DIGEST_RECORD", record.c_str(), 1);
+  const RecordEnv env(dir.file("record"));
+  const std::string& record = env.record;
   ASSERT_EQ(qc::digest_record_dir(), record);
   const std::string path = dir.file("ops.bin");
   auto bytes = pattern_bytes((uint64_t{64} << 20) + 4097, 11);  // two tree pieces
