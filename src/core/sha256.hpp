@@ -68,7 +68,7 @@ struct FileDigests {
 FileDigests sha256_file_recorded(const std::string& path, unsigned threads = 0);  // `threads`: the tree's
 // The same in two parts: the plain digest begins reading now, beside whatever follows; the function returned
 // reads the tree digest, taking the leaves `given` has by then (verify's device pipeline gives them as it
-// uploads), and finishes. Dropped uncalled, it abandons the plain read.
+// uploads), and finishes. Dropped uncalled, it abandons the plain read (with no record, it waits for it).
 std::function<FileDigests()> sha256_file_recorded_begun(const std::string& path, unsigned threads,
                                                         std::shared_ptr<const TreeLeaves> given);
 // The record's folder, absolute: QC_DIGEST_RECORD when set (`off`, `0`, `false`, `no`, `none` in any case, or
