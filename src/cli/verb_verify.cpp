@@ -301,7 +301,7 @@ int run_verify(const VerifyCli& o) {
     tree = std::async(device_leaves ? std::launch::deferred : std::launch::async,
                       [path = o.operands, leaves = set.tree_leaves] { return sha256_tree_file(path, 0, leaves.get()); });
   }
-  laps.lap(device_leaves   ? "open the operands (map, validate; the digests' leaves hashed on the device as uploaded)"
+  laps.lap(device_leaves   ? "open the operands (map, validate; the digests' leaves to be hashed on the device as uploaded)"
            : by_tree       ? "open the operands (map, validate; the tree digest beside the verification)"
            : digest_beside ? "open the operands (map, validate; SHA-256 beside the verification)"
                            : "open the operands (map, validate, SHA-256)");
