@@ -1,5 +1,6 @@
 // The GPU comparison kernel against a CPU loop written independently, and the CUDA-core exact
-// int64 accumulation against the CPU exact reference (random, all-extreme, K past the int32 proof).
+// int64 accumulation against the CPU exact reference (random, all-extreme, K past the int32 proof,
+// split K).
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -134,7 +135,25 @@ TEST(CudaExactAccum, LongKAtALayersSizeIsKnownWithoutALoop) {
 TEST(CudaExactAccum, BeyondInt32Proof) {
   // 140000 · 2^14 > 2^31: only an int64 accumulation is exact here.
   expect_exact_i64(3, 5, 140000, -128, 4);
+  // The same past the proof with byte loads (K % 4 == 3); K above 65536 is always split.
+  expect_exact_i64(3, 5, 140001, -128, 5);
 }
+// The int32 output at its largest K, all extreme: 131071 · 2^14 = 2^31 - 2^14, the split K ranges'
+// int32 partials added atomically in int32 (byte loads at K = 131071, 4-byte loads at 131068).
+TEST(CudaExactAccum, Int32OutputAtItsLargestK) {
+  expect_exact_i64(3, 5, 131071, -128, 6);
+  expect_exact_i64(3, 5, 131068, -128, 7);
+}
+// A layer shape with few output tiles: M = 512, N = 1024 is 32 tiles of 128x128 for 132 SMs, so the
+// kernel splits K = 8192 into ranges (8 on an H100) whose partial sums are added exactly.
+TEST(CudaExactAccum, SplitKAtALayerShape) { expect_exact_i64(512, 1024, 8192, 0, 20); }
+// Split K whose last range is ragged (K not a multiple of the 64-byte stage), in each of the three
+// load widths (16-byte chunks, 4-byte words, bytes), with ragged M and N.
+TEST(CudaExactAccum, SplitKRaggedLastRange) {
+  for (int64_t k : {4096 + 48, 4096 + 20, 4096 + 7}) expect_exact_i64(200, 300, k, 0, 30 + static_cast<uint64_t>(k));
+}
+// Many tiles and short K: one K range per tile (no split on an H100), plain stores, ragged M and N.
+TEST(CudaExactAccum, ManyTilesNoSplit) { expect_exact_i64(1100, 4100, 256, 0, 21); }
 
 }  // namespace
 }  // namespace qc
