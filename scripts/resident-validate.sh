@@ -68,6 +68,8 @@ if want speed; then
   mkdir -p $R
   "$Q" predict "$tmp/speed-int8.safetensors" --out "$R/int8.predictions.json" --quiet > "$R/predict.txt"
   pin=$(sed -n 's/^pin: //p' "$R/predict.txt")
+  # The baseline pins its own (an older tree digest's predictions are refused by an older binary).
+  [ "$BASE" = 1 ] && "$QB" predict "$tmp/speed-int8.safetensors" --out "$R/int8.base.predictions.json" --quiet > "$R/predict-base.txt"
   # The same operands as a sharded set (9 shards of <= 200 MB), whose shards are hashed in parallel.
   "$Q" synth --shapes qwen3-1.7b --m 512 --seed 1 --shard-size 200000000 --out "$tmp/speed-int8-sharded.index.json" > /dev/null
   "$Q" predict "$tmp/speed-int8-sharded.index.json" --out "$R/int8-sharded.predictions.json" --quiet > "$R/predict-sharded.txt"
@@ -99,8 +101,9 @@ if want speed; then
     sides="base after"; [ "$BASE" = 1 ] || sides=after
     for side in $sides; do
       q=$Q; [ $side = base ] && q=$QB
+      p=int8 pn=$pin; [ $side = base ] && p=int8.base pn=$(sed -n 's/^pin: //p' "$R/predict-base.txt")
       one "int8-$side-$i" "$q" "$tmp/speed-int8.safetensors" cuda:mma-vllm-cutlass,cuda:mma-vllm-triton \
-        --predictions "$R/int8.predictions.json" --pin "$pin"
+        --predictions "$R/$p.predictions.json" --pin "$pn"
     done
     for side in $sides; do
       q=$Q; [ $side = base ] && q=$QB
@@ -203,13 +206,14 @@ if want 70b; then
   timed "$Q" predict "$dir/qc70/l70.index.json" --out /tmp/70b.predictions.json --quiet | tee /tmp/70b.predict.txt | tee -a "$OUT/70b.txt"
   pin70=$(sed -n 's/^pin: //p' /tmp/70b.predict.txt)
   for i in $(seq 1 "${RUNS70:-3}"); do
-    # WORKERS70="8 16 ...": run i with QC_UPLOAD_WORKERS set to the i-th word (none: the default).
-    w=$(echo "${WORKERS70:-}" | awk -v i="$i" '{ print $i }')
+    # ENV70="QC_UPLOAD_WORKERS=8 QC_UPLOAD_WORKERS=14,QC_UPLOAD_REGISTER=1 ...": run i with the i-th word's
+    # comma-separated settings (none, or "-": the defaults).
+    w=$(echo "${ENV70:-}" | awk -v i="$i" '{ print $i }'); [ "$w" = - ] && w=
     t0=$(now_ms)
-    ${w:+env QC_UPLOAD_WORKERS=$w} "$Q" verify "$dir/qc70/l70.index.json" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --reference gpu --timings \
+    env ${w//,/ } "$Q" verify "$dir/qc70/l70.index.json" --arms cuda:mma-vllm-cutlass,cuda:mma-vllm-triton --reference gpu --timings \
       --predictions /tmp/70b.predictions.json --pin "$pin70" --json /tmp/70b-$i.json > /tmp/70b-$i.txt 2>&1
     rc=$?
-    echo "run $i: exit $rc, process $(( $(now_ms) - t0 )) ms for $(( blocks * 7 )) layers${w:+ (QC_UPLOAD_WORKERS=$w)}" | tee -a "$OUT/70b.txt"
+    echo "run $i: exit $rc, process $(( $(now_ms) - t0 )) ms for $(( blocks * 7 )) layers${w:+ ($w)}" | tee -a "$OUT/70b.txt"
     [ $rc -le 1 ] || tail -5 /tmp/70b-$i.txt | tee -a "$OUT/70b.txt"
   done
   head -120 /tmp/70b-"${RUNS70:-3}".txt >> "$OUT/70b.txt"
