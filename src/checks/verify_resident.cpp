@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <future>
 #include <utility>
 
@@ -263,11 +264,14 @@ ResidentVerifier::PendingRun ResidentVerifier::int8_run(const LayerOperands& ops
   const size_t listed = options_.compare.max_listed;
   std::vector<int64_t> rows =
       listing_rows(counts, ops.m, {{ck::kRowDiff, listed}, {ck::kRowAcc, 10}, {ck::kRowPow2, listed}}, sample_row(ops.m));
-  GpuRows back = timed(seconds, "the listed rows brought back", [&] { return gpu.rows(rows, spec.acc[0], spec.acc[1]); });
+  // The rows come back behind the run, beside the next one; the host's part waits for them.
+  std::function<GpuRows()> fetch = timed(seconds, "the listed rows asked for (they come back beside the next run)",
+                                         [&] { return gpu.rows(rows, spec.acc[0], spec.acc[1]); });
   const bool acc[2] = {spec.acc[0], spec.acc[1]};
   return std::async(std::launch::async, [this, run = std::move(run), ops, label, counts = std::move(counts),
-                                         rows = std::move(rows), back = std::move(back), acc0 = acc[0], acc1 = acc[1]]() mutable {
+                                         rows = std::move(rows), fetch = std::move(fetch), acc0 = acc[0], acc1 = acc[1]]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
+    const GpuRows back = std::exchange(fetch, nullptr)();  // lets its landing place go for the runs after
     const bool acc2[2] = {acc0, acc1};
     LayerRun done = int8_host_part(std::move(run), ops, label, counts, rows, back, formula_, acc2, options_);
     return std::pair(std::move(done), seconds_since(t0));

@@ -53,6 +53,7 @@ struct MapSlot {
   std::atomic<int> state{0};
   uintptr_t begin;
   size_t size;
+  int fd;  // the mapped file, open while it is mapped (`find_mapped_source`)
   char path[kSlotPath];
 };
 
@@ -511,6 +512,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
     if (slot_ >= 0) {
       g_map_slots[slot_].begin = reinterpret_cast<uintptr_t>(data_);
       g_map_slots[slot_].size = size_;
+      g_map_slots[slot_].fd = fd_;
       g_map_slots[slot_].state.store(2, std::memory_order_release);
     }
   }
@@ -537,6 +539,17 @@ void MappedFile::release() noexcept {
 }
 
 MappedFile::~MappedFile() { release(); }
+
+std::optional<MappedSource> find_mapped_source(const void* p, size_t bytes) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  for (const MapSlot& slot : g_map_slots) {
+    if (slot.state.load(std::memory_order_acquire) != 2) continue;
+    if (at >= slot.begin && at - slot.begin <= slot.size && bytes <= slot.size - (at - slot.begin)) {
+      return MappedSource{slot.fd, static_cast<uint64_t>(at - slot.begin)};
+    }
+  }
+  return std::nullopt;
+}
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -168,5 +169,14 @@ class MappedFile {
   int fd_ = -1;    // kept open for `check_unchanged`
   int slot_ = -1;  // index in the SIGBUS registry, -1 when not registered
 };
+
+// The file a live `MappedFile` maps under all of [p, p + bytes), if any: its descriptor (open while it is
+// mapped) and the view's offset in it, for reading those bytes with pread instead of through the mapping.
+// The caller keeps the MappedFile alive while it reads.
+struct MappedSource {
+  int fd = -1;
+  uint64_t offset = 0;
+};
+std::optional<MappedSource> find_mapped_source(const void* p, size_t bytes);
 
 }  // namespace qc

@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 
 #include "qconform/error.hpp"
@@ -318,6 +319,29 @@ TEST_F(HostileIo, MappedFileThatShrinksIsDetected) {
   });
   ASSERT_TRUE(WIFEXITED(status)) << "died of signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   EXPECT_EQ(WEXITSTATUS(status), 2);
+}
+
+// A view into a live mapping names its file and offset (the device upload reads those bytes with pread);
+// a pointer outside every mapping, a view past the mapping's end, and a released mapping name none.
+TEST_F(HostileIo, AViewIntoAMappingNamesItsFileAndOffset) {
+  std::string bytes(3 * 4096 + 17, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>(i * 7 + 3);
+  write("v.bin", bytes);
+  const std::byte* base = nullptr;
+  {
+    MappedFile m(path("v.bin"));
+    base = m.bytes().data();
+    const std::optional<MappedSource> at = find_mapped_source(base + 4099, 5000);
+    ASSERT_TRUE(at.has_value());
+    EXPECT_EQ(at->offset, 4099u);
+    std::string got(5000, '\0');
+    ASSERT_EQ(::pread(at->fd, got.data(), got.size(), static_cast<off_t>(at->offset)), 5000);
+    EXPECT_EQ(got, bytes.substr(4099, 5000));
+    EXPECT_TRUE(find_mapped_source(base, bytes.size()).has_value());       // the whole file
+    EXPECT_FALSE(find_mapped_source(base + 1, bytes.size()).has_value());  // one byte past its end
+    EXPECT_FALSE(find_mapped_source(got.data(), 10).has_value());           // not a mapping
+  }
+  EXPECT_FALSE(find_mapped_source(base, 1).has_value());  // released
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -210,8 +211,9 @@ class GpuVerifyLayer {
   // The element pass of the current run (both arms have run, each followed by `check_operands`): the one
   // wait of a run.
   GpuPassCounts pass(const GpuPassSpec& spec);
-  // The current run's `rows`, for the host's lists.
-  GpuRows rows(const std::vector<int64_t>& rows, bool acc_a, bool acc_b);
+  // The current run's `rows`, for the host's lists: on their way back behind the run (the next run's work
+  // does not wait for them); the function, called once on any thread, waits for them and gives them.
+  std::function<GpuRows()> rows(const std::vector<int64_t>& rows, bool acc_a, bool acc_b);
 
   // FP8: the fp32 accumulators of a model on the layer's codes (all of its rows), evaluated on the device
   // once per layer and name (`name` keys the cache; `kernel` receives what ran).
@@ -249,7 +251,9 @@ inline ResidentOperands GpuVerifyLayer::operands(const LayerOperands&) { return 
 inline ResidentOutputs GpuVerifyLayer::outputs(int, bool) { return {}; }
 inline void GpuVerifyLayer::check_operands(int) {}
 inline GpuPassCounts GpuVerifyLayer::pass(const GpuPassSpec&) { return {}; }
-inline GpuRows GpuVerifyLayer::rows(const std::vector<int64_t>&, bool, bool) { return {}; }
+inline std::function<GpuRows()> GpuVerifyLayer::rows(const std::vector<int64_t>&, bool, bool) {
+  return [] { return GpuRows{}; };
+}
 inline const float* GpuVerifyLayer::model(const std::string&, const Fp8AccumModel&, std::string*) { return nullptr; }
 inline float* GpuVerifyLayer::accumulator(int) { return nullptr; }
 inline const float* GpuVerifyLayer::accumulator_of(int) const { return nullptr; }

@@ -3,9 +3,12 @@
 // outputs in buffers the pipeline owns, and the element pass (kernels/verify_pass.cu) whose counts alone
 // come back, with the rows the host lists from.
 #include <fmt/format.h>
+#include <unistd.h>
+
 
 #include <algorithm>
 #include <chrono>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -20,6 +23,7 @@
 #include "arms/cuda/cuda.hpp"
 #include "arms/cuda/cuda_common.hpp"
 #include "accum/fp8_model.hpp"
+#include "core/fileio.hpp"
 #include "core/tree_leaves.hpp"
 #include "arms/cuda/kernels/fp8_accum_model.cuh"
 #include "arms/cuda/kernels/int64_exact_accum.cuh"
@@ -76,6 +80,7 @@ class PinnedStager {
     std::lock_guard lock(mutex_);
     const int workers = ensure_slots();
     const size_t chunks = (bytes + kChunk - 1) / kChunk;
+    const std::optional<MappedSource> file = reads() ? find_mapped_source(src, bytes) : std::nullopt;
     std::vector<std::future<void>> tasks;
     for (int w = 0; w < workers; ++w) {
       tasks.push_back(std::async(std::launch::async, [&, w] {
@@ -84,7 +89,8 @@ class PinnedStager {
           Slot& slot = slots_[static_cast<size_t>(w) + static_cast<size_t>(workers) * (turn % 2)];
           if (slot.in_flight) QC_CUDA_CHECK(cudaEventSynchronize(slot.done));
           const size_t at = c * kChunk, len = std::min(kChunk, bytes - at);
-          std::memcpy(slot.host, static_cast<const char*>(src) + at, len);
+          const size_t got = file ? read_into(slot.host, len, *file, at) : 0;
+          std::memcpy(static_cast<char*>(slot.host) + got, static_cast<const char*>(src) + at + got, len - got);
           QC_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + at, slot.host, len, cudaMemcpyHostToDevice, stream));
           QC_CUDA_CHECK(cudaEventRecord(slot.done, stream));
           slot.in_flight = true;
@@ -101,6 +107,28 @@ class PinnedStager {
     cudaEvent_t done = nullptr;
     bool in_flight = false;
   };
+  // Reading a mapped file's bytes with pread where `file` names it (the default; QC_UPLOAD_READ=0: through
+  // the mapping): the kernel copies from the page cache, without a page fault per page of the mapping.
+  static bool reads() {
+    static const bool on = [] {
+      const char* v = std::getenv("QC_UPLOAD_READ");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
+    return on;
+  }
+  // Up to `len` bytes of the file at the view's offset `at` into `dst`: what pread gave before an error or
+  // the file's end (the rest is then copied through the mapping, where a file that shrank raises the
+  // mapping's SIGBUS report).
+  static size_t read_into(void* dst, size_t len, const MappedSource& file, size_t at) {
+    size_t got = 0;
+    while (got < len) {
+      const ssize_t n = ::pread(file.fd, static_cast<char*>(dst) + got, len - got, static_cast<off_t>(file.offset + at + got));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    return got;
+  }
   // A worker per two cores up to 8 (the rest hash the operands and run the host's passes beside), or
   // QC_UPLOAD_WORKERS (0: a plain cudaMemcpyAsync; docs/gpu.md), read once.
   static int workers() {
@@ -252,12 +280,17 @@ struct GpuVerifyLayer::Impl {
     DeviceScratch<uint16_t> bias, bias0;
     DeviceScratch<uint8_t> wt;
     ModelSet models;                                          // FP8: evaluated right after the upload
+    DeviceScratch<int32_t> exact;                             // INT8: the exact accumulators, after the upload
+    DeviceScratch<cuda_kernels::RangeCounts> range;           // INT8: C2's statistics of them
+    PinnedSlot<cuda_kernels::RangeCounts> range_host;
+    bool has_exact = false;
     LeafHashes leaves;                                        // of the arrays uploaded
     const void* host[3] = {nullptr, nullptr, nullptr};  // the host arrays uploaded (a, w, bias)
     size_t bytes[3] = {0, 0, 0};
     double seconds = 0;
   } ahead;
   std::future<void> ahead_task;
+  bool exact_ahead = false;  // the current layer's exact accumulators and C2's statistics came with its upload
   double ahead_seconds = 0;  // the uploads ahead taken so far (beside the runs)
   cudaStream_t copy_stream = nullptr;
   // `previous_done`: recorded on `stream` before a layer's first work, so that the next layer's upload and
@@ -281,8 +314,7 @@ struct GpuVerifyLayer::Impl {
   DeviceScratch<cuda_kernels::OperandDiff> diffs;  // C3, after arm A and after arm B
   DeviceScratch<int64_t> row_ids;
   DeviceScratch<unsigned char> gathered;
-  PinnedBytes staged;                 // the gathered rows on the host
-  std::vector<size_t> staged_at;      // where each gathered array starts in it
+  PinnedBytes staged;                 // the gathered rows on the host (FP8)
   DeviceScratch<unsigned> row_counts;
   DeviceScratch<Bf16SquareSum> square_sum;
   DeviceScratch<uint16_t> near_bits;
@@ -324,10 +356,45 @@ struct GpuVerifyLayer::Impl {
   void zero(void* p, size_t bytes) const {
     if (bytes != 0) QC_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
   }
+  // An INT8 layer's exact accumulators (codes a [m,k], w [n,k] on the device) into `exact`, and C2's
+  // statistics of them into `range`, brought back into `range_host`; enqueued on `on`.
+  void exact_and_range(const int8_t* a_, const int8_t* w_, int64_t m_, int64_t n_, int64_t k_, DeviceScratch<int32_t>& exact_,
+                       DeviceScratch<cuda_kernels::RangeCounts>& range_, cuda_kernels::RangeCounts* range_host_,
+                       cudaStream_t on) {
+    const int mi = static_cast<int>(m_), ni = static_cast<int>(n_), ki = static_cast<int>(k_);
+    int32_t* e = exact_.reserve(static_cast<size_t>(m_ * n_));
+    cuda::checked_launch(cuda_kernels::launch_int64_exact_accum(a_, w_, e, mi, ni, ki, on),
+                         "verify's device pipeline: the exact accumulators");
+    cuda_kernels::RangeCounts* r = range_.reserve(1);
+    QC_CUDA_CHECK(cudaMemsetAsync(r, 0, sizeof(*r), on));
+    cuda::checked_launch(cuda_kernels::launch_range_counts(e, m_ * n_, a_, m_ * k_, w_, ni, ki, r, on),
+                         "verify's device pipeline: C2's statistics");
+    QC_CUDA_CHECK(cudaMemcpyAsync(range_host_, r, sizeof(*r), cudaMemcpyDeviceToHost, on));
+  }
   void begin_pass(double near_zero_fraction);
   void zero_counts();
   GpuPassCounts finish_pass(bool run);
-  GpuRows gather(const std::vector<int64_t>& rows, const std::vector<std::pair<const void*, int>>& arrays);
+  // The rows' bytes of each array [m, n] (device), one array after the other, on their way into `into` on the
+  // stream (not waited for): where each array starts in it.
+  std::vector<size_t> gather(const std::vector<int64_t>& rows, const std::vector<std::pair<const void*, int>>& arrays,
+                             PinnedBytes& into);
+  // Pinned landing places for listed rows that come back behind their run, each with the event that says
+  // they are there; one is free again once its holder lets it go.
+  struct StagedRows {
+    PinnedBytes bytes;
+    cudaEvent_t done = nullptr;
+    StagedRows() { QC_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming)); }
+    ~StagedRows() { cudaEventDestroy(done); }
+    StagedRows(const StagedRows&) = delete;
+    StagedRows& operator=(const StagedRows&) = delete;
+  };
+  std::vector<std::shared_ptr<StagedRows>> staged_pool;
+  std::shared_ptr<StagedRows> free_staged() {
+    for (const auto& p : staged_pool) {
+      if (p.use_count() == 1) return p;
+    }
+    return staged_pool.emplace_back(std::make_shared<StagedRows>());
+  }
 };
 
 // The device is asked for first: the pinned slots of `Impl` need one.
@@ -365,6 +432,7 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
   if (!refusal(next, next.fp8()).empty()) return;
   x.ahead.host[0] = x.ahead.host[1] = x.ahead.host[2] = nullptr;
   x.ahead.models.ready.clear();
+  x.ahead.has_exact = false;
   x.ahead_task = std::async(std::launch::async, [&x, next, models] {
     const auto t0 = std::chrono::steady_clock::now();
     Impl::Ahead& h = x.ahead;
@@ -380,6 +448,9 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
                    nullptr);
         h.models.ready.insert(m.name);
       }
+    } else {  // an INT8 layer's exact accumulators and C2's statistics likewise, beside the runs
+      x.exact_and_range(h.a.get(), h.w.get(), next.m, next.n, next.k, h.exact, h.range, h.range_host.get(), x.copy_stream);
+      h.has_exact = true;
     }
     QC_CUDA_CHECK(cudaEventRecord(x.ahead_done, x.copy_stream));
     QC_CUDA_CHECK(cudaEventSynchronize(x.ahead_done));
@@ -401,6 +472,12 @@ bool GpuVerifyLayer::Impl::take_ahead(const LayerOperands& full) {
   std::swap(bias_now, ahead.bias), std::swap(bias0, ahead.bias0);
   std::swap(models, ahead.models);
   ahead.models.ready.clear();
+  if (ahead.has_exact) {  // done: the upload's task waited for its stream
+    std::swap(exact, ahead.exact);
+    *range_host.get() = *ahead.range_host.get();
+    exact_ahead = true;
+    ahead.has_exact = false;
+  }
   ahead.host[0] = ahead.host[1] = ahead.host[2] = nullptr;
   ahead_seconds += ahead.seconds;
   return true;
@@ -426,6 +503,7 @@ void GpuVerifyLayer::load(const LayerOperands& full) {
   x.models.ready.clear();  // until the layer's own are taken or made (a throw below leaves none named)
   x.m_full = full.m, x.n = full.n, x.k = full.k, x.bias = full.has_bias();
   x.fp8 = full.fp8();
+  x.exact_ahead = false;
   if (!x.take_ahead(full)) {
     x.upload_layer(full, x.a, x.a0, x.w, x.w0, x.bias_now, x.bias0, x.stream, x.leaves);
     x.sync();  // the leaves' landing places (the layers after this one are uploaded ahead, beside the runs)
@@ -435,16 +513,7 @@ void GpuVerifyLayer::load(const LayerOperands& full) {
     x.fa = fp8_format(full.a_type), x.fw = fp8_format(full.w_type);
     return;
   }
-  const int m = static_cast<int>(full.m), n = static_cast<int>(full.n), k = static_cast<int>(full.k);
-  int32_t* exact = x.exact.reserve(static_cast<size_t>(full.m * full.n));
-  cuda::checked_launch(cuda_kernels::launch_int64_exact_accum(x.a.get(), x.w.get(), exact, m, n, k, x.stream),
-                       "verify's device pipeline: the exact accumulators");
-  cuda_kernels::RangeCounts* range = x.range.reserve(1);
-  x.zero(range, sizeof(*range));
-  cuda::checked_launch(cuda_kernels::launch_range_counts(exact, full.m * full.n, x.a.get(), full.m * full.k, x.w.get(),
-                                                         n, k, range, x.stream),
-                       "verify's device pipeline: C2's statistics");
-  QC_CUDA_CHECK(cudaMemcpyAsync(x.range_host.get(), range, sizeof(*range), cudaMemcpyDeviceToHost, x.stream));
+  if (!x.exact_ahead) x.exact_and_range(x.a.get(), x.w.get(), full.m, full.n, full.k, x.exact, x.range, x.range_host.get(), x.stream);
 }
 
 RangeStats GpuVerifyLayer::range_stats() {
@@ -682,8 +751,8 @@ GpuPassCounts GpuVerifyLayer::pass_fp8(const GpuFp8PassSpec& spec) {
 
 // `arrays` ([m, n], each with its element size) at `rows`, gathered on the device into one staging area
 // and brought back in one copy; the bytes land in the host vectors the caller then assigns.
-GpuRows GpuVerifyLayer::Impl::gather(const std::vector<int64_t>& rows, const std::vector<std::pair<const void*, int>>& arrays) {
-  GpuRows r;
+std::vector<size_t> GpuVerifyLayer::Impl::gather(const std::vector<int64_t>& rows,
+                                                 const std::vector<std::pair<const void*, int>>& arrays, PinnedBytes& into) {
   for (const int64_t row : rows) QC_CHECK(row >= 0 && row < m, "GpuVerifyLayer::rows: row {} of {}", row, m);
   QC_CHECK(arrays.size() <= static_cast<size_t>(cuda_kernels::kMaxGather), "GpuVerifyLayer::rows: {} arrays", arrays.size());
   const size_t count = rows.size(), cols = static_cast<size_t>(n);
@@ -698,17 +767,15 @@ GpuRows GpuVerifyLayer::Impl::gather(const std::vector<int64_t>& rows, const std
     offset += count * cols * static_cast<size_t>(bytes);
     ++g.arrays;
   }
-  staged_at = at;
-  if (count == 0 || offset == 0) return r;
+  if (count == 0 || offset == 0) return at;
   unsigned char* staging = gathered.reserve(offset);
   for (int j = 0; j < g.arrays; ++j) g.dst[j] = staging + at[static_cast<size_t>(j)];
   int64_t* ids = row_ids.reserve(count);
   QC_CUDA_CHECK(cudaMemcpyAsync(ids, rows.data(), count * sizeof(int64_t), cudaMemcpyHostToDevice, stream));
   cuda::checked_launch(cuda_kernels::launch_gather_rows(g, ids, static_cast<int>(count), n, stream),
                        "verify's device pipeline: the listed rows");
-  QC_CUDA_CHECK(cudaMemcpyAsync(staged.reserve(offset), staging, offset, cudaMemcpyDeviceToHost, stream));
-  sync();
-  return r;
+  QC_CUDA_CHECK(cudaMemcpyAsync(into.reserve(offset), staging, offset, cudaMemcpyDeviceToHost, stream));
+  return at;
 }
 
 namespace {
@@ -722,22 +789,25 @@ std::vector<T> staged_array(const PinnedBytes& staged, size_t at, size_t count) 
 
 }  // namespace
 
-GpuRows GpuVerifyLayer::rows(const std::vector<int64_t>& rows, bool acc_a, bool acc_b) {
+std::function<GpuRows()> GpuVerifyLayer::rows(const std::vector<int64_t>& rows, bool acc_a, bool acc_b) {
   Impl& x = *impl_;
-  const bool acc[2] = {acc_a, acc_b};
   std::vector<std::pair<const void*, int>> arrays = {{x.y[0].get(), 2}, {x.y[1].get(), 2}, {x.exact.get(), 4}};
-  for (int s = 0; s < 2; ++s) {
-    if (acc[s]) arrays.emplace_back(x.acc[s].get(), 4);
-  }
-  GpuRows r = x.gather(rows, arrays);
+  if (acc_a) arrays.emplace_back(x.acc[0].get(), 4);
+  if (acc_b) arrays.emplace_back(x.acc[1].get(), 4);
+  std::shared_ptr<Impl::StagedRows> into = x.free_staged();
+  const std::vector<size_t> at = x.gather(rows, arrays, into->bytes);
+  QC_CUDA_CHECK(cudaEventRecord(into->done, x.stream));
   const size_t count = rows.size() * static_cast<size_t>(x.n);
-  size_t j = 0;
-  for (int s = 0; s < 2; ++s) r.y[s] = staged_array<uint16_t>(x.staged, x.staged_at[j++], count);
-  r.exact = staged_array<int32_t>(x.staged, x.staged_at[j++], count);
-  for (int s = 0; s < 2; ++s) {
-    if (acc[s]) r.acc[s] = staged_array<int32_t>(x.staged, x.staged_at[j++], count);
-  }
-  return r;
+  return [into = std::move(into), at, count, acc_a, acc_b] {
+    QC_CUDA_CHECK(cudaEventSynchronize(into->done));
+    GpuRows r;
+    size_t j = 0;
+    for (int s = 0; s < 2; ++s) r.y[s] = staged_array<uint16_t>(into->bytes, at[j++], count);
+    r.exact = staged_array<int32_t>(into->bytes, at[j++], count);
+    if (acc_a) r.acc[0] = staged_array<int32_t>(into->bytes, at[j++], count);
+    if (acc_b) r.acc[1] = staged_array<int32_t>(into->bytes, at[j++], count);
+    return r;
+  };
 }
 
 GpuRows GpuVerifyLayer::rows_fp8(const std::vector<int64_t>& rows, const float* const (&f32)[6], bool outputs) {
@@ -747,12 +817,14 @@ GpuRows GpuVerifyLayer::rows_fp8(const std::vector<int64_t>& rows, const float* 
   for (const float* p : f32) {
     if (p != nullptr) arrays.emplace_back(p, 4);
   }
-  GpuRows r = x.gather(rows, arrays);
+  const std::vector<size_t> at = x.gather(rows, arrays, x.staged);
+  x.sync();
+  GpuRows r;
   const size_t count = rows.size() * static_cast<size_t>(x.n);
   size_t j = 0;
-  for (int s = 0; s < 2 && outputs; ++s) r.y[s] = staged_array<uint16_t>(x.staged, x.staged_at[j++], count);
+  for (int s = 0; s < 2 && outputs; ++s) r.y[s] = staged_array<uint16_t>(x.staged, at[j++], count);
   for (int i = 0; i < 6; ++i) {
-    if (f32[i] != nullptr) r.f32[i] = staged_array<float>(x.staged, x.staged_at[j++], count);
+    if (f32[i] != nullptr) r.f32[i] = staged_array<float>(x.staged, at[j++], count);
   }
   return r;
 }
