@@ -54,6 +54,7 @@ class PinnedSlot {
   PinnedSlot(const PinnedSlot&) = delete;
   PinnedSlot& operator=(const PinnedSlot&) = delete;
   T* get() const { return p_; }
+  void swap(PinnedSlot& other) noexcept { std::swap(p_, other.p_); }
 
  private:
   T* p_ = nullptr;
@@ -66,20 +67,29 @@ class PinnedSlot {
 // on the H100 machine, where the layers of a 70B model need their 72 GB at the link's ~55 GB/s (pinned).
 class PinnedStager {
  public:
-  static constexpr size_t kChunk = size_t{8} << 20;
-  static constexpr size_t kMinBytes = kChunk;  // below this, one cudaMemcpyAsync
+  // The chunk (8 MiB, or QC_UPLOAD_CHUNK_MIB, 1 to 64: an experiment's knob, docs/gpu.md), read once; an
+  // array smaller than one chunk goes in one cudaMemcpyAsync.
+  static size_t chunk() {
+    static const size_t bytes = [] {
+      const char* v = std::getenv("QC_UPLOAD_CHUNK_MIB");
+      const int mib = v != nullptr && *v != '\0' ? std::clamp(std::atoi(v), 1, 64) : 8;
+      return static_cast<size_t>(mib) << 20;
+    }();
+    return bytes;
+  }
 
   ~PinnedStager() { free_slots(slots_); }
   // Enqueues the copy of `bytes` from `src` (host, pageable) to `dst` (device) on `stream`; when it returns,
   // `src` has been read (later work on `stream` sees the bytes in `dst`).
   void upload(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
-    if (bytes < kMinBytes || workers() == 0) {
+    const size_t piece = chunk();
+    if (bytes < piece || workers() == 0) {
       QC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
       return;
     }
     std::lock_guard lock(mutex_);
     const int workers = ensure_slots();
-    const size_t chunks = (bytes + kChunk - 1) / kChunk;
+    const size_t chunks = (bytes + piece - 1) / piece;
     const std::optional<MappedSource> file = reads() ? find_mapped_source(src, bytes) : std::nullopt;
     std::vector<std::future<void>> tasks;
     for (int w = 0; w < workers; ++w) {
@@ -88,7 +98,7 @@ class PinnedStager {
         for (size_t c = static_cast<size_t>(w), turn = 0; c < chunks; c += static_cast<size_t>(workers), ++turn) {
           Slot& slot = slots_[static_cast<size_t>(w) + static_cast<size_t>(workers) * (turn % 2)];
           if (slot.in_flight) QC_CUDA_CHECK(cudaEventSynchronize(slot.done));
-          const size_t at = c * kChunk, len = std::min(kChunk, bytes - at);
+          const size_t at = c * piece, len = std::min(piece, bytes - at);
           const size_t got = file ? read_into(slot.host, len, *file, at) : 0;
           std::memcpy(static_cast<char*>(slot.host) + got, static_cast<const char*>(src) + at + got, len - got);
           QC_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + at, slot.host, len, cudaMemcpyHostToDevice, stream));
@@ -147,7 +157,7 @@ class PinnedStager {
       std::vector<Slot> made(static_cast<size_t>(2 * workers()));
       try {
         for (Slot& s : made) {
-          QC_CUDA_CHECK(cudaHostAlloc(&s.host, kChunk, cudaHostAllocDefault));
+          QC_CUDA_CHECK(cudaHostAlloc(&s.host, chunk(), cudaHostAllocDefault));
           QC_CUDA_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
         }
       } catch (...) {
@@ -293,6 +303,18 @@ struct GpuVerifyLayer::Impl {
   bool exact_ahead = false;  // the current layer's exact accumulators and C2's statistics came with its upload
   double ahead_seconds = 0;  // the uploads ahead taken so far (beside the runs)
   cudaStream_t copy_stream = nullptr;
+  // QC_EXACT_STREAM=1 (an experiment, docs/gpu.md): the next INT8 layer's exact sums and C2's counts on a
+  // stream of their own behind its upload (`upload_done`), so that the upload after it need not wait for
+  // them; the runs' stream waits for `exact_done` when it takes the layer.
+  cudaStream_t exact_stream = nullptr;
+  cudaEvent_t upload_done = nullptr, exact_done = nullptr;
+  static bool exact_beside() {
+    static const bool on = [] {
+      const char* v = std::getenv("QC_EXACT_STREAM");
+      return v != nullptr && std::strcmp(v, "1") == 0;
+    }();
+    return on;
+  }
   // `previous_done`: recorded on `stream` before a layer's first work, so that the next layer's upload and
   // models, written into the buffers the previous layer used, come after its last use of them on the device
   // (the host waits for every run as well; this states it where the device sees it).
@@ -408,7 +430,8 @@ GpuVerifyLayer::GpuVerifyLayer()
   QC_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->stream, cudaStreamNonBlocking, greatest));
   QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->copy_stream, cudaStreamNonBlocking, least));
-  for (cudaEvent_t* e : {&impl_->ahead_done, &impl_->previous_done}) {
+  QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->exact_stream, cudaStreamNonBlocking, least));
+  for (cudaEvent_t* e : {&impl_->ahead_done, &impl_->previous_done, &impl_->upload_done, &impl_->exact_done}) {
     QC_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   }
 }
@@ -416,12 +439,12 @@ GpuVerifyLayer::GpuVerifyLayer()
 GpuVerifyLayer::~GpuVerifyLayer() {
   if (!impl_) return;
   if (impl_->ahead_task.valid()) impl_->ahead_task.wait();
-  for (cudaStream_t s : {impl_->stream, impl_->copy_stream}) {
+  for (cudaStream_t s : {impl_->stream, impl_->copy_stream, impl_->exact_stream}) {
     if (s == nullptr) continue;
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
   }
-  for (cudaEvent_t e : {impl_->ahead_done, impl_->previous_done}) {
+  for (cudaEvent_t e : {impl_->ahead_done, impl_->previous_done, impl_->upload_done, impl_->exact_done}) {
     if (e != nullptr) cudaEventDestroy(e);
   }
 }
@@ -448,7 +471,13 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
                    nullptr);
         h.models.ready.insert(m.name);
       }
-    } else {  // an INT8 layer's exact accumulators and C2's statistics likewise, beside the runs
+    } else if (Impl::exact_beside()) {  // an INT8 layer's exact accumulators and C2's statistics beside the uploads
+      QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
+      QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
+      x.exact_and_range(h.a.get(), h.w.get(), next.m, next.n, next.k, h.exact, h.range, h.range_host.get(), x.exact_stream);
+      QC_CUDA_CHECK(cudaEventRecord(x.exact_done, x.exact_stream));
+      h.has_exact = true;
+    } else {  // likewise after the upload, beside the runs
       x.exact_and_range(h.a.get(), h.w.get(), next.m, next.n, next.k, h.exact, h.range, h.range_host.get(), x.copy_stream);
       h.has_exact = true;
     }
@@ -472,9 +501,10 @@ bool GpuVerifyLayer::Impl::take_ahead(const LayerOperands& full) {
   std::swap(bias_now, ahead.bias), std::swap(bias0, ahead.bias0);
   std::swap(models, ahead.models);
   ahead.models.ready.clear();
-  if (ahead.has_exact) {  // done: the upload's task waited for its stream
+  if (ahead.has_exact) {  // done (the upload's task waited for its stream), or waited for by the runs' stream
+    if (exact_beside()) QC_CUDA_CHECK(cudaStreamWaitEvent(stream, exact_done));
     std::swap(exact, ahead.exact);
-    *range_host.get() = *ahead.range_host.get();
+    range_host.swap(ahead.range_host);  // read by `range_stats` once the runs' stream is done
     exact_ahead = true;
     ahead.has_exact = false;
   }
