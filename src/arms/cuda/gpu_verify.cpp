@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-
 #include <algorithm>
 #include <chrono>
 #include <cerrno>
@@ -780,7 +779,7 @@ GpuPassCounts GpuVerifyLayer::pass_fp8(const GpuFp8PassSpec& spec) {
 }
 
 // `arrays` ([m, n], each with its element size) at `rows`, gathered on the device into one staging area
-// and brought back in one copy; the bytes land in the host vectors the caller then assigns.
+// and copied in one transfer into `into`, enqueued on the stream; the caller waits before it reads them.
 std::vector<size_t> GpuVerifyLayer::Impl::gather(const std::vector<int64_t>& rows,
                                                  const std::vector<std::pair<const void*, int>>& arrays, PinnedBytes& into) {
   for (const int64_t row : rows) QC_CHECK(row >= 0 && row < m, "GpuVerifyLayer::rows: row {} of {}", row, m);
