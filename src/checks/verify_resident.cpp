@@ -411,7 +411,7 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
   const auto t0 = std::chrono::steady_clock::now();
   gpu_->load(full);
   if (next != nullptr) gpu_->prefetch(*next, declared_);
-  add_seconds(seconds, fp8_ ? "layer upload (what was not uploaded ahead)" : "layer upload (what was not uploaded ahead), exact accumulators, C2's statistics",
+  add_seconds(seconds, fp8_ ? "layer upload (what was not uploaded ahead)" : "layer upload (what was not uploaded ahead, or the wait for the upload ahead), exact accumulators and C2's statistics where not computed ahead",
               seconds_since(t0));
   if (const double ahead = gpu_->take_upload_seconds(); ahead > 0) add_seconds(seconds, "layer uploads ahead (beside the runs)", ahead);
   const std::vector<int64_t> ms = options_.m_sweep.empty() ? std::vector<int64_t>{full.m} : options_.m_sweep;

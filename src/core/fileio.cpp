@@ -54,6 +54,9 @@ struct MapSlot {
   uintptr_t begin;
   size_t size;
   int fd;  // the mapped file, open while it is mapped (`find_mapped_source`)
+  // Bumped as a mapping is published and as it is released: a reader outside a signal handler takes the
+  // values only if it reads the same generation before and after them (`find_mapped_source`).
+  std::atomic<uint64_t> generation{0};
   char path[kSlotPath];
 };
 
@@ -513,6 +516,7 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       g_map_slots[slot_].begin = reinterpret_cast<uintptr_t>(data_);
       g_map_slots[slot_].size = size_;
       g_map_slots[slot_].fd = fd_;
+      g_map_slots[slot_].generation.fetch_add(1, std::memory_order_release);
       g_map_slots[slot_].state.store(2, std::memory_order_release);
     }
   }
@@ -530,7 +534,10 @@ void MappedFile::check_unchanged() const {
 }
 
 void MappedFile::release() noexcept {
-  if (slot_ >= 0) g_map_slots[slot_].state.store(0, std::memory_order_release);
+  if (slot_ >= 0) {
+    g_map_slots[slot_].generation.fetch_add(1, std::memory_order_acq_rel);
+    g_map_slots[slot_].state.store(0, std::memory_order_release);
+  }
   slot_ = -1;
   if (data_ != nullptr) ::munmap(data_, size_);
   data_ = nullptr;
@@ -543,10 +550,16 @@ MappedFile::~MappedFile() { release(); }
 std::optional<MappedSource> find_mapped_source(const void* p, size_t bytes) {
   const uintptr_t at = reinterpret_cast<uintptr_t>(p);
   for (const MapSlot& slot : g_map_slots) {
+    const uint64_t generation = slot.generation.load(std::memory_order_acquire);
     if (slot.state.load(std::memory_order_acquire) != 2) continue;
-    if (at >= slot.begin && at - slot.begin <= slot.size && bytes <= slot.size - (at - slot.begin)) {
-      return MappedSource{slot.fd, static_cast<uint64_t>(at - slot.begin)};
+    const uintptr_t begin = slot.begin;
+    const size_t size = slot.size;
+    const int fd = slot.fd;
+    // Released, or released and taken again, while the values were read: not this slot's values.
+    if (slot.state.load(std::memory_order_acquire) != 2 || slot.generation.load(std::memory_order_acquire) != generation) {
+      continue;
     }
+    if (at >= begin && at - begin <= size && bytes <= size - (at - begin)) return MappedSource{fd, static_cast<uint64_t>(at - begin)};
   }
   return std::nullopt;
 }

@@ -181,7 +181,7 @@ struct GpuFp8PassSpec {
 // scale regime, both arms and the reference, with a pristine copy of every operand beside it (C3), the
 // exact accumulators computed there (int32; K <= kAccumMaxKInt32), and one element pass per run. The
 // work runs on a stream of its own, which `operands` hands to the arms; each call that returns host data
-// waits for it. One layer at a time; not thread-safe.
+// waits for it (`rows` returns a function that does). One layer at a time; not thread-safe.
 class GpuVerifyLayer {
  public:
   GpuVerifyLayer();
@@ -193,11 +193,12 @@ class GpuVerifyLayer {
   // than 2^32 outputs.
   static std::string refusal(const LayerOperands& full, bool fp8);
   // Uploads the layer (a, w, bias and their copies; nothing when `prefetch` uploaded it already); INT8:
-  // computes its exact accumulators and C2's counts.
+  // computes its exact accumulators and C2's counts (or takes those `prefetch` computed).
   void load(const LayerOperands& full);
   // Uploads `next` ahead, on a host thread and a stream of their own, while the current layer's runs go on
-  // (its buffers are not the current layer's; `load(next)` takes them), and for an FP8 layer evaluates
-  // `models` on it there. `next` must stay mapped until then.
+  // (its buffers are not the current layer's; `load(next)` takes them), and there evaluates `models` on
+  // an FP8 layer, or computes an INT8 layer's exact accumulators and C2's counts. Nothing where the
+  // pipeline, in the loaded layer's mode, would refuse `next`. `next` must stay mapped until then.
   void prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models = {});
   // C2's statistics of the whole layer, from the device's pass (the host's `range_stats` assembly).
   RangeStats range_stats();

@@ -451,7 +451,7 @@ GpuVerifyLayer::~GpuVerifyLayer() {
 void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models) {
   Impl& x = *impl_;
   if (x.ahead_task.valid()) x.ahead_task.get();
-  if (!refusal(next, next.fp8()).empty()) return;
+  if (!refusal(next, x.fp8).empty()) return;  // in the pair's mode, which the loaded layer has
   x.ahead.host[0] = x.ahead.host[1] = x.ahead.host[2] = nullptr;
   x.ahead.models.ready.clear();
   x.ahead.has_exact = false;
@@ -459,6 +459,8 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     const auto t0 = std::chrono::steady_clock::now();
     Impl::Ahead& h = x.ahead;
     QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
+    // The exact sums of a layer uploaded ahead and not taken read the buffers this upload writes.
+    if (Impl::exact_beside()) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
     x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
     // The models after the upload, one after the other on the same stream.
     if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
