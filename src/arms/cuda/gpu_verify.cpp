@@ -44,6 +44,12 @@ namespace {
 // Pieces of the operands in the order of the host's C3 (`OperandSnapshot`): a_q, a_scale, w_scale, bias, w_q.
 enum Piece : int { kA, kSa, kSw, kBias, kW, kPieces };
 
+// An integer setting of the environment, clamped to [lo, hi]; `otherwise` when it is unset or empty.
+int env_int(const char* name, int otherwise, int lo, int hi) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::clamp(std::atoi(v), lo, hi) : otherwise;
+}
+
 // Pinned host memory for what every run brings back (counts), reused.
 template <class T>
 class PinnedSlot {
@@ -69,11 +75,7 @@ class PinnedStager {
   // The chunk (8 MiB, or QC_UPLOAD_CHUNK_MIB, 1 to 64: an experiment's knob, docs/gpu.md), read once; an
   // array smaller than one chunk goes in one cudaMemcpyAsync.
   static size_t chunk() {
-    static const size_t bytes = [] {
-      const char* v = std::getenv("QC_UPLOAD_CHUNK_MIB");
-      const int mib = v != nullptr && *v != '\0' ? std::clamp(std::atoi(v), 1, 64) : 8;
-      return static_cast<size_t>(mib) << 20;
-    }();
+    static const size_t bytes = static_cast<size_t>(env_int("QC_UPLOAD_CHUNK_MIB", 8, 1, 64)) << 20;
     return bytes;
   }
 
@@ -119,10 +121,7 @@ class PinnedStager {
   // Reading a mapped file's bytes with pread where `file` names it (the default; QC_UPLOAD_READ=0: through
   // the mapping): the kernel copies from the page cache, without a page fault per page of the mapping.
   static bool reads() {
-    static const bool on = [] {
-      const char* v = std::getenv("QC_UPLOAD_READ");
-      return v == nullptr || std::strcmp(v, "0") != 0;
-    }();
+    static const bool on = env_int("QC_UPLOAD_READ", 1, 0, 1) != 0;
     return on;
   }
   // Up to `len` bytes of the file at the view's offset `at` into `dst`: what pread gave before an error or
@@ -141,12 +140,8 @@ class PinnedStager {
   // A worker per two cores up to 8 (the rest hash the operands and run the host's passes beside), or
   // QC_UPLOAD_WORKERS (0: a plain cudaMemcpyAsync; docs/gpu.md), read once.
   static int workers() {
-    static const int n = [] {
-      if (const char* v = std::getenv("QC_UPLOAD_WORKERS"); v != nullptr && *v != '\0') {
-        return std::clamp(std::atoi(v), 0, 64);
-      }
-      return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8);
-    }();
+    static const int n =
+        env_int("QC_UPLOAD_WORKERS", std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 8), 0, 64);
     return n;
   }
   // The slots, allocated at the first large upload (a verify of small layers pins nothing): two per worker.
@@ -271,6 +266,22 @@ class LeafHashes {
   size_t capacity_ = 0, used_ = 0;
 };
 
+// An INT8 layer's exact accumulators (codes a [m,k], w [n,k] on the device) into `exact`, and C2's
+// statistics of them into `range`, brought back into `range_host`; enqueued on `on`.
+void exact_and_range(const int8_t* a, const int8_t* w, int64_t m, int64_t n, int64_t k, DeviceScratch<int32_t>& exact,
+                     DeviceScratch<cuda_kernels::RangeCounts>& range, cuda_kernels::RangeCounts* range_host,
+                     cudaStream_t on) {
+  int32_t* e = exact.reserve(static_cast<size_t>(m * n));
+  cuda::checked_launch(cuda_kernels::launch_int64_exact_accum(a, w, e, static_cast<int>(m), static_cast<int>(n),
+                                                              static_cast<int>(k), on),
+                       "verify's device pipeline: the exact accumulators");
+  cuda_kernels::RangeCounts* r = range.reserve(1);
+  QC_CUDA_CHECK(cudaMemsetAsync(r, 0, sizeof(*r), on));
+  cuda::checked_launch(cuda_kernels::launch_range_counts(e, m * n, a, m * k, w, static_cast<int>(n), static_cast<int>(k), r, on),
+                       "verify's device pipeline: C2's statistics");
+  QC_CUDA_CHECK(cudaMemcpyAsync(range_host, r, sizeof(*r), cudaMemcpyDeviceToHost, on));
+}
+
 }  // namespace
 
 struct GpuVerifyLayer::Impl {
@@ -308,10 +319,7 @@ struct GpuVerifyLayer::Impl {
   cudaStream_t exact_stream = nullptr;
   cudaEvent_t upload_done = nullptr, exact_done = nullptr;
   static bool exact_beside() {
-    static const bool on = [] {
-      const char* v = std::getenv("QC_EXACT_STREAM");
-      return v != nullptr && std::strcmp(v, "1") == 0;
-    }();
+    static const bool on = env_int("QC_EXACT_STREAM", 0, 0, 1) != 0;
     return on;
   }
   // `previous_done`: recorded on `stream` before a layer's first work, so that the next layer's upload and
@@ -376,21 +384,6 @@ struct GpuVerifyLayer::Impl {
                 std::string* kernel);
   void zero(void* p, size_t bytes) const {
     if (bytes != 0) QC_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
-  }
-  // An INT8 layer's exact accumulators (codes a [m,k], w [n,k] on the device) into `exact`, and C2's
-  // statistics of them into `range`, brought back into `range_host`; enqueued on `on`.
-  void exact_and_range(const int8_t* a_, const int8_t* w_, int64_t m_, int64_t n_, int64_t k_, DeviceScratch<int32_t>& exact_,
-                       DeviceScratch<cuda_kernels::RangeCounts>& range_, cuda_kernels::RangeCounts* range_host_,
-                       cudaStream_t on) {
-    const int mi = static_cast<int>(m_), ni = static_cast<int>(n_), ki = static_cast<int>(k_);
-    int32_t* e = exact_.reserve(static_cast<size_t>(m_ * n_));
-    cuda::checked_launch(cuda_kernels::launch_int64_exact_accum(a_, w_, e, mi, ni, ki, on),
-                         "verify's device pipeline: the exact accumulators");
-    cuda_kernels::RangeCounts* r = range_.reserve(1);
-    QC_CUDA_CHECK(cudaMemsetAsync(r, 0, sizeof(*r), on));
-    cuda::checked_launch(cuda_kernels::launch_range_counts(e, m_ * n_, a_, m_ * k_, w_, ni, ki, r, on),
-                         "verify's device pipeline: C2's statistics");
-    QC_CUDA_CHECK(cudaMemcpyAsync(range_host_, r, sizeof(*r), cudaMemcpyDeviceToHost, on));
   }
   void begin_pass(double near_zero_fraction);
   void zero_counts();
@@ -475,11 +468,11 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     } else if (Impl::exact_beside()) {  // an INT8 layer's exact accumulators and C2's statistics beside the uploads
       QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
       QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
-      x.exact_and_range(h.a.get(), h.w.get(), next.m, next.n, next.k, h.exact, h.range, h.range_host.get(), x.exact_stream);
+      exact_and_range(h.a.get(), h.w.get(), next.m, next.n, next.k, h.exact, h.range, h.range_host.get(), x.exact_stream);
       QC_CUDA_CHECK(cudaEventRecord(x.exact_done, x.exact_stream));
       h.has_exact = true;
     } else {  // likewise after the upload, beside the runs
-      x.exact_and_range(h.a.get(), h.w.get(), next.m, next.n, next.k, h.exact, h.range, h.range_host.get(), x.copy_stream);
+      exact_and_range(h.a.get(), h.w.get(), next.m, next.n, next.k, h.exact, h.range, h.range_host.get(), x.copy_stream);
       h.has_exact = true;
     }
     QC_CUDA_CHECK(cudaEventRecord(x.ahead_done, x.copy_stream));
@@ -544,7 +537,7 @@ void GpuVerifyLayer::load(const LayerOperands& full) {
     x.fa = fp8_format(full.a_type), x.fw = fp8_format(full.w_type);
     return;
   }
-  if (!x.exact_ahead) x.exact_and_range(x.a.get(), x.w.get(), full.m, full.n, full.k, x.exact, x.range, x.range_host.get(), x.stream);
+  if (!x.exact_ahead) exact_and_range(x.a.get(), x.w.get(), full.m, full.n, full.k, x.exact, x.range, x.range_host.get(), x.stream);
 }
 
 RangeStats GpuVerifyLayer::range_stats() {
