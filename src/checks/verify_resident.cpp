@@ -413,7 +413,10 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
   if (next != nullptr) gpu_->prefetch(*next, declared_);
   add_seconds(seconds, fp8_ ? "layer upload (what was not uploaded ahead)" : "layer upload (what was not uploaded ahead, or the wait for the upload ahead), exact accumulators and C2's statistics where not computed ahead",
               seconds_since(t0));
-  if (const double ahead = gpu_->take_upload_seconds(); ahead > 0) add_seconds(seconds, "layer uploads ahead (beside the runs)", ahead);
+  const GpuVerifyLayer::UploadSeconds upload = gpu_->take_upload_seconds();
+  if (upload.ahead > 0) add_seconds(seconds, "layer uploads ahead (beside the runs)", upload.ahead);
+  if (upload.reading > 0) add_seconds(seconds, "the upload workers reading the files into pinned memory (summed over them)", upload.reading);
+  if (upload.waiting > 0) add_seconds(seconds, "the upload workers waiting for a pinned slot's DMA (summed over them)", upload.waiting);
   const std::vector<int64_t> ms = options_.m_sweep.empty() ? std::vector<int64_t>{full.m} : options_.m_sweep;
   for (const int64_t m : ms) {
     const LayerOperands rows = first_rows(full, m, python ? "m_sweep" : "--m-sweep");

@@ -86,7 +86,9 @@ TEST(ResidentVerify, AStagedUploadGivesTheHostPipelinesResults) {
 // "Tree digest"): every leaf wholly inside an a_q, w_q or bias array is given, each equal to OpenSSL's
 // digest of the file's bytes there, and the tree finished from them is the file's, as is the plain digest
 // awaited. The first layer is uploaded by `load` itself, the others ahead beside the runs; the arrays lie
-// at offsets that are not multiples of the leaf (the kernel's other alignments: CudaSha256.*).
+// at offsets that are not multiples of the leaf (the kernel's other alignments: CudaSha256.*). The last
+// layer's weight (2.1 MB) is read from the file with pread in 1 MiB pieces, the last one short, by the
+// upload workers: the results equal the host pipeline's on the same mapped layers.
 TEST(ResidentVerify, TheDeviceHashesTheTreeLeavesOfWhatItUploads) {
   const std::string path =
       (std::filesystem::temp_directory_path() / fmt::format("qc-device-leaves-{}.safetensors", ::getpid())).string();
@@ -94,7 +96,9 @@ TEST(ResidentVerify, TheDeviceHashesTheTreeLeavesOfWhatItUploads) {
     std::string path;
     ~Remove() { std::filesystem::remove(path); }
   } remove{path};
-  save_operands(path, resident_layers(), {});
+  std::vector<LayerOperands> written = resident_layers();
+  written.push_back(gpu_test::make_layer("r.staged-file", 32, 2064, 1040, 15, false));
+  save_operands(path, written, {});
   OperandSet set = open_operands(path, /*with_digest=*/true, /*digest_beside=*/true, /*device_leaves=*/true);
   ASSERT_TRUE(set.tree_leaves != nullptr);
   EXPECT_EQ(set.tree_leaves->given_count(), 0u);
@@ -116,8 +120,18 @@ TEST(ResidentVerify, TheDeviceHashesTheTreeLeavesOfWhatItUploads) {
   VerifyOptions options;
   options.reference = VerifyReference::gpu;
   options.modes = {ScaleMode::real};
-  const VerifyResult r = verify_layers(*a, *b, set.layers, predict(set.layers, path, "sha256:none"), options);
+  const PredictionSet predictions = predict(set.layers, path, "sha256:none");
+  const VerifyResult r = verify_layers(*a, *b, set.layers, predictions, options);
   ASSERT_NE(r.reference.find("resident"), std::string::npos) << r.reference;
+  {
+    VerifyOptions on_host = options;
+    on_host.reference = VerifyReference::cpu;
+    nlohmann::json device = to_json(r), host = to_json(verify_layers(*a, *b, set.layers, predictions, on_host));
+    for (nlohmann::json* j : {&device, &host}) {
+      for (const char* timing_or_place : {"seconds", "wall_seconds", "reference"}) j->erase(timing_or_place);
+    }
+    expect_same(device, host, "the mapped layers, staged by pread");
+  }
   EXPECT_EQ(set.tree_leaves->given_count(), expected);
   const std::string bytes = read_file(path);
   uint64_t wrong = 0;

@@ -231,8 +231,13 @@ class GpuVerifyLayer {
   // FP8: the current rows' `rows` of up to six fp32 arrays [m, n] (device; null: none), and with `outputs`
   // of both arms' outputs of the current run.
   GpuRows rows_fp8(const std::vector<int64_t>& rows, const float* const (&f32)[6], bool outputs);
-  // Seconds the uploads ahead took (beside the runs) since the last call.
-  double take_upload_seconds();
+  // Since the last call: seconds the uploads ahead took (beside the runs), and the upload workers' seconds
+  // reading the files into pinned slots and waiting for a slot's DMA, summed over the workers (of every
+  // large upload, ahead or not).
+  struct UploadSeconds {
+    double ahead = 0, reading = 0, waiting = 0;
+  };
+  UploadSeconds take_upload_seconds();
 
  private:
   struct Impl;
@@ -261,7 +266,7 @@ inline const float* GpuVerifyLayer::accumulator_of(int) const { return nullptr; 
 inline GpuPassCounts GpuVerifyLayer::check_accumulators(const float* const (&)[2]) { return {}; }
 inline GpuPassCounts GpuVerifyLayer::pass_fp8(const GpuFp8PassSpec&) { return {}; }
 inline GpuRows GpuVerifyLayer::rows_fp8(const std::vector<int64_t>&, const float* const (&)[6], bool) { return {}; }
-inline double GpuVerifyLayer::take_upload_seconds() { return 0; }
+inline GpuVerifyLayer::UploadSeconds GpuVerifyLayer::take_upload_seconds() { return {}; }
 
 struct GpuFp8Codes::Impl {};
 inline GpuFp8Codes::GpuFp8Codes(const uint8_t*, Fp8Format, const uint8_t*, Fp8Format, AccumShape) {

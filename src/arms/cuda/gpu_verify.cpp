@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <climits>
@@ -66,46 +67,73 @@ class PinnedSlot {
 };
 
 // Uploads from pageable memory (the operands' mapped files) at the link's pace: a large array is cut into
-// chunks that `workers` threads copy into pinned slots in parallel (the page faults of a mapped file taken
-// on every worker, not one), each slot going to the device by DMA behind its copy; a slot is written again
-// once its DMA is done. A plain `cudaMemcpyAsync` from pageable memory is one thread's staging copy, 7-9 GB/s
-// on the H100 machine, where the layers of a 70B model need their 72 GB at the link's ~55 GB/s (pinned).
+// pieces that `workers` threads copy into pinned slots in parallel, each slot going to the device by DMA
+// behind its copy; a slot is written again once its DMA is done. The workers claim the pieces one at a time
+// (a worker that finds its reads quick takes more), and the pieces are cut to the array: at least two per
+// worker down to 1 MiB (a 70B model's 8 MiB k_proj is 8 pieces, not one worker's single chunk), at most the
+// chunk. A plain `cudaMemcpyAsync` from pageable memory is one thread's staging copy, 7-9 GB/s on the H100
+// machine, where the layers of a 70B model need their 72 GB at the link's ~55 GB/s (pinned).
 class PinnedStager {
  public:
-  // The chunk (8 MiB, or QC_UPLOAD_CHUNK_MIB, 1 to 64: an experiment's knob, docs/gpu.md), read once; an
-  // array smaller than one chunk goes in one cudaMemcpyAsync.
+  // The largest piece and a slot's size (8 MiB, or QC_UPLOAD_CHUNK_MIB, 1 to 64: an experiment's knob,
+  // docs/gpu.md), read once; an array smaller than 1 MiB goes in one cudaMemcpyAsync.
   static size_t chunk() {
     static const size_t bytes = static_cast<size_t>(env_int("QC_UPLOAD_CHUNK_MIB", 8, 1, 64)) << 20;
     return bytes;
+  }
+  // The piece for an array of `bytes` among `workers`: about bytes / (2 * workers), in whole MiB, within
+  // [1 MiB, chunk()].
+  static size_t piece_for(size_t bytes, int workers) {
+    constexpr size_t kMiB = size_t{1} << 20;
+    const size_t share = bytes / (2 * static_cast<size_t>(std::max(workers, 1)));
+    return std::clamp((share + kMiB - 1) / kMiB * kMiB, kMiB, chunk());
+  }
+  // What the workers did since the last call, summed over them: seconds reading the files into the slots,
+  // and seconds waiting for a slot's DMA before writing it again.
+  struct Work {
+    double reading = 0, waiting = 0;
+  };
+  Work take_work() {
+    return {static_cast<double>(read_ns_.exchange(0)) * 1e-9, static_cast<double>(wait_ns_.exchange(0)) * 1e-9};
   }
 
   ~PinnedStager() { free_slots(slots_); }
   // Enqueues the copy of `bytes` from `src` (host, pageable) to `dst` (device) on `stream`; when it returns,
   // `src` has been read (later work on `stream` sees the bytes in `dst`).
   void upload(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
-    const size_t piece = chunk();
-    if (bytes < piece || workers() == 0) {
+    constexpr size_t kMiB = size_t{1} << 20;
+    if (bytes < kMiB || workers() == 0) {
       QC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
       return;
     }
     std::lock_guard lock(mutex_);
     const int workers = ensure_slots();
-    const size_t chunks = (bytes + piece - 1) / piece;
+    const size_t piece = piece_for(bytes, workers);
+    const size_t pieces = (bytes + piece - 1) / piece;
     const std::optional<MappedSource> file = reads() ? find_mapped_source(src, bytes) : std::nullopt;
+    std::atomic<size_t> next{0};
+    const int busy = static_cast<int>(std::min<size_t>(static_cast<size_t>(workers), pieces));
     std::vector<std::future<void>> tasks;
-    for (int w = 0; w < workers; ++w) {
+    for (int w = 0; w < busy; ++w) {
       tasks.push_back(std::async(std::launch::async, [&, w] {
+        using clock = std::chrono::steady_clock;
+        int64_t read_ns = 0, wait_ns = 0;
         // Worker w owns slots w and w + workers, alternately: a slot is reused by the thread that filled it.
-        for (size_t c = static_cast<size_t>(w), turn = 0; c < chunks; c += static_cast<size_t>(workers), ++turn) {
+        for (size_t c = next.fetch_add(1), turn = 0; c < pieces; c = next.fetch_add(1), ++turn) {
           Slot& slot = slots_[static_cast<size_t>(w) + static_cast<size_t>(workers) * (turn % 2)];
+          const auto t0 = clock::now();
           if (slot.in_flight) QC_CUDA_CHECK(cudaEventSynchronize(slot.done));
+          const auto t1 = clock::now();
           const size_t at = c * piece, len = std::min(piece, bytes - at);
           const size_t got = file ? read_into(slot.host, len, *file, at) : 0;
           std::memcpy(static_cast<char*>(slot.host) + got, static_cast<const char*>(src) + at + got, len - got);
+          wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
+          read_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t1).count();
           QC_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + at, slot.host, len, cudaMemcpyHostToDevice, stream));
           QC_CUDA_CHECK(cudaEventRecord(slot.done, stream));
           slot.in_flight = true;
         }
+        read_ns_ += read_ns, wait_ns_ += wait_ns;
       }));
     }
     for (auto& t : tasks) t.wait();
@@ -174,6 +202,7 @@ class PinnedStager {
   }
   std::mutex mutex_;
   std::vector<Slot> slots_;
+  std::atomic<int64_t> read_ns_{0}, wait_ns_{0};
 };
 
 // Pinned host memory that grows and is kept (the listed rows land here: a device-to-host copy into pageable
@@ -853,6 +882,9 @@ GpuRows GpuVerifyLayer::rows_fp8(const std::vector<int64_t>& rows, const float* 
   return r;
 }
 
-double GpuVerifyLayer::take_upload_seconds() { return std::exchange(impl_->ahead_seconds, 0.0); }
+GpuVerifyLayer::UploadSeconds GpuVerifyLayer::take_upload_seconds() {
+  const PinnedStager::Work work = impl_->stager.take_work();
+  return {std::exchange(impl_->ahead_seconds, 0.0), work.reading, work.waiting};
+}
 
 }  // namespace qc
