@@ -98,38 +98,60 @@ class PinnedStager {
   }
 
   ~PinnedStager() { free_slots(slots_); }
-  // Enqueues the copy of `bytes` from `src` (host, pageable) to `dst` (device) on `stream`; when it returns,
-  // `src` has been read (later work on `stream` sees the bytes in `dst`).
-  void upload(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
+  // One array to copy: `bytes` from `src` (host, pageable) to `dst` (device).
+  struct Array {
+    void* dst = nullptr;
+    const void* src = nullptr;
+    size_t bytes = 0;
+  };
+  // Enqueues the copies of `arrays` on `stream`, the large ones' pieces claimed by the workers from one list
+  // (no worker waits at the end of one array while another's remain); when it returns, every `src` has been
+  // read (later work on `stream` sees the bytes in every `dst`).
+  void upload(std::initializer_list<Array> arrays, cudaStream_t stream) {
     constexpr size_t kMiB = size_t{1} << 20;
-    if (bytes < kMiB || workers() == 0) {
-      QC_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream));
-      return;
+    struct Piece {
+      const Array* array;
+      size_t at, len;
+      const std::optional<MappedSource>* file;
+    };
+    std::vector<Piece> pieces;
+    std::vector<std::optional<MappedSource>> files(arrays.size());
+    std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+    int workers = 0;
+    size_t i = 0;
+    for (const Array& x : arrays) {
+      std::optional<MappedSource>& file = files[i++];
+      if (x.bytes == 0) continue;
+      if (x.bytes < kMiB || PinnedStager::workers() == 0) {
+        QC_CUDA_CHECK(cudaMemcpyAsync(x.dst, x.src, x.bytes, cudaMemcpyHostToDevice, stream));
+        continue;
+      }
+      if (!lock.owns_lock()) lock.lock(), workers = ensure_slots();
+      const size_t piece = piece_for(x.bytes, workers);
+      if (reads()) file = find_mapped_source(x.src, x.bytes);
+      for (size_t at = 0; at < x.bytes; at += piece) pieces.push_back({&x, at, std::min(piece, x.bytes - at), &file});
     }
-    std::lock_guard lock(mutex_);
-    const int workers = ensure_slots();
-    const size_t piece = piece_for(bytes, workers);
-    const size_t pieces = (bytes + piece - 1) / piece;
-    const std::optional<MappedSource> file = reads() ? find_mapped_source(src, bytes) : std::nullopt;
+    if (pieces.empty()) return;
     std::atomic<size_t> next{0};
-    const int busy = static_cast<int>(std::min<size_t>(static_cast<size_t>(workers), pieces));
+    const int busy = static_cast<int>(std::min<size_t>(static_cast<size_t>(workers), pieces.size()));
     std::vector<std::future<void>> tasks;
     for (int w = 0; w < busy; ++w) {
       tasks.push_back(std::async(std::launch::async, [&, w] {
         using clock = std::chrono::steady_clock;
         int64_t read_ns = 0, wait_ns = 0;
         // Worker w owns slots w and w + workers, alternately: a slot is reused by the thread that filled it.
-        for (size_t c = next.fetch_add(1), turn = 0; c < pieces; c = next.fetch_add(1), ++turn) {
+        for (size_t c = next.fetch_add(1), turn = 0; c < pieces.size(); c = next.fetch_add(1), ++turn) {
+          const Piece& p = pieces[c];
           Slot& slot = slots_[static_cast<size_t>(w) + static_cast<size_t>(workers) * (turn % 2)];
           const auto t0 = clock::now();
           if (slot.in_flight) QC_CUDA_CHECK(cudaEventSynchronize(slot.done));
           const auto t1 = clock::now();
-          const size_t at = c * piece, len = std::min(piece, bytes - at);
-          const size_t got = file ? read_into(slot.host, len, *file, at) : 0;
-          std::memcpy(static_cast<char*>(slot.host) + got, static_cast<const char*>(src) + at + got, len - got);
+          const size_t got = *p.file ? read_into(slot.host, p.len, **p.file, p.at) : 0;
+          std::memcpy(static_cast<char*>(slot.host) + got, static_cast<const char*>(p.array->src) + p.at + got, p.len - got);
           wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
           read_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t1).count();
-          QC_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(dst) + at, slot.host, len, cudaMemcpyHostToDevice, stream));
+          QC_CUDA_CHECK(cudaMemcpyAsync(static_cast<char*>(p.array->dst) + p.at, slot.host, p.len, cudaMemcpyHostToDevice,
+                                        stream));
           QC_CUDA_CHECK(cudaEventRecord(slot.done, stream));
           slot.in_flight = true;
         }
@@ -386,25 +408,35 @@ struct GpuVerifyLayer::Impl {
   LeafHashes leaves;    // of the arrays `load` uploads itself (the layer was not uploaded ahead)
 
   void sync() const { QC_CUDA_CHECK(cudaStreamSynchronize(stream)); }
-  // `hashes`: where the tree leaves of the bytes go, when they lie in a registered mapping.
+  // The pristine copy of an array uploaded into `d` (enqueued on `on`), and the tree leaves of the host
+  // bytes into `hashes` when they lie in a registered mapping.
   template <class T>
-  void copy_to_device(DeviceScratch<T>& dst, DeviceScratch<T>& copy, std::span<const T> host, cudaStream_t on = nullptr,
-                      LeafHashes* hashes = nullptr) {
+  void keep_pristine(const T* d, T* c, std::span<const T> host, cudaStream_t on, LeafHashes* hashes) {
+    if (host.empty()) return;
+    QC_CUDA_CHECK(cudaMemcpyAsync(c, d, host.size_bytes(), cudaMemcpyDeviceToDevice, on));
+    if (hashes != nullptr) hashes->hash(host.data(), c, host.size_bytes(), on);
+  }
+  template <class T>
+  void copy_to_device(DeviceScratch<T>& dst, DeviceScratch<T>& copy, std::span<const T> host) {
     T* d = dst.reserve(host.size());
     T* c = copy.reserve(host.size());
-    if (host.empty()) return;
-    stager.upload(d, host.data(), host.size_bytes(), on ? on : stream);
-    QC_CUDA_CHECK(cudaMemcpyAsync(c, d, host.size_bytes(), cudaMemcpyDeviceToDevice, on ? on : stream));
-    if (hashes != nullptr) hashes->hash(host.data(), c, host.size_bytes(), on ? on : stream);
+    stager.upload({{d, host.data(), host.size_bytes()}}, stream);
+    keep_pristine<T>(d, c, host, stream, nullptr);
   }
-  // The layer's three arrays, with their tree leaves.
+  // The layer's three arrays in one upload, then their pristine copies and tree leaves.
   void upload_layer(const LayerOperands& l, DeviceScratch<int8_t>& a_, DeviceScratch<int8_t>& a0_,
                     DeviceScratch<int8_t>& w_, DeviceScratch<int8_t>& w0_, DeviceScratch<uint16_t>& bias_,
                     DeviceScratch<uint16_t>& bias0_, cudaStream_t on, LeafHashes& hashes) {
     hashes.begin({l.a_q.size_bytes(), l.w_q.size_bytes(), l.bias.size_bytes()});
-    copy_to_device(a_, a0_, l.a_q, on, &hashes);
-    copy_to_device(w_, w0_, l.w_q, on, &hashes);
-    copy_to_device(bias_, bias0_, l.bias, on, &hashes);
+    int8_t* a = a_.reserve(l.a_q.size());
+    int8_t* w = w_.reserve(l.w_q.size());
+    uint16_t* bias = bias_.reserve(l.bias.size());
+    stager.upload({{a, l.a_q.data(), l.a_q.size_bytes()}, {w, l.w_q.data(), l.w_q.size_bytes()},
+                   {bias, l.bias.data(), l.bias.size_bytes()}},
+                  on);
+    keep_pristine<int8_t>(a, a0_.reserve(l.a_q.size()), l.a_q, on, &hashes);
+    keep_pristine<int8_t>(w, w0_.reserve(l.w_q.size()), l.w_q, on, &hashes);
+    keep_pristine<uint16_t>(bias, bias0_.reserve(l.bias.size()), l.bias, on, &hashes);
   }
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
   bool take_ahead(const LayerOperands& full);
