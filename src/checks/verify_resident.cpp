@@ -319,7 +319,7 @@ void ResidentVerifier::fp8_accumulators(const LayerOperands& rows, Fp8Rows& shar
   const std::vector<int64_t> listed = listing_rows(counts, rows.m, {{ck::kRowAcc, 10}}, sample_row(rows.m));
   const float* f32[6] = {ref.has_acc[0] ? gpu.accumulator_of(0) : nullptr, ref.has_acc[1] ? gpu.accumulator_of(1) : nullptr,
                          want[0], want[1], nullptr, nullptr};
-  const GpuRows back = gpu.rows_fp8(listed, f32, /*outputs=*/false);
+  const GpuRows back = gpu.rows_fp8(listed, f32, /*outputs=*/false)();
   const RowSubset sub(rows, listed);
   Fp8RunReference f;
   f.row_ids = listed.data();
@@ -394,10 +394,13 @@ ResidentVerifier::PendingRun ResidentVerifier::fp8_run(const LayerOperands& ops,
   const Fp8LayerReference& ref = shared.ref;
   const float* f32[6] = {spec.d[0], spec.d[1], ref.has_acc[0] ? gpu.accumulator_of(0) : nullptr,
                          ref.has_acc[1] ? gpu.accumulator_of(1) : nullptr, nullptr, nullptr};
-  GpuRows back = timed(seconds, "the listed rows brought back", [&] { return gpu.rows_fp8(rows, f32, /*outputs=*/true); });
+  // The rows come back behind the run, beside the next one; the host's part waits for them.
+  std::function<GpuRows()> fetch = timed(seconds, "the listed rows asked for (they come back beside the next run)",
+                                         [&] { return gpu.rows_fp8(rows, f32, /*outputs=*/true); });
   return std::async(std::launch::async, [this, run = std::move(run), ops, label, counts = std::move(counts),
-                                         rows = std::move(rows), back = std::move(back), claims, &shared]() mutable {
+                                         rows = std::move(rows), fetch = std::move(fetch), claims, &shared]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
+    const GpuRows back = std::exchange(fetch, nullptr)();  // lets its landing place go for the runs after
     LayerRun done = fp8_host_part(std::move(run), ops, label, counts, rows, back, *claims, shared.ref, shared.acc,
                                   formula_, options_);
     return std::pair(std::move(done), seconds_since(t0));

@@ -230,7 +230,8 @@ class GpuVerifyLayer {
   GpuPassCounts pass_fp8(const GpuFp8PassSpec& spec);
   // FP8: the current rows' `rows` of up to six fp32 arrays [m, n] (device; null: none), and with `outputs`
   // of both arms' outputs of the current run.
-  GpuRows rows_fp8(const std::vector<int64_t>& rows, const float* const (&f32)[6], bool outputs);
+  // They come back behind the stream's work as `rows`' do: the function returned waits for them.
+  std::function<GpuRows()> rows_fp8(const std::vector<int64_t>& rows, const float* const (&f32)[6], bool outputs);
   // Since the last call: seconds the uploads ahead took (beside the runs), and the upload workers' seconds
   // reading the files into pinned slots and waiting for a slot's DMA, summed over the workers (of every
   // large upload, ahead or not).
@@ -265,7 +266,9 @@ inline float* GpuVerifyLayer::accumulator(int) { return nullptr; }
 inline const float* GpuVerifyLayer::accumulator_of(int) const { return nullptr; }
 inline GpuPassCounts GpuVerifyLayer::check_accumulators(const float* const (&)[2]) { return {}; }
 inline GpuPassCounts GpuVerifyLayer::pass_fp8(const GpuFp8PassSpec&) { return {}; }
-inline GpuRows GpuVerifyLayer::rows_fp8(const std::vector<int64_t>&, const float* const (&)[6], bool) { return {}; }
+inline std::function<GpuRows()> GpuVerifyLayer::rows_fp8(const std::vector<int64_t>&, const float* const (&)[6], bool) {
+  return {};
+}
 inline GpuVerifyLayer::UploadSeconds GpuVerifyLayer::take_upload_seconds() { return {}; }
 
 struct GpuFp8Codes::Impl {};

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cerrno>
@@ -394,7 +395,6 @@ struct GpuVerifyLayer::Impl {
   DeviceScratch<cuda_kernels::OperandDiff> diffs;  // C3, after arm A and after arm B
   DeviceScratch<int64_t> row_ids;
   DeviceScratch<unsigned char> gathered;
-  PinnedBytes staged;                 // the gathered rows on the host (FP8)
   DeviceScratch<unsigned> row_counts;
   DeviceScratch<Bf16SquareSum> square_sum;
   DeviceScratch<uint16_t> near_bits;
@@ -464,6 +464,9 @@ struct GpuVerifyLayer::Impl {
     StagedRows& operator=(const StagedRows&) = delete;
   };
   std::vector<std::shared_ptr<StagedRows>> staged_pool;
+  template <class Unpack>
+  std::function<GpuRows()> behind(const std::vector<int64_t>& rows, const std::vector<std::pair<const void*, int>>& arrays,
+                                  Unpack unpack);
   std::shared_ptr<StagedRows> free_staged() {
     for (const auto& p : staged_pool) {
       if (p.use_count() == 1) return p;
@@ -874,44 +877,57 @@ std::vector<T> staged_array(const PinnedBytes& staged, size_t at, size_t count) 
 
 }  // namespace
 
+// `arrays` at `rows` gathered behind the stream's work into a free pinned landing place; the function
+// returned waits for them there and gives `unpack(bytes, where each array starts, elements per array)`.
+template <class Unpack>
+std::function<GpuRows()> GpuVerifyLayer::Impl::behind(const std::vector<int64_t>& rows,
+                                                      const std::vector<std::pair<const void*, int>>& arrays, Unpack unpack) {
+  std::shared_ptr<StagedRows> into = free_staged();
+  const std::vector<size_t> at = gather(rows, arrays, into->bytes);
+  QC_CUDA_CHECK(cudaEventRecord(into->done, stream));
+  const size_t count = rows.size() * static_cast<size_t>(n);
+  return [into = std::move(into), at, count, unpack] {
+    QC_CUDA_CHECK(cudaEventSynchronize(into->done));
+    return unpack(into->bytes, at, count);
+  };
+}
+
 std::function<GpuRows()> GpuVerifyLayer::rows(const std::vector<int64_t>& rows, bool acc_a, bool acc_b) {
   Impl& x = *impl_;
   std::vector<std::pair<const void*, int>> arrays = {{x.y[0].get(), 2}, {x.y[1].get(), 2}, {x.exact.get(), 4}};
   if (acc_a) arrays.emplace_back(x.acc[0].get(), 4);
   if (acc_b) arrays.emplace_back(x.acc[1].get(), 4);
-  std::shared_ptr<Impl::StagedRows> into = x.free_staged();
-  const std::vector<size_t> at = x.gather(rows, arrays, into->bytes);
-  QC_CUDA_CHECK(cudaEventRecord(into->done, x.stream));
-  const size_t count = rows.size() * static_cast<size_t>(x.n);
-  return [into = std::move(into), at, count, acc_a, acc_b] {
-    QC_CUDA_CHECK(cudaEventSynchronize(into->done));
+  return x.behind(rows, arrays, [acc_a, acc_b](const PinnedBytes& bytes, const std::vector<size_t>& at, size_t count) {
     GpuRows r;
     size_t j = 0;
-    for (int s = 0; s < 2; ++s) r.y[s] = staged_array<uint16_t>(into->bytes, at[j++], count);
-    r.exact = staged_array<int32_t>(into->bytes, at[j++], count);
-    if (acc_a) r.acc[0] = staged_array<int32_t>(into->bytes, at[j++], count);
-    if (acc_b) r.acc[1] = staged_array<int32_t>(into->bytes, at[j++], count);
+    for (int s = 0; s < 2; ++s) r.y[s] = staged_array<uint16_t>(bytes, at[j++], count);
+    r.exact = staged_array<int32_t>(bytes, at[j++], count);
+    if (acc_a) r.acc[0] = staged_array<int32_t>(bytes, at[j++], count);
+    if (acc_b) r.acc[1] = staged_array<int32_t>(bytes, at[j++], count);
     return r;
-  };
+  });
 }
 
-GpuRows GpuVerifyLayer::rows_fp8(const std::vector<int64_t>& rows, const float* const (&f32)[6], bool outputs) {
+std::function<GpuRows()> GpuVerifyLayer::rows_fp8(const std::vector<int64_t>& rows, const float* const (&f32)[6],
+                                                  bool outputs) {
   Impl& x = *impl_;
   std::vector<std::pair<const void*, int>> arrays;
   if (outputs) arrays = {{x.y[0].get(), 2}, {x.y[1].get(), 2}};
-  for (const float* p : f32) {
-    if (p != nullptr) arrays.emplace_back(p, 4);
-  }
-  const std::vector<size_t> at = x.gather(rows, arrays, x.staged);
-  x.sync();
-  GpuRows r;
-  const size_t count = rows.size() * static_cast<size_t>(x.n);
-  size_t j = 0;
-  for (int s = 0; s < 2 && outputs; ++s) r.y[s] = staged_array<uint16_t>(x.staged, at[j++], count);
+  bool has[6];
   for (int i = 0; i < 6; ++i) {
-    if (f32[i] != nullptr) r.f32[i] = staged_array<float>(x.staged, at[j++], count);
+    has[i] = f32[i] != nullptr;
+    if (has[i]) arrays.emplace_back(f32[i], 4);
   }
-  return r;
+  return x.behind(rows, arrays, [outputs, has = std::to_array(has)](const PinnedBytes& bytes, const std::vector<size_t>& at,
+                                                                     size_t count) {
+    GpuRows r;
+    size_t j = 0;
+    for (int s = 0; s < 2 && outputs; ++s) r.y[s] = staged_array<uint16_t>(bytes, at[j++], count);
+    for (int i = 0; i < 6; ++i) {
+      if (has[i]) r.f32[i] = staged_array<float>(bytes, at[j++], count);
+    }
+    return r;
+  });
 }
 
 GpuVerifyLayer::UploadSeconds GpuVerifyLayer::take_upload_seconds() {
