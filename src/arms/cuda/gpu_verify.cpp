@@ -76,10 +76,12 @@ class PinnedSlot {
 // machine, where the layers of a 70B model need their 72 GB at the link's ~55 GB/s (pinned).
 class PinnedStager {
  public:
-  // The largest piece and a slot's size (8 MiB, or QC_UPLOAD_CHUNK_MIB, 1 to 64: an experiment's knob,
-  // docs/gpu.md), read once; an array smaller than 1 MiB goes in one cudaMemcpyAsync.
+  // The largest piece and a slot's size (2 MiB, or QC_UPLOAD_CHUNK_MIB, 1 to 64; docs/gpu.md), read once; an
+  // array smaller than 1 MiB goes in one cudaMemcpyAsync. Small slots stay in the host's last-level cache
+  // between the worker's write and the DMA's read: on the H100 machine the workers read a 70B model's
+  // 71.7 GB in 14-16 worker-seconds with 2 MiB slots against 19-23 with 8 MiB (docs/performance.md).
   static size_t chunk() {
-    static const size_t bytes = static_cast<size_t>(env_int("QC_UPLOAD_CHUNK_MIB", 8, 1, 64)) << 20;
+    static const size_t bytes = static_cast<size_t>(env_int("QC_UPLOAD_CHUNK_MIB", 2, 1, 64)) << 20;
     return bytes;
   }
   // The piece for an array of `bytes` among `workers`: about bytes / (2 * workers), in whole MiB, within
@@ -365,13 +367,13 @@ struct GpuVerifyLayer::Impl {
   bool exact_ahead = false;  // the current layer's exact accumulators and C2's statistics came with its upload
   double ahead_seconds = 0;  // the uploads ahead taken so far (beside the runs)
   cudaStream_t copy_stream = nullptr;
-  // QC_EXACT_STREAM=1 (an experiment, docs/gpu.md): the next INT8 layer's exact sums and C2's counts on a
-  // stream of their own behind its upload (`upload_done`), so that the upload after it need not wait for
-  // them; the runs' stream waits for `exact_done` when it takes the layer.
+  // The next INT8 layer's exact sums and C2's counts on a stream of their own behind its upload
+  // (`upload_done`), so that the upload after it need not wait for them; the runs' stream waits for
+  // `exact_done` when it takes the layer. QC_EXACT_STREAM=0: on the upload's stream, after it (docs/gpu.md).
   cudaStream_t exact_stream = nullptr;
   cudaEvent_t upload_done = nullptr, exact_done = nullptr;
   static bool exact_beside() {
-    static const bool on = env_int("QC_EXACT_STREAM", 0, 0, 1) != 0;
+    static const bool on = env_int("QC_EXACT_STREAM", 1, 0, 1) != 0;
     return on;
   }
   // `previous_done`: recorded on `stream` before a layer's first work, so that the next layer's upload and
