@@ -592,10 +592,17 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     layer.name = full.name;
     check_prediction_of(li, pred, full);
     if (resident) finish_pending();
-    if (resident && resident->verify_layer(full, sequence.next(si), pred, python, layer, result.seconds, [&](const std::string& item) {
-          if (progress) progress(++step, total_steps, item);
-        })) {
+    // The device pipeline hands the layer on once its runs are whole (an INT8 layer's host parts finish
+    // beside the next layer's runs).
+    const auto hand_on = [&result, &selection, li, &layer] {
       if (selection.done) timed(result.seconds, "layer results handed on (--resume, the ranks' merge)", [&] { selection.done(li, layer); });
+    };
+    if (resident && resident->verify_layer(
+                        full, sequence.next(si), pred, python, layer, result.seconds,
+                        [&](const std::string& item) {
+                          if (progress) progress(++step, total_steps, item);
+                        },
+                        hand_on)) {
       continue;
     }
     const std::vector<int64_t> ms = options.m_sweep.empty() ? std::vector<int64_t>{full.m} : options.m_sweep;
@@ -633,6 +640,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     if (!fp8) check_pinned_statistics(layer, full, pred, stats, result.seconds, options.threads);
   }
 
+  if (resident) resident->finish(result.seconds);
   finish_pending();
   result.wall_seconds = seconds_since(started);
   return result;

@@ -409,7 +409,7 @@ ResidentVerifier::PendingRun ResidentVerifier::fp8_run(const LayerOperands& ops,
 
 bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperands* next, const LayerPrediction& pred,
                                     bool python, LayerVerification& layer, PhaseSeconds& seconds,
-                                    const std::function<void(const std::string&)>& step) {
+                                    const std::function<void(const std::string&)>& step, std::function<void()> done) {
   if (!GpuVerifyLayer::refusal(full, fp8_).empty()) return false;
   const auto t0 = std::chrono::steady_clock::now();
   gpu_->load(full);
@@ -421,6 +421,7 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
   if (upload.reading > 0) add_seconds(seconds, "the upload workers reading the files into pinned memory (summed over them)", upload.reading);
   if (upload.waiting > 0) add_seconds(seconds, "the upload workers waiting for a pinned slot's DMA (summed over them)", upload.waiting);
   const std::vector<int64_t> ms = options_.m_sweep.empty() ? std::vector<int64_t>{full.m} : options_.m_sweep;
+  std::vector<PendingRun> unjoined;  // INT8: every run's host part, in order
   for (const int64_t m : ms) {
     const LayerOperands rows = first_rows(full, m, python ? "m_sweep" : "--m-sweep");
     const std::string label = m == full.m ? full.name : fmt::format("{}@M={}", full.name, m);
@@ -434,18 +435,42 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
       pending.push_back(fp8_ ? fp8_run(ops, label, std::move(r), shared, layer, seconds)
                              : int8_run(ops, label, std::move(r), layer, seconds));
     }
-    // Joined in order, before `shared` (which the FP8 parts read) goes away.
-    for (PendingRun& p : pending) {
-      auto [done, host_seconds] = timed(seconds, "waiting for the host's passes over the listed rows", [&] { return p.get(); });
-      add_seconds(seconds, "the host's passes over the listed rows (beside the runs)", host_seconds);
-      layer.runs.push_back(std::move(done));
+    if (!fp8_) {
+      for (PendingRun& p : pending) unjoined.push_back(std::move(p));
+      continue;
     }
+    // FP8: joined in order, before `shared` (which the FP8 parts read) goes away.
+    Unfinished now{&layer, std::move(pending), nullptr};
+    join(now, seconds);
   }
-  if (fp8_) return true;
+  if (fp8_) {
+    if (done) done();
+    return true;
+  }
   // C2 part one: the pinned prediction against the exact statistics, computed on the device.
   const RangeStats fresh = timed(seconds, "C2's statistics (on the device)", [&] { return gpu_->range_stats(); });
   layer.stale = c2_stale_prediction(full.name, pred, fresh);
+  // The previous layer's host parts ran beside this layer's runs: joined and handed on now; this layer's go
+  // on beside the next layer's.
+  finish(seconds);
+  unfinished_ = Unfinished{&layer, std::move(unjoined), std::move(done)};
   return true;
+}
+
+void ResidentVerifier::join(Unfinished& u, PhaseSeconds& seconds) {
+  for (PendingRun& p : u.pending) {
+    auto [run, host_seconds] = timed(seconds, "waiting for the host's passes over the listed rows", [&] { return p.get(); });
+    add_seconds(seconds, "the host's passes over the listed rows (beside the runs)", host_seconds);
+    u.layer->runs.push_back(std::move(run));
+  }
+  u.pending.clear();
+}
+
+void ResidentVerifier::finish(PhaseSeconds& seconds) {
+  std::optional<Unfinished> u = std::exchange(unfinished_, std::nullopt);
+  if (!u) return;
+  join(*u, seconds);
+  if (u->done) u->done();
 }
 
 }  // namespace qc

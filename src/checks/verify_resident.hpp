@@ -11,6 +11,7 @@
 #include <functional>
 #include <future>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -37,8 +38,14 @@ class ResidentVerifier {
   // INT8 pair C2's fresh statistics into `layer.stale`; false (nothing run) when the pipeline cannot take
   // the layer, which the host's pipeline then runs. `step` reports each run as the host's loop does.
   // `next`: the layer the caller runs next, uploaded ahead beside this layer's runs (null: none).
+  // `done` is called once every run is in `layer`: for an FP8 pair before this returns; for an INT8 pair the
+  // host's parts of the runs go on beside the next layer's runs, and `done` is called by the next
+  // `verify_layer` or by `finish`.
   bool verify_layer(const LayerOperands& full, const LayerOperands* next, const LayerPrediction& pred, bool python,
-                    LayerVerification& layer, PhaseSeconds& seconds, const std::function<void(const std::string&)>& step);
+                    LayerVerification& layer, PhaseSeconds& seconds, const std::function<void(const std::string&)>& step,
+                    std::function<void()> done);
+  // The layer whose runs' host parts still run, joined into it and handed to its `done` (nothing: none).
+  void finish(PhaseSeconds& seconds);
 
  private:
   // What the FP8 runs of one (layer, rows) share: the arms' exposed accumulators against their models.
@@ -54,6 +61,9 @@ class ResidentVerifier {
   PendingRun fp8_run(const LayerOperands& ops, const std::string& label, LayerRun run, const Fp8Rows& shared,
                      LayerVerification& layer, PhaseSeconds& seconds);
   int64_t sample_row(int64_t m) { return (runs_++ * 7919) % m; }
+  struct Unfinished;
+  // The runs' host parts joined in order into their layer.
+  void join(Unfinished& u, PhaseSeconds& seconds);
 
   Arm* arms_[2];
   ArmInfo infos_[2];
@@ -63,6 +73,14 @@ class ResidentVerifier {
   std::unique_ptr<GpuVerifyLayer> gpu_;
   std::vector<NamedAccumModel> declared_;  // FP8: the arms' declared models
   int64_t runs_ = 0;  // the runs so far, which choose each run's sampled row
+  // An INT8 layer whose runs' host parts go on beside the next layer's runs. Declared last, so destroyed
+  // first: its tasks, which read this object's members, are waited for before those go.
+  struct Unfinished {
+    LayerVerification* layer = nullptr;
+    std::vector<PendingRun> pending;
+    std::function<void()> done;
+  };
+  std::optional<Unfinished> unfinished_;
 };
 
 }  // namespace qc
