@@ -481,14 +481,16 @@ std::unique_ptr<ResidentVerifier> device_pipeline(Arm& a, Arm& b, const Epilogue
 }
 
 // The selected layers in order, each loaded once: the device pipeline asks for the next one ahead (to
-// upload it beside the current one's runs), and takes it from here when its turn comes; the one after that
-// is loaded on a thread of its own meanwhile (mapping a shard, checking a layer's scales: ~1.5 ms a layer
-// of a 70B model, which the run loop's thread would otherwise spend between the runs). A layer that fails
-// to load fails where it did when loaded in turn: when it is asked for.
+// upload it beside the current one's runs), and takes it from here when its turn comes. With `beside`
+// (QC_VERIFY_OVERLAP=1) the one after that is loaded on a thread of its own meanwhile (mapping a shard,
+// checking a layer's scales: ~1.3 ms a layer of a 70B model on the H100 machine, which the run loop's
+// thread would otherwise spend between the runs); a layer that fails to load fails where it did when loaded
+// in turn: when it is asked for.
 struct LayerSequence {
   const LayerLoader& load;
   const std::vector<size_t>& selected;
   PhaseSeconds& seconds;
+  bool load_beside = false;
   std::optional<std::pair<size_t, LayerOperands>> ahead = std::nullopt;
   std::optional<std::pair<size_t, std::future<LayerOperands>>> beside = std::nullopt;
 
@@ -504,7 +506,7 @@ struct LayerSequence {
     LayerOperands l = loading && loading->first == li
                           ? timed(seconds, "layer load (the wait for the one loaded beside)", [&] { return loading->second.get(); })
                           : timed(seconds, "layer load", [&] { return load(li); });
-    if (si + 2 < selected.size()) {
+    if (load_beside && si + 2 < selected.size()) {
       beside.emplace(selected[si + 2], std::async(std::launch::async, [this, after = selected[si + 2]] { return load(after); }));
     }
     ahead.emplace(li, std::move(l));
@@ -581,7 +583,7 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     store(std::move(run));
   };
 
-  LayerSequence sequence{load, selected, result.seconds};
+  LayerSequence sequence{load, selected, result.seconds, resident && ResidentVerifier::overlaps_layers()};
   for (size_t si = 0; si < selected.size(); ++si) {
     const size_t li = selected[si];
     QC_CHECK(li < layer_count, "verify: layer index {} of {}", li, layer_count);
