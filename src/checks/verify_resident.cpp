@@ -436,26 +436,27 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
       pending.push_back(fp8_ ? fp8_run(ops, label, std::move(r), shared, layer, seconds)
                              : int8_run(ops, label, std::move(r), layer, seconds));
     }
-    if (!fp8_) {
+    if (!fp8_ && overlaps_layers()) {  // joined with the next layer's runs
       for (PendingRun& p : pending) unjoined.push_back(std::move(p));
       continue;
     }
-    // FP8: joined in order, before `shared` (which the FP8 parts read) goes away.
+    // Joined in order, before `shared` (which the FP8 parts read) goes away.
     Unfinished now{&layer, std::move(pending), nullptr};
     join(now, seconds);
   }
-  if (fp8_) {
-    if (done) done();
+  if (!fp8_) {
+    // C2 part one: the pinned prediction against the exact statistics, computed on the device.
+    const RangeStats fresh = timed(seconds, "C2's statistics (on the device)", [&] { return gpu_->range_stats(); });
+    layer.stale = c2_stale_prediction(full.name, pred, fresh);
+  }
+  if (!unjoined.empty() || unfinished_) {
+    // The previous layer's host parts ran beside this layer's runs: joined and handed on now; this layer's
+    // go on beside the next layer's.
+    finish(seconds);
+    unfinished_ = Unfinished{&layer, std::move(unjoined), std::move(done)};
     return true;
   }
-  // C2 part one: the pinned prediction against the exact statistics, computed on the device.
-  const RangeStats fresh = timed(seconds, "C2's statistics (on the device)", [&] { return gpu_->range_stats(); });
-  layer.stale = c2_stale_prediction(full.name, pred, fresh);
-  // The previous layer's host parts ran beside this layer's runs: joined and handed on now; this layer's go
-  // on beside the next layer's (QC_VERIFY_OVERLAP=1; otherwise joined and handed on now).
-  finish(seconds);
-  unfinished_ = Unfinished{&layer, std::move(unjoined), std::move(done)};
-  if (!overlaps_layers()) finish(seconds);
+  if (done) done();
   return true;
 }
 
