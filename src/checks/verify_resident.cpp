@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <functional>
 #include <future>
+#include <string_view>
 #include <utility>
 
 #include "accum/fp8_model.hpp"

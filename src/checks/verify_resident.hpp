@@ -38,9 +38,9 @@ class ResidentVerifier {
   // INT8 pair C2's fresh statistics into `layer.stale`; false (nothing run) when the pipeline cannot take
   // the layer, which the host's pipeline then runs. `step` reports each run as the host's loop does.
   // `next`: the layer the caller runs next, uploaded ahead beside this layer's runs (null: none).
-  // `done` is called once every run is in `layer`: for an FP8 pair before this returns; for an INT8 pair the
-  // host's parts of the runs go on beside the next layer's runs, and `done` is called by the next
-  // `verify_layer` or by `finish`.
+  // `done` is called once every run is in `layer`: before this returns, or with `overlaps_layers()` for an
+  // INT8 pair by the next `verify_layer` or by `finish` (the host's parts of the runs go on beside the next
+  // layer's runs).
   bool verify_layer(const LayerOperands& full, const LayerOperands* next, const LayerPrediction& pred, bool python,
                     LayerVerification& layer, PhaseSeconds& seconds, const std::function<void(const std::string&)>& step,
                     std::function<void()> done);
