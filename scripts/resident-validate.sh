@@ -206,7 +206,7 @@ if want 70b; then
   timed "$Q" predict "$dir/qc70/l70.index.json" --out /tmp/70b.predictions.json --quiet | tee /tmp/70b.predict.txt | tee -a "$OUT/70b.txt"
   pin70=$(sed -n 's/^pin: //p' /tmp/70b.predict.txt)
   for i in $(seq 1 "${RUNS70:-3}"); do
-    # ENV70="QC_UPLOAD_WORKERS=8 QC_UPLOAD_WORKERS=14,QC_UPLOAD_REGISTER=1 ...": run i with the i-th word's
+    # ENV70="- QC_VERIFY_OVERLAP=1 QC_UPLOAD_CHUNK_MIB=8,QC_EXACT_STREAM=0 ...": run i with the i-th word's
     # comma-separated settings (none, or "-": the defaults).
     w=$(echo "${ENV70:-}" | awk -v i="$i" '{ print $i }'); [ "$w" = - ] && w=
     t0=$(now_ms)
