@@ -412,7 +412,10 @@ ResidentVerifier::PendingRun ResidentVerifier::fp8_run(const LayerOperands& ops,
 bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperands* next, const LayerPrediction& pred,
                                     bool python, LayerVerification& layer, PhaseSeconds& seconds,
                                     const std::function<void(const std::string&)>& step, std::function<void()> done) {
-  if (!GpuVerifyLayer::refusal(full, fp8_).empty()) return false;
+  if (!GpuVerifyLayer::refusal(full, fp8_).empty()) {
+    finish(seconds);  // the layer before it is handed on before the host's pipeline runs this one
+    return false;
+  }
   const auto t0 = std::chrono::steady_clock::now();
   gpu_->load(full);
   if (next != nullptr) gpu_->prefetch(*next, declared_);

@@ -181,7 +181,7 @@ struct GpuFp8PassSpec {
 // scale regime, both arms and the reference, with a pristine copy of every operand beside it (C3), the
 // exact accumulators computed there (int32; K <= kAccumMaxKInt32), and one element pass per run. The
 // work runs on a stream of its own, which `operands` hands to the arms; each call that returns host data
-// waits for it (`rows` returns a function that does). One layer at a time; not thread-safe.
+// waits for it (`rows` and `rows_fp8` return a function that does). One layer at a time; not thread-safe.
 class GpuVerifyLayer {
  public:
   GpuVerifyLayer();
@@ -267,7 +267,7 @@ inline const float* GpuVerifyLayer::accumulator_of(int) const { return nullptr; 
 inline GpuPassCounts GpuVerifyLayer::check_accumulators(const float* const (&)[2]) { return {}; }
 inline GpuPassCounts GpuVerifyLayer::pass_fp8(const GpuFp8PassSpec&) { return {}; }
 inline std::function<GpuRows()> GpuVerifyLayer::rows_fp8(const std::vector<int64_t>&, const float* const (&)[6], bool) {
-  return {};
+  return [] { return GpuRows{}; };
 }
 inline GpuVerifyLayer::UploadSeconds GpuVerifyLayer::take_upload_seconds() { return {}; }
 

@@ -368,12 +368,19 @@ struct GpuVerifyLayer::Impl {
   double ahead_seconds = 0;  // the uploads ahead taken so far (beside the runs)
   cudaStream_t copy_stream = nullptr;
   // The next INT8 layer's exact sums and C2's counts on a stream of their own behind its upload
-  // (`upload_done`), so that the upload after it need not wait for them; the runs' stream waits for
-  // `exact_done` when it takes the layer. QC_EXACT_STREAM=0: on the upload's stream, after it (docs/gpu.md).
+  // (`upload_done`), so that the upload's task is done once the bytes are there; the runs' stream waits for
+  // `exact_done` when it takes the layer. The upload after it waits for them too (`prefetch`), unless
+  // QC_VERIFY_OVERLAP=1, where it waits only when the layer ahead was not taken (its sums then read the
+  // buffers the upload writes; a layer taken has swapped them out): not yet run on a device.
+  // QC_EXACT_STREAM=0: on the upload's stream, after it (docs/gpu.md).
   cudaStream_t exact_stream = nullptr;
   cudaEvent_t upload_done = nullptr, exact_done = nullptr;
   static bool exact_beside() {
     static const bool on = env_int("QC_EXACT_STREAM", 1, 0, 1) != 0;
+    return on;
+  }
+  static bool overlap() {
+    static const bool on = env_int("QC_VERIFY_OVERLAP", 0, 0, 1) != 0;
     return on;
   }
   // `previous_done`: recorded on `stream` before a layer's first work, so that the next layer's upload and
@@ -471,7 +478,12 @@ struct GpuVerifyLayer::Impl {
                                   Unpack unpack);
   std::shared_ptr<StagedRows> free_staged() {
     for (const auto& p : staged_pool) {
-      if (p.use_count() == 1) return p;
+      if (p.use_count() == 1) {
+        // Let go of by its holder; if that one never waited (a run that threw), its copy may still be landing.
+        std::atomic_thread_fence(std::memory_order_acquire);
+        QC_CUDA_CHECK(cudaEventSynchronize(p->done));
+        return p;
+      }
     }
     return staged_pool.emplace_back(std::make_shared<StagedRows>());
   }
@@ -513,13 +525,17 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
   if (!refusal(next, x.fp8).empty()) return;  // in the pair's mode, which the loaded layer has
   x.ahead.host[0] = x.ahead.host[1] = x.ahead.host[2] = nullptr;
   x.ahead.models.ready.clear();
+  const bool untaken = x.ahead.has_exact;  // a layer uploaded ahead and not taken: its exact sums read h.a, h.w
   x.ahead.has_exact = false;
-  x.ahead_task = std::async(std::launch::async, [&x, next, models] {
+  x.ahead_task = std::async(std::launch::async, [&x, next, models, untaken] {
     const auto t0 = std::chrono::steady_clock::now();
     Impl::Ahead& h = x.ahead;
     QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
-    // The exact sums of a layer uploaded ahead and not taken read the buffers this upload writes.
-    if (Impl::exact_beside()) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
+    // The exact sums of a layer uploaded ahead and not taken read the buffers this upload writes (without
+    // QC_VERIFY_OVERLAP=1, the upload waits for the last exact sums whatever became of their layer).
+    if (Impl::exact_beside() && (untaken || !Impl::overlap())) {
+      QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
+    }
     x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
     // The models after the upload, one after the other on the same stream.
     if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
