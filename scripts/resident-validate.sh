@@ -217,6 +217,23 @@ if want 70b; then
     [ $rc -le 1 ] || tail -5 /tmp/70b-$i.txt | tee -a "$OUT/70b.txt"
   done
   head -120 /tmp/70b-"${RUNS70:-3}".txt >> "$OUT/70b.txt"
+  # Every run's results against run 1's (the settings change how, never what): timings aside.
+  python3 - "${RUNS70:-3}" <<'PY' | tee -a "$OUT/70b.txt"
+import json, sys
+def load(i):
+    try:
+        j = json.load(open("/tmp/70b-%d.json" % i))
+    except OSError:
+        return None
+    for k in ("seconds", "wall_seconds"):
+        j.pop(k, None)
+    return json.dumps(j, sort_keys=True)
+first = load(1)
+for i in range(2, int(sys.argv[1]) + 1):
+    other = load(i)
+    print("70b run %d against run 1:" % i, "no JSON" if other is None or first is None else
+          ("the same, field for field" if other == first else "DIFFERENT"))
+PY
   rm -rf "$dir/qc70"
 fi
 
