@@ -20,7 +20,6 @@
 #include <cstddef>
 #include <functional>
 #include <future>
-#include <string_view>
 #include <utility>
 
 #include "accum/fp8_model.hpp"
@@ -418,7 +417,7 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
   }
   const auto t0 = std::chrono::steady_clock::now();
   gpu_->load(full);
-  if (next != nullptr) gpu_->prefetch(*next, declared_);
+  if (next != nullptr) gpu_->prefetch(*next, declared_, /*only_untaken=*/overlaps_layers());
   add_seconds(seconds, fp8_ ? "layer upload (what was not uploaded ahead)" : "layer upload (what was not uploaded ahead, or the wait for the upload ahead), exact accumulators and C2's statistics where not computed ahead",
               seconds_since(t0));
   const GpuVerifyLayer::UploadSeconds upload = gpu_->take_upload_seconds();
@@ -444,9 +443,7 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
       for (PendingRun& p : pending) unjoined.push_back(std::move(p));
       continue;
     }
-    // Joined in order, before `shared` (which the FP8 parts read) goes away.
-    Unfinished now{&layer, std::move(pending), nullptr};
-    join(now, seconds);
+    join(pending, layer, seconds);  // before `shared` (which the FP8 parts read) goes away
   }
   if (!fp8_) {
     // C2 part one: the pinned prediction against the exact statistics, computed on the device.
@@ -465,26 +462,26 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
 }
 
 bool ResidentVerifier::overlaps_layers() {
-  static const bool on = [] {
+  static const bool on = [] {  // as the pipeline's other settings read: a number, 0 off
     const char* v = std::getenv("QC_VERIFY_OVERLAP");
-    return v != nullptr && std::string_view(v) == "1";
+    return v != nullptr && std::atoi(v) != 0;
   }();
   return on;
 }
 
-void ResidentVerifier::join(Unfinished& u, PhaseSeconds& seconds) {
-  for (PendingRun& p : u.pending) {
+void ResidentVerifier::join(std::vector<PendingRun>& pending, LayerVerification& layer, PhaseSeconds& seconds) {
+  for (PendingRun& p : pending) {
     auto [run, host_seconds] = timed(seconds, "waiting for the host's passes over the listed rows", [&] { return p.get(); });
     add_seconds(seconds, "the host's passes over the listed rows (beside the runs)", host_seconds);
-    u.layer->runs.push_back(std::move(run));
+    layer.runs.push_back(std::move(run));
   }
-  u.pending.clear();
+  pending.clear();
 }
 
 void ResidentVerifier::finish(PhaseSeconds& seconds) {
   std::optional<Unfinished> u = std::exchange(unfinished_, std::nullopt);
   if (!u) return;
-  join(*u, seconds);
+  join(u->pending, *u->layer, seconds);
   if (u->done) u->done();
 }
 

@@ -48,7 +48,8 @@ class ResidentVerifier {
   void finish(PhaseSeconds& seconds);
   // QC_VERIFY_OVERLAP=1 (off by default: written, not yet run on a device; docs/gpu.md): the run loop's work
   // across layers overlapped: the layer after next loaded on a thread of its own (`LayerSequence`,
-  // verify.cpp), an INT8 layer's host parts finished beside the next layer's runs.
+  // verify.cpp), an INT8 layer's host parts finished beside the next layer's runs, and the next upload
+  // waiting for the exact sums ahead only when their layer was not taken (`GpuVerifyLayer::prefetch`).
   static bool overlaps_layers();
 
  private:
@@ -65,9 +66,8 @@ class ResidentVerifier {
   PendingRun fp8_run(const LayerOperands& ops, const std::string& label, LayerRun run, const Fp8Rows& shared,
                      LayerVerification& layer, PhaseSeconds& seconds);
   int64_t sample_row(int64_t m) { return (runs_++ * 7919) % m; }
-  struct Unfinished;
   // The runs' host parts joined in order into their layer.
-  void join(Unfinished& u, PhaseSeconds& seconds);
+  void join(std::vector<PendingRun>& pending, LayerVerification& layer, PhaseSeconds& seconds);
 
   Arm* arms_[2];
   ArmInfo infos_[2];

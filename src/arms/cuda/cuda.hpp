@@ -199,7 +199,9 @@ class GpuVerifyLayer {
   // (its buffers are not the current layer's; `load(next)` takes them), and there evaluates `models` on
   // an FP8 layer, or computes an INT8 layer's exact accumulators and C2's counts. Nothing where the
   // pipeline, in the loaded layer's mode, would refuse `next`. `next` must stay mapped until then.
-  void prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models = {});
+  // `only_untaken`: the upload waits for the exact sums ahead only when their layer was not taken (they then
+  // read the buffers it writes); otherwise for the last ones whatever became of their layer.
+  void prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models = {}, bool only_untaken = false);
   // C2's statistics of the whole layer, from the device's pass (the host's `range_stats` assembly).
   RangeStats range_stats();
   // The operands of one run, `ops` being the layer's first m rows under the run's scales: the scales
@@ -252,7 +254,7 @@ inline GpuVerifyLayer::GpuVerifyLayer() { QC_FAIL_INPUT("GpuVerifyLayer: this bu
 inline GpuVerifyLayer::~GpuVerifyLayer() = default;
 inline std::string GpuVerifyLayer::refusal(const LayerOperands&, bool) { return "this build has no CUDA"; }
 inline void GpuVerifyLayer::load(const LayerOperands&) {}
-inline void GpuVerifyLayer::prefetch(const LayerOperands&, const std::vector<NamedAccumModel>&) {}
+inline void GpuVerifyLayer::prefetch(const LayerOperands&, const std::vector<NamedAccumModel>&, bool) {}
 inline RangeStats GpuVerifyLayer::range_stats() { return {}; }
 inline ResidentOperands GpuVerifyLayer::operands(const LayerOperands&) { return {}; }
 inline ResidentOutputs GpuVerifyLayer::outputs(int, bool) { return {}; }

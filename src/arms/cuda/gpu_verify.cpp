@@ -115,15 +115,12 @@ class PinnedStager {
     struct Piece {
       const Array* array;
       size_t at, len;
-      const std::optional<MappedSource>* file;
+      std::optional<MappedSource> file;  // the array's file, where pread reads it
     };
     std::vector<Piece> pieces;
-    std::vector<std::optional<MappedSource>> files(arrays.size());
     std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
     int workers = 0;
-    size_t i = 0;
     for (const Array& x : arrays) {
-      std::optional<MappedSource>& file = files[i++];
       if (x.bytes == 0) continue;
       if (x.bytes < kMiB || PinnedStager::workers() == 0) {
         QC_CUDA_CHECK(cudaMemcpyAsync(x.dst, x.src, x.bytes, cudaMemcpyHostToDevice, stream));
@@ -131,8 +128,8 @@ class PinnedStager {
       }
       if (!lock.owns_lock()) lock.lock(), workers = ensure_slots();
       const size_t piece = piece_for(x.bytes, workers);
-      if (reads()) file = find_mapped_source(x.src, x.bytes);
-      for (size_t at = 0; at < x.bytes; at += piece) pieces.push_back({&x, at, std::min(piece, x.bytes - at), &file});
+      const std::optional<MappedSource> file = reads() ? find_mapped_source(x.src, x.bytes) : std::nullopt;
+      for (size_t at = 0; at < x.bytes; at += piece) pieces.push_back({&x, at, std::min(piece, x.bytes - at), file});
     }
     if (pieces.empty()) return;
     std::atomic<size_t> next{0};
@@ -149,7 +146,7 @@ class PinnedStager {
           const auto t0 = clock::now();
           if (slot.in_flight) QC_CUDA_CHECK(cudaEventSynchronize(slot.done));
           const auto t1 = clock::now();
-          const size_t got = *p.file ? read_into(slot.host, p.len, **p.file, p.at) : 0;
+          const size_t got = p.file ? read_into(slot.host, p.len, *p.file, p.at) : 0;
           std::memcpy(static_cast<char*>(slot.host) + got, static_cast<const char*>(p.array->src) + p.at + got, p.len - got);
           wait_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count();
           read_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - t1).count();
@@ -369,18 +366,14 @@ struct GpuVerifyLayer::Impl {
   cudaStream_t copy_stream = nullptr;
   // The next INT8 layer's exact sums and C2's counts on a stream of their own behind its upload
   // (`upload_done`), so that the upload's task is done once the bytes are there; the runs' stream waits for
-  // `exact_done` when it takes the layer. The upload after it waits for them too (`prefetch`), unless
-  // QC_VERIFY_OVERLAP=1, where it waits only when the layer ahead was not taken (its sums then read the
-  // buffers the upload writes; a layer taken has swapped them out): not yet run on a device.
-  // QC_EXACT_STREAM=0: on the upload's stream, after it (docs/gpu.md).
+  // `exact_done` when it takes the layer. The upload after it waits for them too, or with `prefetch`'s
+  // `only_untaken` only when the layer ahead was not taken (its sums then read the buffers the upload
+  // writes; a layer taken has swapped them out). QC_EXACT_STREAM=0: on the upload's stream, after it
+  // (docs/gpu.md).
   cudaStream_t exact_stream = nullptr;
   cudaEvent_t upload_done = nullptr, exact_done = nullptr;
   static bool exact_beside() {
     static const bool on = env_int("QC_EXACT_STREAM", 1, 0, 1) != 0;
-    return on;
-  }
-  static bool overlap() {
-    static const bool on = env_int("QC_VERIFY_OVERLAP", 0, 0, 1) != 0;
     return on;
   }
   // `previous_done`: recorded on `stream` before a layer's first work, so that the next layer's upload and
@@ -519,23 +512,20 @@ GpuVerifyLayer::~GpuVerifyLayer() {
   }
 }
 
-void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models) {
+void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models, bool only_untaken) {
   Impl& x = *impl_;
   if (x.ahead_task.valid()) x.ahead_task.get();
   if (!refusal(next, x.fp8).empty()) return;  // in the pair's mode, which the loaded layer has
   x.ahead.host[0] = x.ahead.host[1] = x.ahead.host[2] = nullptr;
   x.ahead.models.ready.clear();
-  const bool untaken = x.ahead.has_exact;  // a layer uploaded ahead and not taken: its exact sums read h.a, h.w
+  // A layer uploaded ahead and not taken: its exact sums read h.a, h.w, which this upload writes.
+  const bool wait_exact = Impl::exact_beside() && (x.ahead.has_exact || !only_untaken);
   x.ahead.has_exact = false;
-  x.ahead_task = std::async(std::launch::async, [&x, next, models, untaken] {
+  x.ahead_task = std::async(std::launch::async, [&x, next, models, wait_exact] {
     const auto t0 = std::chrono::steady_clock::now();
     Impl::Ahead& h = x.ahead;
     QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
-    // The exact sums of a layer uploaded ahead and not taken read the buffers this upload writes (without
-    // QC_VERIFY_OVERLAP=1, the upload waits for the last exact sums whatever became of their layer).
-    if (Impl::exact_beside() && (untaken || !Impl::overlap())) {
-      QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
-    }
+    if (wait_exact) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
     x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
     // The models after the upload, one after the other on the same stream.
     if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
