@@ -9,7 +9,8 @@
 // compared bit for bit (a benchmark of wrong code is worthless).
 //
 // Run: `build/bench/bench_cuda_scaled_mm` (docs/performance.md, "CUDA arms (H200)"); `--quick`: the GEMMs alone;
-// `--exact`: the exact accumulation alone (Qwen3-1.7B and Llama-3-70B layer shapes at M = 512).
+// `--exact`: the exact accumulation alone (Qwen3-1.7B and Llama-3-70B layer shapes at M = 512);
+// `--shape M,N,K [--tiles wg128x256,wgpp128x128c2,...]`: that GEMM alone, with only those tiles of ours (for ncu).
 #include <cstdio>
 
 #ifndef QC_WITH_CUDA
@@ -87,7 +88,7 @@ const char* tile_name(MmTile t) {
   return "?";
 }
 
-void bench_gemm(int m, int n, int k) {
+void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}) {
   const double ops = 2.0 * m * n * k;
   // Rotate copies of (a, w) so that the working set exceeds L2 (50 MB): 256 MB at least.
   const size_t bytes = static_cast<size_t>(m + n) * k;
@@ -162,6 +163,7 @@ void bench_gemm(int m, int n, int k) {
                                MmTile::m128n256});
   }
   tiles.push_back(MmTile::automatic);  // timed again last: the spread between the two is the noise
+  if (!only.empty()) tiles = only;
   std::printf("\n(M,N,K)=(%d,%d,%d)  cuBLASLt int8 GEMM alone %.4f ms = %.0f TOPS; + epilogue kernel %.4f ms; "
               "pipeline %.4f ms = %.0f TOPS\n  cuBLASLt: %s\n",
               m, n, k, t_lt, ops / t_lt / 1e9, t_epi, t_pipe, ops / t_pipe / 1e9, plan.identity().c_str());
@@ -264,6 +266,32 @@ int main(int argc, char** argv) {
   const bool quick = argc > 1 && std::string(argv[1]) == "--quick";
   if (argc > 1 && std::string(argv[1]) == "--exact") {  // the exact accumulation alone
     bench_exact_accum();
+    return 0;
+  }
+  if (argc > 2 && std::string(argv[1]) == "--shape") {  // one GEMM, optionally only some of our tiles
+    int m = 0, n = 0, k = 0;
+    if (std::sscanf(argv[2], "%d,%d,%d", &m, &n, &k) != 3 || m < 1 || n < 1 || k < 1) {
+      std::fprintf(stderr, "bench_cuda_scaled_mm: --shape: expected M,N,K (positive), found \"%s\"\n", argv[2]);
+      return 2;
+    }
+    std::vector<MmTile> only;
+    if (argc > 4 && std::string(argv[3]) == "--tiles") {
+      std::string list = argv[4];
+      for (size_t at = 0; at <= list.size();) {
+        const size_t end = std::min(list.find(',', at), list.size());
+        const std::string name = list.substr(at, end - at);
+        bool found = false;
+        for (int t = 0; t <= static_cast<int>(MmTile::wg128x256_c2); ++t) {
+          if (name == tile_name(static_cast<MmTile>(t))) only.push_back(static_cast<MmTile>(t)), found = true;
+        }
+        if (!found) {
+          std::fprintf(stderr, "bench_cuda_scaled_mm: --tiles: no tile \"%s\"\n", name.c_str());
+          return 2;
+        }
+        at = end + 1;
+      }
+    }
+    bench_gemm(m, n, k, only);
     return 0;
   }
   for (const auto& s : shapes) bench_gemm(s[0], s[1], s[2]);
