@@ -19,6 +19,7 @@
 // emulation of its formula bit for bit); benchmark: `build/bench/bench_cuda_scaled_mm`.
 #include "sm90_int8_scaled_mm.cuh"
 #include "sm90_int8_scaled_mm_wgmma.cuh"
+#include "formula_pair.cuh"
 
 #include <cstdio>
 
@@ -233,10 +234,9 @@ __global__ void __launch_bounds__(32 * WARPS_M * WARPS_N * WARPS_K, 1)
         const float sa = args.sa[row];
         const int32_t v0 = acc[i][j][2 * h];
         const int32_t v1 = acc[i][j][2 * h + 1];
-        const uint32_t lo = formula::apply<F>(v0, sa, sw0, bias_mode, has_bias, b0);
-        const uint32_t hi = formula::apply<F>(v1, sa, sw1, bias_mode, has_bias, b1);
         const int64_t off = static_cast<int64_t>(row) * N + col;
-        *reinterpret_cast<uint32_t*>(args.y + off) = lo | (hi << 16);
+        *reinterpret_cast<uint32_t*>(args.y + off) =
+            formula_pair::apply<F>(v0, v1, sa, sa, sw0, sw1, bias_mode, has_bias, b0, b1);
         if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
       }
     }

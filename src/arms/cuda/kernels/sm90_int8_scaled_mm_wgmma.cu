@@ -98,6 +98,8 @@
 
 #include "sm90_int8_scaled_mm_wgmma.cuh"
 
+#include "formula_pair.cuh"
+
 #include <cuda.h>  // CUtensorMap and cuTensorMapEncodeTiled's types (the function comes from the runtime)
 
 #include <cstdio>
@@ -427,10 +429,9 @@ __device__ __forceinline__ void epilogue_m64(const int32_t (&acc)[BN / 2], const
         if (row >= M) continue;
         const int32_t v0 = acc[4 * j + 2 * h];
         const int32_t v1 = acc[4 * j + 2 * h + 1];
-        const uint32_t lo = formula::apply<F>(v0, sa[h], swc[u].x, bias_mode, has_bias, bc[u].x);
-        const uint32_t hi = formula::apply<F>(v1, sa[h], swc[u].y, bias_mode, has_bias, bc[u].y);
         const int64_t off = static_cast<int64_t>(row) * N + col;
-        *reinterpret_cast<uint32_t*>(args.y + off) = lo | (hi << 16);
+        *reinterpret_cast<uint32_t*>(args.y + off) = formula_pair::apply<F>(
+            v0, v1, sa[h], sa[h], swc[u].x, swc[u].y, bias_mode, has_bias, bc[u].x, bc[u].y);
         if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
       }
     }
