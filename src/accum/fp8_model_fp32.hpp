@@ -161,6 +161,24 @@ QC_ACCUM_FN int add_max(int x, int y, int z) {
 #endif
 }
 
+// 1 / x for x = 2^k, -126 <= k <= 126, exactly: the biased exponent negated (0x7F000000 is 2 * 127 << 23).
+// step_tile's up = 2^(term_bits - E) and its reciprocal 2^(E - term_bits) are both normal (E is clamped
+// below at kMinStepExponent, and every E a model reaches stays within fp32's normal exponents).
+QC_ACCUM_FN float reciprocal_pow2(float x) { return f32_from_bits(0x7F000000u - f32_bits(x)); }
+
+// e[r][c] = max(e[r][c], max over i < count of the alignment exponents of product (r, c)'s terms).
+template <int TM, int TN, class A, class W>
+QC_ACCUM_FN void max_exponents(const A& a, const W& w, int count, int (&e)[TM][TN]) {
+  Term ta[TM], tw[TN];
+  for (int i = 0; i < count; ++i) {
+    a.load(i, ta);
+    w.load(i, tw);
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) e[r][c] = add_max(ta[r].e, tw[c].e, e[r][c]);
+    }
+  }
+}
+
 // One step for a TM x TN tile of outputs. `a.load(i, t)` fills t[0..TM) with the decoded codes of
 // term i of the tile's rows, `w.load(i, t)` t[0..TN) with those of its columns, i in [0, count).
 // `chain[r][c]` is C before and after.
@@ -170,15 +188,10 @@ QC_ACCUM_FN void step_tile(const StepParams& p, const A& a, const W& w, int coun
   for (int r = 0; r < TM; ++r) {
     for (int c = 0; c < TN; ++c) e[r][c] = exponent_of(chain[r][c]);
   }
+  // E: the largest alignment exponent of the nonzero products and e(C). Unqualified: a stage whose
+  // sources hold their exponents packed has its own (the GPU's, two outputs per instruction).
+  max_exponents(a, w, count, e);
   Term ta[TM], tw[TN];
-  // E: the largest alignment exponent of the nonzero products and e(C).
-  for (int i = 0; i < count; ++i) {
-    a.load(i, ta);
-    w.load(i, tw);
-    for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) e[r][c] = add_max(ta[r].e, tw[c].e, e[r][c]);
-    }
-  }
   // The step's sum in units of its grid, an fp32 integer, |s| < 2^24 (`applies`): every addition is
   // exact, whatever the order. A product a·w is rounded as sign(a) · round(|a| · w · up) (both
   // roundings are odd functions), so its bias is w's (`grid_bias`, once per column and term) and
@@ -208,7 +221,7 @@ QC_ACCUM_FN void step_tile(const StepParams& p, const A& a, const W& w, int coun
   for (int r = 0; r < TM; ++r) {
     for (int c = 0; c < TN; ++c) {
       // a zero sum is +0 (round_term and add_signed never make -0 of a zero sum)
-      chain[r][c] = round_significand(s[r][c], p.result_bits, p.nearest_result) * pow2(e[r][c] - p.term_bits);
+      chain[r][c] = round_significand(s[r][c], p.result_bits, p.nearest_result) * reciprocal_pow2(up[r][c]);
     }
   }
 }

@@ -103,35 +103,74 @@ void launch_fp64(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, con
 //
 // A block of 16 x 16 threads computes a tile of BM = 16·TM rows by BN = 16·TN columns; thread (tx, ty)
 // owns rows ty·TM .. ty·TM+TM-1 and columns tx·TN .. tx·TN+TN-1 of it. Every step (KC = step_k terms)
-// is staged in shared memory decoded (value, exponent), term-major ([i][row], rows padded by 4 floats;
-// each thread's TM consecutive rows are one 16-byte load), from codes fetched into registers one step
-// ahead (`CodeFetch`: word loads, their latency behind the previous step's arithmetic). A short step
-// (the end of K or of a split range) is padded with zero codes, which take no part (accum_fp32's
-// header), so the step loops run a fixed count and unroll.
+// is staged in shared memory decoded, term-major ([i][row], rows padded; each thread's TM consecutive
+// rows are one 16-byte load), from codes fetched into registers one step ahead (`CodeFetch`: word loads,
+// their latency behind the previous step's arithmetic). A short step (the end of K or of a split range)
+// is padded with zero codes, which take no part (accum_fp32's header), so the step loops run a fixed
+// count and unroll.
+// The exponents are staged packed for `max_exponents` below, which finds E for two outputs per
+// instruction (`__viaddmax_s16x2`: max(x + y, z) on each 16-bit half): a row's exponent repeated in both
+// halves of a word (`ae`), a column's as one 16-bit half (`we`: columns 2j and 2j + 1 are one word, 2j in
+// the low half). Every exponent, and every sum of two (kNoExponent twice is -2048), fits in 16 bits.
 template <int TM, int TN, int KC>
 struct SmemTiles {
   static constexpr int kBM = 16 * TM, kBN = 16 * TN, kPad = 4;
   float av[KC][kBM + kPad];
-  int ae[KC][kBM + kPad];
+  uint32_t ae[KC][kBM + kPad];
   float wv[KC][kBN + kPad];
-  int we[KC][kBN + kPad];
+  int16_t we[KC][kBN + kPad];  // a row of 2 (kBN + 4) bytes: each thread's TN halves are one 8-byte load
 };
 
-template <int T, int KC, int kStride>
-struct SmemTerms {
+// The values of one staged step for this thread's T rows (or columns), from `first` on.
+template <int T, int kStride>
+struct SmemValues {
   const float (*v)[kStride];
-  const int (*e)[kStride];
-  int first;  // this thread's first row (or column) in the tile
+  int first;
+  // Only the values: the exponents are read by `max_exponents`, packed.
   __device__ __forceinline__ void load(int i, accum_fp32::Term (&t)[T]) const {
     if constexpr (T == 4) {
       const float4 fv = *reinterpret_cast<const float4*>(&v[i][first]);
-      const int4 fe = *reinterpret_cast<const int4*>(&e[i][first]);
-      t[0] = {fv.x, fe.x}, t[1] = {fv.y, fe.y}, t[2] = {fv.z, fe.z}, t[3] = {fv.w, fe.w};
+      t[0] = {fv.x, 0}, t[1] = {fv.y, 0}, t[2] = {fv.z, 0}, t[3] = {fv.w, 0};
     } else {
-      for (int j = 0; j < T; ++j) t[j] = {v[i][first + j], e[i][first + j]};
+      for (int j = 0; j < T; ++j) t[j] = {v[i][first + j], 0};
     }
   }
 };
+template <int T, int kStride>
+struct SmemRows : SmemValues<T, kStride> {
+  const uint32_t (*e)[kStride];  // each exponent in both halves
+};
+template <int T, int kStride>
+struct SmemCols : SmemValues<T, kStride> {
+  const int16_t (*e)[kStride];
+};
+
+// accum_fp32::max_exponents for the staged tiles (found by argument-dependent lookup from step_tile):
+// the same maxima, two columns per instruction.
+template <int TM, int TN, int kStrideA, int kStrideW>
+__device__ __forceinline__ void max_exponents(const SmemRows<TM, kStrideA>& a, const SmemCols<TN, kStrideW>& w,
+                                              int count, int (&e)[TM][TN]) {
+  static_assert(TN % 2 == 0, "columns in pairs");
+  uint32_t e2[TM][TN / 2];
+  for (int r = 0; r < TM; ++r) {
+    for (int j = 0; j < TN / 2; ++j) e2[r][j] = (e[r][2 * j] & 0xFFFFu) | static_cast<uint32_t>(e[r][2 * j + 1]) << 16;
+  }
+  for (int i = 0; i < count; ++i) {
+    uint32_t ea[TM], ew[TN / 2];
+    for (int r = 0; r < TM; ++r) ea[r] = a.e[i][a.first + r];
+    const uint32_t* wp = reinterpret_cast<const uint32_t*>(&w.e[i][w.first]);
+    for (int j = 0; j < TN / 2; ++j) ew[j] = wp[j];
+    for (int r = 0; r < TM; ++r) {
+      for (int j = 0; j < TN / 2; ++j) e2[r][j] = __viaddmax_s16x2(ea[r], ew[j], e2[r][j]);
+    }
+  }
+  for (int r = 0; r < TM; ++r) {
+    for (int j = 0; j < TN / 2; ++j) {
+      e[r][2 * j] = static_cast<int16_t>(e2[r][j] & 0xFFFFu);
+      e[r][2 * j + 1] = static_cast<int32_t>(e2[r][j]) >> 16;
+    }
+  }
+}
 
 // The raw codes of one step for one operand's rows, fetched into registers a step ahead: thread `tid`
 // holds words idx = tid + 256·j (j < kSlots) of the [kRows][KC] block of codes, row idx % kRows (so that
@@ -163,9 +202,11 @@ struct CodeFetch {
       word[j] = v;
     }
   }
-  // Decodes the fetched codes into the tile (`v[i][r]`, `e[i][r]`), terms i >= n as zero codes.
-  template <int kStride>
-  __device__ __forceinline__ void store(float (*v)[kStride], int (*e)[kStride], Fp8Format f, int n, int tid) const {
+  // Decodes the fetched codes into the tile (`v[i][r]`, `e[i][r]` = `pack(exponent)`), terms i >= n as
+  // zero codes.
+  template <int kStride, class E, class Pack>
+  __device__ __forceinline__ void store(float (*v)[kStride], E (*e)[kStride], Fp8Format f, int n, int tid,
+                                        Pack pack) const {
     for (int j = 0; j < kSlots; ++j) {
       const int idx = tid + 256 * j;
       if (idx >= kWords) break;
@@ -174,7 +215,7 @@ struct CodeFetch {
         const int i = 4 * wd + b;
         const uint8_t c = i < n ? static_cast<uint8_t>(word[j] >> (8 * b)) : uint8_t{0};
         const accum_fp32::Term t = accum_fp32::decode(c, f);
-        v[i][r] = t.v, e[i][r] = t.e;
+        v[i][r] = t.v, e[i][r] = pack(t.e);
       }
     }
   }
@@ -207,18 +248,18 @@ struct SmemStage {
   __device__ __forceinline__ void load(int64_t k0, int n) {
     if (fetched != k0) fetch(k0);
     __syncthreads();  // every thread is done with the previous step's terms
-    a_codes.store(s.av, s.ae, fa, n, tid);
-    w_codes.store(s.wv, s.we, fw, n, tid);
+    a_codes.store(s.av, s.ae, fa, n, tid, [](int e) { return (static_cast<uint32_t>(e) & 0xFFFFu) * 0x10001u; });
+    w_codes.store(s.wv, s.we, fw, n, tid, [](int e) { return static_cast<int16_t>(e); });
     __syncthreads();
     if (k0 + n < k) fetch(k0 + n);
   }
   __device__ __forceinline__ static constexpr int count(int) { return KC; }
   // What accum_fp32::evaluate_tile reads: this thread's rows and columns of the staged step.
-  __device__ __forceinline__ SmemTerms<TM, KC, Tiles::kBM + Tiles::kPad> a() const {
-    return {s.av, s.ae, ty * TM};
+  __device__ __forceinline__ SmemRows<TM, Tiles::kBM + Tiles::kPad> a() const {
+    return {{s.av, ty * TM}, s.ae};
   }
-  __device__ __forceinline__ SmemTerms<TN, KC, Tiles::kBN + Tiles::kPad> w() const {
-    return {s.wv, s.we, tx * TN};
+  __device__ __forceinline__ SmemCols<TN, Tiles::kBN + Tiles::kPad> w() const {
+    return {{s.wv, tx * TN}, s.we};
   }
 };
 
