@@ -482,9 +482,9 @@ std::unique_ptr<ResidentVerifier> device_pipeline(Arm& a, Arm& b, const Epilogue
 
 // The selected layers in order, each loaded once: the device pipeline asks for the next one ahead (to
 // upload it beside the current one's runs), and takes it from here when its turn comes. With `beside`
-// (QC_VERIFY_OVERLAP=1) the one after that is loaded on a thread of its own meanwhile (mapping a shard,
-// checking a layer's scales: ~1.3 ms a layer of a 70B model on the H100 machine, which the run loop's
-// thread would otherwise spend between the runs); a layer that fails to load fails where it did when loaded
+// (the default; QC_VERIFY_OVERLAP=0 turns it off) the one after that is loaded on a thread of its own
+// meanwhile (mapping a shard, checking a layer's scales: ~1.3 ms a layer of a 70B model on the H100
+// machine, which the run loop's thread would otherwise spend between the runs); a layer that fails to load fails where it did when loaded
 // in turn: when it is asked for.
 struct LayerSequence {
   const LayerLoader& load;

@@ -462,9 +462,9 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
 }
 
 bool ResidentVerifier::overlaps_layers() {
-  static const bool on = [] {  // as the pipeline's other settings read: a number, 0 off
+  static const bool on = [] {  // as the pipeline's other settings read: a number, 0 off; on when unset
     const char* v = std::getenv("QC_VERIFY_OVERLAP");
-    return v != nullptr && std::atoi(v) != 0;
+    return v == nullptr || std::atoi(v) != 0;
   }();
   return on;
 }
