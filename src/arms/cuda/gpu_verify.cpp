@@ -349,7 +349,7 @@ struct GpuVerifyLayer::Impl {
   struct Ahead {
     DeviceScratch<int8_t> a, a0, w, w0;
     DeviceScratch<uint16_t> bias, bias0;
-    DeviceScratch<uint8_t> wt, wt_beside;                     // FP8: w transposed, by the models on each stream
+    DeviceScratch<uint8_t> wt;
     ModelSet models;                                          // FP8: evaluated right after the upload
     DeviceScratch<int32_t> exact;                             // INT8: the exact accumulators, after the upload
     DeviceScratch<cuda_kernels::RangeCounts> range;           // INT8: C2's statistics of them
@@ -372,9 +372,6 @@ struct GpuVerifyLayer::Impl {
   // (docs/gpu.md).
   cudaStream_t exact_stream = nullptr;
   cudaEvent_t upload_done = nullptr, exact_done = nullptr;
-  // An FP8 layer's models after the first, evaluated beside it on the exact stream (which an FP8 layer
-  // leaves idle): the upload's stream waits for them before the layer is ready.
-  cudaEvent_t models_done = nullptr;
   static bool exact_beside() {
     static const bool on = env_int("QC_EXACT_STREAM", 1, 0, 1) != 0;
     return on;
@@ -497,8 +494,7 @@ GpuVerifyLayer::GpuVerifyLayer()
   QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->stream, cudaStreamNonBlocking, greatest));
   QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->copy_stream, cudaStreamNonBlocking, least));
   QC_CUDA_CHECK(cudaStreamCreateWithPriority(&impl_->exact_stream, cudaStreamNonBlocking, least));
-  for (cudaEvent_t* e : {&impl_->ahead_done, &impl_->previous_done, &impl_->upload_done, &impl_->exact_done,
-                         &impl_->models_done}) {
+  for (cudaEvent_t* e : {&impl_->ahead_done, &impl_->previous_done, &impl_->upload_done, &impl_->exact_done}) {
     QC_CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   }
 }
@@ -511,7 +507,7 @@ GpuVerifyLayer::~GpuVerifyLayer() {
     cudaStreamSynchronize(s);
     cudaStreamDestroy(s);
   }
-  for (cudaEvent_t e : {impl_->ahead_done, impl_->previous_done, impl_->upload_done, impl_->exact_done, impl_->models_done}) {
+  for (cudaEvent_t e : {impl_->ahead_done, impl_->previous_done, impl_->upload_done, impl_->exact_done}) {
     if (e != nullptr) cudaEventDestroy(e);
   }
 }
@@ -531,31 +527,15 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
     if (wait_exact) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
     x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
-    // The models after the upload: the first on the upload's stream, the others beside it on the exact
-    // stream, so that the two models of a pair fill the multiprocessors together (one 512 x 1024 layer's
-    // model is 128 blocks of 64 x 64 outputs for 132 multiprocessors, each block a whole K loop).
+    // The models after the upload, one after the other on the same stream.
     if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
       const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
                           reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
-      bool beside = false;
       for (const NamedAccumModel& m : models) {
         if (h.models.ready.count(m.name) != 0) continue;
-        float* d = h.models.slot(m.name, static_cast<size_t>(next.m * next.n));
-        if (h.models.ready.empty()) {
-          x.evaluate(m.model, codes, h.wt, d, x.copy_stream, nullptr);
-        } else {
-          if (!beside) {
-            QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
-            QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
-            beside = true;
-          }
-          x.evaluate(m.model, codes, h.wt_beside, d, x.exact_stream, nullptr);
-        }
+        x.evaluate(m.model, codes, h.wt, h.models.slot(m.name, static_cast<size_t>(next.m * next.n)), x.copy_stream,
+                   nullptr);
         h.models.ready.insert(m.name);
-      }
-      if (beside) {
-        QC_CUDA_CHECK(cudaEventRecord(x.models_done, x.exact_stream));
-        QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.models_done));
       }
     } else if (Impl::exact_beside()) {  // an INT8 layer's exact accumulators and C2's statistics beside the uploads
       QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
