@@ -484,8 +484,8 @@ std::unique_ptr<ResidentVerifier> device_pipeline(Arm& a, Arm& b, const Epilogue
 // upload it beside the current one's runs), and takes it from here when its turn comes. With `beside`
 // (the default; QC_VERIFY_OVERLAP=0 turns it off) the one after that is loaded on a thread of its own
 // meanwhile (mapping a shard, checking a layer's scales: ~1.3 ms a layer of a 70B model on the H100
-// machine, which the run loop's thread would otherwise spend between the runs); a layer that fails to load fails where it did when loaded
-// in turn: when it is asked for.
+// machine, which the run loop's thread would otherwise spend between the runs); a layer that fails to
+// load fails where it did when loaded in turn: when it is asked for.
 struct LayerSequence {
   const LayerLoader& load;
   const std::vector<size_t>& selected;

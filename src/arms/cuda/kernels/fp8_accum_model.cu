@@ -158,6 +158,8 @@ __device__ __forceinline__ void max_exponents(const SmemRows<TM, kStrideA>& a, c
   for (int i = 0; i < count; ++i) {
     uint32_t ea[TM], ew[TN / 2];
     for (int r = 0; r < TM; ++r) ea[r] = a.e[i][a.first + r];
+    // Two adjacent int16 exponents read as one word (8-byte aligned: rows of 2 (kBN + 4) bytes, `first` a
+    // multiple of 4); written by other threads before the step's __syncthreads, read after it.
     const uint32_t* wp = reinterpret_cast<const uint32_t*>(&w.e[i][w.first]);
     for (int j = 0; j < TN / 2; ++j) ew[j] = wp[j];
     for (int r = 0; r < TM; ++r) {
