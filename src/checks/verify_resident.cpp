@@ -418,7 +418,10 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
   const auto t0 = std::chrono::steady_clock::now();
   gpu_->load(full);
   if (next != nullptr) gpu_->prefetch(*next, declared_, /*only_untaken=*/overlaps_layers());
-  add_seconds(seconds, fp8_ ? "layer upload (what was not uploaded ahead, or the wait for the upload and the models ahead)" : "layer upload (what was not uploaded ahead, or the wait for the upload ahead), exact accumulators and C2's statistics where not computed ahead",
+  add_seconds(seconds,
+              fp8_ ? "layer upload (what was not uploaded ahead, or the wait for the upload and the models ahead)"
+                   : "layer upload (what was not uploaded ahead, or the wait for the upload ahead), exact "
+                     "accumulators and C2's statistics where not computed ahead",
               seconds_since(t0));
   const GpuVerifyLayer::UploadSeconds upload = gpu_->take_upload_seconds();
   if (upload.ahead > 0) add_seconds(seconds, "layer uploads ahead (beside the runs)", upload.ahead);

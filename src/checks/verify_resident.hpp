@@ -47,9 +47,9 @@ class ResidentVerifier {
   // The layer whose runs' host parts still run, joined into it and handed to its `done` (nothing: none).
   void finish(PhaseSeconds& seconds);
   // On by default (QC_VERIFY_OVERLAP=0 turns it off; docs/gpu.md): the run loop's work across layers
-  // overlapped: the layer after next loaded on a thread of its own (`LayerSequence`,
-  // verify.cpp), an INT8 layer's host parts finished beside the next layer's runs, and the next upload
-  // waiting for the exact sums ahead only when their layer was not taken (`GpuVerifyLayer::prefetch`).
+  // overlapped: the layer after next loaded on a thread of its own (`LayerSequence`, verify.cpp), an INT8
+  // layer's host parts finished beside the next layer's runs, and the next upload waiting for the exact
+  // sums ahead only when their layer was not taken (`GpuVerifyLayer::prefetch`).
   static bool overlaps_layers();
 
  private:
