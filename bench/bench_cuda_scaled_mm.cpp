@@ -281,7 +281,8 @@ int main(int argc, char** argv) {
         const size_t end = std::min(list.find(',', at), list.size());
         const std::string name = list.substr(at, end - at);
         bool found = false;
-        for (int t = 0; t <= static_cast<int>(MmTile::wg128x256_c2); ++t) {
+        // Every tile `tile_name` knows (the enumerators are consecutive from 0; "?" past the last).
+        for (int t = 0; std::string(tile_name(static_cast<MmTile>(t))) != "?"; ++t) {
           if (name == tile_name(static_cast<MmTile>(t))) only.push_back(static_cast<MmTile>(t)), found = true;
         }
         if (!found) {
