@@ -112,6 +112,12 @@ void launch_fp64(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, con
 // instruction (`__viaddmax_s16x2`: max(x + y, z) on each 16-bit half): a row's exponent repeated in both
 // halves of a word (`ae`), a column's as one 16-bit half (`we`: columns 2j and 2j + 1 are one word, 2j in
 // the low half). Every exponent, and every sum of two (kNoExponent twice is -2048), fits in 16 bits.
+// A code decoded (`accum_fp32::decode`), its exponent already in the packing of its operand's tile.
+struct __align__(8) DecodedCode {
+  float v;
+  uint32_t e;
+};
+
 template <int TM, int TN, int KC>
 struct SmemTiles {
   static constexpr int kBM = 16 * TM, kBN = 16 * TN, kPad = 4;
@@ -119,7 +125,25 @@ struct SmemTiles {
   uint32_t ae[KC][kBM + kPad];
   float wv[KC][kBN + kPad];
   int16_t we[KC][kBN + kPad];  // a row of 2 (kBN + 4) bytes: each thread's TN halves are one 8-byte load
+  // Every code of each operand's format decoded once per block (`fill_decode_tables`): staging a code is
+  // one 8-byte shared load instead of the decoding's ~30 instructions.
+  DecodedCode a_codes[256], w_codes[256];
 };
+
+// The exponent packings of the staged tiles (see SmemTiles): a row's in both halves, a column's in one.
+__device__ __forceinline__ uint32_t pack_row_exponent(int e) { return (static_cast<uint32_t>(e) & 0xFFFFu) * 0x10001u; }
+__device__ __forceinline__ uint32_t pack_col_exponent(int e) { return static_cast<uint16_t>(static_cast<int16_t>(e)); }
+
+// The block's decode tables; read after the first step's __syncthreads (SmemStage::load).
+template <class Tiles>
+__device__ __forceinline__ void fill_decode_tables(Tiles& s, Fp8Format fa, Fp8Format fw, int tid, int threads) {
+  for (int c = tid; c < 256; c += threads) {
+    const accum_fp32::Term ta = accum_fp32::decode(static_cast<uint8_t>(c), fa);
+    const accum_fp32::Term tw = accum_fp32::decode(static_cast<uint8_t>(c), fw);
+    s.a_codes[c] = DecodedCode{ta.v, pack_row_exponent(ta.e)};
+    s.w_codes[c] = DecodedCode{tw.v, pack_col_exponent(tw.e)};
+  }
+}
 
 // The values of one staged step for this thread's T rows (or columns), from `first` on.
 template <int T, int kStride>
@@ -204,20 +228,20 @@ struct CodeFetch {
       word[j] = v;
     }
   }
-  // Decodes the fetched codes into the tile (`v[i][r]`, `e[i][r]` = `pack(exponent)`), terms i >= n as
-  // zero codes.
-  template <int kStride, class E, class Pack>
-  __device__ __forceinline__ void store(float (*v)[kStride], E (*e)[kStride], Fp8Format f, int n, int tid,
-                                        Pack pack) const {
+  // Decodes the fetched codes into the tile through the block's table of the operand's format
+  // (`v[i][r]`, `e[i][r]` the packed exponent), terms i >= n as zero codes.
+  template <int kStride, class E>
+  __device__ __forceinline__ void store(float (*v)[kStride], E (*e)[kStride], const DecodedCode* table, int n,
+                                        int tid) const {
     for (int j = 0; j < kSlots; ++j) {
       const int idx = tid + 256 * j;
       if (idx >= kWords) break;
       const int r = idx % kRows, wd = idx / kRows;
       for (int b = 0; b < 4; ++b) {
         const int i = 4 * wd + b;
-        const uint8_t c = i < n ? static_cast<uint8_t>(word[j] >> (8 * b)) : uint8_t{0};
-        const accum_fp32::Term t = accum_fp32::decode(c, f);
-        v[i][r] = t.v, e[i][r] = pack(t.e);
+        const uint32_t c = i < n ? (word[j] >> (8 * b)) & 0xFFu : 0u;
+        const DecodedCode d = table[c];
+        v[i][r] = d.v, e[i][r] = static_cast<E>(d.e);
       }
     }
   }
@@ -233,7 +257,6 @@ struct SmemStage {
   Tiles& s;
   const uint8_t* a_rows;  // the tile's first row
   const uint8_t* w_cols;  // the tile's first column (a row of w)
-  Fp8Format fa, fw;
   int rows, cols;    // valid rows and columns of the tile (the rest load zero codes)
   int64_t k;
   int tid, ty, tx;
@@ -250,8 +273,8 @@ struct SmemStage {
   __device__ __forceinline__ void load(int64_t k0, int n) {
     if (fetched != k0) fetch(k0);
     __syncthreads();  // every thread is done with the previous step's terms
-    a_codes.store(s.av, s.ae, fa, n, tid, [](int e) { return (static_cast<uint32_t>(e) & 0xFFFFu) * 0x10001u; });
-    w_codes.store(s.wv, s.we, fw, n, tid, [](int e) { return static_cast<int16_t>(e); });
+    a_codes.store(s.av, s.ae, s.a_codes, n, tid);
+    w_codes.store(s.wv, s.we, s.w_codes, n, tid);
     __syncthreads();
     if (k0 + n < k) fetch(k0 + n);
   }
@@ -278,8 +301,9 @@ __global__ void __launch_bounds__(256, 2) fp8_accum_model_fp32_kernel(Fp8AccumMo
   const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
   const bool aligned = K % 4 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0 && reinterpret_cast<uintptr_t>(w) % 4 == 0;
-  SmemStage<TM, TN, KC> stage{tiles, a + static_cast<int64_t>(m0) * K, w + static_cast<int64_t>(n0) * K, fa, fw,
+  SmemStage<TM, TN, KC> stage{tiles, a + static_cast<int64_t>(m0) * K, w + static_cast<int64_t>(n0) * K,
                               min(kBM, M - m0), min(kBN, N - n0), K, tid, ty, tx, aligned};
+  fill_decode_tables(tiles, fa, fw, tid, 256);
   float out[TM][TN];
   accum_fp32::evaluate_tile<TM, TN>(model, K, stage, out);
   for (int r = 0; r < TM; ++r) {

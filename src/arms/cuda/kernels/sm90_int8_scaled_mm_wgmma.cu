@@ -384,10 +384,30 @@ __device__ __forceinline__ void mma_tail(int32_t (&acc)[C::kMBlocks][BN / 2], in
   if (lane == 0) release_stage<C>(empty0, peer_empty0, (it_end - 1) % STAGES);  // the tile's last stage
 }
 
+// The four lanes of a quad (lane % 4 = t) each hold one 32-bit word of two adjacent bf16 outputs of
+// one row in each of two adjacent n8 blocks: `p0` cols 2t, 2t + 1 of the first block, `p1` those of the
+// second (16 columns, 32 bytes of the row in all). Returns the 8 bytes of cols 4t .. 4t + 3 for lane t,
+// low word first, so that the quad stores the row's 32 bytes as one full sector (one 8-byte store per
+// lane instead of two 4-byte stores that each fill half a sector). Two exchanges: across lanes t ^ 2
+// (lanes 0, 1 keep their first block's word and send the second, lanes 2, 3 the other way round), then
+// across t ^ 1. Every lane of the warp must call it (full-warp shuffles).
+__device__ __forceinline__ uint2 quad_row_words(uint32_t p0, uint32_t p1, int t) {
+  const bool low = t < 2;
+  const uint32_t keep = low ? p0 : p1;
+  const uint32_t recv = __shfl_xor_sync(0xFFFFFFFFu, low ? p1 : p0, 2);
+  // (keep, recv) in columns of the 16: lane 0 (0-1, 4-5), lane 1 (2-3, 6-7), lane 2 (12-13, 8-9), lane 3 (14-15, 10-11).
+  // Lanes 0 and 3 send recv, 1 and 2 keep; each ends with its 4 columns as (rest, got), odd lanes (got, rest).
+  const bool send_recv = t == 0 || t == 3;
+  const uint32_t got = __shfl_xor_sync(0xFFFFFFFFu, send_recv ? recv : keep, 1);
+  const uint32_t rest = send_recv ? keep : recv;
+  return (t & 1) ? make_uint2(got, rest) : make_uint2(rest, got);
+}
+
 // Epilogue on registers of one m64 x BN accumulator block whose first row is `row_base`.
 // Accumulator layout (m64nN): warp w of the warpgroup holds rows 16w + g and 16w + g + 8
 // (g = lane / 4); acc[4j + 0, 1] = row g, cols 8j + 2t, 8j + 2t + 1 (t = lane % 4);
-// acc[4j + 2, 3] = row g + 8, same cols.
+// acc[4j + 2, 3] = row g + 8, same cols. The bf16 outputs of two adjacent n8 blocks are regrouped in
+// the quad (`quad_row_words`) and stored 8 bytes a lane: full 32-byte sectors.
 template <int BN, EpilogueKind F>
 __device__ __forceinline__ void epilogue_m64(const int32_t (&acc)[BN / 2], const ScaledMmArgs& args, int row_base,
                                              int n0, int warp, int lane) {
@@ -419,20 +439,30 @@ __device__ __forceinline__ void epilogue_m64(const int32_t (&acc)[BN / 2], const
         bc[u] = make_float2(formula::bf16_value(args.bias[col]), formula::bf16_value(args.bias[col + 1]));
     }
 #pragma unroll
-    for (int u = 0; u < kChunk; ++u) {
-      const int j = j0 + u;
-      const int col = n0 + j * 8 + t * 2;
-      if (col >= N) continue;
+    for (int u = 0; u < kChunk; u += 2) {
+      const int j = j0 + u;  // even: blocks j and j + 1 are the 16 columns from span (a multiple of 16)
+      const int span = n0 + j * 8;
+      if (span >= N) continue;  // the same for the whole warp; N is a multiple of 16, so the span is in whole
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = row0 + 8 * h;
+        uint32_t p[2];
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          p[b] = formula_pair::apply<F>(acc[4 * (j + b) + 2 * h], acc[4 * (j + b) + 2 * h + 1], sa[h], sa[h],
+                                        swc[u + b].x, swc[u + b].y, bias_mode, has_bias, bc[u + b].x, bc[u + b].y);
+        }
+        const uint2 words = quad_row_words(p[0], p[1], t);
         if (row >= M) continue;
-        const int32_t v0 = acc[4 * j + 2 * h];
-        const int32_t v1 = acc[4 * j + 2 * h + 1];
-        const int64_t off = static_cast<int64_t>(row) * N + col;
-        *reinterpret_cast<uint32_t*>(args.y + off) = formula_pair::apply<F>(
-            v0, v1, sa[h], sa[h], swc[u].x, swc[u].y, bias_mode, has_bias, bc[u].x, bc[u].y);
-        if (args.acc != nullptr) *reinterpret_cast<int2*>(args.acc + off) = make_int2(v0, v1);
+        const int64_t off = static_cast<int64_t>(row) * N + span;
+        *reinterpret_cast<uint2*>(args.y + off + 4 * t) = words;
+        if (args.acc != nullptr) {
+#pragma unroll
+          for (int b = 0; b < 2; ++b) {
+            *reinterpret_cast<int2*>(args.acc + off + 8 * b + 2 * t) =
+                make_int2(acc[4 * (j + b) + 2 * h], acc[4 * (j + b) + 2 * h + 1]);
+          }
+        }
       }
     }
   }
