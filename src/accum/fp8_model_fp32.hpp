@@ -179,32 +179,22 @@ QC_ACCUM_FN void max_exponents(const A& a, const W& w, int count, int (&e)[TM][T
   }
 }
 
-// One step for a TM x TN tile of outputs. `a.load(i, t)` fills t[0..TM) with the decoded codes of
-// term i of the tile's rows, `w.load(i, t)` t[0..TN) with those of its columns, i in [0, count).
-// `chain[r][c]` is C before and after.
-template <int TM, int TN, class A, class W>
-QC_ACCUM_FN void step_tile(const StepParams& p, const A& a, const W& w, int count, float (&chain)[TM][TN]) {
-  int e[TM][TN];
-  for (int r = 0; r < TM; ++r) {
-    for (int c = 0; c < TN; ++c) e[r][c] = exponent_of(chain[r][c]);
-  }
-  // E: the largest alignment exponent of the nonzero products and e(C). Unqualified: a stage whose
-  // sources hold their exponents packed has its own (the GPU's, two outputs per instruction).
-  max_exponents(a, w, count, e);
+// True when models a and b differ at most in their promotion (promote_steps, promote_bits,
+// promote_rounding) and `applies` takes both: their chains run the same steps over the same products,
+// so one pass over the products evaluates both (`evaluate_tile` with P = 2: the products, their largest
+// exponent and the staging are shared; each chain keeps its own E, grid, sum and result). The Hopper
+// pair of cuBLASLt's FP8 paths is one: hopper-fp8-promote4 and hopper-fp8-chain (fast accumulation).
+QC_ACCUM_FN bool same_steps(const Fp8AccumModel& a, const Fp8AccumModel& b) {
+  return applies(a) && applies(b) && a.step_k == b.step_k && a.term_bits == b.term_bits &&
+         a.term_rounding == b.term_rounding && a.result_bits == b.result_bits &&
+         a.result_rounding == b.result_rounding && a.alignment == b.alignment && a.splits == b.splits &&
+         a.split_granule == b.split_granule && a.interleave == b.interleave;
+}
+
+// s[q][r][c] += the step's count products of output (r, c) rounded to chain q's grid (`up`): see step_tile.
+template <bool kNearest, int TM, int TN, int P, class A, class W>
+QC_ACCUM_FN void sum_products(const A& a, const W& w, int count, const float (&up)[P][TM][TN], float (&s)[P][TM][TN]) {
   Term ta[TM], tw[TN];
-  // The step's sum in units of its grid, an fp32 integer, |s| < 2^24 (`applies`): every addition is
-  // exact, whatever the order. A product a·w is rounded as sign(a) · round(|a| · w · up) (both
-  // roundings are odd functions), so its bias is w's (`grid_bias`, once per column and term) and
-  // its sign a's (`sign_unit`, once per row and term): four fp32 operations per product and no
-  // integer ones (was two and five; the device kernel gained 5 %: docs/performance.md).
-  float up[TM][TN], s[TM][TN];
-  for (int r = 0; r < TM; ++r) {
-    for (int c = 0; c < TN; ++c) {
-      e[r][c] = e[r][c] > kMinStepExponent ? e[r][c] : kMinStepExponent;
-      up[r][c] = pow2(p.term_bits - e[r][c]);
-      s[r][c] = round_term(chain[r][c], up[r][c], grid_bias(chain[r][c]), p.nearest_terms);
-    }
-  }
   for (int i = 0; i < count; ++i) {
     a.load(i, ta);
     w.load(i, tw);
@@ -213,63 +203,131 @@ QC_ACCUM_FN void step_tile(const StepParams& p, const A& a, const W& w, int coun
     for (int c = 0; c < TN; ++c) bias[c] = grid_bias(tw[c].v);
     for (int r = 0; r < TM; ++r) {
       for (int c = 0; c < TN; ++c) {
-        const float t = round_term(magnitude[r] * tw[c].v, up[r][c], bias[c], p.nearest_terms);
-        s[r][c] = add_signed(s[r][c], t, sign[r]);
+        const float x = magnitude[r] * tw[c].v;
+        for (int q = 0; q < P; ++q) s[q][r][c] = add_signed(s[q][r][c], round_term(x, up[q][r][c], bias[c], kNearest), sign[r]);
       }
-    }
-  }
-  for (int r = 0; r < TM; ++r) {
-    for (int c = 0; c < TN; ++c) {
-      // a zero sum is +0 (round_term and add_signed never make -0 of a zero sum)
-      chain[r][c] = round_significand(s[r][c], p.result_bits, p.nearest_result) * reciprocal_pow2(up[r][c]);
     }
   }
 }
 
-// The whole evaluation of a TM x TN tile: split ranges, steps, promotions, as accum_model::evaluate.
+// One step for a TM x TN tile of outputs of P chains that run the same steps (`same_steps`; P = 1: one
+// model). `a.load(i, t)` fills t[0..TM) with the decoded codes of term i of the tile's rows,
+// `w.load(i, t)` t[0..TN) with those of its columns, i in [0, count). `chain[q][r][c]` is chain q's C
+// before and after.
+template <int TM, int TN, int P, class A, class W>
+QC_ACCUM_FN void step_tile(const StepParams& p, const A& a, const W& w, int count, float (&chain)[P][TM][TN]) {
+  // The largest alignment exponent of the step's nonzero products, shared by the chains. Unqualified: a
+  // stage whose sources hold their exponents packed has its own (the GPU's, two outputs per instruction).
+  int e[TM][TN];
+  for (int r = 0; r < TM; ++r) {
+    for (int c = 0; c < TN; ++c) e[r][c] = kNoExponent;
+  }
+  max_exponents(a, w, count, e);
+  // E of each chain: that maximum and e(C). The step's sum in units of its grid, an fp32 integer,
+  // |s| < 2^24 (`applies`): every addition is exact, whatever the order. A product a·w is rounded as
+  // sign(a) · round(|a| · w · up) (both roundings are odd functions), so its bias is w's (`grid_bias`,
+  // once per column and term) and its sign a's (`sign_unit`, once per row and term): four fp32
+  // operations per product and chain, the product itself shared (was two and five integer ones; the
+  // device kernel gained 5 %: docs/performance.md).
+  float up[P][TM][TN], s[P][TM][TN];
+  for (int q = 0; q < P; ++q) {
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) {
+        const int ec = exponent_of(chain[q][r][c]);
+        int eq = ec > e[r][c] ? ec : e[r][c];
+        eq = eq > kMinStepExponent ? eq : kMinStepExponent;
+        up[q][r][c] = pow2(p.term_bits - eq);
+        s[q][r][c] = round_term(chain[q][r][c], up[q][r][c], grid_bias(chain[q][r][c]), p.nearest_terms);
+      }
+    }
+  }
+  // The term rounding decided once per step, not per product (the device would otherwise issue both
+  // roundings, predicated, for every product).
+  if (p.nearest_terms) {
+    sum_products<true>(a, w, count, up, s);
+  } else {
+    sum_products<false>(a, w, count, up, s);
+  }
+  for (int q = 0; q < P; ++q) {
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) {
+        // a zero sum is +0 (round_term and add_signed never make -0 of a zero sum)
+        chain[q][r][c] = round_significand(s[q][r][c], p.result_bits, p.nearest_result) * reciprocal_pow2(up[q][r][c]);
+      }
+    }
+  }
+}
+
+// The whole evaluation of a TM x TN tile for P models that run the same steps (`same_steps`; P = 1: any
+// model `applies` takes): split ranges, steps, each model's promotions, as accum_model::evaluate.
 // `stage.load(k0, count)` makes terms k0 .. k0+count-1 readable through `stage.a()` / `stage.w()`
 // (indices 0 .. count-1; on the GPU it stages them in shared memory, so every thread of a block
-// must call it in the same order: the loop below depends only on the model and K). `stage.count(n)`
+// must call it in the same order: the loop below depends only on the models and K). `stage.count(n)`
 // is the count the step loop runs for n real terms (the GPU pads a short step with zero codes to a
-// fixed count). out[r][c] receives d.
-template <int TM, int TN, class Stage>
-QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel& m, int64_t k, Stage& stage, float (&out)[TM][TN]) {
+// fixed count). out[q][r][c] receives model q's d.
+template <int TM, int TN, int P, class Stage>
+QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel* const (&models)[P], int64_t k, Stage& stage,
+                               float (&out)[P][TM][TN]) {
+  const Fp8AccumModel& m = *models[0];  // the steps and split ranges, the same for every model
   const StepParams p = step_params(m);
   const int64_t splits = m.splits < 1 ? 1 : m.splits;
-  float total[TM][TN], chain[TM][TN], promoted[TM][TN];
-  for (int r = 0; r < TM; ++r) {
-    for (int c = 0; c < TN; ++c) total[r][c] = 0.0f;
+  float total[P][TM][TN], chain[P][TM][TN], promoted[P][TM][TN];
+  for (int q = 0; q < P; ++q) {
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) total[q][r][c] = 0.0f;
+    }
   }
   for (int64_t g = 0; g < splits; ++g) {
     int64_t r0 = 0, r1 = 0;
     accum_model::split_range(m, k, g, r0, r1);
-    for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) chain[r][c] = promoted[r][c] = 0.0f;
+    int in_chain[P];
+    for (int q = 0; q < P; ++q) {
+      in_chain[q] = 0;
+      for (int r = 0; r < TM; ++r) {
+        for (int c = 0; c < TN; ++c) chain[q][r][c] = promoted[q][r][c] = 0.0f;
+      }
     }
-    int in_chain = 0;
     for (int64_t s0 = r0; s0 < r1; s0 += m.step_k) {
       const int n = static_cast<int>(s0 + m.step_k < r1 ? m.step_k : r1 - s0);
       stage.load(s0, n);
-      step_tile<TM, TN>(p, stage.a(), stage.w(), stage.count(n), chain);
-      if (m.promote_steps > 0 && ++in_chain == m.promote_steps) {
-        for (int r = 0; r < TM; ++r) {
-          for (int c = 0; c < TN; ++c) {
-            promoted[r][c] = add_rn(promoted[r][c], chain[r][c]);
-            chain[r][c] = 0.0f;
+      step_tile<TM, TN, P>(p, stage.a(), stage.w(), stage.count(n), chain);
+      for (int q = 0; q < P; ++q) {
+        if (models[q]->promote_steps > 0 && ++in_chain[q] == models[q]->promote_steps) {
+          for (int r = 0; r < TM; ++r) {
+            for (int c = 0; c < TN; ++c) {
+              promoted[q][r][c] = add_rn(promoted[q][r][c], chain[q][r][c]);
+              chain[q][r][c] = 0.0f;
+            }
           }
+          in_chain[q] = 0;
         }
-        in_chain = 0;
       }
     }
-    for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) {
-        if (m.promote_steps > 0) chain[r][c] = in_chain > 0 ? add_rn(promoted[r][c], chain[r][c]) : promoted[r][c];
-        total[r][c] = add_rn(total[r][c], chain[r][c]);
+    for (int q = 0; q < P; ++q) {
+      for (int r = 0; r < TM; ++r) {
+        for (int c = 0; c < TN; ++c) {
+          float partial = chain[q][r][c];
+          if (models[q]->promote_steps > 0) partial = in_chain[q] > 0 ? add_rn(promoted[q][r][c], partial) : promoted[q][r][c];
+          total[q][r][c] = add_rn(total[q][r][c], partial);
+        }
       }
     }
   }
+  for (int q = 0; q < P; ++q) {
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) out[q][r][c] = total[q][r][c];
+    }
+  }
+}
+
+// One model `applies` takes: out[r][c] receives d.
+template <int TM, int TN, class Stage>
+QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel& m, int64_t k, Stage& stage, float (&out)[TM][TN]) {
+  const Fp8AccumModel* const models[1] = {&m};
+  float d[1][TM][TN];
+  evaluate_tile<TM, TN, 1>(models, k, stage, d);
   for (int r = 0; r < TM; ++r) {
-    for (int c = 0; c < TN; ++c) out[r][c] = total[r][c];
+    for (int c = 0; c < TN; ++c) out[r][c] = d[0][r][c];
   }
 }
 

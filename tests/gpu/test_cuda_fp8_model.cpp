@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstring>
 #include <map>
 #include <random>
@@ -15,6 +16,7 @@
 #include "accum/fp8_model_fp32.hpp"
 #include "accum/fp8_model_fp64.hpp"
 #include "arms/cuda/cuda.hpp"
+#include "arms/cuda/kernels/fp8_accum_model.cuh"
 #include "qconform/arm.hpp"
 #include "qconform/numerics.hpp"
 
@@ -125,6 +127,63 @@ TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
   std::printf("GPU evaluation == CPU evaluation on %lld outputs (%lld of them by the fp32 kernel)\n",
               static_cast<long long>(outputs), static_cast<long long>(fp32_outputs));
   EXPECT_GT(fp32_outputs, 0) << "the fp32 kernel never ran";
+}
+
+// Two models that run the same steps in one launch (what verify's device pipeline runs for the cuBLASLt
+// pair: `launch_fp8_accum_model_pair`, `accum_fp32::evaluate_tile` with P = 2) equal the CPU's evaluation
+// of each model bit for bit; a pair whose steps differ is refused.
+TEST(CudaFp8Model, PairInOnePassEqualsEachModel) {
+  std::vector<std::pair<std::string, std::array<Fp8AccumModel, 2>>> pairs;
+  const Fp8AccumModel chain = fp8_accumulation_model("hopper-fp8-chain").model;
+  const Fp8AccumModel promote4 = fp8_accumulation_model("hopper-fp8-promote4").model;
+  pairs.push_back({"promote4 + chain", {promote4, chain}});
+  pairs.push_back({"chain + promote4", {chain, promote4}});
+  Fp8AccumModel p1 = promote4, c_rn = chain;
+  p1.promote_steps = 1;
+  p1.term_rounding = p1.result_rounding = c_rn.term_rounding = c_rn.result_rounding = AccumRounding::nearest_even;
+  pairs.push_back({"promote1 rn + chain rn", {p1, c_rn}});
+  Fp8AccumModel k16p = promote4, k16c = chain;
+  k16p.step_k = k16c.step_k = 16;
+  k16p.term_bits = k16p.result_bits = k16c.term_bits = k16c.result_bits = 10;
+  pairs.push_back({"16-term steps, 10 bits: promote4 + chain", {k16p, k16c}});
+  pairs.push_back({"promote4-splitk-6 + chain-splitk-6",
+                   {fp8_accumulation_model("hopper-fp8-promote4-splitk-6").model,
+                    fp8_accumulation_model("hopper-fp8-chain-splitk-6").model}});
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1},        {7, 45, 33},     {16, 256, 1000},
+                                                   {64, 1024, 4096}, {65, 130, 100},  {130, 70, 4100}};
+  const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e4m3}};
+  std::mt19937_64 rng(1207);
+  int64_t outputs = 0;
+  for (const auto& sh : shapes) {
+    for (const auto& [fa, fw] : formats) {
+      const AccumShape s{sh[0], sh[1], sh[2]};
+      const auto a = finite_codes(rng, s.m * s.k, fa, /*subnormal_heavy=*/sh[2] % 2 == 1);
+      const auto w = finite_codes(rng, s.n * s.k, fw, sh[2] % 2 == 1);
+      const GpuFp8Codes codes(a.data(), fa, w.data(), fw, s);
+      for (const auto& [name, pair] : pairs) {
+        if (pair[0].splits > s.k) continue;
+        ASSERT_TRUE(cuda_kernels::fp8_accum_models_share_steps(pair[0], pair[1], s.k)) << name;
+        std::string kernel;
+        const auto gpu = codes.evaluate_pair(pair[0], pair[1], &kernel);
+        EXPECT_NE(kernel.find("two models sharing their steps"), std::string::npos) << kernel;
+        for (int q = 0; q < 2; ++q) {
+          std::vector<float> cpu(static_cast<size_t>(s.m * s.n));
+          fp8_model_evaluate(pair[q], Fp8Gemm{a.data(), fa, w.data(), fw, s}, cpu.data());
+          const std::string what = fmt::format("pair {} (model {}; {}x{}, M={} N={} K={}): cpu vs gpu kernel `{}`", name,
+                                               q, fa == Fp8Format::e4m3 ? "e4m3" : "e5m2",
+                                               fw == Fp8Format::e4m3 ? "e4m3" : "e5m2", s.m, s.n, s.k, kernel);
+          EXPECT_EQ(count_differing(cpu, gpu[q], s.n, what, 3), 0) << what;
+          outputs += static_cast<int64_t>(cpu.size());
+        }
+      }
+      Fp8AccumModel other = chain;
+      other.step_k = 16;
+      EXPECT_THROW(codes.evaluate_pair(chain, other), Error) << "steps of 32 and 16 terms";
+    }
+  }
+  std::printf("paired GPU evaluation == CPU evaluation on %lld outputs\n", static_cast<long long>(outputs));
+  EXPECT_GT(outputs, 1000000);
 }
 
 // The declaration of each cuBLASLt FP8 arm, checked: 0 outputs off the model the run claims, and

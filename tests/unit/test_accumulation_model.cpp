@@ -336,6 +336,82 @@ TEST(AccumulationModel, PerOutputFp32EvaluationEqualsReference) {
   EXPECT_GT(outputs, 20000);
 }
 
+// Two models that run the same steps (`same_steps`: they differ only in their promotion) evaluated in one
+// pass over the products (`evaluate_tile` with P = 2, what the GPU kernel runs for the Hopper pair) give
+// each model's reference bit for bit; and `same_steps` refuses pairs whose steps differ.
+TEST(AccumulationModel, PairedFp32EvaluationEqualsReference) {
+  using qc::accum_fp32::same_steps;
+  const Fp8AccumModel chain = qc::fp8_accumulation_model("hopper-fp8-chain").model;
+  const Fp8AccumModel promote4 = qc::fp8_accumulation_model("hopper-fp8-promote4").model;
+  EXPECT_TRUE(same_steps(promote4, chain)) << "the cuBLASLt FP8 pair";
+  EXPECT_TRUE(same_steps(qc::fp8_accumulation_model("hopper-fp8-promote4-splitk-8").model,
+                         qc::fp8_accumulation_model("hopper-fp8-chain-splitk-8").model));
+  EXPECT_FALSE(same_steps(qc::fp8_accumulation_model("hopper-fp8-promote4-splitk-8").model, chain)) << "splits differ";
+  Fp8AccumModel other = chain;
+  other.term_rounding = AccumRounding::nearest_even;
+  EXPECT_FALSE(same_steps(chain, other)) << "term rounding differs";
+  other = chain, other.step_k = 16;
+  EXPECT_FALSE(same_steps(chain, other)) << "step differs";
+  other = chain, other.result_bits = 12;
+  EXPECT_FALSE(same_steps(chain, other)) << "result bits differ";
+  EXPECT_FALSE(same_steps(chain, qc::fp8_accumulation_model("blocked-128").model)) << "not a model applies takes";
+
+  std::vector<std::pair<std::string, std::array<Fp8AccumModel, 2>>> pairs;
+  pairs.push_back({"promote4 + chain", {promote4, chain}});
+  pairs.push_back({"chain + promote4", {chain, promote4}});
+  Fp8AccumModel p1 = promote4, c_rn = chain;
+  p1.promote_steps = 1;
+  p1.term_rounding = p1.result_rounding = c_rn.term_rounding = c_rn.result_rounding = AccumRounding::nearest_even;
+  pairs.push_back({"promote1 rn + chain rn", {p1, c_rn}});
+  pairs.push_back({"promote4-splitk-3 + chain-splitk-3",
+                   {qc::fp8_accumulation_model("hopper-fp8-promote4").model, qc::fp8_accumulation_model("hopper-fp8-chain-splitk-3").model}});
+  pairs.back().second[0].splits = 3;
+  pairs.back().second[0].split_granule = pairs.back().second[1].split_granule;
+  std::mt19937_64 rng(20261207);
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1}, {3, 5, 31}, {2, 7, 129}, {2, 3, 520}, {4, 16, 300}};
+  const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e4m3},
+                                                      {Fp8Format::e5m2, Fp8Format::e5m2}};
+  int64_t outputs = 0, bad = 0;
+  for (const auto& [name, pair] : pairs) {
+    ASSERT_TRUE(same_steps(pair[0], pair[1])) << name;
+    for (const auto& [fa, fw] : formats) {
+      for (Dist dist : {Dist::uniform, Dist::subnormal_heavy, Dist::cancellation, Dist::all_max}) {
+        for (const auto& sh : shapes) {
+          const int64_t M = sh[0], N = sh[1], K = sh[2];
+          if (pair[0].splits > K && pair[0].split_granule == 0) continue;
+          const auto a = codes(rng, M, K, fa, dist, false);
+          const auto w = codes(rng, N, K, fw, dist, true);
+          const Fp8Gemm g{a.data(), fa, w.data(), fw, {M, N, K}};
+          const std::string what = fmt::format("pair `{}` ({} x {}, {}, M={} N={} K={})", name, fmt_name(fa),
+                                               fmt_name(fw), dist_name(dist), M, N, K);
+          const ReferenceCheck check[2] = {{pair[0], g, what + " first model", "paired fp32 evaluation", &outputs, &bad},
+                                           {pair[1], g, what + " second model", "paired fp32 evaluation", &outputs, &bad}};
+          const Fp8AccumModel* const models[2] = {&pair[0], &pair[1]};
+          for (int64_t i0 = 0; i0 < M; i0 += 2) {
+            for (int64_t j0 = 0; j0 < N; j0 += 3) {
+              const uint8_t* rows[2];
+              const uint8_t* cols[3];
+              for (int64_t r = 0; r < 2; ++r) rows[r] = a.data() + std::min(i0 + r, M - 1) * K;
+              for (int64_t c = 0; c < 3; ++c) cols[c] = w.data() + std::min(j0 + c, N - 1) * K;
+              qc::accum_fp32::RowStage<2, 3> stage(rows, fa, cols, fw);
+              float tile[2][2][3];
+              qc::accum_fp32::evaluate_tile<2, 3, 2>(models, K, stage, tile);
+              for (int q = 0; q < 2; ++q) {
+                for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {
+                  for (int64_t c = 0; c < 3 && j0 + c < N; ++c) check[q](i0 + r, j0 + c, tile[q][r][c], "(2x3 tile)");
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(outputs, 9000);  // every model of every pair, each output checked
+}
+
 // Every fast path is exercised by the table (so the comparison above covers each kernel).
 TEST(AccumulationModel, FastPathsOfTheNamedModels) {
   const uint8_t one = 0x38;

@@ -97,6 +97,11 @@ class GpuFp8Codes {
   // receives the identity of the kernel that ran.
   std::vector<float> evaluate(const Fp8AccumModel& model, std::string* kernel = nullptr,
                               Fp8GpuKernel which = Fp8GpuKernel::best) const;
+  // Two models that run the same steps (`accum_fp32::same_steps`, in the fp32 kernel at this K; else an
+  // input error) in one launch, as verify's device pipeline evaluates the Hopper pair: each d as `evaluate`
+  // gives it.
+  std::array<std::vector<float>, 2> evaluate_pair(const Fp8AccumModel& first, const Fp8AccumModel& second,
+                                                  std::string* kernel = nullptr) const;
   // A block model's fp32 D as `fp8_block_reference` gives it (src/epilogue/block_models.hpp), for the
   // block-scaled GEMM `g` whose codes are the ones uploaded here (its shape and formats are checked;
   // its scales are uploaded by each call). `best` / `fp64`: per K block the block's columns gathered,
@@ -281,6 +286,10 @@ inline GpuFp8Codes::~GpuFp8Codes() = default;
 inline GpuFp8Codes::GpuFp8Codes(GpuFp8Codes&&) noexcept = default;
 inline GpuFp8Codes& GpuFp8Codes::operator=(GpuFp8Codes&&) noexcept = default;
 inline std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel&, std::string*, Fp8GpuKernel) const {
+  QC_FAIL_INPUT("GpuFp8Codes: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
+}
+inline std::array<std::vector<float>, 2> GpuFp8Codes::evaluate_pair(const Fp8AccumModel&, const Fp8AccumModel&,
+                                                                    std::string*) const {
   QC_FAIL_INPUT("GpuFp8Codes: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
 }
 inline std::vector<float> GpuFp8Codes::evaluate_block(const BlockModel&, const Fp8BlockGemm&, std::string*,

@@ -117,6 +117,7 @@ struct GpuFp8Codes::Impl {
   uint8_t* w = nullptr;
   mutable uint8_t* wt = nullptr;  // w transposed, for the fp64 kernel (made when first needed)
   float* d = nullptr;
+  mutable float* d2 = nullptr;  // the second model's d of `evaluate_pair` (made when first needed)
   // Block models (made when first needed): one K block's columns of a and w, its chain results, the scales.
   struct Block {
     uint8_t* a = nullptr;
@@ -131,6 +132,7 @@ struct GpuFp8Codes::Impl {
   mutable Block blk;
   ~Impl() {
     for (void* p : {static_cast<void*>(a), static_cast<void*>(w), static_cast<void*>(wt), static_cast<void*>(d),
+                    static_cast<void*>(d2),
                     static_cast<void*>(blk.a), static_cast<void*>(blk.w), static_cast<void*>(blk.wt),
                     static_cast<void*>(blk.c), static_cast<void*>(blk.sa), static_cast<void*>(blk.sw)}) {
       if (p != nullptr) cudaFreeAsync(p, stream);
@@ -185,6 +187,29 @@ std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel& model, std::string
       "fp8 accumulation models on the GPU");
   std::vector<float> out(static_cast<size_t>(x.s.m * x.s.n));
   QC_CUDA_CHECK(cudaMemcpyAsync(out.data(), x.d, out.size() * sizeof(float), cudaMemcpyDeviceToHost, x.stream));
+  QC_CUDA_CHECK(cudaStreamSynchronize(x.stream));
+  if (kernel != nullptr) *kernel = name;
+  return out;
+}
+
+std::array<std::vector<float>, 2> GpuFp8Codes::evaluate_pair(const Fp8AccumModel& first, const Fp8AccumModel& second,
+                                                             std::string* kernel) const {
+  const Impl& x = *impl_;
+  validate_fp8_model_for(first, x.s);
+  validate_fp8_model_for(second, x.s);
+  QC_INPUT(cuda_kernels::fp8_accum_models_share_steps(first, second, x.s.k),
+           "GpuFp8Codes::evaluate_pair: expected two models that run the same steps in the fp32 kernel (they may differ "
+           "only in their promotion), found models that do not at K = {}", x.s.k);
+  const size_t mn = static_cast<size_t>(x.s.m * x.s.n);
+  if (mn == 0) return {};
+  if (x.d2 == nullptr) x.d2 = x.allocate<float>(mn);
+  const std::string name = cuda::checked_launch(
+      cuda_kernels::launch_fp8_accum_model_pair(first, second, x.a, x.fa, x.w, x.fw, x.d, x.d2, static_cast<int>(x.s.m),
+                                                static_cast<int>(x.s.n), x.s.k, x.stream),
+      "fp8 accumulation models on the GPU");
+  std::array<std::vector<float>, 2> out{std::vector<float>(mn), std::vector<float>(mn)};
+  QC_CUDA_CHECK(cudaMemcpyAsync(out[0].data(), x.d, mn * sizeof(float), cudaMemcpyDeviceToHost, x.stream));
+  QC_CUDA_CHECK(cudaMemcpyAsync(out[1].data(), x.d2, mn * sizeof(float), cudaMemcpyDeviceToHost, x.stream));
   QC_CUDA_CHECK(cudaStreamSynchronize(x.stream));
   if (kernel != nullptr) *kernel = name;
   return out;

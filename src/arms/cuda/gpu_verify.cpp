@@ -443,6 +443,10 @@ struct GpuVerifyLayer::Impl {
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
   bool take_ahead(const LayerOperands& full);
   // A model's fp32 accumulators of codes a [m,k], w [n,k] (device), enqueued on `on`.
+  // Every model of `models` not in `set` yet, into its slot: two that run the same steps (the Hopper pair:
+  // cuda_kernels::fp8_accum_models_share_steps) in one launch, the others one by one.
+  void evaluate_all(const std::vector<NamedAccumModel>& models, const Fp8Gemm& codes, DeviceScratch<uint8_t>& wt,
+                    ModelSet& set, cudaStream_t on);
   void evaluate(const Fp8AccumModel& model, const Fp8Gemm& codes, DeviceScratch<uint8_t>& wt, float* d, cudaStream_t on,
                 std::string* kernel);
   void zero(void* p, size_t bytes) const {
@@ -531,12 +535,7 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
       const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
                           reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
-      for (const NamedAccumModel& m : models) {
-        if (h.models.ready.count(m.name) != 0) continue;
-        x.evaluate(m.model, codes, h.wt, h.models.slot(m.name, static_cast<size_t>(next.m * next.n)), x.copy_stream,
-                   nullptr);
-        h.models.ready.insert(m.name);
-      }
+      x.evaluate_all(models, codes, h.wt, h.models, x.copy_stream);
     } else if (Impl::exact_beside()) {  // an INT8 layer's exact accumulators and C2's statistics beside the uploads
       QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
       QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
@@ -796,6 +795,35 @@ void GpuVerifyLayer::Impl::evaluate(const Fp8AccumModel& model, const Fp8Gemm& c
                                            static_cast<int>(s.n), s.k, /*allow_fp32=*/true, /*reference_kernel=*/false, on),
       "verify's device pipeline: an accumulation model");
   if (kernel != nullptr) *kernel = ran;
+}
+
+void GpuVerifyLayer::Impl::evaluate_all(const std::vector<NamedAccumModel>& models, const Fp8Gemm& codes,
+                                        DeviceScratch<uint8_t>& wt, ModelSet& set, cudaStream_t on) {
+  const AccumShape& s = codes.s;
+  const size_t mn = static_cast<size_t>(s.m * s.n);
+  std::vector<const NamedAccumModel*> left;
+  for (const NamedAccumModel& m : models) {
+    if (set.ready.count(m.name) == 0 && std::none_of(left.begin(), left.end(), [&](auto* l) { return l->name == m.name; }))
+      left.push_back(&m);
+  }
+  std::vector<bool> done(left.size(), false);
+  for (size_t i = 0; i < left.size(); ++i) {
+    for (size_t j = i + 1; j < left.size() && !done[i]; ++j) {
+      if (done[j] || !cuda_kernels::fp8_accum_models_share_steps(left[i]->model, left[j]->model, s.k)) continue;
+      validate_fp8_model_for(left[i]->model, s);
+      validate_fp8_model_for(left[j]->model, s);
+      cuda::checked_launch(cuda_kernels::launch_fp8_accum_model_pair(
+                               left[i]->model, left[j]->model, codes.a, codes.a_format, codes.w, codes.w_format,
+                               set.slot(left[i]->name, mn), set.slot(left[j]->name, mn), static_cast<int>(s.m),
+                               static_cast<int>(s.n), s.k, on),
+                           "verify's device pipeline: two accumulation models");
+      done[i] = done[j] = true;
+    }
+  }
+  for (size_t i = 0; i < left.size(); ++i) {
+    if (!done[i]) evaluate(left[i]->model, codes, wt, set.slot(left[i]->name, mn), on, nullptr);
+    set.ready.insert(left[i]->name);
+  }
 }
 
 float* GpuVerifyLayer::accumulator(int side) {

@@ -288,14 +288,21 @@ struct SmemStage {
   }
 };
 
+// The models one launch evaluates (P = 1, or 2 that run the same steps: accum_fp32::same_steps) and where
+// each one's d goes; a __grid_constant__ kernel parameter, so the models are read in place.
+template <int P>
+struct ModelOutputs {
+  Fp8AccumModel model[P];
+  float* d[P];
+};
+
 // Two blocks per multiprocessor (128 registers, a few spilled: measured on an H100, one 7-layer block of
 // FP8 verify's models 19.98 ms against 21.83 ms at one block and 22.86 ms before the codes were fetched
-// ahead; docs/performance.md).
-template <int TM, int TN, int KC>
-__global__ void __launch_bounds__(256, 2) fp8_accum_model_fp32_kernel(Fp8AccumModel model,
-                                                                   const uint8_t* __restrict__ a, Fp8Format fa,
-                                                                   const uint8_t* __restrict__ w, Fp8Format fw,
-                                                                   float* __restrict__ d, int M, int N, int64_t K) {
+// ahead; docs/performance.md). A pair of models (P = 2) holds twice the chains' state: one block.
+template <int TM, int TN, int KC, int P>
+__global__ void __launch_bounds__(256, P == 1 ? 2 : 1)
+    fp8_accum_model_fp32_kernel(const __grid_constant__ ModelOutputs<P> job, const uint8_t* __restrict__ a,
+                                Fp8Format fa, const uint8_t* __restrict__ w, Fp8Format fw, int M, int N, int64_t K) {
   __shared__ __align__(16) SmemTiles<TM, TN, KC> tiles;
   constexpr int kBM = 16 * TM, kBN = 16 * TN;
   const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
@@ -304,23 +311,42 @@ __global__ void __launch_bounds__(256, 2) fp8_accum_model_fp32_kernel(Fp8AccumMo
   SmemStage<TM, TN, KC> stage{tiles, a + static_cast<int64_t>(m0) * K, w + static_cast<int64_t>(n0) * K,
                               min(kBM, M - m0), min(kBN, N - n0), K, tid, ty, tx, aligned};
   fill_decode_tables(tiles, fa, fw, tid, 256);
-  float out[TM][TN];
-  accum_fp32::evaluate_tile<TM, TN>(model, K, stage, out);
-  for (int r = 0; r < TM; ++r) {
-    for (int c = 0; c < TN; ++c) {
-      const int m = m0 + ty * TM + r, n = n0 + tx * TN + c;
-      if (m < M && n < N) d[static_cast<int64_t>(m) * N + n] = out[r][c];
+  const Fp8AccumModel* models[P];
+  for (int q = 0; q < P; ++q) models[q] = &job.model[q];
+  float out[P][TM][TN];
+  accum_fp32::evaluate_tile<TM, TN, P>(models, K, stage, out);
+  for (int q = 0; q < P; ++q) {
+    for (int r = 0; r < TM; ++r) {
+      for (int c = 0; c < TN; ++c) {
+        const int m = m0 + ty * TM + r, n = n0 + tx * TN + c;
+        if (m < M && n < N) job.d[q][static_cast<int64_t>(m) * N + n] = out[q][r][c];
+      }
     }
   }
 }
 
-template <int KC>
-void launch_fp32(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw, float* d,
-                 int m, int n, int64_t k, cudaStream_t stream) {
+template <int KC, int P>
+void launch_fp32(const ModelOutputs<P>& job, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw, int m,
+                 int n, int64_t k, cudaStream_t stream) {
   constexpr int TM = 4, TN = 4;
   const dim3 block(16, 16);
   const dim3 grid((n + 16 * TN - 1) / (16 * TN), (m + 16 * TM - 1) / (16 * TM));
-  fp8_accum_model_fp32_kernel<TM, TN, KC><<<grid, block, 0, stream>>>(model, a, fa, w, fw, d, m, n, k);
+  fp8_accum_model_fp32_kernel<TM, TN, KC, P><<<grid, block, 0, stream>>>(job, a, fa, w, fw, m, n, k);
+}
+
+// The fp32 kernel for P models (accum_fp32::gpu_kernel_takes each; same_steps when P = 2); its identity.
+template <int P>
+std::string launch_fp32_models(const ModelOutputs<P>& job, const uint8_t* a, Fp8Format fa, const uint8_t* w,
+                               Fp8Format fw, int m, int n, int64_t k, cudaStream_t stream) {
+  const int step_k = job.model[0].step_k;
+  switch (step_k) {
+    case 8: launch_fp32<8>(job, a, fa, w, fw, m, n, k, stream); break;
+    case 16: launch_fp32<16>(job, a, fa, w, fw, m, n, k, stream); break;
+    default: launch_fp32<32>(job, a, fa, w, fw, m, n, k, stream); break;
+  }
+  return std::string("qconform fp8_accum_model_fp32 (steps in fp32, ") +
+         (P == 2 ? "two models sharing their steps in one pass over the products, " : "") + "each step of " +
+         std::to_string(step_k) + " terms staged decoded in shared memory, 4x4 outputs per thread, 16x16 threads)";
 }
 
 }  // namespace
@@ -338,13 +364,7 @@ std::string launch(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, c
     return "qconform fp8_accum_model (accumulation.hpp evaluate in int128, 1 thread per output, 32x8 blocks)";
   }
   if (allow_fp32 && !reference_kernel && accum_fp32::gpu_kernel_takes(model, k)) {
-    switch (model.step_k) {
-      case 8: launch_fp32<8>(model, a, fa, w, fw, d, m, n, k, stream); break;
-      case 16: launch_fp32<16>(model, a, fa, w, fw, d, m, n, k, stream); break;
-      default: launch_fp32<32>(model, a, fa, w, fw, d, m, n, k, stream); break;
-    }
-    return "qconform fp8_accum_model_fp32 (steps in fp32, each step of " + std::to_string(model.step_k) +
-           " terms staged decoded in shared memory, 4x4 outputs per thread, 16x16 threads)";
+    return launch_fp32_models(ModelOutputs<1>{{model}, {d}}, a, fa, w, fw, m, n, k, stream);
   }
   const dim3 tgrid(static_cast<unsigned>((k + 31) / 32), (n + 31) / 32);
   transpose_codes<<<tgrid, block, 0, stream>>>(w, w_t, n, k);
@@ -364,6 +384,25 @@ std::string launch(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, c
 }
 
 }  // namespace
+
+bool fp8_accum_models_share_steps(const Fp8AccumModel& first, const Fp8AccumModel& second, int64_t k) {
+  return accum_fp32::same_steps(first, second) && accum_fp32::gpu_kernel_takes(first, k) &&
+         accum_fp32::gpu_kernel_takes(second, k);
+}
+
+std::string launch_fp8_accum_model_pair(const Fp8AccumModel& first, const Fp8AccumModel& second, const uint8_t* a,
+                                        Fp8Format fa, const uint8_t* w, Fp8Format fw, float* d_first, float* d_second,
+                                        int m, int n, int64_t k, cudaStream_t stream) {
+  if (!fp8_accum_models_share_steps(first, second, k)) {
+    return "error: launch_fp8_accum_model_pair: the two models do not run the same steps in the fp32 kernel";
+  }
+  if (m <= 0 || n <= 0) return "fp8_accum_model (empty)";
+  std::string identity = launch_fp32_models(ModelOutputs<2>{{first, second}, {d_first, d_second}}, a, fa, w, fw, m, n,
+                                            k, stream);
+  const cudaError_t err = cudaGetLastError();  // this host thread's launches only
+  if (err != cudaSuccess) return std::string("error: ") + cudaGetErrorString(err) + " launching " + identity;
+  return identity;
+}
 
 std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
                                    Fp8Format fw, uint8_t* w_t, float* d, int m, int n, int64_t k, bool allow_fp32,

@@ -21,4 +21,16 @@ std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a,
                                    bool reference_kernel,
                                    cudaStream_t stream);
 
+// True when `first` and `second` run the same steps (accum_fp32::same_steps: they differ at most in their
+// promotion) and the fp32 kernel takes both at this k: `launch_fp8_accum_model_pair` evaluates them in one
+// pass over the products.
+bool fp8_accum_models_share_steps(const Fp8AccumModel& first, const Fp8AccumModel& second, int64_t k);
+
+// d_first and d_second as `launch_fp8_accum_model` makes them for `first` and `second` (bit for bit the same:
+// the same text, each chain's arithmetic unchanged), in one launch whose products, exponents and staging the
+// two share. Only where fp8_accum_models_share_steps; otherwise returns "error: ...".
+std::string launch_fp8_accum_model_pair(const Fp8AccumModel& first, const Fp8AccumModel& second, const uint8_t* a,
+                                        Fp8Format fa, const uint8_t* w, Fp8Format fw, float* d_first, float* d_second,
+                                        int m, int n, int64_t k, cudaStream_t stream);
+
 }  // namespace qc::cuda_kernels
