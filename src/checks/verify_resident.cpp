@@ -429,6 +429,7 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
   if (upload.waiting > 0) add_seconds(seconds, "the upload workers waiting for a pinned slot's DMA (summed over them)", upload.waiting);
   const std::vector<int64_t> ms = options_.m_sweep.empty() ? std::vector<int64_t>{full.m} : options_.m_sweep;
   std::vector<PendingRun> unjoined;  // INT8: every run's host part, in order
+  int launched = 0;                  // FP8: the layer's runs launched, for the next layer's models (`runs_launched`)
   for (const int64_t m : ms) {
     const LayerOperands rows = first_rows(full, m, python ? "m_sweep" : "--m-sweep");
     const std::string label = m == full.m ? full.name : fmt::format("{}@M={}", full.name, m);
@@ -441,6 +442,7 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
       LayerRun r = new_run(full.name, m, mode, ops, pred, fp8_ ? ArmKind::fp8 : ArmKind::int8);
       pending.push_back(fp8_ ? fp8_run(ops, label, std::move(r), shared, layer, seconds)
                              : int8_run(ops, label, std::move(r), layer, seconds));
+      if (fp8_) gpu_->runs_launched(++launched);
     }
     if (!fp8_ && overlaps_layers()) {  // joined with the next layer's runs
       for (PendingRun& p : pending) unjoined.push_back(std::move(p));

@@ -207,6 +207,11 @@ class GpuVerifyLayer {
   // `only_untaken`: the upload waits for the exact sums ahead only when their layer was not taken (they then
   // read the buffers it writes); otherwise for the last ones whatever became of their layer.
   void prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models = {}, bool only_untaken = false);
+  // The current layer has launched `runs` of its runs (FP8). The next layer's models (`prefetch`) wait for
+  // QC_FP8_MODELS_AFTER runs of the current layer (default 0: they start after the upload): their blocks
+  // hold whole multiprocessors for up to ~2 ms, which the runs' kernels, each waited for by the run loop,
+  // would otherwise wait behind (docs/gpu.md). `load`, a later `prefetch` and the destructor release them.
+  void runs_launched(int runs);
   // C2's statistics of the whole layer, from the device's pass (the host's `range_stats` assembly).
   RangeStats range_stats();
   // The operands of one run, `ops` being the layer's first m rows under the run's scales: the scales
@@ -260,6 +265,7 @@ inline GpuVerifyLayer::~GpuVerifyLayer() = default;
 inline std::string GpuVerifyLayer::refusal(const LayerOperands&, bool) { return "this build has no CUDA"; }
 inline void GpuVerifyLayer::load(const LayerOperands&) {}
 inline void GpuVerifyLayer::prefetch(const LayerOperands&, const std::vector<NamedAccumModel>&, bool) {}
+inline void GpuVerifyLayer::runs_launched(int) {}
 inline RangeStats GpuVerifyLayer::range_stats() { return {}; }
 inline ResidentOperands GpuVerifyLayer::operands(const LayerOperands&) { return {}; }
 inline ResidentOutputs GpuVerifyLayer::outputs(int, bool) { return {}; }

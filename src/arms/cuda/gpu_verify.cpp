@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cerrno>
 #include <climits>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <future>
@@ -361,6 +362,27 @@ struct GpuVerifyLayer::Impl {
     double seconds = 0;
   } ahead;
   std::future<void> ahead_task;
+  // The gate the next layer's models wait behind (`runs_launched`): closed by `prefetch` of an FP8 layer
+  // when QC_FP8_MODELS_AFTER > 0, opened once the current layer has launched that many runs, or by `load`,
+  // the next `prefetch` or the destructor (which then wait for the task).
+  std::mutex gate_mu;
+  std::condition_variable gate_cv;
+  bool gate_open = true;
+  static int models_after() {
+    static const int runs = env_int("QC_FP8_MODELS_AFTER", 0, 0, 1 << 20);
+    return runs;
+  }
+  void open_gate() {
+    {
+      const std::lock_guard<std::mutex> lock(gate_mu);
+      gate_open = true;
+    }
+    gate_cv.notify_all();
+  }
+  void wait_gate() {
+    std::unique_lock<std::mutex> lock(gate_mu);
+    gate_cv.wait(lock, [this] { return gate_open; });
+  }
   bool exact_ahead = false;  // the current layer's exact accumulators and C2's statistics came with its upload
   double ahead_seconds = 0;  // the uploads ahead taken so far (beside the runs)
   cudaStream_t copy_stream = nullptr;
@@ -505,6 +527,7 @@ GpuVerifyLayer::GpuVerifyLayer()
 
 GpuVerifyLayer::~GpuVerifyLayer() {
   if (!impl_) return;
+  impl_->open_gate();
   if (impl_->ahead_task.valid()) impl_->ahead_task.wait();
   for (cudaStream_t s : {impl_->stream, impl_->copy_stream, impl_->exact_stream}) {
     if (s == nullptr) continue;
@@ -518,8 +541,13 @@ GpuVerifyLayer::~GpuVerifyLayer() {
 
 void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models, bool only_untaken) {
   Impl& x = *impl_;
+  x.open_gate();
   if (x.ahead_task.valid()) x.ahead_task.get();
   if (!refusal(next, x.fp8).empty()) return;  // in the pair's mode, which the loaded layer has
+  if (next.fp8() && Impl::models_after() > 0) {
+    const std::lock_guard<std::mutex> lock(x.gate_mu);
+    x.gate_open = false;
+  }
   x.ahead.host[0] = x.ahead.host[1] = x.ahead.host[2] = nullptr;
   x.ahead.models.ready.clear();
   // A layer uploaded ahead and not taken: its exact sums read h.a, h.w, which this upload writes.
@@ -531,8 +559,9 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
     if (wait_exact) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
     x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
-    // The models after the upload, one after the other on the same stream.
+    // The models after the upload (and the gate), on the same stream.
     if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
+      x.wait_gate();
       const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
                           reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
       x.evaluate_all(models, codes, h.wt, h.models, x.copy_stream);
@@ -555,7 +584,12 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
   });
 }
 
+void GpuVerifyLayer::runs_launched(int runs) {
+  if (runs >= Impl::models_after()) impl_->open_gate();
+}
+
 bool GpuVerifyLayer::Impl::take_ahead(const LayerOperands& full) {
+  open_gate();
   if (ahead_task.valid()) ahead_task.get();  // rethrows what the upload threw
   const void* host[3] = {full.a_q.data(), full.w_q.data(), full.bias.data()};
   const size_t bytes[3] = {full.a_q.size(), full.w_q.size(), full.bias.size()};
