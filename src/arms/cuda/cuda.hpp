@@ -40,6 +40,11 @@ bool cuda_available(std::string* reason = nullptr);
 // operands). Errors are left for the first real use to report (`require_device`). No-op without CUDA.
 void start_cuda_early();
 
+// Destroys this process's CUDA context (`cudaDeviceReset`): for a command done with the device, so that the
+// driver's teardown runs beside its last host work (verify: the table and the JSON) rather than in its exit.
+// Everything that holds device memory or handles must be released first. No-op without CUDA.
+void release_device();
+
 // "NVIDIA H200 (sm_90, 132 SMs), driver 13.0, CUDA runtime 13.0" for RunRecords.
 std::string cuda_device_description();
 
@@ -315,6 +320,7 @@ inline bool cuda_available(std::string* reason) {
 }
 inline std::string cuda_device_description() { return "none (built without CUDA)"; }
 inline void start_cuda_early() {}
+inline void release_device() {}
 inline GpuBf16Comparison compare_bf16_gpu(std::span<const uint16_t>, std::span<const uint16_t>) {
   QC_FAIL_INPUT("compare_bf16_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
 }
