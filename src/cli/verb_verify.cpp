@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
 #include <fstream>
 #include <future>
 #include <optional>
@@ -265,8 +264,7 @@ int run_verify(const VerifyCli& o) {
   const auto [label_a, label_b] = parse_pair("--arms", o.arms);
   // A device arm on either side, or the device's reference asked for: the CUDA context is made beside the
   // checks and the opening of the operands below (`--reference auto` waits for the pair's own choice).
-  const bool uses_cuda = label_a.rfind("cuda:", 0) == 0 || label_b.rfind("cuda:", 0) == 0 || o.reference == "gpu";
-  if (uses_cuda) start_cuda_early();
+  if (label_a.rfind("cuda:", 0) == 0 || label_b.rfind("cuda:", 0) == 0 || o.reference == "gpu") start_cuda_early();
   std::vector<PathUse> paths_in = {{"--predictions", o.predictions}};
   add_operand_inputs(paths_in, "OPS", o.operands);
   add_arm_inputs(paths_in, "--arms", label_a);
@@ -362,17 +360,6 @@ int run_verify(const VerifyCli& o) {
   }
   if (!v) return kExitOk;  // not rank 0
   const VerifyResult& result = v->result;
-  // The device is done with (C8 aside, which runs the arms again): the arms released, and the CUDA context
-  // destroyed on a thread beside the table and the JSON, so that the driver's teardown is not all left to the
-  // exit (QC_RELEASE_BESIDE=0: released in order after them, and the context at exit, as before).
-  std::future<void> released;
-  const char* beside = std::getenv("QC_RELEASE_BESIDE");  // a number, 0 off; on when unset
-  if (uses_cuda && !o.invariance && (beside == nullptr || std::atoi(beside) != 0)) {
-    arm_a.reset();
-    arm_b.reset();
-    laps.lap("the arms released (their device buffers and library handles)");
-    released = std::async(std::launch::async, [] { release_device(); });
-  }
   print_header(result, o, label_a, label_b, set, v->ran, v->resumed);
   print_table(result, o.per_layer);
   laps.lap("merge the layers' results, print the table");
@@ -394,14 +381,9 @@ int run_verify(const VerifyCli& o) {
   write_outputs(o, result, set, predictions_digest, invariance, laps);
   // What the process holds is released here, in order, so that --timings can say what the exit costs;
   // what remains after the timings is the runtime's own teardown (the CUDA context, static objects).
-  if (released.valid()) {
-    released.get();
-    laps.lap("the CUDA context released (beside the table and the JSON: the wait for it)");
-  } else {
-    arm_a.reset();
-    arm_b.reset();
-    laps.lap("the arms released (their device buffers and library handles)");
-  }
+  arm_a.reset();
+  arm_b.reset();
+  laps.lap("the arms released (their device buffers and library handles)");
   set.layers.clear();
   set.loader = nullptr;
   laps.lap("the operands released (unmapped)");

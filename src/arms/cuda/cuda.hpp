@@ -40,11 +40,6 @@ bool cuda_available(std::string* reason = nullptr);
 // operands). Errors are left for the first real use to report (`require_device`). No-op without CUDA.
 void start_cuda_early();
 
-// Destroys this process's CUDA context (`cudaDeviceReset`): for a command done with the device, so that the
-// driver's teardown runs beside its last host work (verify: the table and the JSON) rather than in its exit.
-// Everything that holds device memory or handles must be released first. No-op without CUDA.
-void release_device();
-
 // "NVIDIA H200 (sm_90, 132 SMs), driver 13.0, CUDA runtime 13.0" for RunRecords.
 std::string cuda_device_description();
 
@@ -213,9 +208,9 @@ class GpuVerifyLayer {
   // read the buffers it writes); otherwise for the last ones whatever became of their layer.
   void prefetch(const LayerOperands& next, const std::vector<NamedAccumModel>& models = {}, bool only_untaken = false);
   // The current layer has launched `runs` of its runs (FP8). The next layer's models (`prefetch`) wait for
-  // QC_FP8_MODELS_AFTER runs of the current layer (default 0: they start after the upload): their blocks
-  // hold whole multiprocessors for up to ~2 ms, which the runs' kernels, each waited for by the run loop,
-  // would otherwise wait behind (docs/gpu.md). `load`, a later `prefetch` and the destructor release them.
+  // QC_FP8_MODELS_AFTER runs of the current layer (default 1; 0: they start right after their upload): their
+  // blocks hold whole multiprocessors for up to ~2 ms, which the first run's kernels, waited for by the run
+  // loop, would otherwise wait behind (docs/gpu.md). `load`, a later `prefetch` and the destructor release them.
   void runs_launched(int runs);
   // C2's statistics of the whole layer, from the device's pass (the host's `range_stats` assembly).
   RangeStats range_stats();
@@ -320,7 +315,6 @@ inline bool cuda_available(std::string* reason) {
 }
 inline std::string cuda_device_description() { return "none (built without CUDA)"; }
 inline void start_cuda_early() {}
-inline void release_device() {}
 inline GpuBf16Comparison compare_bf16_gpu(std::span<const uint16_t>, std::span<const uint16_t>) {
   QC_FAIL_INPUT("compare_bf16_gpu: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
 }

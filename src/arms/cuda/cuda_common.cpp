@@ -79,9 +79,4 @@ void start_cuda_early() {
   });
 }
 
-void release_device() {
-  cudaDeviceReset();
-  cudaGetLastError();  // nothing to report: the process is done with the device
-}
-
 }  // namespace qc

@@ -363,13 +363,13 @@ struct GpuVerifyLayer::Impl {
   } ahead;
   std::future<void> ahead_task;
   // The gate the next layer's models wait behind (`runs_launched`): closed by `prefetch` of an FP8 layer
-  // when QC_FP8_MODELS_AFTER > 0, opened once the current layer has launched that many runs, or by `load`,
-  // the next `prefetch` or the destructor (which then wait for the task).
+  // when QC_FP8_MODELS_AFTER > 0 (default 1), opened once the current layer has launched that many runs, or
+  // by `load`, the next `prefetch` or the destructor (which then wait for the task).
   std::mutex gate_mu;
   std::condition_variable gate_cv;
   bool gate_open = true;
   static int models_after() {
-    static const int runs = env_int("QC_FP8_MODELS_AFTER", 0, 0, 1 << 20);
+    static const int runs = env_int("QC_FP8_MODELS_AFTER", 1, 0, 1 << 20);
     return runs;
   }
   void open_gate() {
