@@ -3,8 +3,9 @@
 // shapes of issue 5; plus the GPU comparison kernel against a cudaMemcpy device-to-device copy,
 // and the CUDA-core exact int64 accumulator.
 //
-// Method: CUDA events around each launch, 5 warm-ups, median of 30 timed launches; weights and
-// activations rotate over enough copies that the working set exceeds the 50 MB L2. TOPS count
+// Method: CUDA events around each launch, 5 warm-ups and 25 ms of them at least, median of 30 timed
+// launches; weights and activations rotate over enough copies that the working set exceeds the 50 MB
+// L2. TOPS count
 // 2·M·N·K integer operations. Both paths compute the same formula, so their outputs are also
 // compared bit for bit (a benchmark of wrong code is worthless).
 //
