@@ -290,7 +290,6 @@ std::string launch_formula(const ScaledMmArgs& args, MmTile tile, cudaStream_t s
 }  // namespace
 
 MmTile select_tile(int m, int n, int k) {
-  (void)k;
   // Measured on the H200 (docs/performance.md, "CUDA arms (H200)"). Decode: memory-bound, so
   // the narrow tile that gives the most blocks (bytes in flight) wins until N alone fills the
   // 132 multiprocessors twice.
@@ -298,7 +297,14 @@ MmTile select_tile(int m, int n, int k) {
   if (m <= 32) return MmTile::m32n64_k4;
   if (m <= 64) return MmTile::m64n128;
   // M > 64: the wgmma kernel (sm90_int8_scaled_mm_wgmma.cu; mma.sync runs instead where it is
-  // unavailable). 128x256 once it gives at least two waves of 132 blocks, else 128x128.
+  // unavailable). Ping-pong 128x128 where every block gets two tiles or more (one consumer's epilogue
+  // then runs beside the other's mainloop) and both operands fit in the L2 together: 4096^3 at 1.08-1.09x
+  // cuBLASLt's GEMM alone against 0.99-1.05x for 128x256 (an H100, two runs of each: docs/performance.md,
+  // tenth session). Where the operands stream from memory, 128x256's fewer operand bytes per output win
+  // (8192^3: 1.07-1.12x against 0.88-0.96x); 128x256 once it gives at least two waves of 132 blocks, else
+  // 128x128.
+  const int64_t tiles128 = ((int64_t{m} + 127) / 128) * ((int64_t{n} + 127) / 128);
+  if (tiles128 >= 2 * 132 && (int64_t{m} + n) * k <= (int64_t{48} << 20)) return MmTile::wgpp128x128;
   const int64_t tiles256 = ((int64_t{m} + 127) / 128) * ((int64_t{n} + 255) / 256);
   return tiles256 >= 2 * 132 ? MmTile::wg128x256 : MmTile::wg128x128;
 }
