@@ -19,6 +19,7 @@
 #include "arms/cuda/kernels/fp8_accum_model.cuh"
 #include "qconform/arm.hpp"
 #include "qconform/numerics.hpp"
+#include "../unit/fp8_model_pairs.hpp"
 
 namespace qc {
 namespace {
@@ -133,22 +134,8 @@ TEST(CudaFp8Model, GpuEvaluationEqualsCpuBitForBit) {
 // pair: `launch_fp8_accum_model_pair`, `accum_fp32::evaluate_tile` with P = 2) equal the CPU's evaluation
 // of each model bit for bit; a pair whose steps differ is refused.
 TEST(CudaFp8Model, PairInOnePassEqualsEachModel) {
-  std::vector<std::pair<std::string, std::array<Fp8AccumModel, 2>>> pairs;
+  const auto pairs = test::paired_models();
   const Fp8AccumModel chain = fp8_accumulation_model("hopper-fp8-chain").model;
-  const Fp8AccumModel promote4 = fp8_accumulation_model("hopper-fp8-promote4").model;
-  pairs.push_back({"promote4 + chain", {promote4, chain}});
-  pairs.push_back({"chain + promote4", {chain, promote4}});
-  Fp8AccumModel p1 = promote4, c_rn = chain;
-  p1.promote_steps = 1;
-  p1.term_rounding = p1.result_rounding = c_rn.term_rounding = c_rn.result_rounding = AccumRounding::nearest_even;
-  pairs.push_back({"promote1 rn + chain rn", {p1, c_rn}});
-  Fp8AccumModel k16p = promote4, k16c = chain;
-  k16p.step_k = k16c.step_k = 16;
-  k16p.term_bits = k16p.result_bits = k16c.term_bits = k16c.result_bits = 10;
-  pairs.push_back({"16-term steps, 10 bits: promote4 + chain", {k16p, k16c}});
-  pairs.push_back({"promote4-splitk-6 + chain-splitk-6",
-                   {fp8_accumulation_model("hopper-fp8-promote4-splitk-6").model,
-                    fp8_accumulation_model("hopper-fp8-chain-splitk-6").model}});
   const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1},        {7, 45, 33},     {16, 256, 1000},
                                                    {64, 1024, 4096}, {65, 130, 100},  {130, 70, 4100}};
   const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3},

@@ -22,6 +22,7 @@
 #include "qconform/epilogue.hpp"
 #include "qconform/error.hpp"
 #include "qconform/numerics.hpp"
+#include "fp8_model_pairs.hpp"
 
 namespace {
 
@@ -267,6 +268,23 @@ TEST(AccumulationModel, PerOutputFp64EvaluationEqualsReference) {
   EXPECT_GT(outputs, 20000);
 }
 
+// `eval(stage, i0, j0)` for every 2 x 3 tile of the M x N outputs of a [M][K] and w [N][K] (rows and columns
+// past the edge clamped for reading), `stage` the host's stage over the tile's rows and columns.
+template <class F>
+void for_each_2x3_tile(const std::vector<uint8_t>& a, Fp8Format fa, const std::vector<uint8_t>& w, Fp8Format fw,
+                       int64_t M, int64_t N, int64_t K, F&& eval) {
+  for (int64_t i0 = 0; i0 < M; i0 += 2) {
+    for (int64_t j0 = 0; j0 < N; j0 += 3) {
+      const uint8_t* rows[2];
+      const uint8_t* cols[3];
+      for (int64_t r = 0; r < 2; ++r) rows[r] = a.data() + std::min(i0 + r, M - 1) * K;
+      for (int64_t c = 0; c < 3; ++c) cols[c] = w.data() + std::min(j0 + c, N - 1) * K;
+      qc::accum_fp32::RowStage<2, 3> stage(rows, fa, cols, fw);
+      eval(stage, i0, j0);
+    }
+  }
+}
+
 // The stepped models in fp32 (accum/fp8_model_fp32.hpp: the text the GPU's fast kernel compiles) equal
 // the reference bit for bit wherever `applies` accepts the model, one output at a time and in 2 x 3
 // tiles; and `applies` accepts the named Hopper models (the ones verify evaluates on the GPU).
@@ -313,20 +331,13 @@ TEST(AccumulationModel, PerOutputFp32EvaluationEqualsReference) {
               check(i, j, qc::accum_fp32::evaluate(m, a.data() + i * K, fa, w.data() + j * K, fw, K), "(one output)");
             }
           }
-          for (int64_t i0 = 0; i0 < M; i0 += 2) {
-            for (int64_t j0 = 0; j0 < N; j0 += 3) {
-              const uint8_t* rows[2];
-              const uint8_t* cols[3];
-              for (int64_t r = 0; r < 2; ++r) rows[r] = a.data() + std::min(i0 + r, M - 1) * K;
-              for (int64_t c = 0; c < 3; ++c) cols[c] = w.data() + std::min(j0 + c, N - 1) * K;
-              qc::accum_fp32::RowStage<2, 3> stage(rows, fa, cols, fw);
-              float tile[2][3];
-              qc::accum_fp32::evaluate_tile<2, 3>(m, K, stage, tile);
-              for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {
-                for (int64_t c = 0; c < 3 && j0 + c < N; ++c) check(i0 + r, j0 + c, tile[r][c], "(2x3 tile)");
-              }
+          for_each_2x3_tile(a, fa, w, fw, M, N, K, [&](qc::accum_fp32::RowStage<2, 3>& stage, int64_t i0, int64_t j0) {
+            float tile[2][3];
+            qc::accum_fp32::evaluate_tile<2, 3>(m, K, stage, tile);
+            for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {
+              for (int64_t c = 0; c < 3 && j0 + c < N; ++c) check(i0 + r, j0 + c, tile[r][c], "(2x3 tile)");
             }
-          }
+          });
         }
       }
     }
@@ -356,17 +367,7 @@ TEST(AccumulationModel, PairedFp32EvaluationEqualsReference) {
   EXPECT_FALSE(same_steps(chain, other)) << "result bits differ";
   EXPECT_FALSE(same_steps(chain, qc::fp8_accumulation_model("blocked-128").model)) << "not a model applies takes";
 
-  std::vector<std::pair<std::string, std::array<Fp8AccumModel, 2>>> pairs;
-  pairs.push_back({"promote4 + chain", {promote4, chain}});
-  pairs.push_back({"chain + promote4", {chain, promote4}});
-  Fp8AccumModel p1 = promote4, c_rn = chain;
-  p1.promote_steps = 1;
-  p1.term_rounding = p1.result_rounding = c_rn.term_rounding = c_rn.result_rounding = AccumRounding::nearest_even;
-  pairs.push_back({"promote1 rn + chain rn", {p1, c_rn}});
-  pairs.push_back({"promote4-splitk-3 + chain-splitk-3",
-                   {qc::fp8_accumulation_model("hopper-fp8-promote4").model, qc::fp8_accumulation_model("hopper-fp8-chain-splitk-3").model}});
-  pairs.back().second[0].splits = 3;
-  pairs.back().second[0].split_granule = pairs.back().second[1].split_granule;
+  const auto pairs = qc::test::paired_models();
   std::mt19937_64 rng(20261207);
   const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1}, {3, 5, 31}, {2, 7, 129}, {2, 3, 520}, {4, 16, 300}};
   const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3},
@@ -388,22 +389,15 @@ TEST(AccumulationModel, PairedFp32EvaluationEqualsReference) {
           const ReferenceCheck check[2] = {{pair[0], g, what + " first model", "paired fp32 evaluation", &outputs, &bad},
                                            {pair[1], g, what + " second model", "paired fp32 evaluation", &outputs, &bad}};
           const Fp8AccumModel* const models[2] = {&pair[0], &pair[1]};
-          for (int64_t i0 = 0; i0 < M; i0 += 2) {
-            for (int64_t j0 = 0; j0 < N; j0 += 3) {
-              const uint8_t* rows[2];
-              const uint8_t* cols[3];
-              for (int64_t r = 0; r < 2; ++r) rows[r] = a.data() + std::min(i0 + r, M - 1) * K;
-              for (int64_t c = 0; c < 3; ++c) cols[c] = w.data() + std::min(j0 + c, N - 1) * K;
-              qc::accum_fp32::RowStage<2, 3> stage(rows, fa, cols, fw);
-              float tile[2][2][3];
-              qc::accum_fp32::evaluate_tile<2, 3, 2>(models, K, stage, tile);
-              for (int q = 0; q < 2; ++q) {
-                for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {
-                  for (int64_t c = 0; c < 3 && j0 + c < N; ++c) check[q](i0 + r, j0 + c, tile[q][r][c], "(2x3 tile)");
-                }
+          for_each_2x3_tile(a, fa, w, fw, M, N, K, [&](qc::accum_fp32::RowStage<2, 3>& stage, int64_t i0, int64_t j0) {
+            float tile[2][2][3];
+            qc::accum_fp32::evaluate_tile<2, 3, 2>(models, K, stage, tile);
+            for (int q = 0; q < 2; ++q) {
+              for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {
+                for (int64_t c = 0; c < 3 && j0 + c < N; ++c) check[q](i0 + r, j0 + c, tile[q][r][c], "(2x3 tile)");
               }
             }
-          }
+          });
         }
       }
     }
