@@ -204,7 +204,9 @@ QC_ACCUM_FN void sum_products(const A& a, const W& w, int count, const float (&u
     for (int r = 0; r < TM; ++r) {
       for (int c = 0; c < TN; ++c) {
         const float x = magnitude[r] * tw[c].v;
-        for (int q = 0; q < P; ++q) s[q][r][c] = add_signed(s[q][r][c], round_term(x, up[q][r][c], bias[c], kNearest), sign[r]);
+        for (int q = 0; q < P; ++q) {
+          s[q][r][c] = add_signed(s[q][r][c], round_term(x, up[q][r][c], bias[c], kNearest), sign[r]);
+        }
       }
     }
   }
@@ -227,7 +229,7 @@ QC_ACCUM_FN void step_tile(const StepParams& p, const A& a, const W& w, int coun
   // |s| < 2^24 (`applies`): every addition is exact, whatever the order. A product a·w is rounded as
   // sign(a) · round(|a| · w · up) (both roundings are odd functions), so its bias is w's (`grid_bias`,
   // once per column and term) and its sign a's (`sign_unit`, once per row and term): four fp32
-  // operations per product and chain, the product itself shared (was two and five integer ones; the
+  // operations per product and chain, the product itself shared (was two fp32 and five integer ones; the
   // device kernel gained 5 %: docs/performance.md).
   float up[P][TM][TN], s[P][TM][TN];
   for (int q = 0; q < P; ++q) {
@@ -307,7 +309,9 @@ QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel* const (&models)[P], int64_t 
       for (int r = 0; r < TM; ++r) {
         for (int c = 0; c < TN; ++c) {
           float partial = chain[q][r][c];
-          if (models[q]->promote_steps > 0) partial = in_chain[q] > 0 ? add_rn(promoted[q][r][c], partial) : promoted[q][r][c];
+          if (models[q]->promote_steps > 0) {
+            partial = in_chain[q] > 0 ? add_rn(promoted[q][r][c], partial) : promoted[q][r][c];
+          }
           total[q][r][c] = add_rn(total[q][r][c], partial);
         }
       }

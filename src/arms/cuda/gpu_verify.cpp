@@ -464,11 +464,11 @@ struct GpuVerifyLayer::Impl {
   }
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
   bool take_ahead(const LayerOperands& full);
-  // A model's fp32 accumulators of codes a [m,k], w [n,k] (device), enqueued on `on`.
   // Every model of `models` not in `set` yet, into its slot: two that run the same steps (the Hopper pair:
   // cuda_kernels::fp8_accum_models_share_steps) in one launch, the others one by one.
   void evaluate_all(const std::vector<NamedAccumModel>& models, const Fp8Gemm& codes, DeviceScratch<uint8_t>& wt,
                     ModelSet& set, cudaStream_t on);
+  // A model's fp32 accumulators of codes a [m,k], w [n,k] (device), enqueued on `on`.
   void evaluate(const Fp8AccumModel& model, const Fp8Gemm& codes, DeviceScratch<uint8_t>& wt, float* d, cudaStream_t on,
                 std::string* kernel);
   void zero(void* p, size_t bytes) const {
