@@ -4,8 +4,9 @@
 // layout the s8 `wgmma` path requires, which has no transpose), sa [M] fp32, sw [N] fp32,
 // optional bias [N] bf16; out y [M,N] bf16 row-major and, when asked, acc [M,N] int32 row-major.
 // Constraints: M >= 1, N and K multiples of 16 (the TMA global stride K must be a multiple of 16
-// bytes), K < 2^17 (every partial sum exact in int32). Ragged M, N and K tiles: TMA fills the
-// out-of-bounds part of each box with zeros, and the epilogue masks rows >= M and cols >= N.
+// bytes), K < 2^17 (every partial sum exact in int32), a and w 16-byte aligned, y and acc 8-byte aligned
+// (otherwise "unavailable", and `launch_int8_scaled_mm` runs the mma.sync kernel). Ragged M, N and K tiles:
+// TMA fills the out-of-bounds part of each box with zeros, and the epilogue masks rows >= M and cols >= N.
 //
 // Algorithm: a persistent grid of at most one block per multiprocessor walks BM x BN output tiles
 // (grouped rasterization: the tiles of 1024 consecutive rows share each W column tile while it is in
@@ -696,6 +697,8 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   if (encode == nullptr) return "unavailable: " + why;
   if (reinterpret_cast<uintptr_t>(args.a) % 16 != 0 || reinterpret_cast<uintptr_t>(args.w) % 16 != 0)
     return "unavailable: operands not 16-byte aligned (TMA)";
+  if (reinterpret_cast<uintptr_t>(args.y) % 8 != 0 || (args.acc != nullptr && reinterpret_cast<uintptr_t>(args.acc) % 8 != 0))
+    return "unavailable: outputs not 8-byte aligned (the epilogue's 8-byte stores)";
   CUtensorMap map_a, map_w;
   if (!make_map(encode, &map_a, args.a, args.m, args.k, BM, &why) ||
       !make_map(encode, &map_w, args.w, args.n, args.k, C::kWBoxRows, &why))
