@@ -108,10 +108,12 @@ void launch_fp64(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, con
 // their latency behind the previous step's arithmetic). A short step (the end of K or of a split range)
 // is padded with zero codes, which take no part (accum_fp32's header), so the step loops run a fixed
 // count and unroll.
+//
 // The exponents are staged packed for `max_exponents` below, which finds E for two outputs per
 // instruction (`__viaddmax_s16x2`: max(x + y, z) on each 16-bit half): a row's exponent repeated in both
 // halves of a word (`ae`), a column's as one 16-bit half (`we`: columns 2j and 2j + 1 are one word, 2j in
 // the low half). Every exponent, and every sum of two (kNoExponent twice is -2048), fits in 16 bits.
+
 // A code decoded (`accum_fp32::decode`), its exponent already in the packing of its operand's tile.
 struct __align__(8) DecodedCode {
   float v;
@@ -383,6 +385,13 @@ std::string launch(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, c
   return "qconform fp8_accum_model_fp64 (exact sum in fp64, w transposed, 4x4 outputs per thread, 32x8 threads)";
 }
 
+// The kernel's identity, or "error: ..." when its launch failed (this host thread's launches only).
+std::string launched(std::string identity) {
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return std::string("error: ") + cudaGetErrorString(err) + " launching " + identity;
+  return identity;
+}
+
 }  // namespace
 
 bool fp8_accum_models_share_steps(const Fp8AccumModel& first, const Fp8AccumModel& second, int64_t k) {
@@ -397,21 +406,15 @@ std::string launch_fp8_accum_model_pair(const Fp8AccumModel& first, const Fp8Acc
     return "error: launch_fp8_accum_model_pair: the two models do not run the same steps in the fp32 kernel";
   }
   if (m <= 0 || n <= 0) return "fp8_accum_model (empty)";
-  std::string identity = launch_fp32_models(ModelOutputs<2>{{first, second}, {d_first, d_second}}, a, fa, w, fw, m, n,
-                                            k, stream);
-  const cudaError_t err = cudaGetLastError();  // this host thread's launches only
-  if (err != cudaSuccess) return std::string("error: ") + cudaGetErrorString(err) + " launching " + identity;
-  return identity;
+  return launched(launch_fp32_models(ModelOutputs<2>{{first, second}, {d_first, d_second}}, a, fa, w, fw, m, n, k,
+                                     stream));
 }
 
 std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
                                    Fp8Format fw, uint8_t* w_t, float* d, int m, int n, int64_t k, bool allow_fp32,
                                    bool reference_kernel, cudaStream_t stream) {
   if (m <= 0 || n <= 0) return "fp8_accum_model (empty)";
-  std::string identity = launch(model, a, fa, w, fw, w_t, d, m, n, k, allow_fp32, reference_kernel, stream);
-  const cudaError_t err = cudaGetLastError();  // this host thread's launches only
-  if (err != cudaSuccess) return std::string("error: ") + cudaGetErrorString(err) + " launching " + identity;
-  return identity;
+  return launched(launch(model, a, fa, w, fw, w_t, d, m, n, k, allow_fp32, reference_kernel, stream));
 }
 
 }  // namespace qc::cuda_kernels
