@@ -260,66 +260,90 @@ QC_ACCUM_FN void step_tile(const StepParams& p, const A& a, const W& w, int coun
   }
 }
 
-// The whole evaluation of a TM x TN tile for P models that run the same steps (`same_steps`; P = 1: any
-// model `applies` takes): split ranges, steps, each model's promotions, as accum_model::evaluate.
+// What a tile's evaluation carries from one step to the next, per chain and output: the total of the
+// split ranges folded so far, the open chain's C and the promoted D of the open split range. Zero at the
+// start (`TileState{}`). The GPU kernel keeps it in registers and, where an evaluation is cut into
+// launches over K (`run_steps`), in global memory between them.
+template <int P, int TM, int TN>
+struct TileState {
+  float total[P][TM][TN] = {}, chain[P][TM][TN] = {}, promoted[P][TM][TN] = {};
+};
+
+// The steps of a TM x TN tile for P models that run the same steps (`same_steps`; P = 1: any model
+// `applies` takes) whose first term lies in [k_begin, k_end), from `st` and into it: split ranges,
+// steps, each model's promotions, as accum_model::evaluate. k_end >= k: every step from k_begin on, and
+// then `st.total` is the tile's d. One call over [0, k) is the whole evaluation; calls over consecutive
+// ranges give the same state bit for bit (the host test `ResumedFp32EvaluationEqualsWhole`) when every
+// cut is a multiple of step_k and every split range starts on a step boundary (`gpu_kernel_takes`): a
+// chain's promotion count is its step's index in its split range, and a range is folded into the total
+// by the call that runs its last step (an empty range, by the call whose range holds its start).
 // `stage.load(k0, count)` makes terms k0 .. k0+count-1 readable through `stage.a()` / `stage.w()`
-// (indices 0 .. count-1; on the GPU it stages them in shared memory, so every thread of a block
-// must call it in the same order: the loop below depends only on the models and K). `stage.count(n)`
-// is the count the step loop runs for n real terms (the GPU pads a short step with zero codes to a
-// fixed count). out[q][r][c] receives model q's d.
+// (indices 0 .. count-1; on the GPU it stages them in shared memory, so every thread of a block must
+// call it in the same order: the loop below depends only on the models, K and the range).
+// `stage.count(n)` is the count the step loop runs for n real terms (the GPU pads a short step with zero
+// codes to a fixed count).
 template <int TM, int TN, int P, class Stage>
-QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel* const (&models)[P], int64_t k, Stage& stage,
-                               float (&out)[P][TM][TN]) {
+QC_ACCUM_FN void run_steps(const Fp8AccumModel* const (&models)[P], int64_t k, Stage& stage, int64_t k_begin,
+                           int64_t k_end, TileState<P, TM, TN>& st) {
   const Fp8AccumModel& m = *models[0];  // the steps and split ranges, the same for every model
   const StepParams p = step_params(m);
   const int64_t splits = m.splits < 1 ? 1 : m.splits;
-  float total[P][TM][TN], chain[P][TM][TN], promoted[P][TM][TN];
-  for (int q = 0; q < P; ++q) {
-    for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) total[q][r][c] = 0.0f;
-    }
-  }
+  const bool to_end = k_end >= k;
+  const auto in_range = [&](int64_t at) { return at >= k_begin && (to_end || at < k_end); };
   for (int64_t g = 0; g < splits; ++g) {
     int64_t r0 = 0, r1 = 0;
     accum_model::split_range(m, k, g, r0, r1);
+    const int64_t s_first = r0 > k_begin ? r0 : k_begin;  // a step's start: both are multiples of step_k (or 0)
     int in_chain[P];
     for (int q = 0; q < P; ++q) {
-      in_chain[q] = 0;
-      for (int r = 0; r < TM; ++r) {
-        for (int c = 0; c < TN; ++c) chain[q][r][c] = promoted[q][r][c] = 0.0f;
-      }
+      const int64_t steps_before = (s_first - r0) / m.step_k;
+      in_chain[q] = models[q]->promote_steps > 0 ? static_cast<int>(steps_before % models[q]->promote_steps) : 0;
     }
-    for (int64_t s0 = r0; s0 < r1; s0 += m.step_k) {
+    for (int64_t s0 = s_first; s0 < r1 && (to_end || s0 < k_end); s0 += m.step_k) {
       const int n = static_cast<int>(s0 + m.step_k < r1 ? m.step_k : r1 - s0);
       stage.load(s0, n);
-      step_tile<TM, TN, P>(p, stage.a(), stage.w(), stage.count(n), chain);
+      step_tile<TM, TN, P>(p, stage.a(), stage.w(), stage.count(n), st.chain);
       for (int q = 0; q < P; ++q) {
         if (models[q]->promote_steps > 0 && ++in_chain[q] == models[q]->promote_steps) {
           for (int r = 0; r < TM; ++r) {
             for (int c = 0; c < TN; ++c) {
-              promoted[q][r][c] = add_rn(promoted[q][r][c], chain[q][r][c]);
-              chain[q][r][c] = 0.0f;
+              st.promoted[q][r][c] = add_rn(st.promoted[q][r][c], st.chain[q][r][c]);
+              st.chain[q][r][c] = 0.0f;
             }
           }
           in_chain[q] = 0;
         }
       }
     }
+    // The range's last step (or, empty, its start) in this call: its partial into the total, and the
+    // next range starts from zero.
+    const int64_t last = r1 > r0 ? r0 + (r1 - r0 - 1) / m.step_k * m.step_k : r0;
+    if (!in_range(last)) continue;
     for (int q = 0; q < P; ++q) {
       for (int r = 0; r < TM; ++r) {
         for (int c = 0; c < TN; ++c) {
-          float partial = chain[q][r][c];
+          float partial = st.chain[q][r][c];
           if (models[q]->promote_steps > 0) {
-            partial = in_chain[q] > 0 ? add_rn(promoted[q][r][c], partial) : promoted[q][r][c];
+            partial = in_chain[q] > 0 ? add_rn(st.promoted[q][r][c], partial) : st.promoted[q][r][c];
           }
-          total[q][r][c] = add_rn(total[q][r][c], partial);
+          st.total[q][r][c] = add_rn(st.total[q][r][c], partial);
+          st.chain[q][r][c] = st.promoted[q][r][c] = 0.0f;
         }
       }
     }
   }
+}
+
+// The whole evaluation of a TM x TN tile for P models that run the same steps (`run_steps` over all of
+// K). out[q][r][c] receives model q's d.
+template <int TM, int TN, int P, class Stage>
+QC_ACCUM_FN void evaluate_tile(const Fp8AccumModel* const (&models)[P], int64_t k, Stage& stage,
+                               float (&out)[P][TM][TN]) {
+  TileState<P, TM, TN> st;
+  run_steps<TM, TN, P>(models, k, stage, 0, k, st);
   for (int q = 0; q < P; ++q) {
     for (int r = 0; r < TM; ++r) {
-      for (int c = 0; c < TN; ++c) out[q][r][c] = total[q][r][c];
+      for (int c = 0; c < TN; ++c) out[q][r][c] = st.total[q][r][c];
     }
   }
 }

@@ -416,7 +416,7 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
     return false;
   }
   const auto t0 = std::chrono::steady_clock::now();
-  gpu_->load(full);
+  gpu_->load(full, declared_);
   if (next != nullptr) gpu_->prefetch(*next, declared_, /*only_untaken=*/overlaps_layers());
   add_seconds(seconds,
               fp8_ ? "layer upload (what was not uploaded ahead, or the wait for the upload and the models ahead)"

@@ -182,6 +182,53 @@ TEST(CudaFp8Model, PairInOnePassEqualsEachModel) {
   for (const auto& [name, pair] : pairs) EXPECT_GT(pairs_run[name], 0) << name << " never ran";
 }
 
+// The fp32 kernel's evaluation cut into launches over parts of K (cuda_kernels::ModelLaunches: the chains
+// kept in device memory between launches, as verify's pipeline runs the next layer's models) equals the
+// CPU evaluation bit for bit, for single models and pairs, cuts mid-chain, on promotions and on split
+// boundaries; a cut at or past K is one launch.
+TEST(CudaFp8Model, LaunchesOverPartsOfKEqualTheCpu) {
+  auto pairs = test::paired_models();
+  const std::vector<std::array<int64_t, 3>> shapes{{7, 45, 33}, {65, 130, 100}, {16, 256, 1000}, {130, 70, 4100}};
+  std::mt19937_64 rng(1208);
+  int64_t outputs = 0, cut_launches = 0;
+  for (const auto& sh : shapes) {
+    const AccumShape s{sh[0], sh[1], sh[2]};
+    const Fp8Format fa = Fp8Format::e4m3, fw = sh[2] % 2 == 0 ? Fp8Format::e4m3 : Fp8Format::e5m2;
+    const auto a = finite_codes(rng, s.m * s.k, fa, /*subnormal_heavy=*/sh[2] % 3 == 0);
+    const auto w = finite_codes(rng, s.n * s.k, fw, sh[2] % 3 == 0);
+    const GpuFp8Codes codes(a.data(), fa, w.data(), fw, s);
+    for (const auto& [name, pair] : pairs) {
+      if (!cuda_kernels::fp8_accum_models_share_steps(pair[0], pair[1], s.k)) continue;
+      std::array<std::vector<float>, 2> cpu;
+      for (int q = 0; q < 2; ++q) {
+        cpu[q].resize(static_cast<size_t>(s.m * s.n));
+        fp8_model_evaluate(pair[q], Fp8Gemm{a.data(), fa, w.data(), fw, s}, cpu[q].data());
+      }
+      for (const int64_t per : {int64_t{1}, int64_t{100}, int64_t{1000}, s.k}) {
+        std::string kernel;
+        const auto gpu = codes.evaluate_pair(pair[0], pair[1], &kernel, per);
+        const bool cut = (per + pair[0].step_k - 1) / pair[0].step_k * pair[0].step_k < s.k;
+        EXPECT_EQ(kernel.find("in launches of") != std::string::npos, cut) << kernel;
+        cut_launches += cut ? 1 : 0;
+        for (int q = 0; q < 2; ++q) {
+          const std::string what = fmt::format("pair {} (model {}; M={} N={} K={}, {} terms a launch): cpu vs gpu `{}`", name,
+                                               q, s.m, s.n, s.k, per, kernel);
+          EXPECT_EQ(count_differing(cpu[q], gpu[q], s.n, what, 3), 0) << what;
+          outputs += static_cast<int64_t>(cpu[q].size());
+        }
+        // The first model alone, cut the same way.
+        const auto one = codes.evaluate(pair[0], &kernel, Fp8GpuKernel::best, per);
+        EXPECT_EQ(kernel.find("in launches of") != std::string::npos, cut) << kernel;
+        EXPECT_EQ(count_differing(cpu[0], one, s.n, fmt::format("{} alone, {} terms a launch", name, per), 3), 0);
+      }
+    }
+  }
+  std::printf("GPU evaluation in launches over parts of K == CPU evaluation on %lld outputs (%lld cut evaluations)\n",
+              static_cast<long long>(outputs), static_cast<long long>(cut_launches));
+  EXPECT_GT(outputs, 500000);
+  EXPECT_GT(cut_launches, 40);
+}
+
 // The declaration of each cuBLASLt FP8 arm, checked: 0 outputs off the model the run claims, and
 // the other Hopper model differs (so the check can fail). Each run claims the model of the algorithm
 // cuBLASLt reports it ran: the declared model for one pass over K (splitK 1), `<declared>-splitk-<s>`

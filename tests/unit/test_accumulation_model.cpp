@@ -7,6 +7,7 @@
 //   cmake --build build -j2 --target qconform_unit_tests &&
 //   ./build/tests/qconform_unit_tests --gtest_filter='AccumulationModel*'
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -404,6 +405,63 @@ TEST(AccumulationModel, PairedFp32EvaluationEqualsReference) {
   }
   EXPECT_EQ(bad, 0);
   EXPECT_GT(outputs, 9000);  // every model of every pair, each output checked
+}
+
+// The evaluation cut into calls over consecutive ranges of K (`run_steps` from the state the last one
+// left: what the GPU kernel does when verify cuts a model's evaluation into short launches) gives every
+// model of every pair its reference bit for bit, wherever the cuts are multiples of the step: mid-chain,
+// on promotions, on split boundaries, past K, with empty ranges between.
+TEST(AccumulationModel, ResumedFp32EvaluationEqualsWhole) {
+  auto pairs = qc::test::paired_models();
+  pairs.push_back({"promote4-splitk-8 + chain-splitk-8",
+                   {qc::fp8_accumulation_model("hopper-fp8-promote4-splitk-8").model,
+                    qc::fp8_accumulation_model("hopper-fp8-chain-splitk-8").model}});
+  std::mt19937_64 rng(20261208);
+  const std::vector<std::array<int64_t, 3>> shapes{{1, 1, 1}, {3, 5, 31}, {2, 7, 129}, {2, 3, 520}, {4, 6, 300}, {2, 3, 1000}};
+  const std::pair<Fp8Format, Fp8Format> formats[] = {{Fp8Format::e4m3, Fp8Format::e4m3}, {Fp8Format::e5m2, Fp8Format::e4m3}};
+  int64_t outputs = 0, bad = 0, cut_runs = 0;
+  for (const auto& [name, pair] : pairs) {
+    const int64_t step = pair[0].step_k;
+    for (const auto& [fa, fw] : formats) {
+      for (Dist dist : {Dist::uniform, Dist::cancellation}) {
+        for (const auto& sh : shapes) {
+          const int64_t M = sh[0], N = sh[1], K = sh[2];
+          if (!qc::accum_fp32::gpu_kernel_takes(pair[0], K) || !qc::accum_fp32::gpu_kernel_takes(pair[1], K)) continue;
+          const auto a = codes(rng, M, K, fa, dist, false);
+          const auto w = codes(rng, N, K, fw, dist, true);
+          const Fp8Gemm g{a.data(), fa, w.data(), fw, {M, N, K}};
+          const Fp8AccumModel* const models[2] = {&pair[0], &pair[1]};
+          for (int cut_set = 0; cut_set < 4; ++cut_set) {
+            // Cuts: multiples of the step in [0, K + step], some repeated (an empty call), sorted.
+            std::vector<int64_t> cuts{0};
+            const int64_t steps = K / step + 2;
+            for (int c = static_cast<int>(rng() % 6); c > 0; --c) cuts.push_back(static_cast<int64_t>(rng() % steps) * step);
+            std::sort(cuts.begin(), cuts.end());
+            const std::string what = fmt::format("pair `{}` ({} x {}, {}, M={} N={} K={}) cut at {}", name, fmt_name(fa),
+                                                 fmt_name(fw), dist_name(dist), M, N, K, fmt::join(cuts, ","));
+            const ReferenceCheck check[2] = {{pair[0], g, what + " first model", "resumed fp32 evaluation", &outputs, &bad},
+                                             {pair[1], g, what + " second model", "resumed fp32 evaluation", &outputs, &bad}};
+            ++cut_runs;
+            for_each_2x3_tile(a, fa, w, fw, M, N, K, [&](qc::accum_fp32::RowStage<2, 3>& stage, int64_t i0, int64_t j0) {
+              qc::accum_fp32::TileState<2, 2, 3> st;
+              for (size_t c = 0; c < cuts.size(); ++c) {
+                const int64_t end = c + 1 < cuts.size() ? cuts[c + 1] : K;  // the last call runs to the end
+                qc::accum_fp32::run_steps<2, 3, 2>(models, K, stage, cuts[c], end, st);
+              }
+              for (int q = 0; q < 2; ++q) {
+                for (int64_t r = 0; r < 2 && i0 + r < M; ++r) {
+                  for (int64_t c = 0; c < 3 && j0 + c < N; ++c) check[q](i0 + r, j0 + c, st.total[q][r][c], "(2x3 tile)");
+                }
+              }
+            });
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(bad, 0);
+  EXPECT_GT(cut_runs, 300);
+  EXPECT_GT(outputs, 8000);
 }
 
 // Every fast path is exercised by the table (so the comparison above covers each kernel).

@@ -94,14 +94,15 @@ class GpuFp8Codes {
   GpuFp8Codes(const GpuFp8Codes&) = delete;
   GpuFp8Codes& operator=(const GpuFp8Codes&) = delete;
   // d[m,n] as `accum_model::evaluate` gives it (invalid models are input errors). `kernel` (optional)
-  // receives the identity of the kernel that ran.
+  // receives the identity of the kernel that ran. `k_per_launch` > 0: the fp32 kernel's evaluation cut
+  // into launches of that many terms of K (cuda_kernels::ModelLaunches, as verify's pipeline runs it).
   std::vector<float> evaluate(const Fp8AccumModel& model, std::string* kernel = nullptr,
-                              Fp8GpuKernel which = Fp8GpuKernel::best) const;
+                              Fp8GpuKernel which = Fp8GpuKernel::best, int64_t k_per_launch = 0) const;
   // Two models that run the same steps (`accum_fp32::same_steps`, in the fp32 kernel at this K; else an
-  // input error) in one launch, as verify's device pipeline evaluates the Hopper pair: each d as `evaluate`
+  // input error) in one pass, as verify's device pipeline evaluates the Hopper pair: each d as `evaluate`
   // gives it.
   std::array<std::vector<float>, 2> evaluate_pair(const Fp8AccumModel& first, const Fp8AccumModel& second,
-                                                  std::string* kernel = nullptr) const;
+                                                  std::string* kernel = nullptr, int64_t k_per_launch = 0) const;
   // A block model's fp32 D as `fp8_block_reference` gives it (src/epilogue/block_models.hpp), for the
   // block-scaled GEMM `g` whose codes are the ones uploaded here (its shape and formats are checked;
   // its scales are uploaded by each call). `best` / `fp64`: per K block the block's columns gathered,
@@ -198,8 +199,9 @@ class GpuVerifyLayer {
   // than 2^32 outputs.
   static std::string refusal(const LayerOperands& full, bool fp8);
   // Uploads the layer (a, w, bias and their copies; nothing when `prefetch` uploaded it already); INT8:
-  // computes its exact accumulators and C2's counts (or takes those `prefetch` computed).
-  void load(const LayerOperands& full);
+  // computes its exact accumulators and C2's counts (or takes those `prefetch` computed); FP8: evaluates
+  // `models` (those `prefetch` did not), the pairs that share their steps in one pass each.
+  void load(const LayerOperands& full, const std::vector<NamedAccumModel>& models = {});
   // Uploads `next` ahead, on a host thread and a stream of their own, while the current layer's runs go on
   // (its buffers are not the current layer's; `load(next)` takes them), and there evaluates `models` on
   // an FP8 layer, or computes an INT8 layer's exact accumulators and C2's counts. Nothing where the
@@ -263,7 +265,7 @@ inline bool gpu_pass_takes(const Epilogue&) { return false; }
 inline GpuVerifyLayer::GpuVerifyLayer() { QC_FAIL_INPUT("GpuVerifyLayer: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)"); }
 inline GpuVerifyLayer::~GpuVerifyLayer() = default;
 inline std::string GpuVerifyLayer::refusal(const LayerOperands&, bool) { return "this build has no CUDA"; }
-inline void GpuVerifyLayer::load(const LayerOperands&) {}
+inline void GpuVerifyLayer::load(const LayerOperands&, const std::vector<NamedAccumModel>&) {}
 inline void GpuVerifyLayer::prefetch(const LayerOperands&, const std::vector<NamedAccumModel>&, bool) {}
 inline void GpuVerifyLayer::runs_launched(int) {}
 inline RangeStats GpuVerifyLayer::range_stats() { return {}; }
@@ -291,11 +293,11 @@ inline GpuFp8Codes::GpuFp8Codes(const uint8_t*, Fp8Format, const uint8_t*, Fp8Fo
 inline GpuFp8Codes::~GpuFp8Codes() = default;
 inline GpuFp8Codes::GpuFp8Codes(GpuFp8Codes&&) noexcept = default;
 inline GpuFp8Codes& GpuFp8Codes::operator=(GpuFp8Codes&&) noexcept = default;
-inline std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel&, std::string*, Fp8GpuKernel) const {
+inline std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel&, std::string*, Fp8GpuKernel, int64_t) const {
   QC_FAIL_INPUT("GpuFp8Codes: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
 }
 inline std::array<std::vector<float>, 2> GpuFp8Codes::evaluate_pair(const Fp8AccumModel&, const Fp8AccumModel&,
-                                                                    std::string*) const {
+                                                                    std::string*, int64_t) const {
   QC_FAIL_INPUT("GpuFp8Codes: this build has no CUDA (rebuild with -DQCONFORM_WITH_CUDA=ON)");
 }
 inline std::vector<float> GpuFp8Codes::evaluate_block(const BlockModel&, const Fp8BlockGemm&, std::string*,

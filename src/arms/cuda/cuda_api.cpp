@@ -130,6 +130,21 @@ struct GpuFp8Codes::Impl {
     size_t sa_count = 0, sw_count = 0;
   };
   mutable Block blk;
+  // The chains between launches over parts of K (cuda_kernels::ModelLaunches), freed behind the call.
+  struct LaunchState {
+    const Impl& x;
+    cuda_kernels::ModelLaunches launches;
+    LaunchState(const Impl& impl, int models, int64_t k_per_launch) : x(impl) {
+      if (k_per_launch <= 0) return;
+      launches.k_per_launch = k_per_launch;
+      launches.state = x.allocate<float>(cuda_kernels::ModelLaunches::state_floats(models, x.s.m, x.s.n));
+    }
+    ~LaunchState() {
+      if (launches.state != nullptr) cudaFreeAsync(launches.state, x.stream);
+    }
+    LaunchState(const LaunchState&) = delete;
+    LaunchState& operator=(const LaunchState&) = delete;
+  };
   ~Impl() {
     for (void* p : {static_cast<void*>(a), static_cast<void*>(w), static_cast<void*>(wt), static_cast<void*>(d),
                     static_cast<void*>(d2),
@@ -170,7 +185,8 @@ GpuFp8Codes::~GpuFp8Codes() = default;
 GpuFp8Codes::GpuFp8Codes(GpuFp8Codes&&) noexcept = default;
 GpuFp8Codes& GpuFp8Codes::operator=(GpuFp8Codes&&) noexcept = default;
 
-std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel& model, std::string* kernel, Fp8GpuKernel which) const {
+std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel& model, std::string* kernel, Fp8GpuKernel which,
+                                         int64_t k_per_launch) const {
   const Impl& x = *impl_;
   validate_fp8_model_for(model, x.s);
   if (x.s.m == 0 || x.s.n == 0) return {};
@@ -180,10 +196,12 @@ std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel& model, std::string
       accum_fp64::path_of(model, x.fa, x.fw, x.s.k) != accum_fp64::Path::reference) {
     x.wt = x.allocate<uint8_t>(static_cast<size_t>(x.s.n * x.s.k));  // the fp64 kernel's pre-pass writes it
   }
+  const Impl::LaunchState cut(x, 1, fp32_kernel ? k_per_launch : 0);
   const std::string name = cuda::checked_launch(
       cuda_kernels::launch_fp8_accum_model(model, x.a, x.fa, x.w, x.fw, x.wt, x.d, static_cast<int>(x.s.m),
                                            static_cast<int>(x.s.n), x.s.k, /*allow_fp32=*/which == Fp8GpuKernel::best,
-                                           /*reference_kernel=*/which == Fp8GpuKernel::reference, x.stream),
+                                           /*reference_kernel=*/which == Fp8GpuKernel::reference, x.stream,
+                                           cut.launches),
       "fp8 accumulation models on the GPU");
   std::vector<float> out(static_cast<size_t>(x.s.m * x.s.n));
   QC_CUDA_CHECK(cudaMemcpyAsync(out.data(), x.d, out.size() * sizeof(float), cudaMemcpyDeviceToHost, x.stream));
@@ -193,7 +211,7 @@ std::vector<float> GpuFp8Codes::evaluate(const Fp8AccumModel& model, std::string
 }
 
 std::array<std::vector<float>, 2> GpuFp8Codes::evaluate_pair(const Fp8AccumModel& first, const Fp8AccumModel& second,
-                                                             std::string* kernel) const {
+                                                             std::string* kernel, int64_t k_per_launch) const {
   const Impl& x = *impl_;
   validate_fp8_model_for(first, x.s);
   validate_fp8_model_for(second, x.s);
@@ -203,9 +221,10 @@ std::array<std::vector<float>, 2> GpuFp8Codes::evaluate_pair(const Fp8AccumModel
   const size_t mn = static_cast<size_t>(x.s.m * x.s.n);
   if (mn == 0) return {};
   if (x.d2 == nullptr) x.d2 = x.allocate<float>(mn);
+  const Impl::LaunchState cut(x, 2, k_per_launch);
   const std::string name = cuda::checked_launch(
       cuda_kernels::launch_fp8_accum_model_pair(first, second, x.a, x.fa, x.w, x.fw, x.d, x.d2, static_cast<int>(x.s.m),
-                                                static_cast<int>(x.s.n), x.s.k, x.stream),
+                                                static_cast<int>(x.s.n), x.s.k, x.stream, cut.launches),
       "fp8 accumulation models on the GPU");
   std::array<std::vector<float>, 2> out{std::vector<float>(mn), std::vector<float>(mn)};
   QC_CUDA_CHECK(cudaMemcpyAsync(out[0].data(), x.d, mn * sizeof(float), cudaMemcpyDeviceToHost, x.stream));

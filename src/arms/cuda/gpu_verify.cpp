@@ -344,6 +344,7 @@ struct GpuVerifyLayer::Impl {
   Fp8Format fa = Fp8Format::e4m3, fw = Fp8Format::e4m3;
   ModelSet models;                                          // FP8: by name, the layer's rows
   DeviceScratch<uint8_t> wt;                                // FP8: w transposed (the fp64 kernel's scratch)
+  DeviceScratch<float> model_state;                         // FP8: the models' chains between launches
   DeviceScratch<float> arm_acc[2];                          // FP8: the arms' exposed accumulators
   // The next layer, uploaded ahead on its own stream by a host thread of its own (`prefetch`) while this
   // layer's runs go on; `load` takes its buffers (swaps them with the current ones) when it is that layer.
@@ -352,6 +353,7 @@ struct GpuVerifyLayer::Impl {
     DeviceScratch<uint16_t> bias, bias0;
     DeviceScratch<uint8_t> wt;
     ModelSet models;                                          // FP8: evaluated right after the upload
+    DeviceScratch<float> model_state;                         // FP8: the models' chains between launches
     DeviceScratch<int32_t> exact;                             // INT8: the exact accumulators, after the upload
     DeviceScratch<cuda_kernels::RangeCounts> range;           // INT8: C2's statistics of them
     PinnedSlot<cuda_kernels::RangeCounts> range_host;
@@ -371,6 +373,17 @@ struct GpuVerifyLayer::Impl {
   static int models_after() {
     static const int runs = env_int("QC_FP8_MODELS_AFTER", 1, 0, 1 << 20);
     return runs;
+  }
+  // The models' fp32 evaluation in launches of this many terms of K (cuda_kernels::ModelLaunches; 0: one
+  // launch over K): each block of a launch holds its multiprocessor briefly, so the runs' kernels (on the
+  // stream of higher priority) wait less behind the next layer's models. QC_FP8_MODEL_LAUNCH_K.
+  static int64_t model_launch_k() {
+    static const int64_t k = env_int("QC_FP8_MODEL_LAUNCH_K", 256, 0, 1 << 30);
+    return k;
+  }
+  static cuda_kernels::ModelLaunches launches(DeviceScratch<float>& state, int models, const AccumShape& s) {
+    if (model_launch_k() <= 0 || model_launch_k() >= s.k) return {};
+    return {model_launch_k(), state.reserve(cuda_kernels::ModelLaunches::state_floats(models, s.m, s.n))};
   }
   void open_gate() {
     {
@@ -467,10 +480,10 @@ struct GpuVerifyLayer::Impl {
   // Every model of `models` not in `set` yet, into its slot: two that run the same steps (the Hopper pair:
   // cuda_kernels::fp8_accum_models_share_steps) in one launch, the others one by one.
   void evaluate_all(const std::vector<NamedAccumModel>& models, const Fp8Gemm& codes, DeviceScratch<uint8_t>& wt,
-                    ModelSet& set, cudaStream_t on);
+                    DeviceScratch<float>& state, ModelSet& set, cudaStream_t on);
   // A model's fp32 accumulators of codes a [m,k], w [n,k] (device), enqueued on `on`.
-  void evaluate(const Fp8AccumModel& model, const Fp8Gemm& codes, DeviceScratch<uint8_t>& wt, float* d, cudaStream_t on,
-                std::string* kernel);
+  void evaluate(const Fp8AccumModel& model, const Fp8Gemm& codes, DeviceScratch<uint8_t>& wt,
+                DeviceScratch<float>& state, float* d, cudaStream_t on, std::string* kernel);
   void zero(void* p, size_t bytes) const {
     if (bytes != 0) QC_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream));
   }
@@ -564,7 +577,7 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
       x.wait_gate();
       const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
                           reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
-      x.evaluate_all(models, codes, h.wt, h.models, x.copy_stream);
+      x.evaluate_all(models, codes, h.wt, h.model_state, h.models, x.copy_stream);
     } else if (Impl::exact_beside()) {  // an INT8 layer's exact accumulators and C2's statistics beside the uploads
       QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
       QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
@@ -624,7 +637,7 @@ std::string GpuVerifyLayer::refusal(const LayerOperands& full, bool fp8) {
   return "";
 }
 
-void GpuVerifyLayer::load(const LayerOperands& full) {
+void GpuVerifyLayer::load(const LayerOperands& full, const std::vector<NamedAccumModel>& models) {
   Impl& x = *impl_;
   const std::string why = refusal(full, full.fp8());
   QC_CHECK(why.empty(), "GpuVerifyLayer::load: layer `{}`: {}", full.name, why);
@@ -640,6 +653,9 @@ void GpuVerifyLayer::load(const LayerOperands& full) {
   }
   if (x.fp8) {
     x.fa = fp8_format(full.a_type), x.fw = fp8_format(full.w_type);
+    const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(x.a.get()), x.fa, reinterpret_cast<const uint8_t*>(x.w.get()),
+                        x.fw, {full.m, full.n, full.k}};
+    x.evaluate_all(models, codes, x.wt, x.model_state, x.models, x.stream);  // none when taken ahead with the layer
     return;
   }
   if (!x.exact_ahead) exact_and_range(x.a.get(), x.w.get(), full.m, full.n, full.k, x.exact, x.range, x.range_host.get(), x.stream);
@@ -814,25 +830,27 @@ const float* GpuVerifyLayer::model(const std::string& name, const Fp8AccumModel&
   float* d = x.models.slot(name, static_cast<size_t>(x.m_full * x.n));
   const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(x.a.get()), x.fa, reinterpret_cast<const uint8_t*>(x.w.get()),
                       x.fw, {x.m_full, x.n, x.k}};
-  x.evaluate(model, codes, x.wt, d, x.stream, kernel);
+  x.evaluate(model, codes, x.wt, x.model_state, d, x.stream, kernel);
   x.models.ready.insert(name);
   return d;
 }
 
 void GpuVerifyLayer::Impl::evaluate(const Fp8AccumModel& model, const Fp8Gemm& codes, DeviceScratch<uint8_t>& wt,
-                                    float* d, cudaStream_t on, std::string* kernel) {
+                                    DeviceScratch<float>& state, float* d, cudaStream_t on, std::string* kernel) {
   const AccumShape& s = codes.s;
   validate_fp8_model_for(model, s);
   const std::string ran = cuda::checked_launch(
       cuda_kernels::launch_fp8_accum_model(model, codes.a, codes.a_format, codes.w, codes.w_format,
                                            wt.reserve(static_cast<size_t>(s.n * s.k)), d, static_cast<int>(s.m),
-                                           static_cast<int>(s.n), s.k, /*allow_fp32=*/true, /*reference_kernel=*/false, on),
+                                           static_cast<int>(s.n), s.k, /*allow_fp32=*/true, /*reference_kernel=*/false, on,
+                                           launches(state, 1, s)),
       "verify's device pipeline: an accumulation model");
   if (kernel != nullptr) *kernel = ran;
 }
 
 void GpuVerifyLayer::Impl::evaluate_all(const std::vector<NamedAccumModel>& models, const Fp8Gemm& codes,
-                                        DeviceScratch<uint8_t>& wt, ModelSet& set, cudaStream_t on) {
+                                        DeviceScratch<uint8_t>& wt, DeviceScratch<float>& state, ModelSet& set,
+                                        cudaStream_t on) {
   const AccumShape& s = codes.s;
   const size_t mn = static_cast<size_t>(s.m * s.n);
   std::vector<const NamedAccumModel*> left;
@@ -849,13 +867,13 @@ void GpuVerifyLayer::Impl::evaluate_all(const std::vector<NamedAccumModel>& mode
       cuda::checked_launch(cuda_kernels::launch_fp8_accum_model_pair(
                                left[i]->model, left[j]->model, codes.a, codes.a_format, codes.w, codes.w_format,
                                set.slot(left[i]->name, mn), set.slot(left[j]->name, mn), static_cast<int>(s.m),
-                               static_cast<int>(s.n), s.k, on),
+                               static_cast<int>(s.n), s.k, on, launches(state, 2, s)),
                            "verify's device pipeline: two accumulation models");
       done[i] = done[j] = true;
     }
   }
   for (size_t i = 0; i < left.size(); ++i) {
-    if (!done[i]) evaluate(left[i]->model, codes, wt, set.slot(left[i]->name, mn), on, nullptr);
+    if (!done[i]) evaluate(left[i]->model, codes, wt, state, set.slot(left[i]->name, mn), on, nullptr);
     set.ready.insert(left[i]->name);
   }
 }

@@ -261,6 +261,7 @@ struct SmemStage {
   const uint8_t* w_cols;  // the tile's first column (a row of w)
   int rows, cols;    // valid rows and columns of the tile (the rest load zero codes)
   int64_t k;
+  int64_t stop;      // the end of this launch's terms: no step from here on is fetched ahead
   int tid, ty, tx;
   bool aligned;      // word loads: K a multiple of 4 and both operands 4-byte aligned
   int64_t fetched = -1;  // the K offset whose codes the registers hold
@@ -278,7 +279,7 @@ struct SmemStage {
     a_codes.store(s.av, s.ae, s.a_codes, n, tid);
     w_codes.store(s.wv, s.we, s.w_codes, n, tid);
     __syncthreads();
-    if (k0 + n < k) fetch(k0 + n);
+    if (k0 + n < stop) fetch(k0 + n);
   }
   __device__ __forceinline__ static constexpr int count(int) { return KC; }
   // What accum_fp32::evaluate_tile reads: this thread's rows and columns of the staged step.
@@ -296,7 +297,13 @@ template <int P>
 struct ModelOutputs {
   Fp8AccumModel model[P];
   float* d[P];
+  float* state = nullptr;  // the chains between launches over parts of K: [P][3][M][N] (ModelLaunches)
 };
+
+// Field f of model q's TileState for output (m, n), in ModelOutputs::state.
+__device__ __forceinline__ int64_t state_at(int q, int f, int m, int n, int M, int N) {
+  return ((static_cast<int64_t>(q) * 3 + f) * M + m) * N + n;
+}
 
 // Two blocks per multiprocessor (128 registers, a few spilled: measured on an H100, one 7-layer block of
 // FP8 verify's models 19.98 ms against 21.83 ms at one block and 22.86 ms before the codes were fetched
@@ -304,51 +311,94 @@ struct ModelOutputs {
 template <int TM, int TN, int KC, int P>
 __global__ void __launch_bounds__(256, P == 1 ? 2 : 1)
     fp8_accum_model_fp32_kernel(const __grid_constant__ ModelOutputs<P> job, const uint8_t* __restrict__ a,
-                                Fp8Format fa, const uint8_t* __restrict__ w, Fp8Format fw, int M, int N, int64_t K) {
+                                Fp8Format fa, const uint8_t* __restrict__ w, Fp8Format fw, int M, int N, int64_t K,
+                                int64_t k_begin, int64_t k_end) {
   __shared__ __align__(16) SmemTiles<TM, TN, KC> tiles;
   constexpr int kBM = 16 * TM, kBN = 16 * TN;
   const int m0 = blockIdx.y * kBM, n0 = blockIdx.x * kBN;
   const int tx = threadIdx.x, ty = threadIdx.y, tid = ty * 16 + tx;
   const bool aligned = K % 4 == 0 && reinterpret_cast<uintptr_t>(a) % 4 == 0 && reinterpret_cast<uintptr_t>(w) % 4 == 0;
   SmemStage<TM, TN, KC> stage{tiles, a + static_cast<int64_t>(m0) * K, w + static_cast<int64_t>(n0) * K,
-                              min(kBM, M - m0), min(kBN, N - n0), K, tid, ty, tx, aligned};
+                              min(kBM, M - m0), min(kBN, N - n0), K, min(k_end, K), tid, ty, tx, aligned};
   fill_decode_tables(tiles, fa, fw, tid, 256);
   const Fp8AccumModel* models[P];
   for (int q = 0; q < P; ++q) models[q] = &job.model[q];
-  float out[P][TM][TN];
-  accum_fp32::evaluate_tile<TM, TN, P>(models, K, stage, out);
+  // Each output's chains: from the launch before (a launch from k_begin > 0), and to the next one or,
+  // once the launch has run to K's end, its d.
+  accum_fp32::TileState<P, TM, TN> st;
+  const bool resumed = k_begin > 0, to_end = k_end >= K;
+  if (resumed) {
+#pragma unroll
+    for (int q = 0; q < P; ++q) {
+#pragma unroll
+      for (int r = 0; r < TM; ++r) {
+#pragma unroll
+        for (int c = 0; c < TN; ++c) {
+          const int m = m0 + ty * TM + r, n = n0 + tx * TN + c;
+          if (m >= M || n >= N) continue;
+          st.total[q][r][c] = job.state[state_at(q, 0, m, n, M, N)];
+          st.chain[q][r][c] = job.state[state_at(q, 1, m, n, M, N)];
+          st.promoted[q][r][c] = job.state[state_at(q, 2, m, n, M, N)];
+        }
+      }
+    }
+  }
+  accum_fp32::run_steps<TM, TN, P>(models, K, stage, k_begin, k_end, st);
+#pragma unroll
   for (int q = 0; q < P; ++q) {
+#pragma unroll
     for (int r = 0; r < TM; ++r) {
+#pragma unroll
       for (int c = 0; c < TN; ++c) {
         const int m = m0 + ty * TM + r, n = n0 + tx * TN + c;
-        if (m < M && n < N) job.d[q][static_cast<int64_t>(m) * N + n] = out[q][r][c];
+        if (m >= M || n >= N) continue;
+        if (to_end) {
+          job.d[q][static_cast<int64_t>(m) * N + n] = st.total[q][r][c];
+        } else {
+          job.state[state_at(q, 0, m, n, M, N)] = st.total[q][r][c];
+          job.state[state_at(q, 1, m, n, M, N)] = st.chain[q][r][c];
+          job.state[state_at(q, 2, m, n, M, N)] = st.promoted[q][r][c];
+        }
       }
     }
   }
 }
 
+// One launch per `per` terms of K (the last runs to K's end), the chains kept in job.state between them.
 template <int KC, int P>
 void launch_fp32(const ModelOutputs<P>& job, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw, int m,
-                 int n, int64_t k, cudaStream_t stream) {
+                 int n, int64_t k, int64_t per, cudaStream_t stream) {
   constexpr int TM = 4, TN = 4;
   const dim3 block(16, 16);
   const dim3 grid((n + 16 * TN - 1) / (16 * TN), (m + 16 * TM - 1) / (16 * TM));
-  fp8_accum_model_fp32_kernel<TM, TN, KC, P><<<grid, block, 0, stream>>>(job, a, fa, w, fw, m, n, k);
+  for (int64_t k_begin = 0;; k_begin += per) {
+    const int64_t k_end = k_begin + per < k ? k_begin + per : k;
+    fp8_accum_model_fp32_kernel<TM, TN, KC, P><<<grid, block, 0, stream>>>(job, a, fa, w, fw, m, n, k, k_begin, k_end);
+    if (k_end >= k) break;
+  }
 }
 
-// The fp32 kernel for P models (accum_fp32::gpu_kernel_takes each; same_steps when P = 2); its identity.
+// The fp32 kernel for P models (accum_fp32::gpu_kernel_takes each; same_steps when P = 2), in launches of
+// `launches.k_per_launch` terms; its identity.
 template <int P>
-std::string launch_fp32_models(const ModelOutputs<P>& job, const uint8_t* a, Fp8Format fa, const uint8_t* w,
-                               Fp8Format fw, int m, int n, int64_t k, cudaStream_t stream) {
+std::string launch_fp32_models(ModelOutputs<P> job, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw,
+                               int m, int n, int64_t k, cudaStream_t stream, const ModelLaunches& launches) {
   const int step_k = job.model[0].step_k;
-  switch (step_k) {
-    case 8: launch_fp32<8>(job, a, fa, w, fw, m, n, k, stream); break;
-    case 16: launch_fp32<16>(job, a, fa, w, fw, m, n, k, stream); break;
-    default: launch_fp32<32>(job, a, fa, w, fw, m, n, k, stream); break;
+  int64_t per = k;
+  if (launches.k_per_launch > 0 && launches.state != nullptr && launches.k_per_launch < k) {
+    per = (launches.k_per_launch + step_k - 1) / step_k * step_k;  // every cut on a step boundary (run_steps)
+    job.state = launches.state;
   }
+  switch (step_k) {
+    case 8: launch_fp32<8>(job, a, fa, w, fw, m, n, k, per, stream); break;
+    case 16: launch_fp32<16>(job, a, fa, w, fw, m, n, k, per, stream); break;
+    default: launch_fp32<32>(job, a, fa, w, fw, m, n, k, per, stream); break;
+  }
+  const std::string cut = per < k ? ", in launches of " + std::to_string(per) + " terms of K" : "";
   return std::string("qconform fp8_accum_model_fp32 (steps in fp32, ") +
          (P == 2 ? "two models sharing their steps in one pass over the products, " : "") + "each step of " +
-         std::to_string(step_k) + " terms staged decoded in shared memory, 4x4 outputs per thread, 16x16 threads)";
+         std::to_string(step_k) + " terms staged decoded in shared memory, 4x4 outputs per thread, 16x16 threads" + cut +
+         ")";
 }
 
 }  // namespace
@@ -357,7 +407,7 @@ namespace {
 
 std::string launch(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw,
                    uint8_t* w_t, float* d, int m, int n, int64_t k, bool allow_fp32, bool reference_kernel,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const ModelLaunches& launches) {
   const dim3 block(32, 8);
   const dim3 grid((n + 31) / 32, (m + 7) / 8);
   const accum_fp64::Path path = accum_fp64::path_of(model, fa, fw, k);
@@ -366,7 +416,7 @@ std::string launch(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, c
     return "qconform fp8_accum_model (accumulation.hpp evaluate in int128, 1 thread per output, 32x8 blocks)";
   }
   if (allow_fp32 && !reference_kernel && accum_fp32::gpu_kernel_takes(model, k)) {
-    return launch_fp32_models(ModelOutputs<1>{{model}, {d}}, a, fa, w, fw, m, n, k, stream);
+    return launch_fp32_models(ModelOutputs<1>{{model}, {d}}, a, fa, w, fw, m, n, k, stream, launches);
   }
   const dim3 tgrid(static_cast<unsigned>((k + 31) / 32), (n + 31) / 32);
   transpose_codes<<<tgrid, block, 0, stream>>>(w, w_t, n, k);
@@ -401,20 +451,20 @@ bool fp8_accum_models_share_steps(const Fp8AccumModel& first, const Fp8AccumMode
 
 std::string launch_fp8_accum_model_pair(const Fp8AccumModel& first, const Fp8AccumModel& second, const uint8_t* a,
                                         Fp8Format fa, const uint8_t* w, Fp8Format fw, float* d_first, float* d_second,
-                                        int m, int n, int64_t k, cudaStream_t stream) {
+                                        int m, int n, int64_t k, cudaStream_t stream, const ModelLaunches& launches) {
   if (!fp8_accum_models_share_steps(first, second, k)) {
     return "error: launch_fp8_accum_model_pair: the two models do not run the same steps in the fp32 kernel";
   }
   if (m <= 0 || n <= 0) return "fp8_accum_model (empty)";
   return launched(launch_fp32_models(ModelOutputs<2>{{first, second}, {d_first, d_second}}, a, fa, w, fw, m, n, k,
-                                     stream));
+                                     stream, launches));
 }
 
 std::string launch_fp8_accum_model(const Fp8AccumModel& model, const uint8_t* a, Fp8Format fa, const uint8_t* w,
                                    Fp8Format fw, uint8_t* w_t, float* d, int m, int n, int64_t k, bool allow_fp32,
-                                   bool reference_kernel, cudaStream_t stream) {
+                                   bool reference_kernel, cudaStream_t stream, const ModelLaunches& launches) {
   if (m <= 0 || n <= 0) return "fp8_accum_model (empty)";
-  return launched(launch(model, a, fa, w, fw, w_t, d, m, n, k, allow_fp32, reference_kernel, stream));
+  return launched(launch(model, a, fa, w, fw, w_t, d, m, n, k, allow_fp32, reference_kernel, stream, launches));
 }
 
 }  // namespace qc::cuda_kernels
