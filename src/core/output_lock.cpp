@@ -32,11 +32,14 @@ struct Registry {
   std::mutex mutex;
   std::string owner;  // empty: locks are off
   std::vector<HeldLock> held;
-  ~Registry() {
+  ~Registry() { release(); }
+  void release() {
+    const std::lock_guard<std::mutex> lock(mutex);
     for (const HeldLock& h : held) {
       ::unlink(h.path.c_str());
       ::close(h.fd);
     }
+    held.clear();
   }
 };
 
@@ -118,5 +121,7 @@ void lock_output(const std::string& option, const std::string& path) {
     return;
   }
 }
+
+void release_output_locks() { registry().release(); }
 
 }  // namespace qc

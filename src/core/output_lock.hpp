@@ -25,4 +25,8 @@ void enable_output_locks(std::string owner);
 // already. Input error when another process holds it.
 void lock_output(const std::string& option, const std::string& path);
 
+// Removes this process's lock files and drops their locks now (what its normal exit does), for a process
+// that ends without running its static destructors.
+void release_output_locks();
+
 }  // namespace qc
