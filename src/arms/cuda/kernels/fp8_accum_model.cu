@@ -300,9 +300,26 @@ struct ModelOutputs {
   float* state = nullptr;  // the chains between launches over parts of K: [P][3][M][N] (ModelLaunches)
 };
 
-// Field f of model q's TileState for output (m, n), in ModelOutputs::state.
-__device__ __forceinline__ int64_t state_at(int q, int f, int m, int n, int M, int N) {
-  return ((static_cast<int64_t>(q) * 3 + f) * M + m) * N + n;
+// Field f of model q's TileState for output mn (m·N + n), in ModelOutputs::state.
+__device__ __forceinline__ int64_t state_at(int q, int f, int64_t mn, int M, int N) {
+  return (static_cast<int64_t>(q) * 3 + f) * M * N + mn;
+}
+
+// f(q, r, c, m·N + n) for each model q and each output (r, c) of a thread's TM x TN tile at (row0, col0)
+// inside the M x N outputs (unrolled: the tile's arrays stay in registers).
+template <int P, int TM, int TN, class F>
+__device__ __forceinline__ void for_each_output(int row0, int col0, int M, int N, const F& f) {
+#pragma unroll
+  for (int q = 0; q < P; ++q) {
+#pragma unroll
+    for (int r = 0; r < TM; ++r) {
+#pragma unroll
+      for (int c = 0; c < TN; ++c) {
+        const int m = row0 + r, n = col0 + c;
+        if (m < M && n < N) f(q, r, c, static_cast<int64_t>(m) * N + n);
+      }
+    }
+  }
 }
 
 // Two blocks per multiprocessor (128 registers, a few spilled: measured on an H100, one 7-layer block of
@@ -326,41 +343,23 @@ __global__ void __launch_bounds__(256, P == 1 ? 2 : 1)
   // Each output's chains: from the launch before (a launch from k_begin > 0), and to the next one or,
   // once the launch has run to K's end, its d.
   accum_fp32::TileState<P, TM, TN> st;
-  const bool resumed = k_begin > 0, to_end = k_end >= K;
-  if (resumed) {
-#pragma unroll
-    for (int q = 0; q < P; ++q) {
-#pragma unroll
-      for (int r = 0; r < TM; ++r) {
-#pragma unroll
-        for (int c = 0; c < TN; ++c) {
-          const int m = m0 + ty * TM + r, n = n0 + tx * TN + c;
-          if (m >= M || n >= N) continue;
-          st.total[q][r][c] = job.state[state_at(q, 0, m, n, M, N)];
-          st.chain[q][r][c] = job.state[state_at(q, 1, m, n, M, N)];
-          st.promoted[q][r][c] = job.state[state_at(q, 2, m, n, M, N)];
-        }
-      }
-    }
+  const int row0 = m0 + ty * TM, col0 = n0 + tx * TN;
+  if (k_begin > 0) {
+    for_each_output<P, TM, TN>(row0, col0, M, N, [&](int q, int r, int c, int64_t mn) {
+      st.total[q][r][c] = job.state[state_at(q, 0, mn, M, N)];
+      st.chain[q][r][c] = job.state[state_at(q, 1, mn, M, N)];
+      st.promoted[q][r][c] = job.state[state_at(q, 2, mn, M, N)];
+    });
   }
   accum_fp32::run_steps<TM, TN, P>(models, K, stage, k_begin, k_end, st);
-#pragma unroll
-  for (int q = 0; q < P; ++q) {
-#pragma unroll
-    for (int r = 0; r < TM; ++r) {
-#pragma unroll
-      for (int c = 0; c < TN; ++c) {
-        const int m = m0 + ty * TM + r, n = n0 + tx * TN + c;
-        if (m >= M || n >= N) continue;
-        if (to_end) {
-          job.d[q][static_cast<int64_t>(m) * N + n] = st.total[q][r][c];
-        } else {
-          job.state[state_at(q, 0, m, n, M, N)] = st.total[q][r][c];
-          job.state[state_at(q, 1, m, n, M, N)] = st.chain[q][r][c];
-          job.state[state_at(q, 2, m, n, M, N)] = st.promoted[q][r][c];
-        }
-      }
-    }
+  if (k_end >= K) {
+    for_each_output<P, TM, TN>(row0, col0, M, N, [&](int q, int r, int c, int64_t mn) { job.d[q][mn] = st.total[q][r][c]; });
+  } else {
+    for_each_output<P, TM, TN>(row0, col0, M, N, [&](int q, int r, int c, int64_t mn) {
+      job.state[state_at(q, 0, mn, M, N)] = st.total[q][r][c];
+      job.state[state_at(q, 1, mn, M, N)] = st.chain[q][r][c];
+      job.state[state_at(q, 2, mn, M, N)] = st.promoted[q][r][c];
+    });
   }
 }
 
