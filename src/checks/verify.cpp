@@ -594,8 +594,8 @@ VerifiedLayers verify_layer_runs(Arm& arm_a, Arm& arm_b, size_t layer_count, con
     layer.name = full.name;
     check_prediction_of(li, pred, full);
     if (resident) finish_pending();
-    // The device pipeline hands the layer on once its runs are whole (an INT8 layer's host parts finish
-    // beside the next layer's runs).
+    // The device pipeline hands the layer on once its runs are whole (a layer's host parts finish beside
+    // the next layer's runs).
     const auto hand_on = [&result, &selection, li, &layer] {
       if (selection.done) timed(result.seconds, "layer results handed on (--resume, the ranks' merge)", [&] { selection.done(li, layer); });
     };

@@ -370,7 +370,7 @@ LayerRun fp8_host_part(LayerRun run, const LayerOperands& ops, const std::string
 }  // namespace
 
 ResidentVerifier::PendingRun ResidentVerifier::fp8_run(const LayerOperands& ops, const std::string& label, LayerRun run,
-                                                       const Fp8Rows& shared, LayerVerification& layer,
+                                                       std::shared_ptr<const Fp8Rows> shared, LayerVerification& layer,
                                                        PhaseSeconds& seconds) {
   GpuVerifyLayer& gpu = *gpu_;
   RunRecord records[2];
@@ -392,17 +392,18 @@ ResidentVerifier::PendingRun ResidentVerifier::fp8_run(const LayerOperands& ops,
   const size_t listed = options_.compare.max_listed;
   std::vector<int64_t> rows = listing_rows(
       counts, ops.m, {{ck::kRowDiff, listed}, {ck::kRowFormula, 10}, {ck::kRowPow2, listed}}, sample_row(ops.m));
-  const Fp8LayerReference& ref = shared.ref;
+  const Fp8LayerReference& ref = shared->ref;
   const float* f32[6] = {spec.d[0], spec.d[1], ref.has_acc[0] ? gpu.accumulator_of(0) : nullptr,
                          ref.has_acc[1] ? gpu.accumulator_of(1) : nullptr, nullptr, nullptr};
   // The rows come back behind the run, beside the next one; the host's part waits for them.
   std::function<GpuRows()> fetch = timed(seconds, "the listed rows asked for (they come back beside the next run)",
                                          [&] { return gpu.rows_fp8(rows, f32, /*outputs=*/true); });
   return std::async(std::launch::async, [this, run = std::move(run), ops, label, counts = std::move(counts),
-                                         rows = std::move(rows), fetch = std::move(fetch), claims, &shared]() mutable {
+                                         rows = std::move(rows), fetch = std::move(fetch), claims,
+                                         shared = std::move(shared)]() mutable {
     const auto t0 = std::chrono::steady_clock::now();
     const GpuRows back = std::exchange(fetch, nullptr)();  // lets its landing place go for the runs after
-    LayerRun done = fp8_host_part(std::move(run), ops, label, counts, rows, back, *claims, shared.ref, shared.acc,
+    LayerRun done = fp8_host_part(std::move(run), ops, label, counts, rows, back, *claims, shared->ref, shared->acc,
                                   formula_, options_);
     return std::pair(std::move(done), seconds_since(t0));
   });
@@ -428,13 +429,14 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
   if (upload.reading > 0) add_seconds(seconds, "the upload workers reading the files into pinned memory (summed over them)", upload.reading);
   if (upload.waiting > 0) add_seconds(seconds, "the upload workers waiting for a pinned slot's DMA (summed over them)", upload.waiting);
   const std::vector<int64_t> ms = options_.m_sweep.empty() ? std::vector<int64_t>{full.m} : options_.m_sweep;
-  std::vector<PendingRun> unjoined;  // INT8: every run's host part, in order
+  std::vector<PendingRun> unjoined;  // every run's host part, in order (joined beside the next layer's runs)
   int launched = 0;                  // FP8: the layer's runs launched, for the next layer's models (`runs_launched`)
   for (const int64_t m : ms) {
     const LayerOperands rows = first_rows(full, m, python ? "m_sweep" : "--m-sweep");
     const std::string label = m == full.m ? full.name : fmt::format("{}@M={}", full.name, m);
-    Fp8Rows shared;
-    if (fp8_) fp8_accumulators(rows, shared, seconds);
+    // FP8: what the rows' runs share (their host parts hold it until they are done).
+    const std::shared_ptr<Fp8Rows> shared = fp8_ ? std::make_shared<Fp8Rows>() : nullptr;
+    if (fp8_) fp8_accumulators(rows, *shared, seconds);
     std::vector<PendingRun> pending;  // the host's parts of the runs, beside the next runs
     for (const ScaleMode mode : options_.modes) {
       const LayerOperands ops = timed(seconds, "the regime's scales (on the host)", [&] { return apply_scale_mode(rows, mode); });
@@ -444,11 +446,11 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
                              : int8_run(ops, label, std::move(r), layer, seconds));
       if (fp8_) gpu_->runs_launched(++launched);
     }
-    if (!fp8_ && overlaps_layers()) {  // joined with the next layer's runs
+    if (overlaps_layers()) {  // joined with the next layer's runs
       for (PendingRun& p : pending) unjoined.push_back(std::move(p));
       continue;
     }
-    join(pending, layer, seconds);  // before `shared` (which the FP8 parts read) goes away
+    join(pending, layer, seconds);
   }
   if (!fp8_) {
     // C2 part one: the pinned prediction against the exact statistics, computed on the device.

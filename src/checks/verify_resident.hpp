@@ -47,7 +47,7 @@ class ResidentVerifier {
   // The layer whose runs' host parts still run, joined into it and handed to its `done` (nothing: none).
   void finish(PhaseSeconds& seconds);
   // On by default (QC_VERIFY_OVERLAP=0 turns it off; docs/gpu.md): the run loop's work across layers
-  // overlapped: the layer after next loaded on a thread of its own (`LayerSequence`, verify.cpp), an INT8
+  // overlapped: the layer after next loaded on a thread of its own (`LayerSequence`, verify.cpp), a
   // layer's host parts finished beside the next layer's runs, and the next upload waiting for the exact
   // sums ahead only when their layer was not taken (`GpuVerifyLayer::prefetch`).
   static bool overlaps_layers();
@@ -63,8 +63,8 @@ class ResidentVerifier {
   PendingRun int8_run(const LayerOperands& ops, const std::string& label, LayerRun run, LayerVerification& layer,
                       PhaseSeconds& seconds);
   void fp8_accumulators(const LayerOperands& rows, Fp8Rows& shared, PhaseSeconds& seconds);
-  PendingRun fp8_run(const LayerOperands& ops, const std::string& label, LayerRun run, const Fp8Rows& shared,
-                     LayerVerification& layer, PhaseSeconds& seconds);
+  PendingRun fp8_run(const LayerOperands& ops, const std::string& label, LayerRun run,
+                     std::shared_ptr<const Fp8Rows> shared, LayerVerification& layer, PhaseSeconds& seconds);
   int64_t sample_row(int64_t m) { return (runs_++ * 7919) % m; }
   // The runs' host parts joined in order into their layer.
   void join(std::vector<PendingRun>& pending, LayerVerification& layer, PhaseSeconds& seconds);
@@ -77,7 +77,7 @@ class ResidentVerifier {
   std::unique_ptr<GpuVerifyLayer> gpu_;
   std::vector<NamedAccumModel> declared_;  // FP8: the arms' declared models
   int64_t runs_ = 0;  // the runs so far, which choose each run's sampled row
-  // An INT8 layer whose runs' host parts go on beside the next layer's runs. Declared last, so destroyed
+  // A layer whose runs' host parts go on beside the next layer's runs. Declared last, so destroyed
   // first: its tasks, which read this object's members, are waited for before those go.
   struct Unfinished {
     LayerVerification* layer = nullptr;
