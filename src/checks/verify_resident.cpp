@@ -446,7 +446,7 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
                              : int8_run(ops, label, std::move(r), layer, seconds));
       if (fp8_) gpu_->runs_launched(++launched);
     }
-    if (overlaps_layers()) {  // joined with the next layer's runs
+    if (overlaps_layers() && (!fp8_ || fp8_layers_overlap())) {  // joined with the next layer's runs
       for (PendingRun& p : pending) unjoined.push_back(std::move(p));
       continue;
     }
@@ -472,6 +472,14 @@ bool ResidentVerifier::overlaps_layers() {
   static const bool on = [] {  // as the pipeline's other settings read: a number, 0 off; on when unset
     const char* v = std::getenv("QC_VERIFY_OVERLAP");
     return v == nullptr || std::atoi(v) != 0;
+  }();
+  return on;
+}
+
+bool ResidentVerifier::fp8_layers_overlap() {
+  static const bool on = [] {  // off when unset until timed on a device (docs/gpu.md)
+    const char* v = std::getenv("QC_FP8_OVERLAP");
+    return v != nullptr && std::atoi(v) != 0;
   }();
   return on;
 }

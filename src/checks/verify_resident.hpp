@@ -51,6 +51,9 @@ class ResidentVerifier {
   // layer's host parts finished beside the next layer's runs, and the next upload waiting for the exact
   // sums ahead only when their layer was not taken (`GpuVerifyLayer::prefetch`).
   static bool overlaps_layers();
+  // With `overlaps_layers`, an FP8 layer's host parts too (QC_FP8_OVERLAP=1; off by default: not yet run on
+  // a device).
+  static bool fp8_layers_overlap();
 
  private:
   // What the FP8 runs of one (layer, rows) share: the arms' exposed accumulators against their models.

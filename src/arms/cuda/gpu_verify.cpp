@@ -376,9 +376,10 @@ struct GpuVerifyLayer::Impl {
   }
   // The models' fp32 evaluation in launches of this many terms of K (cuda_kernels::ModelLaunches; 0: one
   // launch over K): each block of a launch holds its multiprocessor briefly, so the runs' kernels (on the
-  // stream of higher priority) wait less behind the next layer's models. QC_FP8_MODEL_LAUNCH_K.
+  // stream of higher priority) wait less behind the next layer's models. QC_FP8_MODEL_LAUNCH_K (0 by
+  // default until timed on a device).
   static int64_t model_launch_k() {
-    static const int64_t k = env_int("QC_FP8_MODEL_LAUNCH_K", 256, 0, 1 << 30);
+    static const int64_t k = env_int("QC_FP8_MODEL_LAUNCH_K", 0, 0, 1 << 30);
     return k;
   }
   static cuda_kernels::ModelLaunches launches(DeviceScratch<float>& state, int models, const AccumShape& s) {
