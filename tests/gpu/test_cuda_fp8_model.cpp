@@ -226,7 +226,9 @@ TEST(CudaFp8Model, LaunchesOverPartsOfKEqualTheCpu) {
   std::printf("GPU evaluation in launches over parts of K == CPU evaluation on %lld outputs (%lld cut evaluations)\n",
               static_cast<long long>(outputs), static_cast<long long>(cut_launches));
   EXPECT_GT(outputs, 500000);
-  EXPECT_GT(cut_launches, 40);
+  // Cut evaluations: 7 for each of the four pairs without split-K (K = 33, 100: one each; 1000: two; 4100:
+  // three), more where the split-K pair's ranges start on step boundaries.
+  EXPECT_GE(cut_launches, 28);
 }
 
 // The declaration of each cuBLASLt FP8 arm, checked: 0 outputs off the model the run claims, and
