@@ -4,7 +4,8 @@
 // and the CUDA-core exact int64 accumulator.
 //
 // Method: CUDA events around each launch, 5 warm-ups and 25 ms of them at least, median of 30 timed
-// launches; weights and activations rotate over enough copies that the working set exceeds the 50 MB
+// launches; at M >= 512 also ours ("auto") and cuBLASLt's GEMM alone alternated in 16 rounds of batches
+// (`bench::time_alternating`), the order swapped each round; weights and activations rotate over enough copies that the working set exceeds the 50 MB
 // L2. TOPS count
 // 2·M·N·K integer operations. Both paths compute the same formula, so their outputs are also
 // compared bit for bit (a benchmark of wrong code is worthless).
@@ -197,6 +198,22 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}) {
     std::printf("  ours %-13s %.4f ms = %5.0f TOPS  speed vs pipeline %.2fx  (vs GEMM alone %.2fx)  bitwise diffs %zu%s\n",
                 tile_name(tile), t, ops / t / 1e9, t_pipe / t, t_lt / t, diff,
                 tile == MmTile::automatic ? ("  [" + id + "]").c_str() : "");
+  }
+  if (m >= 512 && only.empty()) {
+    // Issue #32 item 6: ours ("auto") against cuBLASLt's GEMM alone, alternated in rounds.
+    ScaledMmArgs args;
+    args.sa = sa.get(), args.sw = sw.get(), args.y = y_ours.get();
+    args.m = m, args.n = n, args.k = k;
+    args.formula = EpilogueKind::vllm_cutlass;
+    const bench::PairedTiming p = bench::time_alternating(
+        [&](int i) {
+          args.a = as[i % copies].get(), args.w = ws[i % copies].get();
+          launch_int8_scaled_mm(args, nullptr);
+        },
+        [&](int i) { plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr); }, 16);
+    std::printf("  ours auto vs cuBLASLt GEMM alone, alternating (%d rounds, order swapped each, batches of %d launches "
+                "back to back): ours %.4f ms, cuBLASLt %.4f ms, speed ratio median %.3fx (range %.3f-%.3f)\n",
+                p.rounds, p.batch, p.a_ms, p.b_ms, p.ratio_median, p.ratio_min, p.ratio_max);
   }
   const double t_pipe2 = median_ms([&](int i) {
     plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr);

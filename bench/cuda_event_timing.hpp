@@ -47,4 +47,57 @@ EventTiming time_launches(F&& launch, int warmup, int reps) {
   return {t[t.size() / 2], t.front()};
 }
 
+// Two launches compared in one run (issue #32, item 6: "measured in one run beside it"): `rounds` rounds, the
+// order swapped each round (A B, B A, ...), each side timed as one batch of `batch` launches back to back
+// between two events (its launch gaps hidden behind the queue, as in a model's forward pass), so that
+// neither side always runs first on a warmer or cooler GPU. The ratio is B's time over A's per round (above 1:
+// A is faster); its median and range, and each side's median time per launch.
+struct PairedTiming {
+  double a_ms = 0, b_ms = 0;
+  double ratio_median = 0, ratio_min = 0, ratio_max = 0;
+  int rounds = 0, batch = 0;
+};
+
+template <typename FA, typename FB>
+PairedTiming time_alternating(FA&& launch_a, FB&& launch_b, int rounds, double batch_ms = 2.0) {
+  const EventTiming guess = time_launches(launch_a, 5, 5);  // also the warm-up of both
+  time_launches(launch_b, 5, 5);
+  PairedTiming r;
+  r.rounds = rounds;
+  r.batch = static_cast<int>(std::clamp(batch_ms / std::max(guess.median_ms, 1e-4), 1.0, 200.0));
+  cudaEvent_t start, stop;
+  QC_CUDA_CHECK(cudaEventCreate(&start));
+  QC_CUDA_CHECK(cudaEventCreate(&stop));
+  int calls = 0;
+  const auto batch = [&](auto& launch) {
+    QC_CUDA_CHECK(cudaEventRecord(start));
+    for (int j = 0; j < r.batch; ++j) launch(calls++);
+    QC_CUDA_CHECK(cudaEventRecord(stop));
+    QC_CUDA_CHECK(cudaEventSynchronize(stop));
+    float ms = 0;
+    QC_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+    return static_cast<double>(ms) / r.batch;
+  };
+  std::vector<double> a, b, ratio;
+  for (int i = 0; i < rounds; ++i) {
+    double ta = 0, tb = 0;
+    if (i % 2 == 0) {
+      ta = batch(launch_a), tb = batch(launch_b);
+    } else {
+      tb = batch(launch_b), ta = batch(launch_a);
+    }
+    a.push_back(ta), b.push_back(tb), ratio.push_back(tb / ta);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  r.a_ms = median(a), r.b_ms = median(b), r.ratio_median = median(ratio);
+  r.ratio_min = *std::min_element(ratio.begin(), ratio.end());
+  r.ratio_max = *std::max_element(ratio.begin(), ratio.end());
+  return r;
+}
+
 }  // namespace qc::bench

@@ -51,8 +51,7 @@ class ResidentVerifier {
   // layer's host parts finished beside the next layer's runs, and the next upload waiting for the exact
   // sums ahead only when their layer was not taken (`GpuVerifyLayer::prefetch`).
   static bool overlaps_layers();
-  // With `overlaps_layers`, an FP8 layer's host parts too (QC_FP8_OVERLAP=1; off by default: not yet run on
-  // a device).
+  // With `overlaps_layers`, an FP8 layer's host parts too (on by default; QC_FP8_OVERLAP=0 turns it off).
   static bool fp8_layers_overlap();
 
  private:

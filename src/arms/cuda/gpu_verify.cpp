@@ -19,6 +19,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -334,9 +335,85 @@ void exact_and_range(const int8_t* a, const int8_t* w, int64_t m, int64_t n, int
   QC_CUDA_CHECK(cudaMemcpyAsync(range_host, r, sizeof(*r), cudaMemcpyDeviceToHost, on));
 }
 
+// QC_GPU_TIMELINE=1 (a measurement, docs/performance.md): where the device's time went, from timed events
+// around the runs' work on the runs' stream (a run: from its first operands to its counts back), the models'
+// evaluations and the uploads; printed on stderr when the pipeline ends: each kind's busy time, the models
+// beside the runs, and the time none of the three was on the device.
+class GpuTimeline {
+ public:
+  enum Kind { runs, models, uploads, kinds };
+  GpuTimeline() : on_(env_int("QC_GPU_TIMELINE", 0, 0, 1) != 0) {}
+  bool on() const { return on_; }
+  void begin(Kind kind, cudaStream_t stream, bool unless_open = false) {
+    if (!on_) return;
+    const std::lock_guard<std::mutex> lock(mu_);
+    auto& v = spans_[kind];
+    if (unless_open && !v.empty() && v.back()[1] == nullptr) return;
+    v.push_back({record(stream), nullptr});
+  }
+  void end(Kind kind, cudaStream_t stream) {
+    if (!on_) return;
+    const std::lock_guard<std::mutex> lock(mu_);
+    auto& v = spans_[kind];
+    if (!v.empty() && v.back()[1] == nullptr) v.back()[1] = record(stream);
+  }
+  ~GpuTimeline() {
+    if (!on_ || cudaDeviceSynchronize() != cudaSuccess) return;
+    std::vector<std::tuple<double, int, int>> edges;  // (ms, kind, +1 opens / -1 closes)
+    for (int k = 0; k < kinds; ++k) {
+      for (const auto& [b, e] : spans_[k]) {
+        if (e == nullptr) continue;
+        edges.emplace_back(ms(b), k, +1);
+        edges.emplace_back(ms(e), k, -1);
+      }
+    }
+    std::sort(edges.begin(), edges.end());
+    double busy[kinds] = {0, 0, 0}, beside = 0, idle = 0, last = edges.empty() ? 0 : std::get<0>(edges.front());
+    int open[kinds] = {0, 0, 0};
+    for (const auto& [t, k, d] : edges) {
+      const double dt = t - last;
+      for (int i = 0; i < kinds; ++i) busy[i] += open[i] > 0 ? dt : 0;
+      beside += open[runs] > 0 && open[models] > 0 ? dt : 0;
+      idle += open[runs] + open[models] + open[uploads] == 0 ? dt : 0;
+      open[k] += d, last = t;
+    }
+    const double span = edges.empty() ? 0 : last - std::get<0>(edges.front());
+    std::fprintf(stderr,
+                 "gpu timeline (QC_GPU_TIMELINE): %.1f ms from the first span to the last; the runs' stream busy %.1f ms "
+                 "(%zu runs), the models %.1f ms (%zu evaluations), the uploads %.1f ms (%zu); the models beside the "
+                 "runs %.1f ms; none of them %.1f ms\n",
+                 span, busy[runs], spans_[runs].size(), busy[models], spans_[models].size(), busy[uploads],
+                 spans_[uploads].size(), beside, idle);
+    for (auto& v : spans_) {
+      for (const auto& [b, e] : v) {
+        cudaEventDestroy(b);
+        if (e != nullptr) cudaEventDestroy(e);
+      }
+    }
+  }
+
+ private:
+  cudaEvent_t record(cudaStream_t stream) {
+    cudaEvent_t e = nullptr;
+    QC_CUDA_CHECK(cudaEventCreate(&e));
+    QC_CUDA_CHECK(cudaEventRecord(e, stream));
+    if (origin_ == nullptr) origin_ = e;
+    return e;
+  }
+  double ms(cudaEvent_t e) const {
+    float t = 0;
+    return cudaEventElapsedTime(&t, origin_, e) == cudaSuccess ? t : 0.0;
+  }
+  bool on_;
+  std::mutex mu_;
+  cudaEvent_t origin_ = nullptr;  // the first event recorded (also in a span, destroyed with it)
+  std::vector<std::array<cudaEvent_t, 2>> spans_[kinds];
+};
+
 }  // namespace
 
 struct GpuVerifyLayer::Impl {
+  GpuTimeline timeline;  // first in, last out: its destructor waits for the device and reads the events
   cudaStream_t stream = nullptr;
   int64_t m_full = 0, n = 0, k = 0;
   bool bias = false;
@@ -376,10 +453,10 @@ struct GpuVerifyLayer::Impl {
   }
   // The models' fp32 evaluation in launches of this many terms of K (cuda_kernels::ModelLaunches; 0: one
   // launch over K): each block of a launch holds its multiprocessor briefly, so the runs' kernels (on the
-  // stream of higher priority) wait less behind the next layer's models. QC_FP8_MODEL_LAUNCH_K (0 by
-  // default until timed on a device).
+  // stream of higher priority) wait less behind the next layer's models. QC_FP8_MODEL_LAUNCH_K (512 by
+  // default, the fastest of 128 to 1024 timed on a device: docs/performance.md).
   static int64_t model_launch_k() {
-    static const int64_t k = env_int("QC_FP8_MODEL_LAUNCH_K", 0, 0, 1 << 30);
+    static const int64_t k = env_int("QC_FP8_MODEL_LAUNCH_K", 512, 0, 1 << 30);
     return k;
   }
   static cuda_kernels::ModelLaunches launches(DeviceScratch<float>& state, int models, const AccumShape& s) {
@@ -572,13 +649,17 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     Impl::Ahead& h = x.ahead;
     QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
     if (wait_exact) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
+    x.timeline.begin(GpuTimeline::uploads, x.copy_stream);
     x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
+    x.timeline.end(GpuTimeline::uploads, x.copy_stream);
     // The models after the upload (and the gate), on the same stream.
     if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
       x.wait_gate();
       const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
                           reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
+      x.timeline.begin(GpuTimeline::models, x.copy_stream);
       x.evaluate_all(models, codes, h.wt, h.model_state, h.models, x.copy_stream);
+      x.timeline.end(GpuTimeline::models, x.copy_stream);
     } else if (Impl::exact_beside()) {  // an INT8 layer's exact accumulators and C2's statistics beside the uploads
       QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
       QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
@@ -648,7 +729,9 @@ void GpuVerifyLayer::load(const LayerOperands& full, const std::vector<NamedAccu
   x.fp8 = full.fp8();
   x.exact_ahead = false;
   if (!x.take_ahead(full)) {
+    x.timeline.begin(GpuTimeline::uploads, x.stream);
     x.upload_layer(full, x.a, x.a0, x.w, x.w0, x.bias_now, x.bias0, x.stream, x.leaves);
+    x.timeline.end(GpuTimeline::uploads, x.stream);
     x.sync();  // the leaves' landing places (the layers after this one are uploaded ahead, beside the runs)
     x.leaves.give();
   }
@@ -656,7 +739,9 @@ void GpuVerifyLayer::load(const LayerOperands& full, const std::vector<NamedAccu
     x.fa = fp8_format(full.a_type), x.fw = fp8_format(full.w_type);
     const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(x.a.get()), x.fa, reinterpret_cast<const uint8_t*>(x.w.get()),
                         x.fw, {full.m, full.n, full.k}};
+    x.timeline.begin(GpuTimeline::models, x.stream);
     x.evaluate_all(models, codes, x.wt, x.model_state, x.models, x.stream);  // none when taken ahead with the layer
+    x.timeline.end(GpuTimeline::models, x.stream);
     return;
   }
   if (!x.exact_ahead) exact_and_range(x.a.get(), x.w.get(), full.m, full.n, full.k, x.exact, x.range, x.range_host.get(), x.stream);
@@ -682,6 +767,7 @@ ResidentOperands GpuVerifyLayer::operands(const LayerOperands& ops) {
   QC_CHECK(ops.n == x.n && ops.k == x.k && ops.m <= x.m_full && ops.has_bias() == x.bias,
            "GpuVerifyLayer::operands: layer `{}` {}x{}x{} is not the loaded one", ops.name, ops.m, ops.n, ops.k);
   x.m = ops.m;
+  x.timeline.begin(GpuTimeline::runs, x.stream, /*unless_open=*/true);
   x.copy_to_device(x.sa, x.sa0, ops.a_scale);
   x.copy_to_device(x.sw, x.sw0, ops.w_scale);
   ResidentOperands r;
@@ -764,6 +850,7 @@ GpuPassCounts GpuVerifyLayer::Impl::finish_pass(bool run) {
     back(near_limit_host.get(), near_limit.get(), sizeof(double));
     back(diffs_host.get(), diffs.reserve(2), 2 * sizeof(cuda_kernels::OperandDiff));
   }
+  timeline.end(GpuTimeline::runs, stream);
   sync();
   for (int side = 0; run && side < 2; ++side) {
     const cuda_kernels::OperandDiff& d = (*diffs_host.get())[static_cast<size_t>(side)];
