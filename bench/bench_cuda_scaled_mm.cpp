@@ -199,21 +199,28 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}) {
                 tile_name(tile), t, ops / t / 1e9, t_pipe / t, t_lt / t, diff,
                 tile == MmTile::automatic ? ("  [" + id + "]").c_str() : "");
   }
-  if (m >= 512 && only.empty()) {
-    // Issue #32 item 6: ours ("auto") against cuBLASLt's GEMM alone, alternated in rounds.
+  // Issue #32 item 6: ours against cuBLASLt's GEMM alone, alternated in rounds ("auto" at M >= 512; with
+  // `--shape ... --tiles`, each tile named).
+  std::vector<MmTile> paired;
+  if (!only.empty()) paired = only;
+  else if (m >= 512) paired = {MmTile::automatic};
+  for (MmTile tile : paired) {
     ScaledMmArgs args;
     args.sa = sa.get(), args.sw = sw.get(), args.y = y_ours.get();
     args.m = m, args.n = n, args.k = k;
     args.formula = EpilogueKind::vllm_cutlass;
+    args.tile = tile;
+    args.a = as[0].get(), args.w = ws[0].get();
+    if (launch_int8_scaled_mm(args, nullptr).rfind("error:", 0) == 0) continue;  // printed above
     const bench::PairedTiming p = bench::time_alternating(
         [&](int i) {
           args.a = as[i % copies].get(), args.w = ws[i % copies].get();
           launch_int8_scaled_mm(args, nullptr);
         },
         [&](int i) { plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr); }, 16);
-    std::printf("  ours auto vs cuBLASLt GEMM alone, alternating (%d rounds, order swapped each, batches of %d launches "
+    std::printf("  ours %s vs cuBLASLt GEMM alone, alternating (%d rounds, order swapped each, batches of %d launches "
                 "back to back): ours %.4f ms, cuBLASLt %.4f ms, speed ratio median %.3fx (range %.3f-%.3f)\n",
-                p.rounds, p.batch, p.a_ms, p.b_ms, p.ratio_median, p.ratio_min, p.ratio_max);
+                tile_name(tile), p.rounds, p.batch, p.a_ms, p.b_ms, p.ratio_median, p.ratio_min, p.ratio_max);
   }
   const double t_pipe2 = median_ms([&](int i) {
     plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr);

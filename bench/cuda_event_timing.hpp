@@ -59,7 +59,7 @@ struct PairedTiming {
 };
 
 template <typename FA, typename FB>
-PairedTiming time_alternating(FA&& launch_a, FB&& launch_b, int rounds, double batch_ms = 2.0) {
+PairedTiming time_alternating(FA&& launch_a, FB&& launch_b, int rounds, double batch_ms = 10.0) {
   const EventTiming guess = time_launches(launch_a, 5, 5);  // also the warm-up of both
   time_launches(launch_b, 5, 5);
   PairedTiming r;

@@ -337,11 +337,12 @@ void exact_and_range(const int8_t* a, const int8_t* w, int64_t m, int64_t n, int
 
 // QC_GPU_TIMELINE=1 (a measurement, docs/performance.md): where the device's time went, from timed events
 // around the runs' work on the runs' stream (a run: from its first operands to its counts back), the models'
-// evaluations and the uploads; printed on stderr when the pipeline ends: each kind's busy time, the models
-// beside the runs, and the time none of the three was on the device.
+// evaluations, the uploads (to the last byte's transfer) and their pristine copies with the leaf hashes;
+// printed on stderr when the pipeline ends: each kind's busy time, the models beside the runs, and the
+// time none of them was on the device.
 class GpuTimeline {
  public:
-  enum Kind { runs, models, uploads, kinds };
+  enum Kind { runs, models, uploads, pristine, kinds };
   GpuTimeline() : on_(env_int("QC_GPU_TIMELINE", 0, 0, 1) != 0) {}
   bool on() const { return on_; }
   void begin(Kind kind, cudaStream_t stream, bool unless_open = false) {
@@ -368,22 +369,22 @@ class GpuTimeline {
       }
     }
     std::sort(edges.begin(), edges.end());
-    double busy[kinds] = {0, 0, 0}, beside = 0, idle = 0, last = edges.empty() ? 0 : std::get<0>(edges.front());
-    int open[kinds] = {0, 0, 0};
+    double busy[kinds] = {}, beside = 0, idle = 0, last = edges.empty() ? 0 : std::get<0>(edges.front());
+    int open[kinds] = {};
     for (const auto& [t, k, d] : edges) {
       const double dt = t - last;
       for (int i = 0; i < kinds; ++i) busy[i] += open[i] > 0 ? dt : 0;
       beside += open[runs] > 0 && open[models] > 0 ? dt : 0;
-      idle += open[runs] + open[models] + open[uploads] == 0 ? dt : 0;
+      idle += open[runs] + open[models] + open[uploads] + open[pristine] == 0 ? dt : 0;
       open[k] += d, last = t;
     }
     const double span = edges.empty() ? 0 : last - std::get<0>(edges.front());
     std::fprintf(stderr,
                  "gpu timeline (QC_GPU_TIMELINE): %.1f ms from the first span to the last; the runs' stream busy %.1f ms "
-                 "(%zu runs), the models %.1f ms (%zu evaluations), the uploads %.1f ms (%zu); the models beside the "
-                 "runs %.1f ms; none of them %.1f ms\n",
+                 "(%zu runs), the models %.1f ms (%zu evaluations), the uploads %.1f ms (%zu), their pristine copies and "
+                 "leaf hashes %.1f ms; the models beside the runs %.1f ms; none of them %.1f ms\n",
                  span, busy[runs], spans_[runs].size(), busy[models], spans_[models].size(), busy[uploads],
-                 spans_[uploads].size(), beside, idle);
+                 spans_[uploads].size(), busy[pristine], beside, idle);
     for (auto& v : spans_) {
       for (const auto& [b, e] : v) {
         cudaEventDestroy(b);
@@ -538,10 +539,13 @@ struct GpuVerifyLayer::Impl {
     stager.upload({{d, host.data(), host.size_bytes()}}, stream);
     keep_pristine<T>(d, c, host, stream, nullptr);
   }
-  // The layer's three arrays in one upload, then their pristine copies and tree leaves.
+  // The layer's three arrays in one upload, then their pristine copies and tree leaves: on `on` after it,
+  // or with `beside` on that stream, which waits for the upload (`upload_done`), so that what `on` runs
+  // next (an FP8 layer's models) need not wait for them; `beside_done` is then recorded behind them.
   void upload_layer(const LayerOperands& l, DeviceScratch<int8_t>& a_, DeviceScratch<int8_t>& a0_,
                     DeviceScratch<int8_t>& w_, DeviceScratch<int8_t>& w0_, DeviceScratch<uint16_t>& bias_,
-                    DeviceScratch<uint16_t>& bias0_, cudaStream_t on, LeafHashes& hashes) {
+                    DeviceScratch<uint16_t>& bias0_, cudaStream_t on, LeafHashes& hashes,
+                    cudaStream_t beside = nullptr, cudaEvent_t beside_done = nullptr) {
     hashes.begin({l.a_q.size_bytes(), l.w_q.size_bytes(), l.bias.size_bytes()});
     int8_t* a = a_.reserve(l.a_q.size());
     int8_t* w = w_.reserve(l.w_q.size());
@@ -549,9 +553,25 @@ struct GpuVerifyLayer::Impl {
     stager.upload({{a, l.a_q.data(), l.a_q.size_bytes()}, {w, l.w_q.data(), l.w_q.size_bytes()},
                    {bias, l.bias.data(), l.bias.size_bytes()}},
                   on);
-    keep_pristine<int8_t>(a, a0_.reserve(l.a_q.size()), l.a_q, on, &hashes);
-    keep_pristine<int8_t>(w, w0_.reserve(l.w_q.size()), l.w_q, on, &hashes);
-    keep_pristine<uint16_t>(bias, bias0_.reserve(l.bias.size()), l.bias, on, &hashes);
+    timeline.end(GpuTimeline::uploads, on);
+    if (beside != nullptr) {
+      QC_CUDA_CHECK(cudaEventRecord(upload_done, on));
+      QC_CUDA_CHECK(cudaStreamWaitEvent(beside, upload_done));
+    }
+    cudaStream_t p = beside != nullptr ? beside : on;
+    timeline.begin(GpuTimeline::pristine, p);
+    keep_pristine<int8_t>(a, a0_.reserve(l.a_q.size()), l.a_q, p, &hashes);
+    keep_pristine<int8_t>(w, w0_.reserve(l.w_q.size()), l.w_q, p, &hashes);
+    keep_pristine<uint16_t>(bias, bias0_.reserve(l.bias.size()), l.bias, p, &hashes);
+    timeline.end(GpuTimeline::pristine, p);
+    if (beside != nullptr) QC_CUDA_CHECK(cudaEventRecord(beside_done, beside));
+  }
+  // QC_FP8_PRISTINE_BESIDE=1 (0 by default until timed on a device: after the upload on its stream): an
+  // FP8 layer uploaded ahead keeps its pristine copies and hashes its tree leaves on `exact_stream` (idle
+  // for an FP8 pair) beside its models, which start once the bytes are there.
+  static bool fp8_pristine_beside() {
+    static const bool on = env_int("QC_FP8_PRISTINE_BESIDE", 0, 0, 1) != 0;
+    return on;
   }
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
   bool take_ahead(const LayerOperands& full);
@@ -649,9 +669,10 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     Impl::Ahead& h = x.ahead;
     QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
     if (wait_exact) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
+    const bool beside = next.fp8() && Impl::fp8_pristine_beside();
     x.timeline.begin(GpuTimeline::uploads, x.copy_stream);
-    x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
-    x.timeline.end(GpuTimeline::uploads, x.copy_stream);
+    x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves,
+                   beside ? x.exact_stream : nullptr, x.exact_done);
     // The models after the upload (and the gate), on the same stream.
     if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
       x.wait_gate();
@@ -660,6 +681,7 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
       x.timeline.begin(GpuTimeline::models, x.copy_stream);
       x.evaluate_all(models, codes, h.wt, h.model_state, h.models, x.copy_stream);
       x.timeline.end(GpuTimeline::models, x.copy_stream);
+      if (beside) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));  // `ahead_done` behind both
     } else if (Impl::exact_beside()) {  // an INT8 layer's exact accumulators and C2's statistics beside the uploads
       QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
       QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
@@ -731,7 +753,6 @@ void GpuVerifyLayer::load(const LayerOperands& full, const std::vector<NamedAccu
   if (!x.take_ahead(full)) {
     x.timeline.begin(GpuTimeline::uploads, x.stream);
     x.upload_layer(full, x.a, x.a0, x.w, x.w0, x.bias_now, x.bias0, x.stream, x.leaves);
-    x.timeline.end(GpuTimeline::uploads, x.stream);
     x.sync();  // the leaves' landing places (the layers after this one are uploaded ahead, beside the runs)
     x.leaves.give();
   }
