@@ -436,6 +436,7 @@ struct GpuVerifyLayer::Impl {
     DeviceScratch<cuda_kernels::RangeCounts> range;           // INT8: C2's statistics of them
     PinnedSlot<cuda_kernels::RangeCounts> range_host;
     bool has_exact = false;
+    bool models_pending = false;                              // FP8, QC_FP8_MODELS_STREAM: on `exact_stream`
     LeafHashes leaves;                                        // of the arrays uploaded
     const void* host[3] = {nullptr, nullptr, nullptr};  // the host arrays uploaded (a, w, bias)
     size_t bytes[3] = {0, 0, 0};
@@ -539,13 +540,10 @@ struct GpuVerifyLayer::Impl {
     stager.upload({{d, host.data(), host.size_bytes()}}, stream);
     keep_pristine<T>(d, c, host, stream, nullptr);
   }
-  // The layer's three arrays in one upload, then their pristine copies and tree leaves: on `on` after it,
-  // or with `beside` on that stream, which waits for the upload (`upload_done`), so that what `on` runs
-  // next (an FP8 layer's models) need not wait for them; `beside_done` is then recorded behind them.
+  // The layer's three arrays in one upload, then their pristine copies and tree leaves.
   void upload_layer(const LayerOperands& l, DeviceScratch<int8_t>& a_, DeviceScratch<int8_t>& a0_,
                     DeviceScratch<int8_t>& w_, DeviceScratch<int8_t>& w0_, DeviceScratch<uint16_t>& bias_,
-                    DeviceScratch<uint16_t>& bias0_, cudaStream_t on, LeafHashes& hashes,
-                    cudaStream_t beside = nullptr, cudaEvent_t beside_done = nullptr) {
+                    DeviceScratch<uint16_t>& bias0_, cudaStream_t on, LeafHashes& hashes) {
     hashes.begin({l.a_q.size_bytes(), l.w_q.size_bytes(), l.bias.size_bytes()});
     int8_t* a = a_.reserve(l.a_q.size());
     int8_t* w = w_.reserve(l.w_q.size());
@@ -554,23 +552,19 @@ struct GpuVerifyLayer::Impl {
                    {bias, l.bias.data(), l.bias.size_bytes()}},
                   on);
     timeline.end(GpuTimeline::uploads, on);
-    if (beside != nullptr) {
-      QC_CUDA_CHECK(cudaEventRecord(upload_done, on));
-      QC_CUDA_CHECK(cudaStreamWaitEvent(beside, upload_done));
-    }
-    cudaStream_t p = beside != nullptr ? beside : on;
-    timeline.begin(GpuTimeline::pristine, p);
-    keep_pristine<int8_t>(a, a0_.reserve(l.a_q.size()), l.a_q, p, &hashes);
-    keep_pristine<int8_t>(w, w0_.reserve(l.w_q.size()), l.w_q, p, &hashes);
-    keep_pristine<uint16_t>(bias, bias0_.reserve(l.bias.size()), l.bias, p, &hashes);
-    timeline.end(GpuTimeline::pristine, p);
-    if (beside != nullptr) QC_CUDA_CHECK(cudaEventRecord(beside_done, beside));
+    timeline.begin(GpuTimeline::pristine, on);
+    keep_pristine<int8_t>(a, a0_.reserve(l.a_q.size()), l.a_q, on, &hashes);
+    keep_pristine<int8_t>(w, w0_.reserve(l.w_q.size()), l.w_q, on, &hashes);
+    keep_pristine<uint16_t>(bias, bias0_.reserve(l.bias.size()), l.bias, on, &hashes);
+    timeline.end(GpuTimeline::pristine, on);
   }
-  // QC_FP8_PRISTINE_BESIDE=1 (0 by default until timed on a device: after the upload on its stream): an
-  // FP8 layer uploaded ahead keeps its pristine copies and hashes its tree leaves on `exact_stream` (idle
-  // for an FP8 pair) beside its models, which start once the bytes are there.
-  static bool fp8_pristine_beside() {
-    static const bool on = env_int("QC_FP8_PRISTINE_BESIDE", 0, 0, 1) != 0;
+  // QC_FP8_MODELS_STREAM=1 (0 by default until it is timed on a device): the next FP8 layer's models on
+  // `exact_stream` (idle for an FP8 pair) behind its upload (`upload_done`), and the upload's task done
+  // once the bytes are there, as an INT8 layer's exact sums; the runs' stream waits for the models
+  // (`exact_done`) when it takes the layer. So the upload after it (on `copy_stream`) goes on beside them
+  // instead of behind them: a layer's upload no longer waits for the models of the layer before.
+  static bool fp8_models_stream() {
+    static const bool on = env_int("QC_FP8_MODELS_STREAM", 0, 0, 1) != 0;
     return on;
   }
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
@@ -662,26 +656,36 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
   x.ahead.host[0] = x.ahead.host[1] = x.ahead.host[2] = nullptr;
   x.ahead.models.ready.clear();
   // A layer uploaded ahead and not taken: its exact sums read h.a, h.w, which this upload writes.
-  const bool wait_exact = Impl::exact_beside() && (x.ahead.has_exact || !only_untaken);
+  // (likewise an FP8 layer's models on `exact_stream`, QC_FP8_MODELS_STREAM)
+  const bool wait_exact = (Impl::exact_beside() && (x.ahead.has_exact || !only_untaken)) ||
+                          (x.ahead.models_pending && Impl::fp8_models_stream());
   x.ahead.has_exact = false;
+  x.ahead.models_pending = false;
   x.ahead_task = std::async(std::launch::async, [&x, next, models, wait_exact] {
     const auto t0 = std::chrono::steady_clock::now();
     Impl::Ahead& h = x.ahead;
     QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.previous_done));
     if (wait_exact) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
-    const bool beside = next.fp8() && Impl::fp8_pristine_beside();
     x.timeline.begin(GpuTimeline::uploads, x.copy_stream);
-    x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves,
-                   beside ? x.exact_stream : nullptr, x.exact_done);
+    x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
     // The models after the upload (and the gate), on the same stream.
     if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
       x.wait_gate();
       const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
                           reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
-      x.timeline.begin(GpuTimeline::models, x.copy_stream);
-      x.evaluate_all(models, codes, h.wt, h.model_state, h.models, x.copy_stream);
-      x.timeline.end(GpuTimeline::models, x.copy_stream);
-      if (beside) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));  // `ahead_done` behind both
+      cudaStream_t on = x.copy_stream;
+      if (Impl::fp8_models_stream()) {
+        QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
+        QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
+        on = x.exact_stream;
+      }
+      x.timeline.begin(GpuTimeline::models, on);
+      x.evaluate_all(models, codes, h.wt, h.model_state, h.models, on);
+      x.timeline.end(GpuTimeline::models, on);
+      if (on == x.exact_stream) {
+        QC_CUDA_CHECK(cudaEventRecord(x.exact_done, x.exact_stream));
+        h.models_pending = true;
+      }
     } else if (Impl::exact_beside()) {  // an INT8 layer's exact accumulators and C2's statistics beside the uploads
       QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
       QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
@@ -717,6 +721,10 @@ bool GpuVerifyLayer::Impl::take_ahead(const LayerOperands& full) {
   std::swap(bias_now, ahead.bias), std::swap(bias0, ahead.bias0);
   std::swap(models, ahead.models);
   ahead.models.ready.clear();
+  if (ahead.models_pending) {  // the runs' stream behind them
+    QC_CUDA_CHECK(cudaStreamWaitEvent(stream, exact_done));
+    ahead.models_pending = false;
+  }
   if (ahead.has_exact) {  // done (the upload's task waited for its stream), or waited for by the runs' stream
     if (exact_beside()) QC_CUDA_CHECK(cudaStreamWaitEvent(stream, exact_done));
     std::swap(exact, ahead.exact);
