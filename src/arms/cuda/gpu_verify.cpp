@@ -668,7 +668,9 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
     if (wait_exact) QC_CUDA_CHECK(cudaStreamWaitEvent(x.copy_stream, x.exact_done));
     x.timeline.begin(GpuTimeline::uploads, x.copy_stream);
     x.upload_layer(next, h.a, h.a0, h.w, h.w0, h.bias, h.bias0, x.copy_stream, h.leaves);
-    // The models after the upload (and the gate), on the same stream.
+    // The models after the upload (and the gate): on the same stream, or on `exact_stream` behind it
+    // (QC_FP8_MODELS_STREAM; the buffers they write were the previous layer's, which the upload's stream
+    // waited for above: `previous_done`).
     if (next.fp8()) {  // (an INT8 layer has no FP8 formats to name)
       x.wait_gate();
       const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
