@@ -344,7 +344,6 @@ class GpuTimeline {
  public:
   enum Kind { runs, models, uploads, pristine, kinds };
   GpuTimeline() : on_(env_int("QC_GPU_TIMELINE", 0, 0, 1) != 0) {}
-  bool on() const { return on_; }
   void begin(Kind kind, cudaStream_t stream, bool unless_open = false) {
     if (!on_) return;
     const std::lock_guard<std::mutex> lock(mu_);
@@ -456,7 +455,7 @@ struct GpuVerifyLayer::Impl {
   // The models' fp32 evaluation in launches of this many terms of K (cuda_kernels::ModelLaunches; 0: one
   // launch over K): each block of a launch holds its multiprocessor briefly, so the runs' kernels (on the
   // stream of higher priority) wait less behind the next layer's models. QC_FP8_MODEL_LAUNCH_K (512 by
-  // default, the fastest of 128 to 1024 timed on a device: docs/performance.md).
+  // default: 512 and 1024 timed alike on H100s, 128 and 256 slower, docs/performance.md).
   static int64_t model_launch_k() {
     static const int64_t k = env_int("QC_FP8_MODEL_LAUNCH_K", 512, 0, 1 << 30);
     return k;
