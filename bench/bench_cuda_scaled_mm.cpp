@@ -171,12 +171,18 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}) {
               "pipeline %.4f ms = %.0f TOPS\n  cuBLASLt: %s\n",
               m, n, k, t_lt, ops / t_lt / 1e9, t_epi, t_pipe, ops / t_pipe / 1e9, plan.identity().c_str());
   std::fputs(cutlass_line.c_str(), stdout);
-  for (MmTile tile : tiles) {
+  // Our kernel's arguments for a tile (the operands set per launch).
+  const auto ours = [&](MmTile tile) {
     ScaledMmArgs args;
     args.sa = sa.get(), args.sw = sw.get(), args.y = y_ours.get();
     args.m = m, args.n = n, args.k = k;
     args.formula = EpilogueKind::vllm_cutlass;
     args.tile = tile;
+    args.a = as[0].get(), args.w = ws[0].get();
+    return args;
+  };
+  for (MmTile tile : tiles) {
+    ScaledMmArgs args = ours(tile);
     std::string id;
     const double t = median_ms([&](int i) {
       args.a = as[i % copies].get(), args.w = ws[i % copies].get();
@@ -206,12 +212,7 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}) {
   if (!only.empty()) paired = only;
   else if (m >= 512) paired = {MmTile::automatic};
   for (MmTile tile : paired) {
-    ScaledMmArgs args;
-    args.sa = sa.get(), args.sw = sw.get(), args.y = y_ours.get();
-    args.m = m, args.n = n, args.k = k;
-    args.formula = EpilogueKind::vllm_cutlass;
-    args.tile = tile;
-    args.a = as[0].get(), args.w = ws[0].get();
+    ScaledMmArgs args = ours(tile);
     if (launch_int8_scaled_mm(args, nullptr).rfind("error:", 0) == 0) continue;  // printed above
     const bench::PairedTiming p = bench::time_alternating(
         [&](int i) {
