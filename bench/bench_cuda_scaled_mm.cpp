@@ -6,7 +6,7 @@
 // Method: CUDA events around each launch, 5 warm-ups and 25 ms of them at least, median of 30 timed
 // launches; then ours ("auto" at M >= 512, or each tile `--tiles` names) against cuBLASLt's GEMM alone in
 // 16 rounds of back-to-back batches, the order swapped each round (`bench::time_alternating`: one launch at
-// a time counts each launch's host gap into the kernel's time, and cuBLASLt's gap is the longer). Weights
+// a time charges each launch's start to the kernel, and a forward pass runs them back to back). Weights
 // and activations rotate over enough copies that the working set exceeds the 50 MB L2. TOPS count
 // 2·M·N·K integer operations. Both paths compute the same formula, so their outputs are also
 // compared bit for bit (a benchmark of wrong code is worthless).
