@@ -468,19 +468,23 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
   return true;
 }
 
+namespace {
+
+// A setting read as the pipeline's others are: a number, 0 off; on when unset.
+bool setting_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::atoi(v) != 0;
+}
+
+}  // namespace
+
 bool ResidentVerifier::overlaps_layers() {
-  static const bool on = [] {  // as the pipeline's other settings read: a number, 0 off; on when unset
-    const char* v = std::getenv("QC_VERIFY_OVERLAP");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = setting_on("QC_VERIFY_OVERLAP");
   return on;
 }
 
 bool ResidentVerifier::fp8_layers_overlap() {
-  static const bool on = [] {  // on when unset (timed on a device: docs/performance.md); QC_FP8_OVERLAP=0 off
-    const char* v = std::getenv("QC_FP8_OVERLAP");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = setting_on("QC_FP8_OVERLAP");  // timed on a device: docs/performance.md
   return on;
 }
 

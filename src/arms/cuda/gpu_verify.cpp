@@ -381,9 +381,12 @@ class GpuTimeline {
     std::fprintf(stderr,
                  "gpu timeline (QC_GPU_TIMELINE): %.1f ms from the first span to the last; the runs' stream busy %.1f ms "
                  "(%zu runs), the models %.1f ms (%zu evaluations), the uploads %.1f ms (%zu), their pristine copies and "
-                 "leaf hashes %.1f ms; the models beside the runs %.1f ms; none of them %.1f ms\n",
+                 "leaf hashes %.1f ms; the models beside the runs %.1f ms; none of them %.1f ms%s\n",
                  span, busy[runs], spans_[runs].size(), busy[models], spans_[models].size(), busy[uploads],
-                 spans_[uploads].size(), busy[pristine], beside, idle);
+                 spans_[uploads].size(), busy[pristine], beside, idle,
+                 unreadable_ > 0 ? fmt::format(" ({} events unreadable, counted at 0 ms: these figures are not "
+                                               "the device's)", unreadable_).c_str()
+                                 : "");
     for (auto& v : spans_) {
       for (const auto& [b, e] : v) {
         cudaEventDestroy(b);
@@ -400,13 +403,16 @@ class GpuTimeline {
     if (origin_ == nullptr) origin_ = e;
     return e;
   }
-  double ms(cudaEvent_t e) const {
+  double ms(cudaEvent_t e) {
     float t = 0;
-    return cudaEventElapsedTime(&t, origin_, e) == cudaSuccess ? t : 0.0;
+    if (cudaEventElapsedTime(&t, origin_, e) == cudaSuccess) return t;
+    ++unreadable_;
+    return 0.0;
   }
   bool on_;
   std::mutex mu_;
   cudaEvent_t origin_ = nullptr;  // the first event recorded (also in a span, destroyed with it)
+  int unreadable_ = 0;            // events whose time could not be read (counted at 0 ms: said in the line)
   std::vector<std::array<cudaEvent_t, 2>> spans_[kinds];
 };
 
@@ -566,6 +572,12 @@ struct GpuVerifyLayer::Impl {
     static const bool on = env_int("QC_FP8_MODELS_STREAM", 0, 0, 1) != 0;
     return on;
   }
+  // `exact_stream`, made to wait for what `copy_stream` holds so far (the upload ahead: `upload_done`).
+  cudaStream_t behind_upload() {
+    QC_CUDA_CHECK(cudaEventRecord(upload_done, copy_stream));
+    QC_CUDA_CHECK(cudaStreamWaitEvent(exact_stream, upload_done));
+    return exact_stream;
+  }
   // True when the layer uploaded ahead is `full` (its buffers then become the current ones).
   bool take_ahead(const LayerOperands& full);
   // Every model of `models` not in `set` yet, into its slot: two that run the same steps (the Hopper pair:
@@ -656,8 +668,7 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
   x.ahead.models.ready.clear();
   // A layer uploaded ahead and not taken: its exact sums read h.a, h.w, which this upload writes.
   // (likewise an FP8 layer's models on `exact_stream`, QC_FP8_MODELS_STREAM)
-  const bool wait_exact = (Impl::exact_beside() && (x.ahead.has_exact || !only_untaken)) ||
-                          (x.ahead.models_pending && Impl::fp8_models_stream());
+  const bool wait_exact = (Impl::exact_beside() && (x.ahead.has_exact || !only_untaken)) || x.ahead.models_pending;
   x.ahead.has_exact = false;
   x.ahead.models_pending = false;
   x.ahead_task = std::async(std::launch::async, [&x, next, models, wait_exact] {
@@ -674,12 +685,7 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
       x.wait_gate();
       const Fp8Gemm codes{reinterpret_cast<const uint8_t*>(h.a.get()), fp8_format(next.a_type),
                           reinterpret_cast<const uint8_t*>(h.w.get()), fp8_format(next.w_type), {next.m, next.n, next.k}};
-      cudaStream_t on = x.copy_stream;
-      if (Impl::fp8_models_stream()) {
-        QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
-        QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
-        on = x.exact_stream;
-      }
+      const cudaStream_t on = Impl::fp8_models_stream() ? x.behind_upload() : x.copy_stream;
       x.timeline.begin(GpuTimeline::models, on);
       x.evaluate_all(models, codes, h.wt, h.model_state, h.models, on);
       x.timeline.end(GpuTimeline::models, on);
@@ -688,9 +694,7 @@ void GpuVerifyLayer::prefetch(const LayerOperands& next, const std::vector<Named
         h.models_pending = true;
       }
     } else if (Impl::exact_beside()) {  // an INT8 layer's exact accumulators and C2's statistics beside the uploads
-      QC_CUDA_CHECK(cudaEventRecord(x.upload_done, x.copy_stream));
-      QC_CUDA_CHECK(cudaStreamWaitEvent(x.exact_stream, x.upload_done));
-      exact_and_range(h.a.get(), h.w.get(), next.m, next.n, next.k, h.exact, h.range, h.range_host.get(), x.exact_stream);
+      exact_and_range(h.a.get(), h.w.get(), next.m, next.n, next.k, h.exact, h.range, h.range_host.get(), x.behind_upload());
       QC_CUDA_CHECK(cudaEventRecord(x.exact_done, x.exact_stream));
       h.has_exact = true;
     } else {  // likewise after the upload, beside the runs
