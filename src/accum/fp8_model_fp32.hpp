@@ -40,6 +40,10 @@
 
 #include "qconform/accumulation.hpp"
 
+#if defined(__FAST_MATH__) || defined(__USE_FAST_MATH__)
+#error "src/accum/fp8_model_fp32.hpp needs subnormals kept (its sums are fixed point in them): no fast-math"
+#endif
+
 namespace qc::accum_fp32 {
 
 // The loops over a tile's outputs and its chains unrolled on the device, so that their arrays stay in

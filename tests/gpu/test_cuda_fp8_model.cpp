@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <random>
@@ -185,8 +186,11 @@ TEST(CudaFp8Model, PairInOnePassEqualsEachModel) {
 // The fp32 kernel's evaluation cut into launches over parts of K (cuda_kernels::ModelLaunches: the chains
 // kept in device memory between launches, as verify's pipeline runs the next layer's models) equals the
 // CPU evaluation bit for bit, for single models and pairs, cuts mid-chain, on promotions and on split
-// boundaries; a cut at or past K is one launch.
+// boundaries; a cut at or past K is one launch. Both tiles of the kernel: 4 x 4 outputs a thread (the
+// default) and 4 x 2 (QC_FP8_MODEL_TILE_N=2).
 TEST(CudaFp8Model, LaunchesOverPartsOfKEqualTheCpu) {
+  const char* const tile_before = std::getenv("QC_FP8_MODEL_TILE_N");
+  const std::string tile_saved = tile_before != nullptr ? tile_before : "";
   auto pairs = test::paired_models();
   const std::vector<std::array<int64_t, 3>> shapes{{7, 45, 33}, {65, 130, 100}, {16, 256, 1000}, {130, 70, 4100}};
   std::mt19937_64 rng(1208);
@@ -204,31 +208,43 @@ TEST(CudaFp8Model, LaunchesOverPartsOfKEqualTheCpu) {
         cpu[q].resize(static_cast<size_t>(s.m * s.n));
         fp8_model_evaluate(pair[q], Fp8Gemm{a.data(), fa, w.data(), fw, s}, cpu[q].data());
       }
-      for (const int64_t per : {int64_t{1}, int64_t{100}, int64_t{1000}, s.k}) {
-        std::string kernel;
-        const auto gpu = codes.evaluate_pair(pair[0], pair[1], &kernel, per);
-        const bool cut = (per + pair[0].step_k - 1) / pair[0].step_k * pair[0].step_k < s.k;
-        EXPECT_EQ(kernel.find("in launches of") != std::string::npos, cut) << kernel;
-        cut_launches += cut ? 1 : 0;
-        for (int q = 0; q < 2; ++q) {
-          const std::string what = fmt::format("pair {} (model {}; M={} N={} K={}, {} terms a launch): cpu vs gpu `{}`", name,
-                                               q, s.m, s.n, s.k, per, kernel);
-          EXPECT_EQ(count_differing(cpu[q], gpu[q], s.n, what, 3), 0) << what;
-          outputs += static_cast<int64_t>(cpu[q].size());
+      for (const char* tile : {"4", "2"}) {
+        setenv("QC_FP8_MODEL_TILE_N", tile, 1);
+        const std::string tile_name = fmt::format("4x{} outputs per thread", tile);
+        for (const int64_t per : {int64_t{1}, int64_t{100}, int64_t{1000}, s.k}) {
+          std::string kernel;
+          const auto gpu = codes.evaluate_pair(pair[0], pair[1], &kernel, per);
+          const bool cut = (per + pair[0].step_k - 1) / pair[0].step_k * pair[0].step_k < s.k;
+          EXPECT_EQ(kernel.find("in launches of") != std::string::npos, cut) << kernel;
+          EXPECT_NE(kernel.find(tile_name), std::string::npos) << kernel;
+          cut_launches += cut ? 1 : 0;
+          for (int q = 0; q < 2; ++q) {
+            const std::string what = fmt::format("pair {} (model {}; M={} N={} K={}, {} terms a launch): cpu vs gpu `{}`", name,
+                                                 q, s.m, s.n, s.k, per, kernel);  // the kernel names its tile
+            EXPECT_EQ(count_differing(cpu[q], gpu[q], s.n, what, 3), 0) << what;
+            outputs += static_cast<int64_t>(cpu[q].size());
+          }
+          // The first model alone, cut the same way.
+          const auto one = codes.evaluate(pair[0], &kernel, Fp8GpuKernel::best, per);
+          EXPECT_EQ(kernel.find("in launches of") != std::string::npos, cut) << kernel;
+          EXPECT_EQ(count_differing(cpu[0], one, s.n, fmt::format("{} alone, {} terms a launch, tile {}", name, per, tile_name),
+                                    3),
+                    0);
         }
-        // The first model alone, cut the same way.
-        const auto one = codes.evaluate(pair[0], &kernel, Fp8GpuKernel::best, per);
-        EXPECT_EQ(kernel.find("in launches of") != std::string::npos, cut) << kernel;
-        EXPECT_EQ(count_differing(cpu[0], one, s.n, fmt::format("{} alone, {} terms a launch", name, per), 3), 0);
       }
     }
   }
+  if (tile_before != nullptr) {
+    setenv("QC_FP8_MODEL_TILE_N", tile_saved.c_str(), 1);
+  } else {
+    unsetenv("QC_FP8_MODEL_TILE_N");
+  }
   std::printf("GPU evaluation in launches over parts of K == CPU evaluation on %lld outputs (%lld cut evaluations)\n",
               static_cast<long long>(outputs), static_cast<long long>(cut_launches));
-  EXPECT_GT(outputs, 500000);
+  EXPECT_GT(outputs, 1000000);
   // Cut evaluations: 7 for each of the four pairs without split-K (K = 33, 100: one each; 1000: two; 4100:
-  // three), more where the split-K pair's ranges start on step boundaries.
-  EXPECT_GE(cut_launches, 28);
+  // three), more where the split-K pair's ranges start on step boundaries; for each of the two tiles.
+  EXPECT_GE(cut_launches, 56);
 }
 
 // The declaration of each cuBLASLt FP8 arm, checked: 0 outputs off the model the run claims, and

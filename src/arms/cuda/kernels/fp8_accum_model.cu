@@ -24,6 +24,9 @@
 #include "accum/fp8_model_fp64.hpp"
 #include "fp8_accum_model.cuh"
 
+#include <cstdlib>
+#include <cstring>
+
 namespace qc::cuda_kernels {
 namespace {
 
@@ -157,6 +160,9 @@ struct SmemValues {
     if constexpr (T == 4) {
       const float4 fv = *reinterpret_cast<const float4*>(&v[i][first]);
       t[0] = {fv.x, 0}, t[1] = {fv.y, 0}, t[2] = {fv.z, 0}, t[3] = {fv.w, 0};
+    } else if constexpr (T == 2) {
+      const float2 fv = *reinterpret_cast<const float2*>(&v[i][first]);
+      t[0] = {fv.x, 0}, t[1] = {fv.y, 0};
     } else {
       for (int j = 0; j < T; ++j) t[j] = {v[i][first + j], 0};
     }
@@ -184,8 +190,8 @@ __device__ __forceinline__ void max_exponents(const SmemRows<TM, kStrideA>& a, c
   for (int i = 0; i < count; ++i) {
     uint32_t ea[TM], ew[TN / 2];
     for (int r = 0; r < TM; ++r) ea[r] = a.e[i][a.first + r];
-    // Two adjacent int16 exponents read as one word (8-byte aligned: rows of 2 (kBN + 4) bytes, `first` a
-    // multiple of 4); written by other threads before the step's __syncthreads, read after it.
+    // Two adjacent int16 exponents read as one word (4-byte aligned: rows of 2 (kBN + 4) bytes, `first` a
+    // multiple of TN, which is even); written by other threads before the step's __syncthreads, read after it.
     const uint32_t* wp = reinterpret_cast<const uint32_t*>(&w.e[i][w.first]);
     for (int j = 0; j < TN / 2; ++j) ew[j] = wp[j];
     for (int r = 0; r < TM; ++r) {
@@ -324,9 +330,11 @@ __device__ __forceinline__ void for_each_output(int row0, int col0, int M, int N
 
 // Two blocks per multiprocessor (128 registers, a few spilled: measured on an H100, one 7-layer block of
 // FP8 verify's models 19.98 ms against 21.83 ms at one block and 22.86 ms before the codes were fetched
-// ahead; docs/performance.md). A pair of models (P = 2) holds twice the chains' state: one block.
+// ahead; docs/performance.md). A pair of models (P = 2) holds twice the chains' state: one block of 4 x 4
+// tiles (195 registers), two of 4 x 2 tiles (QC_FP8_MODEL_TILE_N=2: half the state a thread, more shared
+// loads a product).
 template <int TM, int TN, int KC, int P>
-__global__ void __launch_bounds__(256, P == 1 ? 2 : 1)
+__global__ void __launch_bounds__(256, P == 1 || TN == 2 ? 2 : 1)
     fp8_accum_model_fp32_kernel(const __grid_constant__ ModelOutputs<P> job, const uint8_t* __restrict__ a,
                                 Fp8Format fa, const uint8_t* __restrict__ w, Fp8Format fw, int M, int N, int64_t K,
                                 int64_t k_begin, int64_t k_end) {
@@ -364,16 +372,33 @@ __global__ void __launch_bounds__(256, P == 1 ? 2 : 1)
 }
 
 // One launch per `per` terms of K (the last runs to K's end), the chains kept in job.state between them.
-template <int KC, int P>
+template <int KC, int P, int TN>
 void launch_fp32(const ModelOutputs<P>& job, const uint8_t* a, Fp8Format fa, const uint8_t* w, Fp8Format fw, int m,
                  int n, int64_t k, int64_t per, cudaStream_t stream) {
-  constexpr int TM = 4, TN = 4;
+  constexpr int TM = 4;
   const dim3 block(16, 16);
   const dim3 grid((n + 16 * TN - 1) / (16 * TN), (m + 16 * TM - 1) / (16 * TM));
   for (int64_t k_begin = 0;; k_begin += per) {
     const int64_t k_end = k_begin + per < k ? k_begin + per : k;
     fp8_accum_model_fp32_kernel<TM, TN, KC, P><<<grid, block, 0, stream>>>(job, a, fa, w, fw, m, n, k, k_begin, k_end);
     if (k_end >= k) break;
+  }
+}
+
+// Outputs per thread along N of the fp32 kernel: 4 (the default) or 2 (QC_FP8_MODEL_TILE_N=2), read at each
+// launch (a measurement's setting; the GPU tests run both).
+int model_tile_n() {
+  const char* v = std::getenv("QC_FP8_MODEL_TILE_N");
+  return v != nullptr && std::strcmp(v, "2") == 0 ? 2 : 4;
+}
+
+template <int KC, int P>
+void launch_fp32_tile(int tn, const ModelOutputs<P>& job, const uint8_t* a, Fp8Format fa, const uint8_t* w,
+                      Fp8Format fw, int m, int n, int64_t k, int64_t per, cudaStream_t stream) {
+  if (tn == 2) {
+    launch_fp32<KC, P, 2>(job, a, fa, w, fw, m, n, k, per, stream);
+  } else {
+    launch_fp32<KC, P, 4>(job, a, fa, w, fw, m, n, k, per, stream);
   }
 }
 
@@ -388,15 +413,17 @@ std::string launch_fp32_models(ModelOutputs<P> job, const uint8_t* a, Fp8Format 
     per = (launches.k_per_launch + step_k - 1) / step_k * step_k;  // every cut on a step boundary (run_steps)
     job.state = launches.state;
   }
+  const int tn = model_tile_n();
   switch (step_k) {
-    case 8: launch_fp32<8>(job, a, fa, w, fw, m, n, k, per, stream); break;
-    case 16: launch_fp32<16>(job, a, fa, w, fw, m, n, k, per, stream); break;
-    default: launch_fp32<32>(job, a, fa, w, fw, m, n, k, per, stream); break;
+    case 8: launch_fp32_tile<8>(tn, job, a, fa, w, fw, m, n, k, per, stream); break;
+    case 16: launch_fp32_tile<16>(tn, job, a, fa, w, fw, m, n, k, per, stream); break;
+    default: launch_fp32_tile<32>(tn, job, a, fa, w, fw, m, n, k, per, stream); break;
   }
   const std::string cut = per < k ? ", in launches of " + std::to_string(per) + " terms of K" : "";
   return std::string("qconform fp8_accum_model_fp32 (steps in fp32, ") +
          (P == 2 ? "two models sharing their steps in one pass over the products, " : "") + "each step of " +
-         std::to_string(step_k) + " terms staged decoded in shared memory, 4x4 outputs per thread, 16x16 threads" + cut +
+         std::to_string(step_k) + " terms staged decoded in shared memory, 4x" + std::to_string(tn) +
+         " outputs per thread, 16x16 threads" + cut +
          ")";
 }
 
