@@ -563,13 +563,13 @@ struct GpuVerifyLayer::Impl {
     keep_pristine<uint16_t>(bias, bias0_.reserve(l.bias.size()), l.bias, on, &hashes);
     timeline.end(GpuTimeline::pristine, on);
   }
-  // QC_FP8_MODELS_STREAM=1 (0 by default until it is timed on a device): the next FP8 layer's models on
+  // QC_FP8_MODELS_STREAM (on by default since the thirteenth session; =0 off): the next FP8 layer's models on
   // `exact_stream` (idle for an FP8 pair) behind its upload (`upload_done`), and the upload's task done
   // once the bytes are there, as an INT8 layer's exact sums; the runs' stream waits for the models
   // (`exact_done`) when it takes the layer. So the upload after it (on `copy_stream`) goes on beside them
   // instead of behind them: a layer's upload no longer waits for the models of the layer before.
   static bool fp8_models_stream() {
-    static const bool on = env_int("QC_FP8_MODELS_STREAM", 0, 0, 1) != 0;
+    static const bool on = env_int("QC_FP8_MODELS_STREAM", 1, 0, 1) != 0;
     return on;
   }
   // `exact_stream`, made to wait for what `copy_stream` holds so far (the upload ahead: `upload_done`).

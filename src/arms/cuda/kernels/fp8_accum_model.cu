@@ -1,7 +1,7 @@
 // FP8 accumulation models on the GPU, for verify's reference side. Three kernels:
 // - `fp8_accum_model_fp32_kernel` (the stepped models `accum_fp32::gpu_kernel_takes`: the Hopper
 //   models and their split-K forms): `accum_fp32::evaluate_tile` (src/accum/fp8_model_fp32.hpp) on a
-//   4 x 4 tile of outputs per thread, each step's terms staged decoded in shared memory; the
+//   4 x 2 tile of outputs per thread (4 x 4 with QC_FP8_MODEL_TILE_N=4), each step's terms staged decoded in shared memory; the
 //   exactness argument and the host test are in that header.
 // - `fp8_accum_model_fp64_kernel` (every other model with a fast path, `accum_fp64::path_of`, the
 //   same decision as the CPU's fast paths: blocked-c, split-k-s, sequential, exact on e4m3; or on
@@ -330,9 +330,10 @@ __device__ __forceinline__ void for_each_output(int row0, int col0, int M, int N
 
 // Two blocks per multiprocessor (128 registers, a few spilled: measured on an H100, one 7-layer block of
 // FP8 verify's models 19.98 ms against 21.83 ms at one block and 22.86 ms before the codes were fetched
-// ahead; docs/performance.md). A pair of models (P = 2) holds twice the chains' state: one block of 4 x 4
-// tiles (195 registers), two of 4 x 2 tiles (QC_FP8_MODEL_TILE_N=2: half the state a thread, more shared
-// loads a product).
+// ahead; docs/performance.md). A pair of models (P = 2) holds twice the chains' state: two blocks of 4 x 2
+// tiles (128 registers; the default), or one of 4 x 4 tiles (195 registers; QC_FP8_MODEL_TILE_N=4: more
+// products a shared load, a quarter of the warps). On an H100 the pair's launch of a 512 x 2048 x 512 part
+// took 149 us at 4 x 2 against 175 us at 4 x 4 (issue slots busy 68 % against 52 %; docs/performance.md).
 template <int TM, int TN, int KC, int P>
 __global__ void __launch_bounds__(256, P == 1 || TN == 2 ? 2 : 1)
     fp8_accum_model_fp32_kernel(const __grid_constant__ ModelOutputs<P> job, const uint8_t* __restrict__ a,
@@ -385,11 +386,11 @@ void launch_fp32(const ModelOutputs<P>& job, const uint8_t* a, Fp8Format fa, con
   }
 }
 
-// Outputs per thread along N of the fp32 kernel: 4 (the default) or 2 (QC_FP8_MODEL_TILE_N=2), read at each
+// Outputs per thread along N of the fp32 kernel: 2 (the default) or 4 (QC_FP8_MODEL_TILE_N=4), read at each
 // launch (a measurement's setting; the GPU tests run both).
 int model_tile_n() {
   const char* v = std::getenv("QC_FP8_MODEL_TILE_N");
-  return v != nullptr && std::strcmp(v, "2") == 0 ? 2 : 4;
+  return v != nullptr && std::strcmp(v, "4") == 0 ? 4 : 2;
 }
 
 template <int KC, int P>
