@@ -294,6 +294,9 @@ TEST(AccumulationModel, PerOutputFp32EvaluationEqualsReference) {
                         "hopper-fp8-promote4-splitk-8"}) {
     EXPECT_TRUE(qc::accum_fp32::applies(qc::fp8_accumulation_model(n).model)) << n;
     EXPECT_TRUE(qc::accum_fp32::gpu_kernel_takes(qc::fp8_accumulation_model(n).model, 8192)) << n;
+    // K bounds e(C), and so the grid factor's exponent (the header's argument): the kernel refuses K >= 2^31.
+    EXPECT_TRUE(qc::accum_fp32::gpu_kernel_takes(qc::fp8_accumulation_model(n).model, qc::accum_fp32::kMaxK - 128)) << n;
+    EXPECT_FALSE(qc::accum_fp32::gpu_kernel_takes(qc::fp8_accumulation_model(n).model, qc::accum_fp32::kMaxK)) << n;
   }
   auto models = models_under_test();
   for (int promote : {1, 3}) {
