@@ -430,3 +430,5 @@ QC_ACCUM_FN float evaluate(const Fp8AccumModel& m, const uint8_t* a, Fp8Format f
 }
 
 }  // namespace qc::accum_fp32
+
+#undef QC_UNROLL

@@ -27,6 +27,7 @@
 #include "checks/c3_shared_operands.hpp"
 #include "checks/c5_pow2.hpp"
 #include "checks/verify_internal.hpp"
+#include "core/env_setting.hpp"
 
 namespace qc {
 
@@ -468,23 +469,13 @@ bool ResidentVerifier::verify_layer(const LayerOperands& full, const LayerOperan
   return true;
 }
 
-namespace {
-
-// A setting read as the pipeline's others are: a number, 0 off; on when unset.
-bool setting_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::atoi(v) != 0;
-}
-
-}  // namespace
-
 bool ResidentVerifier::overlaps_layers() {
-  static const bool on = setting_on("QC_VERIFY_OVERLAP");
+  static const bool on = env_int("QC_VERIFY_OVERLAP", 1, 0, 1) != 0;
   return on;
 }
 
 bool ResidentVerifier::fp8_layers_overlap() {
-  static const bool on = setting_on("QC_FP8_OVERLAP");  // timed on a device: docs/performance.md
+  static const bool on = env_int("QC_FP8_OVERLAP", 1, 0, 1) != 0;  // timed on a device: docs/performance.md
   return on;
 }
 

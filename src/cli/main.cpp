@@ -21,6 +21,7 @@
 #include "cli/did_you_mean.hpp"
 #include "dist/dist.hpp"
 #include "qconform/error.hpp"
+#include "core/env_setting.hpp"
 #include "core/fileio.hpp"
 #include "core/output_lock.hpp"
 #include "core/version.hpp"
@@ -190,7 +191,7 @@ int main(int argc, char** argv) {
   // QC_EXIT_AT_ONCE=1 (a measurement, docs/performance.md): every output is written and closed by now; the
   // process ends without its static destructors and exit handlers (the CUDA runtime's teardown among
   // them), its lock files removed first and its streams flushed.
-  if (const char* v = std::getenv("QC_EXIT_AT_ONCE"); v != nullptr && std::atoi(v) != 0) {
+  if (qc::env_int("QC_EXIT_AT_ONCE", 0, 0, 1) != 0) {
     qc::release_output_locks();
     std::fflush(nullptr);
     std::_Exit(code);

@@ -26,6 +26,7 @@
 #include "arms/cuda/cuda.hpp"
 #include "arms/cuda/cuda_common.hpp"
 #include "accum/fp8_model.hpp"
+#include "core/env_setting.hpp"
 #include "core/fileio.hpp"
 #include "core/tree_leaves.hpp"
 #include "arms/cuda/kernels/fp8_accum_model.cuh"
@@ -47,12 +48,6 @@ namespace {
 
 // Pieces of the operands in the order of the host's C3 (`OperandSnapshot`): a_q, a_scale, w_scale, bias, w_q.
 enum Piece : int { kA, kSa, kSw, kBias, kW, kPieces };
-
-// An integer setting of the environment, clamped to [lo, hi]; `otherwise` when it is unset or empty.
-int env_int(const char* name, int otherwise, int lo, int hi) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? std::clamp(std::atoi(v), lo, hi) : otherwise;
-}
 
 // Pinned host memory for what every run brings back (counts), reused.
 template <class T>

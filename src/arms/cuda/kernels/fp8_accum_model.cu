@@ -22,10 +22,8 @@
 // Timing: bench/bench_fp8_model_gpu.cpp.
 #include "accum/fp8_model_fp32.hpp"
 #include "accum/fp8_model_fp64.hpp"
+#include "core/env_setting.hpp"
 #include "fp8_accum_model.cuh"
-
-#include <cstdlib>
-#include <cstring>
 
 namespace qc::cuda_kernels {
 namespace {
@@ -388,10 +386,7 @@ void launch_fp32(const ModelOutputs<P>& job, const uint8_t* a, Fp8Format fa, con
 
 // Outputs per thread along N of the fp32 kernel: 2 (the default) or 4 (QC_FP8_MODEL_TILE_N=4), read at each
 // launch (a measurement's setting; the GPU tests run both).
-int model_tile_n() {
-  const char* v = std::getenv("QC_FP8_MODEL_TILE_N");
-  return v != nullptr && std::strcmp(v, "4") == 0 ? 4 : 2;
-}
+int model_tile_n() { return env_int("QC_FP8_MODEL_TILE_N", 2, 2, 4) == 4 ? 4 : 2; }
 
 template <int KC, int P>
 void launch_fp32_tile(int tn, const ModelOutputs<P>& job, const uint8_t* a, Fp8Format fa, const uint8_t* w,
