@@ -165,8 +165,18 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
                           MmTile::wgpp128x128_c2, MmTile::wg128x256_c2};
   // Ragged for every tile: M = 2x128 + 77, N = 4x256 + 16, K = 16x128 + 16; a shape smaller
   // than one tile in all three dimensions (K < one 128-byte stage); and one with more tiles than
-  // the H200 has multiprocessors (the persistent wgmma grid walks several tiles per block).
-  const int64_t shapes[][3] = {{333, 1040, 2064}, {5, 48, 80}, {1100, 4112, 272}};
+  // the H200 has multiprocessors (the persistent wgmma grid walks several tiles per block), whose
+  // last partial wave the single-block wgmma tiles cut along K (stream-K: K = 8x128 + 16 is 9 k-steps;
+  // on 132 multiprocessors 153 tiles of 128x256 leave a tail of 21, 297 of 128x128 one of 33, 306 of
+  // 64x256 one of 42; wgmma_work_plan.hpp). Each shape runs with stream-K allowed and forbidden
+  // (QC_WGMMA_STREAMK), and both must equal the exact accumulation.
+  const int64_t shapes[][3] = {{333, 1040, 2064}, {5, 48, 80}, {1100, 4112, 1040}};
+  int streamk_runs = 0, eligible = 0;
+  int sms = 0;
+  QC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  const gpu_test::ScopedEnv streamk_env("QC_WGMMA_STREAMK");
+  for (const char* streamk : {"1", "0"}) {
+  streamk_env.set(streamk);
   for (const auto& shape : shapes) {
   const int64_t m = shape[0], n = shape[1], k = shape[2];
   const LayerOperands ops = gpu_test::make_layer("ragged", m, n, k, 99 + m, /*bias=*/true);
@@ -190,16 +200,31 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
       const std::string id = launch_int8_scaled_mm(args, nullptr);
       ASSERT_EQ(id.rfind("error:", 0), std::string::npos) << id;
       QC_CUDA_CHECK(cudaDeviceSynchronize());
+      const bool cut = id.find("stream-K") != std::string::npos;
+      EXPECT_FALSE(cut && std::string(streamk) == "0") << id;
+      streamk_runs += cut;
+      // A single-block wgmma launch (no "cluster=2x1") of the third shape with stream-K allowed.
+      eligible += std::string(streamk) == "1" && m == 1100 && id.find("int8_scaled_mm_wgmma_kernel<") != std::string::npos &&
+                  id.find("cluster=2x1") == std::string::npos;
       std::vector<uint16_t> want(exact.size());
       apply_epilogue(e, exact.data(), ops.a_scale.data(), ops.w_scale.data(), ops.bias.data(), m, n, want.data());
       const std::string da = gpu_test::diff_report(acc.to_host(), exact, n, "accumulator");
       const std::string dy = gpu_test::diff_report(y.to_host(), want, n, "output");
       EXPECT_TRUE(da.empty()) << id << " " << da;
       EXPECT_TRUE(dy.empty()) << id << " " << dy;
-      if (std::string(name) == "vllm-triton") std::printf("  M=%lld N=%lld K=%lld ran: %s\n", static_cast<long long>(m),
-                                                        static_cast<long long>(n), static_cast<long long>(k), id.c_str());
+      if (std::string(name) == "vllm-triton")
+        std::printf("  M=%lld N=%lld K=%lld QC_WGMMA_STREAMK=%s ran: %s\n", static_cast<long long>(m),
+                    static_cast<long long>(n), static_cast<long long>(k), streamk, id.c_str());
     }
   }
+  }
+  }
+  // Every single-block wgmma launch of the third shape cut its tail, where the counts above hold: 132
+  // multiprocessors (H100 and H200 SXM). (Without the wgmma code, none ran: see the printed identities.)
+  std::printf("  stream-K: %d launches cut the tail, of %d single-block wgmma launches of the third shape allowed to\n",
+              streamk_runs, eligible);
+  if (sms == 132) {
+    EXPECT_EQ(streamk_runs, eligible);
   }
 #else
   GTEST_SKIP() << "this build has no CUDA";

@@ -21,6 +21,7 @@
 #include "qconform/arm.hpp"
 #include "qconform/numerics.hpp"
 #include "../unit/fp8_model_pairs.hpp"
+#include "gpu_test_util.hpp"
 
 namespace qc {
 namespace {
@@ -186,11 +187,10 @@ TEST(CudaFp8Model, PairInOnePassEqualsEachModel) {
 // The fp32 kernel's evaluation cut into launches over parts of K (cuda_kernels::ModelLaunches: the chains
 // kept in device memory between launches, as verify's pipeline runs the next layer's models) equals the
 // CPU evaluation bit for bit, for single models and pairs, cuts mid-chain, on promotions and on split
-// boundaries; a cut at or past K is one launch. Both tiles of the kernel: 4 x 4 outputs a thread (the
-// default) and 4 x 2 (QC_FP8_MODEL_TILE_N=2).
+// boundaries; a cut at or past K is one launch. Both tiles of the kernel: 4 x 2 outputs a thread (the
+// default) and 4 x 4 (QC_FP8_MODEL_TILE_N=4).
 TEST(CudaFp8Model, LaunchesOverPartsOfKEqualTheCpu) {
-  const char* const tile_before = std::getenv("QC_FP8_MODEL_TILE_N");
-  const std::string tile_saved = tile_before != nullptr ? tile_before : "";
+  const gpu_test::ScopedEnv tile_env("QC_FP8_MODEL_TILE_N");
   auto pairs = test::paired_models();
   const std::vector<std::array<int64_t, 3>> shapes{{7, 45, 33}, {65, 130, 100}, {16, 256, 1000}, {130, 70, 4100}};
   std::mt19937_64 rng(1208);
@@ -209,7 +209,7 @@ TEST(CudaFp8Model, LaunchesOverPartsOfKEqualTheCpu) {
         fp8_model_evaluate(pair[q], Fp8Gemm{a.data(), fa, w.data(), fw, s}, cpu[q].data());
       }
       for (const char* tile : {"4", "2"}) {
-        setenv("QC_FP8_MODEL_TILE_N", tile, 1);
+        tile_env.set(tile);
         const std::string tile_name = fmt::format("4x{} outputs per thread", tile);
         for (const int64_t per : {int64_t{1}, int64_t{100}, int64_t{1000}, s.k}) {
           std::string kernel;
@@ -233,11 +233,6 @@ TEST(CudaFp8Model, LaunchesOverPartsOfKEqualTheCpu) {
         }
       }
     }
-  }
-  if (tile_before != nullptr) {
-    setenv("QC_FP8_MODEL_TILE_N", tile_saved.c_str(), 1);
-  } else {
-    unsetenv("QC_FP8_MODEL_TILE_N");
   }
   std::printf("GPU evaluation in launches over parts of K == CPU evaluation on %lld outputs (%lld cut evaluations)\n",
               static_cast<long long>(outputs), static_cast<long long>(cut_launches));

@@ -100,11 +100,17 @@
 #include "sm90_int8_scaled_mm_wgmma.cuh"
 
 #include "formula_pair.cuh"
+#include "wgmma_work_plan.hpp"
 
 #include <cuda.h>  // CUtensorMap and cuTensorMapEncodeTiled's types (the function comes from the runtime)
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <mutex>
+#include <utility>
+
+#include "core/env_setting.hpp"
 
 
 namespace qc::cuda_kernels {
@@ -114,6 +120,8 @@ constexpr int kBK = 128;       // bytes of K per stage: one 128-byte swizzle row
 constexpr int kThreads = 384;  // producer warpgroup + two consumer warpgroups
 constexpr int kConsumerThreads = 256;  // the two consumer warpgroups: a turn barrier's thread count
 constexpr int kTurnBar = 1;    // named barrier kTurnBar + c: ping-pong consumer c's mainloop turn (0 is __syncthreads)
+constexpr int kPartBar = 3;    // named barrier kPartBar + c: consumer warpgroup c alone (stream-K's count-in)
+constexpr int kWgThreads = 128;
 
 // How the two consumer warpgroups share the work (see the header).
 enum class Schedule { cooperative, pingpong };
@@ -138,6 +146,10 @@ struct WgConfig {
   static_assert(STAGES >= 2, "a stage is released one stage late");
   static_assert(CM == 1 || CM == 2, "cluster size along M");
   static_assert(kSmemBytes + 1024 <= 227 * 1024, "shared memory per block (+ the static barriers' 1 KB)");
+  // Stream-K partial sums: the tile's accumulators in parts of one consumer warpgroup each (the
+  // whole tile for ping-pong, 64 rows for cooperative), kRegs int32 per thread of a part.
+  static constexpr int kParts = kPingpong ? 1 : 2;
+  static constexpr int kRegs = kMBlocks * BN / 2;
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -469,6 +481,54 @@ __device__ __forceinline__ void epilogue_m64(const int32_t (&acc)[BN / 2], const
   }
 }
 
+
+// The end of a work item for one consumer warpgroup, `part` of the tile (its kMBlocks m64 blocks from
+// row `rows`): a whole tile's epilogue; for part of a tail tile (stream-K, `WgPlan`), the partial sums
+// stored in the unit's slot and counted in, and, by the part that counts in last, the other slots'
+// partial sums added to its own and the epilogue. `last` is this warpgroup's flag in shared memory.
+// The count-in is the threadfence pattern: every thread's stores, its fence, the warpgroup's barrier,
+// then one atomic; the last part fences again before it reads (L2: `ld.global.cg`).
+template <class C, int BN, EpilogueKind F>
+__device__ __forceinline__ void finish_item(int32_t (&acc)[C::kMBlocks][BN / 2], const WorkItem& w, const WgPlan& plan,
+                                            int part, int cw, const ScaledMmArgs& args, int rows, int n0, int warp,
+                                            int lane, volatile int* last) {
+  if (C::kCluster == 1 && (w.k0 != 0 || w.k1 != plan.k_tiles)) {  // clusters have no tail items (plan_work)
+    const int tid = static_cast<int>(threadIdx.x) % kWgThreads;
+    constexpr size_t kPartInts = size_t{C::kRegs} * kWgThreads;
+    const auto part_base = [&](int slot) {
+      return reinterpret_cast<int4*>(plan.sk_work +
+                                     ((static_cast<size_t>(w.sk) * plan.sk_slots + slot) * C::kParts + part) * kPartInts);
+    };
+    int4* const mine = part_base(w.slot);
+#pragma unroll
+    for (int h = 0; h < C::kMBlocks; ++h)
+#pragma unroll
+      for (int i = 0; i < BN / 2; i += 4)
+        mine[((h * BN / 2 + i) / 4) * kWgThreads + tid] = make_int4(acc[h][i], acc[h][i + 1], acc[h][i + 2], acc[h][i + 3]);
+    __threadfence();
+    named_bar_sync(kPartBar + cw, kWgThreads);
+    int* const count = plan.sk_count + w.sk * C::kParts + part;
+    if (tid == 0) *last = atomicAdd(count, 1) == w.contributors - 1;
+    named_bar_sync(kPartBar + cw, kWgThreads);
+    if (!*last) return;
+    __threadfence();
+    for (int slot = 0; slot < w.contributors; ++slot) {
+      if (slot == w.slot) continue;
+      const int4* const other = part_base(slot);
+#pragma unroll
+      for (int h = 0; h < C::kMBlocks; ++h)
+#pragma unroll
+        for (int i = 0; i < BN / 2; i += 4) {
+          const int4 v = __ldcg(other + ((h * BN / 2 + i) / 4) * kWgThreads + tid);
+          acc[h][i] += v.x, acc[h][i + 1] += v.y, acc[h][i + 2] += v.z, acc[h][i + 3] += v.w;
+        }
+    }
+    if (tid == 0) *count = 0;  // every part has counted in: zero again for the next launch on this stream
+  }
+#pragma unroll
+  for (int h = 0; h < C::kMBlocks; ++h) epilogue_m64<BN, F>(acc[h], args, rows + h * 64, n0, warp, lane);
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // Writes 1 when this compilation (the one the device runs) holds the wgmma code.
@@ -483,16 +543,17 @@ __global__ void wgmma_probe_kernel(int* flag) {
 template <Schedule S, int BM, int BN, int STAGES, int CM, EpilogueKind F>
 __global__ void __launch_bounds__(kThreads, 1)
     int8_scaled_mm_wgmma_kernel(const __grid_constant__ CUtensorMap map_a, const __grid_constant__ CUtensorMap map_w,
-                                ScaledMmArgs args) {
+                                ScaledMmArgs args, WgPlan plan) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = WgConfig<S, BM, BN, STAGES, CM>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   __shared__ __align__(8) uint64_t full_bar[STAGES];
   __shared__ __align__(8) uint64_t empty_bar[STAGES];
+  __shared__ int sk_last[2];  // per consumer warpgroup: it counted in last for a tail tile (finish_item)
   const uint32_t ring = (smem_addr(smem_raw) + 1023u) & ~1023u;  // swizzle atoms need 1024-B alignment
   const uint32_t full0 = smem_addr(&full_bar[0]);    // full_bar[s] at full0 + 8 s
   const uint32_t empty0 = smem_addr(&empty_bar[0]);  // empty_bar[s] at empty0 + 8 s
-  const int M = args.m, N = args.n, K = args.k;
+  const int M = args.m, N = args.n;  // K: plan.k_tiles steps of kBK bytes
 
   // Cluster of CM blocks along M (consecutive block indices): rank r computes the M-tile CM q + r of
   // the cluster's tile q, so the cluster's blocks share each W box. CM = 1: the block is the unit.
@@ -501,12 +562,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int unit = static_cast<int>(blockIdx.x) / CM;
   const int units = static_cast<int>(gridDim.x) / CM;
 
-  // Persistent grid: unit u computes (cluster) tiles u, u + units, ... Grouped rasterization of the
-  // tile index: groups of 1024 rows share each W column tile while it is in L2.
+  // Persistent grid: unit u computes its work items (`WgPlan`: the (cluster) tiles u, u + units, ...,
+  // then its share of a stream-K tail). Grouped rasterization of the tile index: groups of 1024 rows
+  // share each W column tile while it is in L2.
   constexpr int kGroupM = C::kGroupM / CM;  // cluster tiles (CM * BM rows each) per group
   const int tiles_m = (M + CM * BM - 1) / (CM * BM);
   const int tiles_n = (N + BN - 1) / BN;
-  const int num_tiles = tiles_m * tiles_n;
   auto tile_origin = [&](int pid, int& m0, int& n0) {
     const int in_group = kGroupM * tiles_n;
     const int first_m = (pid / in_group) * kGroupM;
@@ -514,7 +575,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     m0 = ((first_m + (pid % in_group) % group_m) * CM + static_cast<int>(rank)) * BM;  // may be >= M when CM > 1
     n0 = ((pid % in_group) / group_m) * BN;
   };
-  const int k_tiles = (K + kBK - 1) / kBK;
 
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -543,10 +603,12 @@ __global__ void __launch_bounds__(kThreads, 1)
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&map_w)) : "memory");
       // It runs ahead into the next tile while the consumers are in their epilogue.
       int it = 0;  // stage uses so far: ring slot it % STAGES, its round's parity (it / STAGES) & 1
-      for (int tile = unit; tile < num_tiles; tile += units) {
+      const int items = work_items(plan, unit, units);
+      for (int i = 0; i < items; ++i) {
+        const WorkItem w = work_item(plan, unit, units, i);
         int m0, n0;
-        tile_origin(tile, m0, n0);
-        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+        tile_origin(w.tile, m0, n0);
+        for (int kt = w.k0; kt < w.k1; ++kt, ++it) {
           const int s = it % STAGES;
           const uint32_t phase = (it / STAGES) & 1;
           mbar_wait(empty0 + 8 * s, phase ^ 1);  // a fresh barrier passes parity 1 at once
@@ -577,31 +639,31 @@ __global__ void __launch_bounds__(kThreads, 1)
   setmaxnreg_inc<232>();
   const int cw = wg - 1;  // consumer 0 or 1
   if constexpr (!C::kPingpong) {
-    // Cooperative: consumer cw computes rows cw * 64 .. + 63 of every tile of the block.
-    int it = 0;  // the same stage-use count as the producer's
-    for (int tile = unit; tile < num_tiles; tile += units, it += k_tiles) {
+    // Cooperative: consumer cw computes rows cw * 64 .. + 63 of every work item of the block.
+    const int items = work_items(plan, unit, units);
+    for (int i = 0; i < items; ++i) {
+      const WorkItem w = work_item(plan, unit, units, i);  // w.it: the same stage-use count as the producer's
       int m0, n0;
-      tile_origin(tile, m0, n0);
+      tile_origin(w.tile, m0, n0);
       int32_t acc[C::kMBlocks][BN / 2];
-      mma_mainloop<C, BN, STAGES>(acc, it, k_tiles, ring, cw * 64 * kBK, full0, empty0, peer_empty0, lane);
-      mma_tail<C, BN, STAGES>(acc, it + k_tiles, empty0, peer_empty0, lane);
-      epilogue_m64<BN, F>(acc[0], args, m0 + cw * 64, n0, warp, lane);
+      mma_mainloop<C, BN, STAGES>(acc, w.it, w.k1 - w.k0, ring, cw * 64 * kBK, full0, empty0, peer_empty0, lane);
+      mma_tail<C, BN, STAGES>(acc, w.it + (w.k1 - w.k0), empty0, peer_empty0, lane);
+      finish_item<C, BN, F>(acc, w, plan, cw, cw, args, m0 + cw * 64, n0, warp, lane, &sk_last[cw]);
     }
   } else {
-    // Ping-pong: consumer cw computes the block's tiles of local index i = cw, cw + 2, ... whole;
-    // their stage uses are i * k_tiles .. + k_tiles - 1. Mainloops take turns in tile order.
-    const int my_tiles = (num_tiles - unit + units - 1) / units;  // >= 1: at most num_tiles units
-    for (int i = cw; i < my_tiles; i += 2) {
+    // Ping-pong: consumer cw computes the block's work items of local index i = cw, cw + 2, ...;
+    // their stage uses are w.it .. + (w.k1 - w.k0) - 1. Mainloops take turns in item order.
+    const int items = work_items(plan, unit, units);  // >= 1: at most plan.tiles units
+    for (int i = cw; i < items; i += 2) {
+      const WorkItem w = work_item(plan, unit, units, i);
       int m0, n0;
-      tile_origin(unit + i * units, m0, n0);
-      const int it = i * k_tiles;
+      tile_origin(w.tile, m0, n0);
       int32_t acc[C::kMBlocks][BN / 2];
-      if (i > 0) named_bar_sync(kTurnBar + cw, kConsumerThreads);  // tile i - 1's mainloop has ended
-      mma_mainloop<C, BN, STAGES>(acc, it, k_tiles, ring, 0, full0, empty0, peer_empty0, lane);
-      if (i + 1 < my_tiles) named_bar_arrive(kTurnBar + (cw ^ 1), kConsumerThreads);  // tile i + 1's turn
-      mma_tail<C, BN, STAGES>(acc, it + k_tiles, empty0, peer_empty0, lane);
-#pragma unroll
-      for (int h = 0; h < C::kMBlocks; ++h) epilogue_m64<BN, F>(acc[h], args, m0 + h * 64, n0, warp, lane);
+      if (i > 0) named_bar_sync(kTurnBar + cw, kConsumerThreads);  // item i - 1's mainloop has ended
+      mma_mainloop<C, BN, STAGES>(acc, w.it, w.k1 - w.k0, ring, 0, full0, empty0, peer_empty0, lane);
+      if (i + 1 < items) named_bar_arrive(kTurnBar + (cw ^ 1), kConsumerThreads);  // item i + 1's turn
+      mma_tail<C, BN, STAGES>(acc, w.it + (w.k1 - w.k0), empty0, peer_empty0, lane);
+      finish_item<C, BN, F>(acc, w, plan, 0, cw, args, m0, n0, warp, lane, &sk_last[cw]);
     }
   }
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
@@ -688,6 +750,39 @@ bool make_map(EncodeTiledFn encode, CUtensorMap* map, const int8_t* ptr, int row
   return true;
 }
 
+// Stream-K's device workspace, one per (device, stream): launches on one stream run one after the
+// other, launches on two streams may run at once. Grown when a launch needs more (after the stream's
+// earlier work has finished); zeroed when allocated, and every launch leaves its counters zero. A stream
+// destroyed with a launch still pending whose handle a new stream then reuses would share it: the
+// pipeline's streams live for the whole run.
+std::string sk_workspace(cudaStream_t stream, size_t bytes, void** out) {
+  static std::mutex mu;
+  static std::map<std::pair<int, cudaStream_t>, std::pair<void*, size_t>> spaces;
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
+  std::lock_guard<std::mutex> lock(mu);
+  auto& [ptr, size] = spaces[{dev, stream}];
+  if (size < bytes) {
+    if (ptr != nullptr) {
+      if (cudaStreamSynchronize(stream) != cudaSuccess || cudaFree(ptr) != cudaSuccess) return "freeing the old workspace failed";
+      ptr = nullptr, size = 0;
+    }
+    if (cudaMalloc(&ptr, bytes) != cudaSuccess) {
+      (void)cudaGetLastError();
+      ptr = nullptr;
+      return "cudaMalloc of " + std::to_string(bytes) + " bytes failed";
+    }
+    if (cudaMemsetAsync(ptr, 0, bytes, stream) != cudaSuccess) {
+      cudaFree(ptr);
+      ptr = nullptr;
+      return "cudaMemsetAsync failed";
+    }
+    size = bytes;
+  }
+  *out = ptr;
+  return "";
+}
+
 template <Schedule S, int BM, int BN, int STAGES, int CM, EpilogueKind F>
 std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   using C = WgConfig<S, BM, BN, STAGES, CM>;
@@ -736,9 +831,25 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   const int tiles = ((args.m + CM * BM - 1) / (CM * BM)) * ((args.n + BN - 1) / BN);  // cluster tiles when CM > 1
   const int units = tiles < max_units ? tiles : max_units;  // persistent: one block per multiprocessor at most
   const int grid = units * CM;
+  // Stream-K over the tail for single-block units (the clusters' blocks would have to agree on it).
+  // Opt-in (QC_WGMMA_STREAMK=1) until it has run on a device: docs/gpu.md.
+  WgPlan plan = plan_work(tiles, (args.k + kBK - 1) / kBK, units, C::kParts,
+                          CM == 1 && env_int("QC_WGMMA_STREAMK", 0, 0, 1) == 1);
+  char sk_note[160] = "";
+  if (plan.sk_units > 0) {
+    const int tail = tiles - plan.dp_tiles;
+    void* space = nullptr;
+    const std::string ws =
+        sk_workspace(stream, kSkCountBytes + size_t{4} * BM * BN * static_cast<size_t>(tail) * plan.sk_slots, &space);
+    if (!ws.empty()) return "error: stream-K workspace: " + ws;
+    plan.sk_count = static_cast<int*>(space);
+    plan.sk_work = reinterpret_cast<int32_t*>(static_cast<char*>(space) + kSkCountBytes);
+    std::snprintf(sk_note, sizeof sk_note, ", stream-K tail: %d tiles' %d k-steps over %d units (%d-%d each)", tail,
+                  tail * plan.k_tiles, plan.sk_units, plan.sk_q, plan.sk_q + (plan.sk_rem > 0 ? 1 : 0));
+  }
   cudaError_t err = cudaSuccess;
   if constexpr (CM == 1) {
-    kernel<<<grid, kThreads, C::kSmemBytes, stream>>>(map_a, map_w, args);
+    kernel<<<grid, kThreads, C::kSmemBytes, stream>>>(map_a, map_w, args, plan);
     err = cudaGetLastError();
   } else {
     cudaLaunchConfig_t cfg{};
@@ -750,27 +861,27 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
     cfg.dynamicSmemBytes = C::kSmemBytes;
     cfg.stream = stream;
     cfg.attrs = &attr, cfg.numAttrs = 1;
-    err = cudaLaunchKernelEx(&cfg, kernel, map_a, map_w, args);
+    err = cudaLaunchKernelEx(&cfg, kernel, map_a, map_w, args, plan);
   }
   if (err != cudaSuccess) return std::string("error: launch: ") + cudaGetErrorString(err);
-  char buf[400];
+  char buf[560];
   if constexpr (C::kPingpong) {
     std::snprintf(buf, sizeof buf,
                   "qc::int8_scaled_mm_wgmma_kernel<pingpong,BM=%d,BN=%d,stages=%d,cluster=%dx1,%s> wgmma.m64n%dk32.s8 "
                   "sm_90a, TMA 128B-swizzle%s, "
                   "1 producer + 2 ping-pong consumer warpgroups (a %dx%d tile each, mainloops in turn), "
-                  "persistent grid=%d over %d tiles block=%d smem=%d bias=%s",
+                  "persistent grid=%d over %d tiles%s block=%d smem=%d bias=%s",
                   BM, BN, STAGES, CM, formula::kind_name(F), BN, CM > 1 ? " (W multicast)" : "", BM, BN, grid,
-                  tiles * CM, kThreads, C::kSmemBytes, bias_label(args.bias_mode, args.bias != nullptr));
+                  tiles * CM, sk_note, kThreads, C::kSmemBytes, bias_label(args.bias_mode, args.bias != nullptr));
   } else {
     char cluster[32] = "";
     if (CM > 1) std::snprintf(cluster, sizeof cluster, ",cluster=%dx1", CM);
     std::snprintf(buf, sizeof buf,
                   "qc::int8_scaled_mm_wgmma_kernel<BM=%d,BN=%d,stages=%d%s,%s> wgmma.m64n%dk32.s8 sm_90a, "
                   "TMA 128B-swizzle%s, "
-                  "1 producer + 2 consumer warpgroups, persistent grid=%d over %d tiles block=%d smem=%d bias=%s",
+                  "1 producer + 2 consumer warpgroups, persistent grid=%d over %d tiles%s block=%d smem=%d bias=%s",
                   BM, BN, STAGES, cluster, formula::kind_name(F), BN, CM > 1 ? " (W multicast)" : "", grid,
-                  tiles * CM, kThreads, C::kSmemBytes, bias_label(args.bias_mode, args.bias != nullptr));
+                  tiles * CM, sk_note, kThreads, C::kSmemBytes, bias_label(args.bias_mode, args.bias != nullptr));
   }
   return buf;
 }
