@@ -13,7 +13,9 @@
 //
 // Run: `build/bench/bench_cuda_scaled_mm` (docs/performance.md, "CUDA arms (H200)"); `--quick`: the GEMMs alone;
 // `--exact`: the exact accumulation alone (Qwen3-1.7B and Llama-3-70B layer shapes at M = 512);
-// `--shape M,N,K [--tiles wg128x256,wgpp128x128c2,...]`: that GEMM alone, with only those tiles of ours (for ncu).
+// `--shape M,N,K [--tiles wg128x256,wgpp128x128c2,...] [--ab NAME=VALUE]`: that GEMM alone, with only those tiles of
+// ours (for ncu); with `--ab`, each paired tile also with the environment setting NAME=VALUE (a kernel's measurement
+// setting, docs/gpu.md: QC_WGMMA_STREAMK=1, ...) against itself without it, alternated, and its output compared.
 #include <cstdio>
 
 #ifndef QC_WITH_CUDA
@@ -24,6 +26,8 @@ int main() {
 #else
 
 #include <algorithm>
+#include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -91,7 +95,7 @@ const char* tile_name(MmTile t) {
   return "?";
 }
 
-void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}) {
+void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}, const std::string& ab = "") {
   const double ops = 2.0 * m * n * k;
   // Rotate copies of (a, w) so that the working set exceeds L2 (50 MB): 256 MB at least.
   const size_t bytes = static_cast<size_t>(m + n) * k;
@@ -224,6 +228,55 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}) {
                 "back to back): ours %.4f ms, cuBLASLt %.4f ms, speed ratio median %.3fx (range %.3f-%.3f)\n",
                 tile_name(tile), p.rounds, p.batch, p.a_ms, p.b_ms, p.ratio_median, p.ratio_min, p.ratio_max);
   }
+  // `--ab NAME=VALUE`: the setting's effect on each paired tile, measured against the same kernel without it.
+  if (!ab.empty()) {
+    const std::string var = ab.substr(0, ab.find('=')), value = ab.substr(ab.find('=') + 1);
+    const char* was = std::getenv(var.c_str());
+    const std::optional<std::string> before = was != nullptr ? std::optional<std::string>(was) : std::nullopt;
+    const auto setting = [&](bool on) {
+      if (on) {
+        setenv(var.c_str(), value.c_str(), 1);
+      } else if (before) {
+        setenv(var.c_str(), before->c_str(), 1);
+      } else {
+        unsetenv(var.c_str());
+      }
+    };
+    plan.run(as[0].get(), ws[0].get(), acc.get(), nullptr, nullptr, nullptr);
+    launch_int32_scaled_epilogue(acc.get(), sa.get(), sw.get(), nullptr, y_lt.get(), m, n, EpilogueKind::vllm_cutlass,
+                                 BiasMode::muladd, nullptr);
+    const auto yb = y_lt.to_host();
+    for (MmTile tile : paired) {
+      ScaledMmArgs args = ours(tile);
+      setting(true);
+      const std::string id = launch_int8_scaled_mm(args, nullptr);
+      QC_CUDA_CHECK(cudaDeviceSynchronize());
+      if (id.rfind("error:", 0) == 0) {
+        std::printf("  ours %s with %s: %s\n", tile_name(tile), ab.c_str(), id.c_str());
+        setting(false);
+        continue;
+      }
+      const auto ya = y_ours.to_host();
+      size_t diff = 0;
+      for (size_t i = 0; i < ya.size(); ++i) diff += ya[i] != yb[i];
+      const auto launch_as = [&](bool on) {
+        return [&, on](int i) {
+          setting(on);
+          args.a = as[i % copies].get(), args.w = ws[i % copies].get();
+          launch_int8_scaled_mm(args, nullptr);
+        };
+      };
+      const bench::PairedTiming self = bench::time_alternating(launch_as(true), launch_as(false), 16);
+      const bench::PairedTiming lt = bench::time_alternating(
+          launch_as(true), [&](int i) { plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr); },
+          16);
+      setting(false);
+      std::printf("  ours %s with %s vs without, alternating (batches of %d): %.4f ms vs %.4f ms, speed ratio median %.3fx "
+                  "(range %.3f-%.3f); with it vs cuBLASLt GEMM alone %.3fx (range %.3f-%.3f); bitwise diffs %zu  [%s]\n",
+                  tile_name(tile), ab.c_str(), self.batch, self.a_ms, self.b_ms, self.ratio_median, self.ratio_min,
+                  self.ratio_max, lt.ratio_median, lt.ratio_min, lt.ratio_max, diff, id.c_str());
+    }
+  }
   const double t_pipe2 = median_ms([&](int i) {
     plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr);
     launch_int32_scaled_epilogue(acc.get(), sa.get(), sw.get(), nullptr, y_lt.get(), m, n,
@@ -302,8 +355,21 @@ int main(int argc, char** argv) {
       return 2;
     }
     std::vector<MmTile> only;
-    if (argc > 4 && std::string(argv[3]) == "--tiles") {
-      std::string list = argv[4];
+    std::string ab;
+    for (int i = 3; i + 1 < argc; i += 2) {
+      if (std::string(argv[i]) == "--ab") {
+        ab = argv[i + 1];
+        if (ab.find('=') == std::string::npos || ab.find('=') == 0) {
+          std::fprintf(stderr, "bench_cuda_scaled_mm: --ab: expected NAME=VALUE, found \"%s\"\n", ab.c_str());
+          return 2;
+        }
+        continue;
+      }
+      if (std::string(argv[i]) != "--tiles") {
+        std::fprintf(stderr, "bench_cuda_scaled_mm: expected --tiles or --ab, found \"%s\"\n", argv[i]);
+        return 2;
+      }
+      std::string list = argv[i + 1];
       for (size_t at = 0; at <= list.size();) {
         const size_t end = std::min(list.find(',', at), list.size());
         const std::string name = list.substr(at, end - at);
@@ -319,7 +385,7 @@ int main(int argc, char** argv) {
         at = end + 1;
       }
     }
-    bench_gemm(m, n, k, only);
+    bench_gemm(m, n, k, only, ab);
     return 0;
   }
   for (const auto& s : shapes) bench_gemm(s[0], s[1], s[2]);

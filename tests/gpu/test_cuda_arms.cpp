@@ -168,59 +168,73 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
   // the H200 has multiprocessors (the persistent wgmma grid walks several tiles per block), whose
   // last partial wave the single-block wgmma tiles cut along K (stream-K: K = 8x128 + 16 is 9 k-steps;
   // on 132 multiprocessors 153 tiles of 128x256 leave a tail of 21, 297 of 128x128 one of 33, 306 of
-  // 64x256 one of 42; wgmma_work_plan.hpp). Each shape runs with stream-K allowed and forbidden
-  // (QC_WGMMA_STREAMK), and both must equal the exact accumulation.
+  // 64x256 one of 42; wgmma_work_plan.hpp). Each shape runs under three settings of the wgmma kernel
+  // (docs/gpu.md): stream-K allowed; forbidden; allowed, with the epilogue operands prefetched and
+  // raster groups of 256 rows. Every run must equal the exact accumulation.
+  struct Setting {
+    const char *streamk, *prefetch, *group_rows;
+  };
+  const Setting settings[] = {{"1", "", ""}, {"0", "", ""}, {"1", "1", "256"}};
   const int64_t shapes[][3] = {{333, 1040, 2064}, {5, 48, 80}, {1100, 4112, 1040}};
   int streamk_runs = 0, eligible = 0;
   int sms = 0;
   QC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const gpu_test::ScopedEnv streamk_env("QC_WGMMA_STREAMK");
-  for (const char* streamk : {"1", "0"}) {
-  streamk_env.set(streamk);
+  const gpu_test::ScopedEnv streamk_env("QC_WGMMA_STREAMK"), prefetch_env("QC_WGMMA_PREFETCH"),
+      group_env("QC_WGMMA_GROUP_ROWS");
   for (const auto& shape : shapes) {
-  const int64_t m = shape[0], n = shape[1], k = shape[2];
-  const LayerOperands ops = gpu_test::make_layer("ragged", m, n, k, 99 + m, /*bias=*/true);
-  std::vector<int32_t> exact(static_cast<size_t>(m * n));
-  exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), AccumShape{m, n, k}, exact.data());
-  cuda::DeviceBuffer<int8_t> a(ops.a_q), w(ops.w_q);
-  cuda::DeviceBuffer<float> sa(ops.a_scale), sw(ops.w_scale);
-  cuda::DeviceBuffer<uint16_t> bias(ops.bias), y(static_cast<size_t>(m * n));
-  cuda::DeviceBuffer<int32_t> acc(static_cast<size_t>(m * n));
-  for (MmTile tile : tiles) {
-    for (const char* name : {"vllm-cutlass-fma", "vllm-triton", "sglang-sm89"}) {
-      const Epilogue& e = epilogue(name);
-      ScaledMmArgs args;
-      args.a = a.get(), args.w = w.get(), args.sa = sa.get(), args.sw = sw.get(), args.bias = bias.get();
-      args.y = y.get(), args.acc = acc.get(), args.m = m, args.n = n, args.k = k;
-      args.formula = formula::instance_kind(e.kind, m, n);
-      args.bias_mode = e.bias_mode;
-      args.tile = tile;
-      QC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.size() * 2));  // poison: every element must be written
-      QC_CUDA_CHECK(cudaMemset(acc.get(), 0xFF, acc.size() * 4));
-      const std::string id = launch_int8_scaled_mm(args, nullptr);
-      ASSERT_EQ(id.rfind("error:", 0), std::string::npos) << id;
-      QC_CUDA_CHECK(cudaDeviceSynchronize());
-      const bool cut = id.find("stream-K") != std::string::npos;
-      EXPECT_FALSE(cut && std::string(streamk) == "0") << id;
-      streamk_runs += cut;
-      // A single-block wgmma launch (no "cluster=2x1") of the third shape with stream-K allowed.
-      eligible += std::string(streamk) == "1" && m == 1100 && id.find("int8_scaled_mm_wgmma_kernel<") != std::string::npos &&
-                  id.find("cluster=2x1") == std::string::npos;
-      std::vector<uint16_t> want(exact.size());
-      apply_epilogue(e, exact.data(), ops.a_scale.data(), ops.w_scale.data(), ops.bias.data(), m, n, want.data());
-      const std::string da = gpu_test::diff_report(acc.to_host(), exact, n, "accumulator");
-      const std::string dy = gpu_test::diff_report(y.to_host(), want, n, "output");
-      EXPECT_TRUE(da.empty()) << id << " " << da;
-      EXPECT_TRUE(dy.empty()) << id << " " << dy;
-      if (std::string(name) == "vllm-triton")
-        std::printf("  M=%lld N=%lld K=%lld QC_WGMMA_STREAMK=%s ran: %s\n", static_cast<long long>(m),
-                    static_cast<long long>(n), static_cast<long long>(k), streamk, id.c_str());
+    const int64_t m = shape[0], n = shape[1], k = shape[2];
+    const LayerOperands ops = gpu_test::make_layer("ragged", m, n, k, 99 + m, /*bias=*/true);
+    std::vector<int32_t> exact(static_cast<size_t>(m * n));
+    exact_accumulate_i32(ops.a_q.data(), ops.w_q.data(), AccumShape{m, n, k}, exact.data());
+    cuda::DeviceBuffer<int8_t> a(ops.a_q), w(ops.w_q);
+    cuda::DeviceBuffer<float> sa(ops.a_scale), sw(ops.w_scale);
+    cuda::DeviceBuffer<uint16_t> bias(ops.bias), y(static_cast<size_t>(m * n));
+    cuda::DeviceBuffer<int32_t> acc(static_cast<size_t>(m * n));
+    for (const Setting& st : settings) {
+      streamk_env.set(st.streamk), prefetch_env.set(st.prefetch), group_env.set(st.group_rows);
+      const std::string setting = fmt::format("QC_WGMMA_STREAMK={} QC_WGMMA_PREFETCH={} QC_WGMMA_GROUP_ROWS={}",
+                                              st.streamk, st.prefetch, st.group_rows);
+      for (MmTile tile : tiles) {
+        for (const char* name : {"vllm-cutlass-fma", "vllm-triton", "sglang-sm89"}) {
+          const Epilogue& e = epilogue(name);
+          ScaledMmArgs args;
+          args.a = a.get(), args.w = w.get(), args.sa = sa.get(), args.sw = sw.get(), args.bias = bias.get();
+          args.y = y.get(), args.acc = acc.get(), args.m = m, args.n = n, args.k = k;
+          args.formula = formula::instance_kind(e.kind, m, n);
+          args.bias_mode = e.bias_mode;
+          args.tile = tile;
+          QC_CUDA_CHECK(cudaMemset(y.get(), 0xFF, y.size() * 2));  // poison: every element must be written
+          QC_CUDA_CHECK(cudaMemset(acc.get(), 0xFF, acc.size() * 4));
+          const std::string id = launch_int8_scaled_mm(args, nullptr);
+          ASSERT_EQ(id.rfind("error:", 0), std::string::npos) << id;
+          QC_CUDA_CHECK(cudaDeviceSynchronize());
+          const bool wgmma = id.find("int8_scaled_mm_wgmma_kernel<") != std::string::npos;
+          const bool cut = id.find("stream-K") != std::string::npos;
+          EXPECT_FALSE(cut && std::string(st.streamk) == "0") << id;
+          streamk_runs += cut;
+          // A single-block wgmma launch (no "cluster=2x1") of the third shape with stream-K allowed.
+          eligible += std::string(st.streamk) == "1" && m == 1100 && wgmma && id.find("cluster=2x1") == std::string::npos;
+          // The kernel string names the settings that are not at their defaults.
+          if (wgmma && std::string(st.prefetch) == "1") {
+            EXPECT_NE(id.find("epilogue operands prefetched to L1"), std::string::npos) << id;
+            EXPECT_NE(id.find("raster groups of 256 rows"), std::string::npos) << id;
+          }
+          std::vector<uint16_t> want(exact.size());
+          apply_epilogue(e, exact.data(), ops.a_scale.data(), ops.w_scale.data(), ops.bias.data(), m, n, want.data());
+          const std::string da = gpu_test::diff_report(acc.to_host(), exact, n, "accumulator");
+          const std::string dy = gpu_test::diff_report(y.to_host(), want, n, "output");
+          EXPECT_TRUE(da.empty()) << setting << " " << id << " " << da;
+          EXPECT_TRUE(dy.empty()) << setting << " " << id << " " << dy;
+          if (std::string(name) == "vllm-triton")
+            std::printf("  M=%lld N=%lld K=%lld %s ran: %s\n", static_cast<long long>(m), static_cast<long long>(n),
+                        static_cast<long long>(k), setting.c_str(), id.c_str());
+        }
+      }
     }
   }
-  }
-  }
-  // Every single-block wgmma launch of the third shape cut its tail, where the counts above hold: 132
-  // multiprocessors (H100 and H200 SXM). (Without the wgmma code, none ran: see the printed identities.)
+  // Every single-block wgmma launch of the third shape cut its tail where stream-K was allowed, where the
+  // counts above hold: 132 multiprocessors (H100 and H200 SXM). (Without the wgmma code none ran: see the
+  // printed identities.)
   std::printf("  stream-K: %d launches cut the tail, of %d single-block wgmma launches of the third shape allowed to\n",
               streamk_runs, eligible);
   if (sms == 132) {

@@ -137,7 +137,6 @@ struct WgConfig {
   static constexpr int kBBytes = BN * kBK;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + slack to align the ring to 1024 B
-  static constexpr int kGroupM = 1024 / BM;  // M-tiles per rasterization group: 1024 rows
   // One arrive per warp of the stage's consumers, in each block of the cluster.
   static constexpr uint32_t kEmptyArrivals = (kPingpong ? 4 : 8) * CM;
   static_assert(BN == 128 || BN == 256, "wgmma n of the instance");
@@ -482,6 +481,30 @@ __device__ __forceinline__ void epilogue_m64(const int32_t (&acc)[BN / 2], const
 }
 
 
+// Before a work item's mainloop (WgPlan::prefetch): one warp of the consumer warpgroup asks L1 for the
+// 128-byte lines of the epilogue's operands that the item's rows [row0, row0 + rows) and columns
+// [n0, n0 + BN) will read (the column scales, the bias, the row scales), so that the epilogue after the
+// mainloop finds them there instead of waiting on L2 (in the cooperative schedule no wgmma runs while
+// both consumers are in the epilogue).
+template <int BN>
+__device__ __forceinline__ void prefetch_epilogue_operands(const ScaledMmArgs& args, int row0, int rows, int n0,
+                                                           int warp, int lane) {
+  if ((warp & 3) != 0) return;
+  constexpr int kSwLines = BN * 4 / 128, kBiasLines = BN * 2 / 128;
+  const void* p = nullptr;
+  if (lane < kSwLines) {
+    const int col = n0 + lane * 32;
+    if (col < args.n) p = args.sw + col;
+  } else if (lane < kSwLines + kBiasLines) {
+    const int col = n0 + (lane - kSwLines) * 64;
+    if (args.bias != nullptr && col < args.n) p = args.bias + col;
+  } else if (lane < kSwLines + kBiasLines + rows / 32) {
+    const int row = row0 + (lane - kSwLines - kBiasLines) * 32;
+    if (row < args.m) p = args.sa + row;
+  }
+  if (p != nullptr) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
+}
+
 // The end of a work item for one consumer warpgroup, `part` of the tile (its kMBlocks m64 blocks from
 // row `rows`): a whole tile's epilogue; for part of a tail tile (stream-K, `WgPlan`), the partial sums
 // stored in the unit's slot and counted in, and, by the part that counts in last, the other slots'
@@ -564,14 +587,14 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // Persistent grid: unit u computes its work items (`WgPlan`: the (cluster) tiles u, u + units, ...,
   // then its share of a stream-K tail). Grouped rasterization of the tile index: groups of 1024 rows
-  // share each W column tile while it is in L2.
-  constexpr int kGroupM = C::kGroupM / CM;  // cluster tiles (CM * BM rows each) per group
+  // share each W column tile while it is in L2 (plan.group_units).
+  const int group = plan.group_units;  // (cluster) M-tiles per group
   const int tiles_m = (M + CM * BM - 1) / (CM * BM);
   const int tiles_n = (N + BN - 1) / BN;
   auto tile_origin = [&](int pid, int& m0, int& n0) {
-    const int in_group = kGroupM * tiles_n;
-    const int first_m = (pid / in_group) * kGroupM;
-    const int group_m = min(tiles_m - first_m, kGroupM);
+    const int in_group = group * tiles_n;
+    const int first_m = (pid / in_group) * group;
+    const int group_m = min(tiles_m - first_m, group);
     m0 = ((first_m + (pid % in_group) % group_m) * CM + static_cast<int>(rank)) * BM;  // may be >= M when CM > 1
     n0 = ((pid % in_group) / group_m) * BN;
   };
@@ -646,6 +669,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int m0, n0;
       tile_origin(w.tile, m0, n0);
       int32_t acc[C::kMBlocks][BN / 2];
+      if (plan.prefetch) prefetch_epilogue_operands<BN>(args, m0 + cw * 64, 64, n0, warp, lane);
       mma_mainloop<C, BN, STAGES>(acc, w.it, w.k1 - w.k0, ring, cw * 64 * kBK, full0, empty0, peer_empty0, lane);
       mma_tail<C, BN, STAGES>(acc, w.it + (w.k1 - w.k0), empty0, peer_empty0, lane);
       finish_item<C, BN, F>(acc, w, plan, cw, cw, args, m0 + cw * 64, n0, warp, lane, &sk_last[cw]);
@@ -659,6 +683,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       int m0, n0;
       tile_origin(w.tile, m0, n0);
       int32_t acc[C::kMBlocks][BN / 2];
+      if (plan.prefetch) prefetch_epilogue_operands<BN>(args, m0, BM, n0, warp, lane);
       if (i > 0) named_bar_sync(kTurnBar + cw, kConsumerThreads);  // item i - 1's mainloop has ended
       mma_mainloop<C, BN, STAGES>(acc, w.it, w.k1 - w.k0, ring, 0, full0, empty0, peer_empty0, lane);
       if (i + 1 < items) named_bar_arrive(kTurnBar + (cw ^ 1), kConsumerThreads);  // item i + 1's turn
@@ -835,7 +860,17 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   // Opt-in (QC_WGMMA_STREAMK=1) until it has run on a device: docs/gpu.md.
   WgPlan plan = plan_work(tiles, (args.k + kBK - 1) / kBK, units, C::kParts,
                           CM == 1 && env_int("QC_WGMMA_STREAMK", 0, 0, 1) == 1);
-  char sk_note[160] = "";
+  // Measurement settings (docs/gpu.md); named in the kernel string only when not at their defaults.
+  const int group_rows = env_int("QC_WGMMA_GROUP_ROWS", 1024, CM * BM, 1 << 20);
+  plan.group_units = std::max(1, group_rows / (CM * BM));
+  plan.prefetch = env_int("QC_WGMMA_PREFETCH", 0, 0, 1);
+  char settings_note[256] = "";
+  int note_len = 0;
+  if (plan.group_units != std::max(1, 1024 / (CM * BM)))
+    note_len += std::snprintf(settings_note + note_len, sizeof settings_note - note_len, ", raster groups of %d rows",
+                              plan.group_units * CM * BM);
+  if (plan.prefetch)
+    note_len += std::snprintf(settings_note + note_len, sizeof settings_note - note_len, ", epilogue operands prefetched to L1");
   if (plan.sk_units > 0) {
     const int tail = tiles - plan.dp_tiles;
     void* space = nullptr;
@@ -844,8 +879,9 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
     if (!ws.empty()) return "error: stream-K workspace: " + ws;
     plan.sk_count = static_cast<int*>(space);
     plan.sk_work = reinterpret_cast<int32_t*>(static_cast<char*>(space) + kSkCountBytes);
-    std::snprintf(sk_note, sizeof sk_note, ", stream-K tail: %d tiles' %d k-steps over %d units (%d-%d each)", tail,
-                  tail * plan.k_tiles, plan.sk_units, plan.sk_q, plan.sk_q + (plan.sk_rem > 0 ? 1 : 0));
+    std::snprintf(settings_note + note_len, sizeof settings_note - note_len,
+                  ", stream-K tail: %d tiles' %d k-steps over %d units (%d-%d each)", tail, tail * plan.k_tiles,
+                  plan.sk_units, plan.sk_q, plan.sk_q + (plan.sk_rem > 0 ? 1 : 0));
   }
   cudaError_t err = cudaSuccess;
   if constexpr (CM == 1) {
@@ -864,7 +900,7 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
     err = cudaLaunchKernelEx(&cfg, kernel, map_a, map_w, args, plan);
   }
   if (err != cudaSuccess) return std::string("error: launch: ") + cudaGetErrorString(err);
-  char buf[560];
+  char buf[720];
   if constexpr (C::kPingpong) {
     std::snprintf(buf, sizeof buf,
                   "qc::int8_scaled_mm_wgmma_kernel<pingpong,BM=%d,BN=%d,stages=%d,cluster=%dx1,%s> wgmma.m64n%dk32.s8 "
@@ -872,7 +908,7 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
                   "1 producer + 2 ping-pong consumer warpgroups (a %dx%d tile each, mainloops in turn), "
                   "persistent grid=%d over %d tiles%s block=%d smem=%d bias=%s",
                   BM, BN, STAGES, CM, formula::kind_name(F), BN, CM > 1 ? " (W multicast)" : "", BM, BN, grid,
-                  tiles * CM, sk_note, kThreads, C::kSmemBytes, bias_label(args.bias_mode, args.bias != nullptr));
+                  tiles * CM, settings_note, kThreads, C::kSmemBytes, bias_label(args.bias_mode, args.bias != nullptr));
   } else {
     char cluster[32] = "";
     if (CM > 1) std::snprintf(cluster, sizeof cluster, ",cluster=%dx1", CM);
@@ -881,7 +917,7 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
                   "TMA 128B-swizzle%s, "
                   "1 producer + 2 consumer warpgroups, persistent grid=%d over %d tiles%s block=%d smem=%d bias=%s",
                   BM, BN, STAGES, cluster, formula::kind_name(F), BN, CM > 1 ? " (W multicast)" : "", grid,
-                  tiles * CM, sk_note, kThreads, C::kSmemBytes, bias_label(args.bias_mode, args.bias != nullptr));
+                  tiles * CM, settings_note, kThreads, C::kSmemBytes, bias_label(args.bias_mode, args.bias != nullptr));
   }
   return buf;
 }

@@ -37,6 +37,12 @@ struct WgPlan {
   int sk_slots = 0;             // workspace slots per tail tile: its most contributing units
   int32_t* sk_work = nullptr;   // [tail tile][slot][BM * BN] partial sums, in the parts' register order
   int* sk_count = nullptr;      // [tail tile][part] arrivals; zero before and after every launch
+  // The order of the tiles: groups of group_units (cluster) M-tiles walk each W column tile in turn
+  // (QC_WGMMA_GROUP_ROWS, 1024 rows by default).
+  int group_units = 1;
+  // 1: each consumer warpgroup prefetches its item's epilogue operands (the scales of its rows and
+  // columns, the bias) to L1 before the item's mainloop (QC_WGMMA_PREFETCH=1; 0 by default).
+  int prefetch = 0;
 };
 
 // The unit whose range holds step g of SK space.
