@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <set>
 #include <string>
 #include <vector>
@@ -88,40 +89,29 @@ TEST(WgmmaWorkPlan, EveryStepOnceOverManyShapes) {
   EXPECT_GT(without, 100);
 }
 
+// A plan's (dp_tiles, sk_units, sk_q, sk_rem, sk_slots).
+std::array<int, 5> fields(const WgPlan& p) { return {p.dp_tiles, p.sk_units, p.sk_q, p.sk_rem, p.sk_slots}; }
+
 // The rule at the shapes of the benchmark (132 units: an H100 or H200 SXM), worked by hand.
 TEST(WgmmaWorkPlan, TailRuleAtTheBenchmarkShapes) {
+  using Fields = std::array<int, 5>;
   // 4096^3, 128x128 or 64x256 tiles: 32 x 32 = 1024 tiles = 7 x 132 + 100; K = 4096 is 32 steps.
   // The tail's 100 x 32 = 3200 steps over min(132, 4 x 100) = 132 units: 3200 = 132 x 24 + 32, so 32
   // units take 25 steps and 100 take 24; 25 + 4 < 32: cut. A tail tile's 32 steps meet at most 3 units.
-  WgPlan p = plan_work(1024, 32, 132, 1, true);
-  EXPECT_EQ(p.dp_tiles, 924);
-  EXPECT_EQ(p.sk_units, 132);
-  EXPECT_EQ(p.sk_q, 24);
-  EXPECT_EQ(p.sk_rem, 32);
-  EXPECT_EQ(p.sk_slots, 3);
+  EXPECT_EQ(fields(plan_work(1024, 32, 132, 1, true)), (Fields{924, 132, 24, 32, 3}));
   // 8192^3, 64x256: 128 x 32 = 4096 tiles = 31 x 132 + 4; 64 steps. 4 x 64 = 256 steps over
   // min(132, 16) = 16 units, 16 each: each tail tile is exactly 4 units' ranges.
-  p = plan_work(4096, 64, 132, 1, true);
-  EXPECT_EQ(p.dp_tiles, 4092);
-  EXPECT_EQ(p.sk_units, 16);
-  EXPECT_EQ(p.sk_q, 16);
-  EXPECT_EQ(p.sk_rem, 0);
-  EXPECT_EQ(p.sk_slots, 4);
-  // 8192^3, 128x256 (two parts): 64 x 32 = 2048 = 15 x 132 + 68; 68 x 64 = 4352 = 132 x 32 + 128.
-  p = plan_work(2048, 64, 132, 2, true);
-  EXPECT_EQ(p.dp_tiles, 1980);
-  EXPECT_EQ(p.sk_q, 32);
-  EXPECT_EQ(p.sk_rem, 128);
+  EXPECT_EQ(fields(plan_work(4096, 64, 132, 1, true)), (Fields{4092, 16, 16, 0, 4}));
+  // 8192^3, 128x256 (two parts): 64 x 32 = 2048 = 15 x 132 + 68; 68 x 64 = 4352 = 132 x 32 + 128: units
+  // 0-127 take 33 steps, so tail tile 1 (steps 64-127) meets units 1, 2 and 3.
+  EXPECT_EQ(fields(plan_work(2048, 64, 132, 2, true)), (Fields{1980, 132, 32, 128, 3}));
   // 4096^3, 128x256: 512 = 3 x 132 + 116; 116 x 32 = 3712 = 132 x 28 + 16: 29 + 4 >= 32, not cut.
-  p = plan_work(512, 32, 132, 2, true);
-  EXPECT_EQ(p.sk_units, 0);
-  EXPECT_EQ(p.dp_tiles, 512);
+  EXPECT_EQ(fields(plan_work(512, 32, 132, 2, true)), (Fields{512, 0, 0, 0, 0}));
   // Verify's M = 512 layers: fewer tiles than units, one wave: nothing to cut.
-  p = plan_work(64, 32, 64, 2, true);
-  EXPECT_EQ(p.sk_units, 0);
-  // A whole number of waves: no tail.
-  p = plan_work(264, 32, 132, 1, true);
-  EXPECT_EQ(p.sk_units, 0);
+  EXPECT_EQ(fields(plan_work(64, 32, 64, 2, true)), (Fields{64, 0, 0, 0, 0}));
+  // A whole number of waves: no tail. Forbidden: none.
+  EXPECT_EQ(fields(plan_work(264, 32, 132, 1, true)), (Fields{264, 0, 0, 0, 0}));
+  EXPECT_EQ(fields(plan_work(1024, 32, 132, 1, false)), (Fields{1024, 0, 0, 0, 0}));
 }
 
 }  // namespace
