@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue #32 item 6 on a GPU machine: each measurement setting of the wgmma INT8 kernel (docs/gpu.md:
-# QC_WGMMA_STREAMK, QC_WGMMA_PREFETCH, QC_WGMMA_GROUP_ROWS) against the same kernel without it, and with it
+# QC_WGMMA_STREAMK, QC_WGMMA_PREFETCH, QC_WGMMA_ONE_RELEASE, QC_WGMMA_GROUP_ROWS) against the same kernel without it, and with it
 # against cuBLASLt's INT8 GEMM alone, each pair in 16 alternating rounds of back-to-back batches inside one
 # process (`bench_cuda_scaled_mm --shape S --tiles T --ab NAME=VALUE`); every output compared bit for bit with
 # the cuBLASLt pipeline's. One summary line per shape, setting and tile; the bench's whole output in $OUT.
@@ -10,8 +10,8 @@
 set -uo pipefail
 B=${BUILD:-build-gpu}
 SHAPES=${SHAPES:-4096,4096,4096 8192,8192,8192}
-TILES=${TILES:-auto,wgpp64x256,wgpp128x128,wg128x256}
-SETTINGS=${SETTINGS:-QC_WGMMA_STREAMK=1 QC_WGMMA_PREFETCH=1 QC_WGMMA_GROUP_ROWS=512 QC_WGMMA_GROUP_ROWS=2048}
+TILES=${TILES:-auto,wgpp64x256,wgpp128x128,wg128x256,wgpp64x256c2,wgpp128x128c2,wg128x256c2}
+SETTINGS=${SETTINGS:-QC_WGMMA_STREAMK=1 QC_WGMMA_PREFETCH=1 QC_WGMMA_ONE_RELEASE=1 QC_WGMMA_GROUP_ROWS=512 QC_WGMMA_GROUP_ROWS=2048}
 OUT=${OUT:-wgmma-ab-out}
 mkdir -p "$OUT"
 cmake --build "$B" -j"$(nproc)" --target bench_cuda_scaled_mm > "$OUT/bench-build.log" 2>&1 || { tail -20 "$OUT/bench-build.log"; exit 1; }

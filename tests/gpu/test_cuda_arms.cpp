@@ -169,18 +169,18 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
   // last partial wave the single-block wgmma tiles cut along K (stream-K: K = 8x128 + 16 is 9 k-steps;
   // on 132 multiprocessors 153 tiles of 128x256 leave a tail of 21, 297 of 128x128 one of 33, 306 of
   // 64x256 one of 42; wgmma_work_plan.hpp). Each shape runs under three settings of the wgmma kernel
-  // (docs/gpu.md): stream-K allowed; forbidden; allowed, with the epilogue operands prefetched and
-  // raster groups of 256 rows. Every run must equal the exact accumulation.
+  // (docs/gpu.md): stream-K allowed; forbidden; allowed, with the epilogue operands prefetched, raster
+  // groups of 256 rows and one release per consumer warpgroup. Every run must equal the exact accumulation.
   struct Setting {
-    const char *streamk, *prefetch, *group_rows;
+    const char *streamk, *prefetch, *group_rows, *one_release;
   };
-  const Setting settings[] = {{"1", "", ""}, {"0", "", ""}, {"1", "1", "256"}};
+  const Setting settings[] = {{"1", "", "", ""}, {"0", "", "", ""}, {"1", "1", "256", "1"}};
   const int64_t shapes[][3] = {{333, 1040, 2064}, {5, 48, 80}, {1100, 4112, 1040}};
   int streamk_runs = 0, eligible = 0;
   int sms = 0;
   QC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const gpu_test::ScopedEnv streamk_env("QC_WGMMA_STREAMK"), prefetch_env("QC_WGMMA_PREFETCH"),
-      group_env("QC_WGMMA_GROUP_ROWS");
+      group_env("QC_WGMMA_GROUP_ROWS"), release_env("QC_WGMMA_ONE_RELEASE");
   for (const auto& shape : shapes) {
     const int64_t m = shape[0], n = shape[1], k = shape[2];
     const LayerOperands ops = gpu_test::make_layer("ragged", m, n, k, 99 + m, /*bias=*/true);
@@ -192,8 +192,10 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
     cuda::DeviceBuffer<int32_t> acc(static_cast<size_t>(m * n));
     for (const Setting& st : settings) {
       streamk_env.set(st.streamk), prefetch_env.set(st.prefetch), group_env.set(st.group_rows);
-      const std::string setting = fmt::format("QC_WGMMA_STREAMK={} QC_WGMMA_PREFETCH={} QC_WGMMA_GROUP_ROWS={}",
-                                              st.streamk, st.prefetch, st.group_rows);
+      release_env.set(st.one_release);
+      const std::string setting =
+          fmt::format("QC_WGMMA_STREAMK={} QC_WGMMA_PREFETCH={} QC_WGMMA_GROUP_ROWS={} QC_WGMMA_ONE_RELEASE={}",
+                      st.streamk, st.prefetch, st.group_rows, st.one_release);
       for (MmTile tile : tiles) {
         for (const char* name : {"vllm-cutlass-fma", "vllm-triton", "sglang-sm89"}) {
           const Epilogue& e = epilogue(name);
@@ -218,6 +220,7 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
           if (wgmma && std::string(st.prefetch) == "1") {
             EXPECT_NE(id.find("epilogue operands prefetched to L1"), std::string::npos) << id;
             EXPECT_NE(id.find("raster groups of 256 rows"), std::string::npos) << id;
+            EXPECT_NE(id.find("stages released once per consumer warpgroup"), std::string::npos) << id;
           }
           std::vector<uint16_t> want(exact.size());
           apply_epilogue(e, exact.data(), ops.a_scale.data(), ops.w_scale.data(), ops.bias.data(), m, n, want.data());

@@ -46,7 +46,8 @@
 //  - full[s] (count 1): the producer's `arrive.expect_tx` of the stage's bytes, then the two TMA
 //    copies' bytes complete phase it / STAGES. The consumer of use `it` waits with parity p(it).
 //  - empty[s] (count 8 cooperative = one arrive per consumer warp, both warpgroups read every
-//    stage; count 4 ping-pong = the 4 warps of the one warpgroup that owns the stage's tile): the
+//    stage; count 4 ping-pong = the 4 warps of the one warpgroup that owns the stage's tile; with
+//    WgPlan::one_release 2 and 1, one arrive per warpgroup: `Releaser`): the
 //    consumer arrives for use `it` once the wgmma group reading it has completed (after the
 //    `wgmma.wait_group 1` of use it + 1, or the `wait_group 0` after the tile's last use); that
 //    completes phase it / STAGES. The producer waits for it before use it + STAGES, with parity
@@ -137,8 +138,9 @@ struct WgConfig {
   static constexpr int kBBytes = BN * kBK;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr int kSmemBytes = STAGES * kStageBytes + 1024;  // + slack to align the ring to 1024 B
-  // One arrive per warp of the stage's consumers, in each block of the cluster.
-  static constexpr uint32_t kEmptyArrivals = (kPingpong ? 4 : 8) * CM;
+  // Arrivals that release a stage: one per warp of the stage's consumers, in each block of the cluster;
+  // one per consumer warpgroup with WgPlan::one_release.
+  __host__ __device__ static constexpr uint32_t empty_arrivals(bool one_release) { return (one_release ? 1 : 4) * (kPingpong ? 1 : 2) * CM; }
   static_assert(BN == 128 || BN == 256, "wgmma n of the instance");
   static_assert(kPingpong ? (BM == 64 || BM == 128) : BM == 128, "tile rows of the schedule");
   static_assert(kMBlocks * BN / 2 <= 128, "accumulators per thread within the consumers' register budget");
@@ -337,13 +339,28 @@ __device__ __forceinline__ void wgmma_tile(int32_t (&d)[BN / 2], uint64_t da, ui
   }
 }
 
-// A consumer warp's release of stage slot `s` (lane 0 only): on this block's empty barrier and, in a
-// cluster, on the peer block's (whose producer multicast half of this slot's W box here). `peer_empty0`
-// is the peer's empty_bar[0] as a shared::cluster address (unused when CM = 1).
+// Which threads of a consumer warpgroup release its stages: on this block's empty barrier (`local`) and, in
+// a cluster, on the peer block's (`peer`: its producer multicast half of the slot's W box here). By default
+// lane 0 of each warp does both; with WgPlan::one_release lane 0 of the warpgroup's first warp arrives here
+// and of its second warp on the peer, as CUTLASS's PipelineTmaAsync spreads one arrival per consumer
+// warpgroup and block: the wgmma group is the warpgroup's, so one warp past its `wait_group` means the
+// group's shared-memory reads are done for all four.
+struct Releaser {
+  bool local, peer;
+};
+__device__ __forceinline__ Releaser releaser(bool one_release, int cluster, int warp, int lane) {
+  const int w = warp & 3;
+  return Releaser{lane == 0 && (!one_release || w == 0), cluster > 1 && lane == 0 && (!one_release || w == 1)};
+}
+
+// Release of stage slot `s` by the threads `r` names. `peer_empty0` is the peer's empty_bar[0] as a
+// shared::cluster address (unused when CM = 1).
 template <class C>
-__device__ __forceinline__ void release_stage(uint32_t empty0, uint32_t peer_empty0, int s) {
-  mbar_arrive(empty0 + 8 * s);
-  if constexpr (C::kCluster > 1) mbar_arrive_cluster(peer_empty0 + 8 * s);
+__device__ __forceinline__ void release_stage(uint32_t empty0, uint32_t peer_empty0, int s, Releaser r) {
+  if (r.local) mbar_arrive(empty0 + 8 * s);
+  if constexpr (C::kCluster > 1) {
+    if (r.peer) mbar_arrive_cluster(peer_empty0 + 8 * s);
+  }
 }
 
 // One consumer warpgroup's mainloop over one tile: k_tiles stages from stage use `it`; per stage
@@ -353,7 +370,7 @@ __device__ __forceinline__ void release_stage(uint32_t empty0, uint32_t peer_emp
 template <class C, int BN, int STAGES>
 __device__ __forceinline__ void mma_mainloop(int32_t (&acc)[C::kMBlocks][BN / 2], int it, int k_tiles, uint32_t ring,
                                              uint32_t a_off, uint32_t full0, uint32_t empty0, uint32_t peer_empty0,
-                                             int lane) {
+                                             Releaser rel) {
 #pragma unroll
   for (int h = 0; h < C::kMBlocks; ++h)
 #pragma unroll
@@ -381,7 +398,7 @@ __device__ __forceinline__ void mma_mainloop(int32_t (&acc)[C::kMBlocks][BN / 2]
     wgmma_wait<1>();  // the group of stage kt-1 has completed: its shared memory may be refilled
 #pragma unroll
     for (int h = 0; h < C::kMBlocks; ++h) fence_regs(acc[h]);
-    if (kt > 0 && lane == 0) release_stage<C>(empty0, peer_empty0, (it - 1) % STAGES);
+    if (kt > 0) release_stage<C>(empty0, peer_empty0, (it - 1) % STAGES, rel);
   }
 }
 
@@ -389,11 +406,11 @@ __device__ __forceinline__ void mma_mainloop(int32_t (&acc)[C::kMBlocks][BN / 2]
 // releases its stage.
 template <class C, int BN, int STAGES>
 __device__ __forceinline__ void mma_tail(int32_t (&acc)[C::kMBlocks][BN / 2], int it_end, uint32_t empty0,
-                                         uint32_t peer_empty0, int lane) {
+                                         uint32_t peer_empty0, Releaser rel) {
   wgmma_wait<0>();
 #pragma unroll
   for (int h = 0; h < C::kMBlocks; ++h) fence_regs(acc[h]);
-  if (lane == 0) release_stage<C>(empty0, peer_empty0, (it_end - 1) % STAGES);  // the tile's last stage
+  release_stage<C>(empty0, peer_empty0, (it_end - 1) % STAGES, rel);  // the tile's last stage
 }
 
 // The four lanes of a quad (lane % 4 = t) each hold one 32-bit word of two adjacent bf16 outputs of
@@ -607,7 +624,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(full0 + 8 * s, 1);                    // the producer's arrive (+ the TMA bytes)
-      mbar_init(empty0 + 8 * s, C::kEmptyArrivals);  // one arrive per warp of the stage's consumers
+      mbar_init(empty0 + 8 * s, C::empty_arrivals(plan.one_release != 0));  // the stage's releasing consumers
     }
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -661,6 +678,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   setmaxnreg_inc<232>();
   const int cw = wg - 1;  // consumer 0 or 1
+  const Releaser rel = releaser(plan.one_release != 0, CM, warp, lane);
   if constexpr (!C::kPingpong) {
     // Cooperative: consumer cw computes rows cw * 64 .. + 63 of every work item of the block.
     const int items = work_items(plan, unit, units);
@@ -670,8 +688,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       tile_origin(w.tile, m0, n0);
       int32_t acc[C::kMBlocks][BN / 2];
       if (plan.prefetch) prefetch_epilogue_operands<BN>(args, m0 + cw * 64, 64, n0, warp, lane);
-      mma_mainloop<C, BN, STAGES>(acc, w.it, w.k1 - w.k0, ring, cw * 64 * kBK, full0, empty0, peer_empty0, lane);
-      mma_tail<C, BN, STAGES>(acc, w.it + (w.k1 - w.k0), empty0, peer_empty0, lane);
+      mma_mainloop<C, BN, STAGES>(acc, w.it, w.k1 - w.k0, ring, cw * 64 * kBK, full0, empty0, peer_empty0, rel);
+      mma_tail<C, BN, STAGES>(acc, w.it + (w.k1 - w.k0), empty0, peer_empty0, rel);
       finish_item<C, BN, F>(acc, w, plan, cw, cw, args, m0 + cw * 64, n0, warp, lane, &sk_last[cw]);
     }
   } else {
@@ -685,9 +703,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       int32_t acc[C::kMBlocks][BN / 2];
       if (plan.prefetch) prefetch_epilogue_operands<BN>(args, m0, BM, n0, warp, lane);
       if (i > 0) named_bar_sync(kTurnBar + cw, kConsumerThreads);  // item i - 1's mainloop has ended
-      mma_mainloop<C, BN, STAGES>(acc, w.it, w.k1 - w.k0, ring, 0, full0, empty0, peer_empty0, lane);
+      mma_mainloop<C, BN, STAGES>(acc, w.it, w.k1 - w.k0, ring, 0, full0, empty0, peer_empty0, rel);
       if (i + 1 < items) named_bar_arrive(kTurnBar + (cw ^ 1), kConsumerThreads);  // item i + 1's turn
-      mma_tail<C, BN, STAGES>(acc, w.it + (w.k1 - w.k0), empty0, peer_empty0, lane);
+      mma_tail<C, BN, STAGES>(acc, w.it + (w.k1 - w.k0), empty0, peer_empty0, rel);
       finish_item<C, BN, F>(acc, w, plan, 0, cw, args, m0, n0, warp, lane, &sk_last[cw]);
     }
   }
@@ -864,6 +882,7 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   const int group_rows = env_int("QC_WGMMA_GROUP_ROWS", 1024, CM * BM, 1 << 20);
   plan.group_units = std::max(1, group_rows / (CM * BM));
   plan.prefetch = env_int("QC_WGMMA_PREFETCH", 0, 0, 1);
+  plan.one_release = env_int("QC_WGMMA_ONE_RELEASE", 0, 0, 1);
   char settings_note[256] = "";
   int note_len = 0;
   if (plan.group_units != std::max(1, 1024 / (CM * BM)))
@@ -871,6 +890,9 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
                               plan.group_units * CM * BM);
   if (plan.prefetch)
     note_len += std::snprintf(settings_note + note_len, sizeof settings_note - note_len, ", epilogue operands prefetched to L1");
+  if (plan.one_release)
+    note_len += std::snprintf(settings_note + note_len, sizeof settings_note - note_len,
+                              ", stages released once per consumer warpgroup");
   if (plan.sk_units > 0) {
     const int tail = tiles - plan.dp_tiles;
     void* space = nullptr;

@@ -43,6 +43,8 @@ struct WgPlan {
   // 1: each consumer warpgroup prefetches its item's epilogue operands (the scales of its rows and
   // columns, the bias) to L1 before the item's mainloop (QC_WGMMA_PREFETCH=1; 0 by default).
   int prefetch = 0;
+  // 1: one arrival per consumer warpgroup releases a stage instead of one per warp (QC_WGMMA_ONE_RELEASE=1).
+  int one_release = 0;
 };
 
 // The unit whose range holds step g of SK space.
