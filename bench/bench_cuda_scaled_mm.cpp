@@ -233,11 +233,11 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}, const
     const std::string var = ab.substr(0, ab.find('=')), value = ab.substr(ab.find('=') + 1);
     const char* was = std::getenv(var.c_str());
     const std::optional<std::string> before = was != nullptr ? std::optional<std::string>(was) : std::nullopt;
+    // "Without" is the setting unset (the kernel's default), whatever the environment held; that is
+    // restored at the end.
     const auto setting = [&](bool on) {
       if (on) {
         setenv(var.c_str(), value.c_str(), 1);
-      } else if (before) {
-        setenv(var.c_str(), before->c_str(), 1);
       } else {
         unsetenv(var.c_str());
       }
@@ -270,11 +270,15 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}, const
       const bench::PairedTiming lt = bench::time_alternating(
           launch_as(true), [&](int i) { plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr); },
           16);
-      setting(false);
       std::printf("  ours %s with %s vs without, alternating (batches of %d): %.4f ms vs %.4f ms, speed ratio median %.3fx "
                   "(range %.3f-%.3f); with it vs cuBLASLt GEMM alone %.3fx (range %.3f-%.3f); bitwise diffs %zu  [%s]\n",
                   tile_name(tile), ab.c_str(), self.batch, self.a_ms, self.b_ms, self.ratio_median, self.ratio_min,
                   self.ratio_max, lt.ratio_median, lt.ratio_min, lt.ratio_max, diff, id.c_str());
+    }
+    if (before) {
+      setenv(var.c_str(), before->c_str(), 1);
+    } else {
+      unsetenv(var.c_str());
     }
   }
   const double t_pipe2 = median_ms([&](int i) {
@@ -356,6 +360,10 @@ int main(int argc, char** argv) {
     }
     std::vector<MmTile> only;
     std::string ab;
+    if (argc % 2 == 0) {  // options come in pairs after --shape M,N,K
+      std::fprintf(stderr, "bench_cuda_scaled_mm: %s without its value\n", argv[argc - 1]);
+      return 2;
+    }
     for (int i = 3; i + 1 < argc; i += 2) {
       if (std::string(argv[i]) == "--ab") {
         ab = argv[i + 1];

@@ -164,23 +164,28 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
                           MmTile::wgpp64x256,    MmTile::wgpp128x128,    MmTile::wgpp64x256_c2,
                           MmTile::wgpp128x128_c2, MmTile::wg128x256_c2};
   // Ragged for every tile: M = 2x128 + 77, N = 4x256 + 16, K = 16x128 + 16; a shape smaller
-  // than one tile in all three dimensions (K < one 128-byte stage); and one with more tiles than
-  // the H200 has multiprocessors (the persistent wgmma grid walks several tiles per block), whose
-  // last partial wave the single-block wgmma tiles cut along K (stream-K: K = 8x128 + 16 is 9 k-steps;
-  // on 132 multiprocessors 153 tiles of 128x256 leave a tail of 21, 297 of 128x128 one of 33, 306 of
-  // 64x256 one of 42; wgmma_work_plan.hpp). Each shape runs under three settings of the wgmma kernel
-  // (docs/gpu.md): stream-K allowed; forbidden; allowed, with the epilogue operands prefetched, raster
-  // groups of 256 rows and one release per consumer warpgroup. Every run must equal the exact accumulation.
+  // than one tile in all three dimensions (K < one 128-byte stage); one with more tiles than the H200
+  // has multiprocessors and fewer k-steps (3) than any ring has stages (the persistent wgmma grid walks
+  // several tiles per block, the producer more than a tile ahead); and the same M x N with K = 16x128 +
+  // 16 (17 k-steps), whose last partial wave the single-block wgmma tiles cut along K (stream-K: on 132
+  // multiprocessors 153 tiles of 128x256 leave a tail of 21, 297 of 128x128 one of 33, 306 of 64x256
+  // one of 42; the shares are 4-6 k-steps, at least kSkFixupSteps; wgmma_work_plan.hpp). Each shape
+  // runs under three settings of the wgmma kernel (docs/gpu.md): stream-K allowed; forbidden; allowed,
+  // with the epilogue operands prefetched, raster groups of 256 rows and one release per consumer
+  // warpgroup. The stream-K slots are filled with 0xA5 bytes before every launch (QC_WGMMA_SK_POISON), so
+  // that a part read before its sums landed cannot pass as an earlier launch's equal sums. Every run
+  // must equal the exact accumulation.
   struct Setting {
     const char *streamk, *prefetch, *group_rows, *one_release;
   };
   const Setting settings[] = {{"1", "", "", ""}, {"0", "", "", ""}, {"1", "1", "256", "1"}};
-  const int64_t shapes[][3] = {{333, 1040, 2064}, {5, 48, 80}, {1100, 4112, 1040}};
+  const int64_t shapes[][3] = {{333, 1040, 2064}, {5, 48, 80}, {1100, 4112, 272}, {1100, 4112, 2064}};
   int streamk_runs = 0, eligible = 0;
   int sms = 0;
   QC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const gpu_test::ScopedEnv streamk_env("QC_WGMMA_STREAMK"), prefetch_env("QC_WGMMA_PREFETCH"),
-      group_env("QC_WGMMA_GROUP_ROWS"), release_env("QC_WGMMA_ONE_RELEASE");
+      group_env("QC_WGMMA_GROUP_ROWS"), release_env("QC_WGMMA_ONE_RELEASE"), poison_env("QC_WGMMA_SK_POISON");
+  poison_env.set("1");
   for (const auto& shape : shapes) {
     const int64_t m = shape[0], n = shape[1], k = shape[2];
     const LayerOperands ops = gpu_test::make_layer("ragged", m, n, k, 99 + m, /*bias=*/true);
@@ -214,8 +219,9 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
           const bool cut = id.find("stream-K") != std::string::npos;
           EXPECT_FALSE(cut && std::string(st.streamk) == "0") << id;
           streamk_runs += cut;
-          // A single-block wgmma launch (no "cluster=2x1") of the third shape with stream-K allowed.
-          eligible += std::string(st.streamk) == "1" && m == 1100 && wgmma && id.find("cluster=2x1") == std::string::npos;
+          // A single-block wgmma launch (no "cluster=2x1") of the fourth shape with stream-K allowed.
+          eligible += std::string(st.streamk) == "1" && k == 2064 && m == 1100 && wgmma &&
+                      id.find("cluster=2x1") == std::string::npos;
           // The kernel string names the settings that are not at their defaults.
           if (wgmma && std::string(st.prefetch) == "1") {
             EXPECT_NE(id.find("epilogue operands prefetched to L1"), std::string::npos) << id;
@@ -235,10 +241,10 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
       }
     }
   }
-  // Every single-block wgmma launch of the third shape cut its tail where stream-K was allowed, where the
+  // Every single-block wgmma launch of the fourth shape cut its tail where stream-K was allowed, where the
   // counts above hold: 132 multiprocessors (H100 and H200 SXM). (Without the wgmma code none ran: see the
   // printed identities.)
-  std::printf("  stream-K: %d launches cut the tail, of %d single-block wgmma launches of the third shape allowed to\n",
+  std::printf("  stream-K: %d launches cut the tail, of %d single-block wgmma launches of the fourth shape allowed to\n",
               streamk_runs, eligible);
   if (sms == 132) {
     EXPECT_EQ(streamk_runs, eligible);

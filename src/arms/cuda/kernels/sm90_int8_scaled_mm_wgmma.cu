@@ -9,13 +9,16 @@
 // TMA fills the out-of-bounds part of each box with zeros, and the epilogue masks rows >= M and cols >= N.
 //
 // Algorithm: a persistent grid of at most one block per multiprocessor walks BM x BN output tiles
-// (grouped rasterization: the tiles of 1024 consecutive rows share each W column tile while it is in
-// L2); 384 threads = 3 warpgroups.
+// (grouped rasterization: the tiles of 1024 consecutive rows, QC_WGMMA_GROUP_ROWS, share each W column
+// tile while it is in L2) as work items (`WgPlan`, wgmma_work_plan.hpp): whole tiles round robin and,
+// with stream-K (QC_WGMMA_STREAMK=1, single-block tiles only), parts of the last partial wave's tiles cut
+// along K (below); 384 threads = 3 warpgroups.
 // Warpgroup 0 is the producer: one thread issues `cp.async.bulk.tensor.2d` (TMA) loads of a
 // BM-row A box and a BN-row W box, 128 bytes of K each, into a STAGES-deep ring of shared-memory
 // stages in the 128-byte swizzle layout, completing on a `full` mbarrier per stage; it walks the
-// block's tiles in order, k_tiles stages each, so stage use number `it` (counted from 0 over the
-// whole block) sits in ring slot it % STAGES, in round it / STAGES of that slot. Warpgroups 1 and 2
+// block's work items in order, one stage per k-step of each, so stage use number `it` (counted from 0
+// over the whole block; an item's first is `WorkItem::it`) sits in ring slot it % STAGES, in round
+// it / STAGES of that slot. Warpgroups 1 and 2
 // are consumers: per stage each issues `wgmma.mma_async.sync.aligned.m64n{BN}k32.s32.s8.s8` (both
 // operands from shared memory through matrix descriptors; four k32 steps, one m64 wgmma per 64 of
 // its rows), keeps one wgmma group in flight and releases the stage before it through an `empty`
@@ -25,8 +28,9 @@
 //    on 64 of its rows (BN/2 accumulators per thread), and so both run the epilogue at the same
 //    time; only the producer runs ahead into the next tile meanwhile.
 //  - ping-pong (MmTile::wgpp64x256: BM = 64; wgpp128x128: BM = 128, two m64n128 wgmmas per k32
-//    step; 128 accumulators per thread either way): each consumer owns whole tiles, consumer 0 the
-//    block's even tiles (local index i = 0, 2, ...), consumer 1 the odd ones. Their mainloops take
+//    step; 128 accumulators per thread either way): each consumer owns whole work items, consumer 0
+//    the block's even items (local index i = 0, 2, ...), consumer 1 the odd ones. (Below, "tile i" is
+//    the block's work item i.) Their mainloops take
 //    turns through two named barriers (ids kTurnBar + c, 256 threads: the owner's 128 `bar.sync`,
 //    the other consumer's 128 `bar.arrive`), so one consumer's epilogue runs while the other's
 //    wgmmas keep the tensor cores busy.
@@ -36,6 +40,12 @@
 //    M-tile count is odd: its A box reads as zeros and its stores are masked). Each block's
 //    producer loads its own A box and half of the W box (BN / 2 rows, rank r the rows r BN / 2 ..)
 //    multicast into the same stage offset of both blocks, which halves the W traffic out of L2.
+// Stream-K (`finish_item`): a work item that is part of a tile stores its int32 partial sums in its slot
+// of a per-stream workspace, and the warpgroup counts in (each thread's fence, a barrier of the warpgroup
+// alone: named barrier kPartBar + c, 128 threads, then one acquire-release atomic). The part that counts
+// in last adds the other slots to its registers and runs the epilogue; the others run none. Nobody waits
+// for another part, so the protocol below is unchanged: a work item's stages are used and released as a
+// whole tile's are.
 // The epilogue runs on the int32 registers, 64 rows at a time, with the same formula text as the
 // mma.sync kernel and the CPU emulation (`formula::apply` of include/qconform/epilogue_formula.hpp:
 // `__fmul_rn`, `__fmaf_rn` only where declared, bf16 round-to-nearest-even); the formula kind is a
@@ -47,7 +57,7 @@
 //    copies' bytes complete phase it / STAGES. The consumer of use `it` waits with parity p(it).
 //  - empty[s] (count 8 cooperative = one arrive per consumer warp, both warpgroups read every
 //    stage; count 4 ping-pong = the 4 warps of the one warpgroup that owns the stage's tile; with
-//    WgPlan::one_release 2 and 1, one arrive per warpgroup: `Releaser`): the
+//    QC_WGMMA_ONE_RELEASE=1 2 and 1, one arrive per warpgroup: `Releaser`, `empty_arrivals`): the
 //    consumer arrives for use `it` once the wgmma group reading it has completed (after the
 //    `wgmma.wait_group 1` of use it + 1, or the `wait_group 0` after the tile's last use); that
 //    completes phase it / STAGES. The producer waits for it before use it + STAGES, with parity
@@ -70,13 +80,14 @@
 //    is handed on (the tail's `wait_group 0`), which waits on nothing else. No deadlock: the
 //    earliest unfinished mainloop has its turn, each of its full waits needs only the release of
 //    a use at least STAGES >= 2 earlier (done or in a finished mainloop's tail), and epilogues
-//    wait on nothing.
+//    wait on nothing (a stream-K count-in waits only on its own warpgroup's barrier).
 //  - Clusters (CM = 2): full[s] of each block expects the whole stage's bytes from its own producer's
 //    expect_tx and receives them from three copies: its A box, its own W half and the peer's W half
 //    (that multicast may complete before the expect_tx; the phase cannot complete before the
 //    arrive). empty[s] counts the arrives of both blocks' consumers of the use (8 ping-pong, 16
 //    cooperative): each consumer warp arrives on its own block's empty[s] and, through `mapa`, on
-//    the peer's, since the refill of slot s by either producer writes into both blocks. Both blocks walk the same
+//    the peer's, since the refill of slot s by either producer writes into both blocks (with
+//    QC_WGMMA_ONE_RELEASE=1: 2 and 4, one arrive of each warpgroup on each block). Both blocks walk the same
 //    tiles, so stage use `it` means the same (tile, k) in both. The peer's copies for use it + STAGES
 //    need this block's release of use `it`, so neither barrier gets an arrive or bytes of a phase
 //    before the previous phase has completed. The mbarrier inits are published by
@@ -151,6 +162,7 @@ struct WgConfig {
   // whole tile for ping-pong, 64 rows for cooperative), kRegs int32 per thread of a part.
   static constexpr int kParts = kPingpong ? 1 : 2;
   static constexpr int kRegs = kMBlocks * BN / 2;
+  static_assert(kParts * kRegs * 128 == BM * BN, "a tile's parts hold its BM x BN sums (the workspace's slot size)");
 };
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -522,6 +534,15 @@ __device__ __forceinline__ void prefetch_epilogue_operands(const ScaledMmArgs& a
   if (p != nullptr) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(p));
 }
 
+// atomicAdd with release and acquire semantics at GPU scope: the count-in publishes the warpgroup's
+// partial sums (ordered before it by each thread's fence and the warpgroup's barrier) and, for the last
+// part, orders the reads of the others' after it.
+__device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 // The end of a work item for one consumer warpgroup, `part` of the tile (its kMBlocks m64 blocks from
 // row `rows`): a whole tile's epilogue; for part of a tail tile (stream-K, `WgPlan`), the partial sums
 // stored in the unit's slot and counted in, and, by the part that counts in last, the other slots'
@@ -548,7 +569,7 @@ __device__ __forceinline__ void finish_item(int32_t (&acc)[C::kMBlocks][BN / 2],
     __threadfence();
     named_bar_sync(kPartBar + cw, kWgThreads);
     int* const count = plan.sk_count + w.sk * C::kParts + part;
-    if (tid == 0) *last = atomicAdd(count, 1) == w.contributors - 1;
+    if (tid == 0) *last = atomic_add_acq_rel(count, 1) == w.contributors - 1;
     named_bar_sync(kPartBar + cw, kWgThreads);
     if (!*last) return;
     __threadfence();
@@ -795,16 +816,29 @@ bool make_map(EncodeTiledFn encode, CUtensorMap* map, const int8_t* ptr, int row
 
 // Stream-K's device workspace, one per (device, stream): launches on one stream run one after the
 // other, launches on two streams may run at once. Grown when a launch needs more (after the stream's
-// earlier work has finished); zeroed when allocated, and every launch leaves its counters zero. A stream
-// destroyed with a launch still pending whose handle a new stream then reuses would share it: the
-// pipeline's streams live for the whole run.
+// earlier work has finished); zeroed when allocated, and every launch leaves its counters zero. The key
+// assumes a stream handle names one stream while its launches run: the per-thread default stream does
+// not (one handle for every thread's stream; stream-K is not used on it), nor would a destroyed stream's
+// handle reused by a new one with the old one's launch still pending (the pipeline's streams live for the
+// whole run). At most kSkSpaces workspaces are kept: past that, the device is synchronized and the others
+// freed (each new stream handle would otherwise keep its workspace to the end of the process).
+constexpr size_t kSkSpaces = 8;
 std::string sk_workspace(cudaStream_t stream, size_t bytes, void** out) {
   static std::mutex mu;
   static std::map<std::pair<int, cudaStream_t>, std::pair<void*, size_t>> spaces;
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return "cudaGetDevice failed";
   std::lock_guard<std::mutex> lock(mu);
-  auto& [ptr, size] = spaces[{dev, stream}];
+  const std::pair<int, cudaStream_t> key{dev, stream};
+  if (spaces.find(key) == spaces.end() && spaces.size() >= kSkSpaces) {
+    if (cudaDeviceSynchronize() != cudaSuccess) return "cudaDeviceSynchronize failed";
+    for (auto& [k, space] : spaces) {
+      if (k.first != dev) continue;
+      cudaFree(space.first);
+      space = {nullptr, 0};
+    }
+  }
+  auto& [ptr, size] = spaces[key];
   if (size < bytes) {
     if (ptr != nullptr) {
       if (cudaStreamSynchronize(stream) != cudaSuccess || cudaFree(ptr) != cudaSuccess) return "freeing the old workspace failed";
@@ -877,15 +911,16 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   // Stream-K over the tail for single-block units (the clusters' blocks would have to agree on it).
   // Opt-in (QC_WGMMA_STREAMK=1) until it has run on a device: docs/gpu.md.
   WgPlan plan = plan_work(tiles, (args.k + kBK - 1) / kBK, units, C::kParts,
-                          CM == 1 && env_int("QC_WGMMA_STREAMK", 0, 0, 1) == 1);
+                          CM == 1 && stream != cudaStreamPerThread && env_int("QC_WGMMA_STREAMK", 0, 0, 1) == 1);
   // Measurement settings (docs/gpu.md); named in the kernel string only when not at their defaults.
   const int group_rows = env_int("QC_WGMMA_GROUP_ROWS", 1024, CM * BM, 1 << 20);
-  plan.group_units = std::max(1, group_rows / (CM * BM));
+  const int tiles_m = (args.m + CM * BM - 1) / (CM * BM);
+  plan.group_units = std::max(1, std::min(group_rows / (CM * BM), tiles_m));  // group x tiles_n stays an int
   plan.prefetch = env_int("QC_WGMMA_PREFETCH", 0, 0, 1);
   plan.one_release = env_int("QC_WGMMA_ONE_RELEASE", 0, 0, 1);
   char settings_note[256] = "";
   int note_len = 0;
-  if (plan.group_units != std::max(1, 1024 / (CM * BM)))
+  if (plan.group_units != std::max(1, std::min(1024 / (CM * BM), tiles_m)))
     note_len += std::snprintf(settings_note + note_len, sizeof settings_note - note_len, ", raster groups of %d rows",
                               plan.group_units * CM * BM);
   if (plan.prefetch)
@@ -895,12 +930,17 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
                               ", stages released once per consumer warpgroup");
   if (plan.sk_units > 0) {
     const int tail = tiles - plan.dp_tiles;
+    const size_t slot_bytes = size_t{4} * BM * BN * static_cast<size_t>(tail) * plan.sk_slots;
     void* space = nullptr;
-    const std::string ws =
-        sk_workspace(stream, kSkCountBytes + size_t{4} * BM * BN * static_cast<size_t>(tail) * plan.sk_slots, &space);
+    const std::string ws = sk_workspace(stream, kSkCountBytes + slot_bytes, &space);
     if (!ws.empty()) return "error: stream-K workspace: " + ws;
     plan.sk_count = static_cast<int*>(space);
     plan.sk_work = reinterpret_cast<int32_t*>(static_cast<char*>(space) + kSkCountBytes);
+    // A test's setting (QC_WGMMA_SK_POISON=1): the slots filled with 0xA5 bytes before the launch, so that a
+    // part that read a slot before its writer's sums landed would add garbage, not an earlier launch's
+    // equal sums (the GPU tests run the same operands again and again).
+    if (env_int("QC_WGMMA_SK_POISON", 0, 0, 1) == 1 && cudaMemsetAsync(plan.sk_work, 0xA5, slot_bytes, stream) != cudaSuccess)
+      return "error: stream-K workspace: cudaMemsetAsync failed";
     std::snprintf(settings_note + note_len, sizeof settings_note - note_len,
                   ", stream-K tail: %d tiles' %d k-steps over %d units (%d-%d each)", tail, tail * plan.k_tiles,
                   plan.sk_units, plan.sk_q, plan.sk_q + (plan.sk_rem > 0 ? 1 : 0));

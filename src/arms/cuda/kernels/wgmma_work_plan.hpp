@@ -93,13 +93,13 @@ QC_HOST_DEVICE inline WorkItem work_item(const WgPlan& p, int u, int units, int 
   return WorkItem{p.dp_tiles + r, g0 - r * kt, g1 - r * kt, nd * kt + (g0 - b), r, u - first, last - first + 1};
 }
 
-// Stream-K (`WgPlan`) in k-steps: a tail tile's fix-up (the partial sums stored, counted in, read back
-// by the last part) is taken to cost about this many k-steps of the mainloop; the tail is cut along K
-// only where a unit's share plus this is shorter than a whole tile. (An estimate, not a measurement:
-// docs/gpu.md.)
+// Stream-K (`WgPlan`) in k-steps: a part's fix-up (its partial sums stored and counted in; the last part's
+// reads of the others') is taken to cost about this many k-steps of the mainloop. The tail is cut along
+// K only where a unit's share plus this is shorter than a whole tile, and every unit's share is at least
+// this long (a part of one or two k-steps would pay a whole tile's store for them), so a tail tile has
+// at most ceil(k_tiles / kSkFixupSteps) + 1 parts. (An estimate, not a measurement: docs/gpu.md.)
 constexpr int kSkFixupSteps = 4;
-// At most this many units per tail tile (each takes k_tiles / 4 steps or more), so that the part
-// that counts in last reads few partial sums.
+// The tail's k-steps go to at most this many units per tail tile, so that shares stay long.
 constexpr int kSkMaxShare = 4;
 // The workspace starts with the arrival counters (zero between launches), then the partial sums.
 constexpr size_t kSkCountBytes = 16 << 10;
@@ -114,7 +114,8 @@ inline WgPlan plan_work(int tiles, int k_tiles, int units, int parts, bool allow
   const int sk_units = std::min(units, kSkMaxShare * tail);
   const int64_t steps = int64_t{tail} * k_tiles;
   const int q = static_cast<int>(steps / sk_units), rem = static_cast<int>(steps % sk_units);
-  if (q < 1 || q + (rem > 0 ? 1 : 0) + kSkFixupSteps >= k_tiles) return p;  // the last partial wave is cheaper
+  // The last partial wave is cheaper, or the shares too short to pay for their fix-up.
+  if (q < kSkFixupSteps || q + (rem > 0 ? 1 : 0) + kSkFixupSteps >= k_tiles) return p;
   p.dp_tiles = tiles - tail, p.sk_units = sk_units, p.sk_q = q, p.sk_rem = rem;
   for (int r = 0; r < tail; ++r)
     p.sk_slots = std::max(p.sk_slots, sk_unit_of(p, (r + 1) * k_tiles - 1) - sk_unit_of(p, r * k_tiles) + 1);
