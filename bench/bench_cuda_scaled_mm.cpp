@@ -26,8 +26,6 @@ int main() {
 #else
 
 #include <algorithm>
-#include <cstdlib>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,6 +37,7 @@ int main() {
 #include "arms/cuda/kernels/sm90_int32_scaled_epilogue.cuh"
 #include "arms/cuda/kernels/sm90_int8_scaled_mm.cuh"
 #include "arms/cuda/cuda.hpp"
+#include "core/env_setting.hpp"
 #include "cuda_event_timing.hpp"
 #ifdef QC_WITH_CUTLASS
 #include "arms/cutlass/cutlass_dispatch.hpp"
@@ -230,16 +229,15 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}, const
   }
   // `--ab NAME=VALUE`: the setting's effect on each paired tile, measured against the same kernel without it.
   if (!ab.empty()) {
-    const std::string var = ab.substr(0, ab.find('=')), value = ab.substr(ab.find('=') + 1);
-    const char* was = std::getenv(var.c_str());
-    const std::optional<std::string> before = was != nullptr ? std::optional<std::string>(was) : std::nullopt;
+    const std::string value = ab.substr(ab.find('=') + 1);
     // "Without" is the setting unset (the kernel's default), whatever the environment held; that is
     // restored at the end.
+    const ScopedEnv env(ab.substr(0, ab.find('=')));
     const auto setting = [&](bool on) {
       if (on) {
-        setenv(var.c_str(), value.c_str(), 1);
+        env.set(value.c_str());
       } else {
-        unsetenv(var.c_str());
+        env.unset();
       }
     };
     plan.run(as[0].get(), ws[0].get(), acc.get(), nullptr, nullptr, nullptr);
@@ -274,11 +272,6 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}, const
                   "(range %.3f-%.3f); with it vs cuBLASLt GEMM alone %.3fx (range %.3f-%.3f); bitwise diffs %zu  [%s]\n",
                   tile_name(tile), ab.c_str(), self.batch, self.a_ms, self.b_ms, self.ratio_median, self.ratio_min,
                   self.ratio_max, lt.ratio_median, lt.ratio_min, lt.ratio_max, diff, id.c_str());
-    }
-    if (before) {
-      setenv(var.c_str(), before->c_str(), 1);
-    } else {
-      unsetenv(var.c_str());
     }
   }
   const double t_pipe2 = median_ms([&](int i) {

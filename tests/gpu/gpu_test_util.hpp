@@ -7,8 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <cstdlib>
-#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -94,28 +92,5 @@ inline nlohmann::json reference_json(const std::string& a, const std::string& b,
   for (const char* timing_or_place : {"seconds", "wall_seconds", "reference"}) j.erase(timing_or_place);
   return j;
 }
-
-// Sets an environment variable for the guard's lifetime and restores it (or its absence) after, on
-// every way out of the test (an ASSERT returns early).
-class ScopedEnv {
- public:
-  explicit ScopedEnv(const char* name) : name_(name) {
-    if (const char* v = std::getenv(name)) before_ = v;
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-  void set(const char* value) const { setenv(name_, value, 1); }
-  ~ScopedEnv() {
-    if (before_) {
-      setenv(name_, before_->c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> before_;
-};
 
 }  // namespace qc::gpu_test

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_setting.hpp"
 #include "gpu_test_util.hpp"
 #include "qconform/accumulation.hpp"
 #include "qconform/arm.hpp"
@@ -183,7 +184,7 @@ TEST(CudaKernels, EveryTileConfigurationRaggedShapes) {
   int streamk_runs = 0, eligible = 0;
   int sms = 0;
   QC_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  const gpu_test::ScopedEnv streamk_env("QC_WGMMA_STREAMK"), prefetch_env("QC_WGMMA_PREFETCH"),
+  const ScopedEnv streamk_env("QC_WGMMA_STREAMK"), prefetch_env("QC_WGMMA_PREFETCH"),
       group_env("QC_WGMMA_GROUP_ROWS"), release_env("QC_WGMMA_ONE_RELEASE"), poison_env("QC_WGMMA_SK_POISON");
   poison_env.set("1");
   for (const auto& shape : shapes) {

@@ -21,6 +21,7 @@
 #include "qconform/arm.hpp"
 #include "qconform/numerics.hpp"
 #include "../unit/fp8_model_pairs.hpp"
+#include "core/env_setting.hpp"
 #include "gpu_test_util.hpp"
 
 namespace qc {
@@ -190,7 +191,7 @@ TEST(CudaFp8Model, PairInOnePassEqualsEachModel) {
 // boundaries; a cut at or past K is one launch. Both tiles of the kernel: 4 x 2 outputs a thread (the
 // default) and 4 x 4 (QC_FP8_MODEL_TILE_N=4).
 TEST(CudaFp8Model, LaunchesOverPartsOfKEqualTheCpu) {
-  const gpu_test::ScopedEnv tile_env("QC_FP8_MODEL_TILE_N");
+  const ScopedEnv tile_env("QC_FP8_MODEL_TILE_N");
   auto pairs = test::paired_models();
   const std::vector<std::array<int64_t, 3>> shapes{{7, 45, 33}, {65, 130, 100}, {16, 256, 1000}, {130, 70, 4100}};
   std::mt19937_64 rng(1208);

@@ -905,7 +905,8 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
       return clusters;
     }
   }();
-  const int tiles = ((args.m + CM * BM - 1) / (CM * BM)) * ((args.n + BN - 1) / BN);  // cluster tiles when CM > 1
+  const int tiles_m = (args.m + CM * BM - 1) / (CM * BM);
+  const int tiles = tiles_m * ((args.n + BN - 1) / BN);  // cluster tiles when CM > 1
   const int units = tiles < max_units ? tiles : max_units;  // persistent: one block per multiprocessor at most
   const int grid = units * CM;
   // Stream-K over the tail for single-block units (the clusters' blocks would have to agree on it).
@@ -913,14 +914,14 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   WgPlan plan = plan_work(tiles, (args.k + kBK - 1) / kBK, units, C::kParts,
                           CM == 1 && stream != cudaStreamPerThread && env_int("QC_WGMMA_STREAMK", 0, 0, 1) == 1);
   // Measurement settings (docs/gpu.md); named in the kernel string only when not at their defaults.
-  const int group_rows = env_int("QC_WGMMA_GROUP_ROWS", 1024, CM * BM, 1 << 20);
-  const int tiles_m = (args.m + CM * BM - 1) / (CM * BM);
-  plan.group_units = std::max(1, std::min(group_rows / (CM * BM), tiles_m));  // group x tiles_n stays an int
+  // Raster groups in (cluster) M-tiles, at most all of them (the same order; group x tiles_n stays an int).
+  const auto group_units = [&](int rows) { return std::max(1, std::min(rows / (CM * BM), tiles_m)); };
+  plan.group_units = group_units(env_int("QC_WGMMA_GROUP_ROWS", 1024, CM * BM, 1 << 20));
   plan.prefetch = env_int("QC_WGMMA_PREFETCH", 0, 0, 1);
   plan.one_release = env_int("QC_WGMMA_ONE_RELEASE", 0, 0, 1);
   char settings_note[256] = "";
   int note_len = 0;
-  if (plan.group_units != std::max(1, std::min(1024 / (CM * BM), tiles_m)))
+  if (plan.group_units != group_units(1024))
     note_len += std::snprintf(settings_note + note_len, sizeof settings_note - note_len, ", raster groups of %d rows",
                               plan.group_units * CM * BM);
   if (plan.prefetch)
