@@ -6,7 +6,8 @@
 // Method: CUDA events around each launch, 5 warm-ups and 25 ms of them at least, median of 30 timed
 // launches; then ours ("auto" at M >= 512, or each tile `--tiles` names) against cuBLASLt's GEMM alone in
 // 16 rounds of back-to-back batches, the order swapped each round (`bench::time_alternating`: one launch at
-// a time charges each launch's start to the kernel, and a forward pass runs them back to back). Weights
+// a time charges each launch's start to the kernel, and a forward pass runs them back to back; each batch
+// is queued ahead behind a delay kernel, so the host's launch rate is not charged either, and is printed). Weights
 // and activations rotate over enough copies that the working set exceeds the 50 MB L2. TOPS count
 // 2·M·N·K integer operations. Both paths compute the same formula, so their outputs are also
 // compared bit for bit (a benchmark of wrong code is worthless).
@@ -29,6 +30,8 @@ int main() {
 #include <random>
 #include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "arms/cuda/cublaslt_gemm.hpp"
 #include "arms/cuda/cuda_common.hpp"
@@ -224,8 +227,12 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}, const
         },
         [&](int i) { plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr); }, 16);
     std::printf("  ours %s vs cuBLASLt GEMM alone, alternating (%d rounds, order swapped each, batches of %d launches "
-                "back to back): ours %.4f ms, cuBLASLt %.4f ms, speed ratio median %.3fx (range %.3f-%.3f)\n",
-                tile_name(tile), p.rounds, p.batch, p.a_ms, p.b_ms, p.ratio_median, p.ratio_min, p.ratio_max);
+                "back to back): ours %.4f ms, cuBLASLt %.4f ms, speed ratio median %.3fx (range %.3f-%.3f); host time "
+                "to queue a launch: ours %.1f us, cuBLASLt %.1f us (%s)\n",
+                tile_name(tile), p.rounds, p.batch, p.a_ms, p.b_ms, p.ratio_median, p.ratio_min, p.ratio_max,
+                p.a_host_us, p.b_host_us,
+                p.ahead ? fmt::format("queued ahead; {} of {} batches queued slower than the delay", p.late, 2 * p.rounds).c_str()
+                        : "not queued ahead: QC_BENCH_QUEUE_AHEAD=0");
   }
   // `--ab NAME=VALUE`: the setting's effect on each paired tile, measured against the same kernel without it.
   if (!ab.empty()) {
@@ -269,9 +276,11 @@ void bench_gemm(int m, int n, int k, const std::vector<MmTile>& only = {}, const
           launch_as(true), [&](int i) { plan.run(as[i % copies].get(), ws[i % copies].get(), acc.get(), nullptr, nullptr, nullptr); },
           16);
       std::printf("  ours %s with %s vs without, alternating (batches of %d): %.4f ms vs %.4f ms, speed ratio median %.3fx "
-                  "(range %.3f-%.3f); with it vs cuBLASLt GEMM alone %.3fx (range %.3f-%.3f); bitwise diffs %zu  [%s]\n",
+                  "(range %.3f-%.3f); with it vs cuBLASLt GEMM alone %.3fx (range %.3f-%.3f); bitwise diffs %zu; %d of %d "
+                  "batches queued slower than the delay ahead  [%s]\n",
                   tile_name(tile), ab.c_str(), self.batch, self.a_ms, self.b_ms, self.ratio_median, self.ratio_min,
-                  self.ratio_max, lt.ratio_median, lt.ratio_min, lt.ratio_max, diff, id.c_str());
+                  self.ratio_max, lt.ratio_median, lt.ratio_min, lt.ratio_max, diff, self.late + lt.late,
+                  2 * (self.rounds + lt.rounds), id.c_str());
     }
   }
   const double t_pipe2 = median_ms([&](int i) {

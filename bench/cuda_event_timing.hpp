@@ -10,9 +10,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "arms/cuda/cuda_common.hpp"
+#include "arms/cuda/kernels/gpu_delay.cuh"
+#include "core/env_setting.hpp"
 
 namespace qc::bench {
 
@@ -49,13 +53,20 @@ EventTiming time_launches(F&& launch, int warmup, int reps) {
 
 // Two launches compared in one run (issue #32, item 6: "measured in one run beside it"): `rounds` rounds, the
 // order swapped each round (A B, B A, ...), each side timed as one batch of `batch` launches back to back
-// between two events (its launch gaps hidden behind the queue, as in a model's forward pass), so that
-// neither side always runs first on a warmer or cooler GPU. The ratio is B's time over A's per round (above 1:
-// A is faster); its median and range, and each side's median time per launch.
+// between two events, so that neither side always runs first on a warmer or cooler GPU. The ratio is B's
+// time over A's per round (above 1: A is faster); its median and range, and each side's median time per
+// launch. Queued ahead: a delay kernel (gpu_delay.cuh) holds the stream while the host queues the whole
+// batch, so the batch's kernels run back to back on the device (as in a CUDA graph's replay) and a slower
+// host launch path is not charged to the kernel: the fifteenth session found our M = 512 launches as
+// short as 16 us. The host's time to queue one launch is measured beside (median per side), and `late`
+// counts the batches whose queueing outlasted the delay (their kernels may have waited on the host).
+// QC_BENCH_QUEUE_AHEAD=0: no delay kernel (the measure of the sessions before the fifteenth).
 struct PairedTiming {
   double a_ms = 0, b_ms = 0;
   double ratio_median = 0, ratio_min = 0, ratio_max = 0;
-  int rounds = 0, batch = 0;
+  double a_host_us = 0, b_host_us = 0;
+  int rounds = 0, batch = 0, late = 0;
+  bool ahead = true;  // queued ahead behind the delay kernel
 };
 
 template <typename FA, typename FB>
@@ -69,9 +80,21 @@ PairedTiming time_alternating(FA&& launch_a, FB&& launch_b, int rounds, double b
   QC_CUDA_CHECK(cudaEventCreate(&start));
   QC_CUDA_CHECK(cudaEventCreate(&stop));
   int calls = 0;
-  const auto batch = [&](auto& launch) {
+  const bool ahead = env_int("QC_BENCH_QUEUE_AHEAD", 1, 0, 1) == 1;
+  r.ahead = ahead;
+  double delay_us = 3000;  // then 1.5 times the longest queueing seen, and 200 us more
+  std::vector<double> host_a, host_b;
+  const auto batch = [&](auto& launch, std::vector<double>& host) {
+    if (const std::string err = ahead ? cuda_kernels::launch_gpu_delay(static_cast<uint64_t>(delay_us * 1e3), nullptr) : "";
+        !err.empty())
+      throw std::runtime_error(err);
     QC_CUDA_CHECK(cudaEventRecord(start));
+    const auto t0 = std::chrono::steady_clock::now();
     for (int j = 0; j < r.batch; ++j) launch(calls++);
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    host.push_back(us / r.batch);
+    r.late += ahead && us > delay_us;
+    delay_us = std::max(delay_us, 1.5 * us + 200);
     QC_CUDA_CHECK(cudaEventRecord(stop));
     QC_CUDA_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
@@ -82,9 +105,9 @@ PairedTiming time_alternating(FA&& launch_a, FB&& launch_b, int rounds, double b
   for (int i = 0; i < rounds; ++i) {
     double ta = 0, tb = 0;
     if (i % 2 == 0) {
-      ta = batch(launch_a), tb = batch(launch_b);
+      ta = batch(launch_a, host_a), tb = batch(launch_b, host_b);
     } else {
-      tb = batch(launch_b), ta = batch(launch_a);
+      tb = batch(launch_b, host_b), ta = batch(launch_a, host_a);
     }
     a.push_back(ta), b.push_back(tb), ratio.push_back(tb / ta);
   }
@@ -95,6 +118,7 @@ PairedTiming time_alternating(FA&& launch_a, FB&& launch_b, int rounds, double b
     return v[v.size() / 2];
   };
   r.a_ms = median(a), r.b_ms = median(b), r.ratio_median = median(ratio);
+  r.a_host_us = median(host_a), r.b_host_us = median(host_b);
   r.ratio_min = *std::min_element(ratio.begin(), ratio.end());
   r.ratio_max = *std::max_element(ratio.begin(), ratio.end());
   return r;

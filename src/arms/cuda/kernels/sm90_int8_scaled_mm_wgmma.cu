@@ -41,8 +41,8 @@
 //    producer loads its own A box and half of the W box (BN / 2 rows, rank r the rows r BN / 2 ..)
 //    multicast into the same stage offset of both blocks, which halves the W traffic out of L2.
 // Stream-K (`finish_item`): a work item that is part of a tile stores its int32 partial sums in its slot
-// of a per-stream workspace, and the warpgroup counts in (each thread's fence, a barrier of the warpgroup
-// alone: named barrier kPartBar + c, 128 threads, then one acquire-release atomic). The part that counts
+// of a per-stream workspace, and the warpgroup counts in (a barrier of the warpgroup alone: named barrier
+// kPartBar + c, 128 threads, then one acquire-release atomic, then the barrier again). The part that counts
 // in last adds the other slots to its registers and runs the epilogue; the others run none. Nobody waits
 // for another part, so the protocol below is unchanged: a work item's stages are used and released as a
 // whole tile's are.
@@ -535,8 +535,8 @@ __device__ __forceinline__ void prefetch_epilogue_operands(const ScaledMmArgs& a
 }
 
 // atomicAdd with release and acquire semantics at GPU scope: the count-in publishes the warpgroup's
-// partial sums (ordered before it by each thread's fence and the warpgroup's barrier) and, for the last
-// part, orders the reads of the others' after it.
+// partial sums (ordered before it by the warpgroup's barrier: release is cumulative) and, for the last
+// part, orders the reads of the others' after it (through the barrier after it).
 __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
   int old;
   asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;\n" : "=r"(old) : "l"(p), "r"(v) : "memory");
@@ -547,8 +547,10 @@ __device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
 // row `rows`): a whole tile's epilogue; for part of a tail tile (stream-K, `WgPlan`), the partial sums
 // stored in the unit's slot and counted in, and, by the part that counts in last, the other slots'
 // partial sums added to its own and the epilogue. `last` is this warpgroup's flag in shared memory.
-// The count-in is the threadfence pattern: every thread's stores, its fence, the warpgroup's barrier,
-// then one atomic; the last part fences again before it reads (L2: `ld.global.cg`).
+// The count-in is CUTLASS's stream-K barrier pattern (cutlass/barrier.h: `arrive_inc`, `wait_eq`): every
+// thread's stores, the warpgroup's barrier, then one thread's acquire-release atomic at GPU scope, and the
+// barrier again before the last part's reads (L2: `ld.global.cg`). No per-thread `__threadfence()`: it
+// compiles to MEMBAR.SC.GPU, and with it the fix-up measured several microseconds a part (fifteenth session).
 template <class C, int BN, EpilogueKind F>
 __device__ __forceinline__ void finish_item(int32_t (&acc)[C::kMBlocks][BN / 2], const WorkItem& w, const WgPlan& plan,
                                             int part, int cw, const ScaledMmArgs& args, int rows, int n0, int warp,
@@ -558,7 +560,7 @@ __device__ __forceinline__ void finish_item(int32_t (&acc)[C::kMBlocks][BN / 2],
     constexpr size_t kPartInts = size_t{C::kRegs} * kWgThreads;
     const auto part_base = [&](int slot) {
       return reinterpret_cast<int4*>(plan.sk_work +
-                                     ((static_cast<size_t>(w.sk) * plan.sk_slots + slot) * C::kParts + part) * kPartInts);
+                                     ((static_cast<size_t>(w.sk) * plan.sk_parts + slot) * C::kParts + part) * kPartInts);
     };
     int4* const mine = part_base(w.slot);
 #pragma unroll
@@ -566,13 +568,11 @@ __device__ __forceinline__ void finish_item(int32_t (&acc)[C::kMBlocks][BN / 2],
 #pragma unroll
       for (int i = 0; i < BN / 2; i += 4)
         mine[((h * BN / 2 + i) / 4) * kWgThreads + tid] = make_int4(acc[h][i], acc[h][i + 1], acc[h][i + 2], acc[h][i + 3]);
-    __threadfence();
     named_bar_sync(kPartBar + cw, kWgThreads);
     int* const count = plan.sk_count + w.sk * C::kParts + part;
     if (tid == 0) *last = atomic_add_acq_rel(count, 1) == w.contributors - 1;
     named_bar_sync(kPartBar + cw, kWgThreads);
     if (!*last) return;
-    __threadfence();
     for (int slot = 0; slot < w.contributors; ++slot) {
       if (slot == w.slot) continue;
       const int4* const other = part_base(slot);
@@ -931,7 +931,7 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
                               ", stages released once per consumer warpgroup");
   if (plan.sk_units > 0) {
     const int tail = tiles - plan.dp_tiles;
-    const size_t slot_bytes = size_t{4} * BM * BN * static_cast<size_t>(tail) * plan.sk_slots;
+    const size_t slot_bytes = size_t{4} * BM * BN * static_cast<size_t>(tail) * plan.sk_parts;
     void* space = nullptr;
     const std::string ws = sk_workspace(stream, kSkCountBytes + slot_bytes, &space);
     if (!ws.empty()) return "error: stream-K workspace: " + ws;
@@ -943,8 +943,8 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
     if (env_int("QC_WGMMA_SK_POISON", 0, 0, 1) == 1 && cudaMemsetAsync(plan.sk_work, 0xA5, slot_bytes, stream) != cudaSuccess)
       return "error: stream-K workspace: cudaMemsetAsync failed";
     std::snprintf(settings_note + note_len, sizeof settings_note - note_len,
-                  ", stream-K tail: %d tiles' %d k-steps over %d units (%d-%d each)", tail, tail * plan.k_tiles,
-                  plan.sk_units, plan.sk_q, plan.sk_q + (plan.sk_rem > 0 ? 1 : 0));
+                  ", stream-K tail: %d tiles in %d parts of %d-%d k-steps over %d units", tail, plan.sk_parts,
+                  plan.k_tiles / plan.sk_parts, (plan.k_tiles + plan.sk_parts - 1) / plan.sk_parts, plan.sk_units);
   }
   cudaError_t err = cudaSuccess;
   if constexpr (CM == 1) {
