@@ -297,12 +297,15 @@ MmTile select_tile(int m, int n, int k) {
   if (m <= 32) return MmTile::m32n64_k4;
   if (m <= 64) return MmTile::m64n128;
   // M > 64: the wgmma kernel (sm90_int8_scaled_mm_wgmma.cu; mma.sync runs instead where it is
-  // unavailable). Ping-pong 128x128 where every block gets two tiles or more (one consumer's epilogue
-  // then runs beside the other's mainloop) and both operands fit in the L2 together: 4096^3 at 1.08-1.09x
-  // cuBLASLt's GEMM alone against 0.99-1.05x for 128x256 (an H100, two runs of each: docs/performance.md,
-  // tenth session). Where the operands stream from memory, 128x256's fewer operand bytes per output win
-  // (8192^3: 1.07-1.12x against 0.88-0.96x); 128x256 once it gives at least two waves of 132 blocks, else
-  // 128x128.
+  // unavailable). M >= 2048 with two waves of 64x256 tiles or more: ping-pong 64x256, the fastest tile
+  // timed back to back against cuBLASLt's GEMM alone at 4096^3 and 8192^3 on three H100s (twelfth session
+  // 0.979x and 0.991x; fifteenth session 0.961-0.976x and 0.985-0.994x, where ping-pong 128x128 measured
+  // 0.939-0.946x and 128x256 0.907-0.941x: docs/performance.md). Below M = 2048 (verify's M = 512 layers)
+  // the rule of the tenth session, timed one launch at a time: ping-pong 128x128 where every block gets two
+  // tiles or more (one consumer's epilogue then runs beside the other's mainloop) and both operands fit in
+  // the L2 together; 128x256 once it gives at least two waves of 132 blocks, else 128x128.
+  const int64_t tiles64x256 = ((int64_t{m} + 63) / 64) * ((int64_t{n} + 255) / 256);
+  if (m >= 2048 && tiles64x256 >= 2 * 132) return MmTile::wgpp64x256;
   const int64_t tiles128 = ((int64_t{m} + 127) / 128) * ((int64_t{n} + 127) / 128);
   if (tiles128 >= 2 * 132 && (int64_t{m} + n) * k <= (int64_t{48} << 20)) return MmTile::wgpp128x128;
   const int64_t tiles256 = ((int64_t{m} + 127) / 128) * ((int64_t{n} + 255) / 256);
