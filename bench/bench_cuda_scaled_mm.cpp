@@ -16,7 +16,8 @@
 // `--exact`: the exact accumulation alone (Qwen3-1.7B and Llama-3-70B layer shapes at M = 512);
 // `--shape M,N,K [--tiles wg128x256,wgpp128x128c2,...] [--ab NAME=VALUE]`: that GEMM alone, with only those tiles of
 // ours (for ncu); with `--ab`, each paired tile also with the environment setting NAME=VALUE (a kernel's measurement
-// setting, docs/gpu.md: QC_WGMMA_STREAMK=1, ...) against itself without it, alternated, and its output compared.
+// setting, docs/gpu.md: QC_WGMMA_STREAMK=0, QC_WGMMA_ONE_RELEASE=1, ...) against itself with the setting unset
+// (the default), alternated, and its output compared.
 #include <cstdio>
 
 #ifndef QC_WITH_CUDA

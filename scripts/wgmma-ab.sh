@@ -5,13 +5,13 @@
 # process (`bench_cuda_scaled_mm --shape S --tiles T --ab NAME=VALUE`); every output compared bit for bit with
 # the cuBLASLt pipeline's. One summary line per shape, setting and tile; the bench's whole output in $OUT.
 #   BUILD=build-gpu SHAPES="4096,4096,4096 8192,8192,8192" TILES=auto,wgpp64x256,wgpp128x128,wg128x256 \
-#   SETTINGS="QC_WGMMA_STREAMK=1 QC_WGMMA_PREFETCH=1" OUT=wgmma-ab-out scripts/wgmma-ab.sh
+#   SETTINGS="QC_WGMMA_STREAMK=0 QC_WGMMA_PREFETCH=1" OUT=wgmma-ab-out scripts/wgmma-ab.sh
 # Needs a build with -DQCONFORM_WITH_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a (the bench target is built here).
 set -uo pipefail
 B=${BUILD:-build-gpu}
 SHAPES=${SHAPES:-4096,4096,4096 8192,8192,8192}
 TILES=${TILES:-auto,wgpp64x256,wgpp128x128,wg128x256,wgpp64x256c2,wgpp128x128c2,wg128x256c2}
-SETTINGS=${SETTINGS:-QC_WGMMA_STREAMK=1 QC_WGMMA_PREFETCH=1 QC_WGMMA_ONE_RELEASE=1 QC_WGMMA_GROUP_ROWS=512 QC_WGMMA_GROUP_ROWS=2048}
+SETTINGS=${SETTINGS:-QC_WGMMA_STREAMK=0 QC_WGMMA_PREFETCH=1 QC_WGMMA_ONE_RELEASE=1 QC_WGMMA_GROUP_ROWS=512 QC_WGMMA_GROUP_ROWS=2048}
 OUT=${OUT:-wgmma-ab-out}
 mkdir -p "$OUT"
 cmake --build "$B" -j"$(nproc)" --target bench_cuda_scaled_mm > "$OUT/bench-build.log" 2>&1 || { tail -20 "$OUT/bench-build.log"; exit 1; }

@@ -301,15 +301,12 @@ MmTile select_tile(int m, int n, int k) {
   // timed back to back against cuBLASLt's GEMM alone at 4096^3 and 8192^3 on three H100s (twelfth session
   // 0.979x and 0.991x; fifteenth session 0.961-0.976x and 0.985-0.994x, where ping-pong 128x128 measured
   // 0.939-0.946x and 128x256 0.907-0.941x: docs/performance.md). Below M = 2048 (verify's M = 512 layers)
-  // the rule of the tenth session, timed one launch at a time: ping-pong 128x128 where every block gets two
-  // tiles or more (one consumer's epilogue then runs beside the other's mainloop) and both operands fit in
-  // the L2 together; 128x256 once it gives at least two waves of 132 blocks, else 128x128.
-  const int64_t tiles64x256 = ((int64_t{m} + 63) / 64) * ((int64_t{n} + 255) / 256);
-  if (m >= 2048 && tiles64x256 >= 2 * 132) return MmTile::wgpp64x256;
+  // ping-pong 128x128 where every block gets two tiles or more (one consumer's epilogue then runs beside
+  // the other's mainloop), else 128x128: back to back on an H100 (fifteenth session), (512, 12288, 4096)
+  // 1.378x cuBLASLt's GEMM alone against 1.238x for 128x128 and (512, 28672, 8192) 1.236x against 1.096x
+  // for 128x256, the tiles the rule before chose there.
   const int64_t tiles128 = ((int64_t{m} + 127) / 128) * ((int64_t{n} + 127) / 128);
-  if (tiles128 >= 2 * 132 && (int64_t{m} + n) * k <= (int64_t{48} << 20)) return MmTile::wgpp128x128;
-  const int64_t tiles256 = ((int64_t{m} + 127) / 128) * ((int64_t{n} + 255) / 256);
-  return tiles256 >= 2 * 132 ? MmTile::wg128x256 : MmTile::wg128x128;
+  return tiles128 >= 2 * 132 ? MmTile::wgpp128x128 : MmTile::wg128x128;
 }
 
 namespace {
