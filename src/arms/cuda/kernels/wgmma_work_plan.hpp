@@ -82,8 +82,8 @@ constexpr int kSkMaxShare = 4;
 // The workspace starts with the arrival counters (zero between launches), then the partial sums.
 constexpr size_t kSkCountBytes = 16 << 10;
 
-// Whole tiles round robin, and stream-K over the tail where it pays, when `allow` (the launcher's
-// QC_WGMMA_STREAMK=1): the tail's tiles are cut into as many parts as there are units per tail tile
+// Whole tiles round robin, and stream-K over the tail where it pays, when `allow` (the launcher: by
+// default where M >= 2048; QC_WGMMA_STREAMK): the tail's tiles are cut into as many parts as there are units per tail tile
 // (at most kSkMaxShare, and none shorter than kSkFixupSteps), two at least.
 inline WgPlan plan_work(int tiles, int k_tiles, int units, int parts, bool allow) {
   WgPlan p;
