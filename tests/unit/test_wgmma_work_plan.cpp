@@ -131,6 +131,20 @@ TEST(WgmmaWorkPlan, TailRuleAtTheBenchmarkShapes) {
   EXPECT_EQ(fields(plan_work(4096, 64, 132, 1, false)), (Fields{4096, 0, 0}));
 }
 
+// When a launch may cut its tail: the setting forces it either way, unset it follows M; never in a
+// cluster or on the per-thread default stream.
+TEST(WgmmaWorkPlan, StreamKAllowedBySettingAndM) {
+  using qc::cuda_kernels::kSkDefaultMinM;
+  using qc::cuda_kernels::streamk_allowed;
+  EXPECT_FALSE(streamk_allowed(-1, kSkDefaultMinM - 1, 1, false));  // verify's M = 512 layers: off by default
+  EXPECT_TRUE(streamk_allowed(-1, kSkDefaultMinM, 1, false));
+  EXPECT_TRUE(streamk_allowed(1, 512, 1, false));
+  EXPECT_FALSE(streamk_allowed(0, 8192, 1, false));
+  EXPECT_FALSE(streamk_allowed(1, 8192, 2, false));
+  EXPECT_FALSE(streamk_allowed(1, 8192, 1, true));
+  EXPECT_FALSE(streamk_allowed(-1, 8192, 1, true));
+}
+
 // The parts of a tile of k_tiles steps: consecutive, covering it, their lengths floor or ceil of k_tiles / parts.
 TEST(WgmmaWorkPlan, PartsCoverTheTile) {
   for (int k_tiles = 1; k_tiles < 300; ++k_tiles)

@@ -909,12 +909,10 @@ std::string launch_wgmma_config(const ScaledMmArgs& args, cudaStream_t stream) {
   const int tiles = tiles_m * ((args.n + BN - 1) / BN);  // cluster tiles when CM > 1
   const int units = tiles < max_units ? tiles : max_units;  // persistent: one block per multiprocessor at most
   const int grid = units * CM;
-  // Stream-K over the tail for single-block units (the clusters' blocks would have to agree on it): by
-  // default where M >= 2048 (measured at 8192^3: +1.8-2.4 %; verify's M = 512 layers it would cut are
-  // not timed), QC_WGMMA_STREAMK=1 at any M, =0 never (docs/gpu.md).
-  const int streamk = env_int("QC_WGMMA_STREAMK", -1, 0, 1);
+  // Stream-K over the tail (`streamk_allowed`: by default where M >= 2048, measured at 8192^3 +1.8-2.4 %;
+  // verify's M = 512 layers it would cut are not timed; docs/gpu.md).
   WgPlan plan = plan_work(tiles, (args.k + kBK - 1) / kBK, units, C::kParts,
-                          CM == 1 && stream != cudaStreamPerThread && (streamk == 1 || (streamk < 0 && args.m >= 2048)));
+                          streamk_allowed(env_int("QC_WGMMA_STREAMK", -1, 0, 1), args.m, CM, stream == cudaStreamPerThread));
   // Measurement settings (docs/gpu.md); named in the kernel string only when not at their defaults.
   // Raster groups in (cluster) M-tiles, at most all of them (the same order; group x tiles_n stays an int).
   const auto group_units = [&](int rows) { return std::max(1, std::min(rows / (CM * BM), tiles_m)); };

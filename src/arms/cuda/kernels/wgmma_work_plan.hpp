@@ -82,8 +82,17 @@ constexpr int kSkMaxShare = 4;
 // The workspace starts with the arrival counters (zero between launches), then the partial sums.
 constexpr size_t kSkCountBytes = 16 << 10;
 
-// Whole tiles round robin, and stream-K over the tail where it pays, when `allow` (the launcher: by
-// default where M >= 2048; QC_WGMMA_STREAMK): the tail's tiles are cut into as many parts as there are units per tail tile
+// Whether a launch may cut its tail (`plan_work`'s `allow`): single-block units only (a cluster's blocks
+// would have to agree on the cut), not on the per-thread default stream (one handle, and so one workspace,
+// for many streams), and by `setting` (QC_WGMMA_STREAMK: 1 at any M, 0 never; unset, -1, where M >=
+// kSkDefaultMinM, the regime measured: docs/performance.md, fifteenth session).
+constexpr int kSkDefaultMinM = 2048;
+inline bool streamk_allowed(int setting, int m, int cluster, bool per_thread_stream) {
+  if (cluster != 1 || per_thread_stream) return false;
+  return setting == 1 || (setting < 0 && m >= kSkDefaultMinM);
+}
+
+// Whole tiles round robin, and stream-K over the tail where it pays, when `allow` (`streamk_allowed`): the tail's tiles are cut into as many parts as there are units per tail tile
 // (at most kSkMaxShare, and none shorter than kSkFixupSteps), two at least.
 inline WgPlan plan_work(int tiles, int k_tiles, int units, int parts, bool allow) {
   WgPlan p;
